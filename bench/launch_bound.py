@@ -1,0 +1,109 @@
+"""launch_bound.py - launch-bound PyTorch loop for measuring recorder overhead.
+
+8 x (Linear(1024, 1024) + ReLU), batch 256, MSE loss, SGD, with
+torch.cuda.synchronize() at the end of every step: many small kernels and one
+host sync per step, so per-launch / per-sync recorder costs show up in wall time.
+
+What is timed (time.perf_counter): from just after a torch.cuda.synchronize()
+to just after the synchronize that ends the last of --steps steps. Warmup
+(--warmup steps, once, before any timed loop), model/data setup and, with
+--profiler, the profiler's start (entering the `with`) and its stop/parse
+(leaving the `with`) are NOT included; the latter is reported separately as
+"profiler_exit_ms". Nothing is exported, so "export_ms" is always 0.
+
+Run:    python bench/launch_bound.py --mode baseline [--steps 500] [--warmup 20] [--repeat 5]
+        gpufl record -o DIR -- python bench/launch_bound.py --mode gpufl --repeat 5
+        python bench/launch_bound.py --mode torch-profiler --profiler --repeat 5
+Prints: one JSON line {"mode", "wall_ms" (best of --repeat), "wall_ms_median",
+        "wall_ms_all", "steps", "warmup", "repeat", "us_per_step" (from best),
+        "profiler", "profiler_exit_ms", "export_ms"}.
+"""
+import argparse
+import json
+import statistics
+import time
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# Recent torch (seen on 2.11) warns once per profiler that events are not kept across cycles.
+warnings.filterwarnings("ignore", message="Warning: Profiler clears events")
+
+
+def build(seed=0, device="cuda"):
+    torch.manual_seed(seed)
+    layers = []
+    for _ in range(8):
+        layers += [nn.Linear(1024, 1024), nn.ReLU()]
+    model = nn.Sequential(*layers).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(256, 1024, device=device)
+    y = torch.randn(256, 1024, device=device)
+    return model, opt, x, y
+
+
+def step(model, opt, x, y):
+    opt.zero_grad(set_to_none=True)
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+
+
+def timed_loop(model, opt, x, y, steps):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step(model, opt, x, y)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser(description="launch-bound PyTorch loop")
+    ap.add_argument("--mode", default="baseline", help="label copied into the JSON")
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--profiler", action="store_true",
+                    help="run each timed loop inside torch.profiler.profile(CPU, CUDA)")
+    args = ap.parse_args()
+    if args.steps < 1 or args.warmup < 0 or args.repeat < 1:
+        ap.error("need --steps >= 1, --warmup >= 0, --repeat >= 1")
+
+    model, opt, x, y = build()
+    for _ in range(args.warmup):
+        step(model, opt, x, y)
+
+    walls, exits = [], []
+    for _ in range(args.repeat):
+        if args.profiler:
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+                ms = timed_loop(model, opt, x, y, args.steps)
+                t_exit = time.perf_counter()
+            exits.append((time.perf_counter() - t_exit) * 1e3)
+        else:
+            ms = timed_loop(model, opt, x, y, args.steps)
+        walls.append(ms)
+
+    best = min(walls)
+    print(json.dumps({
+        "mode": args.mode,
+        "wall_ms": round(best, 3),
+        "wall_ms_median": round(statistics.median(walls), 3),
+        "wall_ms_all": [round(w, 3) for w in walls],
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "repeat": args.repeat,
+        "us_per_step": round(best * 1e3 / args.steps, 2),
+        "profiler": args.profiler,
+        "profiler_exit_ms": round(statistics.median(exits), 3) if exits else 0.0,
+        "export_ms": 0.0,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+//! Decoding CUPTI activity records into trace records.
+//!
+//! Only the leading fields that every struct version since CUDA 12.0 shares are read, by offset,
+//! with unaligned reads of plain integers: a newer CUPTI that appends fields decodes the same, and
+//! an enum value this build does not know is never materialized as a Rust enum.
+
+use crate::cupti::{self, sys};
+use gpufl_trace::{
+    ApiDomain, CopyKind, Kernel, Memcpy, MemoryKind, Memset, Overhead, StrId, Sync, SyncKind,
+};
+use std::ffi::{c_char, c_void, CStr};
+use std::mem::offset_of;
+
+/// CUPTI's "invalid" marker in stream/event fields of synchronization records.
+const INVALID: u32 = u32::MAX;
+
+/// One decoded activity record. Kernel names are handed back raw so the caller can intern them.
+pub enum Decoded<'a> {
+    Kernel {
+        name: &'a CStr,
+        kernel: Kernel,
+    },
+    Memcpy(Memcpy),
+    Memset(Memset),
+    Sync(Sync),
+    Api {
+        domain: ApiDomain,
+        cbid: u32,
+        start: u64,
+        end: u64,
+        tid: u64,
+        corr: u32,
+        ret: u32,
+    },
+    Overhead(Overhead),
+    /// A kind gpufl does not record (its numeric kind).
+    Other(u32),
+}
+
+/// Read a plain value at `off` bytes into the record.
+///
+/// # Safety
+/// `base + off .. + size_of::<T>()` must lie inside the record.
+unsafe fn rd<T: Copy>(base: *const u8, off: usize) -> T {
+    unsafe { (base.add(off) as *const T).read_unaligned() }
+}
+
+macro_rules! field {
+    ($base:expr, $ty:ty, $field:ident, $out:ty) => {
+        // SAFETY: the offset comes from CUPTI's own struct definition for this record kind.
+        unsafe { rd::<$out>($base, offset_of!($ty, $field)) }
+    };
+}
+
+/// Decode one record.
+///
+/// # Safety
+/// `rec` must point at a complete activity record returned by `cuptiActivityGetNextRecord`.
+pub unsafe fn decode<'a>(rec: *const c_void) -> Decoded<'a> {
+    let b = rec as *const u8;
+    // SAFETY: every record starts with its u32 kind.
+    let kind: u32 = unsafe { rd(b, 0) };
+    match kind {
+        cupti::KIND_CONCURRENT_KERNEL => {
+            type K = sys::CUpti_ActivityKernel9;
+            let name_ptr = field!(b, K, name, *const c_char);
+            let name = if name_ptr.is_null() {
+                c"<unnamed kernel>"
+            } else {
+                // SAFETY: CUPTI keeps kernel names alive for the life of the module.
+                unsafe { CStr::from_ptr(name_ptr) }
+            };
+            Decoded::Kernel {
+                name,
+                kernel: Kernel {
+                    name: StrId(0),
+                    start: field!(b, K, start, u64),
+                    end: field!(b, K, end, u64),
+                    dev: field!(b, K, deviceId, u32),
+                    ctx: field!(b, K, contextId, u32),
+                    stream: field!(b, K, streamId, u32),
+                    corr: field!(b, K, correlationId, u32),
+                    grid: [
+                        field!(b, K, gridX, i32),
+                        field!(b, K, gridY, i32),
+                        field!(b, K, gridZ, i32),
+                    ],
+                    block: [
+                        field!(b, K, blockX, i32),
+                        field!(b, K, blockY, i32),
+                        field!(b, K, blockZ, i32),
+                    ],
+                    regs: field!(b, K, registersPerThread, u16),
+                    smem_static: field!(b, K, staticSharedMemory, i32),
+                    smem_dynamic: field!(b, K, dynamicSharedMemory, i32),
+                    local_mem: field!(b, K, localMemoryPerThread, u32),
+                },
+            }
+        }
+        cupti::KIND_MEMCPY => {
+            type M = sys::CUpti_ActivityMemcpy6;
+            Decoded::Memcpy(Memcpy {
+                kind: copy_kind(field!(b, M, copyKind, u8)),
+                src_kind: memory_kind(field!(b, M, srcKind, u8) as u32),
+                dst_kind: memory_kind(field!(b, M, dstKind, u8) as u32),
+                bytes: field!(b, M, bytes, u64),
+                start: field!(b, M, start, u64),
+                end: field!(b, M, end, u64),
+                dev: field!(b, M, deviceId, u32),
+                ctx: field!(b, M, contextId, u32),
+                stream: field!(b, M, streamId, u32),
+                corr: field!(b, M, correlationId, u32),
+            })
+        }
+        cupti::KIND_MEMSET => {
+            type M = sys::CUpti_ActivityMemset4;
+            Decoded::Memset(Memset {
+                bytes: field!(b, M, bytes, u64),
+                value: field!(b, M, value, u32),
+                mem_kind: memory_kind(field!(b, M, memoryKind, u16) as u32),
+                start: field!(b, M, start, u64),
+                end: field!(b, M, end, u64),
+                dev: field!(b, M, deviceId, u32),
+                ctx: field!(b, M, contextId, u32),
+                stream: field!(b, M, streamId, u32),
+                corr: field!(b, M, correlationId, u32),
+            })
+        }
+        cupti::KIND_SYNCHRONIZATION => {
+            type S = sys::CUpti_ActivitySynchronization;
+            let stream = field!(b, S, streamId, u32);
+            let event = field!(b, S, cudaEventId, u32);
+            Decoded::Sync(Sync {
+                kind: sync_kind(field!(b, S, type_, u32)),
+                start: field!(b, S, start, u64),
+                end: field!(b, S, end, u64),
+                ctx: field!(b, S, contextId, u32),
+                stream: (stream != INVALID).then_some(stream),
+                event: (event != INVALID).then_some(event),
+                corr: field!(b, S, correlationId, u32),
+                tid: None,
+                stack: None,
+            })
+        }
+        cupti::KIND_RUNTIME | cupti::KIND_DRIVER => {
+            type A = sys::CUpti_ActivityAPI;
+            Decoded::Api {
+                domain: if kind == cupti::KIND_RUNTIME {
+                    ApiDomain::Runtime
+                } else {
+                    ApiDomain::Driver
+                },
+                cbid: field!(b, A, cbid, u32),
+                start: field!(b, A, start, u64),
+                end: field!(b, A, end, u64),
+                tid: field!(b, A, threadId, u32) as u64,
+                corr: field!(b, A, correlationId, u32),
+                ret: field!(b, A, returnValue, u32),
+            }
+        }
+        cupti::KIND_OVERHEAD => {
+            type O = sys::CUpti_ActivityOverhead;
+            Decoded::Overhead(Overhead {
+                kind: overhead_kind(field!(b, O, overheadKind, u32)).to_string(),
+                start: field!(b, O, start, u64),
+                end: field!(b, O, end, u64),
+            })
+        }
+        other => Decoded::Other(other),
+    }
+}
+
+/// CUPTI_ACTIVITY_MEMCPY_KIND_* to [`CopyKind`].
+pub fn copy_kind(v: u8) -> CopyKind {
+    match v {
+        1 => CopyKind::HtoD,
+        2 => CopyKind::DtoH,
+        3 => CopyKind::HtoA,
+        4 => CopyKind::AtoH,
+        5 => CopyKind::AtoA,
+        6 => CopyKind::AtoD,
+        7 => CopyKind::DtoA,
+        8 => CopyKind::DtoD,
+        9 => CopyKind::HtoH,
+        10 => CopyKind::PtoP,
+        _ => CopyKind::Unknown,
+    }
+}
+
+/// CUPTI_ACTIVITY_MEMORY_KIND_* to [`MemoryKind`].
+pub fn memory_kind(v: u32) -> MemoryKind {
+    match v {
+        1 => MemoryKind::Pageable,
+        2 => MemoryKind::Pinned,
+        3 => MemoryKind::Device,
+        4 => MemoryKind::Array,
+        5 => MemoryKind::Managed,
+        6 => MemoryKind::DeviceStatic,
+        7 => MemoryKind::ManagedStatic,
+        _ => MemoryKind::Unknown,
+    }
+}
+
+/// CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_* to [`SyncKind`].
+pub fn sync_kind(v: u32) -> SyncKind {
+    match v {
+        1 => SyncKind::EventSynchronize,
+        2 => SyncKind::StreamWaitEvent,
+        3 => SyncKind::StreamSynchronize,
+        4 => SyncKind::ContextSynchronize,
+        _ => SyncKind::Unknown,
+    }
+}
+
+/// CUPTI_ACTIVITY_OVERHEAD_* names.
+pub fn overhead_kind(v: u32) -> &'static str {
+    match v {
+        1 => "driver_compiler",
+        0x10000 => "activity_buffer_flush",
+        0x20000 => "instrumentation",
+        0x30000 => "resource",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A synthetic kernel record laid out as CUPTI writes it decodes field by field.
+    #[test]
+    fn decodes_a_kernel_record_by_offset() {
+        type K = sys::CUpti_ActivityKernel9;
+        let mut buf = vec![0u64; std::mem::size_of::<K>() / 8 + 1];
+        let b = buf.as_mut_ptr() as *mut u8;
+        let name = c"_Z6saxpyifPfS_";
+        let put = |off: usize, bytes: &[u8]| unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), b.add(off), bytes.len())
+        };
+        put(0, &cupti::KIND_CONCURRENT_KERNEL.to_ne_bytes());
+        put(offset_of!(K, start), &1000u64.to_ne_bytes());
+        put(offset_of!(K, end), &3500u64.to_ne_bytes());
+        put(offset_of!(K, streamId), &7u32.to_ne_bytes());
+        put(offset_of!(K, gridX), &132i32.to_ne_bytes());
+        put(offset_of!(K, blockX), &256i32.to_ne_bytes());
+        put(offset_of!(K, registersPerThread), &40u16.to_ne_bytes());
+        put(offset_of!(K, localMemoryPerThread), &16u32.to_ne_bytes());
+        put(offset_of!(K, correlationId), &99u32.to_ne_bytes());
+        put(offset_of!(K, name), &(name.as_ptr() as usize).to_ne_bytes());
+        match unsafe { decode(buf.as_ptr() as *const c_void) } {
+            Decoded::Kernel { name: n, kernel } => {
+                assert_eq!(n, name);
+                assert_eq!(
+                    (kernel.start, kernel.end, kernel.stream, kernel.corr),
+                    (1000, 3500, 7, 99)
+                );
+                assert_eq!(kernel.grid[0], 132);
+                assert_eq!(kernel.block[0], 256);
+                assert_eq!(kernel.regs, 40);
+                assert_eq!(kernel.local_mem, 16);
+            }
+            _ => panic!("not decoded as a kernel"),
+        }
+    }
+
+    #[test]
+    fn sync_record_with_invalid_stream_is_context_sync() {
+        type S = sys::CUpti_ActivitySynchronization;
+        let mut buf = vec![0u64; std::mem::size_of::<S>() / 8 + 1];
+        let b = buf.as_mut_ptr() as *mut u8;
+        let put = |off: usize, bytes: &[u8]| unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), b.add(off), bytes.len())
+        };
+        put(0, &cupti::KIND_SYNCHRONIZATION.to_ne_bytes());
+        put(offset_of!(S, type_), &4u32.to_ne_bytes());
+        put(offset_of!(S, streamId), &u32::MAX.to_ne_bytes());
+        put(offset_of!(S, cudaEventId), &u32::MAX.to_ne_bytes());
+        put(offset_of!(S, correlationId), &5u32.to_ne_bytes());
+        match unsafe { decode(buf.as_ptr() as *const c_void) } {
+            Decoded::Sync(s) => {
+                assert_eq!(s.kind, SyncKind::ContextSynchronize);
+                assert_eq!(s.stream, None);
+                assert_eq!(s.event, None);
+                assert_eq!(s.corr, 5);
+            }
+            _ => panic!("not decoded as a sync"),
+        }
+    }
+
+    #[test]
+    fn unknown_enum_values_do_not_panic() {
+        assert_eq!(copy_kind(200), CopyKind::Unknown);
+        assert_eq!(memory_kind(99), MemoryKind::Unknown);
+        assert_eq!(sync_kind(17), SyncKind::Unknown);
+        assert_eq!(overhead_kind(5), "other");
+    }
+}

@@ -1,0 +1,92 @@
+//! Minimal dlopen/dlsym wrapper: symbols resolved from one exact library, missing ones are `None`
+//! (never a panic, unlike loaders that abort on a missing symbol).
+
+use std::ffi::{c_void, CStr, CString};
+
+/// A handle to a loaded shared library. Never closed: the recorder lives as long as the process.
+#[derive(Debug)]
+pub struct Lib {
+    handle: *mut c_void,
+    /// The path or name it was opened with.
+    pub path: String,
+}
+
+// SAFETY: a dlopen handle may be used from any thread.
+unsafe impl Send for Lib {}
+unsafe impl Sync for Lib {}
+
+impl Lib {
+    /// dlopen(path, RTLD_NOW | RTLD_GLOBAL). `path` may be a bare soname.
+    pub fn open(path: &str) -> Option<Lib> {
+        let c = CString::new(path).ok()?;
+        // SAFETY: c is a valid C string; dlopen has no other preconditions.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        (!handle.is_null()).then(|| Lib {
+            handle,
+            path: path.to_string(),
+        })
+    }
+
+    /// dlopen(path, RTLD_NOW | RTLD_NOLOAD): only if already loaded in the process.
+    pub fn already_loaded(path: &str) -> Option<Lib> {
+        let c = CString::new(path).ok()?;
+        // SAFETY: as above.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        (!handle.is_null()).then(|| Lib {
+            handle,
+            path: path.to_string(),
+        })
+    }
+
+    /// The address of `name`, or None.
+    pub fn sym_addr(&self, name: &CStr) -> Option<*mut c_void> {
+        // SAFETY: handle is a live dlopen handle; name is NUL-terminated.
+        let p = unsafe { libc::dlsym(self.handle, name.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    }
+
+    /// The real path of the loaded object (via dlinfo's link map), falling back to the open name.
+    pub fn real_path(&self) -> String {
+        let mut lm: *mut libc::c_void = std::ptr::null_mut();
+        // SAFETY: RTLD_DI_LINKMAP writes a `struct link_map *` into lm.
+        let rc = unsafe {
+            libc::dlinfo(
+                self.handle,
+                libc::RTLD_DI_LINKMAP,
+                &mut lm as *mut *mut c_void as *mut c_void,
+            )
+        };
+        if rc == 0 && !lm.is_null() {
+            // struct link_map { ElfW(Addr) l_addr; char *l_name; ... }
+            // SAFETY: l_name is the second pointer-sized field of a valid link_map.
+            let name = unsafe { *(lm as *const *const libc::c_char).add(1) };
+            if !name.is_null() {
+                // SAFETY: l_name is a NUL-terminated string owned by the loader.
+                let s = unsafe { CStr::from_ptr(name) }
+                    .to_string_lossy()
+                    .into_owned();
+                if !s.is_empty() {
+                    return s;
+                }
+            }
+        }
+        self.path.clone()
+    }
+}
+
+/// Look a function up and cast it to the fn-pointer type `F`.
+///
+/// # Safety
+/// `F` must be an `unsafe extern "C" fn` type matching the symbol's real signature.
+pub unsafe fn func<F: Copy>(lib: &Lib, name: &CStr) -> Option<F> {
+    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    lib.sym_addr(name)
+        .map(|p| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+/// dlsym over every loaded object (RTLD_DEFAULT).
+pub fn default_sym(name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: RTLD_DEFAULT is a valid pseudo-handle.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}

@@ -1,0 +1,148 @@
+//! The C ABI (`include/gpufl/gpufl.h`, wrapped by `gpufl.hpp`) and CUDA's injection entry point.
+//! No function here lets a panic cross into C.
+
+use crate::options::Options;
+use crate::recorder::{self, InitError, StartedBy};
+use std::ffi::{c_char, c_int, CStr};
+
+/// Options as C passes them. `struct_size` lets the struct grow compatibly.
+#[repr(C)]
+pub struct GpuflOptions {
+    /// sizeof(gpufl_options) as compiled by the caller.
+    pub struct_size: u32,
+    pub app_name: *const c_char,
+    pub log_path: *const c_char,
+    pub enable_synchronization: c_int,
+    pub enable_stack_trace: c_int,
+    pub backend_url: *const c_char,
+    pub api_key: *const c_char,
+}
+
+/// Result codes of `gpufl_init`.
+pub const GPUFL_OK: c_int = 0;
+pub const GPUFL_ALREADY_RUNNING: c_int = 1;
+pub const GPUFL_DISABLED: c_int = 2;
+pub const GPUFL_INTERNAL_ERROR: c_int = 3;
+
+fn opt_str(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller passes NUL-terminated strings or NULL.
+    let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    (!s.is_empty()).then_some(s)
+}
+
+/// Build [`Options`] from the C struct (NULL means all defaults).
+fn options_from_c(o: *const GpuflOptions) -> Options {
+    let mut opts = Options::default();
+    if o.is_null() {
+        return opts;
+    }
+    // SAFETY: non-null pointer to a caller-owned struct of at least struct_size bytes.
+    let o = unsafe { &*o };
+    if (o.struct_size as usize) < std::mem::size_of::<GpuflOptions>() {
+        return opts;
+    }
+    if let Some(s) = opt_str(o.app_name) {
+        opts.app_name = s;
+    }
+    if let Some(s) = opt_str(o.log_path) {
+        opts.log_path = s;
+    }
+    opts.enable_synchronization = o.enable_synchronization != 0;
+    opts.enable_stack_trace = o.enable_stack_trace != 0;
+    opts.backend_url = opt_str(o.backend_url).unwrap_or_default();
+    opts.api_key = opt_str(o.api_key).unwrap_or_default();
+    opts
+}
+
+/// Start recording this process. Returns GPUFL_OK, GPUFL_ALREADY_RUNNING, GPUFL_DISABLED (capture
+/// cannot run here; one line on stderr says why and the program runs on unchanged) or
+/// GPUFL_INTERNAL_ERROR.
+///
+/// # Safety
+/// `opts` is NULL or points at a valid `gpufl_options`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_init(opts: *const GpuflOptions) -> c_int {
+    std::panic::catch_unwind(|| {
+        let opts = options_from_c(opts);
+        match recorder::start(opts, StartedBy::Api) {
+            Ok(_) => GPUFL_OK,
+            Err(InitError::AlreadyRunning(_)) => GPUFL_ALREADY_RUNNING,
+            Err(InitError::Disabled(_)) => GPUFL_DISABLED,
+        }
+    })
+    .unwrap_or(GPUFL_INTERNAL_ERROR)
+}
+
+/// Stop recording: flush everything and close the session. Safe to call twice or without init.
+#[no_mangle]
+pub extern "C" fn gpufl_shutdown() {
+    let _ = std::panic::catch_unwind(|| {
+        recorder::stop("shutdown");
+    });
+}
+
+/// Copy the session directory into `buf` (NUL-terminated). Returns its length, 0 if not recording,
+/// or -(needed size) if `buf` is too small.
+///
+/// # Safety
+/// `buf` points at `len` writable bytes (or is NULL with len 0).
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_session_dir(buf: *mut c_char, len: usize) -> isize {
+    std::panic::catch_unwind(|| {
+        let Some(r) = recorder::get() else { return 0 };
+        let s = r.session_dir.display().to_string();
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_out(&s, buf, len) }
+    })
+    .unwrap_or(-1)
+}
+
+/// Copy `s` into a C buffer. Returns bytes written (without NUL) or -(needed).
+///
+/// # Safety
+/// `buf` points at `len` writable bytes (or is NULL with len 0).
+pub unsafe fn copy_out(s: &str, buf: *mut c_char, len: usize) -> isize {
+    let needed = s.len() + 1;
+    if buf.is_null() || len < needed {
+        return -(needed as isize);
+    }
+    // SAFETY: len >= needed bytes are writable.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr() as *const c_char, buf, s.len());
+        *buf.add(s.len()) = 0;
+    }
+    s.len() as isize
+}
+
+/// CUDA's injection entry point: the driver calls it during cuInit when `CUDA_INJECTION64_PATH`
+/// names this library (that is how `gpufl record` works). Options come from `GPUFL_*` variables.
+/// Returns 1 ("success" for the driver) even when capture cannot run: the program must go on.
+#[no_mangle]
+pub extern "C" fn InitializeInjection() -> c_int {
+    let _ = std::panic::catch_unwind(|| {
+        let mut opts = Options::default();
+        // Under `gpufl record` stacks are on unless the user turned them off.
+        opts.enable_stack_trace = true;
+        let _ = recorder::start(opts, StartedBy::Injection);
+    });
+    1
+}
+
+/// Test entry point: capture "the stack here" through the same code as a synchronization callback
+/// (native unwind + Python frames, merged), symbolize it, and write it as a JSON array of
+/// `{"kind","function","file","line","module"}` into `buf`. Returns bytes written, or -(needed).
+///
+/// # Safety
+/// `buf` points at `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_test_capture_stack_json(buf: *mut c_char, len: usize) -> isize {
+    std::panic::catch_unwind(|| {
+        let json = crate::stack::capture_here_json();
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_out(&json, buf, len) }
+    })
+    .unwrap_or(-1)
+}

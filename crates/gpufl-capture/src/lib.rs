@@ -1,0 +1,23 @@
+//! # gpufl-capture
+//!
+//! The in-process recorder, loaded into a CUDA program either through CUDA's injection mechanism
+//! (`CUDA_INJECTION64_PATH`, used by `gpufl record`) or by calling `gpufl::init` (C ABI in
+//! [`ffi`]). CUPTI delivers activity records into buffers drained by a background writer thread;
+//! API-entry callbacks at every synchronization capture the CPU stack (native + Python) as raw
+//! addresses, symbolized later off the hot path. See `docs/architecture.md`.
+
+pub mod activity;
+pub mod cbids;
+pub mod cupti;
+pub mod device;
+pub mod dl;
+pub mod ffi;
+pub mod options;
+pub mod pool;
+pub mod procinfo;
+pub mod pyframes;
+pub mod recorder;
+pub mod sink;
+pub mod stack;
+pub mod symbolize;
+pub mod unwind;

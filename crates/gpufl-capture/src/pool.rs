@@ -1,0 +1,83 @@
+//! Activity buffers handed to CUPTI: fixed-size, recycled, and capped so a writer that falls
+//! behind makes CUPTI drop (and count) records instead of growing memory without bound.
+
+use std::alloc::{alloc, Layout};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Bytes per buffer (as torch.profiler/Kineto uses).
+pub const BUFFER_SIZE: usize = 4 << 20;
+/// Most buffers alive at once (256 MiB).
+pub const MAX_BUFFERS: usize = 64;
+/// CUPTI requires 8-byte aligned buffers.
+const ALIGN: usize = 8;
+
+static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+fn layout() -> Layout {
+    // BUFFER_SIZE and ALIGN are valid constants.
+    Layout::from_size_align(BUFFER_SIZE, ALIGN).unwrap_or(Layout::new::<u64>())
+}
+
+/// A buffer for CUPTI, or None when [`MAX_BUFFERS`] are already out.
+pub fn take() -> Option<*mut u8> {
+    if let Some(p) = FREE.lock().ok().and_then(|mut f| f.pop()) {
+        return Some(p as *mut u8);
+    }
+    if LIVE.fetch_add(1, Ordering::AcqRel) >= MAX_BUFFERS {
+        LIVE.fetch_sub(1, Ordering::AcqRel);
+        REFUSED.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    // SAFETY: layout has non-zero size.
+    let p = unsafe { alloc(layout()) };
+    if p.is_null() {
+        LIVE.fetch_sub(1, Ordering::AcqRel);
+        REFUSED.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    Some(p)
+}
+
+/// Return a buffer obtained from [`take`].
+pub fn give_back(p: *mut u8) {
+    if p.is_null() {
+        return;
+    }
+    match FREE.lock() {
+        Ok(mut f) => f.push(p as usize),
+        // A poisoned lock only happens after a panic elsewhere: leak the buffer rather than risk it.
+        Err(_) => {}
+    }
+}
+
+/// Times a buffer was refused since the last call (CUPTI then drops records, counted separately).
+pub fn take_refused() -> u64 {
+    REFUSED.swap(0, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_recycled_and_capped() {
+        let mut out = Vec::new();
+        while let Some(p) = take() {
+            out.push(p);
+            assert!(out.len() <= MAX_BUFFERS);
+        }
+        assert_eq!(out.len(), MAX_BUFFERS);
+        assert!(take_refused() >= 1);
+        let first = out[0];
+        for p in out.drain(..) {
+            give_back(p);
+        }
+        let again = take().expect("a recycled buffer");
+        assert!(FREE.lock().unwrap().len() == MAX_BUFFERS - 1);
+        give_back(again);
+        let _ = first;
+    }
+}

@@ -1,0 +1,613 @@
+//! The recorder: one per process. Subscribes to CUPTI, owns the writer thread, and stops cleanly
+//! on `shutdown()`, at process exit, or never starts (one clear line, then out of the way).
+
+use crate::cbids;
+use crate::cupti::{self, Cupti};
+use crate::options::Options;
+use crate::pool;
+use crate::procinfo;
+use crate::pyframes;
+use crate::sink::Sink;
+use crate::stack::{self, Sample};
+use gpufl_trace::*;
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How often the writer thread asks CUPTI for completed buffers.
+const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(500);
+/// How often the writer closes a compressed block (bounds what a crash loses).
+const BLOCK_PERIOD: Duration = Duration::from_millis(1000);
+/// Longest wait for the writer at shutdown.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How the recorder was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartedBy {
+    /// `CUDA_INJECTION64_PATH` (`gpufl record`).
+    Injection,
+    /// `gpufl::init` / `gpufl_init`.
+    Api,
+}
+
+impl StartedBy {
+    fn as_str(self) -> &'static str {
+        match self {
+            StartedBy::Injection => "injection",
+            StartedBy::Api => "api",
+        }
+    }
+}
+
+/// Why recording is not running.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("already recording to {0}")]
+    AlreadyRunning(PathBuf),
+    #[error("{0}")]
+    Disabled(String),
+}
+
+enum Msg {
+    Buffer { ptr: usize, valid: usize, dropped: u64 },
+    Stop { reason: &'static str, ack: Sender<Option<Counts>> },
+}
+
+/// The running recorder.
+pub struct Recorder {
+    pub opts: Options,
+    pub session_dir: PathBuf,
+    cupti: &'static Cupti,
+    subscriber: AtomicPtr<c_void>,
+    tx: Sender<Msg>,
+    stopped: AtomicBool,
+    python: bool,
+    pid: u32,
+}
+
+static RECORDER: OnceLock<Recorder> = OnceLock::new();
+static START_LOCK: Mutex<()> = Mutex::new(());
+static CUPTI: OnceLock<Cupti> = OnceLock::new();
+/// Set in a forked child (CUPTI state does not survive fork) and after stop: callbacks return at once.
+static DISABLED: AtomicBool = AtomicBool::new(false);
+/// Set when a CUDA context is being destroyed: the writer closes a block promptly.
+static FLUSH_REQUEST: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Correlation id of the runtime sync call this thread is inside (0: none).
+    static IN_RUNTIME_SYNC: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The recorder, if running.
+pub fn get() -> Option<&'static Recorder> {
+    RECORDER.get()
+}
+
+/// Print one line on stderr, prefixed "gpufl: ".
+fn say(quiet: bool, msg: &str) {
+    if !quiet {
+        eprintln!("gpufl: {msg}");
+    }
+}
+
+/// Start recording this process. Safe to call more than once (later calls report AlreadyRunning).
+pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, InitError> {
+    let _guard = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = RECORDER.get() {
+        return Err(InitError::AlreadyRunning(r.session_dir.clone()));
+    }
+    for w in opts.apply_env() {
+        say(false, &w);
+    }
+    let start_unix_ns = procinfo::unix_ns();
+    let pid = std::process::id();
+    let dir_name = session::session_dir_name(&opts.app_name, pid, start_unix_ns);
+    let session_dir = Path::new(&opts.log_path).join(&dir_name);
+    if let Err(e) = std::fs::create_dir_all(&session_dir) {
+        let msg = format!("cannot create {}: {e}; not recording", session_dir.display());
+        say(false, &msg);
+        return Err(InitError::Disabled(msg));
+    }
+    let mut header = base_header(&opts, by, &dir_name, start_unix_ns);
+
+    let cupti = match CUPTI.get() {
+        Some(c) => Ok(c),
+        None => Cupti::load().map(|c| CUPTI.get_or_init(|| c)),
+    };
+    let cupti = match cupti {
+        Ok(c) => c,
+        Err(e) => return Err(disabled(&opts, &session_dir, header, e.to_string())),
+    };
+    let mut version = 0u32;
+    // SAFETY: writes one u32.
+    unsafe { (cupti.get_version)(&mut version) };
+    header.cupti_version = Some(version);
+
+    let mut sub: *mut c_void = std::ptr::null_mut();
+    // SAFETY: on_callback has the CUpti_CallbackFunc signature and never unwinds.
+    let rc = unsafe { (cupti.subscribe)(&mut sub, on_callback, std::ptr::null_mut()) };
+    if rc != cupti::SUCCESS {
+        let why = if rc == cupti::ERROR_MULTIPLE_SUBSCRIBERS {
+            "another profiler (Nsight Systems, torch.profiler, …) already holds CUPTI in this process; \
+             CUPTI accepts one subscriber per process on CUDA <= 13.2"
+                .to_string()
+        } else {
+            format!("cuptiSubscribe failed: {}", cupti.result_string(rc))
+        };
+        return Err(disabled(&opts, &session_dir, header, why));
+    }
+
+    let mut notices = Vec::new();
+    let python = opts.enable_stack_trace && pyframes::python_version().is_some();
+    if let Some((maj, min)) = pyframes::python_version() {
+        header.python_version = Some(format!("{maj}.{min}"));
+    } else if opts.enable_stack_trace {
+        if let Some(why) = pyframes::unavailable_reason() {
+            if !why.contains("no Python") {
+                notices.push(format!("Python frames not captured: {why}"));
+            }
+        }
+    }
+    notices.extend(enable_collection(cupti, sub, &opts));
+    if !notices.is_empty() {
+        header.capture.status = "partial".into();
+        header.capture.reason = Some(notices.join("; "));
+    }
+    header.clock = ClockSync {
+        trace_ns: cupti.timestamp(),
+        unix_ns: procinfo::unix_ns(),
+    };
+
+    let (tx, rx) = channel();
+    let file_path = session_dir.join(session::FIRST_TRACE_FILE);
+    let quiet = opts.quiet;
+    let rec = RECORDER.get_or_init(|| Recorder {
+        opts,
+        session_dir: session_dir.clone(),
+        cupti,
+        subscriber: AtomicPtr::new(sub),
+        tx,
+        stopped: AtomicBool::new(false),
+        python,
+        pid,
+    });
+    let spawned = std::thread::Builder::new()
+        .name("gpufl-writer".into())
+        .spawn(move || writer_thread(rx, file_path, header, notices, cupti));
+    if let Err(e) = spawned {
+        DISABLED.store(true, Ordering::SeqCst);
+        say(false, &format!("cannot start the writer thread: {e}; not recording"));
+        return Err(InitError::Disabled(e.to_string()));
+    }
+    register_exit_hooks();
+    say(quiet, &format!("recording to {}", session_dir.display()));
+    Ok(rec)
+}
+
+fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64) -> Header {
+    Header {
+        format: FORMAT_NAME.into(),
+        version: FORMAT_VERSION,
+        gpufl_version: env!("CARGO_PKG_VERSION").into(),
+        session_id: dir_name.into(),
+        app_name: opts.app_name.clone(),
+        host: procinfo::hostname(),
+        pid: std::process::id(),
+        ppid: procinfo::ppid(),
+        command_line: procinfo::command_line(),
+        start_unix_ns,
+        clock: ClockSync {
+            trace_ns: 0,
+            unix_ns: start_unix_ns,
+        },
+        gpus: Vec::new(),
+        driver_version: None,
+        cupti_version: None,
+        python_version: None,
+        options: CaptureOptions {
+            enable_synchronization: opts.enable_synchronization,
+            enable_stack_trace: opts.enable_stack_trace,
+            api_records: opts.api_records.as_str().into(),
+            log_path: opts.log_path.clone(),
+            started_by: by.as_str().into(),
+        },
+        capture: CaptureStatus {
+            status: "ok".into(),
+            reason: None,
+        },
+    }
+}
+
+/// Capture cannot run: say so once, write a session that records why, and get out of the way.
+fn disabled(opts: &Options, dir: &Path, mut header: Header, why: String) -> InitError {
+    say(false, &format!("not recording: {why}"));
+    header.capture = CaptureStatus {
+        status: "disabled".into(),
+        reason: Some(why.clone()),
+    };
+    let info = crate::device::query();
+    header.gpus = info.gpus;
+    header.driver_version = info.driver_version;
+    let _ = opts;
+    let path = dir.join(session::FIRST_TRACE_FILE);
+    let written = std::fs::File::create(&path)
+        .map_err(TraceError::from)
+        .and_then(|f| TraceWriter::new(BufWriter::new(f), &header))
+        .and_then(|w| w.finish(procinfo::unix_ns(), "disabled"));
+    if let Err(e) = written {
+        say(false, &format!("cannot write {}: {e}", path.display()));
+    }
+    InitError::Disabled(why)
+}
+
+/// Enable activity kinds and callbacks. Returns notices for what could not be enabled.
+fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String> {
+    let mut notices = Vec::new();
+    // SAFETY (whole function): plain CUPTI calls with valid arguments; results are checked.
+    unsafe {
+        if let Some(f) = c.set_thread_id_type {
+            f(cupti::THREAD_ID_TYPE_SYSTEM);
+        }
+        let rc = (c.activity_register_callbacks)(buffer_requested, buffer_completed);
+        if rc != cupti::SUCCESS {
+            notices.push(format!("cuptiActivityRegisterCallbacks: {}", c.result_string(rc)));
+        }
+        let mut kinds = vec![
+            (cupti::KIND_CONCURRENT_KERNEL, "kernels"),
+            (cupti::KIND_MEMCPY, "memcpy"),
+            (cupti::KIND_MEMSET, "memset"),
+            (cupti::KIND_OVERHEAD, "overhead"),
+        ];
+        if opts.enable_synchronization {
+            kinds.push((cupti::KIND_SYNCHRONIZATION, "synchronization"));
+        }
+        for (k, name) in kinds {
+            let rc = (c.activity_enable)(k);
+            if rc != cupti::SUCCESS {
+                notices.push(format!("{name} records unavailable: {}", c.result_string(rc)));
+            }
+        }
+        enable_api_records(c, opts, &mut notices);
+        if opts.enable_synchronization && opts.enable_stack_trace {
+            for &id in cbids::RUNTIME_SYNC {
+                (c.enable_callback)(1, sub, cupti::DOMAIN_RUNTIME, id);
+            }
+            for &id in cbids::DRIVER_SYNC {
+                (c.enable_callback)(1, sub, cupti::DOMAIN_DRIVER, id);
+            }
+        }
+        (c.enable_callback)(
+            1,
+            sub,
+            cupti::DOMAIN_RESOURCE,
+            cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+        );
+    }
+    notices
+}
+
+fn enable_api_records(c: &Cupti, opts: &Options, notices: &mut Vec<String>) {
+    use crate::options::ApiRecords;
+    let (rt, drv): (Vec<u32>, Vec<u32>) = match opts.api_records {
+        ApiRecords::None => return,
+        ApiRecords::All => {
+            // SAFETY: plain CUPTI calls.
+            unsafe {
+                (c.activity_enable)(cupti::KIND_RUNTIME);
+                (c.activity_enable)(cupti::KIND_DRIVER);
+                for &id in cbids::RUNTIME_NOISY {
+                    if let Some(f) = c.activity_enable_runtime_api {
+                        f(id, 0);
+                    }
+                }
+                for &id in cbids::DRIVER_NOISY {
+                    if let Some(f) = c.activity_enable_driver_api {
+                        f(id, 0);
+                    }
+                }
+            }
+            return;
+        }
+        ApiRecords::Sync => (cbids::RUNTIME_SYNC.to_vec(), cbids::DRIVER_SYNC.to_vec()),
+        ApiRecords::Default => (
+            [cbids::RUNTIME_SYNC, cbids::RUNTIME_DEFAULT].concat(),
+            [cbids::DRIVER_SYNC, cbids::DRIVER_DEFAULT].concat(),
+        ),
+    };
+    let (Some(frt), Some(fdrv)) = (c.activity_enable_runtime_api, c.activity_enable_driver_api) else {
+        notices.push("this CUPTI cannot select API records per function; api records off".into());
+        return;
+    };
+    // SAFETY: plain CUPTI calls; ids unknown to this CUPTI are rejected and ignored.
+    unsafe {
+        for id in rt {
+            frt(id, 1);
+        }
+        for id in drv {
+            fdrv(id, 1);
+        }
+    }
+}
+
+/// CUPTI callback: API entry/exit and resource events. Never unwinds into CUPTI.
+unsafe extern "C" fn on_callback(_ud: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: CUPTI passes the callback data matching `domain`.
+        unsafe { handle_callback(domain, cbid, data) }
+    });
+}
+
+unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
+    if DISABLED.load(Ordering::Relaxed) || data.is_null() {
+        return;
+    }
+    match domain {
+        cupti::DOMAIN_RESOURCE => {
+            if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING {
+                FLUSH_REQUEST.store(true, Ordering::Relaxed);
+            }
+        }
+        cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
+            type D = cupti::sys::CUpti_CallbackData;
+            let b = data as *const u8;
+            // SAFETY: offsets of CUpti_CallbackData fields; plain integer reads.
+            let site: u32 = unsafe { (b.add(std::mem::offset_of!(D, callbackSite)) as *const u32).read_unaligned() };
+            let corr: u32 = unsafe { (b.add(std::mem::offset_of!(D, correlationId)) as *const u32).read_unaligned() };
+            let enter = site == 0;
+            if domain == cupti::DOMAIN_RUNTIME {
+                if enter {
+                    let _ = IN_RUNTIME_SYNC.try_with(|c| c.set(corr));
+                    capture(domain, cbid, corr, 0);
+                } else {
+                    let _ = IN_RUNTIME_SYNC.try_with(|c| c.set(0));
+                }
+            } else if enter {
+                let outer = IN_RUNTIME_SYNC.try_with(|c| c.get()).unwrap_or(0);
+                capture(domain, cbid, corr, outer);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Hot path: capture the stack of an API call (or note that it nests in `alias_of`).
+fn capture(domain: u32, cbid: u32, corr: u32, alias_of: u32) {
+    let Some(r) = RECORDER.get() else { return };
+    let mut s = Sample::empty();
+    s.corr = corr;
+    s.domain = domain;
+    s.cbid = cbid;
+    s.alias_of = alias_of;
+    s.tid = procinfo::gettid();
+    s.ts = r.cupti.timestamp();
+    if alias_of == 0 {
+        stack::capture_into(&mut s, r.python);
+    }
+    stack::push(s);
+}
+
+unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+    let _ = std::panic::catch_unwind(|| {
+        let p = if DISABLED.load(Ordering::Relaxed) { None } else { pool::take() };
+        // SAFETY: CUPTI passes valid out-pointers.
+        unsafe {
+            *max_records = 0;
+            match p {
+                Some(p) => {
+                    *buf = p;
+                    *size = pool::BUFFER_SIZE;
+                }
+                None => {
+                    *buf = std::ptr::null_mut();
+                    *size = 0;
+                }
+            }
+        }
+    });
+}
+
+unsafe extern "C" fn buffer_completed(ctx: *mut c_void, stream: u32, buf: *mut u8, _size: usize, valid: usize) {
+    let _ = std::panic::catch_unwind(|| {
+        if buf.is_null() {
+            return;
+        }
+        let Some(r) = RECORDER.get() else {
+            pool::give_back(buf);
+            return;
+        };
+        let mut dropped = 0usize;
+        // SAFETY: plain CUPTI call with CUPTI's own context/stream values.
+        unsafe { (r.cupti.activity_get_num_dropped_records)(ctx, stream, &mut dropped) };
+        let msg = Msg::Buffer {
+            ptr: buf as usize,
+            valid,
+            dropped: dropped as u64,
+        };
+        if r.tx.send(msg).is_err() {
+            pool::give_back(buf);
+        }
+    });
+}
+
+fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: Vec<String>, cupti: &'static Cupti) {
+    let info = crate::device::query();
+    header.gpus = info.gpus;
+    header.driver_version = info.driver_version;
+    let mut notices = notices;
+    if let Some(e) = info.error {
+        notices.push(format!("GPU list unavailable: {e}"));
+    }
+    let opened = std::fs::File::create(&path)
+        .map_err(TraceError::from)
+        .and_then(|f| TraceWriter::new(BufWriter::with_capacity(1 << 20, f), &header));
+    let mut sink = match opened {
+        Ok(w) => Some(Sink::new(w, Some(cupti))),
+        Err(e) => {
+            say(false, &format!("cannot write {}: {e}; records are discarded", path.display()));
+            None
+        }
+    };
+    if let Some(s) = sink.as_mut() {
+        for n in notices {
+            let _ = s.write(&Record::Notice(Notice {
+                level: "warning".into(),
+                message: n,
+            }));
+        }
+    }
+    let mut last_cupti_flush = Instant::now();
+    let mut last_block = Instant::now();
+    loop {
+        let msg = rx.recv_timeout(Duration::from_millis(100));
+        let stopping = matches!(msg, Ok(Msg::Stop { .. }));
+        let result = (|| -> Result<(), TraceError> {
+            let Some(s) = sink.as_mut() else { return Ok(()) };
+            s.drain_samples()?;
+            Ok(())
+        })();
+        report(&mut sink, result);
+        match msg {
+            Ok(Msg::Buffer { ptr, valid, dropped }) => take_buffer(&mut sink, ptr, valid, dropped),
+            Ok(Msg::Stop { reason, ack }) => {
+                while let Ok(Msg::Buffer { ptr, valid, dropped }) = rx.try_recv() {
+                    take_buffer(&mut sink, ptr, valid, dropped);
+                }
+                let counts = sink.take().and_then(|mut s| {
+                    let _ = s.drain_samples();
+                    let _ = s.expire_pending(true);
+                    s.finish(reason).ok()
+                });
+                let _ = ack.send(counts);
+                return;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let stopped = RECORDER.get().is_none_or(|r| r.stopped.load(Ordering::Relaxed));
+        if !stopping && !stopped && last_cupti_flush.elapsed() >= CUPTI_FLUSH_PERIOD {
+            // SAFETY: default flush: delivers completed buffers to buffer_completed on this thread.
+            unsafe { (cupti.activity_flush_all)(0) };
+            last_cupti_flush = Instant::now();
+        }
+        let forced = FLUSH_REQUEST.swap(false, Ordering::Relaxed);
+        let due = last_block.elapsed() >= BLOCK_PERIOD;
+        if forced || due {
+            let result = (|| -> Result<(), TraceError> {
+                let Some(s) = sink.as_mut() else { return Ok(()) };
+                let lost = pool::take_refused();
+                if lost > 0 {
+                    s.write(&Record::Dropped(Dropped {
+                        source: "buffer_pool".into(),
+                        count: lost,
+                    }))?;
+                }
+                s.expire_pending(false)?;
+                if s.dirty || forced {
+                    s.end_block()?;
+                }
+                Ok(())
+            })();
+            report(&mut sink, result);
+            last_block = Instant::now();
+        }
+    }
+}
+
+fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) {
+    let result = (|| -> Result<(), TraceError> {
+        let Some(s) = sink.as_mut() else { return Ok(()) };
+        // SAFETY: ptr/valid come from CUPTI's completion callback.
+        unsafe { s.take_buffer(ptr as *mut u8, valid)? };
+        if dropped > 0 {
+            s.write(&Record::Dropped(Dropped {
+                source: "cupti".into(),
+                count: dropped,
+            }))?;
+        }
+        Ok(())
+    })();
+    pool::give_back(ptr as *mut u8);
+    report(sink, result);
+}
+
+/// On a write error: say it once and stop writing (records are then discarded, buffers recycled).
+fn report(sink: &mut Option<Sink>, result: Result<(), TraceError>) {
+    if let Err(e) = result {
+        say(false, &format!("trace write failed ({e}); recording stops here"));
+        *sink = None;
+    }
+}
+
+/// Stop recording: flush CUPTI, write the end record, close the file. Idempotent; bounded in time.
+pub fn stop(reason: &'static str) -> Option<Counts> {
+    let r = RECORDER.get()?;
+    if r.pid != std::process::id() {
+        // A forked child: the writer thread and CUPTI state belong to the parent.
+        return None;
+    }
+    if r.stopped.swap(true, Ordering::SeqCst) {
+        return None;
+    }
+    let c = r.cupti;
+    let sub = r.subscriber.load(Ordering::SeqCst);
+    // SAFETY: plain CUPTI calls on our own subscriber.
+    unsafe {
+        if reason != "exit" {
+            // The program goes on: stop collecting, so CUPTI stops filling buffers.
+            (c.enable_domain)(0, sub, cupti::DOMAIN_RUNTIME);
+            (c.enable_domain)(0, sub, cupti::DOMAIN_DRIVER);
+            for k in [
+                cupti::KIND_CONCURRENT_KERNEL,
+                cupti::KIND_MEMCPY,
+                cupti::KIND_MEMSET,
+                cupti::KIND_OVERHEAD,
+                cupti::KIND_SYNCHRONIZATION,
+                cupti::KIND_RUNTIME,
+                cupti::KIND_DRIVER,
+            ] {
+                (c.activity_disable)(k);
+            }
+        }
+        (c.activity_flush_all)(cupti::FLUSH_FORCED);
+    }
+    let (ack_tx, ack_rx) = channel();
+    if r.tx.send(Msg::Stop { reason, ack: ack_tx }).is_err() {
+        return None;
+    }
+    let counts = ack_rx.recv_timeout(STOP_TIMEOUT).ok().flatten();
+    DISABLED.store(true, Ordering::SeqCst);
+    if reason != "exit" {
+        // SAFETY: our own subscriber; lets another tool subscribe after us.
+        unsafe { (c.unsubscribe)(sub) };
+    }
+    if counts.is_none() {
+        say(false, "the writer did not finish in time; the session may end early");
+    }
+    counts
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        stop("exit");
+    });
+}
+
+extern "C" fn in_forked_child() {
+    DISABLED.store(true, Ordering::SeqCst);
+}
+
+fn register_exit_hooks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registering plain extern "C" functions that never unwind.
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(None, None, Some(in_forked_child));
+        }
+    });
+}

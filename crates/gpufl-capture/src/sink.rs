@@ -1,0 +1,332 @@
+//! The writer thread's side: turns activity buffers and stack samples into trace records.
+//!
+//! Everything slow happens here, off the application's threads: decoding, kernel-name demangling,
+//! symbolization (once per distinct address), stack interning, the correlation join that attaches
+//! a stack to its `sync` record, compression and file I/O.
+
+use crate::activity::{self, Decoded};
+use crate::cupti::{self, Cupti};
+use crate::stack::{self, Sample, PY_TAG};
+use crate::symbolize::Symbolizer;
+use gpufl_trace::*;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::fs::File;
+use std::io::BufWriter;
+
+/// Samples older than this (trace clock, ns) that found no sync record are written as callsites.
+const PENDING_TTL_NS: u64 = 30_000_000_000;
+
+struct PendingStack {
+    stack: StackId,
+    tid: u64,
+    ts: u64,
+    api: (u32, u32),
+}
+
+/// Session writer state.
+pub struct Sink {
+    w: TraceWriter<BufWriter<File>>,
+    cupti: Option<&'static Cupti>,
+    symbolizer: Symbolizer,
+    kernel_names: HashMap<Vec<u8>, StrId>,
+    api_names: HashMap<(u32, u32), StrId>,
+    addr_frames: HashMap<u64, Vec<FrameId>>,
+    py_frames: HashMap<u32, FrameId>,
+    stacks: HashMap<Vec<u64>, StackId>,
+    pending: HashMap<u32, PendingStack>,
+    alias: HashMap<u32, u32>,
+    frame_buf: Vec<FrameId>,
+    /// Latest trace time seen, for expiring pending samples.
+    now_ns: u64,
+    pub dirty: bool,
+}
+
+impl Sink {
+    pub fn new(w: TraceWriter<BufWriter<File>>, cupti: Option<&'static Cupti>) -> Sink {
+        Sink {
+            w,
+            cupti,
+            symbolizer: Symbolizer::new(),
+            kernel_names: HashMap::new(),
+            api_names: HashMap::new(),
+            addr_frames: HashMap::new(),
+            py_frames: HashMap::new(),
+            stacks: HashMap::new(),
+            pending: HashMap::new(),
+            alias: HashMap::new(),
+            frame_buf: Vec::new(),
+            now_ns: 0,
+            dirty: false,
+        }
+    }
+
+    pub fn writer(&mut self) -> &mut TraceWriter<BufWriter<File>> {
+        &mut self.w
+    }
+
+    pub fn write(&mut self, rec: &Record) -> Result<(), TraceError> {
+        self.dirty = true;
+        self.w.write(rec)
+    }
+
+    /// Drain the hot path's sample queue.
+    pub fn drain_samples(&mut self) -> Result<(), TraceError> {
+        while let Some(s) = stack::queue().pop() {
+            self.take_sample(&s)?;
+        }
+        let lost = stack::take_dropped();
+        if lost > 0 {
+            self.write(&Record::Dropped(Dropped {
+                source: "stack_queue".into(),
+                count: lost,
+            }))?;
+        }
+        Ok(())
+    }
+
+    fn take_sample(&mut self, s: &Sample) -> Result<(), TraceError> {
+        if s.alias_of != 0 {
+            self.alias.insert(s.corr, s.alias_of);
+            return Ok(());
+        }
+        let stack = self.intern_raw_stack(s.entries())?;
+        self.now_ns = self.now_ns.max(s.ts);
+        self.pending.insert(
+            s.corr,
+            PendingStack {
+                stack,
+                tid: s.tid,
+                ts: s.ts,
+                api: (s.domain, s.cbid),
+            },
+        );
+        Ok(())
+    }
+
+    /// Intern a raw stack (native addresses / tagged Python ids), symbolizing new addresses.
+    pub fn intern_raw_stack(&mut self, entries: &[u64]) -> Result<StackId, TraceError> {
+        if let Some(id) = self.stacks.get(entries) {
+            return Ok(*id);
+        }
+        let mut frames = std::mem::take(&mut self.frame_buf);
+        frames.clear();
+        for &e in entries {
+            if e & PY_TAG != 0 {
+                if let Some(f) = self.python_frame((e & !PY_TAG) as u32)? {
+                    frames.push(f);
+                }
+            } else {
+                let fs = self.native_frames(e)?;
+                frames.extend_from_slice(fs);
+            }
+        }
+        let id = self.w.intern_stack(&frames)?;
+        self.frame_buf = frames;
+        self.stacks.insert(entries.to_vec(), id);
+        self.dirty = true;
+        Ok(id)
+    }
+
+    fn python_frame(&mut self, id: u32) -> Result<Option<FrameId>, TraceError> {
+        if let Some(f) = self.py_frames.get(&id) {
+            return Ok(Some(*f));
+        }
+        let Some(info) = stack::python_frame(id) else {
+            return Ok(None);
+        };
+        let file = self.w.intern_str(&info.file)?;
+        let func = self.w.intern_str(&info.function)?;
+        let f = self.w.intern_frame(FrameData {
+            kind: FrameKind::Python,
+            module: None,
+            offset: None,
+            func: Some(func),
+            file: Some(file),
+            line: Some(info.line),
+            inlined: false,
+        })?;
+        self.py_frames.insert(id, f);
+        Ok(Some(f))
+    }
+
+    fn native_frames(&mut self, addr: u64) -> Result<&[FrameId], TraceError> {
+        if !self.addr_frames.contains_key(&addr) {
+            // Every kept native entry is a return address (the capture's own frames are cut).
+            let sym = self.symbolizer.resolve(addr, true);
+            let mut ids = Vec::with_capacity(sym.len());
+            for f in sym {
+                let module = self.w.intern_str(&f.module)?;
+                let func = f.function.as_deref().map(|s| self.w.intern_str(s)).transpose()?;
+                let file = f.file.as_deref().map(|s| self.w.intern_str(s)).transpose()?;
+                ids.push(self.w.intern_frame(FrameData {
+                    kind: FrameKind::Native,
+                    module: Some(module),
+                    offset: Some(f.module_offset),
+                    func,
+                    file,
+                    line: f.line,
+                    inlined: f.inlined,
+                })?);
+            }
+            self.addr_frames.insert(addr, ids);
+        }
+        Ok(self.addr_frames.get(&addr).map(|v| v.as_slice()).unwrap_or(&[]))
+    }
+
+    /// Decode and write every record of one CUPTI activity buffer.
+    ///
+    /// # Safety
+    /// `buf[..valid]` must be a buffer CUPTI handed back through the completion callback.
+    pub unsafe fn take_buffer(&mut self, buf: *mut u8, valid: usize) -> Result<(), TraceError> {
+        let Some(c) = self.cupti else { return Ok(()) };
+        let mut rec: *mut c_void = std::ptr::null_mut();
+        loop {
+            // SAFETY: CUPTI iterates its own buffer; rec points into it.
+            let rc = unsafe { (c.activity_get_next_record)(buf, valid, &mut rec) };
+            if rc != cupti::SUCCESS || rec.is_null() {
+                break;
+            }
+            // SAFETY: rec is a complete record returned by CUPTI.
+            let d = unsafe { activity::decode(rec) };
+            self.take_decoded(d)?;
+        }
+        Ok(())
+    }
+
+    fn take_decoded(&mut self, d: Decoded<'_>) -> Result<(), TraceError> {
+        match d {
+            Decoded::Kernel { name, mut kernel } => {
+                kernel.name = self.kernel_name(name.to_bytes())?;
+                self.now_ns = self.now_ns.max(kernel.end);
+                self.write(&Record::Kernel(kernel))
+            }
+            Decoded::Memcpy(m) => self.write(&Record::Memcpy(m)),
+            Decoded::Memset(m) => self.write(&Record::Memset(m)),
+            Decoded::Sync(mut s) => {
+                let key = if self.pending.contains_key(&s.corr) {
+                    Some(s.corr)
+                } else {
+                    self.alias.remove(&s.corr)
+                };
+                if let Some(p) = key.and_then(|k| self.pending.remove(&k)) {
+                    s.stack = Some(p.stack);
+                    s.tid = Some(p.tid);
+                }
+                self.now_ns = self.now_ns.max(s.end);
+                self.write(&Record::Sync(s))
+            }
+            Decoded::Api { domain, cbid, start, end, tid, corr, ret } => {
+                let dom = if domain == ApiDomain::Runtime {
+                    cupti::DOMAIN_RUNTIME
+                } else {
+                    cupti::DOMAIN_DRIVER
+                };
+                let name = self.api_name(dom, cbid)?;
+                self.write(&Record::Api(Api {
+                    domain,
+                    name,
+                    cbid,
+                    start,
+                    end,
+                    tid,
+                    corr,
+                    ret,
+                }))
+            }
+            Decoded::Overhead(o) => self.write(&Record::Overhead(o)),
+            Decoded::Other(_) => Ok(()),
+        }
+    }
+
+    /// Interned, demangled kernel name.
+    fn kernel_name(&mut self, mangled: &[u8]) -> Result<StrId, TraceError> {
+        if let Some(id) = self.kernel_names.get(mangled) {
+            return Ok(*id);
+        }
+        let raw = String::from_utf8_lossy(mangled);
+        let name = demangle(&raw);
+        let id = self.w.intern_str(&name)?;
+        self.kernel_names.insert(mangled.to_vec(), id);
+        Ok(id)
+    }
+
+    fn api_name(&mut self, domain: u32, cbid: u32) -> Result<StrId, TraceError> {
+        if let Some(id) = self.api_names.get(&(domain, cbid)) {
+            return Ok(*id);
+        }
+        let name = self
+            .cupti
+            .and_then(|c| c.callback_name(domain, cbid))
+            .unwrap_or_else(|| format!("cbid{cbid}"));
+        let id = self.w.intern_str(&name)?;
+        self.api_names.insert((domain, cbid), id);
+        Ok(id)
+    }
+
+    /// Write samples that waited too long for their sync record as `callsite` records; with
+    /// `all`, every one left (at the end of the session).
+    pub fn expire_pending(&mut self, all: bool) -> Result<(), TraceError> {
+        let cutoff = self.now_ns.saturating_sub(PENDING_TTL_NS);
+        let expired: Vec<u32> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| all || p.ts < cutoff)
+            .map(|(c, _)| *c)
+            .collect();
+        let mut expired: Vec<(u32, PendingStack)> = expired
+            .into_iter()
+            .filter_map(|c| self.pending.remove(&c).map(|p| (c, p)))
+            .collect();
+        expired.sort_by_key(|(_, p)| p.ts);
+        for (corr, p) in expired {
+            let api = self.api_name(p.api.0, p.api.1)?;
+            self.write(&Record::Callsite(Callsite {
+                corr,
+                api,
+                tid: p.tid,
+                ts: p.ts,
+                stack: p.stack,
+            }))?;
+        }
+        if all || self.alias.len() > 100_000 {
+            self.alias.clear();
+        }
+        Ok(())
+    }
+
+    /// Close the current compressed block.
+    pub fn end_block(&mut self) -> Result<(), TraceError> {
+        self.dirty = false;
+        self.w.end_block()
+    }
+
+    /// Finish the trace with its `end` record.
+    pub fn finish(self, reason: &str) -> Result<Counts, TraceError> {
+        let counts = self.w.counts().clone();
+        self.w.finish(crate::procinfo::unix_ns(), reason)?;
+        Ok(counts)
+    }
+}
+
+/// Demangle a C++ (Itanium) kernel name; anything else is returned as is.
+pub fn demangle(name: &str) -> String {
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(s) = sym.demangle() {
+                return s;
+            }
+        }
+    }
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn demangles_cuda_kernel_names() {
+        assert_eq!(super::demangle("_Z6saxpyifPfS_"), "saxpy(int, float, float*, float*)");
+        assert_eq!(super::demangle("ampere_sgemm_128x64_nn"), "ampere_sgemm_128x64_nn");
+        assert_eq!(super::demangle("_Zbroken"), "_Zbroken");
+    }
+}

@@ -1,0 +1,281 @@
+//! Stack capture on the hot path (inside CUPTI API-entry callbacks).
+//!
+//! A capture unwinds the native stack with [`crate::unwind`] (DWARF CFI over the process's own
+//! memory, no allocation, no lock), reads the Python stack with [`crate::pyframes`] when the thread
+//! runs Python, and merges them: native frames up to the first interpreter frame, then the Python
+//! frames. The result is a [`Sample`] of raw entries pushed onto a bounded lock-free queue; the
+//! writer thread symbolizes each distinct address once. Python frames are resolved here (their code
+//! objects may be gone later), through a per-thread cache, so only a first sighting of a Python call
+//! site takes the global registry's lock.
+
+use crate::pyframes::{self, PyFrameInfo, PyFrameRaw};
+use crate::unwind;
+use crossbeam_queue::ArrayQueue;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// Entries kept per stack (native + Python).
+pub const MAX_FRAMES: usize = 96;
+/// Native frames unwound per capture.
+const MAX_NATIVE: usize = 64;
+/// Python frames read per capture.
+const MAX_PYTHON: usize = 48;
+/// Entries with this bit set are Python frame ids (see [`python_frame`]), others native addresses.
+pub const PY_TAG: u64 = 1 << 63;
+/// Capacity of the sample queue between the hot path and the writer thread.
+const QUEUE_CAPACITY: usize = 4096;
+/// Per-thread Python cache entries before it is cleared.
+const PY_CACHE_MAX: usize = 1 << 16;
+
+/// One captured stack, or an alias (a driver call nested in an already-captured runtime call).
+#[derive(Clone, Copy)]
+pub struct Sample {
+    /// Correlation id of the API call.
+    pub corr: u32,
+    /// CUPTI callback domain and id of the API call.
+    pub domain: u32,
+    pub cbid: u32,
+    /// Non-zero: this call runs inside runtime call `alias_of`, whose stack is the same.
+    pub alias_of: u32,
+    /// gettid() of the caller.
+    pub tid: u64,
+    /// Trace-clock time of the capture.
+    pub ts: u64,
+    pub len: u16,
+    /// Innermost first. Native return addresses, or `PY_TAG | python frame id`.
+    pub frames: [u64; MAX_FRAMES],
+}
+
+impl Sample {
+    /// An empty sample.
+    pub const fn empty() -> Sample {
+        Sample {
+            corr: 0,
+            domain: 0,
+            cbid: 0,
+            alias_of: 0,
+            tid: 0,
+            ts: 0,
+            len: 0,
+            frames: [0; MAX_FRAMES],
+        }
+    }
+
+    /// The captured entries.
+    pub fn entries(&self) -> &[u64] {
+        &self.frames[..(self.len as usize).min(MAX_FRAMES)]
+    }
+}
+
+static QUEUE: OnceLock<ArrayQueue<Sample>> = OnceLock::new();
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// The queue of captured samples (created on first use).
+pub fn queue() -> &'static ArrayQueue<Sample> {
+    QUEUE.get_or_init(|| ArrayQueue::new(QUEUE_CAPACITY))
+}
+
+/// Push a sample; when the writer falls behind the sample is counted as dropped, never blocking.
+pub fn push(s: Sample) {
+    if queue().push(s).is_err() {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Samples dropped since the last call (the queue was full).
+pub fn take_dropped() -> u64 {
+    DROPPED.swap(0, Ordering::Relaxed)
+}
+
+/// Registry of resolved Python frames: id → info. Written on first sighting of a call site.
+struct PyRegistry {
+    ids: HashMap<PyFrameInfo, u32>,
+    infos: Vec<PyFrameInfo>,
+}
+
+static PY_REGISTRY: Mutex<Option<PyRegistry>> = Mutex::new(None);
+
+/// The Python frame with this id (for the writer thread).
+pub fn python_frame(id: u32) -> Option<PyFrameInfo> {
+    let reg = PY_REGISTRY.lock().ok()?;
+    reg.as_ref()?.infos.get(id as usize).cloned()
+}
+
+fn register_python(info: PyFrameInfo) -> Option<u32> {
+    let mut guard = PY_REGISTRY.lock().ok()?;
+    let reg = guard.get_or_insert_with(|| PyRegistry {
+        ids: HashMap::new(),
+        infos: Vec::new(),
+    });
+    if let Some(id) = reg.ids.get(&info) {
+        return Some(*id);
+    }
+    let id = reg.infos.len() as u32;
+    reg.infos.push(info.clone());
+    reg.ids.insert(info, id);
+    Some(id)
+}
+
+#[derive(Clone, Copy)]
+struct PyCacheEntry {
+    identity: (u32, usize),
+    id: u32,
+}
+
+thread_local! {
+    static PY_CACHE: RefCell<HashMap<(usize, i32), PyCacheEntry>> = RefCell::new(HashMap::new());
+}
+
+/// Id of a raw Python frame: per-thread cache, checked against the code object's identity so a
+/// freed-and-reused code address is not mistaken for the old one.
+fn python_frame_id(raw: &PyFrameRaw) -> Option<u32> {
+    let identity = pyframes::code_identity(raw)?;
+    let key = (raw.code, raw.instr_offset);
+    let cached = PY_CACHE
+        .try_with(|c| c.borrow().get(&key).copied())
+        .ok()
+        .flatten();
+    if let Some(e) = cached {
+        if e.identity == identity {
+            return Some(e.id);
+        }
+    }
+    let info = pyframes::resolve(raw)?;
+    let id = register_python(info)?;
+    let _ = PY_CACHE.try_with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= PY_CACHE_MAX {
+            c.clear();
+        }
+        c.insert(key, PyCacheEntry { identity, id });
+    });
+    Some(id)
+}
+
+/// Address ranges to cut at: our own module (frames of the capture itself are dropped) and the
+/// Python interpreter's (replaced by Python frames).
+struct Ranges {
+    own: Option<Range<u64>>,
+    interpreter: Option<Range<u64>>,
+}
+
+fn ranges() -> &'static Ranges {
+    static R: OnceLock<Ranges> = OnceLock::new();
+    R.get_or_init(|| {
+        let own = unwind::module_of(capture_into as *const () as u64).map(|(_, r)| r);
+        let interpreter = pyframes::python_version().and_then(|_| {
+            [c"_PyEval_EvalFrameDefault", c"PyEval_EvalFrameDefault"]
+                .iter()
+                .find_map(|n| crate::dl::default_sym(n))
+                .and_then(|a| unwind::module_of(a as u64))
+                .map(|(_, r)| r)
+        });
+        Ranges { own, interpreter }
+    })
+}
+
+/// Capture the calling thread's merged stack into `out` (frames and len only).
+#[inline(never)]
+pub fn capture_into(out: &mut Sample, with_python: bool) {
+    let mut native = [0u64; MAX_NATIVE];
+    let n = unwind::capture_native(&mut native, 0);
+    let r = ranges();
+    let mut py = [PyFrameRaw::default(); MAX_PYTHON];
+    let pn = if with_python {
+        pyframes::capture_python(&mut py)
+    } else {
+        0
+    };
+    let in_range = |a: u64, range: &Option<Range<u64>>| range.as_ref().is_some_and(|r| r.contains(&a));
+    let mut len = 0usize;
+    let mut i = 0usize;
+    while i < n && in_range(native[i], &r.own) {
+        i += 1;
+    }
+    for &a in &native[i..n] {
+        if a == 0 || len >= MAX_FRAMES {
+            break;
+        }
+        if pn > 0 && in_range(a, &r.interpreter) {
+            break;
+        }
+        out.frames[len] = a;
+        len += 1;
+    }
+    for p in &py[..pn] {
+        if len >= MAX_FRAMES {
+            break;
+        }
+        if let Some(id) = python_frame_id(p) {
+            out.frames[len] = PY_TAG | id as u64;
+            len += 1;
+        }
+    }
+    out.len = len as u16;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn nested_capture(out: &mut Sample) {
+        capture_into(out, true);
+        std::hint::black_box(&out);
+    }
+
+    #[test]
+    fn capture_skips_own_frames_and_finds_callers() {
+        let mut s = Sample::empty();
+        nested_capture(&mut s);
+        // In a test binary the "own module" is the test executable itself, so every frame is ours
+        // and skipped: what remains are libc/ld frames below main (or nothing). No Python here.
+        assert!(s.entries().iter().all(|e| e & PY_TAG == 0));
+    }
+
+    #[test]
+    fn full_queue_counts_drops() {
+        let _ = take_dropped();
+        let q = queue();
+        let mut pushed = 0;
+        while q.push(Sample::empty()).is_ok() {
+            pushed += 1;
+        }
+        push(Sample::empty());
+        push(Sample::empty());
+        assert_eq!(take_dropped(), 2);
+        assert_eq!(take_dropped(), 0);
+        while q.pop().is_some() {}
+        assert!(pushed > 0);
+    }
+}
+
+/// Capture the calling thread's stack with [`capture_into`] and describe it as JSON (for tests and
+/// the `gpufl_test_capture_stack_json` entry point).
+#[inline(never)]
+pub fn capture_here_json() -> String {
+    let mut s = Sample::empty();
+    capture_into(&mut s, pyframes::python_version().is_some());
+    let mut sym = crate::symbolize::Symbolizer::new();
+    let mut out = Vec::new();
+    for &e in s.entries() {
+        if e & PY_TAG != 0 {
+            if let Some(f) = python_frame((e & !PY_TAG) as u32) {
+                out.push(serde_json::json!({
+                    "kind": "python", "function": f.function, "file": f.file, "line": f.line,
+                }));
+            }
+        } else {
+            for f in sym.resolve(e, true) {
+                out.push(serde_json::json!({
+                    "kind": "native", "function": f.function, "file": f.file, "line": f.line,
+                    "module": f.module, "inlined": f.inlined,
+                }));
+            }
+        }
+    }
+    serde_json::Value::Array(out).to_string()
+}

@@ -1,0 +1,585 @@
+//! Fast native (CPU) call-stack capture for the recorder's hot path.
+//!
+//! [`capture_native`] runs inside CUPTI callbacks (e.g. at the entry of
+//! `cudaStreamSynchronize`) and must cost about a microsecond for 20–40 frames. glibc's
+//! `backtrace()` is an order of magnitude slower, so we drive framehop's DWARF-CFI unwinder
+//! directly over the process's *own* memory: every loaded module's `.eh_frame_hdr` and
+//! `.eh_frame` are already mapped, so framehop gets slices pointing straight into them.
+//!
+//! Design:
+//! * A global [`Snapshot`] (module list + framehop unwinder) is built with `dl_iterate_phdr`
+//!   and published behind a mutex together with a global generation counter. The mutex is only
+//!   touched when the generation changes; `dl_iterate_phdr` (loader lock) is never called while
+//!   holding it, so a thread inside `dlopen` can never deadlock against us.
+//! * Each thread keeps, in a `thread_local!`, an `Arc` of the snapshot it uses, its own
+//!   framehop rule cache (allocation-free policy) and its stack bounds. Steady-state captures
+//!   take no lock and do not allocate.
+//! * When a walk ends abnormally and one of its frames lies outside every known module (e.g. a
+//!   library was `dlopen`ed), the capture triggers a rescan — rate-limited to one per 100 ms
+//!   process-wide, and skipped when the loader's add/remove counters did not change — and
+//!   retries once.
+//! * Modules without `PT_GNU_EH_FRAME` are still registered (so their PCs count as known);
+//!   framehop unwinds through them with its frame-pointer fallback rule.
+//!
+//! Caveat: after `dlclose` the snapshot may point at unmapped unwind data until the next
+//! rescan; call [`invalidate_modules`] after unloading libraries.
+
+use std::ops::Range;
+
+/// Upper bound of frames captured.
+pub const MAX_NATIVE_FRAMES: usize = 128;
+
+/// Capture the calling thread's stack as raw return addresses.
+///
+/// `out[0]` is the *return address of `capture_native` itself*, i.e. the address of the
+/// instruction following the `call` inside the function that called `capture_native`.
+/// `out[1..]` are the return addresses of the enclosing frames, outermost last. Every entry is
+/// therefore a return address: symbolize `addr - 1`.
+///
+/// `skip` entries are dropped from the innermost end (`skip = 1` drops the caller's frame).
+/// Returns the number of entries written (at most `out.len()`).
+///
+/// Never allocates after the thread's first call (the first call per thread and module-set
+/// changes may allocate), never panics, only reads the current thread's stack between the
+/// current stack pointer and the stack end reported by `pthread_getattr_np` (cached per
+/// thread) plus the modules' mapped unwind tables, and takes no lock other threads hold in
+/// normal operation. Returns 0 on other platforms, when re-entered on the same thread (e.g.
+/// from a signal handler), when thread-local storage is already destroyed, or when running on
+/// a stack other than the thread's main stack.
+#[inline(never)]
+pub fn capture_native(out: &mut [u64], skip: usize) -> usize {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        let (pc, sp, bp): (u64, u64, u64);
+        // SAFETY: reads rip/rsp/rbp into general-purpose output registers; touches no memory
+        // and does not move the stack pointer.
+        unsafe {
+            core::arch::asm!(
+                "lea {pc}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                pc = out(reg) pc,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+        // `black_box` keeps the call from becoming a tail call: the frame described by
+        // (pc, sp) must stay intact while we walk it.
+        core::hint::black_box(imp::capture_from(pc, sp, bp, out, skip))
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        let _ = (out, skip);
+        0
+    }
+}
+
+/// Force a rescan of loaded modules (call after `dlopen`/`dlclose`). Also done automatically,
+/// rate-limited, when a walk meets a PC outside every known module.
+pub fn invalidate_modules() {
+    imp::invalidate();
+}
+
+/// For tests/diagnostics: the module (path, start..end of its executable segments) containing
+/// `addr`, if known. Rescans once if the loader's module set changed since the last scan.
+pub fn module_of(addr: u64) -> Option<(String, Range<u64>)> {
+    imp::module_of(addr)
+}
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+mod imp {
+    pub(super) fn invalidate() {}
+    pub(super) fn module_of(_addr: u64) -> Option<(String, std::ops::Range<u64>)> {
+        None
+    }
+}
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod imp {
+    use std::cell::RefCell;
+    use std::ffi::{c_int, c_void, CStr};
+    use std::ops::{Deref, Range};
+    use std::ptr::NonNull;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex, MutexGuard};
+
+    use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+    use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
+
+    /// Minimum interval between two automatic (unknown-PC triggered) rescans.
+    const RESCAN_INTERVAL_NS: u64 = 100_000_000;
+    /// Hard cap on unwinding steps, whatever `skip` is.
+    const MAX_STEPS: usize = 4096;
+
+    /// A byte range of mapped module memory, handed to framehop without copying.
+    #[derive(Clone, Copy)]
+    struct MemSlice {
+        ptr: NonNull<u8>,
+        len: usize,
+    }
+
+    // SAFETY: a MemSlice only points at read-only, mapped unwind tables of a loaded module;
+    // sharing read access between threads is sound.
+    unsafe impl Send for MemSlice {}
+    // SAFETY: see above; the memory is never written through a MemSlice.
+    unsafe impl Sync for MemSlice {}
+
+    impl MemSlice {
+        fn new(r: &Range<u64>) -> Option<Self> {
+            let len = usize::try_from(r.end.checked_sub(r.start)?).ok()?;
+            Some(Self {
+                ptr: NonNull::new(r.start as *mut u8)?,
+                len,
+            })
+        }
+    }
+
+    impl Default for MemSlice {
+        fn default() -> Self {
+            Self {
+                ptr: NonNull::dangling(),
+                len: 0,
+            }
+        }
+    }
+
+    impl Deref for MemSlice {
+        type Target = [u8];
+        fn deref(&self) -> &[u8] {
+            // SAFETY: ptr..ptr+len lies inside a PT_LOAD segment (or PT_GNU_EH_FRAME) of a
+            // module that was loaded when the snapshot was built; these mappings are readable
+            // and immutable while the module stays loaded (see the dlclose caveat).
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        }
+    }
+
+    type Unw = UnwinderX86_64<MemSlice, MustNotAllocateDuringUnwind>;
+    type RuleCache = CacheX86_64<MustNotAllocateDuringUnwind>;
+
+    struct ModInfo {
+        path: String,
+        range: Range<u64>,
+    }
+
+    /// An immutable view of the loaded modules, shared by all threads.
+    struct Snapshot {
+        unwinder: Unw,
+        /// Sorted by start address.
+        modules: Vec<ModInfo>,
+        /// dl_iterate_phdr's (dlpi_adds, dlpi_subs) at scan time.
+        counters: (u64, u64),
+        generation: u64,
+    }
+
+    impl Snapshot {
+        fn find(&self, addr: u64) -> Option<&ModInfo> {
+            let i = self.modules.partition_point(|m| m.range.start <= addr);
+            let m = self.modules.get(i.checked_sub(1)?)?;
+            (addr < m.range.end).then_some(m)
+        }
+    }
+
+    static GENERATION: AtomicU64 = AtomicU64::new(0);
+    static CURRENT: Mutex<Option<Arc<Snapshot>>> = Mutex::new(None);
+    static LAST_AUTO_SCAN_NS: AtomicU64 = AtomicU64::new(0);
+
+    fn lock_current() -> MutexGuard<'static, Option<Arc<Snapshot>>> {
+        CURRENT.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    struct ThreadState {
+        snap: Arc<Snapshot>,
+        cache: RuleCache,
+        stack_lo: u64,
+        stack_hi: u64,
+    }
+
+    thread_local! {
+        static STATE: RefCell<Option<ThreadState>> = const { RefCell::new(None) };
+    }
+
+    impl ThreadState {
+        fn new() -> Option<Self> {
+            let (stack_lo, stack_hi) = stack_bounds()?;
+            Some(Self {
+                snap: current(),
+                cache: RuleCache::new_in(),
+                stack_lo,
+                stack_hi,
+            })
+        }
+
+        /// Switch to the newest published snapshot if ours is outdated (slow path).
+        fn refresh(&mut self) {
+            if self.snap.generation != GENERATION.load(Ordering::Acquire) || stack_bounds().is_some() {
+                self.snap = current();
+                // Fresh cache: framehop's u16 module generations could wrap around.
+                self.cache = RuleCache::new_in();
+            }
+        }
+    }
+
+    fn stack_bounds() -> Option<(u64, u64)> {
+        // SAFETY: `attr` is initialised by pthread_getattr_np before use and destroyed after;
+        // the out-pointers are valid locals.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+                return None;
+            }
+            let mut addr: *mut c_void = std::ptr::null_mut();
+            let mut size: libc::size_t = 0;
+            let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+            libc::pthread_attr_destroy(&mut attr);
+            (rc == 0 && size > 0).then(|| (addr as u64, addr as u64 + size as u64))
+        }
+    }
+
+    pub(super) fn capture_from(pc: u64, sp: u64, bp: u64, out: &mut [u64], skip: usize) -> usize {
+        // catch_unwind is free on the non-panicking path and guarantees we never unwind into
+        // C callers (CUPTI), whatever framehop/gimli do on malformed input.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            STATE
+                .try_with(|cell| {
+                    let Ok(mut guard) = cell.try_borrow_mut() else {
+                        return 0; // re-entered (signal handler) on this thread
+                    };
+                    if guard.is_none() {
+                        *guard = ThreadState::new();
+                    }
+                    match guard.as_mut() {
+                        Some(st) => capture_with(st, pc, sp, bp, out, skip),
+                        None => 0,
+                    }
+                })
+                .unwrap_or(0) // TLS already destroyed (thread exiting)
+        }))
+        .unwrap_or(0)
+    }
+
+    fn capture_with(
+        st: &mut ThreadState,
+        pc: u64,
+        sp: u64,
+        bp: u64,
+        out: &mut [u64],
+        skip: usize,
+    ) -> usize {
+        if sp < st.stack_lo || sp >= st.stack_hi {
+            return 0; // alternate signal stack, fiber, ...: bounds unknown
+        }
+        let mut n = 0;
+        for attempt in 0..2 {
+            st.refresh();
+            let (count, last, complete) = walk(st, pc, sp, bp, out, skip);
+            n = count;
+            // A walk that ends normally in a known module is trusted. Otherwise (error,
+            // garbage address, or an end-of-stack found by the frame-pointer fallback in an
+            // unknown module, e.g. a fresh dlopen) look for frames outside all known modules,
+            // and if a rescan finds a changed module set, retry once with the new snapshot.
+            let unknown = |a: u64| st.snap.find(a).is_none();
+            let suspicious = || unknown(last) || out[..n].iter().any(|&a| unknown(a));
+            if (complete && !unknown(last)) || attempt == 1 {
+                break;
+            }
+            if !maybe_auto_rescan(&st.snap, suspicious) {
+                break;
+            }
+        }
+        n
+    }
+
+    /// Walk the stack. Returns the frame count, the last good frame address, and whether the
+    /// walk ended normally (end of stack or `out` full) rather than by error / bad address.
+    fn walk(
+        st: &mut ThreadState,
+        pc: u64,
+        sp: u64,
+        bp: u64,
+        out: &mut [u64],
+        skip: usize,
+    ) -> (usize, u64, bool) {
+        let stack_hi = st.stack_hi;
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            if addr & 7 == 0 && addr >= sp && addr < stack_hi - 7 {
+                // SAFETY: addr is 8-byte aligned and within [sp, stack_end) of the current
+                // thread's stack, which is mapped; frames above `sp` belong to our callers
+                // and are not modified while we walk them.
+                Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
+            } else {
+                Err(())
+            }
+        };
+        let regs = UnwindRegsX86_64::new(pc, sp, bp);
+        let mut iter = st
+            .snap
+            .unwinder
+            .iter_frames(pc, regs, &mut st.cache, &mut read_stack);
+        let (mut n, mut step, mut last) = (0usize, 0usize, pc);
+        while n < out.len() && step < MAX_STEPS {
+            match iter.next() {
+                Ok(Some(frame)) => {
+                    let addr = frame.address();
+                    // Frame 0 is the PC inside capture_native: not reported.
+                    if step > 0 {
+                        if !(0x1000..0x0000_8000_0000_0000).contains(&addr) {
+                            return (n, last, false);
+                        }
+                        if step > skip {
+                            out[n] = addr;
+                            n += 1;
+                        }
+                    }
+                    last = addr;
+                    step += 1;
+                }
+                Ok(None) => return (n, last, true),
+                Err(_) => return (n, last, false),
+            }
+        }
+        (n, last, true)
+    }
+
+    fn mono_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid out-pointer; CLOCK_MONOTONIC_COARSE is served by the vDSO.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+    }
+
+    /// Rate-limited rescan, attempted only if `suspicious()` (evaluated after the cheap time
+    /// check). Returns true if a new snapshot was published.
+    fn maybe_auto_rescan(snap: &Snapshot, suspicious: impl FnOnce() -> bool) -> bool {
+        let last = LAST_AUTO_SCAN_NS.load(Ordering::Relaxed);
+        let now = mono_ns().max(1);
+        if (last != 0 && now.saturating_sub(last) < RESCAN_INTERVAL_NS) || !suspicious() {
+            return false;
+        }
+        let claimed =
+            LAST_AUTO_SCAN_NS.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed);
+        if claimed.is_err() || loader_counters() == snap.counters {
+            return false; // another thread claimed this slot, or nothing was (un)loaded
+        }
+        publish(build_snapshot(), false).generation != snap.generation
+    }
+
+    pub(super) fn invalidate() {
+        publish(build_snapshot(), true);
+    }
+
+    pub(super) fn module_of(addr: u64) -> Option<(String, Range<u64>)> {
+        let mut snap = current();
+        if snap.find(addr).is_none() && loader_counters() != snap.counters {
+            snap = publish(build_snapshot(), false);
+        }
+        snap.find(addr).map(|m| (m.path.clone(), m.range.clone()))
+    }
+
+    /// The newest published snapshot, building the first one if needed.
+    fn current() -> Arc<Snapshot> {
+        if let Some(s) = lock_current().as_ref() {
+            return s.clone();
+        }
+        publish(build_snapshot(), false) // built without holding CURRENT
+    }
+
+    /// Publish `snap` unless an equal (and not `force`) or newer one is already current.
+    fn publish(mut snap: Snapshot, force: bool) -> Arc<Snapshot> {
+        let mut guard = lock_current();
+        if let Some(cur) = guard.as_ref() {
+            let (a, s) = snap.counters;
+            let stale = a < cur.counters.0 || s < cur.counters.1;
+            if stale || (!force && snap.counters == cur.counters) {
+                return cur.clone();
+            }
+        }
+        let generation = GENERATION.load(Ordering::Relaxed) + 1;
+        snap.generation = generation;
+        let arc = Arc::new(snap);
+        *guard = Some(arc.clone());
+        GENERATION.store(generation, Ordering::Release);
+        arc
+    }
+
+    /// Raw facts about one loaded object, all addresses absolute (AVMA).
+    struct RawModule {
+        name: String,
+        bias: u64,
+        text: Range<u64>,
+        /// (.eh_frame_hdr, .eh_frame up to the end of its PT_LOAD segment)
+        eh: Option<(Range<u64>, Range<u64>)>,
+    }
+
+    #[derive(Default)]
+    struct Scan {
+        counters_only: bool,
+        counters: (u64, u64),
+        modules: Vec<RawModule>,
+    }
+
+    fn iterate(scan: &mut Scan) {
+        // SAFETY: the callback only dereferences `data` as the `&mut Scan` we pass here, which
+        // outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(phdr_callback), scan as *mut Scan as *mut c_void) };
+    }
+
+    /// (dlpi_adds, dlpi_subs): changes whenever an object is loaded or unloaded.
+    fn loader_counters() -> (u64, u64) {
+        let mut scan = Scan {
+            counters_only: true,
+            ..Scan::default()
+        };
+        iterate(&mut scan);
+        scan.counters
+    }
+
+    unsafe extern "C" fn phdr_callback(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `data` is the `&mut Scan` passed by `iterate`; `info` is valid for the
+        // duration of the callback (dl_iterate_phdr contract).
+        let (scan, info) = unsafe { (&mut *(data as *mut Scan), &*info) };
+        if size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8 {
+            scan.counters = (info.dlpi_adds, info.dlpi_subs);
+        }
+        if scan.counters_only {
+            return 1; // the counters are the same in every callback: stop now
+        }
+        if info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: dlpi_phdr points at dlpi_phnum program headers of a loaded object.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into()) };
+        let bias = info.dlpi_addr;
+        let seg = |p: &libc::Elf64_Phdr, len: u64| {
+            let start = bias.wrapping_add(p.p_vaddr);
+            start..start.wrapping_add(len)
+        };
+        let mut text: Option<Range<u64>> = None;
+        let mut hdr = None;
+        for p in phdrs {
+            if p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0 && p.p_memsz > 0 {
+                let r = seg(p, p.p_memsz);
+                text = Some(match text {
+                    None => r,
+                    Some(t) => t.start.min(r.start)..t.end.max(r.end),
+                });
+            } else if p.p_type == libc::PT_GNU_EH_FRAME {
+                hdr = Some(seg(p, p.p_memsz));
+            }
+        }
+        let Some(text) = text else { return 0 };
+        let eh = hdr.and_then(|hdr| {
+            // SAFETY: hdr is the mapped PT_GNU_EH_FRAME segment of this object.
+            let start = unsafe { eh_frame_address(&hdr, bias) }?;
+            let load = phdrs
+                .iter()
+                .map(|p| seg(p, p.p_filesz))
+                .zip(phdrs)
+                .find(|(r, p)| {
+                    p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_R != 0 && r.contains(&start)
+                })?;
+            Some((hdr, start..load.0.end))
+        });
+        let name = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
+            unsafe { CStr::from_ptr(info.dlpi_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        scan.modules.push(RawModule {
+            name,
+            bias,
+            text,
+            eh,
+        });
+        0
+    }
+
+    /// Decode `.eh_frame_hdr`'s `eh_frame_ptr` field (absolute address of `.eh_frame`).
+    ///
+    /// # Safety
+    /// `hdr` must be a readable mapping.
+    unsafe fn eh_frame_address(hdr: &Range<u64>, bias: u64) -> Option<u64> {
+        let (p, len) = (hdr.start as *const u8, hdr.end.checked_sub(hdr.start)?);
+        if p.is_null() || len < 4 {
+            return None;
+        }
+        // SAFETY: the first 4 bytes are readable (len >= 4).
+        let (version, enc, field) = unsafe { (*p, *p.add(1), p.add(4)) };
+        if version != 1 || enc & 0x80 != 0 {
+            return None; // unknown version, or DW_EH_PE_indirect
+        }
+        // SAFETY: each arm reads only as many bytes as `len - 4` guarantees (unaligned reads);
+        // signed formats sign-extend.
+        let value = unsafe {
+            match (enc & 0x0f, len - 4) {
+                (0x02, 2..) => u64::from(field.cast::<u16>().read_unaligned()),
+                (0x0a, 2..) => field.cast::<i16>().read_unaligned() as u64,
+                (0x03, 4..) => u64::from(field.cast::<u32>().read_unaligned()),
+                (0x0b, 4..) => field.cast::<i32>().read_unaligned() as u64,
+                (0x00 | 0x04 | 0x0c, 8..) => field.cast::<u64>().read_unaligned(),
+                _ => return None,
+            }
+        };
+        let field = hdr.start + 4;
+        let base = match enc & 0x70 {
+            0x00 => bias,      // absptr: a stated (link-time) address
+            0x10 => field,     // pcrel
+            0x30 => hdr.start, // datarel: relative to .eh_frame_hdr
+            _ => return None,
+        };
+        Some(base.wrapping_add(value))
+    }
+
+    fn build_snapshot() -> Snapshot {
+        let mut scan = Scan::default();
+        iterate(&mut scan);
+        let exe = std::env::current_exe()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "[main]".to_owned());
+        let mut unwinder = Unw::new();
+        let mut modules = Vec::with_capacity(scan.modules.len());
+        for (i, m) in scan.modules.into_iter().enumerate() {
+            let path = match (m.name.is_empty(), i) {
+                (false, _) => m.name,
+                (true, 0) => exe.clone(),
+                (true, _) => "[unnamed]".to_owned(),
+            };
+            let svma = |r: &Range<u64>| r.start.wrapping_sub(m.bias)..r.end.wrapping_sub(m.bias);
+            let mut info = ExplicitModuleSectionInfo::<MemSlice> {
+                base_svma: 0,
+                text_svma: Some(svma(&m.text)),
+                ..Default::default()
+            };
+            if let Some((hdr, frame)) = &m.eh {
+                if let (Some(h), Some(f)) = (MemSlice::new(hdr), MemSlice::new(frame)) {
+                    info.eh_frame_hdr_svma = Some(svma(hdr));
+                    info.eh_frame_hdr = Some(h);
+                    info.eh_frame_svma = Some(svma(frame));
+                    info.eh_frame = Some(f);
+                }
+            }
+            unwinder.add_module(Module::new(path.clone(), m.text.clone(), m.bias, info));
+            modules.push(ModInfo {
+                path,
+                range: m.text,
+            });
+        }
+        modules.sort_by_key(|m| m.range.start);
+        Snapshot {
+            unwinder,
+            modules,
+            counters: scan.counters,
+            generation: 0,
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! `gpufl dump`: records as NDJSON with interned ids resolved.
+
+use crate::summary::expand_sessions;
+use anyhow::Result;
+use clap::Args;
+use gpufl_trace::{Record, SessionReader, Symbols};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct DumpArgs {
+    /// Session directory.
+    session: PathBuf,
+    /// Only these record types (comma-separated, e.g. `sync,kernel`).
+    #[arg(long, value_delimiter = ',')]
+    r#type: Vec<String>,
+    /// Print records as stored (ids unresolved, interned records included).
+    #[arg(long)]
+    raw: bool,
+    /// Stop after N records.
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+pub fn run(args: DumpArgs) -> Result<i32> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut printed = 0usize;
+    for dir in expand_sessions(std::slice::from_ref(&args.session))? {
+        let mut reader = SessionReader::open(&dir)?;
+        let mut syms = Symbols::default();
+        for rec in reader.by_ref() {
+            let interned = syms.observe(&rec);
+            if !args.r#type.is_empty() && !args.r#type.iter().any(|t| t == rec.type_name()) {
+                continue;
+            }
+            if interned && !args.raw && args.r#type.is_empty() {
+                continue;
+            }
+            let v = if args.raw { serde_json::to_value(&rec)? } else { resolve(&rec, &syms)? };
+            if writeln!(out, "{v}").is_err() {
+                return Ok(0); // closed pipe (e.g. `| head`)
+            }
+            printed += 1;
+            if args.limit.is_some_and(|l| printed >= l) {
+                return Ok(0);
+            }
+        }
+        for w in reader.warnings() {
+            eprintln!("gpufl: warning: {w}");
+        }
+    }
+    Ok(0)
+}
+
+/// The record as JSON with names and stacks spelled out.
+fn resolve(rec: &Record, syms: &Symbols) -> Result<Value> {
+    let mut v = serde_json::to_value(rec)?;
+    match rec {
+        Record::Kernel(k) => v["name"] = json!(syms.str(k.name)),
+        Record::Api(a) => v["name"] = json!(syms.str(a.name)),
+        Record::Sync(s) => {
+            if let Some(id) = s.stack {
+                v["stack"] = stack_json(syms, id);
+            }
+        }
+        Record::Callsite(c) => {
+            v["api"] = json!(syms.str(c.api));
+            v["stack"] = stack_json(syms, c.stack);
+        }
+        _ => {}
+    }
+    Ok(v)
+}
+
+fn stack_json(syms: &Symbols, id: gpufl_trace::StackId) -> Value {
+    match syms.stack(id) {
+        Some(frames) => Value::Array(frames.iter().map(|f| json!(syms.describe_frame(*f))).collect()),
+        None => json!(format!("<unknown stack {}>", id.0)),
+    }
+}

@@ -1,0 +1,50 @@
+//! `gpufl`: record CUDA programs and read the recordings.
+
+mod dump;
+mod record;
+mod summary;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "gpufl", version, about = "GPU flight recorder: record any CUDA process, find where it stalls")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a command and record it (and its child processes), one session directory per process.
+    Record(record::RecordArgs),
+    /// Summarize sessions: header, counts, time blocked in syncs, warnings.
+    Info {
+        /// Session directories, or directories containing sessions.
+        #[arg(required = true)]
+        sessions: Vec<PathBuf>,
+    },
+    /// Print a session's records as NDJSON, with interned ids resolved (stacks as frame lists).
+    Dump(dump::DumpArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpufl: error: {e:#}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    match cli.cmd {
+        Cmd::Record(args) => record::run(args),
+        Cmd::Info { sessions } => summary::info(&sessions),
+        Cmd::Dump(args) => dump::run(args),
+    }
+}

@@ -1,0 +1,132 @@
+//! `gpufl record -- CMD ARGS…`: run CMD with the capture library injected through
+//! `CUDA_INJECTION64_PATH`; CMD's output and exit code pass through unchanged.
+
+use crate::summary;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+#[derive(Args)]
+pub struct RecordArgs {
+    /// Directory for the session directories (one per recorded process).
+    #[arg(short = 'o', long = "output", default_value = "gpufl-sessions")]
+    output: PathBuf,
+    /// Do not capture CPU stacks at synchronizations (totals only, lowest overhead).
+    #[arg(long)]
+    no_stacks: bool,
+    /// Which API calls get records: none, sync, default, all.
+    #[arg(long, default_value = "default")]
+    api_records: String,
+    /// Path of libgpufl_capture.so (default: next to the gpufl binary, or $GPUFL_CAPTURE_LIB).
+    #[arg(long)]
+    lib: Option<PathBuf>,
+    /// Print nothing of gpufl's own (the summary included).
+    #[arg(short, long)]
+    quiet: bool,
+    /// The command to record.
+    #[arg(last = true, required = true)]
+    command: Vec<OsString>,
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Find the capture library.
+fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("GPUFL_CAPTURE_LIB") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().context("cannot locate the gpufl binary")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for cand in [dir.join("libgpufl_capture.so"), dir.join("../lib/libgpufl_capture.so")] {
+        if cand.exists() {
+            return Ok(cand);
+        }
+    }
+    bail!(
+        "libgpufl_capture.so not found next to {} (build it with `cargo build --release`, or pass --lib)",
+        exe.display()
+    )
+}
+
+pub fn run(args: RecordArgs) -> Result<i32> {
+    let lib = find_lib(args.lib.as_deref())?;
+    let lib = lib.canonicalize().with_context(|| format!("{} does not exist", lib.display()))?;
+    std::fs::create_dir_all(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let out_dir = args.output.canonicalize()?;
+    let before: std::collections::HashSet<PathBuf> =
+        gpufl_trace::session::find_sessions(&out_dir).into_iter().collect();
+
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("CUDA_INJECTION64_PATH", &lib)
+        .env("GPUFL_LOG_PATH", &out_dir)
+        .env("GPUFL_ENABLE_STACK_TRACE", if args.no_stacks { "0" } else { "1" })
+        .env("GPUFL_API_RECORDS", &args.api_records)
+        .env("GPUFL_QUIET", "1");
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {:?}", args.command[0]))?;
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    // SAFETY: installing handlers: Ctrl-C reaches the child through the terminal's process group,
+    // so the parent ignores it and waits; TERM/HUP sent to gpufl alone are forwarded.
+    let old: Vec<(libc::c_int, libc::sighandler_t)> = unsafe {
+        vec![
+            (libc::SIGINT, libc::signal(libc::SIGINT, libc::SIG_IGN)),
+            (libc::SIGQUIT, libc::signal(libc::SIGQUIT, libc::SIG_IGN)),
+            (libc::SIGTERM, libc::signal(libc::SIGTERM, forward_signal as *const () as libc::sighandler_t)),
+            (libc::SIGHUP, libc::signal(libc::SIGHUP, forward_signal as *const () as libc::sighandler_t)),
+        ]
+    };
+    let status = child.wait().context("waiting for the recorded command")?;
+    for (sig, h) in old {
+        // SAFETY: restoring the previous handlers.
+        unsafe { libc::signal(sig, h) };
+    }
+    let code = match status.code() {
+        Some(c) => c,
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            128 + status.signal().unwrap_or(0)
+        }
+    };
+
+    if !args.quiet {
+        let new: Vec<PathBuf> = gpufl_trace::session::find_sessions(&out_dir)
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect();
+        if new.is_empty() {
+            eprintln!(
+                "gpufl: no session recorded (the command made no CUDA call, or CUDA ignored CUDA_INJECTION64_PATH)"
+            );
+        } else {
+            eprintln!("gpufl: {} session(s) in {}", new.len(), out_dir.display());
+            for dir in new {
+                match summary::summarize(&dir) {
+                    Ok(s) => eprintln!(
+                        "gpufl:   {}: {}",
+                        dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+                        s.one_line()
+                    ),
+                    Err(e) => eprintln!("gpufl:   {}: unreadable: {e}", dir.display()),
+                }
+            }
+        }
+    }
+    Ok(code)
+}

@@ -1,0 +1,176 @@
+//! One-pass totals of a session (the full analysis lives in gpufl-analysis).
+
+use anyhow::{bail, Result};
+use gpufl_trace::{session, Header, Record, SessionReader};
+use std::path::{Path, PathBuf};
+
+/// Totals of one session.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub header: Option<Header>,
+    pub kernels: u64,
+    pub kernel_ns: u64,
+    pub memcpys: u64,
+    pub memsets: u64,
+    pub syncs: u64,
+    pub sync_ns: u64,
+    pub syncs_with_stack: u64,
+    pub apis: u64,
+    pub dropped: u64,
+    pub first_ns: Option<u64>,
+    pub last_ns: Option<u64>,
+    pub ended: Option<String>,
+    pub warnings: Vec<String>,
+}
+
+impl Summary {
+    fn span(&mut self, start: u64, end: u64) {
+        if start == 0 {
+            return;
+        }
+        self.first_ns = Some(self.first_ns.map_or(start, |f| f.min(start)));
+        self.last_ns = Some(self.last_ns.map_or(end, |l| l.max(end)));
+    }
+
+    /// Seconds from the first to the last timed record.
+    pub fn duration_s(&self) -> f64 {
+        match (self.first_ns, self.last_ns) {
+            (Some(a), Some(b)) if b > a => (b - a) as f64 / 1e9,
+            _ => 0.0,
+        }
+    }
+
+    /// One line: "12.3 s, 2862 kernels, 55 syncs (3.21 s blocked, 55 with stacks)".
+    pub fn one_line(&self) -> String {
+        let mut s = format!(
+            "{:.2} s, {} kernels, {} syncs ({:.3} s blocked, {} with stacks)",
+            self.duration_s(),
+            self.kernels,
+            self.syncs,
+            self.sync_ns as f64 / 1e9,
+            self.syncs_with_stack
+        );
+        if self.memcpys + self.memsets > 0 {
+            s += &format!(", {} copies, {} memsets", self.memcpys, self.memsets);
+        }
+        if self.dropped > 0 {
+            s += &format!(", {} records DROPPED", self.dropped);
+        }
+        if let Some(h) = &self.header {
+            if h.capture.status != "ok" {
+                s += &format!(
+                    " [capture {}: {}]",
+                    h.capture.status,
+                    h.capture.reason.as_deref().unwrap_or("?")
+                );
+            }
+        }
+        if self.ended.is_none() {
+            s += " [no end record: the process was killed or is still running]";
+        }
+        s
+    }
+}
+
+/// Read a session and total it.
+pub fn summarize(dir: &Path) -> Result<Summary> {
+    let mut reader = SessionReader::open(dir)?;
+    let mut s = Summary::default();
+    for rec in reader.by_ref() {
+        match rec {
+            Record::Header(h) => {
+                if s.header.is_none() {
+                    s.header = Some(*h);
+                }
+            }
+            Record::Kernel(k) => {
+                s.kernels += 1;
+                s.kernel_ns += k.end.saturating_sub(k.start);
+                s.span(k.start, k.end);
+            }
+            Record::Memcpy(m) => {
+                s.memcpys += 1;
+                s.span(m.start, m.end);
+            }
+            Record::Memset(m) => {
+                s.memsets += 1;
+                s.span(m.start, m.end);
+            }
+            Record::Sync(y) => {
+                s.syncs += 1;
+                s.sync_ns += y.end.saturating_sub(y.start);
+                s.syncs_with_stack += y.stack.is_some() as u64;
+                s.span(y.start, y.end);
+            }
+            Record::Api(a) => {
+                s.apis += 1;
+                s.span(a.start, a.end);
+            }
+            Record::Dropped(d) => s.dropped += d.count,
+            Record::End(e) => s.ended = Some(e.reason),
+            _ => {}
+        }
+    }
+    s.warnings = reader.warnings();
+    if s.header.is_none() {
+        s.warnings.push(format!("{}: no header record", dir.display()));
+    }
+    Ok(s)
+}
+
+/// Expand arguments into session directories.
+pub fn expand_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let found = session::find_sessions(p);
+        if found.is_empty() {
+            bail!("{} is not a gpufl session directory (and contains none)", p.display());
+        }
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+/// `gpufl info`.
+pub fn info(paths: &[PathBuf]) -> Result<i32> {
+    for dir in expand_sessions(paths)? {
+        let s = summarize(&dir)?;
+        println!("{}", dir.display());
+        if let Some(h) = &s.header {
+            println!("  command: {}", h.command_line.join(" "));
+            println!("  host {}  pid {}  gpufl {}  format v{}", h.host, h.pid, h.gpufl_version, h.version);
+            for g in &h.gpus {
+                println!(
+                    "  GPU {}: {} ({} SMs, sm_{}{}, {:.0} GiB, {})",
+                    g.index,
+                    g.name,
+                    g.sm_count,
+                    g.cc_major,
+                    g.cc_minor,
+                    g.total_mem_bytes as f64 / (1u64 << 30) as f64,
+                    g.uuid
+                );
+            }
+            let drv = h.driver_version.map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+            println!(
+                "  driver {}  CUPTI {}  Python {}",
+                drv.as_deref().unwrap_or("?"),
+                h.cupti_version.map(|v| v.to_string()).as_deref().unwrap_or("-"),
+                h.python_version.as_deref().unwrap_or("-")
+            );
+            println!(
+                "  options: synchronization={} stack_trace={} api_records={} started_by={}",
+                h.options.enable_synchronization,
+                h.options.enable_stack_trace,
+                h.options.api_records,
+                h.options.started_by
+            );
+        }
+        println!("  {}", s.one_line());
+        println!("  summed kernel time {:.3} s, {} api records", s.kernel_ns as f64 / 1e9, s.apis);
+        for w in &s.warnings {
+            println!("  warning: {w}");
+        }
+    }
+    Ok(0)
+}

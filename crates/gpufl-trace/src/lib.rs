@@ -1,0 +1,20 @@
+//! # gpufl-trace
+//!
+//! The gpufl trace format (v1) alone: record types, typed ids of interned strings / frames / stacks,
+//! a streaming writer (NDJSON in independent zstd blocks) and a tolerant streaming reader.
+//! No CUDA, no threads. The schema is documented in `docs/trace-format.md`.
+
+pub mod error;
+pub mod ids;
+pub mod reader;
+pub mod records;
+pub mod session;
+pub mod symbols;
+pub mod writer;
+
+pub use error::TraceError;
+pub use ids::{FrameId, StackId, StrId};
+pub use reader::{SessionReader, TraceReader};
+pub use records::*;
+pub use symbols::Symbols;
+pub use writer::{FrameData, TraceWriter};

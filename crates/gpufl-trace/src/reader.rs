@@ -1,0 +1,393 @@
+//! Streaming reader. Tolerates what crashes and newer versions leave behind: a truncated or corrupt
+//! last block yields every complete record before it plus a warning; lines that do not parse are
+//! skipped with a warning; record types this version does not know are skipped and counted; a trace
+//! without an `end` record (the recorder died before closing it) gives a warning.
+
+use crate::error::TraceError;
+use crate::records::*;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// Iterator over the records of one trace (NDJSON, zstd-compressed or plain).
+pub struct TraceReader {
+    input: Box<dyn BufRead>,
+    source: String,
+    buf: Vec<u8>,
+    line_no: u64,
+    done: bool,
+    warnings: Vec<String>,
+    bad_lines: u64,
+    unknown_types: BTreeMap<String, u64>,
+    header_version: Option<u32>,
+    saw_end: bool,
+}
+
+impl TraceReader {
+    /// Open a trace file; zstd is detected by its magic number, anything else is read as plain NDJSON.
+    pub fn open(path: &Path) -> Result<Self, TraceError> {
+        let io = |source| TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = BufReader::new(File::open(path).map_err(io)?);
+        let head = file.fill_buf().map_err(io)?;
+        let input: Box<dyn BufRead> = if head.starts_with(&ZSTD_MAGIC) {
+            Box::new(BufReader::with_capacity(1 << 16, FrameReader::new(file)))
+        } else if head.is_empty() || head[0] == b'{' {
+            Box::new(file)
+        } else {
+            return Err(TraceError::NotATrace {
+                path: path.to_path_buf(),
+                why: "neither zstd nor NDJSON".into(),
+            });
+        };
+        Ok(Self::from_bufread(input, path.display().to_string()))
+    }
+
+    /// Read plain NDJSON (already decompressed) from any reader.
+    pub fn from_reader<R: Read + 'static>(r: R, source: impl Into<String>) -> Self {
+        Self::from_bufread(Box::new(BufReader::new(r)), source.into())
+    }
+
+    fn from_bufread(input: Box<dyn BufRead>, source: String) -> Self {
+        TraceReader {
+            input,
+            source,
+            buf: Vec::with_capacity(1024),
+            line_no: 0,
+            done: false,
+            warnings: Vec::new(),
+            bad_lines: 0,
+            unknown_types: BTreeMap::new(),
+            header_version: None,
+            saw_end: false,
+        }
+    }
+
+    /// Problems met so far (truncation, corrupt lines, unknown record types). Complete once the
+    /// iterator returned `None`.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = self.warnings.clone();
+        if self.bad_lines > 0 {
+            w.push(format!(
+                "{}: skipped {} line(s) that are not valid records",
+                self.source, self.bad_lines
+            ));
+        }
+        for (t, n) in &self.unknown_types {
+            w.push(format!(
+                "{}: skipped {n} record(s) of unknown type '{t}' (written by a newer gpufl?)",
+                self.source
+            ));
+        }
+        w
+    }
+
+    /// Records of unknown types skipped so far, by type.
+    pub fn unknown_types(&self) -> &BTreeMap<String, u64> {
+        &self.unknown_types
+    }
+
+    fn next_line(&mut self) -> Option<()> {
+        self.buf.clear();
+        match self.input.read_until(b'\n', &mut self.buf) {
+            Ok(0) => {
+                // A clean end of input without an `end` record: the writer never finished this file
+                // (crash, kill, or still running). Closed blocks end on record boundaries, so the
+                // loss of every block after the last flushed one is invisible to the decoder.
+                if !self.saw_end {
+                    self.warnings.push(if self.line_no == 0 {
+                        format!(
+                            "{}: empty: the recorder stopped before its first block was written",
+                            self.source
+                        )
+                    } else {
+                        format!(
+                            "{}: no end record after line {}: the trace was not closed (the recorder crashed, was killed or is still running); records after the last complete block are missing",
+                            self.source, self.line_no
+                        )
+                    });
+                }
+                None
+            }
+            Ok(_) if self.buf.last() != Some(&b'\n') => {
+                self.warnings.push(format!(
+                    "{}: truncated: the last record (line {}) is incomplete and was dropped",
+                    self.source,
+                    self.line_no + 1
+                ));
+                None
+            }
+            Ok(_) => {
+                self.line_no += 1;
+                Some(())
+            }
+            Err(e) => {
+                self.warnings.push(format!(
+                    "{}: truncated or corrupt after line {} ({e}); the records before it were read",
+                    self.source, self.line_no
+                ));
+                None
+            }
+        }
+    }
+
+    fn parse_line(&mut self) -> Option<Record> {
+        let line = trim_line(&self.buf);
+        if line.is_empty() {
+            return None;
+        }
+        let tag = match peek_tag(line) {
+            Some(t) => t.to_owned(),
+            None => match serde_json::from_slice::<serde_json::Value>(line) {
+                Ok(v) => match v.get("t").and_then(|t| t.as_str()) {
+                    Some(t) => t.to_owned(),
+                    None => {
+                        self.bad_lines += 1;
+                        return None;
+                    }
+                },
+                Err(_) => {
+                    self.bad_lines += 1;
+                    return None;
+                }
+            },
+        };
+        let parsed = parse_known(&tag, line);
+        match parsed {
+            Some(Ok(rec)) => {
+                if let Record::End(_) = &rec {
+                    self.saw_end = true;
+                }
+                if let Record::Header(h) = &rec {
+                    self.header_version = Some(h.version);
+                    if h.version > FORMAT_VERSION {
+                        self.warnings.push(format!(
+                            "{}: trace format v{} is newer than this reader (v{FORMAT_VERSION}); reading what it knows",
+                            self.source, h.version
+                        ));
+                    }
+                }
+                Some(rec)
+            }
+            Some(Err(_)) => {
+                self.bad_lines += 1;
+                None
+            }
+            None => {
+                *self.unknown_types.entry(tag).or_insert(0) += 1;
+                None
+            }
+        }
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Record;
+
+    fn next(&mut self) -> Option<Record> {
+        while !self.done {
+            if self.next_line().is_none() {
+                self.done = true;
+                break;
+            }
+            if let Some(rec) = self.parse_line() {
+                return Some(rec);
+            }
+        }
+        None
+    }
+}
+
+/// Decodes a sequence of zstd frames ("blocks") one at a time and releases a block's bytes only once
+/// the whole block decoded (and its checksum, when it has one, matched): a corrupt block yields none
+/// of its records instead of altered ones. A block cut short by the end of the file (a crash while
+/// it was being written) yields what decoded before the cut, then an `UnexpectedEof` error.
+struct FrameReader<R: BufRead> {
+    input: R,
+    out: Vec<u8>,
+    pos: usize,
+    blocks: u64,
+    pending: Option<std::io::Error>,
+    done: bool,
+}
+
+impl<R: BufRead> FrameReader<R> {
+    fn new(input: R) -> Self {
+        FrameReader {
+            input,
+            out: Vec::new(),
+            pos: 0,
+            blocks: 0,
+            pending: None,
+            done: false,
+        }
+    }
+
+    /// Decode the next block into `out`; Ok(false) at a clean end of input.
+    fn next_block(&mut self) -> std::io::Result<bool> {
+        use std::io::{Error, ErrorKind};
+        self.out.clear();
+        self.pos = 0;
+        if self.input.fill_buf()?.is_empty() {
+            return Ok(false);
+        }
+        let n = self.blocks + 1;
+        let mut dec = zstd::stream::read::Decoder::with_buffer(&mut self.input)?.single_frame();
+        match dec.read_to_end(&mut self.out) {
+            Ok(_) => {
+                self.blocks = n;
+                Ok(true)
+            }
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
+                // Truncated: zstd only outputs whole internal blocks, so what came out is intact.
+                self.pending = Some(Error::new(
+                    ErrorKind::UnexpectedEof,
+                    format!("block {n} is incomplete: {e}"),
+                ));
+                Ok(true)
+            }
+            Err(e) => {
+                self.out.clear();
+                Err(Error::new(
+                    e.kind(),
+                    format!("block {n} is corrupt and was dropped: {e}"),
+                ))
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Read for FrameReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if self.pos < self.out.len() {
+                let n = (self.out.len() - self.pos).min(buf.len());
+                buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            if let Some(e) = self.pending.take() {
+                self.done = true;
+                return Err(e);
+            }
+            if self.done {
+                return Ok(0);
+            }
+            match self.next_block() {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.done = true;
+                    return Ok(0);
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+fn trim_line(line: &[u8]) -> &[u8] {
+    let mut l = line;
+    while let Some((last, rest)) = l.split_last() {
+        if last.is_ascii_whitespace() {
+            l = rest;
+        } else {
+            break;
+        }
+    }
+    l
+}
+
+/// Fast path: every writer puts `"t"` first, so `{"t":"kernel",…` gives the tag without a full parse.
+fn peek_tag(line: &[u8]) -> Option<&str> {
+    let rest = line.strip_prefix(b"{\"t\":\"")?;
+    let end = rest.iter().position(|&b| b == b'"')?;
+    std::str::from_utf8(&rest[..end]).ok()
+}
+
+/// Parse a line whose tag is known to this version; None for unknown tags.
+fn parse_known(tag: &str, line: &[u8]) -> Option<Result<Record, serde_json::Error>> {
+    fn p<T: serde::de::DeserializeOwned>(
+        line: &[u8],
+        f: impl FnOnce(T) -> Record,
+    ) -> Option<Result<Record, serde_json::Error>> {
+        Some(serde_json::from_slice::<T>(line).map(f))
+    }
+    match tag {
+        "header" => p(line, |h: Header| Record::Header(Box::new(h))),
+        "str" => p(line, Record::Str),
+        "frame" => p(line, Record::Frame),
+        "stack" => p(line, Record::Stack),
+        "kernel" => p(line, Record::Kernel),
+        "memcpy" => p(line, Record::Memcpy),
+        "memset" => p(line, Record::Memset),
+        "sync" => p(line, Record::Sync),
+        "api" => p(line, Record::Api),
+        "callsite" => p(line, Record::Callsite),
+        "overhead" => p(line, Record::Overhead),
+        "dropped" => p(line, Record::Dropped),
+        "notice" => p(line, Record::Notice),
+        "end" => p(line, Record::End),
+        _ => None,
+    }
+}
+
+/// Reads every trace file of a session directory in order.
+pub struct SessionReader {
+    files: std::vec::IntoIter<PathBuf>,
+    current: Option<TraceReader>,
+    warnings: Vec<String>,
+}
+
+impl SessionReader {
+    /// Open a session directory (see [`crate::session`]).
+    pub fn open(dir: &Path) -> Result<Self, TraceError> {
+        let files = crate::session::trace_files(dir)?;
+        Ok(SessionReader {
+            files: files.into_iter(),
+            current: None,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// Warnings of every file read so far (complete once the iterator returned `None`).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = self.warnings.clone();
+        if let Some(c) = &self.current {
+            w.extend(c.warnings());
+        }
+        w
+    }
+}
+
+impl Iterator for SessionReader {
+    type Item = Record;
+
+    fn next(&mut self) -> Option<Record> {
+        loop {
+            if let Some(cur) = self.current.as_mut() {
+                if let Some(r) = cur.next() {
+                    return Some(r);
+                }
+                let done = self
+                    .current
+                    .take()
+                    .map(|c| c.warnings())
+                    .unwrap_or_default();
+                self.warnings.extend(done);
+            }
+            let path = self.files.next()?;
+            match TraceReader::open(&path) {
+                Ok(r) => self.current = Some(r),
+                Err(e) => self.warnings.push(e.to_string()),
+            }
+        }
+    }
+}

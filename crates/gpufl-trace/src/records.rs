@@ -1,0 +1,440 @@
+//! Record types of trace format v1. See `docs/trace-format.md` for the field-by-field schema.
+//!
+//! Every record is one JSON object on one line whose first key is `"t"`, the record type. Times are
+//! nanoseconds in the CUPTI clock domain (see [`ClockSync`]); durations are `end - start`.
+
+use crate::ids::{FrameId, StackId, StrId};
+use serde::{Deserialize, Serialize};
+
+/// Name of the format, written in every header.
+pub const FORMAT_NAME: &str = "gpufl-trace";
+/// Major version of the format written by this crate. Readers accept any version up to this one and
+/// read newer ones on a best-effort basis (unknown record types and fields are skipped).
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One record of a trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Record {
+    Header(Box<Header>),
+    Str(StrRecord),
+    Frame(Frame),
+    Stack(Stack),
+    Kernel(Kernel),
+    Memcpy(Memcpy),
+    Memset(Memset),
+    Sync(Sync),
+    Api(Api),
+    Callsite(Callsite),
+    Overhead(Overhead),
+    Dropped(Dropped),
+    Notice(Notice),
+    End(End),
+}
+
+impl Record {
+    /// The value of the `"t"` key for this record.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Record::Header(_) => "header",
+            Record::Str(_) => "str",
+            Record::Frame(_) => "frame",
+            Record::Stack(_) => "stack",
+            Record::Kernel(_) => "kernel",
+            Record::Memcpy(_) => "memcpy",
+            Record::Memset(_) => "memset",
+            Record::Sync(_) => "sync",
+            Record::Api(_) => "api",
+            Record::Callsite(_) => "callsite",
+            Record::Overhead(_) => "overhead",
+            Record::Dropped(_) => "dropped",
+            Record::Notice(_) => "notice",
+            Record::End(_) => "end",
+        }
+    }
+}
+
+/// First record of every trace file: who was recorded, on what, and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Header {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// Format major version ([`FORMAT_VERSION`] when written by this crate).
+    pub version: u32,
+    /// Version of the gpufl that wrote the trace.
+    pub gpufl_version: String,
+    /// Unique id of the session (also the session directory's name).
+    pub session_id: String,
+    pub app_name: String,
+    pub host: String,
+    pub pid: u32,
+    pub ppid: u32,
+    /// argv of the recorded process.
+    pub command_line: Vec<String>,
+    /// Wall-clock start of the session, ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// One instant read on both clocks, to convert record times to wall time.
+    pub clock: ClockSync,
+    pub gpus: Vec<Gpu>,
+    /// CUDA driver version as `cuDriverGetVersion` reports it (e.g. 13000 for 13.0), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<u32>,
+    /// CUPTI API version (`cuptiGetVersion`), if CUPTI was loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cupti_version: Option<u32>,
+    /// Python interpreter version ("3.12") when Python frames can be captured in this process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_version: Option<String>,
+    pub options: CaptureOptions,
+    pub capture: CaptureStatus,
+}
+
+/// A pair of readings of the trace clock and the wall clock taken at the same instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ClockSync {
+    /// CUPTI timestamp (ns), the clock of every `start`/`end` field.
+    pub trace_ns: u64,
+    /// Wall clock (ns since the Unix epoch).
+    pub unix_ns: u64,
+}
+
+impl ClockSync {
+    /// Convert a trace timestamp to ns since the Unix epoch.
+    pub fn to_unix_ns(&self, trace_ns: u64) -> i128 {
+        self.unix_ns as i128 + (trace_ns as i128 - self.trace_ns as i128)
+    }
+}
+
+/// One visible GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Gpu {
+    /// CUDA device ordinal (as in `dev` fields of records).
+    pub index: u32,
+    pub name: String,
+    /// "GPU-xxxxxxxx-…" as nvidia-smi prints it.
+    pub uuid: String,
+    pub sm_count: u32,
+    pub cc_major: u32,
+    pub cc_minor: u32,
+    pub total_mem_bytes: u64,
+}
+
+/// Options the session was recorded with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CaptureOptions {
+    pub enable_synchronization: bool,
+    pub enable_stack_trace: bool,
+    /// Which API calls get `api` records: "none", "sync", "default" or "all".
+    pub api_records: String,
+    /// Where the session directory was created.
+    pub log_path: String,
+    /// How the recorder was started: "injection" (CUDA_INJECTION64_PATH), "api" (gpufl::init) or "test".
+    pub started_by: String,
+}
+
+/// Whether capture is running; when it is not, `reason` says why (once, clearly).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CaptureStatus {
+    /// "ok", "partial" (running with something missing, see reason) or "disabled".
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// An interned string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StrRecord {
+    pub id: StrId,
+    pub s: String,
+}
+
+/// Where a frame comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameKind {
+    /// A machine-code frame (C, C++, Rust, CUDA host code, the driver, the interpreter…).
+    Native,
+    /// A Python frame read from the interpreter.
+    Python,
+    #[serde(other)]
+    Unknown,
+}
+
+/// An interned, symbolized frame. Native frames with inlined calls become several frames, the inlined
+/// ones first (`inlined: true`), all sharing `module` and `offset`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    pub id: FrameId,
+    pub kind: FrameKind,
+    /// Shared object or executable path (native frames).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<StrId>,
+    /// Address relative to the module's load base (native frames).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Function (demangled) or Python qualified name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub func: Option<StrId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<StrId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub inlined: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// An interned stack: frame ids, innermost first.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Stack {
+    pub id: StackId,
+    pub frames: Vec<FrameId>,
+}
+
+/// A kernel execution (CUPTI concurrent-kernel activity).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Kernel {
+    /// Demangled kernel name.
+    pub name: StrId,
+    pub start: u64,
+    pub end: u64,
+    pub dev: u32,
+    pub ctx: u32,
+    pub stream: u32,
+    /// Correlation id of the launching API call.
+    pub corr: u32,
+    pub grid: [i32; 3],
+    pub block: [i32; 3],
+    /// Registers per thread.
+    pub regs: u16,
+    /// Static shared memory per block, bytes.
+    pub smem_static: i32,
+    /// Dynamic shared memory per block, bytes.
+    pub smem_dynamic: i32,
+    /// Local memory per thread, bytes (non-zero usually means register spills).
+    pub local_mem: u32,
+}
+
+/// Direction of a copy, as CUPTI names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum CopyKind {
+    HtoD,
+    DtoH,
+    HtoA,
+    AtoH,
+    AtoA,
+    AtoD,
+    DtoA,
+    DtoD,
+    HtoH,
+    PtoP,
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+/// Kind of memory on either side of a copy or under a memset. `Pageable` host memory makes
+/// `cudaMemcpyAsync` synchronous; `Pinned` does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryKind {
+    Pageable,
+    Pinned,
+    Device,
+    Array,
+    Managed,
+    DeviceStatic,
+    ManagedStatic,
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+/// A memory copy executed by the GPU (CUPTI memcpy activity).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Memcpy {
+    pub kind: CopyKind,
+    pub src_kind: MemoryKind,
+    pub dst_kind: MemoryKind,
+    pub bytes: u64,
+    pub start: u64,
+    pub end: u64,
+    pub dev: u32,
+    pub ctx: u32,
+    pub stream: u32,
+    pub corr: u32,
+}
+
+/// A memset executed by the GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Memset {
+    pub bytes: u64,
+    pub value: u32,
+    pub mem_kind: MemoryKind,
+    pub start: u64,
+    pub end: u64,
+    pub dev: u32,
+    pub ctx: u32,
+    pub stream: u32,
+    pub corr: u32,
+}
+
+/// Kind of host–device synchronization (CUPTI's synchronization types 1–4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncKind {
+    /// cudaEventSynchronize / cuEventSynchronize.
+    EventSynchronize,
+    /// cudaStreamWaitEvent / cuStreamWaitEvent (a device-side wait; the host is not blocked).
+    StreamWaitEvent,
+    /// cudaStreamSynchronize / cuStreamSynchronize.
+    StreamSynchronize,
+    /// cudaDeviceSynchronize / cuCtxSynchronize.
+    ContextSynchronize,
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl SyncKind {
+    /// The name used in reports ("StreamSynchronize", …), as the seed names them.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            SyncKind::EventSynchronize => "EventSynchronize",
+            SyncKind::StreamWaitEvent => "StreamWaitEvent",
+            SyncKind::StreamSynchronize => "StreamSynchronize",
+            SyncKind::ContextSynchronize => "ContextSynchronize",
+            SyncKind::Unknown => "Synchronize",
+        }
+    }
+}
+
+/// A synchronization: the host (or, for StreamWaitEvent, a stream) waited from `start` to `end`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Sync {
+    pub kind: SyncKind,
+    pub start: u64,
+    pub end: u64,
+    pub ctx: u32,
+    /// Stream waited on (absent for context synchronization).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<u32>,
+    /// CUDA event id (event synchronize / stream wait event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<u32>,
+    /// Correlation id of the API call that synchronized.
+    pub corr: u32,
+    /// Thread that called the API (present when a stack was captured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u64>,
+    /// CPU stack at the call (present when stack capture is on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<StackId>,
+}
+
+/// Which API a call belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiDomain {
+    Runtime,
+    Driver,
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+/// A CUDA runtime or driver API call made by the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Api {
+    pub domain: ApiDomain,
+    /// Function name, e.g. "cudaLaunchKernel".
+    pub name: StrId,
+    /// CUPTI callback id of the function.
+    pub cbid: u32,
+    pub start: u64,
+    pub end: u64,
+    /// OS thread id (gettid) of the caller.
+    pub tid: u64,
+    pub corr: u32,
+    /// Return code (cudaError_t / CUresult).
+    pub ret: u32,
+}
+
+/// A CPU stack captured at an API call whose activity record did not carry it (e.g. its activity kind
+/// was off, or it never completed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Callsite {
+    pub corr: u32,
+    /// API function name.
+    pub api: StrId,
+    pub tid: u64,
+    /// Trace-clock time of the capture.
+    pub ts: u64,
+    pub stack: StackId,
+}
+
+/// Time CUPTI itself spent (buffer flushes, instrumentation…).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Overhead {
+    /// CUPTI's overhead kind, e.g. "activity_buffer_flush", "driver_compiler", "instrumentation".
+    pub kind: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Records lost, and where. Nothing is lost silently: every loss is counted here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Dropped {
+    /// "cupti" (activity buffer full), "stack_queue" (stack samples queue full) or "buffer_pool".
+    pub source: String,
+    pub count: u64,
+}
+
+/// A one-off message from the recorder (e.g. Python frames unavailable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Notice {
+    /// "info", "warning" or "error".
+    pub level: String,
+    pub message: String,
+}
+
+/// Last record of a cleanly closed session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct End {
+    /// Wall clock at close, ns since the Unix epoch.
+    pub end_unix_ns: u64,
+    /// "shutdown" (gpufl::shutdown), "exit" (process exit) or "context_destroy".
+    pub reason: String,
+    pub counts: Counts,
+}
+
+/// Number of records of each kind in a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Counts {
+    pub kernels: u64,
+    pub memcpys: u64,
+    pub memsets: u64,
+    pub syncs: u64,
+    pub apis: u64,
+    pub stacks: u64,
+    pub dropped: u64,
+}
+
+impl Counts {
+    /// Count one record.
+    pub fn add(&mut self, rec: &Record) {
+        match rec {
+            Record::Kernel(_) => self.kernels += 1,
+            Record::Memcpy(_) => self.memcpys += 1,
+            Record::Memset(_) => self.memsets += 1,
+            Record::Sync(_) => self.syncs += 1,
+            Record::Api(_) => self.apis += 1,
+            Record::Stack(_) => self.stacks += 1,
+            Record::Dropped(d) => self.dropped += d.count,
+            _ => {}
+        }
+    }
+}

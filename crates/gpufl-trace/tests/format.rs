@@ -1,0 +1,1591 @@
+//! Integration tests of trace format v1: round trip, interning, tolerance to truncation, corruption
+//! and newer versions, session directory helpers and symbol resolution.
+
+use gpufl_trace::reader::{SessionReader, TraceReader};
+use gpufl_trace::session::{
+    find_sessions, is_session_dir, session_dir_name, trace_files, utc_compact, FIRST_TRACE_FILE,
+};
+use gpufl_trace::*;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// A temporary directory removed on drop; unique per process and per call.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let p =
+            std::env::temp_dir().join(format!("gpufl-trace-test-{}-{n}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `Write` whose bytes can be inspected while a `TraceWriter` owns it.
+#[derive(Clone, Default)]
+struct SharedBuf(Rc<RefCell<Vec<u8>>>);
+
+impl SharedBuf {
+    fn len(&self) -> usize {
+        self.0.borrow().len()
+    }
+    fn bytes(&self) -> Vec<u8> {
+        self.0.borrow().clone()
+    }
+}
+
+impl Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn sample_header() -> Header {
+    Header {
+        format: FORMAT_NAME.into(),
+        version: FORMAT_VERSION,
+        gpufl_version: "0.1.0".into(),
+        session_id: "train-4242-20231114T221320Z".into(),
+        app_name: "train".into(),
+        host: "node01".into(),
+        pid: 4242,
+        ppid: 1,
+        command_line: vec!["python".into(), "train.py".into(), "--lr=3e-4".into()],
+        start_unix_ns: 1_700_000_000_123_456_789,
+        clock: ClockSync {
+            trace_ns: 5_000_000_000,
+            unix_ns: 1_700_000_000_000_000_000,
+        },
+        gpus: vec![
+            Gpu {
+                index: 0,
+                name: "NVIDIA H100 80GB HBM3".into(),
+                uuid: "GPU-0a1b2c3d-0000-1111-2222-333344445555".into(),
+                sm_count: 132,
+                cc_major: 9,
+                cc_minor: 0,
+                total_mem_bytes: 85_045_870_592,
+            },
+            Gpu {
+                index: 1,
+                name: "NVIDIA H100 80GB HBM3".into(),
+                uuid: "GPU-ffffffff-0000-1111-2222-333344445555".into(),
+                sm_count: 132,
+                cc_major: 9,
+                cc_minor: 0,
+                total_mem_bytes: 85_045_870_592,
+            },
+        ],
+        driver_version: Some(13000),
+        cupti_version: Some(26),
+        python_version: Some("3.12".into()),
+        options: CaptureOptions {
+            enable_synchronization: true,
+            enable_stack_trace: true,
+            api_records: "sync".into(),
+            log_path: "/tmp/gpufl".into(),
+            started_by: "test".into(),
+        },
+        capture: CaptureStatus {
+            status: "partial".into(),
+            reason: Some("python frames unavailable".into()),
+        },
+    }
+}
+
+/// Header with every optional field absent.
+fn minimal_header(app: &str) -> Header {
+    Header {
+        format: FORMAT_NAME.into(),
+        version: FORMAT_VERSION,
+        app_name: app.into(),
+        capture: CaptureStatus {
+            status: "ok".into(),
+            reason: None,
+        },
+        ..Header::default()
+    }
+}
+
+/// Drives a `TraceWriter` and keeps, in parallel, the list of records the trace must contain.
+/// Interning is modelled independently (first use writes a record, ids dense from 0) and the ids the
+/// writer returns are checked against the model.
+struct Recorder<W: Write> {
+    w: TraceWriter<W>,
+    expected: Vec<Record>,
+    strs: HashMap<String, StrId>,
+    frames: HashMap<FrameData, FrameId>,
+    stacks: HashMap<Vec<FrameId>, StackId>,
+}
+
+impl<W: Write> Recorder<W> {
+    fn new(out: W, header: &Header) -> Self {
+        let w = TraceWriter::new(out, header).unwrap();
+        let mut h = header.clone();
+        h.format = FORMAT_NAME.into();
+        h.version = FORMAT_VERSION;
+        Recorder {
+            w,
+            expected: vec![Record::Header(Box::new(h))],
+            strs: HashMap::new(),
+            frames: HashMap::new(),
+            stacks: HashMap::new(),
+        }
+    }
+
+    fn str(&mut self, s: &str) -> StrId {
+        let id = self.w.intern_str(s).unwrap();
+        match self.strs.get(s) {
+            Some(&known) => assert_eq!(id, known, "re-interning {s:?} changed its id"),
+            None => {
+                assert_eq!(id, StrId(self.strs.len() as u32), "str ids must be dense");
+                self.strs.insert(s.to_owned(), id);
+                self.expected
+                    .push(Record::Str(StrRecord { id, s: s.into() }));
+            }
+        }
+        id
+    }
+
+    fn frame(&mut self, f: FrameData) -> FrameId {
+        let id = self.w.intern_frame(f.clone()).unwrap();
+        match self.frames.get(&f) {
+            Some(&known) => assert_eq!(id, known, "re-interning a frame changed its id"),
+            None => {
+                assert_eq!(
+                    id,
+                    FrameId(self.frames.len() as u32),
+                    "frame ids must be dense"
+                );
+                self.frames.insert(f.clone(), id);
+                self.expected.push(Record::Frame(Frame {
+                    id,
+                    kind: f.kind,
+                    module: f.module,
+                    offset: f.offset,
+                    func: f.func,
+                    file: f.file,
+                    line: f.line,
+                    inlined: f.inlined,
+                }));
+            }
+        }
+        id
+    }
+
+    fn stack(&mut self, frames: &[FrameId]) -> StackId {
+        let id = self.w.intern_stack(frames).unwrap();
+        match self.stacks.get(frames) {
+            Some(&known) => assert_eq!(id, known, "re-interning a stack changed its id"),
+            None => {
+                assert_eq!(
+                    id,
+                    StackId(self.stacks.len() as u32),
+                    "stack ids must be dense"
+                );
+                self.stacks.insert(frames.to_vec(), id);
+                self.expected.push(Record::Stack(Stack {
+                    id,
+                    frames: frames.to_vec(),
+                }));
+            }
+        }
+        id
+    }
+
+    fn rec(&mut self, r: Record) {
+        self.w.write(&r).unwrap();
+        self.expected.push(r);
+    }
+
+    /// Finish the trace; returns the writer's output and the full expected record list.
+    fn finish(mut self, end_unix_ns: u64, reason: &str) -> (W, Vec<Record>) {
+        let mut counts = Counts::default();
+        for r in &self.expected {
+            counts.add(r);
+        }
+        self.expected.push(Record::End(End {
+            end_unix_ns,
+            reason: reason.into(),
+            counts,
+        }));
+        let out = self.w.finish(end_unix_ns, reason).unwrap();
+        (out, self.expected)
+    }
+}
+
+fn native(module: StrId, offset: u64, func: Option<StrId>) -> FrameData {
+    FrameData {
+        kind: FrameKind::Native,
+        module: Some(module),
+        offset: Some(offset),
+        func,
+        file: None,
+        line: None,
+        inlined: false,
+    }
+}
+
+fn python(func: StrId, file: StrId, line: u32) -> FrameData {
+    FrameData {
+        kind: FrameKind::Python,
+        module: None,
+        offset: None,
+        func: Some(func),
+        file: Some(file),
+        line: Some(line),
+        inlined: false,
+    }
+}
+
+/// One batch of records of every type. `i` varies the values so batches differ.
+fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
+    let t0 = 5_000_000_000 + i * 1_000_000;
+    let kname = r.str(&format!(
+        "void gemm_kernel<float, {}>(float const*, float*)",
+        i % 3
+    ));
+    r.rec(Record::Kernel(Kernel {
+        name: kname,
+        start: t0,
+        end: t0 + 12_345,
+        dev: (i % 2) as u32,
+        ctx: 1,
+        stream: 7 + (i % 2) as u32,
+        corr: 100 + i as u32,
+        grid: [128, 2, 1],
+        block: [256, 1, 1],
+        regs: 96,
+        smem_static: 16_384,
+        smem_dynamic: 49_152,
+        local_mem: (i % 2) as u32 * 64,
+    }));
+    r.rec(Record::Memcpy(Memcpy {
+        kind: CopyKind::HtoD,
+        src_kind: MemoryKind::Pageable,
+        dst_kind: MemoryKind::Device,
+        bytes: 1 << 20,
+        start: t0 + 20_000,
+        end: t0 + 120_000,
+        dev: 0,
+        ctx: 1,
+        stream: 7,
+        corr: 200 + i as u32,
+    }));
+    r.rec(Record::Memset(Memset {
+        bytes: 4096,
+        value: 0,
+        mem_kind: MemoryKind::DeviceStatic,
+        start: t0 + 130_000,
+        end: t0 + 131_000,
+        dev: 0,
+        ctx: 1,
+        stream: 7,
+        corr: 300 + i as u32,
+    }));
+    // A sync with a stack (python frame on top of two native frames, one inlined).
+    let libcudart = r.str("/usr/lib/x86_64-linux-gnu/libcudart.so.12");
+    let sync_fn = r.str("cudaStreamSynchronize");
+    let step = r.str("train_step");
+    let train_py = r.str("/home/u/train.py");
+    let f0 = r.frame(native(libcudart, 0x1a2b0, Some(sync_fn)));
+    let mut inl = native(libcudart, 0x1a2b0, Some(sync_fn));
+    inl.inlined = true;
+    let f1 = r.frame(inl);
+    let f2 = r.frame(python(step, train_py, 40 + (i % 4) as u32));
+    let stack = r.stack(&[f0, f1, f2]);
+    let tid = 31337 + i;
+    r.rec(Record::Sync(Sync {
+        kind: SyncKind::StreamSynchronize,
+        start: t0 + 140_000,
+        end: t0 + 900_000,
+        ctx: 1,
+        stream: Some(7),
+        event: None,
+        corr: 400 + i as u32,
+        tid: Some(tid),
+        stack: Some(stack),
+    }));
+    // And one without.
+    r.rec(Record::Sync(Sync {
+        kind: SyncKind::ContextSynchronize,
+        start: t0 + 900_100,
+        end: t0 + 950_000,
+        ctx: 1,
+        stream: None,
+        event: None,
+        corr: 500 + i as u32,
+        tid: None,
+        stack: None,
+    }));
+    r.rec(Record::Api(Api {
+        domain: ApiDomain::Runtime,
+        name: sync_fn,
+        cbid: 131,
+        start: t0 + 139_000,
+        end: t0 + 901_000,
+        tid,
+        corr: 400 + i as u32,
+        ret: 0,
+    }));
+    let launch = r.str("cuLaunchKernel");
+    r.rec(Record::Callsite(Callsite {
+        corr: 600 + i as u32,
+        api: launch,
+        tid,
+        ts: t0 + 5,
+        stack,
+    }));
+    r.rec(Record::Overhead(Overhead {
+        kind: "activity_buffer_flush".into(),
+        start: t0 + 960_000,
+        end: t0 + 961_000,
+    }));
+}
+
+/// A trace with every record type, `batches` batches, one zstd block per batch. Returns the file
+/// bytes, the expected records, and the block boundaries: (byte offset of the block's end, number
+/// of records in the stream up to and including that block).
+fn multi_block_trace(batches: u64) -> (Vec<u8>, Vec<Record>, Vec<(usize, usize)>) {
+    multi_block_trace_opt(batches, true)
+}
+
+/// As [`multi_block_trace`]; with `close_last` false the last batch shares its block with `end`.
+fn multi_block_trace_opt(
+    batches: u64,
+    close_last: bool,
+) -> (Vec<u8>, Vec<Record>, Vec<(usize, usize)>) {
+    let buf = SharedBuf::default();
+    let mut r = Recorder::new(buf.clone(), &sample_header());
+    let mut boundaries = Vec::new();
+    for i in 0..batches {
+        write_batch(&mut r, i);
+        if i == 1 {
+            r.rec(Record::Dropped(Dropped {
+                source: "cupti".into(),
+                count: 17,
+            }));
+            r.rec(Record::Notice(Notice {
+                level: "warning".into(),
+                message: "python frames unavailable:\n\"quoted\" \\ ü 🚀".into(),
+            }));
+        }
+        if close_last || i + 1 < batches {
+            r.w.end_block().unwrap();
+            boundaries.push((buf.len(), r.expected.len()));
+        }
+    }
+    let (_, expected) = r.finish(1_700_000_100_000_000_000, "shutdown");
+    boundaries.push((buf.len(), expected.len()));
+    (buf.bytes(), expected, boundaries)
+}
+
+fn read_file(path: &Path) -> (Vec<Record>, Vec<String>) {
+    let mut rd = TraceReader::open(path).unwrap();
+    let recs: Vec<Record> = rd.by_ref().collect();
+    (recs, rd.warnings())
+}
+
+fn read_bytes(
+    dir: &TempDir,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(Vec<Record>, Vec<String>), TraceError> {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    let mut rd = TraceReader::open(&p)?;
+    let recs: Vec<Record> = rd.by_ref().collect();
+    Ok((recs, rd.warnings()))
+}
+
+fn assert_prefix(got: &[Record], all: &[Record], ctx: &str) {
+    assert!(
+        got.len() <= all.len(),
+        "{ctx}: read {} records, more than the {} written",
+        got.len(),
+        all.len()
+    );
+    for (i, (g, e)) in got.iter().zip(all).enumerate() {
+        assert_eq!(g, e, "{ctx}: record {i} differs from the one written");
+    }
+}
+
+/// Ids referenced by a record: (strs, frames, stacks).
+fn refs(r: &Record) -> (Vec<StrId>, Vec<FrameId>, Vec<StackId>) {
+    match r {
+        Record::Frame(f) => (
+            [f.module, f.func, f.file].into_iter().flatten().collect(),
+            vec![],
+            vec![],
+        ),
+        Record::Stack(s) => (vec![], s.frames.clone(), vec![]),
+        Record::Kernel(k) => (vec![k.name], vec![], vec![]),
+        Record::Api(a) => (vec![a.name], vec![], vec![]),
+        Record::Sync(s) => (vec![], vec![], s.stack.into_iter().collect()),
+        Record::Callsite(c) => (vec![c.api], vec![], vec![c.stack]),
+        _ => (vec![], vec![], vec![]),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Round trip
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn round_trip_every_record_type_through_a_file() {
+    let dir = TempDir::new("roundtrip");
+    let path = dir.join(FIRST_TRACE_FILE);
+    let file = std::fs::File::create(&path).unwrap();
+    // The header passed in has a wrong format/version: the writer must stamp its own.
+    let mut h = sample_header();
+    h.format = "bogus".into();
+    h.version = 99;
+    let mut r = Recorder::new(file, &h);
+    write_batch(&mut r, 0);
+    r.rec(Record::Dropped(Dropped {
+        source: "cupti".into(),
+        count: 5,
+    }));
+    r.rec(Record::Dropped(Dropped {
+        source: "stack_queue".into(),
+        count: 2,
+    }));
+    r.rec(Record::Notice(Notice {
+        level: "info".into(),
+        message: "multi\nline \"message\"\twith \\ escapes, ü and 🚀".into(),
+    }));
+    // Extreme values must survive JSON (no float conversion).
+    r.rec(Record::Memcpy(Memcpy {
+        kind: CopyKind::PtoP,
+        src_kind: MemoryKind::Managed,
+        dst_kind: MemoryKind::Pinned,
+        bytes: u64::MAX,
+        start: u64::MAX - 1,
+        end: u64::MAX,
+        dev: u32::MAX,
+        ctx: 0,
+        stream: 0,
+        corr: u32::MAX,
+    }));
+    r.rec(Record::Sync(Sync {
+        kind: SyncKind::EventSynchronize,
+        start: 1,
+        end: 2,
+        ctx: 3,
+        stream: None,
+        event: Some(9),
+        corr: 4,
+        tid: Some(u64::MAX),
+        stack: None,
+    }));
+    let (file, expected) = r.finish(1_700_000_100_000_000_000, "exit");
+    drop(file);
+
+    let (got, warnings) = read_file(&path);
+    assert!(
+        warnings.is_empty(),
+        "clean trace gave warnings: {warnings:?}"
+    );
+    assert_eq!(got.len(), expected.len(), "record count");
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(g, e, "record {i}");
+    }
+
+    // Header: stamped format/version, the rest as given.
+    let Record::Header(hdr) = &got[0] else {
+        panic!("first record is not a header: {:?}", got[0]);
+    };
+    assert_eq!(hdr.format, FORMAT_NAME);
+    assert_eq!(hdr.version, FORMAT_VERSION);
+    assert_eq!(hdr.python_version.as_deref(), Some("3.12"));
+
+    // Every type is present.
+    let types: HashSet<&str> = got.iter().map(|r| r.type_name()).collect();
+    for t in [
+        "header", "str", "frame", "stack", "kernel", "memcpy", "memset", "sync", "api", "callsite",
+        "overhead", "dropped", "notice", "end",
+    ] {
+        assert!(types.contains(t), "no {t} record in the round trip");
+    }
+
+    // End counts.
+    let Some(Record::End(end)) = got.last() else {
+        panic!("last record is not end");
+    };
+    assert_eq!(end.reason, "exit");
+    assert_eq!(end.end_unix_ns, 1_700_000_100_000_000_000);
+    let n = |t: &str| got.iter().filter(|r| r.type_name() == t).count() as u64;
+    assert_eq!(
+        end.counts,
+        Counts {
+            kernels: 1,
+            memcpys: 2,
+            memsets: 1,
+            syncs: 3,
+            apis: 1,
+            stacks: 1,
+            dropped: 7,
+        }
+    );
+    assert_eq!(end.counts.kernels, n("kernel"));
+    assert_eq!(end.counts.memcpys, n("memcpy"));
+    assert_eq!(end.counts.syncs, n("sync"));
+    assert_eq!(end.counts.stacks, n("stack"));
+}
+
+#[test]
+fn optional_fields_absent_round_trip_and_are_not_written() {
+    let buf = SharedBuf::default();
+    let mut r = Recorder::new(buf.clone(), &minimal_header("x"));
+    let f = r.frame(FrameData {
+        kind: FrameKind::Unknown,
+        module: None,
+        offset: None,
+        func: None,
+        file: None,
+        line: None,
+        inlined: false,
+    });
+    r.rec(Record::Sync(Sync::default()));
+    let (_, expected) = r.finish(0, "shutdown");
+    assert_eq!(f, FrameId(0));
+    let text = String::from_utf8(zstd::decode_all(&buf.bytes()[..]).unwrap()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), expected.len());
+    for key in [
+        "driver_version",
+        "cupti_version",
+        "python_version",
+        "reason\":null",
+        "\"module\"",
+        "\"inlined\"",
+        "\"stack\"",
+        "\"tid\"",
+        "\"event\"",
+        "null",
+    ] {
+        assert!(
+            !text.contains(key),
+            "absent optional written as {key}: {text}"
+        );
+    }
+    let got: Vec<Record> =
+        TraceReader::from_reader(std::io::Cursor::new(text.into_bytes()), "mem").collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn every_line_is_one_json_object_with_t_first() {
+    let (bytes, expected, _) = multi_block_trace(3);
+    let text = String::from_utf8(zstd::decode_all(&bytes[..]).unwrap()).unwrap();
+    assert!(text.ends_with('\n'));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), expected.len(), "one line per record");
+    for (line, rec) in lines.iter().zip(&expected) {
+        let prefix = format!("{{\"t\":\"{}\"", rec.type_name());
+        assert!(
+            line.starts_with(&prefix),
+            "line does not start with {prefix}: {line}"
+        );
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v.is_object());
+    }
+}
+
+#[test]
+fn blocks_are_independent_zstd_frames() {
+    let (bytes, expected, boundaries) = multi_block_trace(4);
+    let mut start = 0;
+    let mut prev_records = 0;
+    let mut all = String::new();
+    for &(end, n) in &boundaries {
+        let block = &bytes[start..end];
+        assert_eq!(
+            &block[..4],
+            &[0x28, 0xb5, 0x2f, 0xfd],
+            "block does not start with zstd magic"
+        );
+        let text = String::from_utf8(zstd::decode_all(block).unwrap()).unwrap();
+        assert!(text.ends_with('\n'), "a block must end on a line boundary");
+        assert_eq!(text.lines().count(), n - prev_records, "records in block");
+        all.push_str(&text);
+        start = end;
+        prev_records = n;
+    }
+    assert_eq!(start, bytes.len());
+    assert_eq!(all.lines().count(), expected.len());
+}
+
+#[test]
+fn writer_counts_and_uncompressed_bytes() {
+    let buf = SharedBuf::default();
+    let mut r = Recorder::new(buf.clone(), &sample_header());
+    write_batch(&mut r, 0);
+    write_batch(&mut r, 1);
+    let c = r.w.counts().clone();
+    assert_eq!(
+        (c.kernels, c.memcpys, c.memsets, c.syncs, c.apis),
+        (2, 2, 2, 4, 2)
+    );
+    // Batch 1 uses a different python line, so a second stack.
+    assert_eq!(c.stacks, 2);
+    let ub = r.w.uncompressed_bytes();
+    r.w.end_block().unwrap();
+    let decoded = zstd::decode_all(&buf.bytes()[..]).unwrap();
+    assert_eq!(ub, decoded.len() as u64);
+}
+
+#[test]
+fn clock_sync_converts_both_directions() {
+    let c = ClockSync {
+        trace_ns: 5_000,
+        unix_ns: 1_700_000_000_000_000_000,
+    };
+    assert_eq!(c.to_unix_ns(5_000), 1_700_000_000_000_000_000);
+    assert_eq!(c.to_unix_ns(6_500), 1_700_000_000_000_001_500);
+    assert_eq!(c.to_unix_ns(0), 1_699_999_999_999_995_000);
+}
+
+#[test]
+fn sync_kind_display_names() {
+    assert_eq!(
+        SyncKind::StreamSynchronize.display_name(),
+        "StreamSynchronize"
+    );
+    assert_eq!(
+        SyncKind::ContextSynchronize.display_name(),
+        "ContextSynchronize"
+    );
+    assert_eq!(
+        SyncKind::EventSynchronize.display_name(),
+        "EventSynchronize"
+    );
+    assert_eq!(SyncKind::StreamWaitEvent.display_name(), "StreamWaitEvent");
+    assert_eq!(SyncKind::Unknown.display_name(), "Synchronize");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interning
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn interning_is_idempotent_and_dense() {
+    let buf = SharedBuf::default();
+    let mut w = TraceWriter::new(buf.clone(), &minimal_header("intern")).unwrap();
+    let a = w.intern_str("a").unwrap();
+    let b = w.intern_str("b").unwrap();
+    let a2 = w.intern_str("a").unwrap();
+    let c = w.intern_str("c").unwrap();
+    let empty = w.intern_str("").unwrap();
+    assert_eq!(
+        (a, b, a2, c, empty),
+        (StrId(0), StrId(1), StrId(0), StrId(2), StrId(3))
+    );
+
+    let fa = native(a, 0x10, None);
+    let fb = python(b, c, 7);
+    let f0 = w.intern_frame(fa.clone()).unwrap();
+    let f1 = w.intern_frame(fb.clone()).unwrap();
+    let f0b = w.intern_frame(fa.clone()).unwrap();
+    // Same frame but inlined is a different frame.
+    let mut fa_inl = fa.clone();
+    fa_inl.inlined = true;
+    let f2 = w.intern_frame(fa_inl).unwrap();
+    assert_eq!(
+        (f0, f1, f0b, f2),
+        (FrameId(0), FrameId(1), FrameId(0), FrameId(2))
+    );
+
+    let s0 = w.intern_stack(&[f0, f1]).unwrap();
+    let s1 = w.intern_stack(&[f1, f0]).unwrap(); // order matters
+    let s0b = w.intern_stack(&[f0, f1]).unwrap();
+    let s2 = w.intern_stack(&[]).unwrap();
+    assert_eq!(
+        (s0, s1, s0b, s2),
+        (StackId(0), StackId(1), StackId(0), StackId(2))
+    );
+    assert_eq!(
+        w.counts().stacks,
+        3,
+        "a re-interned stack is not counted again"
+    );
+    w.finish(1, "shutdown").unwrap();
+
+    let got: Vec<Record> = TraceReader::from_reader(
+        std::io::Cursor::new(zstd::decode_all(&buf.bytes()[..]).unwrap()),
+        "mem",
+    )
+    .collect();
+    let strs: Vec<&StrRecord> = got
+        .iter()
+        .filter_map(|r| {
+            if let Record::Str(s) = r {
+                Some(s)
+            } else {
+                None
+            }
+        })
+        .collect();
+    let frames: Vec<&Frame> = got
+        .iter()
+        .filter_map(|r| {
+            if let Record::Frame(f) = r {
+                Some(f)
+            } else {
+                None
+            }
+        })
+        .collect();
+    let stacks: Vec<&Stack> = got
+        .iter()
+        .filter_map(|r| {
+            if let Record::Stack(s) = r {
+                Some(s)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(
+        strs.iter()
+            .map(|s| (s.id.0, s.s.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(0, "a"), (1, "b"), (2, "c"), (3, "")],
+        "exactly one str record per distinct string, in id order"
+    );
+    assert_eq!(
+        frames.iter().map(|f| f.id.0).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert!(frames[2].inlined && !frames[0].inlined);
+    assert_eq!(frames[1].line, Some(7));
+    assert_eq!(
+        stacks.iter().map(|s| s.id.0).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert_eq!(stacks[1].frames, vec![f1, f0]);
+    assert!(stacks[2].frames.is_empty());
+    let Some(Record::End(end)) = got.last() else {
+        panic!("no end record");
+    };
+    assert_eq!(end.counts.stacks, 3);
+}
+
+#[test]
+fn interned_records_precede_their_first_use() {
+    let (bytes, _, _) = multi_block_trace(5);
+    let dir = TempDir::new("precede");
+    let (got, warnings) = read_bytes(&dir, FIRST_TRACE_FILE, &bytes).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let mut strs = HashSet::new();
+    let mut frames = HashSet::new();
+    let mut stacks = HashSet::new();
+    let (mut next_str, mut next_frame, mut next_stack) = (0u32, 0u32, 0u32);
+    let mut uses = 0;
+    for (i, r) in got.iter().enumerate() {
+        let (s, f, k) = refs(r);
+        for id in s {
+            assert!(
+                strs.contains(&id),
+                "record {i} ({r:?}) uses str {id:?} before its definition"
+            );
+            uses += 1;
+        }
+        for id in f {
+            assert!(
+                frames.contains(&id),
+                "record {i} uses frame {id:?} before its definition"
+            );
+            uses += 1;
+        }
+        for id in k {
+            assert!(
+                stacks.contains(&id),
+                "record {i} uses stack {id:?} before its definition"
+            );
+            uses += 1;
+        }
+        match r {
+            Record::Str(s) => {
+                assert_eq!(s.id.0, next_str, "str ids dense, in order");
+                next_str += 1;
+                assert!(strs.insert(s.id), "str {:?} defined twice", s.id);
+            }
+            Record::Frame(f) => {
+                assert_eq!(f.id.0, next_frame, "frame ids dense, in order");
+                next_frame += 1;
+                assert!(frames.insert(f.id), "frame {:?} defined twice", f.id);
+            }
+            Record::Stack(s) => {
+                assert_eq!(s.id.0, next_stack, "stack ids dense, in order");
+                next_stack += 1;
+                assert!(stacks.insert(s.id), "stack {:?} defined twice", s.id);
+            }
+            _ => {}
+        }
+    }
+    assert!(uses > 30, "the walk checked too few references ({uses})");
+    assert!(next_str >= 5 && next_frame >= 3 && next_stack >= 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Truncation and corruption
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn truncated_file_yields_prefix_and_warnings() {
+    let (bytes, expected, boundaries) = multi_block_trace(6);
+    assert_eq!(boundaries.len(), 7);
+    let dir = TempDir::new("trunc");
+
+    let mut cuts: Vec<usize> = (0..bytes.len()).step_by(13).collect();
+    for &(b, _) in &boundaries {
+        for c in [b.saturating_sub(1), b, b + 1, b + 3, b + 4, b + 5, b + 12] {
+            if c <= bytes.len() {
+                cuts.push(c);
+            }
+        }
+    }
+    cuts.push(bytes.len());
+    cuts.sort_unstable();
+    cuts.dedup();
+
+    let mut lossy_cuts = 0;
+    let mut silent = Vec::new();
+    for &cut in &cuts {
+        let ctx = format!("cut at {cut}/{}", bytes.len());
+        let result = std::panic::catch_unwind(|| read_bytes(&dir, "t.ndjson.zst", &bytes[..cut]));
+        let result = result.unwrap_or_else(|_| panic!("{ctx}: reader panicked"));
+        let (got, warnings) = match result {
+            Ok(x) => x,
+            // A few bytes of zstd magic are not recognizable as anything; refusing is fine.
+            Err(TraceError::NotATrace { .. }) if (1..4).contains(&cut) => continue,
+            Err(e) => panic!("{ctx}: open failed: {e}"),
+        };
+        assert_prefix(&got, &expected, &ctx);
+        // Every record of every block that ends at or before the cut must be there.
+        let complete = boundaries
+            .iter()
+            .filter(|(end, _)| *end <= cut)
+            .map(|&(_, n)| n)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            got.len() >= complete,
+            "{ctx}: only {} records, but the complete blocks before the cut hold {complete}",
+            got.len()
+        );
+        if cut == bytes.len() {
+            assert_eq!(got, expected, "{ctx}: untruncated file");
+            assert!(
+                warnings.is_empty(),
+                "{ctx}: warnings on a complete file: {warnings:?}"
+            );
+        } else {
+            // Only a cut inside the last block's 4-byte checksum can keep every record.
+            assert!(
+                got.len() < expected.len() || cut + 4 >= bytes.len(),
+                "{ctx}: nothing was lost?"
+            );
+            lossy_cuts += 1;
+            if warnings.is_empty() {
+                silent.push(format!(
+                    "{ctx}: {} of {} records lost, file damaged, no warning",
+                    expected.len() - got.len(),
+                    expected.len()
+                ));
+            }
+        }
+    }
+    assert!(lossy_cuts > 50, "too few cuts tested ({lossy_cuts})");
+    assert!(silent.is_empty(), "silent losses:\n{}", silent.join("\n"));
+}
+
+#[test]
+fn corrupt_bytes_in_last_block_yield_prefix_and_warning() {
+    let (bytes, expected, boundaries) = multi_block_trace_opt(4, false);
+    let dir = TempDir::new("corrupt");
+    // Last block: from the end of the second-to-last boundary to the end of the file.
+    let last_start = boundaries[boundaries.len() - 2].0;
+    let before_last = boundaries[boundaries.len() - 2].1;
+    let last_len = bytes.len() - last_start;
+    assert!(
+        last_len > 64,
+        "last block too small to corrupt meaningfully ({last_len})"
+    );
+    for frac in [3usize, 4, 5, 6, 7] {
+        // Overwrite a run of bytes around the middle of the last block.
+        let mid = last_start + last_len * frac / 10;
+        let mut bad = bytes.clone();
+        for b in &mut bad[mid..mid + 8] {
+            *b ^= 0xA5;
+        }
+        let ctx = format!(
+            "corruption at {mid} (last block {last_start}..{})",
+            bytes.len()
+        );
+        let (got, warnings) = read_bytes(&dir, "c.ndjson.zst", &bad).unwrap();
+        assert_prefix(&got, &expected, &ctx);
+        assert!(
+            got.len() >= before_last,
+            "{ctx}: records of intact blocks lost ({} < {before_last})",
+            got.len()
+        );
+        assert!(
+            got.len() < expected.len(),
+            "{ctx}: corruption went unnoticed"
+        );
+        assert!(!warnings.is_empty(), "{ctx}: no warning");
+    }
+}
+
+#[test]
+fn crash_after_a_closed_block_keeps_it_and_warns() {
+    let buf = SharedBuf::default();
+    let mut r = Recorder::new(buf.clone(), &sample_header());
+    write_batch(&mut r, 0);
+    r.w.end_block().unwrap();
+    let kept = r.expected.clone();
+    write_batch(&mut r, 1);
+    // The process dies: the writer is never finished, the open block never closed.
+    drop(r);
+    let dir = TempDir::new("crash");
+    let (got, warnings) = read_bytes(&dir, FIRST_TRACE_FILE, &buf.bytes()).unwrap();
+    assert_eq!(got, kept);
+    assert!(
+        warnings.iter().any(|w| w.contains("no end record")),
+        "{warnings:?}"
+    );
+
+    // Died before the first block was closed: an empty file.
+    let (got, warnings) = read_bytes(&dir, "empty.ndjson.zst", b"").unwrap();
+    assert!(got.is_empty());
+    assert!(warnings.iter().any(|w| w.contains("empty")), "{warnings:?}");
+}
+
+#[test]
+fn blocks_carry_a_checksum_and_blocks_without_one_still_read() {
+    let (bytes, expected, boundaries) = multi_block_trace(3);
+    let mut start = 0;
+    for &(end, _) in &boundaries {
+        // Frame_Header_Descriptor, bit 2: Content_Checksum_flag.
+        assert_ne!(
+            bytes[start + 4] & 0x04,
+            0,
+            "block at {start} has no checksum"
+        );
+        start = end;
+    }
+    // A trace compressed by another tool (no checksums, different frame split) reads the same.
+    let text = zstd::decode_all(&bytes[..]).unwrap();
+    let mid = text
+        .iter()
+        .take(text.len() / 2)
+        .rposition(|&b| b == b'\n')
+        .unwrap()
+        + 1;
+    let mut other = zstd::encode_all(&text[..mid], 19).unwrap();
+    other.extend(zstd::encode_all(&text[mid..], 1).unwrap());
+    let dir = TempDir::new("nochecksum");
+    let (got, warnings) = read_bytes(&dir, "o.ndjson.zst", &other).unwrap();
+    assert_eq!(got, expected);
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
+fn corruption_late_in_a_large_block_never_yields_altered_records() {
+    // A block much larger than any read buffer: a streaming decoder would hand out most of it
+    // before reaching the damage (or the checksum that reveals it).
+    let buf = SharedBuf::default();
+    let mut r = Recorder::new(buf.clone(), &sample_header());
+    write_batch(&mut r, 0);
+    r.w.end_block().unwrap();
+    let first_block = (buf.len(), r.expected.len());
+    let name = r.str("k");
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in 0..6000u32 {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        r.rec(Record::Kernel(Kernel {
+            name,
+            start: x >> 20,
+            end: (x >> 20) + (x & 0xffff),
+            dev: (x >> 60) as u32,
+            stream: (x >> 50) as u32 & 0xff,
+            corr: i,
+            grid: [(x & 0x3ff) as i32, 1, 1],
+            block: [256, 1, 1],
+            ..Kernel::default()
+        }));
+    }
+    let (bytes, expected) = {
+        let (_, expected) = r.finish(1, "shutdown");
+        (buf.bytes(), expected)
+    };
+    let last_len = bytes.len() - first_block.0;
+    assert!(
+        last_len > 100_000,
+        "last block too small ({last_len} bytes)"
+    );
+    let dir = TempDir::new("bigblock");
+    for k in 0..24 {
+        // Spread over the second half of the block, short of the 4-byte checksum.
+        let pos = first_block.0 + last_len / 2 + k * (last_len / 2 - 8) / 24;
+        let mut bad = bytes.clone();
+        bad[pos] ^= 0x10;
+        let ctx = format!("flip at byte {pos}/{}", bytes.len());
+        let (got, warnings) = read_bytes(&dir, "b.ndjson.zst", &bad).unwrap();
+        assert_prefix(&got, &expected, &ctx);
+        assert!(got.len() >= first_block.1, "{ctx}: intact block lost");
+        if got.len() < expected.len() {
+            assert!(!warnings.is_empty(), "{ctx}: loss without a warning");
+        }
+    }
+}
+
+#[test]
+fn every_bit_flip_is_detected_or_harmless() {
+    let (bytes, expected, boundaries) = multi_block_trace_opt(4, false);
+    let dir = TempDir::new("flips");
+    let last_start = boundaries[boundaries.len() - 2].0;
+    // Every byte of the last block, every third byte of the blocks before it.
+    let positions = (0..last_start).step_by(3).chain(last_start..bytes.len());
+    let mut detected = 0;
+    for pos in positions {
+        for flip in [0x01u8, 0x80] {
+            let mut bad = bytes.clone();
+            bad[pos] ^= flip;
+            let ctx = format!("bit flip {flip:#x} at byte {pos}/{}", bytes.len());
+            let Ok((got, warnings)) = read_bytes(&dir, "f.ndjson.zst", &bad) else {
+                assert!(pos < 4, "{ctx}: open failed");
+                continue;
+            };
+            // Never an altered record: what is returned is a prefix of what was written.
+            assert_prefix(&got, &expected, &ctx);
+            // Records of the blocks before the damaged one are all there.
+            let intact = boundaries
+                .iter()
+                .filter(|(end, _)| *end <= pos)
+                .map(|&(_, n)| n)
+                .max()
+                .unwrap_or(0);
+            assert!(got.len() >= intact, "{ctx}: {} < {intact}", got.len());
+            if got.len() < expected.len() {
+                assert!(
+                    !warnings.is_empty(),
+                    "{ctx}: records lost without a warning"
+                );
+                detected += 1;
+            }
+        }
+    }
+    assert!(detected > 1000, "too few damaging flips ({detected})");
+}
+
+#[test]
+fn garbage_lines_in_plain_ndjson_are_skipped_and_counted() {
+    let dir = TempDir::new("garbage");
+    let hdr = serde_json::to_string(&Record::Header(Box::new(minimal_header("g")))).unwrap();
+    let s0 = serde_json::to_string(&Record::Str(StrRecord {
+        id: StrId(0),
+        s: "k".into(),
+    }))
+    .unwrap();
+    let k = |start| {
+        serde_json::to_string(&Record::Kernel(Kernel {
+            start,
+            end: start + 1,
+            ..Kernel::default()
+        }))
+        .unwrap()
+    };
+    let end = serde_json::to_string(&Record::End(End::default())).unwrap();
+    let text = [
+        hdr.as_str(),
+        &s0,
+        &k(1),
+        "this is not json at all",
+        "",
+        "   ",
+        r#"{"t":"kernel","name":0,"start":"#,
+        r#"{"t":"kernel","name":0}"#,
+        r#"{"no_tag":1}"#,
+        r#"[1,2,3]"#,
+        &k(2),
+        "\u{0}\u{1}binary\u{ff}",
+        &k(3),
+        &end,
+    ]
+    .join("\n")
+        + "\n";
+    let p = dir.join("trace-0000.ndjson");
+    std::fs::write(&p, &text).unwrap();
+    let (got, warnings) = read_file(&p);
+    let starts: Vec<u64> = got
+        .iter()
+        .filter_map(|r| {
+            if let Record::Kernel(k) = r {
+                Some(k.start)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(
+        starts,
+        vec![1, 2, 3],
+        "good lines after the garbage are still read"
+    );
+    assert_eq!(got.len(), 6);
+    assert!(matches!(got[0], Record::Header(_)));
+    assert!(matches!(got[5], Record::End(_)));
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("skipped 6 line(s)"),
+        "bad lines not counted right: {warnings:?}"
+    );
+}
+
+#[test]
+fn trailing_partial_line_in_plain_ndjson_is_dropped_with_warning() {
+    let hdr = serde_json::to_string(&Record::Header(Box::new(minimal_header("p")))).unwrap();
+    let text = format!("{hdr}\n{{\"t\":\"kernel\",\"name\":0,\"st");
+    let mut rd = TraceReader::from_reader(std::io::Cursor::new(text.into_bytes()), "mem");
+    let got: Vec<Record> = rd.by_ref().collect();
+    assert_eq!(got.len(), 1);
+    let w = rd.warnings();
+    assert!(w.iter().any(|w| w.contains("truncated")), "{w:?}");
+}
+
+#[test]
+fn file_that_is_neither_zstd_nor_ndjson_is_refused() {
+    let dir = TempDir::new("notatrace");
+    let p = dir.join("trace-0000.ndjson.zst");
+    std::fs::write(&p, b"PK\x03\x04 a zip file").unwrap();
+    assert!(matches!(
+        TraceReader::open(&p),
+        Err(TraceError::NotATrace { .. })
+    ));
+    assert!(matches!(
+        TraceReader::open(&dir.join("missing")),
+        Err(TraceError::Io { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Newer versions
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn newer_version_unknown_types_and_fields_are_tolerated() {
+    let dir = TempDir::new("future");
+    let text = r#"{"t":"header","format":"gpufl-trace","version":2,"gpufl_version":"9.9.9","session_id":"s","app_name":"a","host":"h","pid":1,"ppid":0,"command_line":["a"],"start_unix_ns":10,"clock":{"trace_ns":1,"unix_ns":2,"drift_ppm":0.5},"gpus":[{"index":0,"name":"G","uuid":"GPU-1","sm_count":1,"cc_major":12,"cc_minor":0,"total_mem_bytes":1,"mig":true}],"options":{"enable_synchronization":true,"enable_stack_trace":false,"api_records":"none","log_path":"/l","started_by":"api","sample_rate_hz":100},"capture":{"status":"ok"},"new_header_field":{"nested":[1,2]}}
+{"t":"gpu_metric","dev":0,"ts":5,"util":0.5}
+{"t":"str","id":0,"s":"k","lang":"c++"}
+{"t":"kernel","name":0,"start":100,"end":200,"dev":0,"ctx":1,"stream":2,"corr":3,"grid":[1,1,1],"block":[32,1,1],"regs":8,"smem_static":0,"smem_dynamic":0,"local_mem":0,"cluster":[2,1,1],"graph_id":7}
+{"t":"gpu_metric","dev":0,"ts":6,"util":0.7}
+{"t":"sync","kind":"graph_synchronize","start":1,"end":2,"ctx":1,"corr":4}
+{"t":"frame","id":0,"kind":"jit","func":0,"column":3}
+{"t":"memcpy","kind":"HtoC","src_kind":"cxl","dst_kind":"device","bytes":1,"start":1,"end":2,"dev":0,"ctx":1,"stream":2,"corr":5}
+{"t":"api","domain":"nvtx","name":0,"cbid":1,"start":1,"end":2,"tid":3,"corr":6,"ret":0}
+{"t":"power_sample","w":300}
+{"dev":0,"t":"memset","bytes":8,"value":0,"mem_kind":"device","start":1,"end":2,"ctx":1,"stream":2,"corr":7}
+{"t":"end","end_unix_ns":20,"reason":"shutdown","counts":{"kernels":1,"memcpys":1,"memsets":1,"syncs":1,"apis":1,"stacks":0,"dropped":0,"gpu_metrics":2}}
+"#;
+    let p = dir.join("trace-0000.ndjson");
+    std::fs::write(&p, text).unwrap();
+    let (got, warnings) = read_file(&p);
+    let types: Vec<&str> = got.iter().map(|r| r.type_name()).collect();
+    assert_eq!(
+        types,
+        vec!["header", "str", "kernel", "sync", "frame", "memcpy", "api", "memset", "end"]
+    );
+    let Record::Header(h) = &got[0] else {
+        unreachable!()
+    };
+    assert_eq!(h.version, 2);
+    assert_eq!(
+        h.clock,
+        ClockSync {
+            trace_ns: 1,
+            unix_ns: 2
+        }
+    );
+    assert_eq!(h.gpus[0].cc_major, 12);
+    assert_eq!(h.options.started_by, "api");
+    let Record::Kernel(k) = &got[2] else {
+        unreachable!()
+    };
+    assert_eq!((k.start, k.end, k.block), (100, 200, [32, 1, 1]));
+    let Record::Sync(s) = &got[3] else {
+        unreachable!()
+    };
+    assert_eq!(s.kind, SyncKind::Unknown);
+    let Record::Frame(f) = &got[4] else {
+        unreachable!()
+    };
+    assert_eq!(f.kind, FrameKind::Unknown);
+    let Record::Memcpy(m) = &got[5] else {
+        unreachable!()
+    };
+    assert_eq!(
+        (m.kind, m.src_kind, m.dst_kind),
+        (CopyKind::Unknown, MemoryKind::Unknown, MemoryKind::Device)
+    );
+    let Record::Api(a) = &got[6] else {
+        unreachable!()
+    };
+    assert_eq!(a.domain, ApiDomain::Unknown);
+    let Record::Memset(ms) = &got[7] else {
+        unreachable!()
+    };
+    assert_eq!(
+        ms.bytes, 8,
+        "a record whose \"t\" is not first is still read"
+    );
+
+    // Unknown types are counted, per type.
+    let mut want = BTreeMap::new();
+    want.insert("gpu_metric".to_string(), 2u64);
+    want.insert("power_sample".to_string(), 1u64);
+    let mut rd = TraceReader::open(&p).unwrap();
+    let n = rd.by_ref().count();
+    assert_eq!(n, 9);
+    assert_eq!(rd.unknown_types(), &want);
+
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("v2") && w.contains("newer")),
+        "no newer-version warning: {warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("2 record(s)") && w.contains("gpu_metric")),
+        "unknown type not reported: {warnings:?}"
+    );
+    assert!(
+        warnings.iter().any(|w| w.contains("power_sample")),
+        "unknown type not reported: {warnings:?}"
+    );
+    assert!(
+        !warnings.iter().any(|w| w.contains("not valid records")),
+        "known records with extra fields must not count as bad lines: {warnings:?}"
+    );
+}
+
+#[test]
+fn current_version_header_gives_no_version_warning() {
+    let (bytes, _, _) = multi_block_trace(1);
+    let dir = TempDir::new("curver");
+    let (_, warnings) = read_bytes(&dir, "t.ndjson.zst", &bytes).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn utc_formatting_of_known_instants() {
+    assert_eq!(utc_compact(0), "19700101T000000Z");
+    assert_eq!(utc_compact(1_700_000_000), "20231114T221320Z");
+    assert_eq!(utc_compact(1_709_164_800), "20240229T000000Z"); // leap day
+    assert_eq!(utc_compact(1_709_251_199), "20240229T235959Z");
+    assert_eq!(utc_compact(1_709_251_200), "20240301T000000Z");
+    assert_eq!(utc_compact(951_827_696), "20000229T123456Z"); // leap century
+    assert_eq!(utc_compact(4_107_542_400), "21000301T000000Z"); // 2100 is not a leap year
+    assert_eq!(utc_compact(946_684_799), "19991231T235959Z");
+}
+
+#[test]
+fn session_dir_name_sanitizes_and_formats() {
+    assert_eq!(
+        session_dir_name("train", 4242, 1_700_000_000_000_000_000),
+        "train-4242-20231114T221320Z"
+    );
+    // Sub-second part is dropped, not rounded.
+    assert_eq!(
+        session_dir_name("train", 1, 1_700_000_000_999_999_999),
+        "train-1-20231114T221320Z"
+    );
+    assert_eq!(
+        session_dir_name("my app/../x:ü", 7, 1_709_208_000_000_000_000),
+        "my_app_.._x__-7-20240229T120000Z"
+    );
+    assert_eq!(
+        session_dir_name("v1.2_ok-Name", 0, 0),
+        "v1.2_ok-Name-0-19700101T000000Z"
+    );
+    assert_eq!(session_dir_name("", 3, 0), "app-3-19700101T000000Z");
+    let long = "x".repeat(200);
+    let name = session_dir_name(&long, 3, 0);
+    assert_eq!(name, format!("{}-3-19700101T000000Z", "x".repeat(64)));
+    for c in name.chars() {
+        assert!(c.is_ascii_alphanumeric() || "_.-".contains(c));
+    }
+}
+
+/// Write a finished trace to `path` with `n` kernels starting at `first_start`.
+fn write_trace_file(path: &Path, app: &str, first_start: u64, n: u64) -> Vec<Record> {
+    let file = std::fs::File::create(path).unwrap();
+    let mut r = Recorder::new(file, &minimal_header(app));
+    let name = r.str("k");
+    for i in 0..n {
+        r.rec(Record::Kernel(Kernel {
+            name,
+            start: first_start + i,
+            end: first_start + i + 1,
+            ..Kernel::default()
+        }));
+        if i % 2 == 1 {
+            r.w.end_block().unwrap();
+        }
+    }
+    let (_, expected) = r.finish(99, "shutdown");
+    expected
+}
+
+#[test]
+fn session_reader_reads_files_in_order() {
+    let root = TempDir::new("sessions");
+    let sdir = root.join(&session_dir_name("train", 42, 1_700_000_000_000_000_000));
+    std::fs::create_dir(&sdir).unwrap();
+    // Written in reverse order: the reader must sort by name, not by creation.
+    let second = write_trace_file(&sdir.join("trace-0001.ndjson.zst"), "train", 1000, 5);
+    let first = write_trace_file(&sdir.join(FIRST_TRACE_FILE), "train", 0, 4);
+    std::fs::write(sdir.join("notes.txt"), "not a trace").unwrap();
+    std::fs::write(sdir.join("trace.lock"), "").unwrap();
+
+    let files = trace_files(&sdir).unwrap();
+    let names: Vec<String> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec![FIRST_TRACE_FILE, "trace-0001.ndjson.zst"]);
+    assert!(is_session_dir(&sdir));
+
+    let mut sr = SessionReader::open(&sdir).unwrap();
+    let got: Vec<Record> = sr.by_ref().collect();
+    let mut want = first.clone();
+    want.extend(second);
+    assert_eq!(got, want);
+    assert!(sr.warnings().is_empty(), "{:?}", sr.warnings());
+
+    // A second session, a non-session directory and a plain file under the same root.
+    let sdir2 = root.join(&session_dir_name("eval", 7, 1_709_208_000_000_000_000));
+    std::fs::create_dir(&sdir2).unwrap();
+    write_trace_file(&sdir2.join(FIRST_TRACE_FILE), "eval", 0, 1);
+    std::fs::create_dir(root.join("empty")).unwrap();
+    std::fs::write(root.join("README"), "x").unwrap();
+    assert_eq!(
+        find_sessions(root.path()),
+        vec![sdir2.clone(), sdir.clone()]
+    );
+    // A session directory itself is found as itself.
+    assert_eq!(find_sessions(&sdir), vec![sdir.clone()]);
+    assert!(find_sessions(&root.join("empty")).is_empty());
+    assert!(find_sessions(&root.join("does-not-exist")).is_empty());
+}
+
+#[test]
+fn session_reader_survives_a_bad_file() {
+    let dir = TempDir::new("badsession");
+    let first = write_trace_file(&dir.join(FIRST_TRACE_FILE), "a", 0, 3);
+    std::fs::write(dir.join("trace-0001.ndjson.zst"), b"\x00\x01garbage").unwrap();
+    let mut sr = SessionReader::open(dir.path()).unwrap();
+    let got: Vec<Record> = sr.by_ref().collect();
+    assert_eq!(got, first);
+    let w = sr.warnings();
+    assert!(
+        w.iter()
+            .any(|w| w.contains("trace-0001") && w.contains("not a gpufl trace")),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn directory_without_trace_files_is_not_a_session() {
+    let dir = TempDir::new("notsession");
+    std::fs::write(dir.join("trace.txt"), "x").unwrap();
+    std::fs::write(dir.join("other.ndjson.zst"), "x").unwrap();
+    assert!(matches!(
+        trace_files(dir.path()),
+        Err(TraceError::NotASession(p)) if p == dir.path()
+    ));
+    assert!(matches!(
+        SessionReader::open(dir.path()),
+        Err(TraceError::NotASession(_))
+    ));
+    assert!(!is_session_dir(dir.path()));
+    assert!(matches!(
+        trace_files(&dir.join("missing")),
+        Err(TraceError::Io { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Symbols
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn symbols_describe_frames_and_tolerate_missing_ids() {
+    let mut sym = Symbols::default();
+    let recs = [
+        Record::Str(StrRecord {
+            id: StrId(0),
+            s: "train_step".into(),
+        }),
+        Record::Str(StrRecord {
+            id: StrId(1),
+            s: "/home/u/train.py".into(),
+        }),
+        Record::Str(StrRecord {
+            id: StrId(2),
+            s: "/usr/lib/x86_64-linux-gnu/libcudart.so.12".into(),
+        }),
+        Record::Str(StrRecord {
+            id: StrId(3),
+            s: "cudaStreamSynchronize".into(),
+        }),
+        Record::Frame(Frame {
+            id: FrameId(0),
+            kind: FrameKind::Python,
+            module: None,
+            offset: None,
+            func: Some(StrId(0)),
+            file: Some(StrId(1)),
+            line: Some(42),
+            inlined: false,
+        }),
+        Record::Frame(Frame {
+            id: FrameId(1),
+            kind: FrameKind::Native,
+            module: Some(StrId(2)),
+            offset: Some(0x1a2b),
+            func: Some(StrId(3)),
+            file: None,
+            line: None,
+            inlined: false,
+        }),
+        // References a string that was never defined.
+        Record::Frame(Frame {
+            id: FrameId(2),
+            kind: FrameKind::Native,
+            module: Some(StrId(77)),
+            offset: Some(16),
+            func: Some(StrId(99)),
+            file: None,
+            line: None,
+            inlined: false,
+        }),
+        // Nothing known at all.
+        Record::Frame(Frame {
+            id: FrameId(3),
+            kind: FrameKind::Unknown,
+            module: None,
+            offset: None,
+            func: None,
+            file: None,
+            line: None,
+            inlined: false,
+        }),
+        Record::Stack(Stack {
+            id: StackId(0),
+            frames: vec![FrameId(1), FrameId(0)],
+        }),
+    ];
+    for r in &recs {
+        assert!(sym.observe(r));
+    }
+    assert!(!sym.observe(&Record::Kernel(Kernel::default())));
+    assert!(!sym.observe(&Record::End(End::default())));
+
+    assert_eq!(
+        sym.describe_frame(FrameId(0)),
+        "train_step (/home/u/train.py:42)"
+    );
+    assert_eq!(
+        sym.describe_frame(FrameId(1)),
+        "cudaStreamSynchronize [libcudart.so.12+0x1a2b]"
+    );
+    assert_eq!(sym.describe_frame(FrameId(2)), "? [?+0x10]");
+    assert_eq!(sym.describe_frame(FrameId(3)), "?? [?+0x0]");
+    let missing = sym.describe_frame(FrameId(1000));
+    assert!(missing.contains("1000"), "{missing}");
+
+    assert_eq!(sym.str(StrId(1)), "/home/u/train.py");
+    assert_eq!(sym.str(StrId(4)), "?");
+    assert_eq!(sym.str(StrId(u32::MAX)), "?");
+    assert_eq!(sym.opt_str(None), None);
+    assert_eq!(sym.opt_str(Some(StrId(500))), Some("?"));
+    assert!(sym.frame(FrameId(4)).is_none());
+    assert_eq!(sym.stack(StackId(0)), Some(&[FrameId(1), FrameId(0)][..]));
+    assert!(sym.stack(StackId(1)).is_none());
+    assert!(sym.stack(StackId(u32::MAX)).is_none());
+}
+
+#[test]
+fn symbols_resolve_stacks_of_a_written_trace() {
+    let (bytes, _, _) = multi_block_trace(2);
+    let dir = TempDir::new("symtrace");
+    let (got, _) = read_bytes(&dir, "t.ndjson.zst", &bytes).unwrap();
+    let mut sym = Symbols::default();
+    let mut described = Vec::new();
+    for r in &got {
+        sym.observe(r);
+        if let Record::Sync(Sync {
+            stack: Some(stack), ..
+        }) = r
+        {
+            let frames = sym.stack(*stack).expect("stack defined before use");
+            described.push(
+                frames
+                    .iter()
+                    .map(|f| sym.describe_frame(*f))
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
+    assert_eq!(described.len(), 2);
+    assert_eq!(
+        described[0],
+        vec![
+            "cudaStreamSynchronize [libcudart.so.12+0x1a2b0]",
+            "cudaStreamSynchronize [libcudart.so.12+0x1a2b0]",
+            "train_step (/home/u/train.py:40)",
+        ]
+    );
+    assert_eq!(described[1][2], "train_step (/home/u/train.py:41)");
+}

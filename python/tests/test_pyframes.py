@@ -1,0 +1,300 @@
+"""End-to-end tests for crates/gpufl-capture/src/pyframes.rs.
+
+Build first: ``cargo build -p gpufl-capture``. The library is taken from
+``$GPUFL_CAPTURE_LIB`` or ``<repo>/target/debug/libgpufl_capture.so``.
+
+ctypes releases the GIL around foreign calls, which is exactly the situation
+the recorder is in during a CUDA callback: the Python stack must be read from
+the interpreter's structures without holding (or taking) the GIL.
+"""
+
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve()
+REPO_ROOT = HERE.parents[2]
+SUPPORTED = {(3, 11), (3, 12)}
+
+
+def _lib_path():
+    env = os.environ.get("GPUFL_CAPTURE_LIB")
+    return Path(env) if env else REPO_ROOT / "target" / "debug" / "libgpufl_capture.so"
+
+
+def _load():
+    path = _lib_path()
+    if not path.exists():
+        pytest.fail(f"{path} not found: run `cargo build -p gpufl-capture` first "
+                    "(or set GPUFL_CAPTURE_LIB)")
+    lib = ctypes.CDLL(str(path))  # CDLL => the GIL is released during calls
+    lib.gpufl_test_python_stack.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.gpufl_test_python_stack.restype = ctypes.c_ssize_t
+    lib.gpufl_test_python_capture_ns.argtypes = [ctypes.c_uint32]
+    lib.gpufl_test_python_capture_ns.restype = ctypes.c_double
+    return lib
+
+
+LIB = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lib():
+    global LIB
+    if sys.version_info[:2] not in SUPPORTED:
+        pytest.skip(f"pyframes supports {sorted(SUPPORTED)}, not {sys.version_info[:2]}")
+    LIB = _load()
+    return LIB
+
+
+def _source_lines():
+    return HERE.read_text(encoding="utf-8").splitlines()
+
+
+def line_of(marker):
+    """1-based line number of the unique line ending in '# @<marker>'."""
+    tag = f"# @{marker}"
+    hits = [i + 1 for i, text in enumerate(_source_lines()) if text.rstrip().endswith(tag)]
+    assert len(hits) == 1, (marker, hits)
+    return hits[0]
+
+
+def stack():
+    """Python stack of the calling thread as seen by the recorder, innermost first."""
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = LIB.gpufl_test_python_stack(buf, len(buf))  # @stack
+    assert n >= 0, n
+    return json.loads(buf.raw[:n].decode("utf-8"))
+
+
+def frames_of_this_file(frames):
+    return [f for f in frames if f["file"] == str(HERE)]
+
+
+def assert_top(frames, expected):
+    """expected: list of (function, marker) for the innermost frames below stack()."""
+    want = [{"file": str(HERE), "function": "stack", "line": line_of("stack")}]
+    want += [{"file": str(HERE), "function": fn, "line": line_of(m)} for fn, m in expected]
+    assert frames[: len(want)] == want, json.dumps(frames[: len(want) + 2], indent=1)
+
+
+# --- (1) nested call chain -------------------------------------------------
+
+def outer():
+    return middle()  # @outer
+
+
+def middle():
+    return inner()  # @middle
+
+
+def inner():
+    return stack()  # @inner
+
+
+def test_nested_chain():
+    frames = outer()  # @test_nested
+    assert_top(frames, [("inner", "inner"), ("middle", "middle"), ("outer", "outer"),
+                        ("test_nested_chain", "test_nested")])
+    # The outermost frame is the interpreter's entry point, deeper than pytest.
+    assert len(frames) > 5
+    assert all(f["line"] > 0 and f["function"] for f in frames)
+
+
+def test_buffer_too_small_reports_needed_size():
+    n = LIB.gpufl_test_python_stack(ctypes.create_string_buffer(4), 4)
+    assert n < -4
+    buf = ctypes.create_string_buffer(-n)
+    assert LIB.gpufl_test_python_stack(buf, -n) == -n - 1
+
+
+# --- (2) qualified names ---------------------------------------------------
+
+class Outer:
+    def method(self):
+        return stack()  # @method
+
+    @staticmethod
+    def static():
+        return stack()  # @static
+
+    class Nested:
+        @classmethod
+        def cls(cls):
+            return stack()  # @cls
+
+
+def test_method_qualnames():
+    assert_top(Outer().method(), [("Outer.method", "method")])
+    assert_top(Outer.static(), [("Outer.static", "static")])
+    assert_top(Outer.Nested.cls(), [("Outer.Nested.cls", "cls")])
+
+
+def test_closure_qualname():
+    def local():
+        return stack()  # @local
+
+    assert_top(local(), [("test_closure_qualname.<locals>.local", "local")])
+
+
+# --- (3) threads vs. a GIL-holding main thread -----------------------------
+
+def thread_a(out):
+    out.append(stack())  # @thread_a
+
+
+def thread_b(out):
+    out.append(stack())  # @thread_b
+
+
+def thread_c(out):
+    out.append(stack())  # @thread_c
+
+
+def thread_d(out):
+    out.append(stack())  # @thread_d
+
+
+THREAD_FUNCS = [thread_a, thread_b, thread_c, thread_d]
+
+
+def test_threads_with_gil_held_elsewhere():
+    results = {f.__name__: [] for f in THREAD_FUNCS}
+    start = threading.Barrier(len(THREAD_FUNCS) + 1)
+    stop = threading.Event()
+    errors = []
+
+    def worker(fn):
+        try:
+            start.wait(timeout=10)
+            while not stop.is_set() and len(results[fn.__name__]) < 200:
+                fn(results[fn.__name__])
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(f,), daemon=True) for f in THREAD_FUNCS]
+    for t in threads:
+        t.start()
+    start.wait(timeout=10)
+    # Hold the GIL in pure-Python bytecode (only released at switch intervals)
+    # while the workers are inside the recorder with the GIL released.
+    deadline = time.monotonic() + 1.0
+    x = 0
+    while time.monotonic() < deadline:
+        for i in range(1000):
+            x += i
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads), "capture hung"
+    assert not errors, errors
+    for fn in THREAD_FUNCS:
+        got = results[fn.__name__]
+        assert got, fn.__name__
+        for frames in got:
+            assert_top(frames, [(fn.__name__, fn.__name__)])
+            names = {f["function"] for f in frames}
+            assert names.isdisjoint({g.__name__ for g in THREAD_FUNCS if g is not fn})
+            assert "test_threads_with_gil_held_elsewhere" not in names
+
+
+# --- (4) generators, lambdas, exec, unusual names --------------------------
+
+def gen():
+    yield stack()  # @gen
+
+
+async def coro():
+    return stack()  # @coro
+
+
+def test_generator():
+    assert_top(next(gen()), [("gen", "gen")])
+    assert_top(list(gen())[0], [("gen", "gen")])
+
+
+def test_coroutine():
+    c = coro()
+    with pytest.raises(StopIteration) as stop:
+        c.send(None)
+    assert_top(stop.value.value, [("coro", "coro")])
+
+
+lam = lambda: stack()  # noqa: E731  # @lambda
+
+
+def test_lambda():
+    assert_top(lam(), [("<lambda>", "lambda")])
+
+
+def test_exec_synthetic_filename():
+    ns = {"stack": stack}
+    src = "\n\ndef synth():\n    return stack()\n\nresult = synth()\n"
+    exec(compile(src, "<gpufl-synthetic>", "exec"), ns)
+    f = ns["result"]
+    assert f[1] == {"file": "<gpufl-synthetic>", "function": "synth", "line": 4}
+    assert f[2] == {"file": "<gpufl-synthetic>", "function": "<module>", "line": 6}
+
+    ns = {"stack": stack}
+    exec("r = (lambda: stack())()", ns)
+    assert ns["r"][1] == {"file": "<string>", "function": "<lambda>", "line": 1}
+    assert ns["r"][2] == {"file": "<string>", "function": "<module>", "line": 1}
+
+
+@pytest.mark.parametrize(
+    "fname,func",
+    [
+        ("<latin1-é>", "fünc"),        # UCS1 (non-ASCII latin-1)
+        ("<ucs2-函数>", "函数"),        # UCS2
+        ("<ucs4-😀>", "\U00010330x"),  # UCS4 (Gothic letter ahsa)
+    ],
+)
+def test_non_ascii_names(fname, func):
+    ns = {"stack": stack}
+    exec(compile(f"def {func}():\n    return stack()\n", fname, "exec"), ns)
+    assert ns[func]()[1] == {"file": fname, "function": func, "line": 2}
+
+
+def test_long_filename_is_capped():
+    name = "<" + "x" * 10000 + ">"
+    ns = {"stack": stack}
+    exec(compile("r = stack()\n", name, "exec"), ns)
+    assert ns["r"][1]["file"] == name[:4096]
+
+
+def test_deep_recursion_is_capped():
+    def rec(n):
+        return rec(n - 1) if n else stack()  # @rec
+
+    frames = rec(400)
+    assert len(frames) == 256
+    assert frames[0]["function"] == "stack"
+    assert all(f["function"] == "test_deep_recursion_is_capped.<locals>.rec"
+               and f["line"] == line_of("rec") for f in frames[1:])
+
+
+def test_many_lines_in_one_function():
+    """Line decoding across a long function with big line deltas."""
+    src = ["def big(stack):", "    out = []"]
+    expect = []
+    for i in range(60):
+        src += ["    # filler"] * (i * 7 % 23) + ["    out.append(stack())"]
+        expect.append(len(src))
+    src += ["    return out"]
+    ns = {}
+    exec(compile("\n".join(src) + "\n", "<big>", "exec"), ns)
+    got = [frames[1]["line"] for frames in ns["big"](stack)]
+    assert got == expect
+
+
+def test_capture_is_fast():
+    ns = LIB.gpufl_test_python_capture_ns(20000)
+    assert ns > 0
+    print(f"capture_python: {ns:.0f} ns for {len(stack())} frames")
+    assert ns < 20000  # generous: debug builds are slow; release is ~100s of ns
