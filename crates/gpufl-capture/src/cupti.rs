@@ -172,13 +172,14 @@ pub fn strip_version_suffix(s: &str) -> &str {
     }
 }
 
-/// Where to look for libcupti, in order: `$GPUFL_CUPTI_LIB`; next to a CUDA library already loaded
+/// Where to look for libcupti, in order: `$GPUFL_CUPTI_LIB` (then nothing else); next to a CUDA library already loaded
 /// in the process (pip wheels put CUPTI beside libcudart); `$CUDA_HOME`/`$CUDA_PATH` and
 /// /usr/local/cuda `extras/CUPTI/lib64`; then the loader's default search by soname.
 pub fn candidate_paths() -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(p) = std::env::var("GPUFL_CUPTI_LIB") {
-        out.push(p);
+        // An explicit choice is the only candidate.
+        return vec![p];
     }
     for dir in loaded_cuda_lib_dirs() {
         for sub in [".", "../../cuda_cupti/lib", "../cuda_cupti/lib"] {

@@ -386,7 +386,9 @@ fn capture(domain: u32, cbid: u32, corr: u32, alias_of: u32) {
     s.tid = procinfo::gettid();
     s.ts = r.cupti.timestamp();
     if alias_of == 0 {
+        let t0 = Instant::now();
         stack::capture_into(&mut s, r.python);
+        stack::record_cost(t0.elapsed().as_nanos() as u64);
     }
     stack::push(s);
 }
@@ -479,6 +481,12 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
                 }
                 let counts = sink.take().and_then(|mut s| {
                     let _ = s.drain_samples();
+                    if let Some(cost) = stack::cost_summary() {
+                        let _ = s.write(&Record::Notice(Notice {
+                            level: "info".into(),
+                            message: cost,
+                        }));
+                    }
                     let _ = s.expire_pending(true);
                     s.finish(reason).ok()
                 });

@@ -279,3 +279,38 @@ pub fn capture_here_json() -> String {
     }
     serde_json::Value::Array(out).to_string()
 }
+
+/// Durations of the first captures (ns), kept to report the hot path's own cost per session.
+const COST_SLOTS: usize = 1 << 16;
+static COST_NS: [std::sync::atomic::AtomicU32; COST_SLOTS] =
+    [const { std::sync::atomic::AtomicU32::new(0) }; COST_SLOTS];
+static COST_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Record the duration of one capture (lock-free; beyond the first 65536 only counted).
+pub fn record_cost(ns: u64) {
+    let i = COST_N.fetch_add(1, Ordering::Relaxed);
+    if i < COST_SLOTS {
+        COST_NS[i].store(ns.min(u32::MAX as u64) as u32, Ordering::Relaxed);
+    }
+}
+
+/// "stack capture cost: N captures, median X ns, p99 Y ns, max Z ns", if any capture happened.
+pub fn cost_summary() -> Option<String> {
+    let n = COST_N.load(Ordering::Relaxed);
+    if n == 0 {
+        return None;
+    }
+    let mut v: Vec<u32> = COST_NS[..n.min(COST_SLOTS)]
+        .iter()
+        .map(|a| a.load(Ordering::Relaxed))
+        .collect();
+    v.sort_unstable();
+    let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    Some(format!(
+        "stack capture cost: {n} captures, median {} ns, p99 {} ns, max {} ns (first {} timed)",
+        q(0.5),
+        q(0.99),
+        v[v.len() - 1],
+        v.len()
+    ))
+}

@@ -7,15 +7,15 @@
 //! `.eh_frame` are already mapped, so framehop gets slices pointing straight into them.
 //!
 //! Design:
-//! * A global [`Snapshot`] (module list + framehop unwinder) is built with `dl_iterate_phdr`
+//! * A global `Snapshot` (module list + framehop unwinder) is built with `dl_iterate_phdr`
 //!   and published behind a mutex together with a global generation counter. The mutex is only
 //!   touched when the generation changes; `dl_iterate_phdr` (loader lock) is never called while
 //!   holding it, so a thread inside `dlopen` can never deadlock against us.
 //! * Each thread keeps, in a `thread_local!`, an `Arc` of the snapshot it uses, its own
 //!   framehop rule cache (allocation-free policy) and its stack bounds. Steady-state captures
 //!   take no lock and do not allocate.
-//! * When a walk ends abnormally and one of its frames lies outside every known module (e.g. a
-//!   library was `dlopen`ed), the capture triggers a rescan — rate-limited to one per 100 ms
+//! * When a walk ends abnormally (or ends in no known module) and one of its frames lies
+//!   outside every known module (e.g. a library was `dlopen`ed), the capture triggers a rescan — rate-limited to one per 100 ms
 //!   process-wide, and skipped when the loader's add/remove counters did not change — and
 //!   retries once.
 //! * Modules without `PT_GNU_EH_FRAME` are still registered (so their PCs count as known);
@@ -212,7 +212,7 @@ mod imp {
 
         /// Switch to the newest published snapshot if ours is outdated (slow path).
         fn refresh(&mut self) {
-            if self.snap.generation != GENERATION.load(Ordering::Acquire) || stack_bounds().is_some() {
+            if self.snap.generation != GENERATION.load(Ordering::Acquire) {
                 self.snap = current();
                 // Fresh cache: framehop's u16 module generations could wrap around.
                 self.cache = RuleCache::new_in();

@@ -130,25 +130,32 @@ fn skip_and_small_buffers() {
 // ---- (2) four threads, distinct chains ------------------------------------------------------
 
 macro_rules! thread_chain {
-    ($outer:ident, $mid:ident, $inner:ident) => {
+    ($id:literal, $outer:ident, $mid:ident, $inner:ident) => {
+        // black_box($id) makes the bodies differ, so release builds cannot merge the chains.
         #[inline(never)]
         fn $inner(out: &mut [u64]) -> usize {
-            black_box(capture_native(out, 0))
+            let n = black_box(capture_native(out, 0));
+            black_box($id);
+            n
         }
         #[inline(never)]
         fn $mid(out: &mut [u64]) -> usize {
-            black_box($inner(out))
+            let n = black_box($inner(out));
+            black_box($id);
+            n
         }
         #[inline(never)]
         fn $outer(out: &mut [u64]) -> usize {
-            black_box($mid(out))
+            let n = black_box($mid(out));
+            black_box($id);
+            n
         }
     };
 }
-thread_chain!(t0_outer, t0_mid, t0_inner);
-thread_chain!(t1_outer, t1_mid, t1_inner);
-thread_chain!(t2_outer, t2_mid, t2_inner);
-thread_chain!(t3_outer, t3_mid, t3_inner);
+thread_chain!(0u32, t0_outer, t0_mid, t0_inner);
+thread_chain!(1u32, t1_outer, t1_mid, t1_inner);
+thread_chain!(2u32, t2_outer, t2_mid, t2_inner);
+thread_chain!(3u32, t3_outer, t3_mid, t3_inner);
 
 #[test]
 fn four_threads_see_their_own_stacks() {
@@ -329,6 +336,7 @@ fn cfi_through_foreign_c_code() {
     invalidate_modules();
     let again = rust_calls_c(outer_fn);
     assert_eq!(again[..=rc], frames[..=rc]);
+    let _ = std::fs::remove_dir_all(lib.parent().unwrap());
 }
 
 // ---- (4) module_of ---------------------------------------------------------------------------

@@ -167,6 +167,13 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
             );
         }
         println!("  {}", s.one_line());
+        if let (Some(h), Some(a), Some(b)) = (&s.header, s.first_ns, s.last_ns) {
+            println!(
+                "  records span {:.3} .. {:.3} (Unix seconds)",
+                h.clock.to_unix_ns(a) as f64 / 1e9,
+                h.clock.to_unix_ns(b) as f64 / 1e9
+            );
+        }
         println!("  summed kernel time {:.3} s, {} api records", s.kernel_ns as f64 / 1e9, s.apis);
         for w in &s.warnings {
             println!("  warning: {w}");

@@ -1,0 +1,32 @@
+/* gpufl C ABI. Link with -lgpufl_capture (libgpufl_capture.so). See gpufl.hpp for the C++ API. */
+#ifndef GPUFL_H
+#define GPUFL_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpufl_options {
+    uint32_t struct_size;          /* sizeof(gpufl_options) */
+    const char* app_name;          /* NULL: the program's name */
+    const char* log_path;          /* directory for session directories; NULL: ./gpufl-sessions */
+    int enable_synchronization;    /* record synchronizations (default 1) */
+    int enable_stack_trace;        /* CPU stacks at synchronizations (default 0) */
+    const char* backend_url;       /* server URL (upload) */
+    const char* api_key;           /* server key (upload) */
+} gpufl_options;
+
+enum { GPUFL_OK = 0, GPUFL_ALREADY_RUNNING = 1, GPUFL_DISABLED = 2, GPUFL_INTERNAL_ERROR = 3 };
+
+/* Start recording this process. GPUFL_* environment variables override the options. */
+int gpufl_init(const gpufl_options* opts);
+/* Flush and close the session. Safe to call twice. */
+void gpufl_shutdown(void);
+/* The session directory; returns its length, 0 if not recording, -(needed) if buf is too small. */
+ptrdiff_t gpufl_session_dir(char* buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,80 @@
+// gpufl C++ API, as in the sync-attribution seed:
+//
+//   gpufl::InitOptions opts;
+//   opts.app_name = "my_app";
+//   opts.enable_synchronization = true;   // capture cudaStream/Device/EventSynchronize
+//   opts.enable_stack_trace = true;       // capture CPU stacks at sync points
+//   opts.api_key = std::getenv("GPUFL_API_KEY");   // NULL is fine
+//   gpufl::init(opts);
+//   ... workload ...
+//   gpufl::shutdown();
+//
+// Link with -lgpufl_capture. Build with -g so stacks resolve to file:line.
+#pragma once
+#include <string>
+#include "gpufl.h"
+
+namespace gpufl {
+
+// A string option that accepts NULL (std::getenv's result when a variable is unset).
+class OptionString {
+public:
+    OptionString() = default;
+    OptionString(const char* s) { *this = s; }
+    OptionString(std::string s) : value_(std::move(s)), set_(true) {}
+    OptionString& operator=(const char* s) {
+        set_ = s != nullptr;
+        value_ = s ? s : "";
+        return *this;
+    }
+    OptionString& operator=(const std::string& s) {
+        set_ = true;
+        value_ = s;
+        return *this;
+    }
+    bool empty() const { return value_.empty(); }
+    const std::string& str() const { return value_; }
+    const char* c_str_or_null() const { return set_ && !value_.empty() ? value_.c_str() : nullptr; }
+    operator const std::string&() const { return value_; }
+
+private:
+    std::string value_;
+    bool set_ = false;
+};
+
+struct InitOptions {
+    OptionString app_name;
+    OptionString log_path;
+    bool enable_synchronization = true;
+    bool enable_stack_trace = false;  // off by default in the API; `gpufl record` turns it on
+    OptionString backend_url;
+    OptionString api_key;
+};
+
+enum class InitResult { Ok = GPUFL_OK, AlreadyRunning = GPUFL_ALREADY_RUNNING, Disabled = GPUFL_DISABLED, InternalError = GPUFL_INTERNAL_ERROR };
+
+// Start recording. Never throws; when capture cannot run, one line on stderr says why and the
+// program goes on unchanged.
+inline InitResult init(const InitOptions& o) {
+    gpufl_options c{};
+    c.struct_size = sizeof(c);
+    c.app_name = o.app_name.c_str_or_null();
+    c.log_path = o.log_path.c_str_or_null();
+    c.enable_synchronization = o.enable_synchronization ? 1 : 0;
+    c.enable_stack_trace = o.enable_stack_trace ? 1 : 0;
+    c.backend_url = o.backend_url.c_str_or_null();
+    c.api_key = o.api_key.c_str_or_null();
+    return static_cast<InitResult>(gpufl_init(&c));
+}
+
+// Flush and close the session (also done automatically at process exit).
+inline void shutdown() { gpufl_shutdown(); }
+
+// The session directory ("" when not recording).
+inline std::string session_dir() {
+    char buf[4096];
+    ptrdiff_t n = gpufl_session_dir(buf, sizeof(buf));
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+}  // namespace gpufl

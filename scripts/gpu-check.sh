@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
+# Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
+#   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench (default: all)
+set -u
+OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
+ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
+PY=python3; S="$OUT/sessions"; mkdir -p "$S" build
+PHASES=${*:-record api identity kill bench}
+has() { case " $PHASES " in *" $1 "*) return 0;; esac; return 1; }
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+export PYTHONUNBUFFERED=1
+
+nvcc -g -O2 -lineinfo -o build/stream_sync_loop examples/stream_sync_loop.cu 2>&1 | tail -3
+nvcc -g -O2 -lineinfo -o build/two_stream_overlap examples/two_stream_overlap.cu 2>&1 | tail -3
+nvcc -g -O2 -lineinfo -I crates/gpufl-capture/include -o build/cpp_api examples/cpp_api.cu \
+  -L "$BIN" -lgpufl_capture -Xlinker -rpath -Xlinker "$BIN" 2>&1 | tail -3
+
+show() { # dir label
+  local d=$1
+  gpufl info "$d" 2>&1 | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type sync --limit 2 2>&1 | cut -c1-1500 | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"
+}
+newest() { ls -dt "$1"/*/ 2>/dev/null | head -1; }
+
+if has record; then
+  log "(a) PyTorch training loop"
+  gpufl record -o "$S/a" -- $PY examples/pytorch_train_sync.py --steps 50 --warmup 5 2>&1 | tee "$OUT/a.log"
+  show "$(newest "$S/a")"
+  log "(a') torch.profiler count of the same run"
+  $PY bench/torch_profiler_count.py --steps 50 --warmup 5 2>&1 | tail -2 | tee -a "$OUT/summary.txt"
+  log "(b) stream_sync_loop"
+  gpufl record -o "$S/b" -- build/stream_sync_loop 200 2>&1 | tee "$OUT/b.log"
+  show "$(newest "$S/b")"
+  log "(c) two_stream_overlap"
+  gpufl record -o "$S/c" -- build/two_stream_overlap 3 2>&1 | tee "$OUT/c.log"
+  show "$(newest "$S/c")"
+fi
+if has api; then
+  log "(d) C++ API (gpufl::init/shutdown, no injection)"
+  (cd "$S" && mkdir -p d && cd d && "$ROOT/build/cpp_api" 20) 2>&1 | tee "$OUT/d.log"
+  show "$(newest "$S/d/gpufl-sessions")"
+  log "(e) CUPTI missing"
+  GPUFL_CUPTI_LIB=/nonexistent/libcupti.so gpufl record -o "$S/e" -- build/stream_sync_loop 5 2>&1 | tail -4 | tee -a "$OUT/summary.txt"
+  log "(f) another profiler holds CUPTI"
+  $PY - <<'PYEOF' 2>&1 | tail -5 | tee -a "$OUT/summary.txt"
+import ctypes, os, torch
+from torch.profiler import profile, ProfilerActivity
+x = torch.randn(1024, 1024, device="cuda")
+with profile(activities=[ProfilerActivity.CUDA]):
+    lib = ctypes.CDLL(os.environ["GPUFL_CAPTURE_LIB"])
+    rc = lib.gpufl_init(None)
+    y = x @ x; torch.cuda.synchronize()
+print("gpufl_init under torch.profiler returned", rc, "; program result", float(y.sum()) != 0)
+PYEOF
+fi
+if has identity; then
+  log "(g) output identity with and without gpufl record"
+  for cmd in "build/stream_sync_loop 50" "$PY examples/pytorch_train_sync.py --steps 10 --warmup 2"; do
+    $cmd >"$OUT/id.o1" 2>"$OUT/id.e1"; r1=$?
+    gpufl record -q -o "$S/id" -- $cmd >"$OUT/id.o2" 2>"$OUT/id.e2"; r2=$?
+    if cmp -s "$OUT/id.o1" "$OUT/id.o2" && cmp -s "$OUT/id.e1" "$OUT/id.e2" && [ $r1 = $r2 ]; then
+      echo "identical stdout, stderr, exit code ($r1): $cmd" | tee -a "$OUT/summary.txt"
+    else echo "DIFFERENT ($r1 vs $r2): $cmd" | tee -a "$OUT/summary.txt"; diff "$OUT/id.e1" "$OUT/id.e2" | head; fi
+  done
+fi
+if has kill; then
+  log "(h) SIGKILL mid-run"
+  gpufl record -o "$S/k" -- $PY examples/pytorch_train_sync.py --steps 100000 --warmup 0 >"$OUT/k.log" 2>&1 &
+  sleep 12
+  pid=$(pgrep -f "pytorch_train_sync.py --steps 100000" | head -1)
+  kill -9 "$pid"; killed_at=$(date +%s.%N); wait
+  echo "killed pid $pid at $killed_at (Unix s)" | tee -a "$OUT/summary.txt"
+  gpufl info "$(newest "$S/k")" 2>&1 | tee -a "$OUT/summary.txt"
+fi
+if has bench; then
+  log "(i) overhead on the launch-bound loop (bench/launch_bound.py, 500 steps, best of 5)"
+  for round in 1 2; do
+    $PY bench/launch_bound.py --mode bare --repeat 5 | tee -a "$OUT/bench.jsonl"
+    gpufl record -q -o "$S/bench" -- $PY bench/launch_bound.py --mode gpufl-full --repeat 5 | tee -a "$OUT/bench.jsonl"
+    gpufl record -q --no-stacks -o "$S/bench" -- $PY bench/launch_bound.py --mode gpufl-no-stacks --repeat 5 | tee -a "$OUT/bench.jsonl"
+    GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$S/bench" -- $PY bench/launch_bound.py --mode gpufl-kernels-only --repeat 5 | tee -a "$OUT/bench.jsonl"
+    $PY bench/launch_bound.py --mode torch-profiler --profiler --repeat 5 | tee -a "$OUT/bench.jsonl"
+  done
+  for d in "$S"/bench/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"
+  f=$(ls -S "$S"/bench/*/trace-0000.ndjson.zst | head -1)
+  k=$(gpufl info "$(dirname "$f")" | grep -o '[0-9]* kernels' | head -1 | cut -d' ' -f1)
+  echo "bytes on disk: $(stat -c %s "$f") for $k kernels in $(dirname "$f")" | tee -a "$OUT/summary.txt"
+fi
+tar -C "$OUT" -czf "$OUT/sessions.tgz" sessions 2>/dev/null && rm -rf "$S"
+log "done"
