@@ -76,18 +76,31 @@ if has kill; then
   gpufl info "$(newest "$S/k")" 2>&1 | tee -a "$OUT/summary.txt"
 fi
 if has bench; then
-  log "(i) overhead on the launch-bound loop (bench/launch_bound.py, 500 steps, best of 5)"
-  for round in 1 2; do
-    $PY bench/launch_bound.py --mode bare --repeat 5 | tee -a "$OUT/bench.jsonl"
-    gpufl record -q -o "$S/bench" -- $PY bench/launch_bound.py --mode gpufl-full --repeat 5 | tee -a "$OUT/bench.jsonl"
-    gpufl record -q --no-stacks -o "$S/bench" -- $PY bench/launch_bound.py --mode gpufl-no-stacks --repeat 5 | tee -a "$OUT/bench.jsonl"
-    GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$S/bench" -- $PY bench/launch_bound.py --mode gpufl-kernels-only --repeat 5 | tee -a "$OUT/bench.jsonl"
-    $PY bench/launch_bound.py --mode torch-profiler --profiler --repeat 5 | tee -a "$OUT/bench.jsonl"
-  done
-  for d in "$S"/bench/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"
-  f=$(ls -S "$S"/bench/*/trace-0000.ndjson.zst | head -1)
-  k=$(gpufl info "$(dirname "$f")" | grep -o '[0-9]* kernels' | head -1 | cut -d' ' -f1)
-  echo "bytes on disk: $(stat -c %s "$f") for $k kernels in $(dirname "$f")" | tee -a "$OUT/summary.txt"
+  log "(i) overhead on the launch-bound loop (bench/launch_bound.py, 500 steps x 5 per process, 3 interleaved rounds)"
+  B="$S/bench"; mkdir -p "$B"
+  for round in 1 2 3; do
+    $PY bench/launch_bound.py --mode bare --repeat 5
+    gpufl record -q -o "$B/full" -- $PY bench/launch_bound.py --mode gpufl-full --repeat 5
+    gpufl record -q --api-records sync -o "$B/syncapi" -- $PY bench/launch_bound.py --mode gpufl-stacks-syncapi --repeat 5
+    gpufl record -q --no-stacks -o "$B/nostacks" -- $PY bench/launch_bound.py --mode gpufl-no-stacks --repeat 5
+    GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY bench/launch_bound.py --mode gpufl-kernels-only --repeat 5
+    GPUFL_FLUSH_MS=0 gpufl record -q -o "$B/noflush" -- $PY bench/launch_bound.py --mode gpufl-full-noflush --repeat 5
+    $PY bench/launch_bound.py --mode torch-profiler --profiler --repeat 5
+  done 2>&1 | grep '^{' | tee -a "$OUT/bench.jsonl"
+  $PY - "$OUT/bench.jsonl" <<'PYEOF' | tee -a "$OUT/summary.txt"
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1])]
+modes = {}
+for r in rows: modes.setdefault(r["mode"], []).extend(r["wall_ms_all"])
+base = min(modes["bare"]); base_med = statistics.median(modes["bare"])
+for m, v in modes.items():
+    print(f"{m:24s} best {min(v):8.1f} ms ({min(v)/base:.3f}x)  median {statistics.median(v):8.1f} ms ({statistics.median(v)/base_med:.3f}x)  n={len(v)}")
+PYEOF
+  for d in "$B"/full/*/ "$B"/syncapi/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"
+  for m in full kern; do f=$(ls "$B"/$m/*/trace-0000.ndjson.zst | head -1)
+    gpufl info "$(dirname "$f")" | grep -E "kernels|api records" | tee -a "$OUT/summary.txt"
+    echo "bytes on disk ($m): $(stat -c %s "$f")" | tee -a "$OUT/summary.txt"; done
 fi
-tar -C "$OUT" -czf "$OUT/sessions.tgz" sessions 2>/dev/null && rm -rf "$S"
+rm -rf "$S/bench" "$S/k"; tar -C "$OUT" -czf "$OUT/sessions.tgz" sessions 2>/dev/null && rm -rf "$S"
+cat "$OUT"/*.log > "$OUT/logs.txt" 2>/dev/null; rm -f "$OUT"/*.log "$OUT"/id.* "$OUT/gpu.txt"
 log "done"

@@ -19,8 +19,17 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How often the writer thread asks CUPTI for completed buffers.
+/// How often the writer thread asks CUPTI for completed buffers (`GPUFL_FLUSH_MS`, 0 = never:
+/// CUPTI then delivers only full buffers, and a crash can lose more than a second).
 const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(500);
+
+fn cupti_flush_period() -> Option<Duration> {
+    match std::env::var("GPUFL_FLUSH_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
+        Some(0) => None,
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => Some(CUPTI_FLUSH_PERIOD),
+    }
+}
 /// How often the writer closes a compressed block (bounds what a crash loses).
 const BLOCK_PERIOD: Duration = Duration::from_millis(1000);
 /// Longest wait for the writer at shutdown.
@@ -386,9 +395,7 @@ fn capture(domain: u32, cbid: u32, corr: u32, alias_of: u32) {
     s.tid = procinfo::gettid();
     s.ts = r.cupti.timestamp();
     if alias_of == 0 {
-        let t0 = Instant::now();
         stack::capture_into(&mut s, r.python);
-        stack::record_cost(t0.elapsed().as_nanos() as u64);
     }
     stack::push(s);
 }
@@ -462,6 +469,7 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
             }));
         }
     }
+    let flush_period = cupti_flush_period();
     let mut last_cupti_flush = Instant::now();
     let mut last_block = Instant::now();
     loop {
@@ -481,6 +489,12 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
                 }
                 let counts = sink.take().and_then(|mut s| {
                     let _ = s.drain_samples();
+                    for line in stack::debug_cost_lines() {
+                        let _ = s.write(&Record::Notice(Notice {
+                            level: "debug".into(),
+                            message: line,
+                        }));
+                    }
                     if let Some(cost) = stack::cost_summary() {
                         let _ = s.write(&Record::Notice(Notice {
                             level: "info".into(),
@@ -497,7 +511,7 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
             Err(RecvTimeoutError::Disconnected) => return,
         }
         let stopped = RECORDER.get().is_none_or(|r| r.stopped.load(Ordering::Relaxed));
-        if !stopping && !stopped && last_cupti_flush.elapsed() >= CUPTI_FLUSH_PERIOD {
+        if !stopping && !stopped && flush_period.is_some_and(|p| last_cupti_flush.elapsed() >= p) {
             // SAFETY: default flush: delivers completed buffers to buffer_completed on this thread.
             unsafe { (cupti.activity_flush_all)(0) };
             last_cupti_flush = Instant::now();

@@ -36,6 +36,8 @@ pub struct Sink {
     stacks: HashMap<Vec<u64>, StackId>,
     pending: HashMap<u32, PendingStack>,
     alias: HashMap<u32, u32>,
+    /// Python part of a stack → native frames under it at its last full capture.
+    native_under: HashMap<Vec<u64>, Vec<u64>>,
     frame_buf: Vec<FrameId>,
     /// Latest trace time seen, for expiring pending samples.
     now_ns: u64,
@@ -55,6 +57,7 @@ impl Sink {
             stacks: HashMap::new(),
             pending: HashMap::new(),
             alias: HashMap::new(),
+            native_under: HashMap::new(),
             frame_buf: Vec::new(),
             now_ns: 0,
             dirty: false,
@@ -90,7 +93,20 @@ impl Sink {
             self.alias.insert(s.corr, s.alias_of);
             return Ok(());
         }
-        let stack = self.intern_raw_stack(s.entries())?;
+        let entries = s.entries();
+        let split = entries.iter().position(|e| e & PY_TAG != 0).unwrap_or(entries.len());
+        let stack = if split < entries.len() && s.native_elided {
+            // Reuse the native frames of this Python call site's last full capture.
+            let mut full = self.native_under.get(&entries[split..]).cloned().unwrap_or_default();
+            full.extend_from_slice(&entries[split..]);
+            self.intern_raw_stack(&full)?
+        } else {
+            if split < entries.len() {
+                self.native_under
+                    .insert(entries[split..].to_vec(), entries[..split].to_vec());
+            }
+            self.intern_raw_stack(entries)?
+        };
         self.now_ns = self.now_ns.max(s.ts);
         self.pending.insert(
             s.corr,

@@ -29,6 +29,12 @@ pub const PY_TAG: u64 = 1 << 63;
 const QUEUE_CAPACITY: usize = 4096;
 /// Per-thread Python cache entries before it is cleared.
 const PY_CACHE_MAX: usize = 1 << 16;
+/// In a thread running Python, the native frames (driver, CUDA runtime, framework C++) under a
+/// given Python call site are unwound on its first sighting and then once every `NATIVE_EVERY`
+/// sightings; in between only the Python frames are read (a deep native unwind through a cold
+/// cache costs ~10 µs in a PyTorch process, the Python frames well under 1 µs).
+/// `GPUFL_NATIVE_EVERY=1` unwinds every time.
+pub const NATIVE_EVERY: u32 = 64;
 
 /// One captured stack, or an alias (a driver call nested in an already-captured runtime call).
 #[derive(Clone, Copy)]
@@ -45,6 +51,9 @@ pub struct Sample {
     /// Trace-clock time of the capture.
     pub ts: u64,
     pub len: u16,
+    /// True when the native part was not unwound because this Python call site was seen before
+    /// (see [`NATIVE_EVERY`]); the writer reuses the native frames of its last full capture.
+    pub native_elided: bool,
     /// Innermost first. Native return addresses, or `PY_TAG | python frame id`.
     pub frames: [u64; MAX_FRAMES],
 }
@@ -60,6 +69,7 @@ impl Sample {
             tid: 0,
             ts: 0,
             len: 0,
+            native_elided: false,
             frames: [0; MAX_FRAMES],
         }
     }
@@ -125,8 +135,35 @@ struct PyCacheEntry {
     id: u32,
 }
 
+/// A small, fast hasher for the hot path's per-thread maps (keys are addresses, not attacker
+/// controlled, so SipHash's protection is not needed).
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7cc1_b727_220a_95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.write_u64(v as u32 as u64);
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+
 thread_local! {
-    static PY_CACHE: RefCell<HashMap<(usize, i32), PyCacheEntry>> = RefCell::new(HashMap::new());
+    static PY_CACHE: RefCell<FastMap<(usize, i32), PyCacheEntry>> = RefCell::new(FastMap::default());
 }
 
 /// Id of a raw Python frame: per-thread cache, checked against the code object's identity so a
@@ -180,15 +217,26 @@ fn ranges() -> &'static Ranges {
 /// Capture the calling thread's merged stack into `out` (frames and len only).
 #[inline(never)]
 pub fn capture_into(out: &mut Sample, with_python: bool) {
-    let mut native = [0u64; MAX_NATIVE];
-    let n = unwind::capture_native(&mut native, 0);
-    let r = ranges();
+    let start = std::time::Instant::now();
+    let debug = debug_cost_enabled();
+    let t0 = debug.then(std::time::Instant::now);
     let mut py = [PyFrameRaw::default(); MAX_PYTHON];
     let pn = if with_python {
         pyframes::capture_python(&mut py)
     } else {
         0
     };
+    let mut native = [0u64; MAX_NATIVE];
+    let want_native = pn == 0 || native_due(&py[..pn]);
+    let n = if want_native {
+        unwind::capture_native(&mut native, 0)
+    } else {
+        0
+    };
+    out.native_elided = !want_native;
+    let t1 = debug.then(std::time::Instant::now);
+    let r = ranges();
+    let t2 = debug.then(std::time::Instant::now);
     let in_range = |a: u64, range: &Option<Range<u64>>| range.as_ref().is_some_and(|r| r.contains(&a));
     let mut len = 0usize;
     let mut i = 0usize;
@@ -215,6 +263,79 @@ pub fn capture_into(out: &mut Sample, with_python: bool) {
         }
     }
     out.len = len as u16;
+    let t3 = std::time::Instant::now();
+    record_cost((t3 - start).as_nanos() as u64);
+    if let (Some(t0), Some(t1), Some(t2)) = (t0, t1, t2) {
+        debug_cost_push(format!(
+            "python+native {}ns ({} native, {} python frames) resolve {}ns",
+            (t1 - t0).as_nanos(),
+            n,
+            pn,
+            (t3 - t2).as_nanos()
+        ));
+    }
+}
+
+thread_local! {
+    /// Sightings per Python call site (hash of its raw frames), for [`NATIVE_EVERY`].
+    static SITE_COUNTS: RefCell<FastMap<u64, u32>> = RefCell::new(FastMap::default());
+}
+
+fn native_every() -> u32 {
+    static N: OnceLock<u32> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("GPUFL_NATIVE_EVERY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &u32| n >= 1)
+            .unwrap_or(NATIVE_EVERY)
+    })
+}
+
+/// Whether this Python call site's native frames are due for a full unwind.
+fn native_due(py: &[PyFrameRaw]) -> bool {
+    let every = native_every();
+    if every <= 1 {
+        return true;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for f in py {
+        h = (h ^ f.code as u64).wrapping_mul(0x0100_0000_01b3);
+        h = (h ^ f.instr_offset as u32 as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    SITE_COUNTS
+        .try_with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= PY_CACHE_MAX {
+                c.clear();
+            }
+            let n = c.entry(h).or_insert(0);
+            let due = *n % every == 0;
+            *n = n.wrapping_add(1);
+            due
+        })
+        .unwrap_or(true)
+}
+
+/// `GPUFL_DEBUG_COST=1`: keep a breakdown of the first captures' cost (for benchmarks).
+fn debug_cost_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUFL_DEBUG_COST").is_ok_and(|v| v == "1"))
+}
+
+static DEBUG_COST: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn debug_cost_push(line: String) {
+    if let Ok(mut v) = DEBUG_COST.lock() {
+        if v.len() < 40 {
+            v.push(line);
+        }
+    }
+}
+
+/// The breakdown collected with `GPUFL_DEBUG_COST=1`.
+pub fn debug_cost_lines() -> Vec<String> {
+    DEBUG_COST.lock().map(|v| v.clone()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -174,7 +174,7 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
                 h.clock.to_unix_ns(b) as f64 / 1e9
             );
         }
-        println!("  summed kernel time {:.3} s, {} api records", s.kernel_ns as f64 / 1e9, s.apis);
+        println!("  summed kernel time {:.3} ms, {} api records", s.kernel_ns as f64 / 1e6, s.apis);
         for w in &s.warnings {
             println!("  warning: {w}");
         }
