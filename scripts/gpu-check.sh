@@ -78,14 +78,21 @@ fi
 if has bench; then
   log "(i) overhead on the launch-bound loop (bench/launch_bound.py, 500 steps x 5 per process, 3 interleaved rounds)"
   B="$S/bench"; mkdir -p "$B"
-  for round in 1 2 3; do
-    $PY bench/launch_bound.py --mode bare --repeat 5
-    gpufl record -q -o "$B/full" -- $PY bench/launch_bound.py --mode gpufl-full --repeat 5
-    gpufl record -q --api-records sync -o "$B/syncapi" -- $PY bench/launch_bound.py --mode gpufl-stacks-syncapi --repeat 5
-    gpufl record -q --no-stacks -o "$B/nostacks" -- $PY bench/launch_bound.py --mode gpufl-no-stacks --repeat 5
-    GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY bench/launch_bound.py --mode gpufl-kernels-only --repeat 5
-    GPUFL_FLUSH_MS=0 gpufl record -q -o "$B/noflush" -- $PY bench/launch_bound.py --mode gpufl-full-noflush --repeat 5
-    $PY bench/launch_bound.py --mode torch-profiler --profiler --repeat 5
+  R=${BENCH_ROUNDS:-3}; REP=${BENCH_REPEAT:-5}
+  for round in $(seq $R); do
+    $PY bench/launch_bound.py --mode bare --repeat $REP
+    if [ -n "${BENCH_EXPERIMENT:-}" ]; then
+      K="GPUFL_API_RECORDS=none GPUFL_ENABLE_SYNCHRONIZATION=1"
+      env GPUFL_ACTIVITY_KINDS=kernels gpufl record -q --no-stacks --api-records none -o "$B/x1" -- $PY bench/launch_bound.py --mode x-kernels --repeat $REP
+      env GPUFL_ACTIVITY_KINDS=kernels,synchronization gpufl record -q --no-stacks --api-records none -o "$B/x2" -- $PY bench/launch_bound.py --mode x-kernels+syncact --repeat $REP
+      env GPUFL_ACTIVITY_KINDS=kernels GPUFL_CALLBACK_DOMAINS=runtime gpufl record -q --api-records none -o "$B/x3" -- $PY bench/launch_bound.py --mode x-kernels+rtcb --repeat $REP
+      env GPUFL_ACTIVITY_KINDS=kernels GPUFL_CALLBACK_DOMAINS=driver gpufl record -q --api-records none -o "$B/x4" -- $PY bench/launch_bound.py --mode x-kernels+drvcb --repeat $REP
+      env GPUFL_ACTIVITY_KINDS=kernels,memcpy,memset,overhead gpufl record -q --no-stacks --api-records default -o "$B/x5" -- $PY bench/launch_bound.py --mode x-kernels+apidefault --repeat $REP
+      continue
+    fi
+    gpufl record -q -o "$B/full" -- $PY bench/launch_bound.py --mode gpufl-full --repeat $REP
+    GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY bench/launch_bound.py --mode gpufl-kernels-only --repeat $REP
+    [ -n "${BENCH_PROFILER:-1}" ] && $PY bench/launch_bound.py --mode torch-profiler --profiler --repeat $REP
   done 2>&1 | grep '^{' | tee -a "$OUT/bench.jsonl"
   $PY - "$OUT/bench.jsonl" <<'PYEOF' | tee -a "$OUT/summary.txt"
 import json, sys, statistics
@@ -96,8 +103,8 @@ base = min(modes["bare"]); base_med = statistics.median(modes["bare"])
 for m, v in modes.items():
     print(f"{m:24s} best {min(v):8.1f} ms ({min(v)/base:.3f}x)  median {statistics.median(v):8.1f} ms ({statistics.median(v)/base_med:.3f}x)  n={len(v)}")
 PYEOF
-  for d in "$B"/full/*/ "$B"/syncapi/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"
-  for m in full kern; do f=$(ls "$B"/$m/*/trace-0000.ndjson.zst | head -1)
+  for d in "$B"/*/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"
+  for m in full kern; do [ -d "$B/$m" ] || continue; f=$(ls "$B"/$m/*/trace-0000.ndjson.zst | head -1)
     gpufl info "$(dirname "$f")" | grep -E "kernels|api records" | tee -a "$OUT/summary.txt"
     echo "bytes on disk ($m): $(stat -c %s "$f")" | tee -a "$OUT/summary.txt"; done
 fi

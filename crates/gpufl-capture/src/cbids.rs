@@ -98,3 +98,51 @@ pub fn is_sync(domain: u32, cbid: u32) -> bool {
         _ => false,
     }
 }
+
+/// What a synchronization entry point waits for, and whether its first parameter is the stream
+/// (or event) handle and whether it is a per-thread-default-stream (`_ptsz`) variant.
+pub fn sync_kind(domain: u32, cbid: u32) -> Option<(gpufl_trace::SyncKind, SyncParam, bool)> {
+    use gpufl_trace::SyncKind::*;
+    use SyncParam::*;
+    let r = match (domain, cbid) {
+        (crate::cupti::DOMAIN_RUNTIME, 126 | 165 | 534) => (ContextSynchronize, None, false),
+        (crate::cupti::DOMAIN_RUNTIME, 131) => (StreamSynchronize, Stream, false),
+        (crate::cupti::DOMAIN_RUNTIME, 239) => (StreamSynchronize, Stream, true),
+        (crate::cupti::DOMAIN_RUNTIME, 137) => (EventSynchronize, Event, false),
+        (crate::cupti::DOMAIN_RUNTIME, 147) => (StreamWaitEvent, Stream, false),
+        (crate::cupti::DOMAIN_RUNTIME, 247) => (StreamWaitEvent, Stream, true),
+        (crate::cupti::DOMAIN_RUNTIME, 544) => (StreamWaitEvent, None, false),
+        (crate::cupti::DOMAIN_DRIVER, 17 | 800) => (ContextSynchronize, None, false),
+        (crate::cupti::DOMAIN_DRIVER, 126) => (StreamSynchronize, Stream, false),
+        (crate::cupti::DOMAIN_DRIVER, 440) => (StreamSynchronize, Stream, true),
+        (crate::cupti::DOMAIN_DRIVER, 121) => (EventSynchronize, Event, false),
+        (crate::cupti::DOMAIN_DRIVER, 295) => (StreamWaitEvent, Stream, false),
+        (crate::cupti::DOMAIN_DRIVER, 436) => (StreamWaitEvent, Stream, true),
+        _ => return Option::None,
+    };
+    Some(r)
+}
+
+/// Which handle the first parameter of a sync entry point is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncParam {
+    None,
+    Stream,
+    Event,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_sync_entry_point_has_a_kind() {
+        for &id in RUNTIME_SYNC {
+            assert!(sync_kind(crate::cupti::DOMAIN_RUNTIME, id).is_some(), "runtime {id}");
+        }
+        for &id in DRIVER_SYNC {
+            assert!(sync_kind(crate::cupti::DOMAIN_DRIVER, id).is_some(), "driver {id}");
+        }
+        assert!(sync_kind(crate::cupti::DOMAIN_RUNTIME, 211).is_none());
+    }
+}

@@ -63,6 +63,7 @@ pub struct Cupti {
     pub get_timestamp: unsafe extern "C" fn(*mut u64) -> u32,
     pub get_callback_name: Option<unsafe extern "C" fn(u32, u32, *mut *const c_char) -> u32>,
     pub set_thread_id_type: Option<unsafe extern "C" fn(u32) -> u32>,
+    pub get_stream_id_ex: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u8, *mut u32) -> u32>,
 }
 
 /// Why CUPTI could not be loaded.
@@ -124,6 +125,7 @@ impl Cupti {
             get_timestamp: req!(lib, c"cuptiGetTimestamp"),
             get_callback_name: opt!(lib, c"cuptiGetCallbackName"),
             set_thread_id_type: opt!(lib, c"cuptiSetThreadIdType"),
+            get_stream_id_ex: opt!(lib, c"cuptiGetStreamIdEx"),
             lib,
         })
     }
@@ -147,6 +149,14 @@ impl Cupti {
         // SAFETY: writes one u64.
         unsafe { (self.get_timestamp)(&mut t) };
         t
+    }
+
+    /// CUPTI's id of a stream (as in activity records), if it can tell.
+    pub fn stream_id(&self, ctx: *mut c_void, stream: *mut c_void, per_thread: bool) -> Option<u32> {
+        let f = self.get_stream_id_ex?;
+        let mut id = 0u32;
+        // SAFETY: plain CUPTI query with the context and stream handle the API call received.
+        (unsafe { f(ctx, stream, per_thread as u8, &mut id) } == SUCCESS).then_some(id)
     }
 
     /// Name of an API function by domain and callback id.

@@ -10,7 +10,6 @@ use crate::pyframes;
 use crate::sink::Sink;
 use crate::stack::{self, Sample};
 use gpufl_trace::*;
-use std::cell::Cell;
 use std::ffi::c_void;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -87,10 +86,6 @@ static DISABLED: AtomicBool = AtomicBool::new(false);
 /// Set when a CUDA context is being destroyed: the writer closes a block promptly.
 static FLUSH_REQUEST: AtomicBool = AtomicBool::new(false);
 
-thread_local! {
-    /// Correlation id of the runtime sync call this thread is inside (0: none).
-    static IN_RUNTIME_SYNC: Cell<u32> = const { Cell::new(0) };
-}
 
 /// The recorder, if running.
 pub fn get() -> Option<&'static Recorder> {
@@ -272,8 +267,11 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
             (cupti::KIND_MEMSET, "memset"),
             (cupti::KIND_OVERHEAD, "overhead"),
         ];
-        if opts.enable_synchronization {
-            kinds.push((cupti::KIND_SYNCHRONIZATION, "synchronization"));
+        // Synchronizations come from API callbacks (below), not from CUPTI's SYNCHRONIZATION
+        // activity kind, which costs 25-45 % on a launch-bound PyTorch loop (docs/benchmarks.md).
+        // Benchmark knob: GPUFL_ACTIVITY_KINDS=kernels,memcpy,… restricts the activity kinds.
+        if let Ok(only) = std::env::var("GPUFL_ACTIVITY_KINDS") {
+            kinds.retain(|(_, name)| only.split(',').any(|k| k.trim() == *name));
         }
         for (k, name) in kinds {
             let rc = (c.activity_enable)(k);
@@ -282,12 +280,19 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
             }
         }
         enable_api_records(c, opts, &mut notices);
-        if opts.enable_synchronization && opts.enable_stack_trace {
-            for &id in cbids::RUNTIME_SYNC {
-                (c.enable_callback)(1, sub, cupti::DOMAIN_RUNTIME, id);
+        if opts.enable_synchronization {
+            // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
+            let domains = std::env::var("GPUFL_CALLBACK_DOMAINS").unwrap_or_default();
+            let want = |d: &str| domains.is_empty() || domains.split(',').any(|x| x.trim() == d);
+            if want("runtime") {
+                for &id in cbids::RUNTIME_SYNC {
+                    (c.enable_callback)(1, sub, cupti::DOMAIN_RUNTIME, id);
+                }
             }
-            for &id in cbids::DRIVER_SYNC {
-                (c.enable_callback)(1, sub, cupti::DOMAIN_DRIVER, id);
+            if want("driver") {
+                for &id in cbids::DRIVER_SYNC {
+                    (c.enable_callback)(1, sub, cupti::DOMAIN_DRIVER, id);
+                }
             }
         }
         (c.enable_callback)(
@@ -362,42 +367,95 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             }
         }
         cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
-            type D = cupti::sys::CUpti_CallbackData;
-            let b = data as *const u8;
-            // SAFETY: offsets of CUpti_CallbackData fields; plain integer reads.
-            let site: u32 = unsafe { (b.add(std::mem::offset_of!(D, callbackSite)) as *const u32).read_unaligned() };
-            let corr: u32 = unsafe { (b.add(std::mem::offset_of!(D, correlationId)) as *const u32).read_unaligned() };
-            let enter = site == 0;
-            if domain == cupti::DOMAIN_RUNTIME {
-                if enter {
-                    let _ = IN_RUNTIME_SYNC.try_with(|c| c.set(corr));
-                    capture(domain, cbid, corr, 0);
-                } else {
-                    let _ = IN_RUNTIME_SYNC.try_with(|c| c.set(0));
-                }
-            } else if enter {
-                let outer = IN_RUNTIME_SYNC.try_with(|c| c.get()).unwrap_or(0);
-                capture(domain, cbid, corr, outer);
-            }
+            // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
+            unsafe { on_sync_api(domain, cbid, data) }
         }
         _ => {}
     }
 }
 
-/// Hot path: capture the stack of an API call (or note that it nests in `alias_of`).
-fn capture(domain: u32, cbid: u32, corr: u32, alias_of: u32) {
+/// Read a field of CUpti_CallbackData by offset.
+///
+/// # Safety
+/// `data` points at a CUpti_CallbackData and `off` is the offset of a field of type T.
+unsafe fn cb_field<T: Copy>(data: *const c_void, off: usize) -> T {
+    unsafe { ((data as *const u8).add(off) as *const T).read_unaligned() }
+}
+
+/// Entry and exit of a synchronization call (only those callbacks are enabled). The outermost
+/// call of a thread is recorded: a driver sync inside a runtime sync is the same wait.
+unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
+    use std::mem::offset_of;
+    type D = cupti::sys::CUpti_CallbackData;
     let Some(r) = RECORDER.get() else { return };
-    let mut s = Sample::empty();
-    s.corr = corr;
-    s.domain = domain;
-    s.cbid = cbid;
-    s.alias_of = alias_of;
-    s.tid = procinfo::gettid();
-    s.ts = r.cupti.timestamp();
-    if alias_of == 0 {
-        stack::capture_into(&mut s, r.python);
-    }
-    stack::push(s);
+    let Some((_, param, per_thread)) = cbids::sync_kind(domain, cbid) else {
+        return;
+    };
+    // SAFETY (all reads): CUpti_CallbackData field offsets; plain integers and pointers.
+    let site: u32 = unsafe { cb_field(data, offset_of!(D, callbackSite)) };
+    let _ = ACTIVE.try_with(|cell| {
+        let Ok(mut active) = cell.try_borrow_mut() else {
+            return;
+        };
+        if site == 0 {
+            if active.depth > 0 {
+                active.depth += 1;
+                return;
+            }
+            active.depth = 1;
+            active.key = (domain, cbid);
+            let s = &mut active.sample;
+            s.corr = unsafe { cb_field(data, offset_of!(D, correlationId)) };
+            s.domain = domain;
+            s.cbid = cbid;
+            s.ctx = unsafe { cb_field(data, offset_of!(D, contextUid)) };
+            s.tid = procinfo::gettid();
+            s.stream = None;
+            s.has_stack = r.opts.enable_stack_trace;
+            s.len = 0;
+            s.native_elided = false;
+            if param == cbids::SyncParam::Stream {
+                let params: *const c_void = unsafe { cb_field(data, offset_of!(D, functionParams)) };
+                let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(D, context)) };
+                if !params.is_null() {
+                    // The stream handle is the first parameter of every stream sync/wait entry point.
+                    let stream = unsafe { (params as *const *mut c_void).read_unaligned() };
+                    s.stream = r.cupti.stream_id(ctx, stream, per_thread);
+                }
+            }
+            if s.has_stack {
+                stack::capture_into(s, r.python);
+            }
+            s.ts = r.cupti.timestamp();
+        } else {
+            if active.depth == 0 {
+                return;
+            }
+            active.depth -= 1;
+            if active.depth > 0 || active.key != (domain, cbid) {
+                return;
+            }
+            active.sample.end = r.cupti.timestamp();
+            stack::push(active.sample);
+        }
+    });
+}
+
+/// The synchronization call a thread is inside (between its entry and exit callbacks).
+struct Active {
+    depth: u32,
+    key: (u32, u32),
+    sample: Sample,
+}
+
+thread_local! {
+    static ACTIVE: std::cell::RefCell<Active> = const {
+        std::cell::RefCell::new(Active {
+            depth: 0,
+            key: (0, 0),
+            sample: Sample::empty(),
+        })
+    };
 }
 
 unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
@@ -501,7 +559,6 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
                             message: cost,
                         }));
                     }
-                    let _ = s.expire_pending(true);
                     s.finish(reason).ok()
                 });
                 let _ = ack.send(counts);
@@ -528,7 +585,6 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
                         count: lost,
                     }))?;
                 }
-                s.expire_pending(false)?;
                 if s.dirty || forced {
                     s.end_block()?;
                 }
@@ -540,9 +596,18 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
     }
 }
 
+/// Benchmark knob `GPUFL_DISCARD=1`: buffers are returned to CUPTI without being decoded.
+fn discard_buffers() -> bool {
+    static D: OnceLock<bool> = OnceLock::new();
+    *D.get_or_init(|| std::env::var("GPUFL_DISCARD").is_ok_and(|v| v == "1"))
+}
+
 fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) {
     let result = (|| -> Result<(), TraceError> {
         let Some(s) = sink.as_mut() else { return Ok(()) };
+        if discard_buffers() {
+            return Ok(());
+        }
         // SAFETY: ptr/valid come from CUPTI's completion callback.
         unsafe { s.take_buffer(ptr as *mut u8, valid)? };
         if dropped > 0 {

@@ -14,16 +14,6 @@ use std::ffi::c_void;
 use std::fs::File;
 use std::io::BufWriter;
 
-/// Samples older than this (trace clock, ns) that found no sync record are written as callsites.
-const PENDING_TTL_NS: u64 = 30_000_000_000;
-
-struct PendingStack {
-    stack: StackId,
-    tid: u64,
-    ts: u64,
-    api: (u32, u32),
-}
-
 /// Session writer state.
 pub struct Sink {
     w: TraceWriter<BufWriter<File>>,
@@ -34,13 +24,9 @@ pub struct Sink {
     addr_frames: HashMap<u64, Vec<FrameId>>,
     py_frames: HashMap<u32, FrameId>,
     stacks: HashMap<Vec<u64>, StackId>,
-    pending: HashMap<u32, PendingStack>,
-    alias: HashMap<u32, u32>,
     /// Python part of a stack → native frames under it at its last full capture.
     native_under: HashMap<Vec<u64>, Vec<u64>>,
     frame_buf: Vec<FrameId>,
-    /// Latest trace time seen, for expiring pending samples.
-    now_ns: u64,
     pub dirty: bool,
 }
 
@@ -55,11 +41,8 @@ impl Sink {
             addr_frames: HashMap::new(),
             py_frames: HashMap::new(),
             stacks: HashMap::new(),
-            pending: HashMap::new(),
-            alias: HashMap::new(),
             native_under: HashMap::new(),
             frame_buf: Vec::new(),
-            now_ns: 0,
             dirty: false,
         }
     }
@@ -89,35 +72,38 @@ impl Sink {
     }
 
     fn take_sample(&mut self, s: &Sample) -> Result<(), TraceError> {
-        if s.alias_of != 0 {
-            self.alias.insert(s.corr, s.alias_of);
+        let Some((kind, _, _)) = crate::cbids::sync_kind(s.domain, s.cbid) else {
             return Ok(());
-        }
-        let entries = s.entries();
-        let split = entries.iter().position(|e| e & PY_TAG != 0).unwrap_or(entries.len());
-        let stack = if split < entries.len() && s.native_elided {
-            // Reuse the native frames of this Python call site's last full capture.
-            let mut full = self.native_under.get(&entries[split..]).cloned().unwrap_or_default();
-            full.extend_from_slice(&entries[split..]);
-            self.intern_raw_stack(&full)?
-        } else {
-            if split < entries.len() {
-                self.native_under
-                    .insert(entries[split..].to_vec(), entries[..split].to_vec());
-            }
-            self.intern_raw_stack(entries)?
         };
-        self.now_ns = self.now_ns.max(s.ts);
-        self.pending.insert(
-            s.corr,
-            PendingStack {
-                stack,
-                tid: s.tid,
-                ts: s.ts,
-                api: (s.domain, s.cbid),
-            },
-        );
-        Ok(())
+        let stack = if s.has_stack {
+            let entries = s.entries();
+            let split = entries.iter().position(|e| e & PY_TAG != 0).unwrap_or(entries.len());
+            Some(if split < entries.len() && s.native_elided {
+                // Reuse the native frames of this Python call site's last full capture.
+                let mut full = self.native_under.get(&entries[split..]).cloned().unwrap_or_default();
+                full.extend_from_slice(&entries[split..]);
+                self.intern_raw_stack(&full)?
+            } else {
+                if split < entries.len() {
+                    self.native_under
+                        .insert(entries[split..].to_vec(), entries[..split].to_vec());
+                }
+                self.intern_raw_stack(entries)?
+            })
+        } else {
+            None
+        };
+        self.write(&Record::Sync(Sync {
+            kind,
+            start: s.ts,
+            end: s.end.max(s.ts),
+            ctx: s.ctx,
+            stream: s.stream,
+            event: None,
+            corr: s.corr,
+            tid: Some(s.tid),
+            stack,
+        }))
     }
 
     /// Intern a raw stack (native addresses / tagged Python ids), symbolizing new addresses.
@@ -214,24 +200,11 @@ impl Sink {
         match d {
             Decoded::Kernel { name, mut kernel } => {
                 kernel.name = self.kernel_name(name.to_bytes())?;
-                self.now_ns = self.now_ns.max(kernel.end);
                 self.write(&Record::Kernel(kernel))
             }
             Decoded::Memcpy(m) => self.write(&Record::Memcpy(m)),
             Decoded::Memset(m) => self.write(&Record::Memset(m)),
-            Decoded::Sync(mut s) => {
-                let key = if self.pending.contains_key(&s.corr) {
-                    Some(s.corr)
-                } else {
-                    self.alias.remove(&s.corr)
-                };
-                if let Some(p) = key.and_then(|k| self.pending.remove(&k)) {
-                    s.stack = Some(p.stack);
-                    s.tid = Some(p.tid);
-                }
-                self.now_ns = self.now_ns.max(s.end);
-                self.write(&Record::Sync(s))
-            }
+            Decoded::Sync(s) => self.write(&Record::Sync(s)),
             Decoded::Api { domain, cbid, start, end, tid, corr, ret } => {
                 let dom = if domain == ApiDomain::Runtime {
                     cupti::DOMAIN_RUNTIME
@@ -278,37 +251,6 @@ impl Sink {
         let id = self.w.intern_str(&name)?;
         self.api_names.insert((domain, cbid), id);
         Ok(id)
-    }
-
-    /// Write samples that waited too long for their sync record as `callsite` records; with
-    /// `all`, every one left (at the end of the session).
-    pub fn expire_pending(&mut self, all: bool) -> Result<(), TraceError> {
-        let cutoff = self.now_ns.saturating_sub(PENDING_TTL_NS);
-        let expired: Vec<u32> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| all || p.ts < cutoff)
-            .map(|(c, _)| *c)
-            .collect();
-        let mut expired: Vec<(u32, PendingStack)> = expired
-            .into_iter()
-            .filter_map(|c| self.pending.remove(&c).map(|p| (c, p)))
-            .collect();
-        expired.sort_by_key(|(_, p)| p.ts);
-        for (corr, p) in expired {
-            let api = self.api_name(p.api.0, p.api.1)?;
-            self.write(&Record::Callsite(Callsite {
-                corr,
-                api,
-                tid: p.tid,
-                ts: p.ts,
-                stack: p.stack,
-            }))?;
-        }
-        if all || self.alias.len() > 100_000 {
-            self.alias.clear();
-        }
-        Ok(())
     }
 
     /// Close the current compressed block.

@@ -36,7 +36,8 @@ const PY_CACHE_MAX: usize = 1 << 16;
 /// `GPUFL_NATIVE_EVERY=1` unwinds every time.
 pub const NATIVE_EVERY: u32 = 64;
 
-/// One captured stack, or an alias (a driver call nested in an already-captured runtime call).
+/// One synchronization call seen by the API callbacks: its interval, what it waited on, and the
+/// CPU stack at its entry.
 #[derive(Clone, Copy)]
 pub struct Sample {
     /// Correlation id of the API call.
@@ -44,12 +45,17 @@ pub struct Sample {
     /// CUPTI callback domain and id of the API call.
     pub domain: u32,
     pub cbid: u32,
-    /// Non-zero: this call runs inside runtime call `alias_of`, whose stack is the same.
-    pub alias_of: u32,
+    /// CUPTI context id.
+    pub ctx: u32,
+    /// CUPTI stream id waited on (stream sync / wait event), if known.
+    pub stream: Option<u32>,
     /// gettid() of the caller.
     pub tid: u64,
-    /// Trace-clock time of the capture.
+    /// Trace-clock time at API entry (the capture) and exit.
     pub ts: u64,
+    pub end: u64,
+    /// Whether a stack was captured.
+    pub has_stack: bool,
     pub len: u16,
     /// True when the native part was not unwound because this Python call site was seen before
     /// (see [`NATIVE_EVERY`]); the writer reuses the native frames of its last full capture.
@@ -65,9 +71,12 @@ impl Sample {
             corr: 0,
             domain: 0,
             cbid: 0,
-            alias_of: 0,
+            ctx: 0,
+            stream: None,
             tid: 0,
             ts: 0,
+            end: 0,
+            has_stack: false,
             len: 0,
             native_elided: false,
             frames: [0; MAX_FRAMES],
