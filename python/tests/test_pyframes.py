@@ -293,8 +293,34 @@ def test_many_lines_in_one_function():
     assert got == expect
 
 
-def test_capture_is_fast():
-    ns = LIB.gpufl_test_python_capture_ns(20000)
-    assert ns > 0
-    print(f"capture_python: {ns:.0f} ns for {len(stack())} frames")
-    assert ns < 20000  # generous: debug builds are slow; release is ~100s of ns
+def merged_stack():
+    """The merged native + Python stack, through the same capture code as a sync callback."""
+    buf = ctypes.create_string_buffer(1 << 18)
+    n = LIB.gpufl_test_capture_stack_json(buf, len(buf))  # @merged
+    assert n >= 0, n
+    return json.loads(buf.raw[:n].decode("utf-8"))
+
+
+def merged_caller():
+    return merged_stack()  # @merged_caller
+
+
+def test_merged_native_and_python_stack():
+    LIB.gpufl_test_capture_stack_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    LIB.gpufl_test_capture_stack_json.restype = ctypes.c_ssize_t
+    frames = merged_caller()  # @merged_test
+    kinds = [f["kind"] for f in frames]
+    # Native frames first (ctypes/libffi calling into the recorder), then Python frames, and the
+    # interpreter's own C frames replaced by them.
+    assert kinds[0] == "native", kinds
+    first_py = kinds.index("python")
+    assert all(k == "python" for k in kinds[first_py:]), kinds
+    py = [f for f in frames if f["kind"] == "python"]
+    want = [("merged_stack", "merged"), ("merged_caller", "merged_caller"),
+            ("test_merged_native_and_python_stack", "merged_test")]
+    got = [(f["function"], f["line"]) for f in py[:3]]
+    assert got == [(fn, line_of(m)) for fn, m in want], json.dumps(frames, indent=1)
+    assert all(f["file"] == str(HERE) for f in py[:3])
+    natives = [f for f in frames if f["kind"] == "native"]
+    assert not any("libpython" in (f.get("module") or "") for f in natives), "interpreter frames cut"
+    assert not any("gpufl_capture" in (f.get("module") or "") for f in natives), "own frames cut"

@@ -138,10 +138,16 @@ mod tests {
     #[test]
     fn every_sync_entry_point_has_a_kind() {
         for &id in RUNTIME_SYNC {
-            assert!(sync_kind(crate::cupti::DOMAIN_RUNTIME, id).is_some(), "runtime {id}");
+            assert!(
+                sync_kind(crate::cupti::DOMAIN_RUNTIME, id).is_some(),
+                "runtime {id}"
+            );
         }
         for &id in DRIVER_SYNC {
-            assert!(sync_kind(crate::cupti::DOMAIN_DRIVER, id).is_some(), "driver {id}");
+            assert!(
+                sync_kind(crate::cupti::DOMAIN_DRIVER, id).is_some(),
+                "driver {id}"
+            );
         }
         assert!(sync_kind(crate::cupti::DOMAIN_RUNTIME, 211).is_none());
     }

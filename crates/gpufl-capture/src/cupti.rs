@@ -63,7 +63,8 @@ pub struct Cupti {
     pub get_timestamp: unsafe extern "C" fn(*mut u64) -> u32,
     pub get_callback_name: Option<unsafe extern "C" fn(u32, u32, *mut *const c_char) -> u32>,
     pub set_thread_id_type: Option<unsafe extern "C" fn(u32) -> u32>,
-    pub get_stream_id_ex: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u8, *mut u32) -> u32>,
+    pub get_stream_id_ex:
+        Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u8, *mut u32) -> u32>,
 }
 
 /// Why CUPTI could not be loaded.
@@ -152,7 +153,15 @@ impl Cupti {
     }
 
     /// CUPTI's id of a stream (as in activity records), if it can tell.
-    pub fn stream_id(&self, ctx: *mut c_void, stream: *mut c_void, per_thread: bool) -> Option<u32> {
+    ///
+    /// # Safety
+    /// `ctx` and `stream` are the context and stream handles an API callback received.
+    pub unsafe fn stream_id(
+        &self,
+        ctx: *mut c_void,
+        stream: *mut c_void,
+        per_thread: bool,
+    ) -> Option<u32> {
         let f = self.get_stream_id_ex?;
         let mut id = 0u32;
         // SAFETY: plain CUPTI query with the context and stream handle the API call received.

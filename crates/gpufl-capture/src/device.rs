@@ -29,7 +29,8 @@ pub struct DeviceInfo {
 /// Query every visible GPU. Calls cuInit(0), which waits for an initialization in progress on
 /// another thread; safe to call from a background thread at any time.
 pub fn query() -> DeviceInfo {
-    let Some(lib) = Lib::already_loaded("libcuda.so.1").or_else(|| Lib::open("libcuda.so.1")) else {
+    let Some(lib) = Lib::already_loaded("libcuda.so.1").or_else(|| Lib::open("libcuda.so.1"))
+    else {
         return DeviceInfo {
             error: Some("CUDA driver (libcuda.so.1) not found".into()),
             ..Default::default()
@@ -131,9 +132,12 @@ mod tests {
     #[test]
     fn uuid_format_matches_nvidia_smi() {
         let u = [
-            0x9f, 0x1e, 0x27, 0x5c, 0x8a, 0x31, 0x4b, 0x02, 0x91, 0x7d, 0x00, 0x11, 0x22, 0x33, 0x44,
-            0x55,
+            0x9f, 0x1e, 0x27, 0x5c, 0x8a, 0x31, 0x4b, 0x02, 0x91, 0x7d, 0x00, 0x11, 0x22, 0x33,
+            0x44, 0x55,
         ];
-        assert_eq!(super::format_uuid(&u), "GPU-9f1e275c-8a31-4b02-917d-001122334455");
+        assert_eq!(
+            super::format_uuid(&u),
+            "GPU-9f1e275c-8a31-4b02-917d-001122334455"
+        );
     }
 }

@@ -123,9 +123,11 @@ pub unsafe fn copy_out(s: &str, buf: *mut c_char, len: usize) -> isize {
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> c_int {
     let _ = std::panic::catch_unwind(|| {
-        let mut opts = Options::default();
         // Under `gpufl record` stacks are on unless the user turned them off.
-        opts.enable_stack_trace = true;
+        let opts = Options {
+            enable_stack_trace: true,
+            ..Options::default()
+        };
         let _ = recorder::start(opts, StartedBy::Injection);
     });
     1

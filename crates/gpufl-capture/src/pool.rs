@@ -46,10 +46,9 @@ pub fn give_back(p: *mut u8) {
     if p.is_null() {
         return;
     }
-    match FREE.lock() {
-        Ok(mut f) => f.push(p as usize),
-        // A poisoned lock only happens after a panic elsewhere: leak the buffer rather than risk it.
-        Err(_) => {}
+    // A poisoned lock only happens after a panic elsewhere: leak the buffer rather than risk it.
+    if let Ok(mut f) = FREE.lock() {
+        f.push(p as usize);
     }
 }
 

@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(500);
 
 fn cupti_flush_period() -> Option<Duration> {
-    match std::env::var("GPUFL_FLUSH_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
+    match std::env::var("GPUFL_FLUSH_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
         Some(0) => None,
         Some(ms) => Some(Duration::from_millis(ms)),
         None => Some(CUPTI_FLUSH_PERIOD),
@@ -62,8 +65,15 @@ pub enum InitError {
 }
 
 enum Msg {
-    Buffer { ptr: usize, valid: usize, dropped: u64 },
-    Stop { reason: &'static str, ack: Sender<Option<Counts>> },
+    Buffer {
+        ptr: usize,
+        valid: usize,
+        dropped: u64,
+    },
+    Stop {
+        reason: &'static str,
+        ack: Sender<Option<Counts>>,
+    },
 }
 
 /// The running recorder.
@@ -85,7 +95,6 @@ static CUPTI: OnceLock<Cupti> = OnceLock::new();
 static DISABLED: AtomicBool = AtomicBool::new(false);
 /// Set when a CUDA context is being destroyed: the writer closes a block promptly.
 static FLUSH_REQUEST: AtomicBool = AtomicBool::new(false);
-
 
 /// The recorder, if running.
 pub fn get() -> Option<&'static Recorder> {
@@ -113,7 +122,10 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     let dir_name = session::session_dir_name(&opts.app_name, pid, start_unix_ns);
     let session_dir = Path::new(&opts.log_path).join(&dir_name);
     if let Err(e) = std::fs::create_dir_all(&session_dir) {
-        let msg = format!("cannot create {}: {e}; not recording", session_dir.display());
+        let msg = format!(
+            "cannot create {}: {e}; not recording",
+            session_dir.display()
+        );
         say(false, &msg);
         return Err(InitError::Disabled(msg));
     }
@@ -185,7 +197,10 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         .spawn(move || writer_thread(rx, file_path, header, notices, cupti));
     if let Err(e) = spawned {
         DISABLED.store(true, Ordering::SeqCst);
-        say(false, &format!("cannot start the writer thread: {e}; not recording"));
+        say(
+            false,
+            &format!("cannot start the writer thread: {e}; not recording"),
+        );
         return Err(InitError::Disabled(e.to_string()));
     }
     register_exit_hooks();
@@ -259,7 +274,10 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
         }
         let rc = (c.activity_register_callbacks)(buffer_requested, buffer_completed);
         if rc != cupti::SUCCESS {
-            notices.push(format!("cuptiActivityRegisterCallbacks: {}", c.result_string(rc)));
+            notices.push(format!(
+                "cuptiActivityRegisterCallbacks: {}",
+                c.result_string(rc)
+            ));
         }
         let mut kinds = vec![
             (cupti::KIND_CONCURRENT_KERNEL, "kernels"),
@@ -276,7 +294,10 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
         for (k, name) in kinds {
             let rc = (c.activity_enable)(k);
             if rc != cupti::SUCCESS {
-                notices.push(format!("{name} records unavailable: {}", c.result_string(rc)));
+                notices.push(format!(
+                    "{name} records unavailable: {}",
+                    c.result_string(rc)
+                ));
             }
         }
         enable_api_records(c, opts, &mut notices);
@@ -333,7 +354,8 @@ fn enable_api_records(c: &Cupti, opts: &Options, notices: &mut Vec<String>) {
             [cbids::DRIVER_SYNC, cbids::DRIVER_DEFAULT].concat(),
         ),
     };
-    let (Some(frt), Some(fdrv)) = (c.activity_enable_runtime_api, c.activity_enable_driver_api) else {
+    let (Some(frt), Some(fdrv)) = (c.activity_enable_runtime_api, c.activity_enable_driver_api)
+    else {
         notices.push("this CUPTI cannot select API records per function; api records off".into());
         return;
     };
@@ -361,10 +383,8 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
         return;
     }
     match domain {
-        cupti::DOMAIN_RESOURCE => {
-            if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING {
-                FLUSH_REQUEST.store(true, Ordering::Relaxed);
-            }
+        cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING => {
+            FLUSH_REQUEST.store(true, Ordering::Relaxed);
         }
         cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
             // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
@@ -415,12 +435,13 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
             s.len = 0;
             s.native_elided = false;
             if param == cbids::SyncParam::Stream {
-                let params: *const c_void = unsafe { cb_field(data, offset_of!(D, functionParams)) };
+                let params: *const c_void =
+                    unsafe { cb_field(data, offset_of!(D, functionParams)) };
                 let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(D, context)) };
                 if !params.is_null() {
                     // The stream handle is the first parameter of every stream sync/wait entry point.
                     let stream = unsafe { (params as *const *mut c_void).read_unaligned() };
-                    s.stream = r.cupti.stream_id(ctx, stream, per_thread);
+                    s.stream = unsafe { r.cupti.stream_id(ctx, stream, per_thread) };
                 }
             }
             if s.has_stack {
@@ -458,9 +479,17 @@ thread_local! {
     };
 }
 
-unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+unsafe extern "C" fn buffer_requested(
+    buf: *mut *mut u8,
+    size: *mut usize,
+    max_records: *mut usize,
+) {
     let _ = std::panic::catch_unwind(|| {
-        let p = if DISABLED.load(Ordering::Relaxed) { None } else { pool::take() };
+        let p = if DISABLED.load(Ordering::Relaxed) {
+            None
+        } else {
+            pool::take()
+        };
         // SAFETY: CUPTI passes valid out-pointers.
         unsafe {
             *max_records = 0;
@@ -478,7 +507,13 @@ unsafe extern "C" fn buffer_requested(buf: *mut *mut u8, size: *mut usize, max_r
     });
 }
 
-unsafe extern "C" fn buffer_completed(ctx: *mut c_void, stream: u32, buf: *mut u8, _size: usize, valid: usize) {
+unsafe extern "C" fn buffer_completed(
+    ctx: *mut c_void,
+    stream: u32,
+    buf: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
     let _ = std::panic::catch_unwind(|| {
         if buf.is_null() {
             return;
@@ -501,7 +536,13 @@ unsafe extern "C" fn buffer_completed(ctx: *mut c_void, stream: u32, buf: *mut u
     });
 }
 
-fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: Vec<String>, cupti: &'static Cupti) {
+fn writer_thread(
+    rx: Receiver<Msg>,
+    path: PathBuf,
+    mut header: Header,
+    notices: Vec<String>,
+    cupti: &'static Cupti,
+) {
     let info = crate::device::query();
     header.gpus = info.gpus;
     header.driver_version = info.driver_version;
@@ -515,7 +556,13 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
     let mut sink = match opened {
         Ok(w) => Some(Sink::new(w, Some(cupti))),
         Err(e) => {
-            say(false, &format!("cannot write {}: {e}; records are discarded", path.display()));
+            say(
+                false,
+                &format!(
+                    "cannot write {}: {e}; records are discarded",
+                    path.display()
+                ),
+            );
             None
         }
     };
@@ -534,15 +581,26 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
         let msg = rx.recv_timeout(Duration::from_millis(100));
         let stopping = matches!(msg, Ok(Msg::Stop { .. }));
         let result = (|| -> Result<(), TraceError> {
-            let Some(s) = sink.as_mut() else { return Ok(()) };
+            let Some(s) = sink.as_mut() else {
+                return Ok(());
+            };
             s.drain_samples()?;
             Ok(())
         })();
         report(&mut sink, result);
         match msg {
-            Ok(Msg::Buffer { ptr, valid, dropped }) => take_buffer(&mut sink, ptr, valid, dropped),
+            Ok(Msg::Buffer {
+                ptr,
+                valid,
+                dropped,
+            }) => take_buffer(&mut sink, ptr, valid, dropped),
             Ok(Msg::Stop { reason, ack }) => {
-                while let Ok(Msg::Buffer { ptr, valid, dropped }) = rx.try_recv() {
+                while let Ok(Msg::Buffer {
+                    ptr,
+                    valid,
+                    dropped,
+                }) = rx.try_recv()
+                {
                     take_buffer(&mut sink, ptr, valid, dropped);
                 }
                 let counts = sink.take().and_then(|mut s| {
@@ -567,7 +625,9 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        let stopped = RECORDER.get().is_none_or(|r| r.stopped.load(Ordering::Relaxed));
+        let stopped = RECORDER
+            .get()
+            .is_none_or(|r| r.stopped.load(Ordering::Relaxed));
         if !stopping && !stopped && flush_period.is_some_and(|p| last_cupti_flush.elapsed() >= p) {
             // SAFETY: default flush: delivers completed buffers to buffer_completed on this thread.
             unsafe { (cupti.activity_flush_all)(0) };
@@ -577,7 +637,9 @@ fn writer_thread(rx: Receiver<Msg>, path: PathBuf, mut header: Header, notices: 
         let due = last_block.elapsed() >= BLOCK_PERIOD;
         if forced || due {
             let result = (|| -> Result<(), TraceError> {
-                let Some(s) = sink.as_mut() else { return Ok(()) };
+                let Some(s) = sink.as_mut() else {
+                    return Ok(());
+                };
                 let lost = pool::take_refused();
                 if lost > 0 {
                     s.write(&Record::Dropped(Dropped {
@@ -604,7 +666,9 @@ fn discard_buffers() -> bool {
 
 fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) {
     let result = (|| -> Result<(), TraceError> {
-        let Some(s) = sink.as_mut() else { return Ok(()) };
+        let Some(s) = sink.as_mut() else {
+            return Ok(());
+        };
         if discard_buffers() {
             return Ok(());
         }
@@ -625,7 +689,10 @@ fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) 
 /// On a write error: say it once and stop writing (records are then discarded, buffers recycled).
 fn report(sink: &mut Option<Sink>, result: Result<(), TraceError>) {
     if let Err(e) = result {
-        say(false, &format!("trace write failed ({e}); recording stops here"));
+        say(
+            false,
+            &format!("trace write failed ({e}); recording stops here"),
+        );
         *sink = None;
     }
 }
@@ -663,7 +730,13 @@ pub fn stop(reason: &'static str) -> Option<Counts> {
         (c.activity_flush_all)(cupti::FLUSH_FORCED);
     }
     let (ack_tx, ack_rx) = channel();
-    if r.tx.send(Msg::Stop { reason, ack: ack_tx }).is_err() {
+    if r.tx
+        .send(Msg::Stop {
+            reason,
+            ack: ack_tx,
+        })
+        .is_err()
+    {
         return None;
     }
     let counts = ack_rx.recv_timeout(STOP_TIMEOUT).ok().flatten();
@@ -673,7 +746,10 @@ pub fn stop(reason: &'static str) -> Option<Counts> {
         unsafe { (c.unsubscribe)(sub) };
     }
     if counts.is_none() {
-        say(false, "the writer did not finish in time; the session may end early");
+        say(
+            false,
+            "the writer did not finish in time; the session may end early",
+        );
     }
     counts
 }

@@ -77,10 +77,17 @@ impl Sink {
         };
         let stack = if s.has_stack {
             let entries = s.entries();
-            let split = entries.iter().position(|e| e & PY_TAG != 0).unwrap_or(entries.len());
+            let split = entries
+                .iter()
+                .position(|e| e & PY_TAG != 0)
+                .unwrap_or(entries.len());
             Some(if split < entries.len() && s.native_elided {
                 // Reuse the native frames of this Python call site's last full capture.
-                let mut full = self.native_under.get(&entries[split..]).cloned().unwrap_or_default();
+                let mut full = self
+                    .native_under
+                    .get(&entries[split..])
+                    .cloned()
+                    .unwrap_or_default();
                 full.extend_from_slice(&entries[split..]);
                 self.intern_raw_stack(&full)?
             } else {
@@ -159,8 +166,16 @@ impl Sink {
             let mut ids = Vec::with_capacity(sym.len());
             for f in sym {
                 let module = self.w.intern_str(&f.module)?;
-                let func = f.function.as_deref().map(|s| self.w.intern_str(s)).transpose()?;
-                let file = f.file.as_deref().map(|s| self.w.intern_str(s)).transpose()?;
+                let func = f
+                    .function
+                    .as_deref()
+                    .map(|s| self.w.intern_str(s))
+                    .transpose()?;
+                let file = f
+                    .file
+                    .as_deref()
+                    .map(|s| self.w.intern_str(s))
+                    .transpose()?;
                 ids.push(self.w.intern_frame(FrameData {
                     kind: FrameKind::Native,
                     module: Some(module),
@@ -173,7 +188,11 @@ impl Sink {
             }
             self.addr_frames.insert(addr, ids);
         }
-        Ok(self.addr_frames.get(&addr).map(|v| v.as_slice()).unwrap_or(&[]))
+        Ok(self
+            .addr_frames
+            .get(&addr)
+            .map(|v| v.as_slice())
+            .unwrap_or(&[]))
     }
 
     /// Decode and write every record of one CUPTI activity buffer.
@@ -205,7 +224,15 @@ impl Sink {
             Decoded::Memcpy(m) => self.write(&Record::Memcpy(m)),
             Decoded::Memset(m) => self.write(&Record::Memset(m)),
             Decoded::Sync(s) => self.write(&Record::Sync(s)),
-            Decoded::Api { domain, cbid, start, end, tid, corr, ret } => {
+            Decoded::Api {
+                domain,
+                cbid,
+                start,
+                end,
+                tid,
+                corr,
+                ret,
+            } => {
                 let dom = if domain == ApiDomain::Runtime {
                     cupti::DOMAIN_RUNTIME
                 } else {
@@ -283,8 +310,14 @@ pub fn demangle(name: &str) -> String {
 mod tests {
     #[test]
     fn demangles_cuda_kernel_names() {
-        assert_eq!(super::demangle("_Z6saxpyifPfS_"), "saxpy(int, float, float*, float*)");
-        assert_eq!(super::demangle("ampere_sgemm_128x64_nn"), "ampere_sgemm_128x64_nn");
+        assert_eq!(
+            super::demangle("_Z5saxpyifPfS_"),
+            "saxpy(int, float, float*, float*)"
+        );
+        assert_eq!(
+            super::demangle("ampere_sgemm_128x64_nn"),
+            "ampere_sgemm_128x64_nn"
+        );
         assert_eq!(super::demangle("_Zbroken"), "_Zbroken");
     }
 }

@@ -159,7 +159,7 @@ impl std::hash::Hasher for FastHasher {
         }
     }
     fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7cc1_b727_220a_95);
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
     fn write_usize(&mut self, v: usize) {
         self.write_u64(v as u64);
@@ -246,7 +246,8 @@ pub fn capture_into(out: &mut Sample, with_python: bool) {
     let t1 = debug.then(std::time::Instant::now);
     let r = ranges();
     let t2 = debug.then(std::time::Instant::now);
-    let in_range = |a: u64, range: &Option<Range<u64>>| range.as_ref().is_some_and(|r| r.contains(&a));
+    let in_range =
+        |a: u64, range: &Option<Range<u64>>| range.as_ref().is_some_and(|r| r.contains(&a));
     let mut len = 0usize;
     let mut i = 0usize;
     while i < n && in_range(native[i], &r.own) {
@@ -347,42 +348,6 @@ pub fn debug_cost_lines() -> Vec<String> {
     DEBUG_COST.lock().map(|v| v.clone()).unwrap_or_default()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[inline(never)]
-    fn nested_capture(out: &mut Sample) {
-        capture_into(out, true);
-        std::hint::black_box(&out);
-    }
-
-    #[test]
-    fn capture_skips_own_frames_and_finds_callers() {
-        let mut s = Sample::empty();
-        nested_capture(&mut s);
-        // In a test binary the "own module" is the test executable itself, so every frame is ours
-        // and skipped: what remains are libc/ld frames below main (or nothing). No Python here.
-        assert!(s.entries().iter().all(|e| e & PY_TAG == 0));
-    }
-
-    #[test]
-    fn full_queue_counts_drops() {
-        let _ = take_dropped();
-        let q = queue();
-        let mut pushed = 0;
-        while q.push(Sample::empty()).is_ok() {
-            pushed += 1;
-        }
-        push(Sample::empty());
-        push(Sample::empty());
-        assert_eq!(take_dropped(), 2);
-        assert_eq!(take_dropped(), 0);
-        while q.pop().is_some() {}
-        assert!(pushed > 0);
-    }
-}
-
 /// Capture the calling thread's stack with [`capture_into`] and describe it as JSON (for tests and
 /// the `gpufl_test_capture_stack_json` entry point).
 #[inline(never)]
@@ -443,4 +408,40 @@ pub fn cost_summary() -> Option<String> {
         v[v.len() - 1],
         v.len()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn nested_capture(out: &mut Sample) {
+        capture_into(out, true);
+        std::hint::black_box(&out);
+    }
+
+    #[test]
+    fn capture_skips_own_frames_and_finds_callers() {
+        let mut s = Sample::empty();
+        nested_capture(&mut s);
+        // In a test binary the "own module" is the test executable itself, so every frame is ours
+        // and skipped: what remains are libc/ld frames below main (or nothing). No Python here.
+        assert!(s.entries().iter().all(|e| e & PY_TAG == 0));
+    }
+
+    #[test]
+    fn full_queue_counts_drops() {
+        let _ = take_dropped();
+        let q = queue();
+        let mut pushed = 0;
+        while q.push(Sample::empty()).is_ok() {
+            pushed += 1;
+        }
+        push(Sample::empty());
+        push(Sample::empty());
+        assert_eq!(take_dropped(), 2);
+        assert_eq!(take_dropped(), 0);
+        while q.pop().is_some() {}
+        assert!(pushed > 0);
+    }
 }

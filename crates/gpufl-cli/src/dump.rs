@@ -38,7 +38,11 @@ pub fn run(args: DumpArgs) -> Result<i32> {
             if interned && !args.raw && args.r#type.is_empty() {
                 continue;
             }
-            let v = if args.raw { serde_json::to_value(&rec)? } else { resolve(&rec, &syms)? };
+            let v = if args.raw {
+                serde_json::to_value(&rec)?
+            } else {
+                resolve(&rec, &syms)?
+            };
             if writeln!(out, "{v}").is_err() {
                 return Ok(0); // closed pipe (e.g. `| head`)
             }
@@ -76,7 +80,12 @@ fn resolve(rec: &Record, syms: &Symbols) -> Result<Value> {
 
 fn stack_json(syms: &Symbols, id: gpufl_trace::StackId) -> Value {
     match syms.stack(id) {
-        Some(frames) => Value::Array(frames.iter().map(|f| json!(syms.describe_frame(*f))).collect()),
+        Some(frames) => Value::Array(
+            frames
+                .iter()
+                .map(|f| json!(syms.describe_frame(*f)))
+                .collect(),
+        ),
         None => json!(format!("<unknown stack {}>", id.0)),
     }
 }

@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "gpufl", version, about = "GPU flight recorder: record any CUDA process, find where it stalls")]
+#[command(
+    name = "gpufl",
+    version,
+    about = "GPU flight recorder: record any CUDA process, find where it stalls"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -51,7 +51,10 @@ fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
     }
     let exe = std::env::current_exe().context("cannot locate the gpufl binary")?;
     let dir = exe.parent().unwrap_or(Path::new("."));
-    for cand in [dir.join("libgpufl_capture.so"), dir.join("../lib/libgpufl_capture.so")] {
+    for cand in [
+        dir.join("libgpufl_capture.so"),
+        dir.join("../lib/libgpufl_capture.so"),
+    ] {
         if cand.exists() {
             return Ok(cand);
         }
@@ -64,18 +67,24 @@ fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
 
 pub fn run(args: RecordArgs) -> Result<i32> {
     let lib = find_lib(args.lib.as_deref())?;
-    let lib = lib.canonicalize().with_context(|| format!("{} does not exist", lib.display()))?;
+    let lib = lib
+        .canonicalize()
+        .with_context(|| format!("{} does not exist", lib.display()))?;
     std::fs::create_dir_all(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let out_dir = args.output.canonicalize()?;
-    let before: std::collections::HashSet<PathBuf> =
-        gpufl_trace::session::find_sessions(&out_dir).into_iter().collect();
+    let before: std::collections::HashSet<PathBuf> = gpufl_trace::session::find_sessions(&out_dir)
+        .into_iter()
+        .collect();
 
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("CUDA_INJECTION64_PATH", &lib)
         .env("GPUFL_LOG_PATH", &out_dir)
-        .env("GPUFL_ENABLE_STACK_TRACE", if args.no_stacks { "0" } else { "1" })
+        .env(
+            "GPUFL_ENABLE_STACK_TRACE",
+            if args.no_stacks { "0" } else { "1" },
+        )
         .env("GPUFL_API_RECORDS", &args.api_records)
         .env("GPUFL_QUIET", "1");
     let mut child = cmd
@@ -88,8 +97,20 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         vec![
             (libc::SIGINT, libc::signal(libc::SIGINT, libc::SIG_IGN)),
             (libc::SIGQUIT, libc::signal(libc::SIGQUIT, libc::SIG_IGN)),
-            (libc::SIGTERM, libc::signal(libc::SIGTERM, forward_signal as *const () as libc::sighandler_t)),
-            (libc::SIGHUP, libc::signal(libc::SIGHUP, forward_signal as *const () as libc::sighandler_t)),
+            (
+                libc::SIGTERM,
+                libc::signal(
+                    libc::SIGTERM,
+                    forward_signal as *const () as libc::sighandler_t,
+                ),
+            ),
+            (
+                libc::SIGHUP,
+                libc::signal(
+                    libc::SIGHUP,
+                    forward_signal as *const () as libc::sighandler_t,
+                ),
+            ),
         ]
     };
     let status = child.wait().context("waiting for the recorded command")?;
@@ -120,7 +141,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
                 match summary::summarize(&dir) {
                     Ok(s) => eprintln!(
                         "gpufl:   {}: {}",
-                        dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+                        dir.file_name()
+                            .map(|n| n.to_string_lossy())
+                            .unwrap_or_default(),
                         s.one_line()
                     ),
                     Err(e) => eprintln!("gpufl:   {}: unreadable: {e}", dir.display()),

@@ -78,11 +78,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
     let mut s = Summary::default();
     for rec in reader.by_ref() {
         match rec {
-            Record::Header(h) => {
-                if s.header.is_none() {
-                    s.header = Some(*h);
-                }
-            }
+            Record::Header(h) if s.header.is_none() => s.header = Some(*h),
             Record::Kernel(k) => {
                 s.kernels += 1;
                 s.kernel_ns += k.end.saturating_sub(k.start);
@@ -113,7 +109,8 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
     }
     s.warnings = reader.warnings();
     if s.header.is_none() {
-        s.warnings.push(format!("{}: no header record", dir.display()));
+        s.warnings
+            .push(format!("{}: no header record", dir.display()));
     }
     Ok(s)
 }
@@ -124,7 +121,10 @@ pub fn expand_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     for p in paths {
         let found = session::find_sessions(p);
         if found.is_empty() {
-            bail!("{} is not a gpufl session directory (and contains none)", p.display());
+            bail!(
+                "{} is not a gpufl session directory (and contains none)",
+                p.display()
+            );
         }
         out.extend(found);
     }
@@ -138,7 +138,10 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
         println!("{}", dir.display());
         if let Some(h) = &s.header {
             println!("  command: {}", h.command_line.join(" "));
-            println!("  host {}  pid {}  gpufl {}  format v{}", h.host, h.pid, h.gpufl_version, h.version);
+            println!(
+                "  host {}  pid {}  gpufl {}  format v{}",
+                h.host, h.pid, h.gpufl_version, h.version
+            );
             for g in &h.gpus {
                 println!(
                     "  GPU {}: {} ({} SMs, sm_{}{}, {:.0} GiB, {})",
@@ -151,11 +154,16 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
                     g.uuid
                 );
             }
-            let drv = h.driver_version.map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+            let drv = h
+                .driver_version
+                .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
             println!(
                 "  driver {}  CUPTI {}  Python {}",
                 drv.as_deref().unwrap_or("?"),
-                h.cupti_version.map(|v| v.to_string()).as_deref().unwrap_or("-"),
+                h.cupti_version
+                    .map(|v| v.to_string())
+                    .as_deref()
+                    .unwrap_or("-"),
                 h.python_version.as_deref().unwrap_or("-")
             );
             println!(
@@ -174,7 +182,11 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
                 h.clock.to_unix_ns(b) as f64 / 1e9
             );
         }
-        println!("  summed kernel time {:.3} ms, {} api records", s.kernel_ns as f64 / 1e6, s.apis);
+        println!(
+            "  summed kernel time {:.3} ms, {} api records",
+            s.kernel_ns as f64 / 1e6,
+            s.apis
+        );
         for w in &s.warnings {
             println!("  warning: {w}");
         }
