@@ -76,7 +76,7 @@ if has kill; then
   gpufl info "$(newest "$S/k")" 2>&1 | tee -a "$OUT/summary.txt"
 fi
 if has bench; then
-  log "(i) overhead on the launch-bound loop (bench/launch_bound.py, 500 steps x 5 per process, 3 interleaved rounds)"
+  log "(i) overhead on the launch-bound loop (bench/launch_bound.py, 500 steps, interleaved rounds)"
   B="$S/bench"; mkdir -p "$B"
   R=${BENCH_ROUNDS:-3}; REP=${BENCH_REPEAT:-5}
   for round in $(seq $R); do
