@@ -56,6 +56,26 @@ with profile(activities=[ProfilerActivity.CUDA]):
 print("gpufl_init under torch.profiler returned", rc, "; program result", float(y.sum()) != 0)
 PYEOF
 fi
+if has child; then
+  log "(j) child processes are recorded too (one session each)"
+  gpufl record -o "$S/j" -- $PY -c "import subprocess, sys; [subprocess.run(['build/stream_sync_loop', '20'], check=True) for _ in range(2)]" 2>&1 | tee -a "$OUT/summary.txt"
+fi
+if has benchpair; then
+  log "(k) bare vs gpufl record, ${PAIR_ROUNDS:-8} interleaved pairs, pinned to CPUs 8-15"
+  for round in $(seq ${PAIR_ROUNDS:-8}); do
+    taskset -c 8-15 $PY bench/launch_bound.py --mode bare --repeat 4
+    taskset -c 8-15 gpufl record -q -o "$S/pair" -- $PY bench/launch_bound.py --mode gpufl-full --repeat 4
+  done 2>&1 | grep '^{' | tee -a "$OUT/pair.jsonl"
+  $PY - "$OUT/pair.jsonl" <<'PYEOF' | tee -a "$OUT/summary.txt"
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1])]
+modes = {}
+for r in rows: modes.setdefault(r["mode"], []).extend(r["wall_ms_all"])
+b = statistics.median(modes["bare"]); bb = min(modes["bare"])
+for m, v in modes.items():
+    print(f"{m:12s} median {statistics.median(v):8.1f} ms ({statistics.median(v)/b:.3f}x)  best {min(v):8.1f} ms ({min(v)/bb:.3f}x)  n={len(v)}")
+PYEOF
+fi
 if has identity; then
   log "(g) output identity with and without gpufl record"
   for cmd in "build/stream_sync_loop 50" "$PY examples/pytorch_train_sync.py --steps 10 --warmup 2"; do
