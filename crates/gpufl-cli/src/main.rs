@@ -2,6 +2,7 @@
 
 mod dump;
 mod record;
+mod report;
 mod summary;
 
 use anyhow::Result;
@@ -29,6 +30,8 @@ enum Cmd {
         #[arg(required = true)]
         sessions: Vec<PathBuf>,
     },
+    /// Where the GPU stalls: insights ranked by time impact, each with its source line and fix.
+    Report(report::ReportArgs),
     /// Print a session's records as NDJSON, with interned ids resolved (stacks as frame lists).
     Dump(dump::DumpArgs),
 }
@@ -50,5 +53,6 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Record(args) => record::run(args),
         Cmd::Info { sessions } => summary::info(&sessions),
         Cmd::Dump(args) => dump::run(args),
+        Cmd::Report(args) => report::run(args),
     }
 }

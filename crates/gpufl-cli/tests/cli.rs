@@ -177,3 +177,42 @@ fn record_passes_output_and_exit_code_through_without_a_gpu() {
     assert!(err.contains("no session recorded"), "{err}");
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+/// `gpufl report` (text, no colours) and `gpufl report --json` over every bundled session,
+/// compared with the snapshots in tests/snapshots/.
+#[test]
+fn report_snapshots() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut dirs: Vec<String> = std::fs::read_dir(testdata())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| format!("testdata/sessions/{}", e.file_name().to_string_lossy()))
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 5);
+    for dir in dirs {
+        let name = dir.rsplit('/').next().unwrap().to_string();
+        let (code, text, err) = run(gpufl().current_dir(&root).args(["report", "--color", "never", &dir]));
+        assert_eq!(code, 0, "{err}");
+        insta::assert_snapshot!(format!("report_text_{name}"), text);
+        let (code, json, err) = run(gpufl().current_dir(&root).args(["report", "--json", &dir]));
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+        assert!(v["sessions"][0]["totals"]["kernels"].is_u64());
+        insta::assert_snapshot!(format!("report_json_{name}"), json);
+    }
+}
+
+#[test]
+fn report_of_a_truncated_session_warns_and_reports_what_is_readable() {
+    let src = session("stream_sync_loop-595").join("trace-0000.ndjson.zst");
+    let bytes = std::fs::read(&src).unwrap();
+    let dir = std::env::temp_dir().join(format!("gpufl-trunc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("trace-0000.ndjson.zst"), &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let (code, out, err) = run(gpufl().args(["report", "--color", "never"]).arg(&dir));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("warning:"), "{out}");
+    assert!(out.contains("kernels"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

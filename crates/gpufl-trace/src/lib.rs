@@ -5,6 +5,7 @@
 //! No CUDA, no threads. The schema is documented in `docs/trace-format.md`.
 
 pub mod error;
+mod fastpath;
 pub mod ids;
 pub mod reader;
 pub mod records;

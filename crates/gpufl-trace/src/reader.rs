@@ -15,10 +15,17 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// Iterator over the records of one trace (NDJSON, zstd-compressed or plain).
 pub struct TraceReader {
     input: Box<dyn BufRead>,
-    source: String,
+    /// A line that spans two buffers of `input` (lines inside one buffer are parsed in place).
     buf: Vec<u8>,
     line_no: u64,
     done: bool,
+    st: State,
+}
+
+/// What parsing a line updates (apart from the input, so a line can be parsed in place while the
+/// input's buffer is borrowed).
+struct State {
+    source: String,
     warnings: Vec<String>,
     bad_lines: u64,
     unknown_types: BTreeMap<String, u64>,
@@ -36,7 +43,7 @@ impl TraceReader {
         let mut file = BufReader::new(File::open(path).map_err(io)?);
         let head = file.fill_buf().map_err(io)?;
         let input: Box<dyn BufRead> = if head.starts_with(&ZSTD_MAGIC) {
-            Box::new(BufReader::with_capacity(1 << 16, FrameReader::new(file)))
+            Box::new(FrameReader::new(file))
         } else if head.is_empty() || head[0] == b'{' {
             Box::new(file)
         } else {
@@ -48,6 +55,23 @@ impl TraceReader {
         Ok(Self::from_bufread(input, path.display().to_string()))
     }
 
+    /// Read a trace held in memory: the bytes of a trace file (zstd blocks, detected by the magic
+    /// number, with the same tolerance as [`TraceReader::open`]) or plain NDJSON.
+    pub fn from_bytes(bytes: Vec<u8>, source: impl Into<String>) -> Result<Self, TraceError> {
+        let source = source.into();
+        let input: Box<dyn BufRead> = if bytes.starts_with(&ZSTD_MAGIC) {
+            Box::new(FrameReader::new(std::io::Cursor::new(bytes)))
+        } else if bytes.is_empty() || bytes[0] == b'{' {
+            Box::new(std::io::Cursor::new(bytes))
+        } else {
+            return Err(TraceError::NotATrace {
+                path: source.into(),
+                why: "neither zstd nor NDJSON".into(),
+            });
+        };
+        Ok(Self::from_bufread(input, source))
+    }
+
     /// Read plain NDJSON (already decompressed) from any reader.
     pub fn from_reader<R: Read + 'static>(r: R, source: impl Into<String>) -> Self {
         Self::from_bufread(Box::new(BufReader::new(r)), source.into())
@@ -56,32 +80,35 @@ impl TraceReader {
     fn from_bufread(input: Box<dyn BufRead>, source: String) -> Self {
         TraceReader {
             input,
-            source,
             buf: Vec::with_capacity(1024),
             line_no: 0,
             done: false,
-            warnings: Vec::new(),
-            bad_lines: 0,
-            unknown_types: BTreeMap::new(),
-            header_version: None,
-            saw_end: false,
+            st: State {
+                source,
+                warnings: Vec::new(),
+                bad_lines: 0,
+                unknown_types: BTreeMap::new(),
+                header_version: None,
+                saw_end: false,
+            },
         }
     }
 
     /// Problems met so far (truncation, corrupt lines, unknown record types). Complete once the
     /// iterator returned `None`.
     pub fn warnings(&self) -> Vec<String> {
-        let mut w = self.warnings.clone();
-        if self.bad_lines > 0 {
+        let st = &self.st;
+        let mut w = st.warnings.clone();
+        if st.bad_lines > 0 {
             w.push(format!(
                 "{}: skipped {} line(s) that are not valid records",
-                self.source, self.bad_lines
+                st.source, st.bad_lines
             ));
         }
-        for (t, n) in &self.unknown_types {
+        for (t, n) in &st.unknown_types {
             w.push(format!(
                 "{}: skipped {n} record(s) of unknown type '{t}' (written by a newer gpufl?)",
-                self.source
+                st.source
             ));
         }
         w
@@ -89,35 +116,37 @@ impl TraceReader {
 
     /// Records of unknown types skipped so far, by type.
     pub fn unknown_types(&self) -> &BTreeMap<String, u64> {
-        &self.unknown_types
+        &self.st.unknown_types
     }
 
+    /// The next line into `buf`, across buffer boundaries (the slow path).
     fn next_line(&mut self) -> Option<()> {
         self.buf.clear();
+        let st = &mut self.st;
         match self.input.read_until(b'\n', &mut self.buf) {
             Ok(0) => {
                 // A clean end of input without an `end` record: the writer never finished this file
                 // (crash, kill, or still running). Closed blocks end on record boundaries, so the
                 // loss of every block after the last flushed one is invisible to the decoder.
-                if !self.saw_end {
-                    self.warnings.push(if self.line_no == 0 {
+                if !st.saw_end {
+                    st.warnings.push(if self.line_no == 0 {
                         format!(
                             "{}: empty: the recorder stopped before its first block was written",
-                            self.source
+                            st.source
                         )
                     } else {
                         format!(
                             "{}: no end record after line {}: the trace was not closed (the recorder crashed, was killed or is still running); records after the last complete block are missing",
-                            self.source, self.line_no
+                            st.source, self.line_no
                         )
                     });
                 }
                 None
             }
             Ok(_) if self.buf.last() != Some(&b'\n') => {
-                self.warnings.push(format!(
+                st.warnings.push(format!(
                     "{}: truncated: the last record (line {}) is incomplete and was dropped",
-                    self.source,
+                    st.source,
                     self.line_no + 1
                 ));
                 None
@@ -127,25 +156,35 @@ impl TraceReader {
                 Some(())
             }
             Err(e) => {
-                self.warnings.push(format!(
-                    "{}: truncated or corrupt after line {} ({e}); the records before it were read",
-                    self.source, self.line_no
-                ));
+                st.read_error(self.line_no, &e);
                 None
             }
         }
     }
+}
 
-    fn parse_line(&mut self) -> Option<Record> {
-        let line = trim_line(&self.buf);
+impl State {
+    fn read_error(&mut self, line_no: u64, e: &std::io::Error) {
+        self.warnings.push(format!(
+            "{}: truncated or corrupt after line {line_no} ({e}); the records before it were read",
+            self.source
+        ));
+    }
+
+    fn parse_line(&mut self, line: &[u8]) -> Option<Record> {
+        let line = trim_line(line);
         if line.is_empty() {
             return None;
         }
-        let tag = match peek_tag(line) {
-            Some(t) => t.to_owned(),
+        // Kernels are most of a trace: parse the writer's exact shape by hand (serde_json otherwise).
+        if let Some(k) = crate::fastpath::kernel(line) {
+            return Some(Record::Kernel(k));
+        }
+        let tag: std::borrow::Cow<str> = match peek_tag(line) {
+            Some(t) => t.into(),
             None => match serde_json::from_slice::<serde_json::Value>(line) {
                 Ok(v) => match v.get("t").and_then(|t| t.as_str()) {
-                    Some(t) => t.to_owned(),
+                    Some(t) => t.to_owned().into(),
                     None => {
                         self.bad_lines += 1;
                         return None;
@@ -179,7 +218,7 @@ impl TraceReader {
                 None
             }
             None => {
-                *self.unknown_types.entry(tag).or_insert(0) += 1;
+                *self.unknown_types.entry(tag.into_owned()).or_insert(0) += 1;
                 None
             }
         }
@@ -191,11 +230,32 @@ impl Iterator for TraceReader {
 
     fn next(&mut self) -> Option<Record> {
         while !self.done {
+            // Fast path: a whole line inside the input's buffer is parsed where it lies.
+            match self.input.fill_buf() {
+                Ok(b) if !b.is_empty() => {
+                    if let Some(nl) = memchr::memchr(b'\n', b) {
+                        self.line_no += 1;
+                        let rec = self.st.parse_line(&b[..nl]);
+                        self.input.consume(nl + 1);
+                        match rec {
+                            Some(r) => return Some(r),
+                            None => continue,
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.st.read_error(self.line_no, &e);
+                    self.done = true;
+                    break;
+                }
+            }
+            // Slow path: end of input, or a line that spans buffers.
             if self.next_line().is_none() {
                 self.done = true;
                 break;
             }
-            if let Some(rec) = self.parse_line() {
+            if let Some(rec) = self.st.parse_line(&self.buf) {
                 return Some(rec);
             }
         }
@@ -209,6 +269,7 @@ impl Iterator for TraceReader {
 /// it was being written) yields what decoded before the cut, then an `UnexpectedEof` error.
 struct FrameReader<R: BufRead> {
     input: R,
+    dctx: zstd::zstd_safe::DCtx<'static>,
     out: Vec<u8>,
     pos: usize,
     blocks: u64,
@@ -220,6 +281,7 @@ impl<R: BufRead> FrameReader<R> {
     fn new(input: R) -> Self {
         FrameReader {
             input,
+            dctx: zstd::zstd_safe::DCtx::create(),
             out: Vec::new(),
             pos: 0,
             blocks: 0,
@@ -228,61 +290,81 @@ impl<R: BufRead> FrameReader<R> {
         }
     }
 
-    /// Decode the next block into `out`; Ok(false) at a clean end of input.
+    /// Decode the next block into `out` (into its spare capacity: nothing is zeroed or copied
+    /// twice); Ok(false) at a clean end of input.
     fn next_block(&mut self) -> std::io::Result<bool> {
         use std::io::{Error, ErrorKind};
+        use zstd::zstd_safe::{get_error_name, InBuffer, OutBuffer, ResetDirective};
         self.out.clear();
         self.pos = 0;
         if self.input.fill_buf()?.is_empty() {
             return Ok(false);
         }
         let n = self.blocks + 1;
-        let mut dec = zstd::stream::read::Decoder::with_buffer(&mut self.input)?.single_frame();
-        match dec.read_to_end(&mut self.out) {
-            Ok(_) => {
-                self.blocks = n;
-                Ok(true)
-            }
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
-                // Truncated: zstd only outputs whole internal blocks, so what came out is intact.
+        let corrupt = |out: &mut Vec<u8>, why: &dyn std::fmt::Display, kind| {
+            out.clear();
+            Err(Error::new(
+                kind,
+                format!("block {n} is corrupt and was dropped: {why}"),
+            ))
+        };
+        if let Err(code) = self.dctx.reset(ResetDirective::SessionOnly) {
+            return corrupt(&mut self.out, &get_error_name(code), ErrorKind::Other);
+        }
+        loop {
+            let input = match self.input.fill_buf() {
+                Ok(b) => b,
+                Err(e) => return corrupt(&mut self.out, &e, e.kind()),
+            };
+            if input.is_empty() {
+                // Truncated: zstd only releases whole decoded blocks, so what came out is intact.
                 self.pending = Some(Error::new(
                     ErrorKind::UnexpectedEof,
-                    format!("block {n} is incomplete: {e}"),
+                    format!("block {n} is incomplete: incomplete frame"),
                 ));
-                Ok(true)
+                return Ok(true);
             }
-            Err(e) => {
-                self.out.clear();
-                Err(Error::new(
-                    e.kind(),
-                    format!("block {n} is corrupt and was dropped: {e}"),
-                ))
+            if self.out.capacity() - self.out.len() < 1 << 16 {
+                self.out.reserve(self.out.capacity().max(1 << 17));
+            }
+            let mut inb = InBuffer::around(input);
+            let len = self.out.len();
+            let mut outb = OutBuffer::around_pos(&mut self.out, len);
+            let res = self.dctx.decompress_stream(&mut outb, &mut inb);
+            let consumed = inb.pos();
+            self.input.consume(consumed);
+            match res {
+                Ok(0) => {
+                    self.blocks = n;
+                    return Ok(true);
+                }
+                Ok(_) => {}
+                Err(code) => {
+                    return corrupt(&mut self.out, &get_error_name(code), ErrorKind::InvalidData)
+                }
             }
         }
     }
 }
 
-impl<R: BufRead> Read for FrameReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+impl<R: BufRead> BufRead for FrameReader<R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
         loop {
             if self.pos < self.out.len() {
-                let n = (self.out.len() - self.pos).min(buf.len());
-                buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
-                self.pos += n;
-                return Ok(n);
+                return Ok(&self.out[self.pos..]);
             }
             if let Some(e) = self.pending.take() {
                 self.done = true;
                 return Err(e);
             }
             if self.done {
-                return Ok(0);
+                return Ok(&[]);
             }
             match self.next_block() {
                 Ok(true) => {}
                 Ok(false) => {
                     self.done = true;
-                    return Ok(0);
+                    return Ok(&[]);
                 }
                 Err(e) => {
                     self.done = true;
@@ -290,6 +372,20 @@ impl<R: BufRead> Read for FrameReader<R> {
                 }
             }
         }
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.out.len());
+    }
+}
+
+impl<R: BufRead> Read for FrameReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let avail = self.fill_buf()?;
+        let n = avail.len().min(buf.len());
+        buf[..n].copy_from_slice(&avail[..n]);
+        self.consume(n);
+        Ok(n)
     }
 }
 

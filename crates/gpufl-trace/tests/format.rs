@@ -1589,3 +1589,35 @@ fn symbols_resolve_stacks_of_a_written_trace() {
     );
     assert_eq!(described[1][2], "train_step (/home/u/train.py:41)");
 }
+
+// ---------------------------------------------------------------------------------------------
+// In-memory traces
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn from_bytes_reads_like_open() {
+    let (bytes, expected, boundaries) = multi_block_trace(4);
+    let dir = TempDir::new("frombytes");
+    let mut rd = TraceReader::from_bytes(bytes.clone(), "mem").unwrap();
+    let got: Vec<Record> = rd.by_ref().collect();
+    assert_eq!(got, expected);
+    assert!(rd.warnings().is_empty(), "{:?}", rd.warnings());
+    // A cut inside the last block: the same records and warnings as reading the cut file.
+    let cut = boundaries[boundaries.len() - 2].0 + 20;
+    let (from_file, file_warnings) = read_bytes(&dir, "t.ndjson.zst", &bytes[..cut]).unwrap();
+    let mut rd = TraceReader::from_bytes(bytes[..cut].to_vec(), "mem").unwrap();
+    let got: Vec<Record> = rd.by_ref().collect();
+    assert_eq!(got, from_file);
+    assert_eq!(rd.warnings().len(), file_warnings.len());
+    // Plain NDJSON, empty input, and bytes that are neither.
+    let text = "{\"t\":\"dropped\",\"source\":\"cupti\",\"count\":2}\n";
+    let got: Vec<Record> = TraceReader::from_bytes(text.as_bytes().to_vec(), "mem")
+        .unwrap()
+        .collect();
+    assert_eq!(got.len(), 1);
+    assert_eq!(TraceReader::from_bytes(Vec::new(), "mem").unwrap().count(), 0);
+    assert!(matches!(
+        TraceReader::from_bytes(b"PK\x03\x04".to_vec(), "mem"),
+        Err(TraceError::NotATrace { .. })
+    ));
+}

@@ -1,0 +1,256 @@
+//! Analysis throughput: decode a synthetic 10-million-record session held in memory (NDJSON in
+//! zstd blocks, written by `TraceWriter`), build the `Model`, run `analyze`.
+//!
+//! `cargo bench -p gpufl-analysis --bench load` (GPUFL_BENCH_RECORDS=N for another size). Before
+//! criterion's runs it prints a one-shot breakdown: time per phase and memory, counted by a global
+//! allocator (model bytes per record = heap the model keeps; peak = the most heap held at once
+//! while decoding, loading and analysing, the input bytes excluded).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
+use gpufl_analysis::{analyze, Config, Model};
+use gpufl_trace::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+struct Counting;
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let p = System.alloc(l);
+        if !p.is_null() {
+            let now = CURRENT.fetch_add(l.size(), Relaxed) + l.size();
+            PEAK.fetch_max(now, Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l);
+        CURRENT.fetch_sub(l.size(), Relaxed);
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        let q = System.realloc(p, l, new);
+        if !q.is_null() {
+            if new >= l.size() {
+                let now = CURRENT.fetch_add(new - l.size(), Relaxed) + (new - l.size());
+                PEAK.fetch_max(now, Relaxed);
+            } else {
+                CURRENT.fetch_sub(l.size() - new, Relaxed);
+            }
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn records() -> usize {
+    std::env::var("GPUFL_BENCH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000)
+}
+
+/// A session of `n` timed records: per 100 records, 95 kernels (20 names, 2 streams), 3 stream
+/// syncs with stacks (4 call sites) and 2 device-to-host copies; a zstd block every 50 000
+/// records (about every 0.2 s of trace time, as the recorder closes one at least every second).
+fn generate(n: usize) -> Vec<u8> {
+    let header = Header {
+        session_id: "bench-1-20261122T000000Z".into(),
+        app_name: "bench".into(),
+        gpus: vec![Gpu {
+            name: "synthetic".into(),
+            ..Gpu::default()
+        }],
+        capture: CaptureStatus {
+            status: "ok".into(),
+            reason: None,
+        },
+        ..Header::default()
+    };
+    let mut w = TraceWriter::new(Vec::with_capacity(n * 12), &header).unwrap();
+    let names: Vec<StrId> = (0..20)
+        .map(|i| w.intern_str(&format!("void kernel_{i}<float, 128>(float const*, float*, int)")).unwrap())
+        .collect();
+    let module = w.intern_str("/usr/lib/x86_64-linux-gnu/libcuda.so.1").unwrap();
+    let app = w.intern_str("/opt/app/bin/train").unwrap();
+    let file = w.intern_str("/opt/app/src/train.cu").unwrap();
+    let stacks: Vec<StackId> = (0..4u32)
+        .map(|i| {
+            let func = w.intern_str(&format!("step_{i}(int)")).unwrap();
+            let mut frames = vec![w
+                .intern_frame(FrameData {
+                    kind: FrameKind::Native,
+                    module: Some(module),
+                    offset: Some(0x4cb045),
+                    func: None,
+                    file: None,
+                    line: None,
+                    inlined: false,
+                })
+                .unwrap()];
+            frames.push(
+                w.intern_frame(FrameData {
+                    kind: FrameKind::Native,
+                    module: Some(app),
+                    offset: Some(0x1000 + i as u64),
+                    func: Some(func),
+                    file: Some(file),
+                    line: Some(50 + i),
+                    inlined: false,
+                })
+                .unwrap(),
+            );
+            w.intern_stack(&frames).unwrap()
+        })
+        .collect();
+    // Times, durations and correlation gaps jitter (xorshift), so the trace compresses about as
+    // well as a real one (~17 bytes per kernel record in the launch-bound PyTorch session).
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rnd = move |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    let mut t: u64 = 1_795_328_337_000_000_000;
+    let mut corr = 0u32;
+    for i in 0..n {
+        corr += 1 + rnd(4) as u32;
+        t += 300 + rnd(6_000);
+        // The same 95-kernel sequence every iteration, as in a training loop.
+        let k = (i % 100) % names.len();
+        let rec = match i % 100 {
+            10 | 50 | 90 => Record::Sync(Sync {
+                kind: SyncKind::StreamSynchronize,
+                start: t,
+                end: t + 800 + rnd(20_000),
+                ctx: 1,
+                stream: Some(7),
+                corr,
+                tid: Some(4242),
+                stack: Some(stacks[(i / 100) % 2 + (i % 100 == 50) as usize * 2]),
+                ..Sync::default()
+            }),
+            30 | 70 => Record::Memcpy(Memcpy {
+                kind: CopyKind::DtoH,
+                src_kind: MemoryKind::Device,
+                dst_kind: MemoryKind::Pinned,
+                bytes: 4096 << rnd(12),
+                start: t,
+                end: t + 1_000 + rnd(50_000),
+                dev: 0,
+                ctx: 1,
+                stream: 13,
+                corr,
+            }),
+            _ => Record::Kernel(Kernel {
+                name: names[k],
+                start: t,
+                end: t + 1_000 + (k as u64 * 1_700) + rnd(4_000),
+                dev: 0,
+                ctx: 1,
+                stream: if k % 5 == 0 { 13 } else { 7 },
+                corr,
+                grid: [(k as i32 + 1) * 64, 1 + (k % 3) as i32, 1],
+                block: [128 << (k % 3), 1, 1],
+                regs: 24 + (k % 6) as u16 * 8,
+                smem_static: (k % 4) as i32 * 4096,
+                smem_dynamic: if k % 7 == 0 { 49_152 } else { 0 },
+                local_mem: 0,
+            }),
+        };
+        w.write(&rec).unwrap();
+        if i % 50_000 == 49_999 {
+            w.end_block().unwrap();
+        }
+    }
+    w.finish(0, "exit").unwrap()
+}
+
+fn decode(bytes: &[u8]) -> TraceReader {
+    TraceReader::from_bytes(bytes.to_vec(), "bench").unwrap()
+}
+
+fn pipeline(bytes: &[u8]) -> (Model, usize) {
+    let mut r = decode(bytes);
+    let mut m = Model::load(r.by_ref());
+    m.add_warnings(r.warnings());
+    let a = analyze(&m, &Config::default());
+    let n = a.insights.len();
+    (m, n)
+}
+
+fn breakdown(bytes: &[u8], n: usize) {
+    let per_s = |d: Duration| n as f64 / d.as_secs_f64() / 1e6;
+    let t = Instant::now();
+    let count = decode(bytes).count();
+    let d_decode = t.elapsed();
+    assert!(count >= n, "decoded {count} records");
+
+    let base = CURRENT.load(Relaxed);
+    PEAK.store(base, Relaxed);
+    let t = Instant::now();
+    let mut r = decode(bytes);
+    let m = Model::load(r.by_ref());
+    drop(r);
+    let d_load = t.elapsed();
+    let kept = CURRENT.load(Relaxed) - base;
+    let t = Instant::now();
+    let a = analyze(&m, &Config::default());
+    let d_analyze = t.elapsed();
+    let peak = PEAK.load(Relaxed) - base;
+    let records = m.kernel_count() + m.copy_count() + m.sync_count();
+    eprintln!(
+        "gpufl-analysis bench: {n} records, {:.1} MB of zstd ({:.1} bytes/record)\n  \
+         decode only        {:>7.2} s  {:>5.2} M records/s\n  \
+         decode + load      {:>7.2} s  {:>5.2} M records/s\n  \
+         analyze            {:>7.2} s\n  \
+         decode+load+analyze{:>7.2} s  {:>5.2} M records/s\n  \
+         model heap {:.1} MB = {:.1} bytes/record (columns {:.1} bytes/record); peak heap {:.1} MB = {:.1} bytes/record\n  \
+         {} insights: {}",
+        bytes.len() as f64 / 1e6,
+        bytes.len() as f64 / n as f64,
+        d_decode.as_secs_f64(),
+        per_s(d_decode),
+        d_load.as_secs_f64(),
+        per_s(d_load),
+        d_analyze.as_secs_f64(),
+        (d_load + d_analyze).as_secs_f64(),
+        per_s(d_load + d_analyze),
+        kept as f64 / 1e6,
+        kept as f64 / records as f64,
+        m.column_bytes() as f64 / records as f64,
+        peak as f64 / 1e6,
+        peak as f64 / records as f64,
+        a.insights.len(),
+        a.insights.iter().map(|i| i.title.as_str()).collect::<Vec<_>>().join(" | "),
+    );
+}
+
+fn bench(c: &mut Criterion) {
+    let n = records();
+    let t = Instant::now();
+    let bytes = generate(n);
+    eprintln!("generated {n} records in {:.1} s", t.elapsed().as_secs_f64());
+    breakdown(&bytes, n);
+    let mut g = c.benchmark_group("analysis");
+    g.sampling_mode(SamplingMode::Flat);
+    g.sample_size(10);
+    g.warm_up_time(Duration::from_secs(1));
+    g.measurement_time(Duration::from_secs(20));
+    g.throughput(Throughput::Elements(n as u64));
+    g.bench_with_input(BenchmarkId::new("decode", n), &bytes, |b, bytes| {
+        b.iter(|| decode(bytes).count())
+    });
+    g.bench_with_input(BenchmarkId::new("decode+load+analyze", n), &bytes, |b, bytes| {
+        b.iter(|| pipeline(bytes).1)
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,187 @@
+//! Rule `in-loop-sync`: a synchronization inside a hot loop with GPU work between calls — the
+//! host cannot queue the next iteration while it waits, so the GPU drains and idles every iteration.
+//!
+//! - **Fires** for a user source line (any sync kind; `<driver-internal>` excluded) with at least
+//!   [`MIN_SYNCS`] synchronizations whose consecutive pairs (in start order) have a **median** of at
+//!   least [`MIN_MEDIAN_KERNELS`] kernel launches between them.
+//! - **Kernels between two syncs** are counted by correlation id, which CUDA assigns in API-call
+//!   order within a process: the distinct kernel correlation ids strictly between the two syncs'
+//!   ids. When a line's correlation ids are unusable (a zero id, or ids not increasing with start
+//!   time, or kernels without ids), kernels whose start lies in `(end of first, end of second]`
+//!   are counted instead.
+//! - **Impact** (`impact_ns`): the host time blocked in the line's syncs **plus the GPU idle time
+//!   after each sync**: the idle gap of the sync's device (the device of its context; all devices
+//!   when unknown) that begins when the sync returns and lasts until the device's next kernel,
+//!   copy or memset starts — 0 if the device is still busy (other streams) when the sync returns.
+//!   Idle is counted after every sync but the last (the bubble between iterations; what follows
+//!   the loop is not the loop's cost) and never beyond the start of the line's next sync.
+//! - **Severity:** on the impact's share of the **loop's span** (first sync's start to last
+//!   sync's end, `window_ns`): HIGH above 50 %, MEDIUM above 10 %, LOW otherwise. The loop's span
+//!   rather than the session's wall time, because the loop is what grows with the run while the
+//!   startup (CUDA and framework initialisation, often seconds) does not: a short recording
+//!   would otherwise rate every loop LOW. `share_of_wall` is still reported.
+
+use super::{fmt_duration, in_function, share, Ctx, Insight, Severity};
+use crate::store::NONE;
+use std::sync::OnceLock;
+
+pub(crate) const RULE: &str = "in-loop-sync";
+/// Fewest syncs from one line for the rule to look at it.
+pub const MIN_SYNCS: usize = 3;
+/// Fewest kernel launches between consecutive syncs (median over pairs) for the rule to fire.
+pub const MIN_MEDIAN_KERNELS: f64 = 3.0;
+
+const FIX: &str = "Move the sync outside the loop (after it, if you only need the results at the end), or \
+capture the loop body into a CUDA graph (cudaGraphLaunch / torch.cuda.graphs): replay amortizes launch \
+overhead and host-side coordination.";
+
+/// Kernel correlation ids (sorted, distinct) and start times (sorted), built once, on first need.
+struct KernelIndex<'a> {
+    cx: &'a Ctx<'a>,
+    corrs: OnceLock<Vec<u32>>,
+    starts: OnceLock<Vec<u64>>,
+}
+
+impl KernelIndex<'_> {
+    fn corrs(&self) -> &[u32] {
+        self.corrs.get_or_init(|| {
+            let mut v: Vec<u32> = self.cx.m.kernels.corr.iter().collect();
+            v.sort();
+            v.dedup();
+            v
+        })
+    }
+
+    fn starts(&self) -> &[u64] {
+        self.starts.get_or_init(|| {
+            let mut v: Vec<u64> = self.cx.m.kernels.start.iter().collect();
+            v.sort();
+            v
+        })
+    }
+
+    /// Distinct kernel correlation ids in `(a, b)`.
+    fn between_corr(&self, a: u32, b: u32) -> u64 {
+        let c = self.corrs();
+        (c.partition_point(|&x| x < b) - c.partition_point(|&x| x <= a)) as u64
+    }
+
+    /// Kernels starting in `(a, b]`.
+    fn between_time(&self, a: u64, b: u64) -> u64 {
+        let s = self.starts();
+        s.partition_point(|&x| x <= b).saturating_sub(s.partition_point(|&x| x <= a)) as u64
+    }
+}
+
+fn median(v: &mut [u64]) -> f64 {
+    v.sort_unstable();
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2] as f64
+    } else {
+        (v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0
+    }
+}
+
+pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
+    let mut by_loc: Vec<Vec<u32>> = vec![Vec::new(); cx.locs.len()];
+    for (i, &loc) in cx.sync_loc.iter().enumerate() {
+        if loc != NONE && !cx.is_driver_internal(loc) {
+            by_loc[loc as usize].push(i as u32);
+        }
+    }
+    let idx = KernelIndex {
+        cx,
+        corrs: OnceLock::new(),
+        starts: OnceLock::new(),
+    };
+    by_loc
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, syncs)| syncs.len() >= MIN_SYNCS)
+        .filter_map(|(loc, syncs)| line(cx, &idx, loc as u32, syncs))
+        .collect()
+}
+
+fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insight> {
+    let s = &cx.m.syncs;
+    let (start, end, corr) = (|i: u32| s.start.get(i as usize), |i: u32| s.end.get(i as usize), |i: u32| {
+        s.corr.get(i as usize)
+    });
+    syncs.sort_by_key(|&i| (start(i), corr(i)));
+    let kernels_have_corr = cx.m.kernels.corr.iter().any(|c| c != 0);
+    let corr_usable = kernels_have_corr
+        && syncs.iter().all(|&i| corr(i) != 0)
+        && syncs.windows(2).all(|w| corr(w[0]) < corr(w[1]));
+    let mut between: Vec<u64> = syncs
+        .windows(2)
+        .map(|w| {
+            if corr_usable {
+                idx.between_corr(corr(w[0]), corr(w[1]))
+            } else {
+                idx.between_time(end(w[0]), end(w[1]))
+            }
+        })
+        .collect();
+    let med = median(&mut between);
+    if med < MIN_MEDIAN_KERNELS {
+        return None;
+    }
+    let blocked: u64 = syncs.iter().map(|&i| end(i).saturating_sub(start(i))).sum();
+    let idle: u64 = syncs
+        .windows(2)
+        .map(|w| {
+            let t = end(w[0]);
+            let gap = cx.busy.idle_after(cx.sync_device(w[0] as usize), t);
+            gap.min(start(w[1]).saturating_sub(t))
+        })
+        .sum();
+    let first = syncs.iter().map(|&i| start(i)).min().unwrap_or(0);
+    let last = syncs.iter().map(|&i| end(i).max(start(i))).max().unwrap_or(0);
+    let window = last - first;
+    let impact = blocked + idle;
+    let n = syncs.len();
+    let kind = cx.m.sync_kind_at(syncs[0] as usize);
+    let same_kind = syncs.iter().all(|&i| cx.m.sync_kind_at(i as usize) == kind);
+    let location = cx.locs[loc as usize].clone();
+    let detail = format!(
+        "{} blocked across {n} calls at {}{}; the GPU then sat idle {} in all until the next iteration's work \
+         (median {med} kernel launches between syncs)",
+        fmt_duration(blocked),
+        location.short(),
+        in_function(&location),
+        fmt_duration(idle),
+    );
+    Some(Insight {
+        rule: RULE,
+        severity: Severity::from_share(impact, window),
+        title: format!("In-loop sync × {n} — likely blocking GPU pipelining"),
+        detail,
+        fix: FIX.to_string(),
+        location,
+        count: n as u64,
+        impact_ns: impact,
+        share_of_wall: share(impact, cx.wall_ns),
+        window_ns: window,
+        share_of_window: share(impact, window),
+        blocked_ns: blocked,
+        gpu_idle_ns: idle,
+        sync_kind: same_kind.then_some(kind),
+        median_kernels_between: Some(med),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_odd_even_empty() {
+        assert_eq!(median(&mut [5, 1, 3]), 3.0);
+        assert_eq!(median(&mut [2, 3]), 2.5);
+        assert_eq!(median(&mut [4, 1, 3, 2]), 2.5);
+        assert_eq!(median(&mut []), 0.0);
+    }
+}

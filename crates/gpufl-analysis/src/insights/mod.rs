@@ -1,0 +1,215 @@
+//! Insight rules, one file per rule, and what they share: the insight type, severity thresholds,
+//! the user location of every synchronization, duration formatting.
+
+pub(crate) mod in_loop_sync;
+pub(crate) mod sync_attribution;
+
+use crate::intervals::DeviceBusy;
+use crate::model::Model;
+use crate::store::NONE;
+use crate::userframe::{user_frame, FrameOrigin, SourceLoc};
+use crate::Config;
+use gpufl_trace::{StackId, SyncKind};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// How much an insight matters.
+#[derive(Serialize, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Severity {
+    Low,
+    Medium,
+    High,
+}
+
+impl Severity {
+    /// HIGH if `impact` is more than 50 % of `window`, MEDIUM if more than 10 %, LOW otherwise
+    /// (exactly 10 % is LOW, exactly 50 % MEDIUM; an empty window is LOW). Integer arithmetic, so
+    /// the boundaries are exact.
+    pub fn from_share(impact_ns: u64, window_ns: u64) -> Severity {
+        let (i, w) = (impact_ns as u128, window_ns as u128);
+        if w == 0 {
+            Severity::Low
+        } else if i * 2 > w {
+            Severity::High
+        } else if i * 10 > w {
+            Severity::Medium
+        } else {
+            Severity::Low
+        }
+    }
+}
+
+/// One finding of a rule, with its source location and fix.
+#[derive(Serialize, Clone, Debug)]
+pub struct Insight {
+    /// `"sync-attribution"` or `"in-loop-sync"`.
+    pub rule: &'static str,
+    pub severity: Severity,
+    pub title: String,
+    pub detail: String,
+    pub fix: String,
+    pub location: SourceLoc,
+    /// Synchronizations the insight covers.
+    pub count: u64,
+    /// Time the rule attributes to this finding, ns (see each rule); insights are ranked by it.
+    pub impact_ns: u64,
+    /// `impact_ns / wall_ns` of the session, 0..1.
+    pub share_of_wall: f64,
+    /// The time severity is measured against, ns: the session's wall time for sync-attribution,
+    /// the loop's span for in-loop-sync.
+    pub window_ns: u64,
+    /// `impact_ns / window_ns`, 0..1: what [`Insight::severity`] is computed from.
+    pub share_of_window: f64,
+    /// Host time blocked in the covered synchronizations, ns (for StreamWaitEvent: the enqueue).
+    pub blocked_ns: u64,
+    /// GPU idle time the rule attributes to the synchronizations, ns (0 for sync-attribution).
+    pub gpu_idle_ns: u64,
+    /// The synchronizations' kind; None when they mix kinds.
+    pub sync_kind: Option<SyncKind>,
+    /// in-loop-sync: median number of kernel launches between consecutive synchronizations.
+    pub median_kernels_between: Option<f64>,
+}
+
+/// `part / whole` clamped to 0..1 (0 for an empty whole).
+pub(crate) fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        (part as f64 / whole as f64).min(1.0)
+    }
+}
+
+/// `73.58s`, `12.40ms`, `710.2µs` or `850ns`.
+pub fn fmt_duration(ns: u64) -> String {
+    let n = ns as f64;
+    if ns >= 1_000_000_000 {
+        format!("{:.2}s", n / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.2}ms", n / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.1}µs", n / 1e3)
+    } else {
+        format!("{ns}ns")
+    }
+}
+
+/// A function name for prose: the C++ parameter list dropped (`step(CUstream_st*, int)` →
+/// `step`), so that `in {name}()` reads well.
+pub(crate) fn short_function(name: &str) -> &str {
+    let t = name.trim_end();
+    if !t.ends_with(')') {
+        return t;
+    }
+    let mut depth = 0i32;
+    for (i, c) in t.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return if i == 0 { t } else { &t[..i] };
+                }
+            }
+            _ => {}
+        }
+    }
+    t
+}
+
+/// ` in func()` or nothing.
+pub(crate) fn in_function(loc: &SourceLoc) -> String {
+    loc.function
+        .as_deref()
+        .map(|f| format!(" in {}()", short_function(f)))
+        .unwrap_or_default()
+}
+
+/// What every rule needs: the model, the session's wall time, device busy intervals, and the user
+/// location of each synchronization (computed once per distinct stack).
+pub(crate) struct Ctx<'a> {
+    pub m: &'a Model,
+    pub wall_ns: u64,
+    pub busy: &'a DeviceBusy,
+    /// Distinct user locations.
+    pub locs: Vec<SourceLoc>,
+    /// Index into `locs` of each sync's user location, [`NONE`] for a sync without a stack.
+    pub sync_loc: Vec<u32>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(m: &'a Model, cfg: &Config, busy: &'a DeviceBusy, wall_ns: u64) -> Ctx<'a> {
+        let mut locs = Vec::new();
+        let mut index: HashMap<SourceLoc, u32> = HashMap::new();
+        let stack_loc: Vec<u32> = (0..m.stack_count())
+            .map(|s| {
+                let loc = user_frame(m, StackId(s as u32), &cfg.filter);
+                *index.entry(loc).or_insert_with_key(|loc| {
+                    locs.push(loc.clone());
+                    (locs.len() - 1) as u32
+                })
+            })
+            .collect();
+        let sync_loc = m
+            .syncs
+            .stack
+            .iter()
+            .map(|s| stack_loc.get(s as usize).copied().unwrap_or(NONE))
+            .collect();
+        Ctx {
+            m,
+            wall_ns,
+            busy,
+            locs,
+            sync_loc,
+        }
+    }
+
+    pub fn is_driver_internal(&self, loc: u32) -> bool {
+        self.locs[loc as usize].origin == FrameOrigin::DriverInternal
+    }
+
+    /// Device of a sync's context, if known.
+    pub fn sync_device(&self, i: usize) -> Option<u32> {
+        let ctx = self.m.syncs.ctx.get(i);
+        self.m.device_of_ctx(ctx)
+    }
+}
+
+/// Sort by impact (highest first), then rule, location and title, so the order is total and stable.
+pub(crate) fn rank(v: &mut [Insight]) {
+    v.sort_by(|a, b| {
+        b.impact_ns
+            .cmp(&a.impact_ns)
+            .then_with(|| a.rule.cmp(b.rule))
+            .then_with(|| a.location.cmp(&b.location))
+            .then_with(|| a.title.cmp(&b.title))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn severity_boundaries_are_exact() {
+        assert_eq!(Severity::from_share(1000, 10_000), Severity::Low);
+        assert_eq!(Severity::from_share(1001, 10_000), Severity::Medium);
+        assert_eq!(Severity::from_share(5000, 10_000), Severity::Medium);
+        assert_eq!(Severity::from_share(5001, 10_000), Severity::High);
+        assert_eq!(Severity::from_share(5, 0), Severity::Low);
+        assert!(Severity::High > Severity::Medium && Severity::Medium > Severity::Low);
+    }
+
+    #[test]
+    fn durations_and_function_names() {
+        assert_eq!(fmt_duration(73_580_000_000), "73.58s");
+        assert_eq!(fmt_duration(12_400_000), "12.40ms");
+        assert_eq!(fmt_duration(710_200), "710.2µs");
+        assert_eq!(fmt_duration(850), "850ns");
+        assert_eq!(short_function("step(CUstream_st*, int, float const*)"), "step");
+        assert_eq!(short_function("train_step"), "train_step");
+        assert_eq!(short_function("ns::f<int (*)(int)>(int)"), "ns::f<int (*)(int)>");
+        assert_eq!(short_function("(anonymous)"), "(anonymous)");
+    }
+}

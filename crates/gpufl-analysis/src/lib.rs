@@ -1,0 +1,85 @@
+//! # gpufl-analysis
+//!
+//! Sans-IO analysis of a recorded session: [`Model::load`] takes the records a reader yields (it
+//! never opens a file), [`analyze`] runs the insight rules and returns plain data, every output
+//! type `serde::Serialize` so that tools can print stable JSON. Rendering is the caller's.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), gpufl_trace::TraceError> {
+//! let mut reader = gpufl_trace::SessionReader::open(std::path::Path::new("session-dir"))?;
+//! let mut model = gpufl_analysis::Model::load(reader.by_ref());
+//! model.add_warnings(reader.warnings());
+//! let analysis = gpufl_analysis::analyze(&model, &gpufl_analysis::Config::default());
+//! for i in &analysis.insights {
+//!     println!("{:?} {}", i.severity, i.title);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Rules (one file each under `insights/`, documented there and in `docs/insights.md`):
+//! `sync-attribution` and `in-loop-sync`.
+
+pub mod error;
+pub mod insights;
+pub mod intervals;
+pub mod model;
+mod store;
+pub mod totals;
+pub mod userframe;
+pub mod views;
+
+pub use error::AnalysisError;
+pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
+pub use insights::{fmt_duration, Insight, Severity};
+pub use intervals::{union_ns, DeviceBusy};
+pub use model::Model;
+pub use totals::{totals, Totals};
+pub use userframe::{user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL};
+pub use views::{CopyOp, CopyRec, FrameView, KernelRec, SyncRec};
+
+use serde::Serialize;
+
+/// Analysis settings.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// Which frames are the user's code.
+    pub filter: FrameFilter,
+}
+
+/// Result of [`analyze`].
+#[derive(Serialize, Clone, Debug)]
+pub struct Analysis {
+    pub totals: Totals,
+    /// Ranked by `impact_ns`, highest first; ties by rule, then location, then title.
+    pub insights: Vec<Insight>,
+    /// Whether CPU stacks were captured (some sync carries one, or the trace has stack records):
+    /// without them there are no source lines and no insights.
+    pub has_stacks: bool,
+    /// The model's warnings (loading and the reader's), then the analysis's own.
+    pub warnings: Vec<String>,
+}
+
+/// Run every rule over a model.
+pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
+    let busy = DeviceBusy::new(m);
+    let totals = totals::totals_with(m, &busy);
+    let cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
+    let mut insights = insights::sync_attribution::run(&cx);
+    insights.extend(insights::in_loop_sync::run(&cx));
+    insights::rank(&mut insights);
+    let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
+    let mut warnings = m.warnings().to_vec();
+    let unattributed = totals.syncs - totals.syncs_with_stack;
+    if totals.syncs_with_stack > 0 && unattributed > 0 {
+        warnings.push(format!(
+            "{unattributed} of {} synchronizations have no stack (capture failed or was skipped): they are in the totals but in no insight",
+            totals.syncs
+        ));
+    }
+    Analysis {
+        totals,
+        insights,
+        has_stacks,
+        warnings,
+    }
+}

@@ -1,0 +1,481 @@
+//! The [`Model`]: a compact, columnar copy of one recorded session, built by streaming records.
+
+use crate::store::{Col, IdMap, NONE};
+use crate::views::*;
+use gpufl_trace::{FrameId, FrameKind, Header, Record, StackId, StrId, SyncKind};
+
+/// A frame with global string ids.
+#[derive(Debug, Clone, Copy)]
+struct FrameRow {
+    kind: FrameKind,
+    inlined: bool,
+    module: u32,
+    func: u32,
+    file: u32,
+    line: u32,
+    offset: Option<u64>,
+}
+
+/// Kernels, column by column: 36 bytes per kernel.
+#[derive(Debug, Default)]
+pub(crate) struct Kernels {
+    pub(crate) start: Col<u64>,
+    pub(crate) end: Col<u64>,
+    pub(crate) corr: Col<u32>,
+    pub(crate) name: Col<u32>,
+    pub(crate) stream: Col<u32>,
+    pub(crate) ctx: Col<u32>,
+    pub(crate) dev: Col<u32>,
+}
+
+/// Memcpys and memsets: 43 bytes per record (`op` is the copy kind, or [`OP_MEMSET`]).
+#[derive(Debug, Default)]
+pub(crate) struct Copies {
+    pub(crate) start: Col<u64>,
+    pub(crate) end: Col<u64>,
+    pub(crate) bytes: Col<u64>,
+    pub(crate) corr: Col<u32>,
+    pub(crate) ctx: Col<u32>,
+    pub(crate) stream: Col<u32>,
+    pub(crate) dev: Col<u32>,
+    pub(crate) op: Col<u8>,
+    pub(crate) src: Col<u8>,
+    pub(crate) dst: Col<u8>,
+}
+
+/// Synchronizations: 45 bytes per record.
+#[derive(Debug, Default)]
+pub(crate) struct Syncs {
+    pub(crate) start: Col<u64>,
+    pub(crate) end: Col<u64>,
+    pub(crate) tid: Col<u64>,
+    pub(crate) corr: Col<u32>,
+    pub(crate) ctx: Col<u32>,
+    pub(crate) stream: Col<u32>,
+    pub(crate) event: Col<u32>,
+    pub(crate) stack: Col<u32>,
+    pub(crate) kind: Col<u8>,
+}
+
+/// One recorded session, compact and columnar: the header, the interned strings / frames / stacks
+/// of every trace file (remapped to one id space), kernels, copies and memsets, synchronizations.
+/// API, overhead and callsite records only widen the session's time range; `dropped` records are
+/// summed; notices become warnings. Memory is proportional to the session: 36 bytes per kernel,
+/// 43 per copy or memset, 45 per synchronization, plus the interned tables.
+#[derive(Debug, Default)]
+pub struct Model {
+    header: Option<Header>,
+    files: u32,
+    strings: Vec<Option<Box<str>>>,
+    frames: Vec<Option<FrameRow>>,
+    stacks: Vec<Option<Box<[FrameId]>>>,
+    pub(crate) kernels: Kernels,
+    pub(crate) copies: Copies,
+    pub(crate) syncs: Syncs,
+    memsets: u64,
+    apis: u64,
+    dropped: u64,
+    first_ns: u64,
+    last_ns: u64,
+    /// (ctx, dev) pairs seen on GPU records.
+    ctx_dev: Vec<(u32, u32)>,
+    devices: Vec<u32>,
+    inverted: u64,
+    warnings: Vec<String>,
+}
+
+/// Per-file id maps, alive only while loading.
+#[derive(Default)]
+struct Loader {
+    strs: IdMap,
+    frames: IdMap,
+    stacks: IdMap,
+}
+
+impl Model {
+    /// Stream records into the model, in any order a writer produces (interned records may even
+    /// come after their first use). Never panics on odd input: ids never defined resolve to `?` and
+    /// are counted in [`Model::warnings`]; a second `header` starts a new trace file, whose ids
+    /// restart at 0.
+    pub fn load(records: impl IntoIterator<Item = Record>) -> Model {
+        let mut m = Model {
+            first_ns: u64::MAX,
+            ..Model::default()
+        };
+        let mut ld = Loader::default();
+        for rec in records {
+            m.observe(&mut ld, rec);
+        }
+        m.finish();
+        m
+    }
+
+    fn observe(&mut self, ld: &mut Loader, rec: Record) {
+        match rec {
+            Record::Kernel(k) => {
+                self.span(k.start, k.end);
+                self.gpu(k.ctx, k.dev);
+                let name = self.str_ref(ld, k.name);
+                let c = &mut self.kernels;
+                c.start.push(k.start);
+                c.end.push(k.end);
+                c.corr.push(k.corr);
+                c.name.push(name);
+                c.stream.push(k.stream);
+                c.ctx.push(k.ctx);
+                c.dev.push(k.dev);
+            }
+            Record::Memcpy(r) => {
+                self.span(r.start, r.end);
+                self.gpu(r.ctx, r.dev);
+                let (op, src, dst) = (
+                    copy_kind_to_u8(r.kind),
+                    mem_kind_to_u8(r.src_kind),
+                    mem_kind_to_u8(r.dst_kind),
+                );
+                self.push_copy(r.start, r.end, r.bytes, [r.corr, r.ctx, r.stream, r.dev], [op, src, dst]);
+            }
+            Record::Memset(r) => {
+                self.span(r.start, r.end);
+                self.gpu(r.ctx, r.dev);
+                self.memsets += 1;
+                let mk = mem_kind_to_u8(r.mem_kind);
+                self.push_copy(r.start, r.end, r.bytes, [r.corr, r.ctx, r.stream, r.dev], [OP_MEMSET, mk, 0]);
+            }
+            Record::Sync(s) => {
+                self.span(s.start, s.end);
+                let stack = s.stack.map_or(NONE, |id| self.stack_ref(ld, id));
+                let c = &mut self.syncs;
+                c.start.push(s.start);
+                c.end.push(s.end);
+                c.tid.push(s.tid.unwrap_or(u64::MAX));
+                c.corr.push(s.corr);
+                c.ctx.push(s.ctx);
+                c.stream.push(s.stream.unwrap_or(NONE));
+                c.event.push(s.event.unwrap_or(NONE));
+                c.stack.push(stack);
+                c.kind.push(sync_kind_to_u8(s.kind));
+            }
+            Record::Api(a) => {
+                self.apis += 1;
+                self.span(a.start, a.end);
+            }
+            Record::Callsite(c) => self.span(c.ts, c.ts),
+            Record::Str(s) => {
+                let g = self.str_ref(ld, s.id);
+                self.strings[g as usize] = Some(s.s.into_boxed_str());
+            }
+            Record::Frame(f) => {
+                let opt = |m: &mut Self, ld: &mut Loader, id: Option<StrId>| id.map_or(NONE, |id| m.str_ref(ld, id));
+                let row = FrameRow {
+                    kind: f.kind,
+                    inlined: f.inlined,
+                    module: opt(self, ld, f.module),
+                    func: opt(self, ld, f.func),
+                    file: opt(self, ld, f.file),
+                    line: f.line.unwrap_or(NONE),
+                    offset: f.offset,
+                };
+                let g = self.frame_ref(ld, f.id);
+                self.frames[g as usize] = Some(row);
+            }
+            Record::Stack(s) => {
+                let frames: Box<[FrameId]> = s.frames.iter().map(|&f| FrameId(self.frame_ref(ld, f))).collect();
+                let g = self.stack_ref(ld, s.id);
+                self.stacks[g as usize] = Some(frames);
+            }
+            Record::Header(h) => {
+                self.files += 1;
+                if self.files > 1 {
+                    // A new trace file: its interning starts again at 0.
+                    ld.strs.clear();
+                    ld.frames.clear();
+                    ld.stacks.clear();
+                }
+                match &self.header {
+                    None => self.header = Some(*h),
+                    Some(first) if first.session_id != h.session_id => self.warnings.push(format!(
+                        "records of another session ({}) are mixed into {}",
+                        h.session_id, first.session_id
+                    )),
+                    Some(_) => {}
+                }
+            }
+            Record::Dropped(d) => self.dropped = self.dropped.saturating_add(d.count),
+            Record::Notice(n) if n.level != "info" => {
+                self.warnings.push(format!("recorder {}: {}", n.level, n.message))
+            }
+            Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
+        }
+    }
+
+    fn push_copy(&mut self, start: u64, end: u64, bytes: u64, ids: [u32; 4], kinds: [u8; 3]) {
+        let c = &mut self.copies;
+        c.start.push(start);
+        c.end.push(end);
+        c.bytes.push(bytes);
+        c.corr.push(ids[0]);
+        c.ctx.push(ids[1]);
+        c.stream.push(ids[2]);
+        c.dev.push(ids[3]);
+        c.op.push(kinds[0]);
+        c.src.push(kinds[1]);
+        c.dst.push(kinds[2]);
+    }
+
+    fn span(&mut self, start: u64, end: u64) {
+        if end < start {
+            self.inverted += 1;
+        }
+        self.first_ns = self.first_ns.min(start);
+        self.last_ns = self.last_ns.max(end.max(start));
+    }
+
+    fn gpu(&mut self, ctx: u32, dev: u32) {
+        if self.ctx_dev.last() == Some(&(ctx, dev)) {
+            return;
+        }
+        if !self.ctx_dev.contains(&(ctx, dev)) {
+            self.ctx_dev.push((ctx, dev));
+            if !self.devices.contains(&dev) {
+                self.devices.push(dev);
+                self.devices.sort_unstable();
+            }
+        }
+        // Keep the most recent pair last: records come in runs of one context.
+        if let Some(i) = self.ctx_dev.iter().position(|&p| p == (ctx, dev)) {
+            let p = self.ctx_dev.remove(i);
+            self.ctx_dev.push(p);
+        }
+    }
+
+    fn str_ref(&mut self, ld: &mut Loader, id: StrId) -> u32 {
+        let t = &mut self.strings;
+        ld.strs.get_or_alloc(id.0, || {
+            t.push(None);
+            (t.len() - 1) as u32
+        })
+    }
+
+    fn frame_ref(&mut self, ld: &mut Loader, id: FrameId) -> u32 {
+        let t = &mut self.frames;
+        ld.frames.get_or_alloc(id.0, || {
+            t.push(None);
+            (t.len() - 1) as u32
+        })
+    }
+
+    fn stack_ref(&mut self, ld: &mut Loader, id: StackId) -> u32 {
+        let t = &mut self.stacks;
+        ld.stacks.get_or_alloc(id.0, || {
+            t.push(None);
+            (t.len() - 1) as u32
+        })
+    }
+
+    fn finish(&mut self) {
+        if self.first_ns > self.last_ns {
+            (self.first_ns, self.last_ns) = (0, 0);
+        }
+        let undefined = |n: usize, what: &str| (n > 0).then(|| format!("{n} {what}"));
+        let missing: Vec<String> = [
+            undefined(self.strings.iter().filter(|s| s.is_none()).count(), "string(s)"),
+            undefined(self.frames.iter().filter(|s| s.is_none()).count(), "frame(s)"),
+            undefined(self.stacks.iter().filter(|s| s.is_none()).count(), "stack(s)"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !missing.is_empty() {
+            self.warnings.push(format!(
+                "{} referenced but never defined (a lost block?): shown as '?'",
+                missing.join(", ")
+            ));
+        }
+        if self.inverted > 0 {
+            self.warnings.push(format!(
+                "{} record(s) end before they start: counted as zero-length",
+                self.inverted
+            ));
+        }
+        if self.dropped > 0 {
+            self.warnings.push(format!(
+                "{} record(s) were lost while recording: counts and times are lower bounds",
+                self.dropped
+            ));
+        }
+        if let Some(h) = &self.header {
+            if h.capture.status != "ok" {
+                let why = h.capture.reason.as_deref().unwrap_or("no reason given");
+                self.warnings.push(format!("capture {}: {why}", h.capture.status));
+            }
+        }
+    }
+
+    /// The first trace file's header (None if no header was read).
+    pub fn header(&self) -> Option<&Header> {
+        self.header.as_ref()
+    }
+
+    /// Problems met while loading, then those the caller added (the reader's, with
+    /// [`Model::add_warnings`]).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Append warnings (typically `SessionReader::warnings()` once the reader is exhausted).
+    pub fn add_warnings(&mut self, w: impl IntoIterator<Item = String>) {
+        self.warnings.extend(w);
+    }
+
+    /// Trace files read (headers seen).
+    pub fn files(&self) -> u32 {
+        self.files
+    }
+
+    /// First and last time (ns, trace clock) of any kernel, copy, memset, sync, API or callsite
+    /// record; `(0, 0)` when there is none. CUPTI `overhead` records are left out: they are the
+    /// recorder's own buffer flushes, which can run after the program's last CUDA activity.
+    pub fn time_range(&self) -> (u64, u64) {
+        (self.first_ns, self.last_ns)
+    }
+
+    /// Devices with at least one kernel, copy or memset, ascending.
+    pub fn devices(&self) -> &[u32] {
+        &self.devices
+    }
+
+    /// Device of a context, if a GPU record of that context was seen.
+    pub fn device_of_ctx(&self, ctx: u32) -> Option<u32> {
+        self.ctx_dev.iter().find(|p| p.0 == ctx).map(|p| p.1)
+    }
+
+    pub fn kernel_count(&self) -> usize {
+        self.kernels.start.len()
+    }
+    /// Memcpys and memsets together (see [`Model::memset_count`]).
+    pub fn copy_count(&self) -> usize {
+        self.copies.start.len()
+    }
+    pub fn memset_count(&self) -> usize {
+        self.memsets as usize
+    }
+    pub fn sync_count(&self) -> usize {
+        self.syncs.start.len()
+    }
+    pub fn api_count(&self) -> u64 {
+        self.apis
+    }
+    /// Records the recorder reported lost (sum of `dropped` records).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    pub fn kernel(&self, i: usize) -> KernelRec {
+        let c = &self.kernels;
+        KernelRec {
+            name: StrId(c.name.get(i)),
+            start: c.start.get(i),
+            end: c.end.get(i),
+            dev: c.dev.get(i),
+            ctx: c.ctx.get(i),
+            stream: c.stream.get(i),
+            corr: c.corr.get(i),
+        }
+    }
+
+    pub fn copy(&self, i: usize) -> CopyRec {
+        let c = &self.copies;
+        CopyRec {
+            op: copy_op_from(c.op.get(i), c.src.get(i), c.dst.get(i)),
+            bytes: c.bytes.get(i),
+            start: c.start.get(i),
+            end: c.end.get(i),
+            dev: c.dev.get(i),
+            ctx: c.ctx.get(i),
+            stream: c.stream.get(i),
+            corr: c.corr.get(i),
+        }
+    }
+
+    pub fn sync(&self, i: usize) -> SyncRec {
+        let c = &self.syncs;
+        let opt = |v: u32| (v != NONE).then_some(v);
+        SyncRec {
+            kind: sync_kind_from_u8(c.kind.get(i)),
+            start: c.start.get(i),
+            end: c.end.get(i),
+            ctx: c.ctx.get(i),
+            stream: opt(c.stream.get(i)),
+            event: opt(c.event.get(i)),
+            corr: c.corr.get(i),
+            tid: Some(c.tid.get(i)).filter(|&t| t != u64::MAX),
+            stack: opt(c.stack.get(i)).map(StackId),
+        }
+    }
+
+    /// Kernels in the order they were read.
+    pub fn kernels(&self) -> impl Iterator<Item = KernelRec> + '_ {
+        (0..self.kernel_count()).map(|i| self.kernel(i))
+    }
+    /// Memcpys and memsets in the order they were read.
+    pub fn copies(&self) -> impl Iterator<Item = CopyRec> + '_ {
+        (0..self.copy_count()).map(|i| self.copy(i))
+    }
+    /// Synchronizations in the order they were read.
+    pub fn syncs(&self) -> impl Iterator<Item = SyncRec> + '_ {
+        (0..self.sync_count()).map(|i| self.sync(i))
+    }
+
+    /// A string of the model (ids of [`KernelRec::name`] and frames), `?` if never defined.
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.get(id.index()).and_then(|s| s.as_deref()).unwrap_or("?")
+    }
+
+    fn opt_str(&self, id: u32) -> Option<&str> {
+        (id != NONE).then(|| self.str(StrId(id)))
+    }
+
+    /// Frame ids of a stack, innermost first; None if the stack was never defined.
+    pub fn stack(&self, id: StackId) -> Option<&[FrameId]> {
+        self.stacks.get(id.index()).and_then(|s| s.as_deref())
+    }
+
+    /// Number of stacks (defined or only referenced).
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// A frame with its strings resolved; None if it was never defined.
+    pub fn frame(&self, id: FrameId) -> Option<FrameView<'_>> {
+        let f = self.frames.get(id.index())?.as_ref()?;
+        Some(FrameView {
+            kind: f.kind,
+            module: self.opt_str(f.module),
+            offset: f.offset,
+            func: self.opt_str(f.func),
+            file: self.opt_str(f.file),
+            line: (f.line != NONE).then_some(f.line),
+            inlined: f.inlined,
+        })
+    }
+
+    /// Heap bytes held by the record columns (kernels, copies, syncs), capacity included.
+    pub fn column_bytes(&self) -> usize {
+        let k = &self.kernels;
+        let c = &self.copies;
+        let s = &self.syncs;
+        k.start.heap_bytes() + k.end.heap_bytes() + k.corr.heap_bytes() + k.name.heap_bytes()
+            + k.stream.heap_bytes() + k.ctx.heap_bytes() + k.dev.heap_bytes()
+            + c.start.heap_bytes() + c.end.heap_bytes() + c.bytes.heap_bytes() + c.corr.heap_bytes()
+            + c.ctx.heap_bytes() + c.stream.heap_bytes() + c.dev.heap_bytes() + c.op.heap_bytes()
+            + c.src.heap_bytes() + c.dst.heap_bytes()
+            + s.start.heap_bytes() + s.end.heap_bytes() + s.tid.heap_bytes() + s.corr.heap_bytes()
+            + s.ctx.heap_bytes() + s.stream.heap_bytes() + s.event.heap_bytes() + s.stack.heap_bytes()
+            + s.kind.heap_bytes()
+    }
+
+    pub(crate) fn sync_kind_at(&self, i: usize) -> SyncKind {
+        sync_kind_from_u8(self.syncs.kind.get(i))
+    }
+}

@@ -1,0 +1,226 @@
+//! Choosing the *user frame* of a stack: the innermost frame that belongs to the user's code rather
+//! than to CUDA, the recorder, the C library, the Python interpreter and its standard library,
+//! installed packages or PyTorch's C++.
+
+use crate::error::AnalysisError;
+use crate::model::Model;
+use gpufl_trace::{FrameKind, StackId};
+use serde::Serialize;
+
+/// Where the user frame comes from.
+#[derive(Clone, Copy, Serialize, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameOrigin {
+    /// A Python frame (file, line and qualified function name from the interpreter).
+    Python,
+    /// A native frame with debug information (C, C++, CUDA host code…).
+    Native,
+    /// No frame of the stack belongs to the user: a synchronization the CUDA runtime or a framework
+    /// issued on its own (e.g. at context teardown), or a stack that could not be resolved.
+    DriverInternal,
+}
+
+/// A source location in the user's code.
+#[derive(Clone, Serialize, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+pub struct SourceLoc {
+    /// Source file as recorded (full path); `"<driver-internal>"` when there is no user frame.
+    pub file: String,
+    pub line: Option<u32>,
+    pub function: Option<String>,
+    pub origin: FrameOrigin,
+}
+
+/// `file` of a [`SourceLoc`] with no user frame.
+pub const DRIVER_INTERNAL: &str = "<driver-internal>";
+
+impl SourceLoc {
+    /// The location of syncs without a user frame.
+    pub fn driver_internal() -> SourceLoc {
+        SourceLoc {
+            file: DRIVER_INTERNAL.to_string(),
+            line: None,
+            function: None,
+            origin: FrameOrigin::DriverInternal,
+        }
+    }
+
+    /// Last path component of `file`.
+    pub fn basename(&self) -> &str {
+        self.file.rsplit('/').next().unwrap_or(&self.file)
+    }
+
+    /// `basename:line` (or `basename` alone when the line is unknown).
+    pub fn short(&self) -> String {
+        match self.line {
+            Some(l) => format!("{}:{l}", self.basename()),
+            None => self.basename().to_string(),
+        }
+    }
+}
+
+/// Which frames count as the user's code. Patterns are matched against a frame's source file and its
+/// module (shared object or executable) path: a pattern with `*` or `?` must match the whole path
+/// (`*` matches any run of characters, `/` included; `?` one character), any other pattern matches
+/// as a substring. A frame is the user's if an `include` pattern matches it, or else if no `exclude`
+/// pattern matches it and it has a source file: **include wins over exclude**.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameFilter {
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+}
+
+/// The built-in excludes of [`FrameFilter::default`].
+pub const BUILTIN_EXCLUDES: &[&str] = &[
+    // CUDA, CUPTI and the recorder itself.
+    "libcuda.so",
+    "libcudart",
+    "libcupti",
+    "libgpufl_capture",
+    "/usr/local/cuda",
+    // The C runtime, loader and C++ runtime (and system headers inlined into user code).
+    "libc.so",
+    "libc-2.",
+    "ld-linux",
+    "libstdc++",
+    "libgcc_s",
+    "/usr/include/",
+    // The Python interpreter (shared library or executable), its stdlib, installed packages.
+    "libpython",
+    "*/bin/python*",
+    "*/lib/python3.*",
+    "*/lib64/python3.*",
+    "site-packages",
+    "dist-packages",
+    "<frozen ",
+    // PyTorch's C++.
+    "libtorch",
+    "libc10",
+];
+
+impl Default for FrameFilter {
+    /// No includes; the [`BUILTIN_EXCLUDES`]. Frames without a source file are never user frames
+    /// unless an include matches their module.
+    fn default() -> Self {
+        FrameFilter {
+            include: Vec::new(),
+            exclude: BUILTIN_EXCLUDES.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+impl FrameFilter {
+    /// Check the patterns (an empty pattern would match every frame).
+    pub fn validate(&self) -> Result<(), AnalysisError> {
+        match self.include.iter().chain(&self.exclude).find(|p| p.is_empty()) {
+            Some(_) => Err(AnalysisError::EmptyPattern),
+            None => Ok(()),
+        }
+    }
+
+    fn any_match(patterns: &[String], paths: &[Option<&str>]) -> bool {
+        patterns
+            .iter()
+            .filter(|p| !p.is_empty())
+            .any(|p| paths.iter().flatten().any(|path| pattern_matches(p, path)))
+    }
+
+    /// Whether a frame with this source file and module is the user's.
+    pub fn is_user(&self, file: Option<&str>, module: Option<&str>) -> bool {
+        let paths = [file, module];
+        if Self::any_match(&self.include, &paths) {
+            return true;
+        }
+        file.is_some() && !Self::any_match(&self.exclude, &paths)
+    }
+}
+
+/// Substring match, or whole-path glob when `pattern` has `*` or `?`.
+pub fn pattern_matches(pattern: &str, path: &str) -> bool {
+    if pattern.contains(['*', '?']) {
+        glob(pattern.as_bytes(), path.as_bytes())
+    } else {
+        path.contains(pattern)
+    }
+}
+
+/// Iterative wildcard match (`*` any run, `?` one byte), linear-ish with backtracking to the last star.
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    let (mut pi, mut si) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
+            pi += 1;
+            si += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// The innermost frame of `stack` that belongs to the user's code (per `f`), as a source location;
+/// [`SourceLoc::driver_internal`] if there is none (or the stack was never defined).
+pub fn user_frame(m: &Model, stack: StackId, f: &FrameFilter) -> SourceLoc {
+    let Some(frames) = m.stack(stack) else {
+        return SourceLoc::driver_internal();
+    };
+    for &id in frames {
+        let Some(fr) = m.frame(id) else { continue };
+        if !f.is_user(fr.file, fr.module) {
+            continue;
+        }
+        let origin = match fr.kind {
+            FrameKind::Python => FrameOrigin::Python,
+            _ => FrameOrigin::Native,
+        };
+        return SourceLoc {
+            // An included frame without a file is located by its module.
+            file: fr.file.or(fr.module).unwrap_or("?").to_string(),
+            line: fr.line,
+            function: fr.func.map(str::to_string),
+            origin,
+        };
+    }
+    SourceLoc::driver_internal()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_and_substring() {
+        assert!(pattern_matches("*/bin/python*", "/usr/bin/python3.12"));
+        assert!(!pattern_matches("*/bin/python*", "/home/u/train.py"));
+        assert!(pattern_matches("*/lib/python3.*", "/usr/lib/python3.12/threading.py"));
+        assert!(!pattern_matches("*/lib/python3.*", "/home/u/lib/python2/x.py"));
+        assert!(pattern_matches("a?c", "abc"));
+        assert!(!pattern_matches("a?c", "abbc"));
+        assert!(pattern_matches("*", ""));
+        assert!(pattern_matches("libtorch", "/x/libtorch_cuda.so"));
+    }
+
+    #[test]
+    fn filter_rules() {
+        let f = FrameFilter::default();
+        assert!(f.is_user(Some("/home/u/train.py"), None));
+        assert!(!f.is_user(Some("/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"), None));
+        assert!(!f.is_user(Some("/usr/lib/python3.12/threading.py"), None));
+        assert!(!f.is_user(None, Some("/home/u/app")), "no file, no include");
+        assert!(!f.is_user(Some("/usr/include/c++/13/bits/std_function.h"), Some("/home/u/app")));
+        assert!(!f.is_user(Some("x.cpp"), Some("/usr/lib/libtorch_cuda.so")));
+        let mut g = f.clone();
+        g.include.push("site-packages/mylib".into());
+        assert!(g.is_user(Some("/venv/lib/python3.12/site-packages/mylib/a.py"), None));
+        assert!(g.validate().is_ok());
+        g.exclude.push(String::new());
+        assert!(g.validate().is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! Plain views of the records a [`Model`](crate::Model) holds, and the byte encodings of the
+//! enumerations its columns store.
+
+use gpufl_trace::{CopyKind, FrameKind, MemoryKind, StackId, StrId, SyncKind};
+use serde::Serialize;
+
+/// A kernel execution as the model keeps it (launch configuration and register / memory figures are
+/// not kept: no rule needs them yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KernelRec {
+    /// Kernel name (resolve with [`Model::str`](crate::Model::str)).
+    pub name: StrId,
+    pub start: u64,
+    pub end: u64,
+    pub dev: u32,
+    pub ctx: u32,
+    pub stream: u32,
+    pub corr: u32,
+}
+
+/// What a [`CopyRec`] is: a copy with its direction and memory kinds, or a memset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "op")]
+pub enum CopyOp {
+    Memcpy {
+        kind: CopyKind,
+        src_kind: MemoryKind,
+        dst_kind: MemoryKind,
+    },
+    Memset {
+        mem_kind: MemoryKind,
+    },
+}
+
+/// A memcpy or memset executed by the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CopyRec {
+    #[serde(flatten)]
+    pub op: CopyOp,
+    pub bytes: u64,
+    pub start: u64,
+    pub end: u64,
+    pub dev: u32,
+    pub ctx: u32,
+    pub stream: u32,
+    pub corr: u32,
+}
+
+/// A synchronization. `stack` is a model stack id (see [`Model::stack`](crate::Model::stack)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SyncRec {
+    pub kind: SyncKind,
+    pub start: u64,
+    pub end: u64,
+    pub ctx: u32,
+    pub stream: Option<u32>,
+    pub event: Option<u32>,
+    pub corr: u32,
+    pub tid: Option<u64>,
+    pub stack: Option<StackId>,
+}
+
+impl SyncRec {
+    /// Host-side duration (`end - start`, 0 if the record ends before it starts).
+    pub fn duration_ns(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+/// A frame with its strings resolved (`?` for strings the trace never defined).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FrameView<'a> {
+    pub kind: FrameKind,
+    pub module: Option<&'a str>,
+    pub offset: Option<u64>,
+    pub func: Option<&'a str>,
+    pub file: Option<&'a str>,
+    pub line: Option<u32>,
+    pub inlined: bool,
+}
+
+pub(crate) fn sync_kind_to_u8(k: SyncKind) -> u8 {
+    match k {
+        SyncKind::EventSynchronize => 1,
+        SyncKind::StreamWaitEvent => 2,
+        SyncKind::StreamSynchronize => 3,
+        SyncKind::ContextSynchronize => 4,
+        SyncKind::Unknown => 0,
+    }
+}
+
+pub(crate) fn sync_kind_from_u8(b: u8) -> SyncKind {
+    match b {
+        1 => SyncKind::EventSynchronize,
+        2 => SyncKind::StreamWaitEvent,
+        3 => SyncKind::StreamSynchronize,
+        4 => SyncKind::ContextSynchronize,
+        _ => SyncKind::Unknown,
+    }
+}
+
+const COPY_KINDS: [CopyKind; 11] = [
+    CopyKind::Unknown,
+    CopyKind::HtoD,
+    CopyKind::DtoH,
+    CopyKind::HtoA,
+    CopyKind::AtoH,
+    CopyKind::AtoA,
+    CopyKind::AtoD,
+    CopyKind::DtoA,
+    CopyKind::DtoD,
+    CopyKind::HtoH,
+    CopyKind::PtoP,
+];
+
+const MEM_KINDS: [MemoryKind; 8] = [
+    MemoryKind::Unknown,
+    MemoryKind::Pageable,
+    MemoryKind::Pinned,
+    MemoryKind::Device,
+    MemoryKind::Array,
+    MemoryKind::Managed,
+    MemoryKind::DeviceStatic,
+    MemoryKind::ManagedStatic,
+];
+
+/// `op` byte of a memset in the copies table (memcpy kinds use 0..=10).
+pub(crate) const OP_MEMSET: u8 = 255;
+
+pub(crate) fn copy_kind_to_u8(k: CopyKind) -> u8 {
+    COPY_KINDS.iter().position(|&c| c == k).unwrap_or(0) as u8
+}
+
+pub(crate) fn mem_kind_to_u8(k: MemoryKind) -> u8 {
+    MEM_KINDS.iter().position(|&c| c == k).unwrap_or(0) as u8
+}
+
+pub(crate) fn mem_kind_from_u8(b: u8) -> MemoryKind {
+    MEM_KINDS
+        .get(b as usize)
+        .copied()
+        .unwrap_or(MemoryKind::Unknown)
+}
+
+pub(crate) fn copy_op_from(op: u8, src: u8, dst: u8) -> CopyOp {
+    if op == OP_MEMSET {
+        CopyOp::Memset {
+            mem_kind: mem_kind_from_u8(src),
+        }
+    } else {
+        CopyOp::Memcpy {
+            kind: COPY_KINDS
+                .get(op as usize)
+                .copied()
+                .unwrap_or(CopyKind::Unknown),
+            src_kind: mem_kind_from_u8(src),
+            dst_kind: mem_kind_from_u8(dst),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enums_round_trip_through_bytes() {
+        for k in [
+            SyncKind::EventSynchronize,
+            SyncKind::StreamWaitEvent,
+            SyncKind::StreamSynchronize,
+            SyncKind::ContextSynchronize,
+            SyncKind::Unknown,
+        ] {
+            assert_eq!(sync_kind_from_u8(sync_kind_to_u8(k)), k);
+        }
+        for k in COPY_KINDS {
+            for m in MEM_KINDS {
+                let op = copy_op_from(copy_kind_to_u8(k), mem_kind_to_u8(m), mem_kind_to_u8(m));
+                assert_eq!(
+                    op,
+                    CopyOp::Memcpy {
+                        kind: k,
+                        src_kind: m,
+                        dst_kind: m
+                    }
+                );
+            }
+        }
+        assert_eq!(
+            copy_op_from(OP_MEMSET, mem_kind_to_u8(MemoryKind::Pinned), 0),
+            CopyOp::Memset {
+                mem_kind: MemoryKind::Pinned
+            }
+        );
+    }
+}

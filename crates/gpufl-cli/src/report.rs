@@ -1,0 +1,177 @@
+//! `gpufl report`: the insights of one or more sessions, ranked by time impact.
+
+use crate::summary::expand_sessions;
+use anyhow::Result;
+use clap::Args;
+use gpufl_analysis::{analyze, Analysis, Config, FrameFilter, Insight, Model, Severity};
+use gpufl_trace::SessionReader;
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// Session directories (or directories containing sessions, e.g. one per process).
+    #[arg(required = true)]
+    sessions: Vec<PathBuf>,
+    /// Print the insights as JSON (stable field names) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Count frames whose file or module contains PATTERN as user code (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    include: Vec<String>,
+    /// Never pick frames whose file or module contains PATTERN as the user frame (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// Colours: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, default_value = "auto")]
+    color: String,
+}
+
+/// One session's report, as `--json` prints it.
+#[derive(Serialize)]
+struct SessionReport {
+    session: String,
+    command: Vec<String>,
+    gpus: Vec<String>,
+    #[serde(flatten)]
+    analysis: Analysis,
+}
+
+pub fn run(args: ReportArgs) -> Result<i32> {
+    let dirs = expand_sessions(&args.sessions)?;
+    let mut filter = FrameFilter::default();
+    filter.include.extend(args.include.iter().cloned());
+    filter.exclude.extend(args.exclude.iter().cloned());
+    let cfg = Config { filter };
+    let mut reports = Vec::new();
+    for dir in dirs {
+        let mut reader = SessionReader::open(&dir)?;
+        let mut model = Model::load(reader.by_ref());
+        model.add_warnings(reader.warnings());
+        let analysis = analyze(&model, &cfg);
+        let header = model.header();
+        reports.push(SessionReport {
+            session: dir.display().to_string(),
+            command: header.map(|h| h.command_line.clone()).unwrap_or_default(),
+            gpus: header
+                .map(|h| h.gpus.iter().map(|g| g.name.clone()).collect())
+                .unwrap_or_default(),
+            analysis,
+        });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?);
+        return Ok(0);
+    }
+    let color = match args.color.as_str() {
+        "always" => true,
+        "never" => false,
+        _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    };
+    let mut out = String::new();
+    for (i, r) in reports.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        render(&mut out, r, &Style { color });
+    }
+    print!("{out}");
+    Ok(0)
+}
+
+struct Style {
+    color: bool,
+}
+
+impl Style {
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    fn severity(&self, s: Severity) -> String {
+        match s {
+            Severity::High => self.paint("1;31", "HIGH  "),
+            Severity::Medium => self.paint("1;33", "MEDIUM"),
+            Severity::Low => self.paint("2", "LOW   "),
+        }
+    }
+}
+
+fn secs(ns: u64) -> String {
+    let s = ns as f64 / 1e9;
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}
+
+fn render(out: &mut String, r: &SessionReport, st: &Style) {
+    use std::fmt::Write;
+    let a = &r.analysis;
+    let t = &a.totals;
+    let _ = writeln!(out, "{}", st.paint("1", &format!("gpufl report · {}", r.session)));
+    if !r.command.is_empty() {
+        let _ = writeln!(out, "  command   {}", r.command.join(" "));
+    }
+    if !r.gpus.is_empty() {
+        let _ = writeln!(out, "  GPU       {}", r.gpus.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "  wall {} · GPU busy {:.1} % · {} kernels · {} syncs · {} blocked in syncs",
+        secs(t.wall_ns),
+        t.gpu_busy_pct,
+        t.kernels,
+        t.syncs,
+        secs(t.sync_blocked_ns)
+    );
+    for w in &a.warnings {
+        let _ = writeln!(out, "  {} {w}", st.paint("33", "warning:"));
+    }
+    if !a.has_stacks {
+        let _ = writeln!(
+            out,
+            "\n  No CPU stacks in this session, so no source lines: record with `gpufl record` (stacks on \
+             by default) or set enable_stack_trace = true / GPUFL_ENABLE_STACK_TRACE=1."
+        );
+    }
+    if a.insights.is_empty() {
+        let _ = writeln!(out, "\n  No insights.");
+        return;
+    }
+    let _ = writeln!(out);
+    for (i, ins) in a.insights.iter().enumerate() {
+        render_insight(out, i + 1, ins, st);
+    }
+}
+
+fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "  {n:>2}. {} {}  {}",
+        st.severity(ins.severity),
+        st.paint("1", &ins.title),
+        st.paint("2", &format!("[{}]", ins.rule))
+    );
+    if !ins.detail.is_empty() {
+        let _ = writeln!(out, "             {}", ins.detail);
+    }
+    let loc = &ins.location;
+    let mut at = loc.file.clone();
+    if let Some(l) = loc.line {
+        at += &format!(":{l}");
+    }
+    if let Some(f) = &loc.function {
+        at += &format!("  {f}");
+    }
+    let _ = writeln!(out, "             at {}", st.paint("36", &at));
+    let _ = writeln!(out, "             fix: {}", ins.fix);
+}
