@@ -6,7 +6,9 @@
 //! allocator (model bytes per record = heap the model keeps; peak = the most heap held at once
 //! while decoding, loading and analysing, the input bytes excluded).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
 use gpufl_analysis::{analyze, Config, Model};
 use gpufl_trace::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -73,9 +75,16 @@ fn generate(n: usize) -> Vec<u8> {
     };
     let mut w = TraceWriter::new(Vec::with_capacity(n * 12), &header).unwrap();
     let names: Vec<StrId> = (0..20)
-        .map(|i| w.intern_str(&format!("void kernel_{i}<float, 128>(float const*, float*, int)")).unwrap())
+        .map(|i| {
+            w.intern_str(&format!(
+                "void kernel_{i}<float, 128>(float const*, float*, int)"
+            ))
+            .unwrap()
+        })
         .collect();
-    let module = w.intern_str("/usr/lib/x86_64-linux-gnu/libcuda.so.1").unwrap();
+    let module = w
+        .intern_str("/usr/lib/x86_64-linux-gnu/libcuda.so.1")
+        .unwrap();
     let app = w.intern_str("/opt/app/bin/train").unwrap();
     let file = w.intern_str("/opt/app/src/train.cu").unwrap();
     let stacks: Vec<StackId> = (0..4u32)
@@ -153,13 +162,13 @@ fn generate(n: usize) -> Vec<u8> {
                 end: t + 1_000 + (k as u64 * 1_700) + rnd(4_000),
                 dev: 0,
                 ctx: 1,
-                stream: if k % 5 == 0 { 13 } else { 7 },
+                stream: [13, 7, 7, 7, 7][k % 5],
                 corr,
                 grid: [(k as i32 + 1) * 64, 1 + (k % 3) as i32, 1],
                 block: [128 << (k % 3), 1, 1],
                 regs: 24 + (k % 6) as u16 * 8,
                 smem_static: (k % 4) as i32 * 4096,
-                smem_dynamic: if k % 7 == 0 { 49_152 } else { 0 },
+                smem_dynamic: [49_152, 0, 0, 0, 0, 0, 0][k % 7],
                 local_mem: 0,
             }),
         };
@@ -235,7 +244,10 @@ fn bench(c: &mut Criterion) {
     let n = records();
     let t = Instant::now();
     let bytes = generate(n);
-    eprintln!("generated {n} records in {:.1} s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "generated {n} records in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     breakdown(&bytes, n);
     let mut g = c.benchmark_group("analysis");
     g.sampling_mode(SamplingMode::Flat);
@@ -246,9 +258,11 @@ fn bench(c: &mut Criterion) {
     g.bench_with_input(BenchmarkId::new("decode", n), &bytes, |b, bytes| {
         b.iter(|| decode(bytes).count())
     });
-    g.bench_with_input(BenchmarkId::new("decode+load+analyze", n), &bytes, |b, bytes| {
-        b.iter(|| pipeline(bytes).1)
-    });
+    g.bench_with_input(
+        BenchmarkId::new("decode+load+analyze", n),
+        &bytes,
+        |b, bytes| b.iter(|| pipeline(bytes).1),
+    );
     g.finish();
 }
 

@@ -49,7 +49,13 @@ impl DeviceBusy {
         for &dev in m.devices() {
             let mut iv: Vec<(u64, u64)> = Vec::with_capacity(k.start.len() + c.start.len());
             let all = m.devices().len() == 1;
-            iv.extend(kernels.clone().chain(copies.clone()).filter(|&(_, d)| all || d == dev).map(|(se, _)| se));
+            iv.extend(
+                kernels
+                    .clone()
+                    .chain(copies.clone())
+                    .filter(|&(_, d)| all || d == dev)
+                    .map(|(se, _)| se),
+            );
             let n = merge(&mut iv).len();
             iv.truncate(n);
             iv.shrink_to_fit();
@@ -83,7 +89,11 @@ impl DeviceBusy {
                 .map_or(&[][..], |(_, iv)| iv),
             None if self.devs.len() == 1 => &self.devs[0].1,
             None => self.all.get_or_init(|| {
-                let mut v: Vec<(u64, u64)> = self.devs.iter().flat_map(|(_, iv)| iv.iter().copied()).collect();
+                let mut v: Vec<(u64, u64)> = self
+                    .devs
+                    .iter()
+                    .flat_map(|(_, iv)| iv.iter().copied())
+                    .collect();
                 let n = merge(&mut v).len();
                 v.truncate(n);
                 v

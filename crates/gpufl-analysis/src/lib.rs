@@ -19,6 +19,7 @@
 //! Rules (one file each under `insights/`, documented there and in `docs/insights.md`):
 //! `sync-attribution` and `in-loop-sync`.
 
+mod access;
 pub mod error;
 pub mod insights;
 pub mod intervals;
@@ -34,7 +35,9 @@ pub use insights::{fmt_duration, Insight, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use model::Model;
 pub use totals::{totals, Totals};
-pub use userframe::{user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL};
+pub use userframe::{
+    user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL,
+};
 pub use views::{CopyOp, CopyRec, FrameView, KernelRec, SyncRec};
 
 use serde::Serialize;

@@ -2,18 +2,18 @@
 
 use crate::store::{Col, IdMap, NONE};
 use crate::views::*;
-use gpufl_trace::{FrameId, FrameKind, Header, Record, StackId, StrId, SyncKind};
+use gpufl_trace::{FrameId, FrameKind, Header, Record, StackId, StrId};
 
 /// A frame with global string ids.
 #[derive(Debug, Clone, Copy)]
-struct FrameRow {
-    kind: FrameKind,
-    inlined: bool,
-    module: u32,
-    func: u32,
-    file: u32,
-    line: u32,
-    offset: Option<u64>,
+pub(crate) struct FrameRow {
+    pub(crate) kind: FrameKind,
+    pub(crate) inlined: bool,
+    pub(crate) module: u32,
+    pub(crate) func: u32,
+    pub(crate) file: u32,
+    pub(crate) line: u32,
+    pub(crate) offset: Option<u64>,
 }
 
 /// Kernels, column by column: 36 bytes per kernel.
@@ -66,9 +66,9 @@ pub(crate) struct Syncs {
 pub struct Model {
     header: Option<Header>,
     files: u32,
-    strings: Vec<Option<Box<str>>>,
-    frames: Vec<Option<FrameRow>>,
-    stacks: Vec<Option<Box<[FrameId]>>>,
+    pub(crate) strings: Vec<Option<Box<str>>>,
+    pub(crate) frames: Vec<Option<FrameRow>>,
+    pub(crate) stacks: Vec<Option<Box<[FrameId]>>>,
     pub(crate) kernels: Kernels,
     pub(crate) copies: Copies,
     pub(crate) syncs: Syncs,
@@ -133,14 +133,26 @@ impl Model {
                     mem_kind_to_u8(r.src_kind),
                     mem_kind_to_u8(r.dst_kind),
                 );
-                self.push_copy(r.start, r.end, r.bytes, [r.corr, r.ctx, r.stream, r.dev], [op, src, dst]);
+                self.push_copy(
+                    r.start,
+                    r.end,
+                    r.bytes,
+                    [r.corr, r.ctx, r.stream, r.dev],
+                    [op, src, dst],
+                );
             }
             Record::Memset(r) => {
                 self.span(r.start, r.end);
                 self.gpu(r.ctx, r.dev);
                 self.memsets += 1;
                 let mk = mem_kind_to_u8(r.mem_kind);
-                self.push_copy(r.start, r.end, r.bytes, [r.corr, r.ctx, r.stream, r.dev], [OP_MEMSET, mk, 0]);
+                self.push_copy(
+                    r.start,
+                    r.end,
+                    r.bytes,
+                    [r.corr, r.ctx, r.stream, r.dev],
+                    [OP_MEMSET, mk, 0],
+                );
             }
             Record::Sync(s) => {
                 self.span(s.start, s.end);
@@ -166,7 +178,9 @@ impl Model {
                 self.strings[g as usize] = Some(s.s.into_boxed_str());
             }
             Record::Frame(f) => {
-                let opt = |m: &mut Self, ld: &mut Loader, id: Option<StrId>| id.map_or(NONE, |id| m.str_ref(ld, id));
+                let opt = |m: &mut Self, ld: &mut Loader, id: Option<StrId>| {
+                    id.map_or(NONE, |id| m.str_ref(ld, id))
+                };
                 let row = FrameRow {
                     kind: f.kind,
                     inlined: f.inlined,
@@ -180,7 +194,11 @@ impl Model {
                 self.frames[g as usize] = Some(row);
             }
             Record::Stack(s) => {
-                let frames: Box<[FrameId]> = s.frames.iter().map(|&f| FrameId(self.frame_ref(ld, f))).collect();
+                let frames: Box<[FrameId]> = s
+                    .frames
+                    .iter()
+                    .map(|&f| FrameId(self.frame_ref(ld, f)))
+                    .collect();
                 let g = self.stack_ref(ld, s.id);
                 self.stacks[g as usize] = Some(frames);
             }
@@ -202,9 +220,9 @@ impl Model {
                 }
             }
             Record::Dropped(d) => self.dropped = self.dropped.saturating_add(d.count),
-            Record::Notice(n) if n.level != "info" => {
-                self.warnings.push(format!("recorder {}: {}", n.level, n.message))
-            }
+            Record::Notice(n) if n.level != "info" => self
+                .warnings
+                .push(format!("recorder {}: {}", n.level, n.message)),
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
         }
     }
@@ -279,9 +297,18 @@ impl Model {
         }
         let undefined = |n: usize, what: &str| (n > 0).then(|| format!("{n} {what}"));
         let missing: Vec<String> = [
-            undefined(self.strings.iter().filter(|s| s.is_none()).count(), "string(s)"),
-            undefined(self.frames.iter().filter(|s| s.is_none()).count(), "frame(s)"),
-            undefined(self.stacks.iter().filter(|s| s.is_none()).count(), "stack(s)"),
+            undefined(
+                self.strings.iter().filter(|s| s.is_none()).count(),
+                "string(s)",
+            ),
+            undefined(
+                self.frames.iter().filter(|s| s.is_none()).count(),
+                "frame(s)",
+            ),
+            undefined(
+                self.stacks.iter().filter(|s| s.is_none()).count(),
+                "stack(s)",
+            ),
         ]
         .into_iter()
         .flatten()
@@ -307,7 +334,8 @@ impl Model {
         if let Some(h) = &self.header {
             if h.capture.status != "ok" {
                 let why = h.capture.reason.as_deref().unwrap_or("no reason given");
-                self.warnings.push(format!("capture {}: {why}", h.capture.status));
+                self.warnings
+                    .push(format!("capture {}: {why}", h.capture.status));
             }
         }
     }
@@ -369,113 +397,5 @@ impl Model {
     /// Records the recorder reported lost (sum of `dropped` records).
     pub fn dropped(&self) -> u64 {
         self.dropped
-    }
-
-    pub fn kernel(&self, i: usize) -> KernelRec {
-        let c = &self.kernels;
-        KernelRec {
-            name: StrId(c.name.get(i)),
-            start: c.start.get(i),
-            end: c.end.get(i),
-            dev: c.dev.get(i),
-            ctx: c.ctx.get(i),
-            stream: c.stream.get(i),
-            corr: c.corr.get(i),
-        }
-    }
-
-    pub fn copy(&self, i: usize) -> CopyRec {
-        let c = &self.copies;
-        CopyRec {
-            op: copy_op_from(c.op.get(i), c.src.get(i), c.dst.get(i)),
-            bytes: c.bytes.get(i),
-            start: c.start.get(i),
-            end: c.end.get(i),
-            dev: c.dev.get(i),
-            ctx: c.ctx.get(i),
-            stream: c.stream.get(i),
-            corr: c.corr.get(i),
-        }
-    }
-
-    pub fn sync(&self, i: usize) -> SyncRec {
-        let c = &self.syncs;
-        let opt = |v: u32| (v != NONE).then_some(v);
-        SyncRec {
-            kind: sync_kind_from_u8(c.kind.get(i)),
-            start: c.start.get(i),
-            end: c.end.get(i),
-            ctx: c.ctx.get(i),
-            stream: opt(c.stream.get(i)),
-            event: opt(c.event.get(i)),
-            corr: c.corr.get(i),
-            tid: Some(c.tid.get(i)).filter(|&t| t != u64::MAX),
-            stack: opt(c.stack.get(i)).map(StackId),
-        }
-    }
-
-    /// Kernels in the order they were read.
-    pub fn kernels(&self) -> impl Iterator<Item = KernelRec> + '_ {
-        (0..self.kernel_count()).map(|i| self.kernel(i))
-    }
-    /// Memcpys and memsets in the order they were read.
-    pub fn copies(&self) -> impl Iterator<Item = CopyRec> + '_ {
-        (0..self.copy_count()).map(|i| self.copy(i))
-    }
-    /// Synchronizations in the order they were read.
-    pub fn syncs(&self) -> impl Iterator<Item = SyncRec> + '_ {
-        (0..self.sync_count()).map(|i| self.sync(i))
-    }
-
-    /// A string of the model (ids of [`KernelRec::name`] and frames), `?` if never defined.
-    pub fn str(&self, id: StrId) -> &str {
-        self.strings.get(id.index()).and_then(|s| s.as_deref()).unwrap_or("?")
-    }
-
-    fn opt_str(&self, id: u32) -> Option<&str> {
-        (id != NONE).then(|| self.str(StrId(id)))
-    }
-
-    /// Frame ids of a stack, innermost first; None if the stack was never defined.
-    pub fn stack(&self, id: StackId) -> Option<&[FrameId]> {
-        self.stacks.get(id.index()).and_then(|s| s.as_deref())
-    }
-
-    /// Number of stacks (defined or only referenced).
-    pub fn stack_count(&self) -> usize {
-        self.stacks.len()
-    }
-
-    /// A frame with its strings resolved; None if it was never defined.
-    pub fn frame(&self, id: FrameId) -> Option<FrameView<'_>> {
-        let f = self.frames.get(id.index())?.as_ref()?;
-        Some(FrameView {
-            kind: f.kind,
-            module: self.opt_str(f.module),
-            offset: f.offset,
-            func: self.opt_str(f.func),
-            file: self.opt_str(f.file),
-            line: (f.line != NONE).then_some(f.line),
-            inlined: f.inlined,
-        })
-    }
-
-    /// Heap bytes held by the record columns (kernels, copies, syncs), capacity included.
-    pub fn column_bytes(&self) -> usize {
-        let k = &self.kernels;
-        let c = &self.copies;
-        let s = &self.syncs;
-        k.start.heap_bytes() + k.end.heap_bytes() + k.corr.heap_bytes() + k.name.heap_bytes()
-            + k.stream.heap_bytes() + k.ctx.heap_bytes() + k.dev.heap_bytes()
-            + c.start.heap_bytes() + c.end.heap_bytes() + c.bytes.heap_bytes() + c.corr.heap_bytes()
-            + c.ctx.heap_bytes() + c.stream.heap_bytes() + c.dev.heap_bytes() + c.op.heap_bytes()
-            + c.src.heap_bytes() + c.dst.heap_bytes()
-            + s.start.heap_bytes() + s.end.heap_bytes() + s.tid.heap_bytes() + s.corr.heap_bytes()
-            + s.ctx.heap_bytes() + s.stream.heap_bytes() + s.event.heap_bytes() + s.stack.heap_bytes()
-            + s.kind.heap_bytes()
-    }
-
-    pub(crate) fn sync_kind_at(&self, i: usize) -> SyncKind {
-        sync_kind_from_u8(self.syncs.kind.get(i))
     }
 }

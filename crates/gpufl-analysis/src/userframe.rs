@@ -111,7 +111,12 @@ impl Default for FrameFilter {
 impl FrameFilter {
     /// Check the patterns (an empty pattern would match every frame).
     pub fn validate(&self) -> Result<(), AnalysisError> {
-        match self.include.iter().chain(&self.exclude).find(|p| p.is_empty()) {
+        match self
+            .include
+            .iter()
+            .chain(&self.exclude)
+            .find(|p| p.is_empty())
+        {
             Some(_) => Err(AnalysisError::EmptyPattern),
             None => Ok(()),
         }
@@ -199,8 +204,14 @@ mod tests {
     fn glob_and_substring() {
         assert!(pattern_matches("*/bin/python*", "/usr/bin/python3.12"));
         assert!(!pattern_matches("*/bin/python*", "/home/u/train.py"));
-        assert!(pattern_matches("*/lib/python3.*", "/usr/lib/python3.12/threading.py"));
-        assert!(!pattern_matches("*/lib/python3.*", "/home/u/lib/python2/x.py"));
+        assert!(pattern_matches(
+            "*/lib/python3.*",
+            "/usr/lib/python3.12/threading.py"
+        ));
+        assert!(!pattern_matches(
+            "*/lib/python3.*",
+            "/home/u/lib/python2/x.py"
+        ));
         assert!(pattern_matches("a?c", "abc"));
         assert!(!pattern_matches("a?c", "abbc"));
         assert!(pattern_matches("*", ""));
@@ -211,10 +222,16 @@ mod tests {
     fn filter_rules() {
         let f = FrameFilter::default();
         assert!(f.is_user(Some("/home/u/train.py"), None));
-        assert!(!f.is_user(Some("/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"), None));
+        assert!(!f.is_user(
+            Some("/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"),
+            None
+        ));
         assert!(!f.is_user(Some("/usr/lib/python3.12/threading.py"), None));
         assert!(!f.is_user(None, Some("/home/u/app")), "no file, no include");
-        assert!(!f.is_user(Some("/usr/include/c++/13/bits/std_function.h"), Some("/home/u/app")));
+        assert!(!f.is_user(
+            Some("/usr/include/c++/13/bits/std_function.h"),
+            Some("/home/u/app")
+        ));
         assert!(!f.is_user(Some("x.cpp"), Some("/usr/lib/libtorch_cuda.so")));
         let mut g = f.clone();
         g.include.push("site-packages/mylib".into());

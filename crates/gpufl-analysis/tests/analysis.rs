@@ -54,7 +54,13 @@ impl B {
     }
 
     /// A native frame: (module, func, file, line).
-    fn native(&mut self, module: &str, func: &str, file: Option<&str>, line: Option<u32>) -> FrameId {
+    fn native(
+        &mut self,
+        module: &str,
+        func: &str,
+        file: Option<&str>,
+        line: Option<u32>,
+    ) -> FrameId {
         let f = Frame {
             id: FrameId(self.frames),
             kind: FrameKind::Native,
@@ -231,11 +237,36 @@ fn user_frame_of_a_cpp_stack() {
         b.native("/usr/lib/x86_64-linux-gnu/libcupti.so.13", "??", None, None),
         b.native("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "??", None, None),
         // Statically linked cudart: in the app's module, but without debug info.
-        b.native("/work/build/stream_sync_loop", "cudaStreamSynchronize", None, None),
-        b.native("/work/build/stream_sync_loop", "std::function<void()>::operator()", Some("/usr/include/c++/13/bits/std_function.h"), Some(591)),
-        b.native("/work/build/stream_sync_loop", "step(CUstream_st*, int)", Some("/work/examples/stream_sync_loop.cu"), Some(54)),
-        b.native("/work/build/stream_sync_loop", "main", Some("/work/examples/stream_sync_loop.cu"), Some(83)),
-        b.native("/usr/lib/x86_64-linux-gnu/libc.so.6", "__libc_start_main", None, None),
+        b.native(
+            "/work/build/stream_sync_loop",
+            "cudaStreamSynchronize",
+            None,
+            None,
+        ),
+        b.native(
+            "/work/build/stream_sync_loop",
+            "std::function<void()>::operator()",
+            Some("/usr/include/c++/13/bits/std_function.h"),
+            Some(591),
+        ),
+        b.native(
+            "/work/build/stream_sync_loop",
+            "step(CUstream_st*, int)",
+            Some("/work/examples/stream_sync_loop.cu"),
+            Some(54),
+        ),
+        b.native(
+            "/work/build/stream_sync_loop",
+            "main",
+            Some("/work/examples/stream_sync_loop.cu"),
+            Some(83),
+        ),
+        b.native(
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "__libc_start_main",
+            None,
+            None,
+        ),
     ];
     let st = b.stack(&f);
     let m = b.model();
@@ -259,12 +290,40 @@ fn user_frame_of_a_cpp_stack() {
 fn user_frame_of_a_python_stack_skips_torch_stdlib_and_site_packages() {
     let mut b = B::new();
     let f = [
-        b.native("/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcupti.so.13", "??", None, None),
-        b.native("/venv/lib/python3.12/site-packages/torch/lib/libcudart.so.13", "cudaDeviceSynchronize", None, None),
-        b.native("/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so", "c10::cuda::device_synchronize()", None, None),
-        b.native("/venv/lib/python3.12/site-packages/torch/lib/libtorch_python.so", "THCPModule_cudaSynchronize", None, None),
-        b.python("synchronize", "/venv/lib/python3.12/site-packages/torch/cuda/__init__.py", 1083),
-        b.python("ContextDecorator.inner", "/usr/lib/python3.12/contextlib.py", 81),
+        b.native(
+            "/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcupti.so.13",
+            "??",
+            None,
+            None,
+        ),
+        b.native(
+            "/venv/lib/python3.12/site-packages/torch/lib/libcudart.so.13",
+            "cudaDeviceSynchronize",
+            None,
+            None,
+        ),
+        b.native(
+            "/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so",
+            "c10::cuda::device_synchronize()",
+            None,
+            None,
+        ),
+        b.native(
+            "/venv/lib/python3.12/site-packages/torch/lib/libtorch_python.so",
+            "THCPModule_cudaSynchronize",
+            None,
+            None,
+        ),
+        b.python(
+            "synchronize",
+            "/venv/lib/python3.12/site-packages/torch/cuda/__init__.py",
+            1083,
+        ),
+        b.python(
+            "ContextDecorator.inner",
+            "/usr/lib/python3.12/contextlib.py",
+            81,
+        ),
         b.python("train_step", "/home/u/train.py", 45),
         b.python("main", "/home/u/train.py", 63),
         b.python("<module>", "/home/u/train.py", 72),
@@ -293,15 +352,26 @@ fn user_frame_of_a_driver_internal_stack() {
     let mut b = B::new();
     let f = [
         b.native("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "??", None, None),
-        b.native("/usr/local/cuda/lib64/libcudart.so.13", "cudart::contextStateManager::destroy", Some("/dvs/p4/cudart/context.cpp"), Some(120)),
+        b.native(
+            "/usr/local/cuda/lib64/libcudart.so.13",
+            "cudart::contextStateManager::destroy",
+            Some("/dvs/p4/cudart/context.cpp"),
+            Some(120),
+        ),
         b.native("/usr/lib/x86_64-linux-gnu/libc.so.6", "exit", None, None),
         b.native("/work/build/app", "??", None, None),
     ];
     let st = b.stack(&f);
     let m = b.model();
-    assert_eq!(user_frame(&m, st, &FrameFilter::default()), SourceLoc::driver_internal());
+    assert_eq!(
+        user_frame(&m, st, &FrameFilter::default()),
+        SourceLoc::driver_internal()
+    );
     // An undefined stack is driver-internal too.
-    assert_eq!(user_frame(&m, StackId(99), &FrameFilter::default()).file, "<driver-internal>");
+    assert_eq!(
+        user_frame(&m, StackId(99), &FrameFilter::default()).file,
+        "<driver-internal>"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -318,7 +388,11 @@ fn sync_attribution_severity_boundaries() {
     };
     assert_eq!(sev(100_000, 10_000), Severity::Low, "exactly 10 % is LOW");
     assert_eq!(sev(100_000, 10_010), Severity::Medium, "10.01 % is MEDIUM");
-    assert_eq!(sev(100_000, 50_000), Severity::Medium, "exactly 50 % is MEDIUM");
+    assert_eq!(
+        sev(100_000, 50_000),
+        Severity::Medium,
+        "exactly 50 % is MEDIUM"
+    );
     assert_eq!(sev(100_000, 50_010), Severity::High, "50.01 % is HIGH");
     assert_eq!(sev(100_000, 5), Severity::Low);
 }
@@ -333,21 +407,44 @@ fn sync_attribution_groups_by_kind_and_line_with_the_seed_title() {
         let t = 10_000_000 * i;
         b.sync(SyncKind::ContextSynchronize, t, t + 1_900_000, Some(a));
     }
-    b.sync(SyncKind::StreamSynchronize, 900_000_000, 900_000_100, Some(a));
-    b.sync(SyncKind::StreamSynchronize, 910_000_000, 910_000_100, Some(other));
+    b.sync(
+        SyncKind::StreamSynchronize,
+        900_000_000,
+        900_000_100,
+        Some(a),
+    );
+    b.sync(
+        SyncKind::StreamSynchronize,
+        910_000_000,
+        910_000_100,
+        Some(other),
+    );
     b.sync(SyncKind::StreamSynchronize, 920_000_000, 920_000_100, None);
     let an = b.analyze();
     let v = rule(&an, "sync-attribution");
-    assert_eq!(v.len(), 3, "(context, :90), (stream, :90), (stream, :91); the stackless sync is left out");
+    assert_eq!(
+        v.len(),
+        3,
+        "(context, :90), (stream, :90), (stream, :91); the stackless sync is left out"
+    );
     let top = v[0];
-    assert_eq!(top.title, "ContextSynchronize × 50 @ 03_pytorch_benchmark.py:90 · 95.00ms (9.5% of session)");
-    assert_eq!(top.detail, "95.00ms blocked across 50 calls at 03_pytorch_benchmark.py:90 in train_step()");
+    assert_eq!(
+        top.title,
+        "ContextSynchronize × 50 @ 03_pytorch_benchmark.py:90 · 95.00ms (9.5% of session)"
+    );
+    assert_eq!(
+        top.detail,
+        "95.00ms blocked across 50 calls at 03_pytorch_benchmark.py:90 in train_step()"
+    );
     assert_eq!(top.count, 50);
     assert_eq!(top.impact_ns, 95_000_000);
     assert!((top.share_of_wall - 0.095).abs() < 1e-12);
     assert_eq!(top.severity, Severity::Low);
     assert_eq!(top.sync_kind, Some(SyncKind::ContextSynchronize));
-    assert!(an.warnings.iter().any(|w| w.contains("1 of 53 synchronizations have no stack")));
+    assert!(an
+        .warnings
+        .iter()
+        .any(|w| w.contains("1 of 53 synchronizations have no stack")));
 }
 
 #[test]
@@ -371,8 +468,16 @@ fn sync_attribution_needs_stacks_and_groups_driver_internal_syncs() {
     let v = rule(&an, "sync-attribution");
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].location.file, "<driver-internal>");
-    assert!(v[0].title.starts_with("ContextSynchronize × 3 @ <driver-internal> · "), "{}", v[0].title);
-    assert!(rule(&an, "in-loop-sync").is_empty(), "driver-internal syncs are not a loop of the user's");
+    assert!(
+        v[0].title
+            .starts_with("ContextSynchronize × 3 @ <driver-internal> · "),
+        "{}",
+        v[0].title
+    );
+    assert!(
+        rule(&an, "in-loop-sync").is_empty(),
+        "driver-internal syncs are not a loop of the user's"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -406,9 +511,17 @@ fn in_loop_needs_three_syncs() {
     let v = rule(&three, "in-loop-sync");
     assert_eq!(v.len(), 1, "3 syncs");
     assert_eq!(v[0].count, 3);
-    assert_eq!(v[0].title, "In-loop sync × 3 — likely blocking GPU pipelining");
+    assert_eq!(
+        v[0].title,
+        "In-loop sync × 3 — likely blocking GPU pipelining"
+    );
     assert_eq!(v[0].location.line, Some(54));
-    assert!(v[0].detail.starts_with("150ns blocked across 3 calls at loop.cu:54 in step()"), "{}", v[0].detail);
+    assert!(
+        v[0].detail
+            .starts_with("150ns blocked across 3 calls at loop.cu:54 in step()"),
+        "{}",
+        v[0].detail
+    );
     assert!(v[0].fix.starts_with("Move the sync outside the loop"));
 }
 
@@ -421,7 +534,10 @@ fn in_loop_median_threshold() {
     assert!(fires(&[3, 2, 3]), "median 3 with one pair below");
     assert!(fires(&[0, 9, 9]));
     let a = loop_session(&[3, 2, 3]).analyze();
-    assert_eq!(rule(&a, "in-loop-sync")[0].median_kernels_between, Some(3.0));
+    assert_eq!(
+        rule(&a, "in-loop-sync")[0].median_kernels_between,
+        Some(3.0)
+    );
 }
 
 #[test]
@@ -435,7 +551,10 @@ fn in_loop_counts_by_time_when_correlation_ids_are_unusable() {
         }
     }
     let a = b.analyze();
-    assert_eq!(rule(&a, "in-loop-sync")[0].median_kernels_between, Some(4.0));
+    assert_eq!(
+        rule(&a, "in-loop-sync")[0].median_kernels_between,
+        Some(4.0)
+    );
 }
 
 #[test]
@@ -450,7 +569,6 @@ fn in_loop_impact_is_blocked_plus_idle_and_severity_is_on_the_loop_span() {
     assert_eq!(i.window_ns, 3 * (250 + 300) + 50);
     assert_eq!(i.severity, Severity::Medium, "47 % of the loop");
     assert!((i.share_of_window - 800.0 / 1700.0).abs() < 1e-12);
-
 }
 
 /// 3 syncs of `b` ns at one line, 3 kernels of `d` ns back to back between consecutive syncs, no
@@ -511,7 +629,11 @@ fn insights_are_ranked_by_impact_then_rule_then_location() {
     b.sync(SyncKind::StreamSynchronize, 2000, 2100, Some(s1)); // 100: same impact, a.cu first
     b.sync(SyncKind::StreamSynchronize, 3000, 3500, Some(s3)); // 500
     let a = b.analyze();
-    let order: Vec<_> = a.insights.iter().map(|i| i.location.line.unwrap()).collect();
+    let order: Vec<_> = a
+        .insights
+        .iter()
+        .map(|i| i.location.line.unwrap())
+        .collect();
     assert_eq!(order, vec![3, 1, 2]);
     // Equal impact across rules (no idle: in-loop impact = blocked time = the attribution's):
     // "in-loop-sync" sorts before "sync-attribution".
@@ -532,10 +654,22 @@ fn analysis_serializes_to_stable_json() {
     assert_eq!(i["location"]["origin"], "native");
     assert_eq!(i["location"]["line"], 54);
     assert_eq!(i["sync_kind"], "stream_synchronize");
-    for key in ["title", "detail", "fix", "count", "impact_ns", "share_of_wall", "window_ns", "share_of_window"] {
+    for key in [
+        "title",
+        "detail",
+        "fix",
+        "count",
+        "impact_ns",
+        "share_of_wall",
+        "window_ns",
+        "share_of_window",
+    ] {
         assert!(!i[key].is_null(), "{key}");
     }
-    assert_eq!(serde_json::to_value(SourceLoc::driver_internal()).unwrap()["origin"], "driver_internal");
+    assert_eq!(
+        serde_json::to_value(SourceLoc::driver_internal()).unwrap()["origin"],
+        "driver_internal"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -547,16 +681,43 @@ fn model_resolves_forward_references_and_flags_unknown_ids() {
     let recs = vec![
         header(),
         // Kernel uses string 0 before it is defined; sync uses stack 5, never defined.
-        Record::Kernel(Kernel { name: StrId(0), start: 10, end: 20, ctx: 1, corr: 1, ..Kernel::default() }),
-        Record::Str(StrRecord { id: StrId(0), s: "gemm".into() }),
-        Record::Kernel(Kernel { name: StrId(3), start: 30, end: 40, ctx: 1, corr: 2, ..Kernel::default() }),
-        Record::Sync(Sync { kind: SyncKind::StreamSynchronize, start: 50, end: 40, corr: 3, stack: Some(StackId(5)), ..Sync::default() }),
+        Record::Kernel(Kernel {
+            name: StrId(0),
+            start: 10,
+            end: 20,
+            ctx: 1,
+            corr: 1,
+            ..Kernel::default()
+        }),
+        Record::Str(StrRecord {
+            id: StrId(0),
+            s: "gemm".into(),
+        }),
+        Record::Kernel(Kernel {
+            name: StrId(3),
+            start: 30,
+            end: 40,
+            ctx: 1,
+            corr: 2,
+            ..Kernel::default()
+        }),
+        Record::Sync(Sync {
+            kind: SyncKind::StreamSynchronize,
+            start: 50,
+            end: 40,
+            corr: 3,
+            stack: Some(StackId(5)),
+            ..Sync::default()
+        }),
     ];
     let m = Model::load(recs);
     let names: Vec<&str> = m.kernels().map(|k| m.str(k.name)).collect();
     assert_eq!(names, vec!["gemm", "?"]);
     let w = m.warnings().join("\n");
-    assert!(w.contains("1 string(s), 1 stack(s) referenced but never defined"), "{w}");
+    assert!(
+        w.contains("1 string(s), 1 stack(s) referenced but never defined"),
+        "{w}"
+    );
     assert!(w.contains("end before they start"), "{w}");
     let a = analyze(&m, &Config::default());
     assert_eq!(a.insights[0].location.file, "<driver-internal>");
@@ -569,9 +730,22 @@ fn model_remaps_ids_of_each_trace_file() {
     let file = |name: &str, start: u64| {
         vec![
             header(),
-            Record::Str(StrRecord { id: StrId(0), s: name.into() }),
-            Record::Kernel(Kernel { name: StrId(0), start, end: start + 5, ctx: 1, corr: 1, ..Kernel::default() }),
-            Record::Dropped(Dropped { source: "cupti".into(), count: 2 }),
+            Record::Str(StrRecord {
+                id: StrId(0),
+                s: name.into(),
+            }),
+            Record::Kernel(Kernel {
+                name: StrId(0),
+                start,
+                end: start + 5,
+                ctx: 1,
+                corr: 1,
+                ..Kernel::default()
+            }),
+            Record::Dropped(Dropped {
+                source: "cupti".into(),
+                count: 2,
+            }),
         ]
     };
     let mut recs = file("first", 0);
@@ -584,7 +758,10 @@ fn model_remaps_ids_of_each_trace_file() {
     assert_eq!(m.time_range(), (0, 105));
     m.add_warnings(["reader: block 3 is incomplete".to_string()]);
     assert!(m.warnings().last().unwrap().contains("incomplete"));
-    assert!(m.warnings().iter().any(|w| w.contains("4 record(s) were lost")));
+    assert!(m
+        .warnings()
+        .iter()
+        .any(|w| w.contains("4 record(s) were lost")));
 }
 
 #[test]
@@ -595,9 +772,19 @@ fn model_survives_hostile_ids_and_empty_input() {
     assert_eq!(a.totals.wall_ns, 0);
     assert_eq!(a.totals.gpu_busy_pct, 0.0);
     let recs = vec![
-        Record::Str(StrRecord { id: StrId(u32::MAX - 1), s: "x".into() }),
-        Record::Stack(Stack { id: StackId(4_000_000_000), frames: vec![FrameId(3_000_000_000)] }),
-        Record::Sync(Sync { stack: Some(StackId(4_000_000_000)), end: 10, ..Sync::default() }),
+        Record::Str(StrRecord {
+            id: StrId(u32::MAX - 1),
+            s: "x".into(),
+        }),
+        Record::Stack(Stack {
+            id: StackId(4_000_000_000),
+            frames: vec![FrameId(3_000_000_000)],
+        }),
+        Record::Sync(Sync {
+            stack: Some(StackId(4_000_000_000)),
+            end: 10,
+            ..Sync::default()
+        }),
     ];
     let m = Model::load(recs);
     assert_eq!(m.sync(0).stack.map(|s| m.stack(s).unwrap().len()), Some(1));
@@ -613,7 +800,12 @@ fn model_memory_is_at_most_64_bytes_per_record() {
     for i in 0..n {
         b.kernel(i * 10, i * 10 + 5);
         if i % 100 == 0 {
-            b.sync(SyncKind::StreamSynchronize, i * 10 + 6, i * 10 + 9, Some(st));
+            b.sync(
+                SyncKind::StreamSynchronize,
+                i * 10 + 6,
+                i * 10 + 9,
+                Some(st),
+            );
         }
     }
     let m = b.model();
@@ -645,15 +837,23 @@ fn session(prefix: &str) -> Analysis {
 
 /// Line of `needle` in an example (1-based), so the tests follow edits of the examples.
 fn example_line(file: &str, needle: &str) -> u32 {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(file);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(file);
     let text = std::fs::read_to_string(p).unwrap();
-    text.lines().position(|l| l.contains(needle)).expect("marker line") as u32 + 1
+    text.lines()
+        .position(|l| l.contains(needle))
+        .expect("marker line") as u32
+        + 1
 }
 
 #[test]
 fn testdata_pytorch_train_sync_in_loop_sync_at_train_step() {
     let a = session("pytorch_train_sync-");
-    let line = example_line("pytorch_train_sync.py", "torch.cuda.synchronize()  # gpufl-example");
+    let line = example_line(
+        "pytorch_train_sync.py",
+        "torch.cuda.synchronize()  # gpufl-example",
+    );
     let v = rule(&a, "in-loop-sync");
     assert_eq!(v.len(), 1, "{:#?}", v);
     let i = v[0];
@@ -666,17 +866,26 @@ fn testdata_pytorch_train_sync_in_loop_sync_at_train_step() {
     assert_eq!(i.sync_kind, Some(SyncKind::ContextSynchronize));
     assert!(i.detail.contains("in train_step()"));
     // Recorded figures: ~0.53 ms blocked + ~8.7 ms GPU idle over a ~94.5 ms loop: 9.8 %.
-    assert!(i.share_of_window > 0.08 && i.share_of_window < 0.12, "{}", i.share_of_window);
+    assert!(
+        i.share_of_window > 0.08 && i.share_of_window < 0.12,
+        "{}",
+        i.share_of_window
+    );
     assert_eq!(a.totals.kernels, 2862);
     assert!(a.has_stacks);
     let sa = rule(&a, "sync-attribution");
-    assert!(sa.iter().any(|i| i.title.starts_with("ContextSynchronize × 55 @ pytorch_train_sync.py:")));
+    assert!(sa.iter().any(|i| i
+        .title
+        .starts_with("ContextSynchronize × 55 @ pytorch_train_sync.py:")));
 }
 
 #[test]
 fn testdata_stream_sync_loop_in_loop_sync_at_step() {
     let a = session("stream_sync_loop-595-");
-    let line = example_line("stream_sync_loop.cu", "cudaStreamSynchronize(stream));  // gpufl-example");
+    let line = example_line(
+        "stream_sync_loop.cu",
+        "cudaStreamSynchronize(stream));  // gpufl-example",
+    );
     assert_eq!(line, 54);
     let v = rule(&a, "in-loop-sync");
     assert_eq!(v.len(), 1);
@@ -704,7 +913,9 @@ fn testdata_two_stream_overlap_has_no_in_loop_sync_in_the_chunk_loop() {
     // The sync after the chunk loop runs once per repeat of `run_overlapped` (3 repeats, 8 kernels
     // each): that meets the seed's in-loop thresholds (>= 3 syncs, median >= 3 kernels) exactly.
     let v = rule(&a, "in-loop-sync");
-    assert!(v.iter().all(|i| i.location.line == Some(sync_line) && i.count == 3));
+    assert!(v
+        .iter()
+        .all(|i| i.location.line == Some(sync_line) && i.count == 3));
     assert_eq!(rule(&a, "sync-attribution").len(), 3);
 }
 
@@ -713,7 +924,11 @@ fn testdata_disabled_capture_gives_a_warning_and_no_insight() {
     let a = session("stream_sync_loop-665-");
     assert!(a.insights.is_empty());
     assert!(!a.has_stacks);
-    assert!(a.warnings.iter().any(|w| w.contains("capture disabled")), "{:?}", a.warnings);
+    assert!(
+        a.warnings.iter().any(|w| w.contains("capture disabled")),
+        "{:?}",
+        a.warnings
+    );
 }
 
 #[test]
@@ -726,7 +941,9 @@ fn testdata_every_session_analyzes_within_bounds() {
         assert!(a.totals.gpu_busy_pct <= 100.0);
         assert!(a.totals.gpu_busy_ns <= a.totals.wall_ns);
         for i in &a.insights {
-            assert!((0.0..=1.0).contains(&i.share_of_wall) && (0.0..=1.0).contains(&i.share_of_window));
+            assert!(
+                (0.0..=1.0).contains(&i.share_of_wall) && (0.0..=1.0).contains(&i.share_of_window)
+            );
             assert!(i.impact_ns <= i.window_ns.max(a.totals.wall_ns));
         }
     }

@@ -61,7 +61,10 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         });
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?
+        );
         return Ok(0);
     }
     let color = match args.color.as_str() {
@@ -116,7 +119,11 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     use std::fmt::Write;
     let a = &r.analysis;
     let t = &a.totals;
-    let _ = writeln!(out, "{}", st.paint("1", &format!("gpufl report · {}", r.session)));
+    let _ = writeln!(
+        out,
+        "{}",
+        st.paint("1", &format!("gpufl report · {}", r.session))
+    );
     if !r.command.is_empty() {
         let _ = writeln!(out, "  command   {}", r.command.join(" "));
     }

@@ -192,7 +192,9 @@ fn report_snapshots() {
     assert!(dirs.len() >= 5);
     for dir in dirs {
         let name = dir.rsplit('/').next().unwrap().to_string();
-        let (code, text, err) = run(gpufl().current_dir(&root).args(["report", "--color", "never", &dir]));
+        let (code, text, err) = run(gpufl()
+            .current_dir(&root)
+            .args(["report", "--color", "never", &dir]));
         assert_eq!(code, 0, "{err}");
         insta::assert_snapshot!(format!("report_text_{name}"), text);
         let (code, json, err) = run(gpufl().current_dir(&root).args(["report", "--json", &dir]));
@@ -209,7 +211,11 @@ fn report_of_a_truncated_session_warns_and_reports_what_is_readable() {
     let bytes = std::fs::read(&src).unwrap();
     let dir = std::env::temp_dir().join(format!("gpufl-trunc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("trace-0000.ndjson.zst"), &bytes[..bytes.len() * 2 / 3]).unwrap();
+    std::fs::write(
+        dir.join("trace-0000.ndjson.zst"),
+        &bytes[..bytes.len() * 2 / 3],
+    )
+    .unwrap();
     let (code, out, err) = run(gpufl().args(["report", "--color", "never"]).arg(&dir));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("warning:"), "{out}");

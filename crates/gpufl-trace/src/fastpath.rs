@@ -154,28 +154,34 @@ mod tests {
     #[test]
     fn anything_unusual_is_left_to_serde() {
         let variants = [
-            LINE.replace("\"regs\":64", "\"regs\":65536"),            // u16 overflow
-            LINE.replace("\"corr\":812", "\"corr\":4294967296"),      // u32 overflow
+            LINE.replace("\"regs\":64", "\"regs\":65536"), // u16 overflow
+            LINE.replace("\"corr\":812", "\"corr\":4294967296"), // u32 overflow
             LINE.replace("\"start\":1234000100000", "\"start\":18446744073709551616"),
-            LINE.replace("\"dev\":0", "\"dev\":00"),                  // leading zero
+            LINE.replace("\"dev\":0", "\"dev\":00"), // leading zero
             LINE.replace("\"dev\":0", "\"dev\":-0"),
             LINE.replace("\"smem_static\":0", "\"smem_static\":-0"),
             LINE.replace("\"smem_static\":0", "\"smem_static\":-2147483649"),
             LINE.replace("\"dev\":0", "\"dev\":0.0"),
             LINE.replace("\"dev\":0", "\"dev\":1e2"),
-            LINE.replace(",\"ctx\"", ", \"ctx\""),                    // whitespace
-            LINE.replace("}", ",\"extra\":1}"),                       // unknown field
-            LINE.replace(",\"local_mem\":0", ""),                     // missing field
+            LINE.replace(",\"ctx\"", ", \"ctx\""), // whitespace
+            LINE.replace("}", ",\"extra\":1}"),    // unknown field
+            LINE.replace(",\"local_mem\":0", ""),  // missing field
             LINE.replace("[128,1,1]", "[128,1]"),
             format!("{LINE} "),
-            LINE.replace("\"name\":0,\"start\":1234000100000", "\"start\":1234000100000,\"name\":0"),
+            LINE.replace(
+                "\"name\":0,\"start\":1234000100000",
+                "\"start\":1234000100000,\"name\":0",
+            ),
         ];
         for v in &variants {
             assert_eq!(kernel(v.as_bytes()), None, "{v}");
         }
         assert_eq!(
-            kernel(LINE.replace("\"smem_static\":0", "\"smem_static\":-2147483648").as_bytes())
-                .map(|k| k.smem_static),
+            kernel(
+                LINE.replace("\"smem_static\":0", "\"smem_static\":-2147483648")
+                    .as_bytes()
+            )
+            .map(|k| k.smem_static),
             Some(i32::MIN)
         );
     }

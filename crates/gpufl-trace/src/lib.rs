@@ -4,6 +4,7 @@
 //! a streaming writer (NDJSON in independent zstd blocks) and a tolerant streaming reader.
 //! No CUDA, no threads. The schema is documented in `docs/trace-format.md`.
 
+mod blocks;
 pub mod error;
 mod fastpath;
 pub mod ids;

@@ -1615,7 +1615,10 @@ fn from_bytes_reads_like_open() {
         .unwrap()
         .collect();
     assert_eq!(got.len(), 1);
-    assert_eq!(TraceReader::from_bytes(Vec::new(), "mem").unwrap().count(), 0);
+    assert_eq!(
+        TraceReader::from_bytes(Vec::new(), "mem").unwrap().count(),
+        0
+    );
     assert!(matches!(
         TraceReader::from_bytes(b"PK\x03\x04".to_vec(), "mem"),
         Err(TraceError::NotATrace { .. })

@@ -69,7 +69,8 @@ impl KernelIndex<'_> {
     /// Kernels starting in `(a, b]`.
     fn between_time(&self, a: u64, b: u64) -> u64 {
         let s = self.starts();
-        s.partition_point(|&x| x <= b).saturating_sub(s.partition_point(|&x| x <= a)) as u64
+        s.partition_point(|&x| x <= b)
+            .saturating_sub(s.partition_point(|&x| x <= a)) as u64
     }
 }
 
@@ -107,12 +108,13 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
 
 fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insight> {
     let s = &cx.m.syncs;
-    let (start, end, corr) = (|i: u32| s.start.get(i as usize), |i: u32| s.end.get(i as usize), |i: u32| {
-        s.corr.get(i as usize)
-    });
+    let (start, end, corr) = (
+        |i: u32| s.start.get(i as usize),
+        |i: u32| s.end.get(i as usize),
+        |i: u32| s.corr.get(i as usize),
+    );
     syncs.sort_by_key(|&i| (start(i), corr(i)));
-    let kernels_have_corr = cx.m.kernels.corr.iter().any(|c| c != 0);
-    let corr_usable = kernels_have_corr
+    let corr_usable = idx.corrs().last().is_some_and(|&c| c != 0)
         && syncs.iter().all(|&i| corr(i) != 0)
         && syncs.windows(2).all(|w| corr(w[0]) < corr(w[1]));
     let mut between: Vec<u64> = syncs
@@ -139,7 +141,11 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
         })
         .sum();
     let first = syncs.iter().map(|&i| start(i)).min().unwrap_or(0);
-    let last = syncs.iter().map(|&i| end(i).max(start(i))).max().unwrap_or(0);
+    let last = syncs
+        .iter()
+        .map(|&i| end(i).max(start(i)))
+        .max()
+        .unwrap_or(0);
     let window = last - first;
     let impact = blocked + idle;
     let n = syncs.len();

@@ -207,9 +207,15 @@ mod tests {
         assert_eq!(fmt_duration(12_400_000), "12.40ms");
         assert_eq!(fmt_duration(710_200), "710.2µs");
         assert_eq!(fmt_duration(850), "850ns");
-        assert_eq!(short_function("step(CUstream_st*, int, float const*)"), "step");
+        assert_eq!(
+            short_function("step(CUstream_st*, int, float const*)"),
+            "step"
+        );
         assert_eq!(short_function("train_step"), "train_step");
-        assert_eq!(short_function("ns::f<int (*)(int)>(int)"), "ns::f<int (*)(int)>");
+        assert_eq!(
+            short_function("ns::f<int (*)(int)>(int)"),
+            "ns::f<int (*)(int)>"
+        );
         assert_eq!(short_function("(anonymous)"), "(anonymous)");
     }
 }

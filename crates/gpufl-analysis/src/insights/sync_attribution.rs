@@ -31,7 +31,9 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     }
     groups
         .into_iter()
-        .map(|((kind, loc), (count, blocked))| insight(cx, sync_kind_from_u8(kind), loc, count, blocked))
+        .map(|((kind, loc), (count, blocked))| {
+            insight(cx, sync_kind_from_u8(kind), loc, count, blocked)
+        })
         .collect()
 }
 

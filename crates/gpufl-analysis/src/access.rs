@@ -1,0 +1,137 @@
+//! Reading a [`Model`]: its records as plain views, its interned strings, frames and stacks.
+
+use crate::model::Model;
+use crate::store::NONE;
+use crate::views::*;
+use gpufl_trace::{FrameId, StackId, StrId, SyncKind};
+
+impl Model {
+    pub fn kernel(&self, i: usize) -> KernelRec {
+        let c = &self.kernels;
+        KernelRec {
+            name: StrId(c.name.get(i)),
+            start: c.start.get(i),
+            end: c.end.get(i),
+            dev: c.dev.get(i),
+            ctx: c.ctx.get(i),
+            stream: c.stream.get(i),
+            corr: c.corr.get(i),
+        }
+    }
+
+    pub fn copy(&self, i: usize) -> CopyRec {
+        let c = &self.copies;
+        CopyRec {
+            op: copy_op_from(c.op.get(i), c.src.get(i), c.dst.get(i)),
+            bytes: c.bytes.get(i),
+            start: c.start.get(i),
+            end: c.end.get(i),
+            dev: c.dev.get(i),
+            ctx: c.ctx.get(i),
+            stream: c.stream.get(i),
+            corr: c.corr.get(i),
+        }
+    }
+
+    pub fn sync(&self, i: usize) -> SyncRec {
+        let c = &self.syncs;
+        let opt = |v: u32| (v != NONE).then_some(v);
+        SyncRec {
+            kind: sync_kind_from_u8(c.kind.get(i)),
+            start: c.start.get(i),
+            end: c.end.get(i),
+            ctx: c.ctx.get(i),
+            stream: opt(c.stream.get(i)),
+            event: opt(c.event.get(i)),
+            corr: c.corr.get(i),
+            tid: Some(c.tid.get(i)).filter(|&t| t != u64::MAX),
+            stack: opt(c.stack.get(i)).map(StackId),
+        }
+    }
+
+    /// Kernels in the order they were read.
+    pub fn kernels(&self) -> impl Iterator<Item = KernelRec> + '_ {
+        (0..self.kernel_count()).map(|i| self.kernel(i))
+    }
+    /// Memcpys and memsets in the order they were read.
+    pub fn copies(&self) -> impl Iterator<Item = CopyRec> + '_ {
+        (0..self.copy_count()).map(|i| self.copy(i))
+    }
+    /// Synchronizations in the order they were read.
+    pub fn syncs(&self) -> impl Iterator<Item = SyncRec> + '_ {
+        (0..self.sync_count()).map(|i| self.sync(i))
+    }
+
+    /// A string of the model (ids of [`KernelRec::name`] and frames), `?` if never defined.
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings
+            .get(id.index())
+            .and_then(|s| s.as_deref())
+            .unwrap_or("?")
+    }
+
+    fn opt_str(&self, id: u32) -> Option<&str> {
+        (id != NONE).then(|| self.str(StrId(id)))
+    }
+
+    /// Frame ids of a stack, innermost first; None if the stack was never defined.
+    pub fn stack(&self, id: StackId) -> Option<&[FrameId]> {
+        self.stacks.get(id.index()).and_then(|s| s.as_deref())
+    }
+
+    /// Number of stacks (defined or only referenced).
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// A frame with its strings resolved; None if it was never defined.
+    pub fn frame(&self, id: FrameId) -> Option<FrameView<'_>> {
+        let f = self.frames.get(id.index())?.as_ref()?;
+        Some(FrameView {
+            kind: f.kind,
+            module: self.opt_str(f.module),
+            offset: f.offset,
+            func: self.opt_str(f.func),
+            file: self.opt_str(f.file),
+            line: (f.line != NONE).then_some(f.line),
+            inlined: f.inlined,
+        })
+    }
+
+    /// Heap bytes held by the record columns (kernels, copies, syncs), capacity included.
+    pub fn column_bytes(&self) -> usize {
+        let k = &self.kernels;
+        let c = &self.copies;
+        let s = &self.syncs;
+        k.start.heap_bytes()
+            + k.end.heap_bytes()
+            + k.corr.heap_bytes()
+            + k.name.heap_bytes()
+            + k.stream.heap_bytes()
+            + k.ctx.heap_bytes()
+            + k.dev.heap_bytes()
+            + c.start.heap_bytes()
+            + c.end.heap_bytes()
+            + c.bytes.heap_bytes()
+            + c.corr.heap_bytes()
+            + c.ctx.heap_bytes()
+            + c.stream.heap_bytes()
+            + c.dev.heap_bytes()
+            + c.op.heap_bytes()
+            + c.src.heap_bytes()
+            + c.dst.heap_bytes()
+            + s.start.heap_bytes()
+            + s.end.heap_bytes()
+            + s.tid.heap_bytes()
+            + s.corr.heap_bytes()
+            + s.ctx.heap_bytes()
+            + s.stream.heap_bytes()
+            + s.event.heap_bytes()
+            + s.stack.heap_bytes()
+            + s.kind.heap_bytes()
+    }
+
+    pub(crate) fn sync_kind_at(&self, i: usize) -> SyncKind {
+        sync_kind_from_u8(self.syncs.kind.get(i))
+    }
+}
