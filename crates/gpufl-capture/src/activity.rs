@@ -6,7 +6,7 @@
 
 use crate::cupti::{self, sys};
 use gpufl_trace::{
-    ApiDomain, CopyKind, Kernel, Memcpy, MemoryKind, Memset, Overhead, StrId, Sync, SyncKind,
+    Api, ApiDomain, CopyKind, Kernel, Memcpy, MemoryKind, Memset, Overhead, StrId, Sync, SyncKind,
 };
 use std::ffi::{c_char, c_void, CStr};
 use std::mem::offset_of;
@@ -23,15 +23,8 @@ pub enum Decoded<'a> {
     Memcpy(Memcpy),
     Memset(Memset),
     Sync(Sync),
-    Api {
-        domain: ApiDomain,
-        cbid: u32,
-        start: u64,
-        end: u64,
-        tid: u64,
-        corr: u32,
-        ret: u32,
-    },
+    /// An API call; its `name` is left for the caller to intern from `domain` and `cbid`.
+    Api(Api),
     Overhead(Overhead),
     /// A kind gpufl does not record (its numeric kind).
     Other(u32),
@@ -144,19 +137,20 @@ pub unsafe fn decode<'a>(rec: *const c_void) -> Decoded<'a> {
         }
         cupti::KIND_RUNTIME | cupti::KIND_DRIVER => {
             type A = sys::CUpti_ActivityAPI;
-            Decoded::Api {
+            Decoded::Api(Api {
                 domain: if kind == cupti::KIND_RUNTIME {
                     ApiDomain::Runtime
                 } else {
                     ApiDomain::Driver
                 },
+                name: StrId(0),
                 cbid: field!(b, A, cbid, u32),
                 start: field!(b, A, start, u64),
                 end: field!(b, A, end, u64),
                 tid: field!(b, A, threadId, u32) as u64,
                 corr: field!(b, A, correlationId, u32),
                 ret: field!(b, A, returnValue, u32),
-            }
+            })
         }
         cupti::KIND_OVERHEAD => {
             type O = sys::CUpti_ActivityOverhead;

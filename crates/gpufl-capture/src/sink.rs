@@ -224,31 +224,14 @@ impl Sink {
             Decoded::Memcpy(m) => self.write(&Record::Memcpy(m)),
             Decoded::Memset(m) => self.write(&Record::Memset(m)),
             Decoded::Sync(s) => self.write(&Record::Sync(s)),
-            Decoded::Api {
-                domain,
-                cbid,
-                start,
-                end,
-                tid,
-                corr,
-                ret,
-            } => {
-                let dom = if domain == ApiDomain::Runtime {
+            Decoded::Api(mut a) => {
+                let dom = if a.domain == ApiDomain::Runtime {
                     cupti::DOMAIN_RUNTIME
                 } else {
                     cupti::DOMAIN_DRIVER
                 };
-                let name = self.api_name(dom, cbid)?;
-                self.write(&Record::Api(Api {
-                    domain,
-                    name,
-                    cbid,
-                    start,
-                    end,
-                    tid,
-                    corr,
-                    ret,
-                }))
+                a.name = self.api_name(dom, a.cbid)?;
+                self.write(&Record::Api(a))
             }
             Decoded::Overhead(o) => self.write(&Record::Overhead(o)),
             Decoded::Other(_) => Ok(()),
