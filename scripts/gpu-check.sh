@@ -126,7 +126,9 @@ PYEOF
   for d in "$B"/*/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"
   for m in full kern; do [ -d "$B/$m" ] || continue; f=$(ls "$B"/$m/*/trace-0000.ndjson.zst | head -1)
     gpufl info "$(dirname "$f")" | grep -E "kernels|api records" | tee -a "$OUT/summary.txt"
-    echo "bytes on disk ($m): $(stat -c %s "$f")" | tee -a "$OUT/summary.txt"; done
+    k=$(gpufl info "$(dirname "$f")" | grep -o '[0-9]* kernels' | head -1 | cut -d' ' -f1)
+    b=$(stat -c %s "$f")
+    echo "bytes on disk ($m): $b for $k kernels = $(( b / (k > 0 ? k : 1) )) bytes per kernel record (all records included)" | tee -a "$OUT/summary.txt"; done
 fi
 rm -rf "$S/bench" "$S/k"; tar -C "$OUT" -czf "$OUT/sessions.tgz" sessions 2>/dev/null && rm -rf "$S"
 cat "$OUT"/*.log > "$OUT/logs.txt" 2>/dev/null; rm -f "$OUT"/*.log "$OUT"/id.* "$OUT/gpu.txt"
