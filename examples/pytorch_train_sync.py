@@ -6,7 +6,9 @@ train_step() ends with torch.cuda.synchronize() (a cudaDeviceSynchronize) on
 its own line, marked "gpufl-example: in-loop sync": the planted in-loop sync
 that gpufl should attribute to this file, line and function.
 
-Run:    python examples/pytorch_train_sync.py [--steps 50] [--warmup 5]
+Run:    python examples/pytorch_train_sync.py [--steps 50] [--warmup 5] [--width 1024] [--batch 256]
+        (--width 4096 --batch 2048 makes each step GPU-heavy, ~25 ms of fp32 matmuls on an H100,
+        so the planted sync blocks the host for most of every step)
         gpufl record -o DIR -- python examples/pytorch_train_sync.py --steps 50
 Prints: one line "final loss X.XXXXXX" (loss of the last step); exit 0.
         No timings are printed, so stdout is the same with and without a recorder.
@@ -22,18 +24,18 @@ import torch.nn.functional as F
 WIDTH, HIDDEN_LAYERS, CLASSES, BATCH, LR, SEED = 1024, 6, 10, 256, 0.01, 0
 
 
-def build(device="cuda"):
+def build(device="cuda", width=WIDTH, batch=BATCH):
     """Model (weights initialised on CPU from the seed), optimizer, fixed batch."""
     torch.manual_seed(SEED)
     layers = []
     for _ in range(HIDDEN_LAYERS):
-        layers += [nn.Linear(WIDTH, WIDTH), nn.ReLU()]
-    layers.append(nn.Linear(WIDTH, CLASSES))
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    layers.append(nn.Linear(width, CLASSES))
     model = nn.Sequential(*layers).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     gen = torch.Generator(device=device).manual_seed(SEED)
-    x = torch.randn(BATCH, WIDTH, device=device, generator=gen)
-    y = torch.randint(0, CLASSES, (BATCH,), device=device, generator=gen)
+    x = torch.randn(batch, width, device=device, generator=gen)
+    y = torch.randint(0, CLASSES, (batch,), device=device, generator=gen)
     return model, opt, x, y
 
 
@@ -46,14 +48,14 @@ def train_step(model, opt, x, y):
     return loss
 
 
-def main(steps=50, warmup=5, after_warmup=None):
+def main(steps=50, warmup=5, after_warmup=None, width=WIDTH, batch=BATCH):
     """Build, run `warmup` then `steps` train steps; return the last loss.
 
     after_warmup, if given, is called once between warmup and the measured steps
     (the GPU is idle then: every train_step ends with a synchronize)."""
     if steps < 1 or warmup < 0:
         raise ValueError("need steps >= 1 and warmup >= 0")
-    model, opt, x, y = build()
+    model, opt, x, y = build(width=width, batch=batch)
     for _ in range(warmup):
         train_step(model, opt, x, y)
     if after_warmup is not None:
@@ -68,5 +70,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--width", type=int, default=WIDTH)
+    ap.add_argument("--batch", type=int, default=BATCH)
     args = ap.parse_args()
-    print(f"final loss {main(args.steps, args.warmup):.6f}")
+    loss = main(args.steps, args.warmup, width=args.width, batch=args.batch)
+    print(f"final loss {loss:.6f}")

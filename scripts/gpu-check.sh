@@ -22,8 +22,10 @@ show() { # dir label
   gpufl info "$d" 2>&1 | tee -a "$OUT/summary.txt"
   gpufl dump "$d" --type sync --limit 2 2>&1 | cut -c1-1500 | tee -a "$OUT/summary.txt"
   gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"
+  report "$d"
 }
 newest() { ls -dt "$1"/*/ 2>/dev/null | head -1; }
+report() { gpufl report --color never "$1" 2>&1 | tee -a "$OUT/summary.txt"; }
 
 if has record; then
   log "(a) PyTorch training loop"
@@ -31,11 +33,16 @@ if has record; then
   show "$(newest "$S/a")"
   log "(a') torch.profiler count of the same run"
   $PY bench/torch_profiler_count.py --steps 50 --warmup 5 2>&1 | tail -2 | tee -a "$OUT/summary.txt"
+  log "(a2) PyTorch training loop, GPU-heavy steps (the planted sync blocks most of each step)"
+  gpufl record -o "$S/a2" -- $PY examples/pytorch_train_sync.py --steps 50 --warmup 5 --width 4096 --batch 2048 2>&1 | tee "$OUT/a2.log"
+  show "$(newest "$S/a2")"
   log "(b) stream_sync_loop"
   gpufl record -o "$S/b" -- build/stream_sync_loop 200 2>&1 | tee "$OUT/b.log"
   show "$(newest "$S/b")"
   log "(c) two_stream_overlap"
-  gpufl record -o "$S/c" -- build/two_stream_overlap 3 2>&1 | tee "$OUT/c.log"
+  # Two repeats: each repeat ends with one device sync (needed to check its result); three would
+  # make that per-repeat sync an "in-loop sync" by the seed's rule (>= 3 syncs from one line).
+  gpufl record -o "$S/c" -- build/two_stream_overlap 2 2>&1 | tee "$OUT/c.log"
   show "$(newest "$S/c")"
 fi
 if has api; then
