@@ -83,6 +83,26 @@ for m, v in modes.items():
     print(f"{m:12s} median {statistics.median(v):8.1f} ms ({statistics.median(v)/b:.3f}x)  best {min(v):8.1f} ms ({min(v)/bb:.3f}x)  n={len(v)}")
 PYEOF
 fi
+if has benchpin; then
+  log "(l) where the activity path's cost comes from: pinned to CPUs 8-15, ${PIN_ROUNDS:-5} interleaved rounds"
+  P="taskset -c 8-15"; K="GPUFL_ENABLE_SYNCHRONIZATION=0"; R="gpufl record -q --no-stacks --api-records none -o $S/pin --"
+  for round in $(seq ${PIN_ROUNDS:-5}); do
+    $P $PY bench/launch_bound.py --mode bare --repeat 3
+    env $K $P $R $PY bench/launch_bound.py --mode kern --repeat 3
+    env $K GPUFL_FLUSH_MS=0 $P $R $PY bench/launch_bound.py --mode kern-noflush --repeat 3
+    env $K GPUFL_DISCARD=1 $P $R $PY bench/launch_bound.py --mode kern-discard --repeat 3
+    env $K GPUFL_DISCARD=1 GPUFL_FLUSH_MS=0 GPUFL_ACTIVITY_KINDS=kernels $P $R $PY bench/launch_bound.py --mode cupti-kernels-only --repeat 3
+  done 2>&1 | grep '^{' | tee -a "$OUT/pin.jsonl"
+  $PY - "$OUT/pin.jsonl" <<'PYEOF' | tee -a "$OUT/summary.txt"
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1])]
+modes = {}
+for r in rows: modes.setdefault(r["mode"], []).extend(r["wall_ms_all"])
+b = statistics.median(modes["bare"]); bb = min(modes["bare"])
+for m, v in modes.items():
+    print(f"{m:20s} median {statistics.median(v):8.1f} ms ({statistics.median(v)/b:.3f}x)  best {min(v):8.1f} ms ({min(v)/bb:.3f}x)  n={len(v)}")
+PYEOF
+fi
 if has identity; then
   log "(g) output identity with and without gpufl record"
   for cmd in "build/stream_sync_loop 50" "$PY examples/pytorch_train_sync.py --steps 10 --warmup 2"; do
