@@ -418,7 +418,9 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
             return;
         };
         if site == 0 {
-            if active.depth > 0 {
+            // Same-domain sync calls never nest: a depth left over from an entry whose exit never
+            // came (an exception unwinding through the API call) is stale; start afresh.
+            if active.depth > 0 && active.key.0 != domain {
                 active.depth += 1;
                 return;
             }
