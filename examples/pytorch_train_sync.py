@@ -6,13 +6,11 @@ train_step() ends with torch.cuda.synchronize() (a cudaDeviceSynchronize) on
 its own line, marked "gpufl-example: in-loop sync": the planted in-loop sync
 that gpufl should attribute to this file, line and function.
 
-Run:    python examples/pytorch_train_sync.py [--steps 50] [--warmup 5] [--width 1024] [--batch 256]
-        (--width 4096 --batch 2048 makes each step GPU-heavy, ~25 ms of fp32 matmuls on an H100,
-        so the planted sync blocks the host for most of every step)
+Run:    python examples/pytorch_train_sync.py [--steps 50] [--warmup 5]
         gpufl record -o DIR -- python examples/pytorch_train_sync.py --steps 50
 Prints: one line "final loss X.XXXXXX" (loss of the last step); exit 0.
         No timings are printed, so stdout is the same with and without a recorder.
-Import: main(steps, warmup, after_warmup=None) runs build + warmup + steps and
+Import: main(steps, warmup, after_warmup=None, width, batch) runs build+warmup+steps,
         returns the final loss as a float (bench/torch_profiler_count.py uses it).
 """
 import argparse
@@ -70,8 +68,5 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--width", type=int, default=WIDTH)
-    ap.add_argument("--batch", type=int, default=BATCH)
     args = ap.parse_args()
-    loss = main(args.steps, args.warmup, width=args.width, batch=args.batch)
-    print(f"final loss {loss:.6f}")
+    print(f"final loss {main(args.steps, args.warmup):.6f}")

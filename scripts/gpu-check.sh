@@ -34,7 +34,7 @@ if has record; then
   log "(a') torch.profiler count of the same run"
   $PY bench/torch_profiler_count.py --steps 50 --warmup 5 2>&1 | tail -2 | tee -a "$OUT/summary.txt"
   log "(a2) PyTorch training loop, GPU-heavy steps (the planted sync blocks most of each step)"
-  gpufl record -o "$S/a2" -- $PY examples/pytorch_train_sync.py --steps 50 --warmup 5 --width 4096 --batch 2048 2>&1 | tee "$OUT/a2.log"
+  gpufl record -o "$S/a2" -- $PY examples/pytorch_train_sync_heavy.py --steps 50 --warmup 5 2>&1 | tee "$OUT/a2.log"
   show "$(newest "$S/a2")"
   log "(b) stream_sync_loop"
   gpufl record -o "$S/b" -- build/stream_sync_loop 200 2>&1 | tee "$OUT/b.log"
