@@ -73,15 +73,7 @@ if has benchpair; then
     taskset -c 8-15 $PY bench/launch_bound.py --mode bare --repeat 4
     taskset -c 8-15 gpufl record -q -o "$S/pair" -- $PY bench/launch_bound.py --mode gpufl-full --repeat 4
   done 2>&1 | grep '^{' | tee -a "$OUT/pair.jsonl"
-  $PY - "$OUT/pair.jsonl" <<'PYEOF' | tee -a "$OUT/summary.txt"
-import json, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1])]
-modes = {}
-for r in rows: modes.setdefault(r["mode"], []).extend(r["wall_ms_all"])
-b = statistics.median(modes["bare"]); bb = min(modes["bare"])
-for m, v in modes.items():
-    print(f"{m:12s} median {statistics.median(v):8.1f} ms ({statistics.median(v)/b:.3f}x)  best {min(v):8.1f} ms ({min(v)/bb:.3f}x)  n={len(v)}")
-PYEOF
+  $PY bench/summarize.py "$OUT/pair.jsonl" | tee -a "$OUT/summary.txt"
 fi
 if has benchpin; then
   log "(l) where the activity path's cost comes from: pinned to CPUs 8-15, ${PIN_ROUNDS:-5} interleaved rounds"
@@ -93,15 +85,7 @@ if has benchpin; then
     env $K GPUFL_DISCARD=1 $P $R $PY bench/launch_bound.py --mode kern-discard --repeat 3
     env $K GPUFL_DISCARD=1 GPUFL_FLUSH_MS=0 GPUFL_ACTIVITY_KINDS=kernels $P $R $PY bench/launch_bound.py --mode cupti-kernels-only --repeat 3
   done 2>&1 | grep '^{' | tee -a "$OUT/pin.jsonl"
-  $PY - "$OUT/pin.jsonl" <<'PYEOF' | tee -a "$OUT/summary.txt"
-import json, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1])]
-modes = {}
-for r in rows: modes.setdefault(r["mode"], []).extend(r["wall_ms_all"])
-b = statistics.median(modes["bare"]); bb = min(modes["bare"])
-for m, v in modes.items():
-    print(f"{m:20s} median {statistics.median(v):8.1f} ms ({statistics.median(v)/b:.3f}x)  best {min(v):8.1f} ms ({min(v)/bb:.3f}x)  n={len(v)}")
-PYEOF
+  $PY bench/summarize.py "$OUT/pin.jsonl" | tee -a "$OUT/summary.txt"
 fi
 if has identity; then
   log "(g) output identity with and without gpufl record"
@@ -141,15 +125,7 @@ if has bench; then
     GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY bench/launch_bound.py --mode gpufl-kernels-only --repeat $REP
     [ -n "${BENCH_PROFILER:-1}" ] && $PY bench/launch_bound.py --mode torch-profiler --profiler --repeat $REP
   done 2>&1 | grep '^{' | tee -a "$OUT/bench.jsonl"
-  $PY - "$OUT/bench.jsonl" <<'PYEOF' | tee -a "$OUT/summary.txt"
-import json, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1])]
-modes = {}
-for r in rows: modes.setdefault(r["mode"], []).extend(r["wall_ms_all"])
-base = min(modes["bare"]); base_med = statistics.median(modes["bare"])
-for m, v in modes.items():
-    print(f"{m:24s} best {min(v):8.1f} ms ({min(v)/base:.3f}x)  median {statistics.median(v):8.1f} ms ({statistics.median(v)/base_med:.3f}x)  n={len(v)}")
-PYEOF
+  $PY bench/summarize.py "$OUT/bench.jsonl" | tee -a "$OUT/summary.txt"
   for d in "$B"/*/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"
   for m in full kern; do [ -d "$B/$m" ] || continue; f=$(ls "$B"/$m/*/trace-0000.ndjson.zst | head -1)
     gpufl info "$(dirname "$f")" | grep -E "kernels|api records" | tee -a "$OUT/summary.txt"
