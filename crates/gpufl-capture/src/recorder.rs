@@ -418,14 +418,9 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
             return;
         };
         if site == 0 {
-            // Same-domain sync calls never nest: a depth left over from an entry whose exit never
-            // came (an exception unwinding through the API call) is stale; start afresh.
-            if active.depth > 0 && active.key.0 != domain {
-                active.depth += 1;
+            if !active.nest.enter(domain, cbid) {
                 return;
             }
-            active.depth = 1;
-            active.key = (domain, cbid);
             let s = &mut active.sample;
             s.corr = unsafe { cb_field(data, offset_of!(D, correlationId)) };
             s.domain = domain;
@@ -451,11 +446,7 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
             }
             s.ts = r.cupti.timestamp();
         } else {
-            if active.depth == 0 {
-                return;
-            }
-            active.depth -= 1;
-            if active.depth > 0 || active.key != (domain, cbid) {
+            if !active.nest.exit(domain, cbid) {
                 return;
             }
             active.sample.end = r.cupti.timestamp();
@@ -466,19 +457,56 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
 
 /// The synchronization call a thread is inside (between its entry and exit callbacks).
 struct Active {
-    depth: u32,
-    key: (u32, u32),
+    nest: Nesting,
     sample: Sample,
 }
 
 thread_local! {
     static ACTIVE: std::cell::RefCell<Active> = const {
         std::cell::RefCell::new(Active {
-            depth: 0,
-            key: (0, 0),
+            nest: Nesting::new(),
             sample: Sample::empty(),
         })
     };
+}
+
+/// Which entry/exit callbacks of one thread open and close a recorded synchronization: the
+/// outermost call only (a driver sync inside a runtime sync is the same wait).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Nesting {
+    depth: u32,
+    key: (u32, u32),
+}
+
+impl Nesting {
+    pub(crate) const fn new() -> Nesting {
+        Nesting {
+            depth: 0,
+            key: (0, 0),
+        }
+    }
+
+    /// An entry callback; true if it opens a new recorded call.
+    pub(crate) fn enter(&mut self, domain: u32, cbid: u32) -> bool {
+        // Same-domain sync calls never nest: a depth left over from an entry whose exit never came
+        // (an exception unwinding through the API call) is stale, so a new call starts afresh.
+        if self.depth > 0 && self.key.0 != domain {
+            self.depth += 1;
+            return false;
+        }
+        self.depth = 1;
+        self.key = (domain, cbid);
+        true
+    }
+
+    /// An exit callback; true if it closes the recorded call.
+    pub(crate) fn exit(&mut self, domain: u32, cbid: u32) -> bool {
+        if self.depth == 0 {
+            return false;
+        }
+        self.depth -= 1;
+        self.depth == 0 && self.key == (domain, cbid)
+    }
 }
 
 unsafe extern "C" fn buffer_requested(
@@ -775,4 +803,36 @@ fn register_exit_hooks() {
             libc::pthread_atfork(None, None, Some(in_forked_child));
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Nesting;
+    use crate::cupti::{DOMAIN_DRIVER as DRV, DOMAIN_RUNTIME as RT};
+
+    #[test]
+    fn driver_sync_inside_runtime_sync_is_recorded_once() {
+        let mut n = Nesting::new();
+        assert!(n.enter(RT, 131)); // cudaStreamSynchronize
+        assert!(!n.enter(DRV, 126)); // cuStreamSynchronize inside it
+        assert!(!n.exit(DRV, 126));
+        assert!(n.exit(RT, 131));
+        assert!(!n.exit(RT, 131), "an unmatched exit closes nothing");
+    }
+
+    #[test]
+    fn driver_only_sync_is_recorded() {
+        let mut n = Nesting::new();
+        assert!(n.enter(DRV, 17));
+        assert!(n.exit(DRV, 17));
+    }
+
+    #[test]
+    fn an_entry_without_exit_does_not_silence_the_thread() {
+        let mut n = Nesting::new();
+        assert!(n.enter(RT, 165)); // its exit never comes
+        assert!(n.enter(RT, 131), "the next runtime sync is recorded");
+        assert!(n.exit(RT, 131));
+        assert!(n.enter(DRV, 17));
+    }
 }
