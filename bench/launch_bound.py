@@ -15,12 +15,17 @@ Run:    python bench/launch_bound.py --mode baseline [--steps 500] [--warmup 20]
         gpufl record -o DIR -- python bench/launch_bound.py --mode gpufl --repeat 5
         python bench/launch_bound.py --mode torch-profiler --profiler --repeat 5
 Prints: one JSON line {"mode", "wall_ms" (best of --repeat), "wall_ms_median",
-        "wall_ms_all", "steps", "warmup", "repeat", "us_per_step" (from best),
+        "wall_ms_all", "thread_cpu_ms_all" (the main thread's CPU time per loop),
+        "process_cpu_ms_all" (all threads'), "steal_ms_all" (time the hypervisor took from
+        this VM's CPUs during each loop, summed over CPUs, from /proc/stat), "thread_cpu_ms"
+        (CPU time per thread name over all timed loops, from /proc/self/task/*/schedstat), "steps", "warmup", "repeat", "us_per_step" (from best),
         "profiler", "profiler_exit_ms", "export_ms"}.
 """
 import argparse
 import json
+import os
 import statistics
+import threading
 import time
 import warnings
 
@@ -52,13 +57,55 @@ def step(model, opt, x, y):
     torch.cuda.synchronize()
 
 
+def steal_ticks():
+    """Time stolen from this VM by its hypervisor, all CPUs (USER_HZ ticks), or 0 if unknown."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) if fields[0] == "cpu" and len(fields) > 8 else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def thread_cpu_ns():
+    """{tid: (name, ns on CPU)} for every thread of this process, from /proc (schedstat)."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        out[tid] = (name, ns)
+    return out
+
+
+def threads_delta(before, after, main_tid):
+    """CPU ms per thread name over an interval; the main thread is "main"."""
+    by_name = {}
+    for tid, (name, ns) in after.items():
+        key = "main" if int(tid) == main_tid else name
+        by_name[key] = by_name.get(key, 0.0) + (ns - before.get(tid, (name, 0))[1]) / 1e6
+    return {k: round(v, 1) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.5}
+
+
 def timed_loop(model, opt, x, y, steps):
+    """Wall, main-thread CPU and whole-process CPU milliseconds of `steps` steps, and the
+    hypervisor's steal time over all CPUs meanwhile."""
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    s0, p0, c0, t0 = steal_ticks(), time.process_time(), time.thread_time(), time.perf_counter()
     for _ in range(steps):
         step(model, opt, x, y)
     torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e3
+    t1, c1, p1, s1 = time.perf_counter(), time.thread_time(), time.process_time(), steal_ticks()
+    tick_ms = 1e3 / os.sysconf("SC_CLK_TCK")
+    return (t1 - t0) * 1e3, (c1 - c0) * 1e3, (p1 - p0) * 1e3, (s1 - s0) * tick_ms
 
 
 def main():
@@ -77,24 +124,33 @@ def main():
     for _ in range(args.warmup):
         step(model, opt, x, y)
 
-    walls, exits = [], []
+    walls, cpus, procs, steals, exits = [], [], [], [], []
+    threads_before = thread_cpu_ns()
     for _ in range(args.repeat):
         if args.profiler:
             from torch.profiler import ProfilerActivity, profile
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-                ms = timed_loop(model, opt, x, y, args.steps)
+                ms, cpu, proc, steal = timed_loop(model, opt, x, y, args.steps)
                 t_exit = time.perf_counter()
             exits.append((time.perf_counter() - t_exit) * 1e3)
         else:
-            ms = timed_loop(model, opt, x, y, args.steps)
+            ms, cpu, proc, steal = timed_loop(model, opt, x, y, args.steps)
         walls.append(ms)
+        cpus.append(cpu)
+        procs.append(proc)
+        steals.append(steal)
 
+    threads = threads_delta(threads_before, thread_cpu_ns(), threading.get_native_id())
     best = min(walls)
     print(json.dumps({
         "mode": args.mode,
         "wall_ms": round(best, 3),
         "wall_ms_median": round(statistics.median(walls), 3),
         "wall_ms_all": [round(w, 3) for w in walls],
+        "thread_cpu_ms_all": [round(c, 3) for c in cpus],
+        "process_cpu_ms_all": [round(c, 3) for c in procs],
+        "steal_ms_all": [round(c, 1) for c in steals],
+        "thread_cpu_ms": threads,
         "steps": args.steps,
         "warmup": args.warmup,
         "repeat": args.repeat,

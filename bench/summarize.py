@@ -1,16 +1,54 @@
-"""Summarize bench/launch_bound.py JSON lines: per mode, median and best wall time and their ratio
-to the "bare" mode's. Usage: python bench/summarize.py FILE.jsonl"""
+"""Summarize bench/launch_bound.py JSON lines, one table per metric (wall time, main-thread CPU
+time, process CPU time): per mode the median and best, their ratio to the "bare" mode's, and the
+paired ratio. A round starts at each "bare" line; the paired ratio is, per round, the mode's median
+over that round's bare median, and the table shows the median of those ratios with their range,
+which cancels the machine's drift between rounds. Mean steal time per loop is shown when the VM
+reports any. Usage: python bench/summarize.py FILE.jsonl"""
 import json
 import statistics
 import sys
 
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
-modes = {}
+METRICS = [("wall_ms_all", "wall time"), ("thread_cpu_ms_all", "main-thread CPU time"),
+           ("process_cpu_ms_all", "process CPU time (all threads)")]
+
+rows = []
+for line in open(sys.argv[1]):
+    try:
+        rows.append(json.loads(line))
+    except ValueError:
+        pass  # not a result line, or one cut short by a timeout
+for key, title in METRICS:
+    if not all(key in r for r in rows):
+        continue
+    modes, rounds = {}, []
+    for r in rows:
+        if r["mode"] == "bare" or not rounds:
+            rounds.append({})
+        rounds[-1].setdefault(r["mode"], []).extend(r[key])
+        modes.setdefault(r["mode"], []).extend(r[key])
+    if "bare" not in modes:
+        continue
+    print(f"-- {title}")
+    base_med, base_best = statistics.median(modes["bare"]), min(modes["bare"])
+    for mode, v in modes.items():
+        med = statistics.median(v)
+        paired = [statistics.median(rd[mode]) / statistics.median(rd["bare"])
+                  for rd in rounds if mode in rd and "bare" in rd]
+        pr = f"paired {statistics.median(paired):.3f}x [{min(paired):.3f}-{max(paired):.3f}]"
+        print(f"{mode:20s} median {med:8.1f} ms ({med / base_med:.3f}x)  "
+              f"best {min(v):8.1f} ms ({min(v) / base_best:.3f}x)  n={len(v):3d}  {pr}")
+steal = {}
 for r in rows:
-    modes.setdefault(r["mode"], []).extend(r["wall_ms_all"])
-base_med = statistics.median(modes["bare"])
-base_best = min(modes["bare"])
-for mode, v in modes.items():
-    med = statistics.median(v)
-    print(f"{mode:24s} median {med:8.1f} ms ({med / base_med:.3f}x)  "
-          f"best {min(v):8.1f} ms ({min(v) / base_best:.3f}x)  n={len(v)}")
+    steal.setdefault(r["mode"], []).extend(r.get("steal_ms_all", []))
+if any(any(v) for v in steal.values()):
+    print("-- steal time per loop (ms, all CPUs): " + ", ".join(
+        f"{m} {statistics.mean(v):.0f}" for m, v in steal.items() if v))
+threads = {}
+for r in rows:
+    for name, ms in r.get("thread_cpu_ms", {}).items():
+        threads.setdefault(r["mode"], {}).setdefault(name, []).append(ms / len(r["wall_ms_all"]))
+if threads:
+    print("-- CPU time per loop by thread (ms, mean over processes)")
+    for m, d in threads.items():
+        print(f"{m:20s} " + ", ".join(f"{n} {statistics.mean(v):.1f}" for n, v in
+                                       sorted(d.items(), key=lambda kv: -statistics.mean(kv[1]))))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
 # Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
-#   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench (default: all)
+#   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split (default: all but split)
 set -u
 OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
 ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
@@ -75,17 +75,21 @@ if has benchpair; then
   done 2>&1 | grep '^{' | tee -a "$OUT/pair.jsonl"
   $PY bench/summarize.py "$OUT/pair.jsonl" | tee -a "$OUT/summary.txt"
 fi
-if has benchpin; then
-  log "(l) where the activity path's cost comes from: pinned to CPUs 8-15, ${PIN_ROUNDS:-5} interleaved rounds"
-  P="taskset -c 8-15"; K="GPUFL_ENABLE_SYNCHRONIZATION=0"; R="gpufl record -q --no-stacks --api-records none -o $S/pin --"
-  for round in $(seq ${PIN_ROUNDS:-5}); do
-    $P $PY bench/launch_bound.py --mode bare --repeat 3
-    env $K $P $R $PY bench/launch_bound.py --mode kern --repeat 3
-    env $K GPUFL_FLUSH_MS=0 $P $R $PY bench/launch_bound.py --mode kern-noflush --repeat 3
-    env $K GPUFL_DISCARD=1 $P $R $PY bench/launch_bound.py --mode kern-discard --repeat 3
-    env $K GPUFL_DISCARD=1 GPUFL_FLUSH_MS=0 GPUFL_ACTIVITY_KINDS=kernels $P $R $PY bench/launch_bound.py --mode cupti-kernels-only --repeat 3
-  done 2>&1 | grep '^{' | tee -a "$OUT/pin.jsonl"
-  $PY bench/summarize.py "$OUT/pin.jsonl" | tee -a "$OUT/summary.txt"
+if has split; then
+  log "(l) where the recorder's cost goes: CPU time per thread, ${SPLIT_ROUNDS:-4} interleaved rounds"
+  K="GPUFL_ENABLE_SYNCHRONIZATION=0"; R="gpufl record -q --no-stacks --api-records none -o $S/split --"
+  LB="bench/launch_bound.py --steps 200 --repeat ${SPLIT_REPEAT:-6} --mode"
+  for round in $(seq ${SPLIT_ROUNDS:-4}); do
+    rm -rf $S/split
+    $PY $LB bare
+    env $K GPUFL_DISCARD=${SPLIT_DISCARD:-1} $R $PY $LB k-discard-${SPLIT_DISCARD:-1}
+    env $K $R $PY $LB gpufl-kernels-only
+    gpufl record -q -o $S/split -- $PY $LB gpufl-full
+    $PY $LB bare-again
+  done 2>&1 | grep '^{' | tee -a "$OUT/split.jsonl"
+  $PY bench/summarize.py "$OUT/split.jsonl" | tee -a "$OUT/summary.txt"
+  for d in $S/split/*/; do gpufl info "$d" 2>&1 | grep -E "command|kernels|warning" | tee -a "$OUT/summary.txt"; done
+  rm -rf $S/split
 fi
 if has identity; then
   log "(g) output identity with and without gpufl record"
@@ -107,23 +111,16 @@ if has kill; then
   gpufl info "$(newest "$S/k")" 2>&1 | tee -a "$OUT/summary.txt"
 fi
 if has bench; then
-  log "(i) overhead on the launch-bound loop (bench/launch_bound.py, 500 steps, interleaved rounds)"
+  log "(i) overhead on the launch-bound loop (bench/launch_bound.py, interleaved rounds)"
   B="$S/bench"; mkdir -p "$B"
-  R=${BENCH_ROUNDS:-3}; REP=${BENCH_REPEAT:-5}
+  R=${BENCH_ROUNDS:-8}; LB="bench/launch_bound.py --steps ${BENCH_STEPS:-200} --repeat ${BENCH_REPEAT:-8} --mode"
   for round in $(seq $R); do
-    $PY bench/launch_bound.py --mode bare --repeat $REP
-    if [ -n "${BENCH_EXPERIMENT:-}" ]; then
-      K="GPUFL_API_RECORDS=none GPUFL_ENABLE_SYNCHRONIZATION=1"
-      env GPUFL_ACTIVITY_KINDS=kernels gpufl record -q --no-stacks --api-records none -o "$B/x1" -- $PY bench/launch_bound.py --mode x-kernels --repeat $REP
-      env GPUFL_ACTIVITY_KINDS=kernels,synchronization gpufl record -q --no-stacks --api-records none -o "$B/x2" -- $PY bench/launch_bound.py --mode x-kernels+syncact --repeat $REP
-      env GPUFL_ACTIVITY_KINDS=kernels GPUFL_CALLBACK_DOMAINS=runtime gpufl record -q --api-records none -o "$B/x3" -- $PY bench/launch_bound.py --mode x-kernels+rtcb --repeat $REP
-      env GPUFL_ACTIVITY_KINDS=kernels GPUFL_CALLBACK_DOMAINS=driver gpufl record -q --api-records none -o "$B/x4" -- $PY bench/launch_bound.py --mode x-kernels+drvcb --repeat $REP
-      env GPUFL_ACTIVITY_KINDS=kernels,memcpy,memset,overhead gpufl record -q --no-stacks --api-records default -o "$B/x5" -- $PY bench/launch_bound.py --mode x-kernels+apidefault --repeat $REP
-      continue
-    fi
-    gpufl record -q -o "$B/full" -- $PY bench/launch_bound.py --mode gpufl-full --repeat $REP
-    GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY bench/launch_bound.py --mode gpufl-kernels-only --repeat $REP
-    [ -n "${BENCH_PROFILER:-1}" ] && $PY bench/launch_bound.py --mode torch-profiler --profiler --repeat $REP
+    $PY $LB bare
+    gpufl record -q -o "$B/full" -- $PY $LB gpufl-full
+    GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY $LB gpufl-kernels-only
+    $PY $LB bare-again
+    if [ "${BENCH_PROFILER:-1}" = 1 ] && [ $((round % 2)) = 1 ]; then $PY $LB torch-profiler --profiler; fi
+    [ "$round" -lt "$R" ] && rm -rf "$B/full" "$B/kern"
   done 2>&1 | grep '^{' | tee -a "$OUT/bench.jsonl"
   $PY bench/summarize.py "$OUT/bench.jsonl" | tee -a "$OUT/summary.txt"
   for d in "$B"/*/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"

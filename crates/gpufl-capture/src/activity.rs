@@ -14,10 +14,13 @@ use std::mem::offset_of;
 /// CUPTI's "invalid" marker in stream/event fields of synchronization records.
 const INVALID: u32 = u32::MAX;
 
-/// One decoded activity record. Kernel names are handed back raw so the caller can intern them.
-pub enum Decoded<'a> {
+/// One decoded activity record. Kernel names are handed back as CUPTI's pointer, unread: CUPTI
+/// shares one string among all records of a kernel, so the caller can find the name by address and
+/// read the bytes only the first time (reading them for every record made the application's
+/// launching threads measurably slower, docs/benchmarks.md). Null when CUPTI gave no name.
+pub enum Decoded {
     Kernel {
-        name: &'a CStr,
+        name: *const c_char,
         kernel: Kernel,
     },
     Memcpy(Memcpy),
@@ -49,22 +52,15 @@ macro_rules! field {
 ///
 /// # Safety
 /// `rec` must point at a complete activity record returned by `cuptiActivityGetNextRecord`.
-pub unsafe fn decode<'a>(rec: *const c_void) -> Decoded<'a> {
+pub unsafe fn decode(rec: *const c_void) -> Decoded {
     let b = rec as *const u8;
     // SAFETY: every record starts with its u32 kind.
     let kind: u32 = unsafe { rd(b, 0) };
     match kind {
         cupti::KIND_CONCURRENT_KERNEL => {
             type K = sys::CUpti_ActivityKernel9;
-            let name_ptr = field!(b, K, name, *const c_char);
-            let name = if name_ptr.is_null() {
-                c"<unnamed kernel>"
-            } else {
-                // SAFETY: CUPTI keeps kernel names alive for the life of the module.
-                unsafe { CStr::from_ptr(name_ptr) }
-            };
             Decoded::Kernel {
-                name,
+                name: field!(b, K, name, *const c_char),
                 kernel: Kernel {
                     name: StrId(0),
                     start: field!(b, K, start, u64),
@@ -217,6 +213,33 @@ pub fn overhead_kind(v: u32) -> &'static str {
     }
 }
 
+/// A kernel record laid out as CUPTI 13 writes it (`CUpti_ActivityKernel9`), for benchmarks and
+/// tests: 8-byte aligned words; `name` must outlive every decode of the record.
+#[doc(hidden)]
+pub fn synthetic_kernel_record(name: &CStr, start: u64, end: u64, corr: u32) -> Vec<u64> {
+    type K = sys::CUpti_ActivityKernel9;
+    let mut buf = vec![0u64; std::mem::size_of::<K>() / 8 + 1];
+    let b = buf.as_mut_ptr() as *mut u8;
+    let put = |off: usize, bytes: &[u8]| {
+        // SAFETY: every offset is a field of K, which fits in buf.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), b.add(off), bytes.len()) }
+    };
+    put(0, &cupti::KIND_CONCURRENT_KERNEL.to_ne_bytes());
+    put(offset_of!(K, start), &start.to_ne_bytes());
+    put(offset_of!(K, end), &end.to_ne_bytes());
+    put(offset_of!(K, streamId), &7u32.to_ne_bytes());
+    put(offset_of!(K, gridX), &132i32.to_ne_bytes());
+    put(offset_of!(K, gridY), &1i32.to_ne_bytes());
+    put(offset_of!(K, gridZ), &1i32.to_ne_bytes());
+    put(offset_of!(K, blockX), &256i32.to_ne_bytes());
+    put(offset_of!(K, blockY), &1i32.to_ne_bytes());
+    put(offset_of!(K, blockZ), &1i32.to_ne_bytes());
+    put(offset_of!(K, registersPerThread), &40u16.to_ne_bytes());
+    put(offset_of!(K, correlationId), &corr.to_ne_bytes());
+    put(offset_of!(K, name), &(name.as_ptr() as usize).to_ne_bytes());
+    buf
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,7 +266,7 @@ mod tests {
         put(offset_of!(K, name), &(name.as_ptr() as usize).to_ne_bytes());
         match unsafe { decode(buf.as_ptr() as *const c_void) } {
             Decoded::Kernel { name: n, kernel } => {
-                assert_eq!(n, name);
+                assert_eq!(n, name.as_ptr());
                 assert_eq!(
                     (kernel.start, kernel.end, kernel.stream, kernel.corr),
                     (1000, 3500, 7, 99)

@@ -22,6 +22,7 @@ pub const DOMAIN_RESOURCE: u32 = 3;
 
 /// Resource callback ids.
 pub const CBID_RESOURCE_CONTEXT_DESTROY_STARTING: u32 = 2;
+pub const CBID_RESOURCE_MODULE_UNLOAD_STARTING: u32 = 7;
 
 /// Activity kinds we use.
 pub const KIND_MEMCPY: u32 = 1;
@@ -36,6 +37,8 @@ pub const KIND_SYNCHRONIZATION: u32 = 38;
 pub const FLUSH_FORCED: u32 = 1;
 /// CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM: thread ids are gettid() values.
 pub const THREAD_ID_TYPE_SYSTEM: u32 = 1;
+/// `CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER` (CUDA 12.3+; value: `uint8_t`).
+pub const ATTR_PER_THREAD_ACTIVITY_BUFFER: u32 = 9;
 
 pub type CallbackFn = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
 pub type BufferRequestedFn = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
@@ -65,6 +68,8 @@ pub struct Cupti {
     pub set_thread_id_type: Option<unsafe extern "C" fn(u32) -> u32>,
     pub get_stream_id_ex:
         Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u8, *mut u32) -> u32>,
+    pub activity_set_attribute: Option<unsafe extern "C" fn(u32, *mut usize, *mut c_void) -> u32>,
+    pub activity_flush_period: Option<unsafe extern "C" fn(u32) -> u32>,
 }
 
 /// Why CUPTI could not be loaded.
@@ -127,6 +132,8 @@ impl Cupti {
             get_callback_name: opt!(lib, c"cuptiGetCallbackName"),
             set_thread_id_type: opt!(lib, c"cuptiSetThreadIdType"),
             get_stream_id_ex: opt!(lib, c"cuptiGetStreamIdEx"),
+            activity_set_attribute: opt!(lib, c"cuptiActivitySetAttribute"),
+            activity_flush_period: opt!(lib, c"cuptiActivityFlushPeriod"),
             lib,
         })
     }

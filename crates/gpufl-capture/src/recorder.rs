@@ -32,6 +32,13 @@ fn cupti_flush_period() -> Option<Duration> {
         None => Some(CUPTI_FLUSH_PERIOD),
     }
 }
+/// Benchmark knob `GPUFL_FLUSH_MODE=cupti`: CUPTI's own worker flushes every period
+/// (`cuptiActivityFlushPeriod`) instead of the writer thread calling `cuptiActivityFlushAll`.
+fn cupti_flushes_itself() -> bool {
+    static C: OnceLock<bool> = OnceLock::new();
+    *C.get_or_init(|| std::env::var("GPUFL_FLUSH_MODE").is_ok_and(|v| v == "cupti"))
+}
+
 /// How often the writer closes a compressed block (bounds what a crash loses).
 const BLOCK_PERIOD: Duration = Duration::from_millis(1000);
 /// Longest wait for the writer at shutdown.
@@ -272,6 +279,21 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
         if let Some(f) = c.set_thread_id_type {
             f(cupti::THREAD_ID_TYPE_SYSTEM);
         }
+        // Per-thread activity buffers (CUPTI 12.3+, CUPTI's default from 13.x): no lock shared
+        // between the application's launching threads. Must precede the buffer callbacks and the
+        // activity kinds. Older CUPTI rejects the attribute; nothing is lost then.
+        // Benchmark knob: GPUFL_PER_THREAD_BUFFERS=0 leaves CUPTI's default.
+        if std::env::var("GPUFL_PER_THREAD_BUFFERS").map_or(true, |v| v != "0") {
+            if let Some(f) = c.activity_set_attribute {
+                let mut on: u8 = 1;
+                let mut size = std::mem::size_of::<u8>();
+                let _ = f(
+                    cupti::ATTR_PER_THREAD_ACTIVITY_BUFFER,
+                    &mut size,
+                    (&mut on as *mut u8).cast(),
+                );
+            }
+        }
         let rc = (c.activity_register_callbacks)(buffer_requested, buffer_completed);
         if rc != cupti::SUCCESS {
             notices.push(format!(
@@ -300,6 +322,18 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
                 ));
             }
         }
+        if cupti_flushes_itself() {
+            let ms = cupti_flush_period().map_or(0, |p| p.as_millis() as u32);
+            match c.activity_flush_period {
+                Some(f) => {
+                    let rc = f(ms);
+                    if rc != cupti::SUCCESS {
+                        notices.push(format!("cuptiActivityFlushPeriod: {}", c.result_string(rc)));
+                    }
+                }
+                None => notices.push("cuptiActivityFlushPeriod unavailable".into()),
+            }
+        }
         enable_api_records(c, opts, &mut notices);
         if opts.enable_synchronization {
             // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
@@ -321,6 +355,12 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
             sub,
             cupti::DOMAIN_RESOURCE,
             cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+        );
+        (c.enable_callback)(
+            1,
+            sub,
+            cupti::DOMAIN_RESOURCE,
+            cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING,
         );
     }
     notices
@@ -385,6 +425,9 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
     match domain {
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING => {
             FLUSH_REQUEST.store(true, Ordering::Relaxed);
+        }
+        cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING => {
+            crate::sink::MODULE_UNLOADS.fetch_add(1, Ordering::Release);
         }
         cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
             // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
@@ -604,7 +647,7 @@ fn writer_thread(
             }));
         }
     }
-    let flush_period = cupti_flush_period();
+    let flush_period = cupti_flush_period().filter(|_| !cupti_flushes_itself());
     let mut last_cupti_flush = Instant::now();
     let mut last_block = Instant::now();
     loop {
@@ -688,10 +731,24 @@ fn writer_thread(
     }
 }
 
-/// Benchmark knob `GPUFL_DISCARD=1`: buffers are returned to CUPTI without being decoded.
-fn discard_buffers() -> bool {
-    static D: OnceLock<bool> = OnceLock::new();
-    *D.get_or_init(|| std::env::var("GPUFL_DISCARD").is_ok_and(|v| v == "1"))
+/// Benchmark knob `GPUFL_DISCARD`: `1` returns buffers to CUPTI untouched; `iterate` walks their
+/// records with `cuptiActivityGetNextRecord` only; `decode` also decodes them; none is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Discard {
+    No,
+    Untouched,
+    Iterate,
+    Decode,
+}
+
+fn discard_buffers() -> Discard {
+    static D: OnceLock<Discard> = OnceLock::new();
+    *D.get_or_init(|| match std::env::var("GPUFL_DISCARD").as_deref() {
+        Ok("1") => Discard::Untouched,
+        Ok("iterate") => Discard::Iterate,
+        Ok("decode") => Discard::Decode,
+        _ => Discard::No,
+    })
 }
 
 fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) {
@@ -699,8 +756,14 @@ fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) 
         let Some(s) = sink.as_mut() else {
             return Ok(());
         };
-        if discard_buffers() {
-            return Ok(());
+        match discard_buffers() {
+            Discard::No => {}
+            Discard::Untouched => return Ok(()),
+            mode => {
+                // SAFETY: as below.
+                unsafe { s.walk_buffer(ptr as *mut u8, valid, mode == Discard::Decode) };
+                return Ok(());
+            }
         }
         // SAFETY: ptr/valid come from CUPTI's completion callback.
         unsafe { s.take_buffer(ptr as *mut u8, valid)? };

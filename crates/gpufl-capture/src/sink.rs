@@ -10,9 +10,13 @@ use crate::stack::{self, Sample, PY_TAG};
 use crate::symbolize::Symbolizer;
 use gpufl_trace::*;
 use std::collections::HashMap;
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::fs::File;
 use std::io::BufWriter;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Modules unloaded so far (counted by the recorder's resource callback, before the unload).
+pub static MODULE_UNLOADS: AtomicU64 = AtomicU64::new(0);
 
 /// Session writer state.
 pub struct Sink {
@@ -20,6 +24,11 @@ pub struct Sink {
     cupti: Option<&'static Cupti>,
     symbolizer: Symbolizer,
     kernel_names: HashMap<Vec<u8>, StrId>,
+    /// CUPTI shares one name string among all records of a kernel: its address finds the id
+    /// without reading the name. Cleared when a module is unloaded (its memory may be reused).
+    kernel_by_ptr: HashMap<usize, StrId>,
+    /// [`MODULE_UNLOADS`] when `kernel_by_ptr` was last cleared.
+    unloads_seen: u64,
     api_names: HashMap<(u32, u32), StrId>,
     addr_frames: HashMap<u64, Vec<FrameId>>,
     py_frames: HashMap<u32, FrameId>,
@@ -37,6 +46,8 @@ impl Sink {
             cupti,
             symbolizer: Symbolizer::new(),
             kernel_names: HashMap::new(),
+            kernel_by_ptr: HashMap::new(),
+            unloads_seen: 0,
             api_names: HashMap::new(),
             addr_frames: HashMap::new(),
             py_frames: HashMap::new(),
@@ -197,6 +208,28 @@ impl Sink {
 
     /// Decode and write every record of one CUPTI activity buffer.
     ///
+    /// Benchmark only: walk a buffer's records (and decode them if `decode`) without writing.
+    /// Returns how many there were.
+    ///
+    /// # Safety
+    /// As [`Sink::take_buffer`].
+    pub unsafe fn walk_buffer(&mut self, buf: *mut u8, valid: usize, decode: bool) -> usize {
+        let Some(c) = self.cupti else { return 0 };
+        let mut rec: *mut c_void = std::ptr::null_mut();
+        let mut n = 0;
+        // SAFETY: CUPTI iterates its own buffer; rec points into it.
+        while unsafe { (c.activity_get_next_record)(buf, valid, &mut rec) } == cupti::SUCCESS
+            && !rec.is_null()
+        {
+            if decode {
+                // SAFETY: rec is a complete record returned by CUPTI.
+                std::hint::black_box(unsafe { activity::decode(rec) });
+            }
+            n += 1;
+        }
+        n
+    }
+
     /// # Safety
     /// `buf[..valid]` must be a buffer CUPTI handed back through the completion callback.
     pub unsafe fn take_buffer(&mut self, buf: *mut u8, valid: usize) -> Result<(), TraceError> {
@@ -215,10 +248,30 @@ impl Sink {
         Ok(())
     }
 
-    fn take_decoded(&mut self, d: Decoded<'_>) -> Result<(), TraceError> {
+    /// Write one decoded activity record (public for the writer benchmark).
+    pub fn take_decoded(&mut self, d: Decoded) -> Result<(), TraceError> {
         match d {
             Decoded::Kernel { name, mut kernel } => {
-                kernel.name = self.kernel_name(name.to_bytes())?;
+                let unloads = MODULE_UNLOADS.load(Ordering::Acquire);
+                if unloads != self.unloads_seen {
+                    self.kernel_by_ptr.clear();
+                    self.unloads_seen = unloads;
+                }
+                kernel.name = match self.kernel_by_ptr.get(&(name as usize)) {
+                    Some(id) => *id,
+                    None => {
+                        let bytes = if name.is_null() {
+                            b"<unnamed kernel>".as_slice()
+                        } else {
+                            // SAFETY: CUPTI's name string of a kernel outlives its records in
+                            // practice (it is shared among them); gpufl reads it once per address.
+                            unsafe { CStr::from_ptr(name) }.to_bytes()
+                        };
+                        let id = self.kernel_name(bytes)?;
+                        self.kernel_by_ptr.insert(name as usize, id);
+                        id
+                    }
+                };
                 self.write(&Record::Kernel(kernel))
             }
             Decoded::Memcpy(m) => self.write(&Record::Memcpy(m)),
@@ -291,10 +344,58 @@ pub fn demangle(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Kernel names are found by the address CUPTI shares among a kernel's records; after a
+    /// module unload that address may hold another name, which must then be read again.
+    #[test]
+    fn kernel_name_cache_is_cleared_by_a_module_unload() {
+        let path =
+            std::env::temp_dir().join(format!("gpufl-sink-{}.ndjson.zst", std::process::id()));
+        let file = File::create(&path).unwrap();
+        let w = TraceWriter::new(BufWriter::new(file), &Header::default()).unwrap();
+        let mut sink = Sink::new(w, None);
+        let mut buf = *b"_Z5firstv\0\0";
+        let kernel = |sink: &mut Sink, buf: &[u8]| {
+            sink.take_decoded(Decoded::Kernel {
+                name: buf.as_ptr().cast(),
+                kernel: Kernel::default(),
+            })
+            .unwrap();
+        };
+        kernel(&mut sink, &buf);
+        kernel(&mut sink, &buf);
+        buf[..10].copy_from_slice(b"_Z6secondv");
+        MODULE_UNLOADS.fetch_add(1, Ordering::Release);
+        kernel(&mut sink, &buf);
+        sink.take_decoded(Decoded::Kernel {
+            name: std::ptr::null(),
+            kernel: Kernel::default(),
+        })
+        .unwrap();
+        sink.finish("test").unwrap();
+        let mut strings = HashMap::new();
+        let mut names = Vec::new();
+        for rec in gpufl_trace::TraceReader::open(&path).unwrap() {
+            match rec {
+                Record::Str(s) => {
+                    strings.insert(s.id, s.s);
+                }
+                Record::Kernel(k) => names.push(strings[&k.name].clone()),
+                _ => {}
+            }
+        }
+        std::fs::remove_file(&path).ok();
+        assert_eq!(
+            names,
+            ["first()", "first()", "second()", "<unnamed kernel>"]
+        );
+    }
+
     #[test]
     fn demangles_cuda_kernel_names() {
         assert_eq!(
-            super::demangle("_Z5saxpyifPfS_"),
+            demangle("_Z5saxpyifPfS_"),
             "saxpy(int, float, float*, float*)"
         );
         assert_eq!(

@@ -7,6 +7,7 @@
 mod blocks;
 pub mod error;
 mod fastpath;
+mod fastwrite;
 pub mod ids;
 pub mod reader;
 pub mod records;

@@ -12,7 +12,10 @@ use std::collections::HashMap;
 use std::io::Write;
 
 /// zstd level: fast, and still ~10x on this kind of text.
-const ZSTD_LEVEL: i32 = 3;
+const ZSTD_LEVEL: i32 = 1;
+
+/// Bytes of NDJSON gathered before they go to the compressor.
+const PENDING_BYTES: usize = 64 * 1024;
 
 /// A new zstd frame. Frames carry a content checksum (4 bytes each) so that a reader can tell a
 /// damaged block from a good one instead of returning altered records.
@@ -55,7 +58,7 @@ impl<W: Write> TraceWriter<W> {
             frames: HashMap::new(),
             stacks: HashMap::new(),
             counts: Counts::default(),
-            line: Vec::with_capacity(512),
+            line: Vec::with_capacity(PENDING_BYTES + 4096),
             uncompressed_bytes: 0,
         };
         let mut h = header.clone();
@@ -65,21 +68,41 @@ impl<W: Write> TraceWriter<W> {
         Ok(w)
     }
 
-    /// Append one record.
+    /// Append one record. Lines gather in a buffer that goes to the compressor in chunks of
+    /// [`PENDING_BYTES`] (one call per line costs more than compressing the line), so a record
+    /// is in the file only after [`TraceWriter::end_block`] or [`TraceWriter::finish`].
     pub fn write(&mut self, rec: &Record) -> Result<(), TraceError> {
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, rec)?;
-        self.line.push(b'\n');
-        self.counts.add(rec);
-        self.uncompressed_bytes += self.line.len() as u64;
-        match self.enc.as_mut() {
-            Some(enc) => enc.write_all(&self.line)?,
-            None => {
-                return Err(TraceError::Write(std::io::Error::other(
-                    "trace writer already finished",
-                )))
+        if self.enc.is_none() {
+            return Err(TraceError::Write(std::io::Error::other(
+                "trace writer already finished",
+            )));
+        }
+        let before = self.line.len();
+        match rec {
+            Record::Kernel(k) => crate::fastwrite::kernel(&mut self.line, k),
+            Record::Api(a) => crate::fastwrite::api(&mut self.line, a),
+            _ => {
+                if let Err(e) = serde_json::to_writer(&mut self.line, rec) {
+                    self.line.truncate(before);
+                    return Err(e.into());
+                }
             }
         }
+        self.line.push(b'\n');
+        self.counts.add(rec);
+        self.uncompressed_bytes += (self.line.len() - before) as u64;
+        if self.line.len() >= PENDING_BYTES {
+            self.compress_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Hand the gathered lines to the compressor.
+    fn compress_pending(&mut self) -> Result<(), TraceError> {
+        if let Some(enc) = self.enc.as_mut() {
+            enc.write_all(&self.line)?;
+        }
+        self.line.clear();
         Ok(())
     }
 
@@ -144,6 +167,7 @@ impl<W: Write> TraceWriter<W> {
 
     /// Close the current zstd frame and flush it, so everything written so far survives a crash.
     pub fn end_block(&mut self) -> Result<(), TraceError> {
+        self.compress_pending()?;
         let Some(enc) = self.enc.take() else {
             return Ok(());
         };
@@ -162,6 +186,7 @@ impl<W: Write> TraceWriter<W> {
             reason: reason.to_string(),
             counts,
         }))?;
+        self.compress_pending()?;
         let enc = self.enc.take().ok_or_else(|| {
             TraceError::Write(std::io::Error::other("trace writer already finished"))
         })?;
