@@ -880,8 +880,33 @@ fn testdata_pytorch_train_sync_in_loop_sync_at_train_step() {
 }
 
 #[test]
+fn testdata_pytorch_heavy_steps_make_the_planted_sync_high() {
+    let a = session("pytorch_train_sync_heavy-");
+    let line = example_line(
+        "pytorch_train_sync.py",
+        "torch.cuda.synchronize()  # gpufl-example",
+    );
+    let v = rule(&a, "in-loop-sync");
+    assert_eq!(v.len(), 1, "{:#?}", v);
+    let i = v[0];
+    assert!(i.location.file.ends_with("examples/pytorch_train_sync.py"));
+    assert_eq!(i.location.line, Some(line));
+    assert_eq!(i.location.function.as_deref(), Some("train_step"));
+    assert_eq!(i.count, 55);
+    assert_eq!(i.severity, Severity::High, "{}", i.share_of_window);
+    assert_eq!(a.insights[0].rule, "in-loop-sync", "ranked first");
+    // The line blocks ~1.1 s of a ~6.5 s session: between the 10 % and 50 % boundaries.
+    let sa = rule(&a, "sync-attribution");
+    let planted = sa
+        .iter()
+        .find(|i| i.location.line == Some(line))
+        .expect("the planted line");
+    assert_eq!(planted.severity, Severity::Medium, "{}", planted.title);
+}
+
+#[test]
 fn testdata_stream_sync_loop_in_loop_sync_at_step() {
-    let a = session("stream_sync_loop-595-");
+    let a = session("stream_sync_loop-1427-");
     let line = example_line(
         "stream_sync_loop.cu",
         "cudaStreamSynchronize(stream));  // gpufl-example",
@@ -910,12 +935,9 @@ fn testdata_two_stream_overlap_has_no_in_loop_sync_in_the_chunk_loop() {
         let l = i.location.line.unwrap();
         assert!(!(91..sync_line).contains(&l), "{}", i.title);
     }
-    // The sync after the chunk loop runs once per repeat of `run_overlapped` (3 repeats, 8 kernels
-    // each): that meets the seed's in-loop thresholds (>= 3 syncs, median >= 3 kernels) exactly.
-    let v = rule(&a, "in-loop-sync");
-    assert!(v
-        .iter()
-        .all(|i| i.location.line == Some(sync_line) && i.count == 3));
+    // Recorded with 2 repeats of `run_overlapped`: its one sync after the chunk loop runs twice,
+    // below the seed's ">= 3 syncs from one line": the program raises no in-loop sync.
+    assert!(rule(&a, "in-loop-sync").is_empty(), "{:#?}", a.insights);
     assert_eq!(rule(&a, "sync-attribution").len(), 3);
 }
 

@@ -100,7 +100,7 @@ fn pytorch_session_matches_torch_profiler_and_names_the_python_line() {
 
 #[test]
 fn cuda_cpp_session_names_the_cu_line_and_function() {
-    let dir = session("stream_sync_loop-595");
+    let dir = session("stream_sync_loop-1427");
     let syncs = sync_records(&dir);
     assert_eq!(syncs.len(), 200);
     for s in &syncs {
@@ -207,7 +207,7 @@ fn report_snapshots() {
 
 #[test]
 fn report_of_a_truncated_session_warns_and_reports_what_is_readable() {
-    let src = session("stream_sync_loop-595").join("trace-0000.ndjson.zst");
+    let src = session("stream_sync_loop-1427").join("trace-0000.ndjson.zst");
     let bytes = std::fs::read(&src).unwrap();
     let dir = std::env::temp_dir().join(format!("gpufl-trunc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
