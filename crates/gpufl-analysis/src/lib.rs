@@ -24,6 +24,7 @@ pub mod error;
 pub mod insights;
 pub mod intervals;
 pub mod model;
+pub mod pipeline;
 mod store;
 pub mod totals;
 pub mod userframe;
