@@ -847,14 +847,14 @@ fn example_line(file: &str, needle: &str) -> u32 {
         + 1
 }
 
-#[test]
-fn testdata_pytorch_train_sync_in_loop_sync_at_train_step() {
-    let a = session("pytorch_train_sync-");
+/// The one in-loop-sync insight of a recording of examples/pytorch_train_sync.py (or of the heavy
+/// variant, which calls the same `train_step`): at the planted line, in `train_step`, 55 syncs.
+fn planted_python_in_loop_sync(a: &Analysis) -> &Insight {
     let line = example_line(
         "pytorch_train_sync.py",
         "torch.cuda.synchronize()  # gpufl-example",
     );
-    let v = rule(&a, "in-loop-sync");
+    let v = rule(a, "in-loop-sync");
     assert_eq!(v.len(), 1, "{:#?}", v);
     let i = v[0];
     assert!(i.location.file.ends_with("examples/pytorch_train_sync.py"));
@@ -862,6 +862,13 @@ fn testdata_pytorch_train_sync_in_loop_sync_at_train_step() {
     assert_eq!(i.location.function.as_deref(), Some("train_step"));
     assert_eq!(i.location.origin, FrameOrigin::Python);
     assert_eq!(i.count, 55, "5 warmup + 50 steps, two call paths, one line");
+    i
+}
+
+#[test]
+fn testdata_pytorch_train_sync_in_loop_sync_at_train_step() {
+    let a = session("pytorch_train_sync-");
+    let i = planted_python_in_loop_sync(&a);
     assert_eq!(i.median_kernels_between, Some(52.0));
     assert_eq!(i.sync_kind, Some(SyncKind::ContextSynchronize));
     assert!(i.detail.contains("in train_step()"));
@@ -882,24 +889,15 @@ fn testdata_pytorch_train_sync_in_loop_sync_at_train_step() {
 #[test]
 fn testdata_pytorch_heavy_steps_make_the_planted_sync_high() {
     let a = session("pytorch_train_sync_heavy-");
-    let line = example_line(
-        "pytorch_train_sync.py",
-        "torch.cuda.synchronize()  # gpufl-example",
-    );
-    let v = rule(&a, "in-loop-sync");
-    assert_eq!(v.len(), 1, "{:#?}", v);
-    let i = v[0];
-    assert!(i.location.file.ends_with("examples/pytorch_train_sync.py"));
-    assert_eq!(i.location.line, Some(line));
-    assert_eq!(i.location.function.as_deref(), Some("train_step"));
-    assert_eq!(i.count, 55);
+    let i = planted_python_in_loop_sync(&a);
+    let line = i.location.line;
     assert_eq!(i.severity, Severity::High, "{}", i.share_of_window);
     assert_eq!(a.insights[0].rule, "in-loop-sync", "ranked first");
     // The line blocks ~1.1 s of a ~6.5 s session: between the 10 % and 50 % boundaries.
     let sa = rule(&a, "sync-attribution");
     let planted = sa
         .iter()
-        .find(|i| i.location.line == Some(line))
+        .find(|i| i.location.line == line)
         .expect("the planted line");
     assert_eq!(planted.severity, Severity::Medium, "{}", planted.title);
 }

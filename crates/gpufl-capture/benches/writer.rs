@@ -9,7 +9,7 @@ use std::io::BufWriter;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use gpufl_capture::activity::{decode, synthetic_kernel_record, Decoded};
+use gpufl_capture::activity::{decode, synthetic_kernel_record, Decoded, SyntheticRecord};
 use gpufl_capture::sink::Sink;
 use gpufl_trace::{Header, Kernel, Record, StrId, TraceWriter};
 
@@ -38,7 +38,7 @@ fn temp_writer(tag: &str) -> TraceWriter<BufWriter<File>> {
 
 fn bench(c: &mut Criterion) {
     let names = names();
-    let recs: Vec<Vec<u64>> = (0..RECORDS)
+    let recs: Vec<SyntheticRecord> = (0..RECORDS)
         .map(|i| {
             let t = 1_795_000_000_000_000_000 + i as u64 * 2_700;
             synthetic_kernel_record(
@@ -57,14 +57,14 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             for r in &recs {
                 // SAFETY: a complete synthetic record whose name outlives the loop.
-                let d = unsafe { decode(r.as_ptr().cast()) };
+                let d = unsafe { decode(r.as_ptr()) };
                 sink.take_decoded(d).unwrap();
             }
         })
     });
     let decoded: Vec<Kernel> = recs
         .iter()
-        .map(|r| match unsafe { decode(r.as_ptr().cast()) } {
+        .map(|r| match unsafe { decode(r.as_ptr()) } {
             Decoded::Kernel { mut kernel, .. } => {
                 kernel.name = StrId(1);
                 kernel

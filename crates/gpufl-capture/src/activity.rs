@@ -213,31 +213,63 @@ pub fn overhead_kind(v: u32) -> &'static str {
     }
 }
 
-/// A kernel record laid out as CUPTI 13 writes it (`CUpti_ActivityKernel9`), for benchmarks and
-/// tests: 8-byte aligned words; `name` must outlive every decode of the record.
+/// Zeroed, 8-byte aligned storage for a synthetic activity record of type `T`, for benchmarks
+/// and tests.
 #[doc(hidden)]
-pub fn synthetic_kernel_record(name: &CStr, start: u64, end: u64, corr: u32) -> Vec<u64> {
+pub struct SyntheticRecord(Vec<u64>);
+
+impl SyntheticRecord {
+    /// A record of type `T` whose kind field is `kind`, every other field zero.
+    pub fn new<T>(kind: u32) -> SyntheticRecord {
+        let mut r = SyntheticRecord(vec![0u64; std::mem::size_of::<T>() / 8 + 1]);
+        r.put(0, &kind.to_ne_bytes());
+        r
+    }
+
+    /// Write `bytes` at byte offset `off`.
+    pub fn put(&mut self, off: usize, bytes: &[u8]) -> &mut Self {
+        let storage = self.0.as_mut_slice();
+        assert!(
+            off + bytes.len() <= storage.len() * 8,
+            "field outside the record"
+        );
+        // SAFETY: in bounds (checked above); u64 storage is valid for any bytes.
+        unsafe {
+            let b = storage.as_mut_ptr().cast::<u8>();
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), b.add(off), bytes.len())
+        }
+        self
+    }
+
+    /// The record, as `cuptiActivityGetNextRecord` would point at it.
+    pub fn as_ptr(&self) -> *const c_void {
+        self.0.as_ptr().cast()
+    }
+}
+
+/// A kernel record laid out as CUPTI 13 writes it (`CUpti_ActivityKernel9`): stream 7, grid
+/// (132,1,1), block (256,1,1), 40 registers. `name` must outlive every decode of the record.
+#[doc(hidden)]
+pub fn synthetic_kernel_record(name: &CStr, start: u64, end: u64, corr: u32) -> SyntheticRecord {
     type K = sys::CUpti_ActivityKernel9;
-    let mut buf = vec![0u64; std::mem::size_of::<K>() / 8 + 1];
-    let b = buf.as_mut_ptr() as *mut u8;
-    let put = |off: usize, bytes: &[u8]| {
-        // SAFETY: every offset is a field of K, which fits in buf.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), b.add(off), bytes.len()) }
-    };
-    put(0, &cupti::KIND_CONCURRENT_KERNEL.to_ne_bytes());
-    put(offset_of!(K, start), &start.to_ne_bytes());
-    put(offset_of!(K, end), &end.to_ne_bytes());
-    put(offset_of!(K, streamId), &7u32.to_ne_bytes());
-    put(offset_of!(K, gridX), &132i32.to_ne_bytes());
-    put(offset_of!(K, gridY), &1i32.to_ne_bytes());
-    put(offset_of!(K, gridZ), &1i32.to_ne_bytes());
-    put(offset_of!(K, blockX), &256i32.to_ne_bytes());
-    put(offset_of!(K, blockY), &1i32.to_ne_bytes());
-    put(offset_of!(K, blockZ), &1i32.to_ne_bytes());
-    put(offset_of!(K, registersPerThread), &40u16.to_ne_bytes());
-    put(offset_of!(K, correlationId), &corr.to_ne_bytes());
-    put(offset_of!(K, name), &(name.as_ptr() as usize).to_ne_bytes());
-    buf
+    let mut r = SyntheticRecord::new::<K>(cupti::KIND_CONCURRENT_KERNEL);
+    r.put(offset_of!(K, start), &start.to_ne_bytes())
+        .put(offset_of!(K, end), &end.to_ne_bytes())
+        .put(offset_of!(K, streamId), &7u32.to_ne_bytes());
+    for (off, v) in [
+        (offset_of!(K, gridX), 132i32),
+        (offset_of!(K, gridY), 1),
+        (offset_of!(K, gridZ), 1),
+        (offset_of!(K, blockX), 256),
+        (offset_of!(K, blockY), 1),
+        (offset_of!(K, blockZ), 1),
+    ] {
+        r.put(off, &v.to_ne_bytes());
+    }
+    r.put(offset_of!(K, registersPerThread), &40u16.to_ne_bytes())
+        .put(offset_of!(K, correlationId), &corr.to_ne_bytes())
+        .put(offset_of!(K, name), &(name.as_ptr() as usize).to_ne_bytes());
+    r
 }
 
 #[cfg(test)]
@@ -248,23 +280,10 @@ mod tests {
     #[test]
     fn decodes_a_kernel_record_by_offset() {
         type K = sys::CUpti_ActivityKernel9;
-        let mut buf = vec![0u64; std::mem::size_of::<K>() / 8 + 1];
-        let b = buf.as_mut_ptr() as *mut u8;
         let name = c"_Z6saxpyifPfS_";
-        let put = |off: usize, bytes: &[u8]| unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), b.add(off), bytes.len())
-        };
-        put(0, &cupti::KIND_CONCURRENT_KERNEL.to_ne_bytes());
-        put(offset_of!(K, start), &1000u64.to_ne_bytes());
-        put(offset_of!(K, end), &3500u64.to_ne_bytes());
-        put(offset_of!(K, streamId), &7u32.to_ne_bytes());
-        put(offset_of!(K, gridX), &132i32.to_ne_bytes());
-        put(offset_of!(K, blockX), &256i32.to_ne_bytes());
-        put(offset_of!(K, registersPerThread), &40u16.to_ne_bytes());
-        put(offset_of!(K, localMemoryPerThread), &16u32.to_ne_bytes());
-        put(offset_of!(K, correlationId), &99u32.to_ne_bytes());
-        put(offset_of!(K, name), &(name.as_ptr() as usize).to_ne_bytes());
-        match unsafe { decode(buf.as_ptr() as *const c_void) } {
+        let mut rec = synthetic_kernel_record(name, 1000, 3500, 99);
+        rec.put(offset_of!(K, localMemoryPerThread), &16u32.to_ne_bytes());
+        match unsafe { decode(rec.as_ptr()) } {
             Decoded::Kernel { name: n, kernel } => {
                 assert_eq!(n, name.as_ptr());
                 assert_eq!(
@@ -283,17 +302,12 @@ mod tests {
     #[test]
     fn sync_record_with_invalid_stream_is_context_sync() {
         type S = sys::CUpti_ActivitySynchronization;
-        let mut buf = vec![0u64; std::mem::size_of::<S>() / 8 + 1];
-        let b = buf.as_mut_ptr() as *mut u8;
-        let put = |off: usize, bytes: &[u8]| unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), b.add(off), bytes.len())
-        };
-        put(0, &cupti::KIND_SYNCHRONIZATION.to_ne_bytes());
-        put(offset_of!(S, type_), &4u32.to_ne_bytes());
-        put(offset_of!(S, streamId), &u32::MAX.to_ne_bytes());
-        put(offset_of!(S, cudaEventId), &u32::MAX.to_ne_bytes());
-        put(offset_of!(S, correlationId), &5u32.to_ne_bytes());
-        match unsafe { decode(buf.as_ptr() as *const c_void) } {
+        let mut rec = SyntheticRecord::new::<S>(cupti::KIND_SYNCHRONIZATION);
+        rec.put(offset_of!(S, type_), &4u32.to_ne_bytes())
+            .put(offset_of!(S, streamId), &u32::MAX.to_ne_bytes())
+            .put(offset_of!(S, cudaEventId), &u32::MAX.to_ne_bytes())
+            .put(offset_of!(S, correlationId), &5u32.to_ne_bytes());
+        match unsafe { decode(rec.as_ptr()) } {
             Decoded::Sync(s) => {
                 assert_eq!(s.kind, SyncKind::ContextSynchronize);
                 assert_eq!(s.stream, None);
