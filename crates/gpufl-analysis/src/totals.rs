@@ -2,7 +2,6 @@
 
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
-use gpufl_trace::SyncKind;
 use serde::Serialize;
 
 /// Totals of one session.
@@ -46,7 +45,7 @@ pub(crate) fn totals_with(m: &Model, busy: &DeviceBusy) -> Totals {
     let mut sync_blocked_ns = 0u64;
     let mut syncs_with_stack = 0u64;
     for i in 0..m.sync_count() {
-        if m.sync_kind_at(i) != SyncKind::StreamWaitEvent {
+        if m.sync_kind_at(i).blocks_host() {
             sync_blocked_ns += s.end.get(i).saturating_sub(s.start.get(i));
         }
         if s.stack.get(i) != crate::store::NONE {

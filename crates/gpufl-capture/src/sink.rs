@@ -23,7 +23,6 @@ pub struct Sink {
     w: TraceWriter<BufWriter<File>>,
     cupti: Option<&'static Cupti>,
     symbolizer: Symbolizer,
-    kernel_names: HashMap<Vec<u8>, StrId>,
     /// CUPTI shares one name string among all records of a kernel: its address finds the id
     /// without reading the name. Cleared when a module is unloaded (its memory may be reused).
     kernel_by_ptr: HashMap<usize, StrId>,
@@ -45,7 +44,6 @@ impl Sink {
             w,
             cupti,
             symbolizer: Symbolizer::new(),
-            kernel_names: HashMap::new(),
             kernel_by_ptr: HashMap::new(),
             unloads_seen: 0,
             api_names: HashMap::new(),
@@ -215,18 +213,17 @@ impl Sink {
     /// As [`Sink::take_buffer`].
     pub unsafe fn walk_buffer(&mut self, buf: *mut u8, valid: usize, decode: bool) -> usize {
         let Some(c) = self.cupti else { return 0 };
-        let mut rec: *mut c_void = std::ptr::null_mut();
         let mut n = 0;
-        // SAFETY: CUPTI iterates its own buffer; rec points into it.
-        while unsafe { (c.activity_get_next_record)(buf, valid, &mut rec) } == cupti::SUCCESS
-            && !rec.is_null()
-        {
+        let count = |rec: *mut c_void| {
             if decode {
                 // SAFETY: rec is a complete record returned by CUPTI.
                 std::hint::black_box(unsafe { activity::decode(rec) });
             }
             n += 1;
-        }
+            Ok(())
+        };
+        // SAFETY: as the caller guarantees.
+        let _ = unsafe { each_record(c, buf, valid, count) };
         n
     }
 
@@ -234,18 +231,12 @@ impl Sink {
     /// `buf[..valid]` must be a buffer CUPTI handed back through the completion callback.
     pub unsafe fn take_buffer(&mut self, buf: *mut u8, valid: usize) -> Result<(), TraceError> {
         let Some(c) = self.cupti else { return Ok(()) };
-        let mut rec: *mut c_void = std::ptr::null_mut();
-        loop {
-            // SAFETY: CUPTI iterates its own buffer; rec points into it.
-            let rc = unsafe { (c.activity_get_next_record)(buf, valid, &mut rec) };
-            if rc != cupti::SUCCESS || rec.is_null() {
-                break;
-            }
-            // SAFETY: rec is a complete record returned by CUPTI.
-            let d = unsafe { activity::decode(rec) };
-            self.take_decoded(d)?;
+        // SAFETY: as the caller guarantees; rec is a complete record returned by CUPTI.
+        unsafe {
+            each_record(c, buf, valid, |rec| {
+                self.take_decoded(activity::decode(rec))
+            })
         }
-        Ok(())
     }
 
     /// Write one decoded activity record (public for the writer benchmark).
@@ -291,16 +282,10 @@ impl Sink {
         }
     }
 
-    /// Interned, demangled kernel name.
+    /// Interned, demangled kernel name (the writer interns by the demangled text).
     fn kernel_name(&mut self, mangled: &[u8]) -> Result<StrId, TraceError> {
-        if let Some(id) = self.kernel_names.get(mangled) {
-            return Ok(*id);
-        }
-        let raw = String::from_utf8_lossy(mangled);
-        let name = demangle(&raw);
-        let id = self.w.intern_str(&name)?;
-        self.kernel_names.insert(mangled.to_vec(), id);
-        Ok(id)
+        self.w
+            .intern_str(&demangle(&String::from_utf8_lossy(mangled)))
     }
 
     fn api_name(&mut self, domain: u32, cbid: u32) -> Result<StrId, TraceError> {
@@ -328,6 +313,26 @@ impl Sink {
         self.w.finish(crate::procinfo::unix_ns(), reason)?;
         Ok(counts)
     }
+}
+
+/// Call `f` on each record of a completed activity buffer, in order, until it fails.
+///
+/// # Safety
+/// `buf[..valid]` must be a buffer CUPTI handed back through the completion callback.
+unsafe fn each_record(
+    c: &Cupti,
+    buf: *mut u8,
+    valid: usize,
+    mut f: impl FnMut(*mut c_void) -> Result<(), TraceError>,
+) -> Result<(), TraceError> {
+    let mut rec: *mut c_void = std::ptr::null_mut();
+    // SAFETY: CUPTI iterates its own buffer; rec points into it.
+    while unsafe { (c.activity_get_next_record)(buf, valid, &mut rec) } == cupti::SUCCESS
+        && !rec.is_null()
+    {
+        f(rec)?;
+    }
+    Ok(())
 }
 
 /// Demangle a C++ (Itanium) kernel name; anything else is returned as is.

@@ -94,7 +94,9 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
             }
             Record::Sync(y) => {
                 s.syncs += 1;
-                s.sync_ns += y.end.saturating_sub(y.start);
+                if y.kind.blocks_host() {
+                    s.sync_ns += y.end.saturating_sub(y.start);
+                }
                 s.syncs_with_stack += y.stack.is_some() as u64;
                 s.span(y.start, y.end);
             }

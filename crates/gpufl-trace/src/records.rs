@@ -300,6 +300,12 @@ pub enum SyncKind {
 }
 
 impl SyncKind {
+    /// Whether the call's duration is time the host was blocked: every kind but StreamWaitEvent,
+    /// a device-side wait whose call only enqueues it.
+    pub fn blocks_host(self) -> bool {
+        self != SyncKind::StreamWaitEvent
+    }
+
     /// The name used in reports ("StreamSynchronize", …), as the seed names them.
     pub fn display_name(self) -> &'static str {
         match self {

@@ -44,7 +44,8 @@ pub struct TraceWriter<W: Write> {
     frames: HashMap<FrameData, FrameId>,
     stacks: HashMap<Vec<FrameId>, StackId>,
     counts: Counts,
-    line: Vec<u8>,
+    /// NDJSON lines not yet handed to the compressor.
+    pending: Vec<u8>,
     uncompressed_bytes: u64,
 }
 
@@ -58,7 +59,7 @@ impl<W: Write> TraceWriter<W> {
             frames: HashMap::new(),
             stacks: HashMap::new(),
             counts: Counts::default(),
-            line: Vec::with_capacity(PENDING_BYTES + 4096),
+            pending: Vec::with_capacity(PENDING_BYTES + 4096),
             uncompressed_bytes: 0,
         };
         let mut h = header.clone();
@@ -77,21 +78,21 @@ impl<W: Write> TraceWriter<W> {
                 "trace writer already finished",
             )));
         }
-        let before = self.line.len();
+        let before = self.pending.len();
         match rec {
-            Record::Kernel(k) => crate::fastwrite::kernel(&mut self.line, k),
-            Record::Api(a) => crate::fastwrite::api(&mut self.line, a),
+            Record::Kernel(k) => crate::fastwrite::kernel(&mut self.pending, k),
+            Record::Api(a) => crate::fastwrite::api(&mut self.pending, a),
             _ => {
-                if let Err(e) = serde_json::to_writer(&mut self.line, rec) {
-                    self.line.truncate(before);
+                if let Err(e) = serde_json::to_writer(&mut self.pending, rec) {
+                    self.pending.truncate(before);
                     return Err(e.into());
                 }
             }
         }
-        self.line.push(b'\n');
+        self.pending.push(b'\n');
         self.counts.add(rec);
-        self.uncompressed_bytes += (self.line.len() - before) as u64;
-        if self.line.len() >= PENDING_BYTES {
+        self.uncompressed_bytes += (self.pending.len() - before) as u64;
+        if self.pending.len() >= PENDING_BYTES {
             self.compress_pending()?;
         }
         Ok(())
@@ -100,9 +101,9 @@ impl<W: Write> TraceWriter<W> {
     /// Hand the gathered lines to the compressor.
     fn compress_pending(&mut self) -> Result<(), TraceError> {
         if let Some(enc) = self.enc.as_mut() {
-            enc.write_all(&self.line)?;
+            enc.write_all(&self.pending)?;
         }
-        self.line.clear();
+        self.pending.clear();
         Ok(())
     }
 
