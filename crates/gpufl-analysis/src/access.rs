@@ -49,6 +49,33 @@ impl Model {
         }
     }
 
+    pub fn api(&self, i: usize) -> ApiRec {
+        let c = &self.apis;
+        ApiRec {
+            name: StrId(c.name.get(i)),
+            cbid: c.cbid.get(i),
+            start: c.start.get(i),
+            end: c.end.get(i),
+            tid: c.tid.get(i),
+            corr: c.corr.get(i),
+        }
+    }
+
+    /// API calls in the order they were read.
+    pub fn apis(&self) -> impl Iterator<Item = ApiRec> + '_ {
+        (0..self.api_count() as usize).map(|i| self.api(i))
+    }
+
+    /// The stack captured at the API call with this correlation id (`callsite` records: copies,
+    /// memsets, sampled launches), and the API's name.
+    pub fn callsite(&self, corr: u32) -> Option<(StackId, StrId)> {
+        let i = self.callsites.partition_point(|c| c.0 < corr);
+        self.callsites
+            .get(i)
+            .filter(|c| c.0 == corr)
+            .map(|c| (StackId(c.1), StrId(c.2)))
+    }
+
     /// Kernels in the order they were read.
     pub fn kernels(&self) -> impl Iterator<Item = KernelRec> + '_ {
         (0..self.kernel_count()).map(|i| self.kernel(i))
@@ -129,6 +156,13 @@ impl Model {
             + s.event.heap_bytes()
             + s.stack.heap_bytes()
             + s.kind.heap_bytes()
+            + self.apis.start.heap_bytes()
+            + self.apis.end.heap_bytes()
+            + self.apis.tid.heap_bytes()
+            + self.apis.corr.heap_bytes()
+            + self.apis.name.heap_bytes()
+            + self.apis.cbid.heap_bytes()
+            + self.callsites.capacity() * std::mem::size_of::<(u32, u32, u32)>()
     }
 
     pub(crate) fn sync_kind_at(&self, i: usize) -> SyncKind {

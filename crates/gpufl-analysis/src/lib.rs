@@ -39,7 +39,7 @@ pub use totals::{totals, Totals};
 pub use userframe::{
     user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL,
 };
-pub use views::{CopyOp, CopyRec, FrameView, KernelRec, SyncRec};
+pub use views::{ApiRec, CopyOp, CopyRec, FrameView, KernelRec, SyncRec};
 
 use serde::Serialize;
 

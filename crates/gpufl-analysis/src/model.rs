@@ -2,7 +2,7 @@
 
 use crate::store::{Col, IdMap, NONE};
 use crate::views::*;
-use gpufl_trace::{FrameId, FrameKind, Header, Record, StackId, StrId};
+use gpufl_trace::{FrameId, FrameKind, Header, Record, StackId, StrId, StreamRole};
 
 /// A frame with global string ids.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +57,17 @@ pub(crate) struct Syncs {
     pub(crate) kind: Col<u8>,
 }
 
+/// Host API calls (`api` records): 36 bytes per record.
+#[derive(Debug, Default)]
+pub(crate) struct Apis {
+    pub(crate) start: Col<u64>,
+    pub(crate) end: Col<u64>,
+    pub(crate) tid: Col<u64>,
+    pub(crate) corr: Col<u32>,
+    pub(crate) name: Col<u32>,
+    pub(crate) cbid: Col<u32>,
+}
+
 /// One recorded session, compact and columnar: the header, the interned strings / frames / stacks
 /// of every trace file (remapped to one id space), kernels, copies and memsets, synchronizations.
 /// API, overhead and callsite records only widen the session's time range; `dropped` records are
@@ -72,11 +83,15 @@ pub struct Model {
     pub(crate) kernels: Kernels,
     pub(crate) copies: Copies,
     pub(crate) syncs: Syncs,
+    pub(crate) apis: Apis,
+    /// (corr, model stack id, API name) of `callsite` records, sorted by corr after loading.
+    pub(crate) callsites: Vec<(u32, u32, u32)>,
     memsets: u64,
-    apis: u64,
     dropped: u64,
     first_ns: u64,
     last_ns: u64,
+    /// (ctx, stream, role) of the streams whose role the recorder wrote.
+    stream_roles: Vec<(u32, u32, StreamRole)>,
     /// (ctx, dev) pairs seen on GPU records.
     ctx_dev: Vec<(u32, u32)>,
     devices: Vec<u32>,
@@ -169,10 +184,27 @@ impl Model {
                 c.kind.push(sync_kind_to_u8(s.kind));
             }
             Record::Api(a) => {
-                self.apis += 1;
                 self.span(a.start, a.end);
+                let name = self.str_ref(ld, a.name);
+                let c = &mut self.apis;
+                c.start.push(a.start);
+                c.end.push(a.end);
+                c.tid.push(a.tid);
+                c.corr.push(a.corr);
+                c.name.push(name);
+                c.cbid.push(a.cbid);
             }
-            Record::Callsite(c) => self.span(c.ts, c.ts),
+            Record::Callsite(c) => {
+                self.span(c.ts, c.ts);
+                let stack = self.stack_ref(ld, c.stack);
+                let api = self.str_ref(ld, c.api);
+                self.callsites.push((c.corr, stack, api));
+            }
+            Record::Stream(s) => {
+                if !self.stream_roles.iter().any(|r| (r.0, r.1) == (s.ctx, s.stream)) {
+                    self.stream_roles.push((s.ctx, s.stream, s.role));
+                }
+            }
             Record::Str(s) => {
                 let g = self.str_ref(ld, s.id);
                 self.strings[g as usize] = Some(s.s.into_boxed_str());
@@ -292,6 +324,8 @@ impl Model {
     }
 
     fn finish(&mut self) {
+        // Stable: of two callsites with one corr (never written by the recorder), the first wins.
+        self.callsites.sort_by_key(|c| c.0);
         if self.first_ns > self.last_ns {
             (self.first_ns, self.last_ns) = (0, 0);
         }
@@ -378,6 +412,14 @@ impl Model {
         self.ctx_dev.iter().find(|p| p.0 == ctx).map(|p| p.1)
     }
 
+    /// The role of a stream, if the recorder wrote it (`stream` records).
+    pub fn stream_role(&self, ctx: u32, stream: u32) -> Option<StreamRole> {
+        self.stream_roles
+            .iter()
+            .find(|r| (r.0, r.1) == (ctx, stream))
+            .map(|r| r.2)
+    }
+
     pub fn kernel_count(&self) -> usize {
         self.kernels.start.len()
     }
@@ -392,7 +434,10 @@ impl Model {
         self.syncs.start.len()
     }
     pub fn api_count(&self) -> u64 {
-        self.apis
+        self.apis.start.len() as u64
+    }
+    pub fn callsite_count(&self) -> usize {
+        self.callsites.len()
     }
     /// Records the recorder reported lost (sum of `dropped` records).
     pub fn dropped(&self) -> u64 {

@@ -67,6 +67,24 @@ impl SyncRec {
     }
 }
 
+/// A host API call (`api` record). `name` resolves with [`Model::str`](crate::Model::str).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ApiRec {
+    pub name: StrId,
+    pub cbid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub tid: u64,
+    pub corr: u32,
+}
+
+impl ApiRec {
+    /// Host time in the call (`end - start`, 0 if it ends before it starts).
+    pub fn duration_ns(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+}
+
 /// A frame with its strings resolved (`?` for strings the trace never defined).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct FrameView<'a> {

@@ -26,6 +26,7 @@ pub enum Record {
     Sync(Sync),
     Api(Api),
     Callsite(Callsite),
+    Stream(StreamInfo),
     Overhead(Overhead),
     Dropped(Dropped),
     Notice(Notice),
@@ -46,6 +47,7 @@ impl Record {
             Record::Sync(_) => "sync",
             Record::Api(_) => "api",
             Record::Callsite(_) => "callsite",
+            Record::Stream(_) => "stream",
             Record::Overhead(_) => "overhead",
             Record::Dropped(_) => "dropped",
             Record::Notice(_) => "notice",
@@ -380,6 +382,31 @@ pub struct Callsite {
     /// Trace-clock time of the capture.
     pub ts: u64,
     pub stack: StackId,
+}
+
+/// What a stream is, when the recorder knows it: written once per context for its default streams
+/// (the CUPTI stream id that the NULL stream handle maps to).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct StreamInfo {
+    pub ctx: u32,
+    /// CUPTI stream id, as in `kernel.stream`.
+    pub stream: u32,
+    pub role: StreamRole,
+}
+
+/// The role of a stream in its context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamRole {
+    /// The legacy default stream (stream handle 0 without per-thread default streams): work on
+    /// it waits for, and blocks, all other blocking streams of the context.
+    #[default]
+    LegacyDefault,
+    /// A thread's per-thread default stream (`cudaStreamPerThread`, `--default-stream per-thread`).
+    PerThreadDefault,
+    /// A role this reader does not know (written by a newer recorder).
+    #[serde(other)]
+    Other,
 }
 
 /// Time CUPTI itself spent (buffer flushes, instrumentation…).
