@@ -32,7 +32,7 @@ pub mod views;
 
 pub use error::AnalysisError;
 pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
-pub use insights::{fmt_duration, Insight, Severity};
+pub use insights::{fmt_duration, Insight, RuleData, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use model::Model;
 pub use totals::{totals, Totals};
@@ -70,6 +70,13 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     let cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
     let mut insights = insights::sync_attribution::run(&cx);
     insights.extend(insights::in_loop_sync::run(&cx));
+    insights.extend(insights::default_stream_barrier::run(&cx));
+    insights.extend(insights::pageable_async_copy::run(&cx));
+    insights.extend(insights::blocking_copy::run(&cx));
+    insights.extend(insights::device_wide_sync::run(&cx));
+    insights.extend(insights::no_copy_compute_overlap::run(&cx));
+    insights.extend(insights::gpu_idle::run(&cx));
+    insights.extend(insights::launch_bound::run(&cx));
     insights::rank(&mut insights);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();

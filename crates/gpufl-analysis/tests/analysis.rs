@@ -5,6 +5,10 @@ use gpufl_analysis::*;
 use gpufl_trace::*;
 use std::path::PathBuf;
 
+// The rules of the streams seed, one module each group (tests/analysis/*.rs).
+mod copy_rules;
+mod timeline_rules;
+
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record
 // ---------------------------------------------------------------------------------------------

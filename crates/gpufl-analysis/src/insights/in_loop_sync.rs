@@ -176,6 +176,7 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
         gpu_idle_ns: idle,
         sync_kind: same_kind.then_some(kind),
         median_kernels_between: Some(med),
+        data: None,
     })
 }
 

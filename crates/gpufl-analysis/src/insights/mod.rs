@@ -1,7 +1,14 @@
 //! Insight rules, one file per rule, and what they share: the insight type, severity thresholds,
 //! the user location of every synchronization, duration formatting.
 
+pub(crate) mod blocking_copy;
+pub(crate) mod default_stream_barrier;
+pub(crate) mod device_wide_sync;
+pub(crate) mod gpu_idle;
 pub(crate) mod in_loop_sync;
+pub(crate) mod launch_bound;
+pub(crate) mod no_copy_compute_overlap;
+pub(crate) mod pageable_async_copy;
 pub(crate) mod sync_attribution;
 
 use crate::intervals::DeviceBusy;
@@ -69,6 +76,22 @@ pub struct Insight {
     pub sync_kind: Option<SyncKind>,
     /// in-loop-sync: median number of kernel launches between consecutive synchronizations.
     pub median_kernels_between: Option<f64>,
+    /// The rule's own figures (rules other than the two sync rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<RuleData>,
+}
+
+/// Figures specific to one rule, as plain data (each type lives in its rule's file).
+#[derive(Serialize, Clone, Debug)]
+#[serde(tag = "rule", rename_all = "kebab-case")]
+pub enum RuleData {
+    DefaultStreamBarrier(default_stream_barrier::Data),
+    PageableAsyncCopy(pageable_async_copy::Data),
+    BlockingCopy(blocking_copy::Data),
+    DeviceWideSync(device_wide_sync::Data),
+    NoCopyComputeOverlap(no_copy_compute_overlap::Data),
+    GpuIdle(gpu_idle::Data),
+    LaunchBound(launch_bound::Data),
 }
 
 /// `part / whole` clamped to 0..1 (0 for an empty whole).
@@ -135,6 +158,10 @@ pub(crate) struct Ctx<'a> {
     pub locs: Vec<SourceLoc>,
     /// Index into `locs` of each sync's user location, [`NONE`] for a sync without a stack.
     pub sync_loc: Vec<u32>,
+    /// Index into `locs` of each model stack's user location.
+    pub stack_loc: Vec<u32>,
+    /// (corr, index) of every API record, sorted by corr.
+    api_by_corr: Vec<(u32, u32)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -156,13 +183,33 @@ impl<'a> Ctx<'a> {
             .iter()
             .map(|s| stack_loc.get(s as usize).copied().unwrap_or(NONE))
             .collect();
+        let mut api_by_corr: Vec<(u32, u32)> = (0..m.apis.corr.len())
+            .map(|i| (m.apis.corr.get(i), i as u32))
+            .collect();
+        api_by_corr.sort_unstable();
         Ctx {
             m,
             wall_ns,
             busy,
             locs,
             sync_loc,
+            stack_loc,
+            api_by_corr,
         }
+    }
+
+    /// The API call with this correlation id (`api` records; None when API records were off).
+    pub fn api(&self, corr: u32) -> Option<crate::views::ApiRec> {
+        let i = self.api_by_corr.partition_point(|a| a.0 < corr);
+        let &(c, idx) = self.api_by_corr.get(i)?;
+        (c == corr).then(|| self.m.api(idx as usize))
+    }
+
+    /// Index into `locs` of the user location of the API call with this correlation id, from its
+    /// `callsite` record (copies, memsets, sampled launches).
+    pub fn callsite_loc(&self, corr: u32) -> Option<u32> {
+        let (stack, _) = self.m.callsite(corr)?;
+        self.stack_loc.get(stack.index()).copied()
     }
 
     pub fn is_driver_internal(&self, loc: u32) -> bool {

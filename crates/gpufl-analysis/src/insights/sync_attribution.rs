@@ -84,6 +84,7 @@ fn insight(cx: &Ctx, kind: SyncKind, loc: u32, count: u64, blocked: u64) -> Insi
         gpu_idle_ns: 0,
         sync_kind: Some(kind),
         median_kernels_between: None,
+        data: None,
     }
 }
 

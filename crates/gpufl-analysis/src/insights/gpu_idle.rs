@@ -1,0 +1,15 @@
+//! Rule `gpu-idle` (being written: see docs/insights.md).
+
+use super::{Ctx, Insight};
+use serde::Serialize;
+
+pub(crate) const RULE: &str = "gpu-idle";
+
+/// The rule's own figures.
+#[derive(Serialize, Clone, Debug, Default)]
+pub struct Data {}
+
+pub(crate) fn run(_cx: &Ctx) -> Vec<Insight> {
+    let _ = RULE;
+    Vec::new()
+}
