@@ -6,7 +6,9 @@ use gpufl_trace::*;
 use std::path::PathBuf;
 
 // The rules of the streams seed, one module each group (tests/analysis/*.rs).
+#[path = "analysis/copy_rules.rs"]
 mod copy_rules;
+#[path = "analysis/timeline_rules.rs"]
 mod timeline_rules;
 
 // ---------------------------------------------------------------------------------------------
