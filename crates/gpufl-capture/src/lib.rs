@@ -18,6 +18,7 @@ pub mod procinfo;
 pub mod pyframes;
 pub mod recorder;
 pub mod sink;
+pub mod sites;
 pub mod stack;
 pub mod symbolize;
 pub mod unwind;

@@ -100,6 +100,15 @@ static START_LOCK: Mutex<()> = Mutex::new(());
 static CUPTI: OnceLock<Cupti> = OnceLock::new();
 /// Set in a forked child (CUPTI state does not survive fork) and after stop: callbacks return at once.
 static DISABLED: AtomicBool = AtomicBool::new(false);
+/// Launch / copy / memset callback ids (call-site stacks), when enabled.
+static SITES: OnceLock<crate::sites::SiteTable> = OnceLock::new();
+
+/// Call-site stacks of launches, copies and memsets: on with stacks, unless
+/// `GPUFL_SITE_STACKS=0`.
+fn site_stacks_enabled() -> bool {
+    std::env::var("GPUFL_SITE_STACKS").map_or(true, |v| v != "0")
+}
+
 /// Set when a CUDA context is being destroyed: the writer closes a block promptly.
 static FLUSH_REQUEST: AtomicBool = AtomicBool::new(false);
 
@@ -335,6 +344,12 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
             }
         }
         enable_api_records(c, opts, &mut notices);
+        if opts.enable_stack_trace && site_stacks_enabled() {
+            let table = SITES.get_or_init(|| crate::sites::SiteTable::build(c));
+            for (domain, id) in table.ids() {
+                (c.enable_callback)(1, sub, domain, id);
+            }
+        }
         if opts.enable_synchronization {
             // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
             let domains = std::env::var("GPUFL_CALLBACK_DOMAINS").unwrap_or_default();
@@ -430,8 +445,21 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             crate::sink::MODULE_UNLOADS.fetch_add(1, Ordering::Release);
         }
         cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
-            // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
-            unsafe { on_sync_api(domain, cbid, data) }
+            if let Some(kind) = SITES.get().and_then(|t| t.kind(domain, cbid)) {
+                let Some(r) = RECORDER.get() else { return };
+                let call = crate::sites::SiteCall {
+                    cupti: r.cupti,
+                    kind,
+                    domain,
+                    cbid,
+                    python: r.python,
+                };
+                // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
+                unsafe { crate::sites::on_site_api(call, data) }
+            } else {
+                // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
+                unsafe { on_sync_api(domain, cbid, data) }
+            }
         }
         _ => {}
     }
@@ -682,6 +710,15 @@ fn writer_thread(
                         let _ = s.write(&Record::Notice(Notice {
                             level: "debug".into(),
                             message: line,
+                        }));
+                    }
+                    let limited = crate::sites::take_rate_limited();
+                    if limited > 0 {
+                        let _ = s.write(&Record::Notice(Notice {
+                            level: "info".into(),
+                            message: format!(
+                                "call-site stacks: {limited} launch/copy captures skipped by the rate limit"
+                            ),
                         }));
                     }
                     if let Some(cost) = stack::cost_summary() {

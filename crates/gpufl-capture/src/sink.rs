@@ -35,6 +35,8 @@ pub struct Sink {
     /// Python part of a stack → native frames under it at its last full capture.
     native_under: HashMap<Vec<u64>, Vec<u64>>,
     frame_buf: Vec<FrameId>,
+    /// Default streams already written (ctx, stream).
+    streams: std::collections::HashSet<(u32, u32)>,
     pub dirty: bool,
 }
 
@@ -52,6 +54,7 @@ impl Sink {
             stacks: HashMap::new(),
             native_under: HashMap::new(),
             frame_buf: Vec::new(),
+            streams: std::collections::HashSet::new(),
             dirty: false,
         }
     }
@@ -70,6 +73,11 @@ impl Sink {
         while let Some(s) = stack::queue().pop() {
             self.take_sample(&s)?;
         }
+        while let Some((ctx, stream, role)) = crate::sites::stream_queue().pop() {
+            if self.streams.insert((ctx, stream)) {
+                self.write(&Record::Stream(StreamInfo { ctx, stream, role }))?;
+            }
+        }
         let lost = stack::take_dropped();
         if lost > 0 {
             self.write(&Record::Dropped(Dropped {
@@ -81,9 +89,7 @@ impl Sink {
     }
 
     fn take_sample(&mut self, s: &Sample) -> Result<(), TraceError> {
-        let Some((kind, _, _)) = crate::cbids::sync_kind(s.domain, s.cbid) else {
-            return Ok(());
-        };
+        let sync = crate::cbids::sync_kind(s.domain, s.cbid);
         let stack = if s.has_stack {
             let entries = s.entries();
             let split = entries
@@ -108,6 +114,18 @@ impl Sink {
             })
         } else {
             None
+        };
+        let Some((kind, _, _)) = sync else {
+            // A launch, copy or memset call site.
+            let Some(stack) = stack else { return Ok(()) };
+            let api = self.api_name(s.domain, s.cbid)?;
+            return self.write(&Record::Callsite(Callsite {
+                corr: s.corr,
+                api,
+                tid: s.tid,
+                ts: s.ts,
+                stack,
+            }));
         };
         self.write(&Record::Sync(Sync {
             kind,

@@ -365,6 +365,15 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         ts: t0 + 5,
         stack,
     }));
+    r.rec(Record::Stream(StreamInfo {
+        ctx: 1,
+        stream: 7,
+        role: if i % 2 == 0 {
+            StreamRole::LegacyDefault
+        } else {
+            StreamRole::PerThreadDefault
+        },
+    }));
     r.rec(Record::Overhead(Overhead {
         kind: "activity_buffer_flush".into(),
         start: t0 + 960_000,
@@ -1623,4 +1632,22 @@ fn from_bytes_reads_like_open() {
         TraceReader::from_bytes(b"PK\x03\x04".to_vec(), "mem"),
         Err(TraceError::NotATrace { .. })
     ));
+}
+
+#[test]
+fn stream_role_from_a_newer_recorder_reads_as_other() {
+    let line = br#"{"t":"stream","ctx":3,"stream":9,"role":"graph_capture"}"#;
+    let rec: Record = serde_json::from_slice(line).unwrap();
+    assert_eq!(
+        rec,
+        Record::Stream(StreamInfo {
+            ctx: 3,
+            stream: 9,
+            role: StreamRole::Other
+        })
+    );
+    let legacy: Record =
+        serde_json::from_slice(br#"{"t":"stream","ctx":1,"stream":7,"role":"legacy_default"}"#)
+            .unwrap();
+    assert_eq!(legacy.type_name(), "stream");
 }
