@@ -114,17 +114,30 @@ if has bench; then
   log "(i) overhead on the launch-bound loop (bench/launch_bound.py, interleaved rounds)"
   B="$S/bench"; mkdir -p "$B"
   R=${BENCH_ROUNDS:-8}; LB="bench/launch_bound.py --steps ${BENCH_STEPS:-200} --repeat ${BENCH_REPEAT:-8} --mode"
+  # One process per mode per round; the order of the modes is reversed every other round so that
+  # drift within a round cancels (bare runs first in odd rounds, last in even ones).
+  # Modes: BENCH_MODES (default below); torch.profiler every BENCH_PROFILER_EVERY-th round.
+  MODES=${BENCH_MODES:-"bare gpufl-full gpufl-no-sites gpufl-no-api gpufl-kernels-only bare-again"}
+  run_mode() {
+    case $1 in
+      bare|bare-again) $PY $LB $1 ;;
+      gpufl-full) gpufl record -q -o "$B/full" -- $PY $LB $1 ;;
+      gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$B/nosites" -- $PY $LB $1 ;;
+      gpufl-no-api) gpufl record -q --api-records none -o "$B/noapi" -- $PY $LB $1 ;;
+      gpufl-kernels-only) GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY $LB $1 ;;
+      torch-profiler) $PY $LB torch-profiler --profiler ;;
+    esac
+  }
   for round in $(seq $R); do
-    $PY $LB bare
-    gpufl record -q -o "$B/full" -- $PY $LB gpufl-full
-    GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY $LB gpufl-kernels-only
-    $PY $LB bare-again
-    if [ "${BENCH_PROFILER:-1}" = 1 ] && [ $((round % 2)) = 1 ]; then $PY $LB torch-profiler --profiler; fi
-    [ "$round" -lt "$R" ] && rm -rf "$B/full" "$B/kern"
+    echo "{\"round\": $round}"
+    order=$MODES; [ $((round % 2)) = 0 ] && order=$(echo $MODES | tr ' ' '\n' | tac | tr '\n' ' ')
+    for m in $order; do run_mode $m; done
+    if [ "${BENCH_PROFILER:-1}" = 1 ] && [ $((round % ${BENCH_PROFILER_EVERY:-3})) = 1 ]; then run_mode torch-profiler; fi
+    [ "$round" -lt "$R" ] && rm -rf "$B/full" "$B/kern" "$B/nosites" "$B/noapi"
   done 2>&1 | grep '^{' | tee -a "$OUT/bench.jsonl"
   $PY bench/summarize.py "$OUT/bench.jsonl" | tee -a "$OUT/summary.txt"
   for d in "$B"/*/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"
-  for m in full kern; do [ -d "$B/$m" ] || continue; f=$(ls "$B"/$m/*/trace-0000.ndjson.zst | head -1)
+  for m in full nosites noapi kern; do [ -d "$B/$m" ] || continue; f=$(ls "$B"/$m/*/trace-0000.ndjson.zst | head -1)
     gpufl info "$(dirname "$f")" | grep -E "kernels|api records" | tee -a "$OUT/summary.txt"
     k=$(gpufl info "$(dirname "$f")" | grep -o '[0-9]* kernels' | head -1 | cut -d' ' -f1)
     b=$(stat -c %s "$f")

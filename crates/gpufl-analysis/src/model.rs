@@ -201,7 +201,11 @@ impl Model {
                 self.callsites.push((c.corr, stack, api));
             }
             Record::Stream(s) => {
-                if !self.stream_roles.iter().any(|r| (r.0, r.1) == (s.ctx, s.stream)) {
+                if !self
+                    .stream_roles
+                    .iter()
+                    .any(|r| (r.0, r.1) == (s.ctx, s.stream))
+                {
                     self.stream_roles.push((s.ctx, s.stream, s.role));
                 }
             }
