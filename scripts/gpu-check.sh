@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
 # Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
-#   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split (default: all but split)
+#   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams
+#   (default: all but split and streams)
 set -u
 OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
 ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
@@ -44,6 +45,36 @@ if has record; then
   # make that per-repeat sync an "in-loop sync" by the seed's rule (>= 3 syncs from one line).
   gpufl record -o "$S/c" -- build/two_stream_overlap 2 2>&1 | tee "$OUT/c.log"
   show "$(newest "$S/c")"
+fi
+if has streams; then
+  log "(m) streams seed: one planted stream/transfer pitfall per example"
+  SX="default_stream_barrier pageable_async_copy blocking_copy device_wide_sync copy_compute_pipeline ping_pong gpu_idle_launch launch_bound"
+  for n in $SX; do
+    rm -f "build/$n"
+    nvcc -g -O2 -lineinfo -o "build/$n" "examples/$n.cu" >"$OUT/nvcc-$n.txt" 2>&1 || { log "compile FAILED: $n"; tail -5 "$OUT/nvcc-$n.txt" | tee -a "$OUT/summary.txt"; }
+    rm -f "$OUT/nvcc-$n.txt"
+  done
+  rec() { # name command...: record, then info / syncs / notices / report
+    local name=$1; shift
+    case $1 in build/*) [ -x "$1" ] || { log "(m) $name: skipped, $1 not built"; return; };; esac
+    log "(m) $name: $*"
+    gpufl record -o "$S/$name" -- "$@" 2>&1 | tee "$OUT/$name.log"
+    show "$(newest "$S/$name")"
+  }
+  rec default_stream_barrier build/default_stream_barrier 20
+  rec pageable_async_copy build/pageable_async_copy 20
+  rec blocking_copy build/blocking_copy 20
+  rec device_wide_sync build/device_wide_sync 20
+  rec copy_compute_pipeline build/copy_compute_pipeline 1 3
+  rec ping_pong build/ping_pong
+  rec gpu_idle_launch build/gpu_idle_launch 500
+  rec launch_bound build/launch_bound 20000
+  rec two_stream_overlap build/two_stream_overlap 2
+  for p in item cpu pageable; do rec "pytorch_transfers_$p" $PY examples/pytorch_transfers.py --pattern $p --steps 30; done
+  log "(m) pipeline prediction check: copy_compute_pipeline with 1, 2, 4 streams, 5 repeats, no gpufl"
+  if [ -x build/copy_compute_pipeline ]; then
+    for ns in 1 2 4; do build/copy_compute_pipeline $ns 5 2>&1 | tee -a "$OUT/summary.txt"; done
+  fi
 fi
 if has api; then
   log "(d) C++ API (gpufl::init/shutdown, no injection)"

@@ -77,6 +77,10 @@ pub const BUILTIN_EXCLUDES: &[&str] = &[
     "libcupti",
     "libgpufl_capture",
     "/usr/local/cuda",
+    // nvcc's generated host stubs of `kernel<<<…>>>` (`__device_stub__…` in a temporary
+    // `tmpxft_…cudafe1.stub.c`): the launch's user frame is the line with the `<<<…>>>`.
+    "cudafe1.stub.c",
+    "tmpxft_",
     // The C runtime, loader and C++ runtime (and system headers inlined into user code).
     "libc.so",
     "libc-2.",
