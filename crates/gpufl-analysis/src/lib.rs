@@ -61,6 +61,10 @@ pub struct Analysis {
     pub has_stacks: bool,
     /// The model's warnings (loading and the reader's), then the analysis's own.
     pub warnings: Vec<String>,
+    /// Per device with GPU work: idle gaps by class, the longest gaps, utilization over time
+    /// (rule `gpu-idle`, docs/insights.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_idle: Vec<insights::gpu_idle::DeviceIdle>,
 }
 
 /// Run every rule over a model.
@@ -75,7 +79,8 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     insights.extend(insights::blocking_copy::run(&cx));
     insights.extend(insights::device_wide_sync::run(&cx));
     insights.extend(insights::no_copy_compute_overlap::run(&cx));
-    insights.extend(insights::gpu_idle::run(&cx));
+    let (idle_insights, gpu_idle) = insights::gpu_idle::run(&cx);
+    insights.extend(idle_insights);
     insights.extend(insights::launch_bound::run(&cx));
     insights::rank(&mut insights);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
@@ -92,5 +97,6 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         insights,
         has_stacks,
         warnings,
+        gpu_idle,
     }
 }

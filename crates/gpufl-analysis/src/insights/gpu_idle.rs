@@ -1,15 +1,1379 @@
-//! Rule `gpu-idle` (being written: see docs/insights.md).
+//! Rule `gpu-idle`: the idle gaps of each device between its GPU work, classified by what the host
+//! was doing, with a per-device summary (class totals, largest gaps, utilization over time).
+//!
+//! - **Gaps:** per device, the union of kernels, copies and memsets between the device's first and
+//!   last op (`[first start, last end]`, its *active range*); a gap is a hole in that union.
+//!   Gaps under [`MIN_GAP_NS`] are `kernel_wait` (HTA's name: the GPU front end between two queued
+//!   ops; not actionable) and are counted, not classified.
+//! - **Classes** (of the op that ends the gap, its issuing API call found by correlation id):
+//!   `sync` when the thread that issued that op (all threads when its API call is unknown) was
+//!   blocked in a synchronization or a blocking copy (`cudaMemcpy*`/`cuMemcpy*` without `Async`)
+//!   for more than half of the gap; else `launch` when that API call began at or after the gap's
+//!   start (the host issued the work only after the GPU had run out of it); else `other` (the
+//!   work was already queued: stream/event dependencies, other devices, or unknown).
+//! - **Lines:** `launch`: the call's own call-site stack, else the most frequent sampled call site
+//!   of the same kernel function, else (sessions without call sites) the next synchronization with
+//!   a stack on the issuing thread (approximate; said in the insight). `sync`: the sync's own
+//!   stack, or the blocking copy's call site. `other`: no line.
+//! - **Insights:** one per user line (classes folded: its largest class names it). A line's gaps
+//!   lose their *one-off pauses* first: from the longest down, each gap longer than all the line's
+//!   shorter gaps together (the wait before the first step, a lazy module load, a checkpoint) is
+//!   listed in the summary's top gaps but not in the insight. **Impact:** the remaining idle time.
+//!   **Window:** the span from the line's first gap to its last, one-off pauses cut out (like
+//!   in-loop-sync's loop span: startup does not grow with the run). **Fires** with at least
+//!   [`MIN_GAPS`] gaps, an impact of at least 1 % of the devices' active ranges (less the one-off
+//!   pauses) and of at least 5 % of the window for `launch`, 10 % for `sync` (the same calls are in
+//!   sync-attribution, which counts the host's blocked time: this one only reports the GPU idle
+//!   they cause when it is large) and 10 % for `other` (one insight for the whole session, no
+//!   line).
+//! - **Severity:** on the impact's share of the window: HIGH above 50 %, MEDIUM above 10 %.
+//! - **Utilization:** each device's active range cut into [`UTIL_CHUNKS`] equal chunks (as
+//!   `nsys analyze gpu_time_util`), the busy share of each; chunks under 50 % are flagged `low`.
 
-use super::{Ctx, Insight};
+use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
+use crate::model::Model;
+use crate::store::NONE;
+use crate::userframe::{FrameOrigin, SourceLoc};
+use crate::views::{sync_kind_from_u8, ApiRec};
 use serde::Serialize;
+use std::cell::OnceCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 pub(crate) const RULE: &str = "gpu-idle";
+/// Gaps shorter than this are `kernel_wait`: counted, not classified, never in an insight.
+pub const MIN_GAP_NS: u64 = 5_000;
+/// Chunks of the utilization series.
+pub const UTIL_CHUNKS: u32 = 30;
+/// A chunk busy less than this share is flagged `low`.
+pub const LOW_UTILIZATION: f64 = 0.5;
+/// Largest gaps listed per device.
+pub const TOP_GAPS: usize = 10;
+/// Fewest gaps (one-off pauses excluded) for a line's insight.
+pub const MIN_GAPS: u64 = 3;
+/// Least share (percent) of the window for an insight, per class.
+const MIN_SHARE_PCT: [u64; 4] = [101, 5, 10, 10];
+/// Least share (percent) of the devices' active ranges (less the line's one-off pauses) for an
+/// insight: a few gaps in a short burst of a long session do not make one.
+const MIN_ACTIVE_PCT: u64 = 1;
+/// A gap is `sync` when blocked calls cover more than this share of it (percent).
+const SYNC_COVER_PCT: u64 = 50;
+/// One-off pauses are looked for among a line's largest gaps only (each one is longer than all
+/// smaller gaps together, so there can be only ~64 of them anyway).
+const ONE_OFF_CANDIDATES: usize = 64;
+/// Blocked calls examined per gap (a thread's calls do not overlap; this bounds odd data).
+const MAX_BLOCKED_PER_GAP: usize = 64;
+/// `file` of the location of an insight without a user line.
+pub const UNKNOWN_FILE: &str = "<unknown>";
+
+/// What the host was doing during a GPU idle gap.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleClass {
+    /// Shorter than [`MIN_GAP_NS`]: the GPU moving from one queued op to the next.
+    KernelWait,
+    /// The API call that issued the next op began after the GPU went idle.
+    Launch,
+    /// The issuing thread was blocked in a synchronization or blocking copy for most of the gap.
+    Sync,
+    /// Neither: the next op was already queued.
+    Other,
+}
+
+impl IdleClass {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How an insight's (or a gap's) line was found, most precise first.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum LocationSource {
+    /// The call's own call-site stack (`callsite` record).
+    Callsite,
+    /// A synchronization's own stack.
+    Sync,
+    /// The most frequent sampled call site of the same kernel function.
+    KernelCallsites,
+    /// Approximate: the next synchronization with a stack on the issuing thread (the session has
+    /// no call-site stack for the call; recorders before call sites).
+    NextSync,
+    /// No line could be found.
+    None,
+}
+
+/// Count and idle time of one class of gaps.
+#[derive(Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassTotal {
+    pub gaps: u64,
+    pub idle_ns: u64,
+}
+
+/// Gaps of one device by class.
+#[derive(Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IdleByClass {
+    pub kernel_wait: ClassTotal,
+    pub launch: ClassTotal,
+    pub sync: ClassTotal,
+    pub other: ClassTotal,
+}
+
+impl IdleByClass {
+    fn get_mut(&mut self, c: IdleClass) -> &mut ClassTotal {
+        match c {
+            IdleClass::KernelWait => &mut self.kernel_wait,
+            IdleClass::Launch => &mut self.launch,
+            IdleClass::Sync => &mut self.sync,
+            IdleClass::Other => &mut self.other,
+        }
+    }
+}
+
+/// One idle gap.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Gap {
+    /// Start, ns after the session's first record.
+    pub start_offset_ns: u64,
+    pub duration_ns: u64,
+    pub class: IdleClass,
+    /// The user line of the class (None for `kernel_wait`, `other`, or when unknown).
+    pub location: Option<SourceLoc>,
+    pub location_source: Option<LocationSource>,
+}
+
+/// One chunk of the utilization series.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
+pub struct UtilChunk {
+    /// Start, ns after the session's first record.
+    pub start_offset_ns: u64,
+    pub duration_ns: u64,
+    pub busy_ns: u64,
+    /// `busy_ns / duration_ns`, 0..1.
+    pub busy_share: f64,
+    /// Busy share under [`LOW_UTILIZATION`].
+    pub low: bool,
+}
+
+/// Idle time of one device (the `gpu_idle` field of the analysis).
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct DeviceIdle {
+    pub device: u32,
+    /// First op's start, ns after the session's first record.
+    pub active_start_offset_ns: u64,
+    /// First op's start to last op's end.
+    pub active_ns: u64,
+    /// Union of the device's kernels, copies and memsets.
+    pub busy_ns: u64,
+    /// `active_ns - busy_ns`: the gaps together.
+    pub idle_ns: u64,
+    pub gaps: u64,
+    pub by_class: IdleByClass,
+    /// The [`TOP_GAPS`] longest gaps, longest first (earlier first on ties).
+    pub top_gaps: Vec<Gap>,
+    /// [`UTIL_CHUNKS`] chunks of the active range (empty when it is shorter than that many ns).
+    pub utilization: Vec<UtilChunk>,
+    pub low_utilization_chunks: u32,
+}
+
+/// Idle time of one class at one line (in an insight's data).
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassIdle {
+    pub class: IdleClass,
+    /// Gaps counted (one-off pauses excluded).
+    pub gaps: u64,
+    pub idle_ns: u64,
+    /// One-off pauses left out.
+    pub one_off_gaps: u64,
+    pub one_off_ns: u64,
+    /// The line's span for this class, one-off pauses cut out.
+    pub window_ns: u64,
+}
 
 /// The rule's own figures.
-#[derive(Serialize, Clone, Debug, Default)]
-pub struct Data {}
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Data {
+    /// The class with the most idle time at this line.
+    pub class: IdleClass,
+    pub gaps: u64,
+    pub idle_ns: u64,
+    /// Longest gap counted.
+    pub largest_gap_ns: u64,
+    /// The classes that fired at this line.
+    pub classes: Vec<ClassIdle>,
+    /// `sync` class: what blocked (a sync kind such as `StreamSynchronize`, or an API name such
+    /// as `cudaMemcpy`).
+    pub blocking_call: Option<String>,
+    /// The least precise way a gap's line was found.
+    pub location_source: LocationSource,
+}
 
-pub(crate) fn run(_cx: &Ctx) -> Vec<Insight> {
-    let _ = RULE;
-    Vec::new()
+// ---------------------------------------------------------------------------------------------
+// Shared with the other timeline rules (launch-bound, no-copy-compute-overlap)
+// ---------------------------------------------------------------------------------------------
+
+/// Each device's ops sorted by start (ties in record order, kernels first): `op < kernel_count`
+/// is a kernel, `op - kernel_count` a copy (memsets included when asked). With one device every op
+/// is its. 4 bytes per op, and the sort is adaptive: records come nearly in start order.
+pub(super) fn device_timelines(m: &Model, memsets: bool) -> Vec<(u32, Vec<u32>)> {
+    let devs = m.devices();
+    let single = devs.len() == 1;
+    let nk = m.kernel_count();
+    let mut out: Vec<(u32, Vec<u32>)> = devs.iter().map(|&d| (d, Vec::new())).collect();
+    if out.is_empty() {
+        return out;
+    }
+    if single {
+        out[0].1.reserve_exact(nk + m.copy_count());
+    }
+    let slot = |d: u32| {
+        if single {
+            Some(0)
+        } else {
+            devs.iter().position(|&x| x == d)
+        }
+    };
+    for (i, d) in m.kernels.dev.iter().enumerate() {
+        if let Some(p) = slot(d) {
+            out[p].1.push(i as u32);
+        }
+    }
+    let c = &m.copies;
+    for (i, (d, op)) in c.dev.iter().zip(c.op.iter()).enumerate() {
+        if !memsets && op == crate::views::OP_MEMSET {
+            continue;
+        }
+        if let Some(p) = slot(d) {
+            out[p].1.push((nk + i) as u32);
+        }
+    }
+    for (_, v) in &mut out {
+        v.sort_by_key(|&op| op_start(m, op));
+    }
+    out
+}
+
+/// Start of an op of a timeline.
+pub(super) fn op_start(m: &Model, op: u32) -> u64 {
+    let nk = m.kernel_count();
+    let i = op as usize;
+    if i < nk {
+        m.kernels.start.get(i)
+    } else {
+        m.copies.start.get(i - nk)
+    }
+}
+
+/// End of an op of a timeline, never before its start.
+pub(super) fn op_end(m: &Model, op: u32) -> u64 {
+    let (s, e) = op_span(m, op);
+    e.max(s)
+}
+
+fn op_span(m: &Model, op: u32) -> (u64, u64) {
+    let nk = m.kernel_count();
+    let i = op as usize;
+    if i < nk {
+        (m.kernels.start.get(i), m.kernels.end.get(i))
+    } else {
+        (m.copies.start.get(i - nk), m.copies.end.get(i - nk))
+    }
+}
+
+pub(super) fn op_corr(m: &Model, op: u32) -> u32 {
+    let nk = m.kernel_count();
+    let i = op as usize;
+    if i < nk {
+        m.kernels.corr.get(i)
+    } else {
+        m.copies.corr.get(i - nk)
+    }
+}
+
+/// The API call that issued a GPU op (None for correlation id 0, which CUPTI never assigns).
+pub(super) fn issuing_api(cx: &Ctx, corr: u32) -> Option<ApiRec> {
+    if corr == 0 {
+        None
+    } else {
+        cx.api(corr)
+    }
+}
+
+/// Finds API calls by correlation id for a sequence of lookups with mostly increasing ids (GPU
+/// ops in start order): a galloping search from the previous hit, O(1) when ids increase.
+pub(super) struct ApiCursor<'a> {
+    cx: &'a Ctx<'a>,
+    at: usize,
+}
+
+impl<'a> ApiCursor<'a> {
+    pub(super) fn new(cx: &'a Ctx<'a>) -> ApiCursor<'a> {
+        ApiCursor { cx, at: 0 }
+    }
+
+    /// As [`issuing_api`].
+    pub(super) fn find(&mut self, corr: u32) -> Option<ApiRec> {
+        let v = &self.cx.api_by_corr;
+        if corr == 0 || v.is_empty() {
+            return None;
+        }
+        let at = self.at.min(v.len() - 1);
+        // Bracket [lo, hi) around the first entry >= corr by doubling steps from `at`.
+        let (mut lo, mut hi);
+        if v[at].0 < corr {
+            let mut step = 1;
+            lo = at + 1;
+            hi = lo;
+            while hi < v.len() && v[hi].0 < corr {
+                lo = hi + 1;
+                hi = (hi + step).min(v.len());
+                step *= 2;
+            }
+        } else {
+            let mut step = 1;
+            hi = at;
+            lo = at;
+            while lo > 0 && v[lo - 1].0 >= corr {
+                hi = lo - 1;
+                lo = lo.saturating_sub(step);
+                step *= 2;
+            }
+        }
+        let hi = hi.min(v.len());
+        let lo = lo.min(hi);
+        let i = lo + v[lo..hi].partition_point(|a| a.0 < corr);
+        self.at = i.min(v.len() - 1);
+        match v.get(i) {
+            Some(&(c, idx)) if c == corr => Some(self.cx.m.api(idx as usize)),
+            _ => None,
+        }
+    }
+}
+
+/// Push into a min-heap of at most `cap` items, keeping the largest.
+fn push_capped<T: Ord>(heap: &mut BinaryHeap<Reverse<T>>, item: T, cap: usize) {
+    if heap.len() < cap {
+        heap.push(Reverse(item));
+    } else if let Some(mut min) = heap.peek_mut() {
+        if item > min.0 {
+            *min = Reverse(item);
+        }
+    }
+}
+
+/// Merged busy intervals of one device, with prefix sums: busy time in a range, idle before an
+/// instant.
+pub(super) struct BusyIndex {
+    iv: Vec<(u64, u64)>,
+    /// `prefix[i]`: busy time of `iv[..i]`.
+    prefix: Vec<u64>,
+}
+
+impl BusyIndex {
+    pub(super) fn new(m: &Model, ops: &[u32]) -> BusyIndex {
+        let mut iv: Vec<(u64, u64)> = Vec::new();
+        for &op in ops {
+            let (s, e) = op_span(m, op);
+            let e = e.max(s);
+            match iv.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => iv.push((s, e)),
+            }
+        }
+        let mut prefix = Vec::with_capacity(iv.len() + 1);
+        let mut acc = 0u64;
+        prefix.push(0);
+        for &(s, e) in &iv {
+            acc += e - s;
+            prefix.push(acc);
+        }
+        BusyIndex { iv, prefix }
+    }
+
+    /// From any intervals (sorted and merged here; empty or inverted ones count for nothing).
+    pub(super) fn from_intervals(mut iv: Vec<(u64, u64)>) -> BusyIndex {
+        let n = crate::intervals::merge(&mut iv).len();
+        iv.truncate(n);
+        let mut prefix = Vec::with_capacity(iv.len() + 1);
+        let mut acc = 0u64;
+        prefix.push(0);
+        for &(s, e) in &iv {
+            acc += e - s;
+            prefix.push(acc);
+        }
+        BusyIndex { iv, prefix }
+    }
+
+    /// Busy time within `[a, b)`.
+    pub(super) fn busy_in(&self, a: u64, b: u64) -> u64 {
+        if b <= a {
+            return 0;
+        }
+        let i = self.iv.partition_point(|&(_, e)| e <= a);
+        let j = self.iv.partition_point(|&(s, _)| s < b);
+        if i >= j {
+            return 0;
+        }
+        let mut t = self.prefix[j] - self.prefix[i];
+        let (s0, _) = self.iv[i];
+        t -= a.saturating_sub(s0);
+        let (_, e1) = self.iv[j - 1];
+        t -= e1.saturating_sub(b);
+        t
+    }
+
+    /// Idle time right before work starting at `t`: the gap that ends at `t` when `t` starts a
+    /// busy interval after another; 0 when the device was already busy at `t` or `t` starts the
+    /// device's first interval.
+    pub(super) fn idle_before(&self, t: u64) -> u64 {
+        let i = self.iv.partition_point(|&(s, _)| s < t);
+        match (i.checked_sub(1).map(|p| self.iv[p]), self.iv.get(i)) {
+            (Some((_, pe)), Some(&(s, _))) if s == t && pe < t => t - pe,
+            _ => 0,
+        }
+    }
+}
+
+/// Finds the user line of a GPU op's API call, with lazily built indexes.
+pub(super) struct Locator<'a> {
+    cx: &'a Ctx<'a>,
+    /// (tid, start, loc) of syncs with a user location, sorted.
+    syncs_by_tid: OnceCell<Vec<(u64, u64, u32)>>,
+    /// (start, loc) of the same syncs, sorted.
+    syncs_by_start: OnceCell<Vec<(u64, u32)>>,
+    /// (kernel name, most frequent call-site location) of kernels with sampled call sites.
+    name_lines: OnceCell<Vec<(u32, u32)>>,
+}
+
+impl<'a> Locator<'a> {
+    pub(super) fn new(cx: &'a Ctx<'a>) -> Locator<'a> {
+        Locator {
+            cx,
+            syncs_by_tid: OnceCell::new(),
+            syncs_by_start: OnceCell::new(),
+            name_lines: OnceCell::new(),
+        }
+    }
+
+    fn user_syncs(&self) -> &[(u64, u64, u32)] {
+        self.syncs_by_tid.get_or_init(|| {
+            let s = &self.cx.m.syncs;
+            let mut v: Vec<(u64, u64, u32)> = self
+                .cx
+                .sync_loc
+                .iter()
+                .enumerate()
+                .filter(|&(_, &loc)| loc != NONE && !self.cx.is_driver_internal(loc))
+                .map(|(i, &loc)| (s.tid.get(i), s.start.get(i), loc))
+                .collect();
+            v.sort_unstable();
+            v
+        })
+    }
+
+    /// The first synchronization with a user location that starts at or after `t`, on thread
+    /// `tid`; on any thread when `tid` is None or that thread has none after `t` (e.g. PyTorch's
+    /// autograd thread launches the backward pass and never synchronizes).
+    pub(super) fn next_sync(&self, tid: Option<u64>, t: u64) -> Option<u32> {
+        if let Some(tid) = tid {
+            let v = self.user_syncs();
+            let i = v.partition_point(|&(x, s, _)| (x, s) < (tid, t));
+            if let Some(r) = v.get(i).filter(|r| r.0 == tid) {
+                return Some(r.2);
+            }
+        }
+        let v = self.syncs_by_start.get_or_init(|| {
+            let mut v: Vec<(u64, u32)> =
+                self.user_syncs().iter().map(|&(_, s, l)| (s, l)).collect();
+            v.sort_unstable();
+            v
+        });
+        let i = v.partition_point(|&(s, _)| s < t);
+        v.get(i).map(|r| r.1)
+    }
+
+    /// The most frequent call-site location of sampled launches of a kernel function.
+    pub(super) fn kernel_name_line(&self, name: u32) -> Option<u32> {
+        let v = self.name_lines.get_or_init(|| {
+            let m = self.cx.m;
+            if m.callsites.is_empty() {
+                return Vec::new();
+            }
+            let mut kc: Vec<(u32, u32)> = m
+                .kernels
+                .corr
+                .iter()
+                .zip(m.kernels.name.iter())
+                .filter(|&(c, _)| c != 0)
+                .collect();
+            kc.sort_unstable();
+            kc.dedup_by_key(|x| x.0);
+            // (name, loc) of every sampled launch: a merge join of the two sorted lists.
+            let mut votes: Vec<(u32, u32)> = Vec::new();
+            let mut j = 0;
+            for &(corr, stack, _) in &m.callsites {
+                while j < kc.len() && kc[j].0 < corr {
+                    j += 1;
+                }
+                if j < kc.len() && kc[j].0 == corr {
+                    if let Some(&loc) = self.cx.stack_loc.get(stack as usize) {
+                        votes.push((kc[j].1, loc));
+                    }
+                }
+            }
+            most_frequent_per_key(votes)
+        });
+        let i = v.partition_point(|&(n, _)| n < name);
+        v.get(i).filter(|r| r.0 == name).map(|r| r.1)
+    }
+
+    /// The user line of the call with correlation id `corr` (a kernel launch when `kernel_name`
+    /// is Some): its own call site, the kernel function's sampled call sites, or the next sync on
+    /// the calling thread after the call (after `t` when the call is unknown).
+    pub(super) fn locate(
+        &self,
+        corr: u32,
+        kernel_name: Option<u32>,
+        api: Option<&ApiRec>,
+        t: u64,
+    ) -> (u32, LocationSource) {
+        if corr != 0 {
+            if let Some(loc) = self.cx.callsite_loc(corr) {
+                return (loc, LocationSource::Callsite);
+            }
+        }
+        if let Some(loc) = kernel_name.and_then(|n| self.kernel_name_line(n)) {
+            return (loc, LocationSource::KernelCallsites);
+        }
+        let (tid, at) = match api {
+            Some(a) => (Some(a.tid), a.start),
+            None => (None, t),
+        };
+        match self.next_sync(tid, at) {
+            Some(loc) => (loc, LocationSource::NextSync),
+            None => (NONE, LocationSource::None),
+        }
+    }
+
+    /// The location for an insight: `locs[loc]`, or [`unknown_loc`] for [`NONE`].
+    pub(super) fn source_loc(&self, loc: u32) -> SourceLoc {
+        self.cx
+            .locs
+            .get(loc as usize)
+            .cloned()
+            .unwrap_or_else(unknown_loc)
+    }
+}
+
+/// For each key of `(key, value)` pairs, its most frequent value (ties: the smallest), sorted by key.
+pub(super) fn most_frequent_per_key(mut v: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
+    v.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut best: Option<(u32, u32, usize)> = None;
+    let mut i = 0;
+    while i < v.len() {
+        let j = i + v[i..].iter().take_while(|x| **x == v[i]).count();
+        let (k, val, n) = (v[i].0, v[i].1, j - i);
+        match best {
+            Some((bk, _, bn)) if bk == k => {
+                if n > bn {
+                    best = Some((k, val, n));
+                }
+            }
+            _ => {
+                if let Some((bk, bv, _)) = best {
+                    out.push((bk, bv));
+                }
+                best = Some((k, val, n));
+            }
+        }
+        i = j;
+    }
+    if let Some((bk, bv, _)) = best {
+        out.push((bk, bv));
+    }
+    out
+}
+
+/// The location of an insight or gap with no user line.
+pub(super) fn unknown_loc() -> SourceLoc {
+    SourceLoc {
+        file: UNKNOWN_FILE.to_string(),
+        line: None,
+        function: None,
+        origin: FrameOrigin::DriverInternal,
+    }
+}
+
+/// A note for the detail of an insight whose line is approximate.
+pub(super) fn location_note(src: LocationSource, what: &str) -> String {
+    match src {
+        LocationSource::KernelCallsites => format!(
+            " (line from sampled launches of the same kernel: {what} itself was not sampled)"
+        ),
+        LocationSource::NextSync => format!(
+            " (line approximate: the session has no call-site stack for {what}, so this is the \
+             next synchronization after them, on the calling thread if it has one)"
+        ),
+        LocationSource::None => {
+            format!(" (no line: the session has no call-site stack for {what})")
+        }
+        _ => String::new(),
+    }
+}
+
+/// `median` and `p99` (nearest rank) of a slice, reordering it; `(0, 0)` when empty.
+pub(super) fn median_p99<T: Copy + Ord + Into<u64>>(v: &mut [T]) -> (u64, u64) {
+    if v.is_empty() {
+        return (0, 0);
+    }
+    v.sort_unstable();
+    let n = v.len();
+    let at = |i: usize| -> u64 { v[i].into() };
+    let med = if n % 2 == 1 {
+        at(n / 2)
+    } else {
+        at(n / 2 - 1) + (at(n / 2) - at(n / 2 - 1)) / 2
+    };
+    let rank = (n * 99).div_ceil(100).max(1);
+    (med, at(rank - 1))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocked host calls
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+enum Blocker {
+    Sync(u8),
+    Call(u32),
+}
+
+#[derive(Clone, Copy)]
+struct Blocked {
+    tid: u64,
+    start: u64,
+    end: u64,
+    what: Blocker,
+    loc: u32,
+    src: LocationSource,
+}
+
+/// Synchronizations and blocking copies, by thread and by start, to find what covers a gap.
+struct BlockedIndex {
+    /// Sorted by (tid, start); unknown threads under `u64::MAX`.
+    by_tid: Vec<Blocked>,
+    /// Running max of `end` within each thread's run of `by_tid`.
+    tid_max_end: Vec<u64>,
+    /// Indices into `by_tid`, sorted by start, and the running max of `end` in that order.
+    by_start: Vec<u32>,
+    start_max_end: Vec<u64>,
+}
+
+fn is_blocking_copy(name: &str) -> bool {
+    (name.starts_with("cudaMemcpy") || name.starts_with("cuMemcpy")) && !name.contains("Async")
+}
+
+impl BlockedIndex {
+    fn new(cx: &Ctx, loc: &Locator) -> BlockedIndex {
+        let m = cx.m;
+        let s = &m.syncs;
+        let mut v: Vec<Blocked> = Vec::new();
+        for i in 0..m.sync_count() {
+            let kind = s.kind.get(i);
+            if !sync_kind_from_u8(kind).blocks_host() {
+                continue;
+            }
+            let l = cx.sync_loc.get(i).copied().unwrap_or(NONE);
+            v.push(Blocked {
+                tid: s.tid.get(i),
+                start: s.start.get(i),
+                end: s.end.get(i).max(s.start.get(i)),
+                what: Blocker::Sync(kind),
+                loc: l,
+                src: if l == NONE {
+                    LocationSource::None
+                } else {
+                    LocationSource::Sync
+                },
+            });
+        }
+        // Blocking copies: API records whose name is a synchronous memcpy (decided once per name).
+        let mut blocking: Vec<u8> = vec![2; m.strings.len()];
+        let a = &m.apis;
+        for i in 0..a.start.len() {
+            let name = a.name.get(i);
+            let Some(flag) = blocking.get_mut(name as usize) else {
+                continue;
+            };
+            if *flag == 2 {
+                *flag = is_blocking_copy(m.str(gpufl_trace::StrId(name))) as u8;
+            }
+            if *flag == 0 {
+                continue;
+            }
+            let api = m.api(i);
+            let (l, src) = loc.locate(api.corr, None, Some(&api), api.start);
+            v.push(Blocked {
+                tid: api.tid,
+                start: api.start,
+                end: api.end.max(api.start),
+                what: Blocker::Call(name),
+                loc: l,
+                src,
+            });
+        }
+        v.sort_unstable_by_key(|b| (b.tid, b.start, b.end));
+        let mut tid_max_end = Vec::with_capacity(v.len());
+        for (i, b) in v.iter().enumerate() {
+            let prev = match i.checked_sub(1) {
+                Some(p) if v[p].tid == b.tid => tid_max_end[p],
+                _ => 0,
+            };
+            tid_max_end.push(b.end.max(prev));
+        }
+        let mut by_start: Vec<u32> = (0..v.len() as u32).collect();
+        by_start.sort_unstable_by_key(|&i| (v[i as usize].start, i));
+        let mut start_max_end = Vec::with_capacity(v.len());
+        let mut mx = 0u64;
+        for &i in &by_start {
+            mx = mx.max(v[i as usize].end);
+            start_max_end.push(mx);
+        }
+        BlockedIndex {
+            by_tid: v,
+            tid_max_end,
+            by_start,
+            start_max_end,
+        }
+    }
+
+    /// Time of `[gs, ge)` covered by blocked calls of thread `tid` (and of unknown threads), or of
+    /// any thread when `tid` is None; and the call covering most of it.
+    fn cover(&self, tid: Option<u64>, gs: u64, ge: u64) -> (u64, Option<usize>) {
+        let mut covered = 0u64;
+        let mut best: Option<(u64, usize)> = None;
+        let mut visit = |i: usize| {
+            let b = &self.by_tid[i];
+            let ov = b.end.min(ge).saturating_sub(b.start.max(gs));
+            covered += ov;
+            if ov > 0 && best.is_none_or(|(o, _)| ov > o) {
+                best = Some((ov, i));
+            }
+        };
+        match tid {
+            Some(t) => {
+                let threads: &[u64] = if t == u64::MAX { &[t] } else { &[t, u64::MAX] };
+                for &t in threads {
+                    let v = &self.by_tid;
+                    let lo = v.partition_point(|b| b.tid < t);
+                    let hi = lo + v[lo..].partition_point(|b| b.tid == t && b.start < ge);
+                    let mut i = hi;
+                    let mut steps = 0;
+                    while i > lo && steps < MAX_BLOCKED_PER_GAP {
+                        i -= 1;
+                        if self.tid_max_end[i] <= gs {
+                            break;
+                        }
+                        visit(i);
+                        steps += 1;
+                    }
+                }
+            }
+            None => {
+                let hi = self
+                    .by_start
+                    .partition_point(|&i| self.by_tid[i as usize].start < ge);
+                let mut k = hi;
+                let mut steps = 0;
+                while k > 0 && steps < MAX_BLOCKED_PER_GAP {
+                    k -= 1;
+                    if self.start_max_end[k] <= gs {
+                        break;
+                    }
+                    visit(self.by_start[k] as usize);
+                    steps += 1;
+                }
+            }
+        }
+        (covered.min(ge - gs), best.map(|b| b.1))
+    }
+
+    fn label(&self, cx: &Ctx, i: usize) -> String {
+        match self.by_tid[i].what {
+            Blocker::Sync(k) => sync_kind_from_u8(k).display_name().to_string(),
+            Blocker::Call(n) => cx.m.str(gpufl_trace::StrId(n)).to_string(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rule
+// ---------------------------------------------------------------------------------------------
+
+/// The gaps of one (class, line), for its insight.
+#[derive(Default)]
+struct Group {
+    gaps: u64,
+    idle_ns: u64,
+    first_start: u64,
+    last_end: u64,
+    /// The longest gaps: (duration, start), a min-heap of at most [`ONE_OFF_CANDIDATES`].
+    top: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Least precise location source seen.
+    src: Option<LocationSource>,
+    /// The blocked call of the longest gap (sync class): index into the blocked index.
+    blocker: Option<(u64, usize)>,
+}
+
+impl Group {
+    fn add(&mut self, gs: u64, ge: u64, src: LocationSource, blocker: Option<usize>) {
+        let len = ge - gs;
+        if self.gaps == 0 {
+            self.first_start = gs;
+        }
+        self.first_start = self.first_start.min(gs);
+        self.last_end = self.last_end.max(ge);
+        self.gaps += 1;
+        self.idle_ns += len;
+        self.src = Some(self.src.map_or(src, |s| s.max(src)));
+        if let Some(b) = blocker {
+            if self.blocker.is_none_or(|(l, _)| len > l) {
+                self.blocker = Some((len, b));
+            }
+        }
+        push_capped(&mut self.top, (len, gs), ONE_OFF_CANDIDATES);
+    }
+
+    /// The group's figures without its one-off pauses: from the longest gap down, each gap longer
+    /// than all the group's shorter gaps together (stopping at the first that is not).
+    fn settle(&self) -> ClassFigures {
+        let mut top: Vec<(u64, u64)> = self.top.iter().map(|r| r.0).collect();
+        top.sort_unstable_by(|a, b| b.cmp(a));
+        let mut rest = self.idle_ns;
+        let (mut n_off, mut off) = (0u64, 0u64);
+        let mut largest = 0u64;
+        for (rank, &(len, _)) in top.iter().enumerate() {
+            let below = rest - len;
+            let count_below = self.gaps - rank as u64 - 1;
+            if count_below >= 1 && len > below {
+                n_off += 1;
+                off += len;
+            } else {
+                largest = len;
+                break;
+            }
+            rest = below;
+        }
+        let idle = self.idle_ns - off;
+        let window = (self.last_end - self.first_start)
+            .saturating_sub(off)
+            .max(idle);
+        ClassFigures {
+            gaps: self.gaps - n_off,
+            idle_ns: idle,
+            one_off_gaps: n_off,
+            one_off_ns: off,
+            window_ns: window,
+            largest,
+        }
+    }
+}
+
+struct ClassFigures {
+    gaps: u64,
+    idle_ns: u64,
+    one_off_gaps: u64,
+    one_off_ns: u64,
+    window_ns: u64,
+    largest: u64,
+}
+
+/// Top gaps of a device: min-heap by (duration, earlier first).
+type TopGap = (u64, Reverse<u64>, IdleClass, u32, Option<LocationSource>);
+
+struct DeviceScan<'c> {
+    cx: &'c Ctx<'c>,
+    apis: ApiCursor<'c>,
+    locator: &'c Locator<'c>,
+    blocked: &'c BlockedIndex,
+    groups: &'c mut [Group],
+    by_class: IdleByClass,
+    top: BinaryHeap<Reverse<TopGap>>,
+    gaps: u64,
+    idle: u64,
+}
+
+impl DeviceScan<'_> {
+    fn gap(&mut self, gs: u64, ge: u64, op: u32) {
+        let m = self.cx.m;
+        let len = ge - gs;
+        self.gaps += 1;
+        self.idle += len;
+        let (class, loc, src, blocker) = if len < MIN_GAP_NS {
+            (IdleClass::KernelWait, NONE, None, None)
+        } else {
+            let corr = op_corr(m, op);
+            let api = self.apis.find(corr);
+            let tid = api.map(|a| a.tid);
+            let (cov, best) = self.blocked.cover(tid, gs, ge);
+            let covered = cov as u128 * 100 > len as u128 * SYNC_COVER_PCT as u128;
+            if let Some(b) = best.filter(|_| covered) {
+                let blk = &self.blocked.by_tid[b];
+                (IdleClass::Sync, blk.loc, Some(blk.src), Some(b))
+            } else if api.is_some_and(|a| a.start >= gs) {
+                let name =
+                    ((op as usize) < m.kernel_count()).then(|| m.kernels.name.get(op as usize));
+                let (loc, src) = self.locator.locate(corr, name, api.as_ref(), gs);
+                (IdleClass::Launch, loc, Some(src), None)
+            } else {
+                (IdleClass::Other, NONE, None, None)
+            }
+        };
+        let t = self.by_class.get_mut(class);
+        t.gaps += 1;
+        t.idle_ns += len;
+        if class != IdleClass::KernelWait {
+            let n = self.cx.locs.len() + 1;
+            let slot = if loc == NONE || class == IdleClass::Other {
+                n - 1
+            } else {
+                loc as usize
+            };
+            let g = &mut self.groups[class.index() * n + slot];
+            g.add(gs, ge, src.unwrap_or(LocationSource::None), blocker);
+        }
+        push_capped(&mut self.top, (len, Reverse(gs), class, loc, src), TOP_GAPS);
+    }
+}
+
+/// Run the rule: its insights, and each device's idle summary.
+pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
+    let m = cx.m;
+    let locator = Locator::new(cx);
+    let timelines = device_timelines(m, true);
+    if timelines.iter().all(|(_, ops)| ops.is_empty()) {
+        return (Vec::new(), Vec::new());
+    }
+    let blocked = BlockedIndex::new(cx, &locator);
+    let n = cx.locs.len() + 1;
+    let mut groups: Vec<Group> = (0..4 * n).map(|_| Group::default()).collect();
+    let origin = m.time_range().0;
+    let mut devices = Vec::new();
+    for (dev, ops) in &timelines {
+        let Some(&first_op) = ops.first() else {
+            continue;
+        };
+        let first = op_start(m, first_op);
+        let last = ops.iter().map(|&op| op_end(m, op)).max().unwrap_or(first);
+        let span = last - first;
+        let mut util = Util::new(first, span);
+        let mut scan = DeviceScan {
+            cx,
+            apis: ApiCursor::new(cx),
+            locator: &locator,
+            blocked: &blocked,
+            groups: &mut groups,
+            by_class: IdleByClass::default(),
+            top: BinaryHeap::new(),
+            gaps: 0,
+            idle: 0,
+        };
+        let (mut cs, mut ce) = (first, op_end(m, first_op));
+        let mut busy = 0u64;
+        for &op in &ops[1..] {
+            let (s, e) = op_span(m, op);
+            let e = e.max(s);
+            if s > ce {
+                util.add(cs, ce);
+                busy += ce - cs;
+                scan.gap(ce, s, op);
+                (cs, ce) = (s, e);
+            } else {
+                ce = ce.max(e);
+            }
+        }
+        util.add(cs, ce);
+        busy += ce - cs;
+        let mut top: Vec<TopGap> = scan.top.into_iter().map(|r| r.0).collect();
+        top.sort_unstable_by(|a, b| b.cmp(a));
+        let top_gaps = top
+            .into_iter()
+            .map(|(len, Reverse(gs), class, loc, src)| Gap {
+                start_offset_ns: gs - origin,
+                duration_ns: len,
+                class,
+                location: (loc != NONE).then(|| locator.source_loc(loc)),
+                location_source: src,
+            })
+            .collect();
+        let utilization = util.chunks(origin);
+        devices.push(DeviceIdle {
+            device: *dev,
+            active_start_offset_ns: first - origin,
+            active_ns: span,
+            busy_ns: busy,
+            idle_ns: scan.idle,
+            gaps: scan.gaps,
+            by_class: scan.by_class,
+            top_gaps,
+            low_utilization_chunks: utilization.iter().filter(|c| c.low).count() as u32,
+            utilization,
+        });
+    }
+    drop(timelines);
+    let active: u64 = devices.iter().map(|d| d.active_ns).sum();
+    (insights(cx, &locator, &blocked, &groups, active), devices)
+}
+
+/// Busy time per chunk of a device's active range.
+struct Util {
+    first: u64,
+    span: u64,
+    busy: Vec<u64>,
+}
+
+impl Util {
+    fn new(first: u64, span: u64) -> Util {
+        let n = if span >= UTIL_CHUNKS as u64 {
+            UTIL_CHUNKS as usize
+        } else {
+            0
+        };
+        Util {
+            first,
+            span,
+            busy: vec![0; n],
+        }
+    }
+
+    /// Start of chunk `i` (`i` = number of chunks: the range's end).
+    fn bound(&self, i: usize) -> u64 {
+        let n = self.busy.len() as u128;
+        self.first + (self.span as u128 * i as u128 / n) as u64
+    }
+
+    fn add(&mut self, a: u64, b: u64) {
+        let n = self.busy.len();
+        if n == 0 || b <= a {
+            return;
+        }
+        let mut i = (((a - self.first) as u128 * n as u128) / self.span as u128) as usize;
+        i = i.min(n - 1);
+        while i > 0 && self.bound(i) > a {
+            i -= 1;
+        }
+        while i + 1 < n && self.bound(i + 1) <= a {
+            i += 1;
+        }
+        while i < n {
+            let (lo, hi) = (self.bound(i), self.bound(i + 1));
+            if lo >= b {
+                break;
+            }
+            self.busy[i] += b.min(hi).saturating_sub(a.max(lo));
+            i += 1;
+        }
+    }
+
+    fn chunks(&self, origin: u64) -> Vec<UtilChunk> {
+        (0..self.busy.len())
+            .map(|i| {
+                let (lo, hi) = (self.bound(i), self.bound(i + 1));
+                let busy_share = share(self.busy[i], hi - lo);
+                UtilChunk {
+                    start_offset_ns: lo - origin,
+                    duration_ns: hi - lo,
+                    busy_ns: self.busy[i],
+                    busy_share,
+                    low: busy_share < LOW_UTILIZATION,
+                }
+            })
+            .collect()
+    }
+}
+
+const FIX_LAUNCH: &str = "Issue GPU work before the GPU runs out of it: don't synchronize before launching the \
+next step's work, move CPU work (data loading, preprocessing, logging) off the launching thread or overlap it \
+with GPU work (DataLoader workers, pinned memory with non_blocking copies, prefetching), and make launches \
+cheaper (fused kernels, CUDA graphs: torch.cuda.graphs / cudaStreamBeginCapture).";
+const FIX_SYNC: &str = "The host waited while the GPU had nothing to do: wait on what the GPU work actually \
+needs (an event recorded after the producer, cudaStreamWaitEvent rather than a host sync), use pinned memory \
+so copies are DMA transfers rather than staged by the host, and queue the next work before waiting.";
+const FIX_OTHER: &str = "The next work was already queued but did not start: look for dependencies the trace \
+does not show (cudaStreamWaitEvent on events recorded late, host callbacks, work on other devices or \
+processes), and record with API records on so gaps can be attributed.";
+
+fn insights(
+    cx: &Ctx,
+    locator: &Locator,
+    blocked: &BlockedIndex,
+    groups: &[Group],
+    active_ns: u64,
+) -> Vec<Insight> {
+    let n = cx.locs.len() + 1;
+    let mut out = Vec::new();
+    for slot in 0..n {
+        // The classes that fire at this line.
+        let mut fired: Vec<(IdleClass, ClassFigures, &Group)> = Vec::new();
+        for class in [IdleClass::Launch, IdleClass::Sync, IdleClass::Other] {
+            let g = &groups[class.index() * n + slot];
+            if g.gaps == 0 {
+                continue;
+            }
+            let f = g.settle();
+            let pct = MIN_SHARE_PCT[class.index()];
+            if f.gaps >= MIN_GAPS
+                && f.idle_ns as u128 * 100 >= f.window_ns as u128 * pct as u128
+                && f.idle_ns as u128 * 100
+                    >= active_ns.saturating_sub(f.one_off_ns) as u128 * MIN_ACTIVE_PCT as u128
+            {
+                fired.push((class, f, g));
+            }
+        }
+        if fired.is_empty() {
+            continue;
+        }
+        fired.sort_by_key(|f| Reverse(f.1.idle_ns));
+        let loc = if slot == n - 1 { NONE } else { slot as u32 };
+        out.push(insight(cx, locator, blocked, loc, &fired));
+    }
+    out
+}
+
+fn insight(
+    cx: &Ctx,
+    locator: &Locator,
+    blocked: &BlockedIndex,
+    loc: u32,
+    fired: &[(IdleClass, ClassFigures, &Group)],
+) -> Insight {
+    let class = fired[0].0;
+    let idle: u64 = fired.iter().map(|f| f.1.idle_ns).sum();
+    let gaps: u64 = fired.iter().map(|f| f.1.gaps).sum();
+    let window = fired
+        .iter()
+        .map(|f| f.1.window_ns)
+        .max()
+        .unwrap_or(0)
+        .max(idle);
+    let one_off_n: u64 = fired.iter().map(|f| f.1.one_off_gaps).sum();
+    let one_off: u64 = fired.iter().map(|f| f.1.one_off_ns).sum();
+    let largest = fired.iter().map(|f| f.1.largest).max().unwrap_or(0);
+    let src = fired
+        .iter()
+        .filter_map(|f| f.2.src)
+        .max()
+        .unwrap_or(LocationSource::None);
+    let blocking_call = fired
+        .iter()
+        .find(|f| f.0 == IdleClass::Sync)
+        .and_then(|f| f.2.blocker)
+        .map(|(_, b)| blocked.label(cx, b));
+    let location = locator.source_loc(loc);
+    let pct = share(idle, window) * 100.0;
+    let at = if loc == NONE {
+        String::new()
+    } else {
+        format!(" @ {}", location.short())
+    };
+    let span = if loc == NONE {
+        "its span"
+    } else {
+        "the line's span"
+    };
+    let title = match class {
+        IdleClass::Sync => format!(
+            "GPU idle × {gaps}{at} · {} while the host was blocked in {} ({pct:.1}% of {span})",
+            fmt_duration(idle),
+            blocking_call.as_deref().unwrap_or("a sync"),
+        ),
+        IdleClass::Other => format!(
+            "GPU idle × {gaps} · {} with work already queued ({pct:.1}% of its span)",
+            fmt_duration(idle)
+        ),
+        _ => format!(
+            "GPU idle × {gaps}{at} · {} waiting for the host to issue work ({pct:.1}% of {span})",
+            fmt_duration(idle)
+        ),
+    };
+    let what = match class {
+        IdleClass::Sync => "the blocking copy",
+        _ => "these calls",
+    };
+    let mut detail = match class {
+        IdleClass::Sync => format!(
+            "{gaps} gaps ({} in all, longest {}) while the thread that issued the next GPU work was blocked in {} at {}{}: \
+             the GPU was waiting on something other than its own work (a host callback, another device or process, a \
+             pageable copy staged by the host); sync-attribution lists the same calls' host time",
+            fmt_duration(idle),
+            fmt_duration(largest),
+            blocking_call.as_deref().unwrap_or("a sync"),
+            location.short(),
+            in_function(&location)
+        ),
+        IdleClass::Other => format!(
+            "{gaps} gaps ({} in all, longest {}) that no host activity explains: the next work had already been issued \
+             and no sync of its thread covered the gap",
+            fmt_duration(idle),
+            fmt_duration(largest)
+        ),
+        _ => format!(
+            "{gaps} gaps ({} in all, longest {}) ended by work issued at {}{}: the host called it only after the GPU \
+             had run out of work (slow launches, CPU work or a sync before the call)",
+            fmt_duration(idle),
+            fmt_duration(largest),
+            location.short(),
+            in_function(&location)
+        ),
+    };
+    if fired.len() > 1 {
+        let parts: Vec<String> = fired
+            .iter()
+            .map(|f| format!("{:?} {}", f.0, fmt_duration(f.1.idle_ns)).to_lowercase())
+            .collect();
+        detail += &format!(" (by class: {})", parts.join(", "));
+    }
+    if one_off_n > 0 {
+        detail += &format!(
+            "; {one_off_n} one-off pause{} ({}, e.g. startup) left out",
+            if one_off_n == 1 { "" } else { "s" },
+            fmt_duration(one_off)
+        );
+    }
+    if loc != NONE || class != IdleClass::Other {
+        detail += &location_note(src, what);
+    }
+    let fix = match class {
+        IdleClass::Sync => FIX_SYNC,
+        IdleClass::Other => FIX_OTHER,
+        _ => FIX_LAUNCH,
+    };
+    Insight {
+        rule: RULE,
+        severity: Severity::from_share(idle, window),
+        title,
+        detail,
+        fix: fix.to_string(),
+        location,
+        count: gaps,
+        impact_ns: idle,
+        share_of_wall: share(idle, cx.wall_ns),
+        window_ns: window,
+        share_of_window: share(idle, window),
+        blocked_ns: 0,
+        gpu_idle_ns: idle,
+        sync_kind: None,
+        median_kernels_between: None,
+        data: Some(RuleData::GpuIdle(Data {
+            class,
+            gaps,
+            idle_ns: idle,
+            largest_gap_ns: largest,
+            classes: fired
+                .iter()
+                .map(|f| ClassIdle {
+                    class: f.0,
+                    gaps: f.1.gaps,
+                    idle_ns: f.1.idle_ns,
+                    one_off_gaps: f.1.one_off_gaps,
+                    one_off_ns: f.1.one_off_ns,
+                    window_ns: f.1.window_ns,
+                })
+                .collect(),
+            blocking_call,
+            location_source: src,
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_p99_nearest_rank() {
+        assert_eq!(median_p99::<u64>(&mut []), (0, 0));
+        assert_eq!(median_p99(&mut [7u32]), (7, 7));
+        assert_eq!(median_p99(&mut [4u64, 1, 3, 2]), (2, 4));
+        let mut v: Vec<u64> = (1..=200).collect();
+        assert_eq!(median_p99(&mut v), (100, 198));
+        let mut v: Vec<u64> = (1..=100).collect();
+        assert_eq!(median_p99(&mut v), (50, 99));
+    }
+
+    #[test]
+    fn api_cursor_agrees_with_binary_search_in_any_order() {
+        use gpufl_trace::{Api, Record, StrId};
+        let recs: Vec<Record> = (1..=300u32)
+            .map(|i| {
+                Record::Api(Api {
+                    name: StrId(0),
+                    start: i as u64,
+                    end: i as u64 + 1,
+                    corr: i * 2,
+                    ..Api::default()
+                })
+            })
+            .collect();
+        let m = Model::load(recs);
+        let busy = crate::DeviceBusy::new(&m);
+        let cx = Ctx::new(&m, &crate::Config::default(), &busy, 0);
+        let mut cur = ApiCursor::new(&cx);
+        // Increasing, decreasing, jumping, missing, out of range and zero ids.
+        let mut queries: Vec<u32> = (0..700).collect();
+        queries.extend((0..700).rev());
+        queries.extend([600, 2, 599, 3, 300, 301, 1, 0, 10_000, 598, 4]);
+        let mut x: u32 = 12345;
+        for _ in 0..2000 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            queries.push(x % 650);
+        }
+        for q in queries {
+            let want = if q == 0 { None } else { cx.api(q) };
+            assert_eq!(cur.find(q), want, "corr {q}");
+        }
+    }
+
+    #[test]
+    fn most_frequent_value_per_key() {
+        let v = vec![
+            (1, 5),
+            (2, 7),
+            (1, 6),
+            (1, 6),
+            (2, 3),
+            (2, 7),
+            (3, 9),
+            (3, 8),
+        ];
+        assert_eq!(most_frequent_per_key(v), vec![(1, 6), (2, 7), (3, 8)]);
+        assert!(most_frequent_per_key(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn utilization_chunks_split_intervals_exactly() {
+        // 3000 ns in 30 chunks of 100: busy [0,150) and [250,260) and [2990,3000).
+        let mut u = Util::new(1000, 3000);
+        u.add(1000, 1150);
+        u.add(1250, 1260);
+        u.add(3990, 4000);
+        let c = u.chunks(1000);
+        assert_eq!(c.len(), 30);
+        assert_eq!(c[0].busy_ns, 100);
+        assert_eq!(c[1].busy_ns, 50);
+        assert_eq!(c[2].busy_ns, 10);
+        assert_eq!(c[29].busy_ns, 10);
+        assert_eq!(c[29].start_offset_ns, 2900);
+        assert!(c[0].busy_share == 1.0 && !c[0].low && c[1].busy_share == 0.5 && !c[1].low);
+        assert!(c[2].low);
+        // Uneven spans: chunk bounds are floor(span * i / 30), covering the range exactly.
+        let u = Util::new(0, 31);
+        assert_eq!(u.bound(30), 31);
+        assert_eq!(
+            (0..30).map(|i| u.bound(i + 1) - u.bound(i)).sum::<u64>(),
+            31
+        );
+        assert!(Util::new(0, 29).chunks(0).is_empty());
+    }
 }
