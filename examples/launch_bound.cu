@@ -11,7 +11,10 @@
 // Run:   build/launch_bound [launches=20000]
 //        gpufl record -o DIR -- build/launch_bound 20000
 // Prints: "launch_bound: launches=N checksum=0xC (expected 0xE) ok"; exit 0
+//         With GPUFL_EXAMPLE_TIMING set, also one JSON line on stderr with the time per
+//         launch of the loop (launches + the final copy and sync).
 //         (exit 1 on a CUDA error or a checksum mismatch).
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
@@ -50,6 +53,8 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamCreate(&stream));
     CHECK(cudaMemcpyAsync(d_acc, h_acc, bytes, cudaMemcpyHostToDevice, stream));
 
+    CHECK(cudaStreamSynchronize(stream));
+    auto t0 = std::chrono::steady_clock::now();
     for (int k = 0; k < launches; ++k) {
         tick<<<1, THREADS, 0, stream>>>(d_acc, (unsigned)k);  // gpufl-example: launch-bound
     }
@@ -58,6 +63,11 @@ int main(int argc, char** argv) {
     CHECK(cudaGetLastError());
     CHECK(cudaMemcpyAsync(h_acc, d_acc, bytes, cudaMemcpyDeviceToHost, stream));
     CHECK(cudaStreamSynchronize(stream));  // the one sync, after the loop
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    // Benchmarks (bench/launch_split.sh) read the launch rate from stderr; off by default so the
+    // output is the same with and without the recorder.
+    if (getenv("GPUFL_EXAMPLE_TIMING"))
+        fprintf(stderr, "{\"launches\": %d, \"us_per_launch\": %.4f}\n", launches, us / launches);
 
     for (int k = 0; k < launches; ++k)
         for (int t = 0; t < THREADS; ++t) expect[t] = expect[t] * 1664525u + 1013904223u + (unsigned)k;

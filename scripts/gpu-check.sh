@@ -68,7 +68,7 @@ if has streams; then
   rec copy_compute_pipeline build/copy_compute_pipeline 1 3
   rec ping_pong build/ping_pong
   rec gpu_idle_launch build/gpu_idle_launch 500
-  rec launch_bound build/launch_bound 20000
+  rec launch_bound build/launch_bound 5000
   rec two_stream_overlap build/two_stream_overlap 2
   for p in item cpu pageable; do rec "pytorch_transfers_$p" $PY examples/pytorch_transfers.py --pattern $p --steps 30; done
   log "(m) pipeline prediction check: copy_compute_pipeline with 1, 2, 4 streams, 5 repeats, no gpufl"

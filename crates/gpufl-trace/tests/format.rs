@@ -368,7 +368,7 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
     r.rec(Record::Stream(StreamInfo {
         ctx: 1,
         stream: 7,
-        role: if i % 2 == 0 {
+        role: if i.is_multiple_of(2) {
             StreamRole::LegacyDefault
         } else {
             StreamRole::PerThreadDefault
