@@ -325,7 +325,9 @@ mod tests {
         let mut s = Sampler::new();
         let due: Vec<u32> = (0..5000u32).filter(|_| s.launch_due(0xabc0)).collect();
         let mut want: Vec<u32> = (0..5000u32)
-            .filter(|&n| n < EVERY_LAUNCH_UNTIL || n.is_power_of_two() || n.is_multiple_of(LAUNCH_PERIOD))
+            .filter(|&n| {
+                n < EVERY_LAUNCH_UNTIL || n.is_power_of_two() || n.is_multiple_of(LAUNCH_PERIOD)
+            })
             .collect();
         want.dedup();
         assert_eq!(due, want);
