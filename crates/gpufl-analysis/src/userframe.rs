@@ -180,8 +180,21 @@ pub fn user_frame(m: &Model, stack: StackId, f: &FrameFilter) -> SourceLoc {
     let Some(frames) = m.stack(stack) else {
         return SourceLoc::driver_internal();
     };
+    // nvcc compiles `kernel<<<…>>>(…)` into a host function named like the kernel (at the
+    // `__global__` line) that calls `__device_stub__…` (in a generated `.stub.c`): the frame just
+    // outside a stub is that wrapper, not the user's launch line.
+    let mut after_stub = false;
     for &id in frames {
         let Some(fr) = m.frame(id) else { continue };
+        let stub = fr.func.is_some_and(|n| n.starts_with("__device_stub__"))
+            || fr.file.is_some_and(|p| p.ends_with(".stub.c"));
+        if stub {
+            after_stub = true;
+            continue;
+        }
+        if std::mem::take(&mut after_stub) {
+            continue;
+        }
         if !f.is_user(fr.file, fr.module) {
             continue;
         }

@@ -292,6 +292,41 @@ fn user_frame_of_a_cpp_stack() {
     assert_eq!(user_frame(&m, st, &f2).origin, FrameOrigin::DriverInternal);
 }
 
+/// The stack of a `tick<<<1, 32>>>(…)` launch as recorded on the H100 (nvcc 13): the launch
+/// line is in `main`, not in the host wrapper named like the kernel at its `__global__` line.
+#[test]
+fn user_frame_of_a_kernel_launch_skips_nvcc_stub_and_wrapper() {
+    let mut b = B::new();
+    let app = "/work/build/launch_bound";
+    let f = [
+        b.native("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "??", None, None),
+        b.native(app, "cudaLaunchKernel", None, None),
+        b.native(
+            app,
+            "__cudaLaunchKernel_helper",
+            Some("/usr/local/cuda/bin/../targets/x86_64-linux/include/crt/device_functions.h"),
+            Some(2963),
+        ),
+        b.native(
+            app,
+            "__device_stub__Z4tickPjj(unsigned int*, unsigned int)",
+            Some("/tmp/tmpxft_000005ba_00000000-6_launch_bound.cudafe1.stub.c"),
+            Some(13),
+        ),
+        b.native(
+            app,
+            "tick(unsigned int*, unsigned int)",
+            Some("/work/examples/launch_bound.cu"),
+            Some(32),
+        ),
+        b.native(app, "main", Some("/work/examples/launch_bound.cu"), Some(54)),
+    ];
+    let st = b.stack(&f);
+    let m = b.model();
+    let loc = user_frame(&m, st, &FrameFilter::default());
+    assert_eq!((loc.line, loc.function.as_deref()), (Some(54), Some("main")));
+}
+
 #[test]
 fn user_frame_of_a_python_stack_skips_torch_stdlib_and_site_packages() {
     let mut b = B::new();
