@@ -319,12 +319,20 @@ fn user_frame_of_a_kernel_launch_skips_nvcc_stub_and_wrapper() {
             Some("/work/examples/launch_bound.cu"),
             Some(32),
         ),
-        b.native(app, "main", Some("/work/examples/launch_bound.cu"), Some(54)),
+        b.native(
+            app,
+            "main",
+            Some("/work/examples/launch_bound.cu"),
+            Some(54),
+        ),
     ];
     let st = b.stack(&f);
     let m = b.model();
     let loc = user_frame(&m, st, &FrameFilter::default());
-    assert_eq!((loc.line, loc.function.as_deref()), (Some(54), Some("main")));
+    assert_eq!(
+        (loc.line, loc.function.as_deref()),
+        (Some(54), Some("main"))
+    );
 }
 
 #[test]

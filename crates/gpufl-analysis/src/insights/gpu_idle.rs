@@ -72,7 +72,8 @@ pub const UNKNOWN_FILE: &str = "<unknown>";
 pub enum IdleClass {
     /// Shorter than [`MIN_GAP_NS`]: the GPU moving from one queued op to the next.
     KernelWait,
-    /// The API call that issued the next op began after the GPU went idle.
+    /// The API call that issued the next op began after the GPU went idle, or was still running
+    /// when it did (a launch slower than the work before it: launch-bound).
     Launch,
     /// The issuing thread was blocked in a synchronization or blocking copy for most of the gap.
     Sync,
@@ -921,7 +922,7 @@ impl DeviceScan<'_> {
             if let Some(b) = best.filter(|_| covered) {
                 let blk = &self.blocked.by_tid[b];
                 (IdleClass::Sync, blk.loc, Some(blk.src), Some(b))
-            } else if api.is_some_and(|a| a.start >= gs) {
+            } else if api.is_some_and(|a| a.start >= gs || a.end > gs) {
                 let name =
                     ((op as usize) < m.kernel_count()).then(|| m.kernels.name.get(op as usize));
                 let (loc, src) = self.locator.locate(corr, name, api.as_ref(), gs);

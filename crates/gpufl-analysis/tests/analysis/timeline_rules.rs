@@ -604,6 +604,34 @@ fn gpu_idle_other_class_is_one_session_insight_without_a_line() {
     );
 }
 
+/// Launches slower than the kernels they launch (as `examples/launch_bound.cu` on the H100: a
+/// 7 µs launch of a 1 µs kernel): each call starts before the GPU goes idle but ends after, so
+/// the gap is the host's (`launch`), not work that was already queued (`other`).
+#[test]
+fn gpu_idle_counts_a_launch_still_running_when_the_gpu_went_idle_as_launch() {
+    let mut b = B::new();
+    let st = b.user_stack("/src/loop.cu", 54, "main");
+    let mut t = MS;
+    for i in 0..6 {
+        // The call runs [t, t + 7 µs); its kernel [t + 8, t + 9 µs); the next call starts at
+        // t + 7 µs, before this kernel ends, and returns at t + 14 µs.
+        launch(
+            &mut b,
+            "tick",
+            (t, t + 7 * US),
+            t + 8 * US,
+            t + 9 * US,
+            (i == 0).then_some(st),
+        );
+        t += 7 * US;
+    }
+    let a = b.analyze();
+    let d = &a.gpu_idle[0];
+    assert_eq!(d.gaps, 5);
+    assert_eq!((d.by_class.launch.gaps, d.by_class.other.gaps), (5, 0));
+    assert_eq!(d.by_class.launch.idle_ns, 5 * 6 * US);
+}
+
 #[test]
 fn gpu_idle_locates_unsampled_launches_by_kernel_then_by_next_sync() {
     // Only the first launch of `step_k` was sampled (the recorder samples launches): the others
