@@ -17,7 +17,9 @@
 //! ```
 //!
 //! Rules (one file each under `insights/`, documented there and in `docs/insights.md`):
-//! `sync-attribution` and `in-loop-sync`.
+//! `sync-attribution`, `in-loop-sync`, and the streams seed's `pageable-async-copy`,
+//! `blocking-copy`, `default-stream-barrier`, `device-wide-sync`, `no-copy-compute-overlap`,
+//! `gpu-idle` (with a per-device idle summary and utilization series) and `launch-bound`.
 
 mod access;
 pub mod error;
@@ -31,6 +33,7 @@ pub mod userframe;
 pub mod views;
 
 pub use error::AnalysisError;
+pub use insights::gpu_idle::{ClassTotal, DeviceIdle, Gap, IdleByClass, IdleClass, UtilChunk};
 pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
 pub use insights::{fmt_duration, Insight, RuleData, Severity};
 pub use intervals::{union_ns, DeviceBusy};

@@ -10,6 +10,9 @@ use std::path::PathBuf;
 mod copy_rules;
 #[path = "analysis/timeline_rules.rs"]
 mod timeline_rules;
+// The recorded examples of the streams seed.
+#[path = "analysis/testdata_streams.rs"]
+mod testdata_streams;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record
@@ -975,7 +978,7 @@ fn testdata_stream_sync_loop_in_loop_sync_at_step() {
 
 #[test]
 fn testdata_two_stream_overlap_has_no_in_loop_sync_in_the_chunk_loop() {
-    let a = session("two_stream_overlap-");
+    let a = session("two_stream_overlap-1453-");
     let sync_line = example_line("two_stream_overlap.cu", "the one sync, after the loop");
     // The chunk loop has no sync: nothing is attributed inside it.
     for i in &a.insights {

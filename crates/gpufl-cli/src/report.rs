@@ -139,6 +139,9 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
         t.syncs,
         secs(t.sync_blocked_ns)
     );
+    for d in &a.gpu_idle {
+        render_idle(out, d, st);
+    }
     for w in &a.warnings {
         let _ = writeln!(out, "  {} {w}", st.paint("33", "warning:"));
     }
@@ -156,6 +159,48 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     let _ = writeln!(out);
     for (i, ins) in a.insights.iter().enumerate() {
         render_insight(out, i + 1, ins, st);
+    }
+}
+
+/// One line per device: idle time by class, then the utilization series as a bar per chunk
+/// (nsys-style 30 chunks; chunks under 50 % busy are the low ones).
+fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
+    use std::fmt::Write;
+    let c = &d.by_class;
+    let pct = |ns: u64| {
+        if d.active_ns == 0 {
+            0.0
+        } else {
+            ns as f64 * 100.0 / d.active_ns as f64
+        }
+    };
+    let _ = writeln!(
+        out,
+        "  GPU {} idle {} of {} active ({:.0} %): host launching late {} · host blocked {} · queued {} · between kernels {}",
+        d.device,
+        secs(d.idle_ns),
+        secs(d.active_ns),
+        pct(d.idle_ns),
+        secs(c.launch.idle_ns),
+        secs(c.sync.idle_ns),
+        secs(c.other.idle_ns),
+        secs(c.kernel_wait.idle_ns)
+    );
+    if !d.utilization.is_empty() {
+        const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+        let bars: String = d
+            .utilization
+            .iter()
+            .map(|u| BARS[((u.busy_share.clamp(0.0, 1.0) * 7.0).round()) as usize])
+            .collect();
+        let _ = writeln!(
+            out,
+            "  GPU {} utilization {}  ({} of {} chunks under 50 %)",
+            d.device,
+            st.paint("36", &bars),
+            d.low_utilization_chunks,
+            d.utilization.len()
+        );
     }
 }
 

@@ -114,7 +114,7 @@ fn cuda_cpp_session_names_the_cu_line_and_function() {
 
 #[test]
 fn two_stream_and_cpp_api_sessions_decode() {
-    let dir = session("two_stream_overlap-");
+    let dir = session("two_stream_overlap-1453-");
     let syncs = sync_records(&dir);
     assert!(syncs.iter().any(|s| s["kind"] == "context_synchronize"
         && user_frame(&s["stack"], "two_stream_overlap.cu")

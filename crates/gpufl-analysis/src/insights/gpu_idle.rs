@@ -610,7 +610,7 @@ pub(super) fn unknown_loc() -> SourceLoc {
 pub(super) fn location_note(src: LocationSource, what: &str) -> String {
     match src {
         LocationSource::KernelCallsites => format!(
-            " (line from sampled launches of the same kernel: {what} itself was not sampled)"
+            " (line from sampled launches of the same kernel: not every one of {what} was sampled)"
         ),
         LocationSource::NextSync => format!(
             " (line approximate: the session has no call-site stack for {what}, so this is the \

@@ -1143,7 +1143,7 @@ fn two_stream_overlap_records() -> Vec<Record> {
             p.file_name()
                 .unwrap()
                 .to_string_lossy()
-                .starts_with("two_stream_overlap-")
+                .starts_with("two_stream_overlap-1453-")
         })
         .unwrap();
     let mut r = SessionReader::open(&dir).unwrap();

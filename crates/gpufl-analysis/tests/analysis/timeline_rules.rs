@@ -987,7 +987,7 @@ fn timeline_rules_serialize_to_json() {
 
 #[test]
 fn testdata_two_stream_overlap_sequential_part_has_no_overlap() {
-    let a = session("two_stream_overlap-");
+    let a = session("two_stream_overlap-1453-");
     let v = rule(&a, "no-copy-compute-overlap");
     // run_sequential only: the chunks of run_overlapped overlap their copies with kernels.
     assert_eq!(v.len(), 1, "{:#?}", v);
