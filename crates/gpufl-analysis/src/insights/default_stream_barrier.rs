@@ -145,26 +145,42 @@ fn same_engine(a: OpKind, b: OpKind) -> bool {
 }
 
 /// Legacy default streams: (ctx, stream) → whether known from a `stream` record.
-fn default_streams(cx: &Ctx, ops: &[GpuOp]) -> HashMap<(u32, u32), bool> {
-    let mut pairs: Vec<(u32, u32)> = ops.iter().map(|o| (o.ctx, o.stream)).collect();
-    pairs.sort_unstable();
-    pairs.dedup();
+fn default_streams(cx: &Ctx) -> HashMap<(u32, u32), bool> {
+    let m = cx.m;
+    // Distinct (ctx, stream) pairs: records come in runs of one stream, so skip repeats cheaply.
+    let mut pairs: Vec<(u32, u32)> = Vec::new();
+    let mut last = None;
+    let kernels = (0..m.kernel_count()).map(|i| (m.kernels.ctx.get(i), m.kernels.stream.get(i)));
+    let copies = (0..m.copy_count()).map(|i| (m.copies.ctx.get(i), m.copies.stream.get(i)));
+    for p in kernels.chain(copies) {
+        if last != Some(p) {
+            last = Some(p);
+            if !pairs.contains(&p) {
+                pairs.push(p);
+            }
+        }
+    }
     let mut recorded: HashMap<u32, bool> = HashMap::new();
     let mut out = HashMap::new();
     for &(ctx, stream) in &pairs {
-        let role = cx.m.stream_role(ctx, stream);
+        let role = m.stream_role(ctx, stream);
         *recorded.entry(ctx).or_default() |= role.is_some();
         if role == Some(StreamRole::LegacyDefault) {
             out.insert((ctx, stream), true);
         }
     }
     // Contexts without any stream record: synchronous copies and memsets mark the default stream.
-    for o in ops {
-        if recorded.get(&o.ctx) == Some(&true) || o.kind == OpKind::Kernel {
+    for i in 0..m.copy_count() {
+        let (ctx, stream, corr) = (
+            m.copies.ctx.get(i),
+            m.copies.stream.get(i),
+            m.copies.corr.get(i),
+        );
+        if corr == 0 || recorded.get(&ctx) == Some(&true) || out.contains_key(&(ctx, stream)) {
             continue;
         }
-        if api_name(cx, o.corr).is_some_and(|n| !n.contains("Async")) {
-            out.insert((o.ctx, o.stream), false);
+        if api_name(cx, corr).is_some_and(|n| !n.contains("Async")) {
+            out.insert((ctx, stream), false);
         }
     }
     out
@@ -329,11 +345,12 @@ struct Acc {
 }
 
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
-    let ops = gpu_ops(cx);
-    let defaults = default_streams(cx, &ops);
+    // Most sessions have no default-stream work: find that out before building the op list.
+    let defaults = default_streams(cx);
     if defaults.is_empty() {
         return Vec::new();
     }
+    let ops = gpu_ops(cx);
     let is_default = |o: &GpuOp| defaults.contains_key(&(o.ctx, o.stream));
     let mut by_ctx: HashMap<u32, Vec<usize>> = HashMap::new();
     for (i, o) in ops.iter().enumerate() {
