@@ -80,7 +80,8 @@ impl DeviceBusy {
         self.devs.len()
     }
 
-    fn intervals(&self, dev: Option<u32>) -> &[(u64, u64)] {
+    /// Merged busy intervals of `dev` (all devices together when None), sorted.
+    pub(crate) fn intervals(&self, dev: Option<u32>) -> &[(u64, u64)] {
         match dev {
             Some(d) => self
                 .devs

@@ -371,16 +371,8 @@ pub(super) struct BusyIndex {
 }
 
 impl BusyIndex {
-    pub(super) fn new(m: &Model, ops: &[u32]) -> BusyIndex {
-        let mut iv: Vec<(u64, u64)> = Vec::new();
-        for &op in ops {
-            let (s, e) = op_span(m, op);
-            let e = e.max(s);
-            match iv.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => iv.push((s, e)),
-            }
-        }
+    /// From intervals already sorted and merged (as [`crate::DeviceBusy`] keeps them).
+    pub(super) fn from_merged(iv: Vec<(u64, u64)>) -> BusyIndex {
         let mut prefix = Vec::with_capacity(iv.len() + 1);
         let mut acc = 0u64;
         prefix.push(0);
@@ -395,14 +387,7 @@ impl BusyIndex {
     pub(super) fn from_intervals(mut iv: Vec<(u64, u64)>) -> BusyIndex {
         let n = crate::intervals::merge(&mut iv).len();
         iv.truncate(n);
-        let mut prefix = Vec::with_capacity(iv.len() + 1);
-        let mut acc = 0u64;
-        prefix.push(0);
-        for &(s, e) in &iv {
-            acc += e - s;
-            prefix.push(acc);
-        }
-        BusyIndex { iv, prefix }
+        Self::from_merged(iv)
     }
 
     /// Busy time within `[a, b)`.

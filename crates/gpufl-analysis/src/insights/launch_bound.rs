@@ -20,8 +20,7 @@
 //!   as in-loop-sync: startup does not grow with the run.
 
 use super::gpu_idle::{
-    device_timelines, location_note, median_p99, most_frequent_per_key, BusyIndex, LocationSource,
-    Locator,
+    location_note, median_p99, most_frequent_per_key, BusyIndex, LocationSource, Locator,
 };
 use super::{fmt_duration, in_function, share, short_function, Ctx, Insight, RuleData, Severity};
 use crate::store::NONE;
@@ -209,21 +208,21 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         return Vec::new();
     }
 
-    // The device's busy share over each candidate's span.
-    let timelines = device_timelines(m, true);
-    let busy: Vec<(u32, BusyIndex)> = timelines
-        .iter()
-        .filter(|(d, _)| accs.iter().any(|a| candidate(a) && a.dev == *d) || timelines.len() == 1)
-        .map(|(d, ops)| (*d, BusyIndex::new(m, ops)))
-        .collect();
-    drop(timelines);
-    let busy_of = |dev: u32| -> Option<&BusyIndex> {
-        if busy.len() == 1 {
-            Some(&busy[0].1)
-        } else {
-            busy.iter().find(|b| b.0 == dev).map(|b| &b.1)
+    // The device's busy share over each candidate's span, from the merged busy intervals the
+    // analysis already has (one device: all records count, as in the totals).
+    let single = m.devices().len() == 1;
+    let mut busy: Vec<(u32, BusyIndex)> = Vec::new();
+    for a in accs.iter().filter(|a| candidate(a)) {
+        if !busy.iter().any(|b| b.0 == a.dev) {
+            let dev = (!single).then_some(a.dev);
+            busy.push((
+                a.dev,
+                BusyIndex::from_merged(cx.busy.intervals(dev).to_vec()),
+            ));
         }
-    };
+    }
+    let busy_of =
+        |dev: u32| -> Option<&BusyIndex> { busy.iter().find(|b| b.0 == dev).map(|b| &b.1) };
     let mut fired: Vec<Fired> = Vec::new();
     for acc in accs.iter_mut() {
         if !candidate(acc) {
@@ -320,17 +319,10 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         by_line.push((loc, src, kl, acc.first, acc.last));
     }
     by_line.sort_by_key(|x| x.0);
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < by_line.len() {
-        let j = i + by_line[i..]
-            .iter()
-            .take_while(|x| x.0 == by_line[i].0)
-            .count();
-        out.push(insight(cx, &locator, &by_line[i..j]));
-        i = j;
-    }
-    out
+    by_line
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|line| insight(cx, &locator, line))
+        .collect()
 }
 
 fn acc_index(slot_of_name: &mut [u32], accs: &mut Vec<Acc>, name: u32, dev: u32) -> u32 {

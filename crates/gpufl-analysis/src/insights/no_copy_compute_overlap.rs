@@ -284,17 +284,10 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         })
         .collect();
     located.sort_by_key(|x| (x.0, x.2.start));
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < located.len() {
-        let j = i + located[i..]
-            .iter()
-            .take_while(|x| x.0 == located[i].0)
-            .count();
-        out.push(insight(cx, &locator, &located[i..j]));
-        i = j;
-    }
-    out
+    located
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|line| insight(cx, &locator, line))
+        .collect()
 }
 
 fn stream_key(m: &Model, cls: &Classes, op: u32) -> u64 {
