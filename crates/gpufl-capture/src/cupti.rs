@@ -198,6 +198,14 @@ pub fn strip_version_suffix(s: &str) -> &str {
     }
 }
 
+/// Read a field of CUpti_CallbackData by offset.
+///
+/// # Safety
+/// `data` points at a CUpti_CallbackData and `off` is the offset of a field of type T.
+pub unsafe fn cb_field<T: Copy>(data: *const c_void, off: usize) -> T {
+    unsafe { ((data as *const u8).add(off) as *const T).read_unaligned() }
+}
+
 /// Where to look for libcupti, in order: `$GPUFL_CUPTI_LIB` (then nothing else); next to a CUDA library already loaded
 /// in the process (pip wheels put CUPTI beside libcudart); `$CUDA_HOME`/`$CUDA_PATH` and
 /// /usr/local/cuda `extras/CUPTI/lib64`; then the loader's default search by soname.

@@ -2,7 +2,7 @@
 //! on `shutdown()`, at process exit, or never starts (one clear line, then out of the way).
 
 use crate::cbids;
-use crate::cupti::{self, Cupti};
+use crate::cupti::{self, cb_field, Cupti};
 use crate::options::Options;
 use crate::pool;
 use crate::procinfo;
@@ -463,14 +463,6 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
         }
         _ => {}
     }
-}
-
-/// Read a field of CUpti_CallbackData by offset.
-///
-/// # Safety
-/// `data` points at a CUpti_CallbackData and `off` is the offset of a field of type T.
-unsafe fn cb_field<T: Copy>(data: *const c_void, off: usize) -> T {
-    unsafe { ((data as *const u8).add(off) as *const T).read_unaligned() }
 }
 
 /// Entry and exit of a synchronization call (only those callbacks are enabled). The outermost

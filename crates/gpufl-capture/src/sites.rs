@@ -224,13 +224,8 @@ pub struct SiteCall<'a> {
 pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
     use std::mem::offset_of;
     type D = cupti::sys::CUpti_CallbackData;
-    // SAFETY (all reads): CUpti_CallbackData field offsets; plain integers and pointers.
-    let field = |off: usize| -> u64 {
-        unsafe { ((data as *const u8).add(off) as *const u64).read_unaligned() }
-    };
-    let site = unsafe {
-        ((data as *const u8).add(offset_of!(D, callbackSite)) as *const u32).read_unaligned()
-    };
+    // SAFETY (all `cb_field` reads): CUpti_CallbackData field offsets and types.
+    let site: u32 = unsafe { cupti::cb_field(data, offset_of!(D, callbackSite)) };
     let runtime = call.domain == cupti::DOMAIN_RUNTIME;
     let _ = STATE.try_with(|cell| {
         let Ok(mut st) = cell.try_borrow_mut() else {
@@ -250,8 +245,8 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         } else if st.runtime_depth > 0 {
             return; // the driver call inside a runtime call: already decided
         }
-        let ctx_uid = field(offset_of!(D, contextUid)) as u32;
-        let ctx = field(offset_of!(D, context)) as *mut c_void;
+        let ctx_uid: u32 = unsafe { cupti::cb_field(data, offset_of!(D, contextUid)) };
+        let ctx: *mut c_void = unsafe { cupti::cb_field(data, offset_of!(D, context)) };
         if ctx_uid != st.last_ctx && !ctx.is_null() {
             st.last_ctx = ctx_uid;
             // SAFETY: the context handle this callback received; NULL is the default stream.
@@ -268,7 +263,8 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         let due = match call.kind {
             SiteKind::Copy => true,
             SiteKind::Launch(param) => {
-                let params = field(offset_of!(D, functionParams)) as *const u64;
+                let params: *const u64 =
+                    unsafe { cupti::cb_field(data, offset_of!(D, functionParams)) };
                 let func = if params.is_null() {
                     0
                 } else {
@@ -288,7 +284,7 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
             return;
         }
         let mut s = Sample::empty();
-        s.corr = field(offset_of!(D, correlationId)) as u32;
+        s.corr = unsafe { cupti::cb_field(data, offset_of!(D, correlationId)) };
         s.domain = call.domain;
         s.cbid = call.cbid;
         s.ctx = ctx_uid;
