@@ -14,6 +14,14 @@ to just after the synchronize that ends the last of --steps steps. Warmup
 Run:    python bench/launch_bound.py --mode baseline [--steps 500] [--warmup 20] [--repeat 5]
         gpufl record -o DIR -- python bench/launch_bound.py --mode gpufl --repeat 5
         python bench/launch_bound.py --mode torch-profiler --profiler --repeat 5
+In-process A/B:  gpufl record -o DIR -- python bench/launch_bound.py --mode M --toggle 12
+        runs 12 cycles of three timed loops each: recording ON, then paused (OFF1), then paused
+        again (OFF2), switching with gpufl_pause()/gpufl_resume() between loops (not timed).
+        ON/OFF2 is the recording's cost with the process, GPU and memory layout held fixed;
+        OFF1/OFF2 is what spills into the loop after recording (the writer still decoding the
+        ON loop's records, which the pause flushed). Without gpufl the same loops run with no
+        switching: the method's own bias. Prints {"mode", "toggle": true, "on_ms", "off1_ms",
+        "off2_ms" (per cycle), "paused_by_gpufl", "steps"}.
 Prints: one JSON line {"mode", "wall_ms" (best of --repeat), "wall_ms_median",
         "wall_ms_all", "thread_cpu_ms_all" (the main thread's CPU time per loop),
         "process_cpu_ms_all" (all threads'), "steal_ms_all" (time the hypervisor took from
@@ -108,12 +116,51 @@ def timed_loop(model, opt, x, y, steps):
     return (t1 - t0) * 1e3, (c1 - c0) * 1e3, (p1 - p0) * 1e3, (s1 - s0) * tick_ms
 
 
+def gpufl_lib():
+    """The gpufl capture library when this process is recorded, else None."""
+    import ctypes
+    path = os.environ.get("CUDA_INJECTION64_PATH") or os.environ.get("GPUFL_CAPTURE_LIB")
+    if not path or "gpufl" not in os.path.basename(path):
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+        return lib if hasattr(lib, "gpufl_pause") else None
+    except OSError:
+        return None
+
+
+def toggled(model, opt, x, y, steps, cycles, mode):
+    """`cycles` x (ON, OFF1, OFF2) timed loops, switching recording between loops."""
+    lib = gpufl_lib()
+    paused = False
+
+    def switch(on):
+        nonlocal paused
+        if lib is not None:
+            rc = lib.gpufl_resume() if on else lib.gpufl_pause()
+            paused = paused or (not on and rc == 0)
+
+    on_ms, off1_ms, off2_ms = [], [], []
+    for _ in range(cycles):
+        switch(True)
+        on_ms.append(timed_loop(model, opt, x, y, steps)[0])
+        switch(False)
+        off1_ms.append(timed_loop(model, opt, x, y, steps)[0])
+        off2_ms.append(timed_loop(model, opt, x, y, steps)[0])
+    switch(True)
+    r = lambda v: [round(w, 3) for w in v]
+    print(json.dumps({"mode": mode, "toggle": True, "on_ms": r(on_ms), "off1_ms": r(off1_ms),
+                      "off2_ms": r(off2_ms), "paused_by_gpufl": paused, "steps": steps}))
+
+
 def main():
     ap = argparse.ArgumentParser(description="launch-bound PyTorch loop")
     ap.add_argument("--mode", default="baseline", help="label copied into the JSON")
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--toggle", type=int, default=0, metavar="CYCLES",
+                    help="in-process A/B: CYCLES x (recording on, paused, paused) loops")
     ap.add_argument("--profiler", action="store_true",
                     help="run each timed loop inside torch.profiler.profile(CPU, CUDA)")
     args = ap.parse_args()
@@ -123,6 +170,9 @@ def main():
     model, opt, x, y = build()
     for _ in range(args.warmup):
         step(model, opt, x, y)
+    if args.toggle:
+        toggled(model, opt, x, y, args.steps, args.toggle, args.mode)
+        return
 
     walls, cpus, procs, steals, exits = [], [], [], [], []
     threads_before = thread_cpu_ns()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
 # Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
-#   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams
-#   (default: all but split and streams)
+#   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams toggle
+#   (default: all but split, streams and toggle)
 set -u
 OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
 ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
@@ -121,6 +121,33 @@ if has split; then
   $PY bench/summarize.py "$OUT/split.jsonl" | tee -a "$OUT/summary.txt"
   for d in $S/split/*/; do gpufl info "$d" 2>&1 | grep -E "command|kernels|warning" | tee -a "$OUT/summary.txt"; done
   rm -rf $S/split
+fi
+if has toggle; then
+  log "(m) in-process A/B: recording on vs paused in one process (bench/launch_bound.py --toggle)"
+  T="$S/toggle"; LB="bench/launch_bound.py --steps ${TOGGLE_STEPS:-100} --toggle ${TOGGLE_CYCLES:-12} --mode"
+  KO="GPUFL_ENABLE_SYNCHRONIZATION=0"; KR="gpufl record -q --no-stacks --api-records none -o $T --"
+  MODES=${TOGGLE_MODES:-"bare gpufl-full gpufl-no-sites gpufl-kernels-only cupti-kernels-discard"}
+  run_toggle() {
+    case $1 in
+      bare) $PY $LB bare ;;
+      gpufl-full) gpufl record -q -o $T -- $PY $LB $1 ;;
+      gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o $T -- $PY $LB $1 ;;
+      gpufl-no-api) gpufl record -q --api-records none -o $T -- $PY $LB $1 ;;
+      gpufl-kernels-only) env $KO $KR $PY $LB $1 ;;
+      kernels-shared-buffers) env $KO GPUFL_PER_THREAD_BUFFERS=0 $KR $PY $LB $1 ;;
+      kernels-kind-only) env $KO GPUFL_ACTIVITY_KINDS=kernels $KR $PY $LB $1 ;;
+      cupti-kernels-discard) env $KO GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 $KR $PY $LB $1 ;;
+    esac
+  }
+  for round in $(seq ${TOGGLE_ROUNDS:-2}); do
+    order=$MODES; [ $((round % 2)) = 0 ] && order=$(echo $MODES | tr ' ' '\n' | tac | tr '\n' ' ')
+    for m in $order; do run_toggle $m; done
+  done 2>&1 | grep '^{' | tee -a "$OUT/toggle.jsonl"
+  $PY bench/summarize_toggle.py "$OUT/toggle.jsonl" | tee -a "$OUT/summary.txt"
+  d=$(ls -dt $T/*/ | tail -1)
+  gpufl dump "$d" --type capture --limit 4 2>&1 | tee -a "$OUT/summary.txt"
+  gpufl report --color never "$d" 2>&1 | grep -E "GPU [0-9]|paused" | tee -a "$OUT/summary.txt"
+  rm -rf $T
 fi
 if has identity; then
   log "(g) output identity with and without gpufl record"

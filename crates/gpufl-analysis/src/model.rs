@@ -92,6 +92,10 @@ pub struct Model {
     last_ns: u64,
     /// (ctx, stream, role) of the streams whose role the recorder wrote.
     stream_roles: Vec<(u32, u32, StreamRole)>,
+    /// `capture` records (ts, recording), in file order until loaded; then see `paused`.
+    capture_marks: Vec<(u64, bool)>,
+    /// Intervals in which recording was paused, sorted and disjoint (end `u64::MAX`: never resumed).
+    paused: Vec<(u64, u64)>,
     /// (ctx, dev) pairs seen on GPU records.
     ctx_dev: Vec<(u32, u32)>,
     devices: Vec<u32>,
@@ -200,6 +204,7 @@ impl Model {
                 let api = self.str_ref(ld, c.api);
                 self.callsites.push((c.corr, stack, api));
             }
+            Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),
             Record::Stream(s) => {
                 if !self
                     .stream_roles
@@ -333,6 +338,7 @@ impl Model {
         if self.first_ns > self.last_ns {
             (self.first_ns, self.last_ns) = (0, 0);
         }
+        self.paused = paused_ranges(std::mem::take(&mut self.capture_marks));
         let undefined = |n: usize, what: &str| (n > 0).then(|| format!("{n} {what}"));
         let missing: Vec<String> = [
             undefined(
@@ -406,6 +412,23 @@ impl Model {
         (self.first_ns, self.last_ns)
     }
 
+    /// Intervals (ns, trace clock) in which the program had paused recording, sorted and disjoint;
+    /// the end of one never resumed is `u64::MAX`. Nothing was recorded there: no GPU work, no
+    /// API call, no synchronization.
+    pub fn paused(&self) -> &[(u64, u64)] {
+        &self.paused
+    }
+
+    /// Paused time inside `[a, b)`, ns.
+    pub fn paused_in(&self, a: u64, b: u64) -> u64 {
+        let i = self.paused.partition_point(|p| p.1 <= a);
+        self.paused[i..]
+            .iter()
+            .take_while(|p| p.0 < b)
+            .map(|p| b.min(p.1).saturating_sub(a.max(p.0)))
+            .sum()
+    }
+
     /// Devices with at least one kernel, copy or memset, ascending.
     pub fn devices(&self) -> &[u32] {
         &self.devices
@@ -447,4 +470,27 @@ impl Model {
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
+}
+
+/// Paused intervals from `capture` marks in any order: a pause opens one (a second pause does not
+/// move it), a resume closes it (a resume while recording does nothing).
+fn paused_ranges(mut marks: Vec<(u64, bool)>) -> Vec<(u64, u64)> {
+    // Stable: marks at one instant keep their file order.
+    marks.sort_by_key(|m| m.0);
+    let mut out = Vec::new();
+    let mut open: Option<u64> = None;
+    for (ts, recording) in marks {
+        match (open, recording) {
+            (None, false) => open = Some(ts),
+            (Some(from), true) => {
+                out.push((from, ts));
+                open = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = open {
+        out.push((from, u64::MAX));
+    }
+    out
 }

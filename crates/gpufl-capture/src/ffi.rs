@@ -84,6 +84,34 @@ pub extern "C" fn gpufl_shutdown() {
     });
 }
 
+/// Pause recording: nothing is collected until `gpufl_resume`, and the session marks the paused
+/// interval. Returns GPUFL_OK, or GPUFL_DISABLED when this process is not recording.
+#[no_mangle]
+pub extern "C" fn gpufl_pause() -> c_int {
+    std::panic::catch_unwind(|| {
+        if recorder::set_recording(false) {
+            GPUFL_OK
+        } else {
+            GPUFL_DISABLED
+        }
+    })
+    .unwrap_or(GPUFL_INTERNAL_ERROR)
+}
+
+/// Resume recording after `gpufl_pause`. Returns GPUFL_OK, or GPUFL_DISABLED when this process is
+/// not recording.
+#[no_mangle]
+pub extern "C" fn gpufl_resume() -> c_int {
+    std::panic::catch_unwind(|| {
+        if recorder::set_recording(true) {
+            GPUFL_OK
+        } else {
+            GPUFL_DISABLED
+        }
+    })
+    .unwrap_or(GPUFL_INTERNAL_ERROR)
+}
+
 /// Copy the session directory into `buf` (NUL-terminated). Returns its length, 0 if not recording,
 /// or -(needed size) if `buf` is too small.
 ///
@@ -147,4 +175,18 @@ pub unsafe extern "C" fn gpufl_test_capture_stack_json(buf: *mut c_char, len: us
         unsafe { copy_out(&json, buf, len) }
     })
     .unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pause_and_resume_without_a_recorder_say_disabled() {
+        // This test binary never starts a recorder (no CUPTI here).
+        assert!(recorder::get().is_none());
+        assert_eq!(gpufl_pause(), GPUFL_DISABLED);
+        assert_eq!(gpufl_resume(), GPUFL_DISABLED);
+        assert!(!recorder::is_paused());
+    }
 }

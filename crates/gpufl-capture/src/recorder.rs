@@ -81,6 +81,8 @@ enum Msg {
         reason: &'static str,
         ack: Sender<Option<Counts>>,
     },
+    /// Recording paused (`recording: false`) or resumed at `ts`.
+    Capture { ts: u64, recording: bool },
 }
 
 /// The running recorder.
@@ -280,7 +282,8 @@ fn disabled(opts: &Options, dir: &Path, mut header: Header, why: String) -> Init
     InitError::Disabled(why)
 }
 
-/// Enable activity kinds and callbacks. Returns notices for what could not be enabled.
+/// Set up activity collection once (buffers, thread ids, flush period, resource callbacks), then
+/// turn collection on. Returns notices for what could not be enabled.
 fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String> {
     let mut notices = Vec::new();
     // SAFETY (whole function): plain CUPTI calls with valid arguments; results are checked.
@@ -310,27 +313,6 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
                 c.result_string(rc)
             ));
         }
-        let mut kinds = vec![
-            (cupti::KIND_CONCURRENT_KERNEL, "kernels"),
-            (cupti::KIND_MEMCPY, "memcpy"),
-            (cupti::KIND_MEMSET, "memset"),
-            (cupti::KIND_OVERHEAD, "overhead"),
-        ];
-        // Synchronizations come from API callbacks (below), not from CUPTI's SYNCHRONIZATION
-        // activity kind, which costs 25-45 % on a launch-bound PyTorch loop (docs/benchmarks.md).
-        // Benchmark knob: GPUFL_ACTIVITY_KINDS=kernels,memcpy,… restricts the activity kinds.
-        if let Ok(only) = std::env::var("GPUFL_ACTIVITY_KINDS") {
-            kinds.retain(|(_, name)| only.split(',').any(|k| k.trim() == *name));
-        }
-        for (k, name) in kinds {
-            let rc = (c.activity_enable)(k);
-            if rc != cupti::SUCCESS {
-                notices.push(format!(
-                    "{name} records unavailable: {}",
-                    c.result_string(rc)
-                ));
-            }
-        }
         if cupti_flushes_itself() {
             let ms = cupti_flush_period().map_or(0, |p| p.as_millis() as u32);
             match c.activity_flush_period {
@@ -343,28 +325,10 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
                 None => notices.push("cuptiActivityFlushPeriod unavailable".into()),
             }
         }
-        enable_api_records(c, opts, &mut notices);
         if opts.enable_stack_trace && site_stacks_enabled() {
-            let table = SITES.get_or_init(|| crate::sites::SiteTable::build(c));
-            for (domain, id) in table.ids() {
-                (c.enable_callback)(1, sub, domain, id);
-            }
+            SITES.get_or_init(|| crate::sites::SiteTable::build(c));
         }
-        if opts.enable_synchronization {
-            // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
-            let domains = std::env::var("GPUFL_CALLBACK_DOMAINS").unwrap_or_default();
-            let want = |d: &str| domains.is_empty() || domains.split(',').any(|x| x.trim() == d);
-            if want("runtime") {
-                for &id in cbids::RUNTIME_SYNC {
-                    (c.enable_callback)(1, sub, cupti::DOMAIN_RUNTIME, id);
-                }
-            }
-            if want("driver") {
-                for &id in cbids::DRIVER_SYNC {
-                    (c.enable_callback)(1, sub, cupti::DOMAIN_DRIVER, id);
-                }
-            }
-        }
+        set_collection(c, sub, opts, true, &mut notices);
         (c.enable_callback)(
             1,
             sub,
@@ -381,13 +345,84 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
     notices
 }
 
-fn enable_api_records(c: &Cupti, opts: &Options, notices: &mut Vec<String>) {
+/// The activity kinds the recorder collects.
+fn activity_kinds() -> Vec<(u32, &'static str)> {
+    let mut kinds = vec![
+        (cupti::KIND_CONCURRENT_KERNEL, "kernels"),
+        (cupti::KIND_MEMCPY, "memcpy"),
+        (cupti::KIND_MEMSET, "memset"),
+        (cupti::KIND_OVERHEAD, "overhead"),
+    ];
+    // Synchronizations come from API callbacks (below), not from CUPTI's SYNCHRONIZATION
+    // activity kind, which costs 25-45 % on a launch-bound PyTorch loop (docs/benchmarks.md).
+    // Benchmark knob: GPUFL_ACTIVITY_KINDS=kernels,memcpy,… restricts the activity kinds.
+    if let Ok(only) = std::env::var("GPUFL_ACTIVITY_KINDS") {
+        kinds.retain(|(_, name)| only.split(',').any(|k| k.trim() == *name));
+    }
+    kinds
+}
+
+/// Turn collection on or off: activity kinds, API records, and the API callbacks (call sites and
+/// synchronizations). What fails is added to `notices` (only meaningful when turning on).
+fn set_collection(
+    c: &Cupti,
+    sub: *mut c_void,
+    opts: &Options,
+    on: bool,
+    notices: &mut Vec<String>,
+) {
+    // SAFETY (whole function): plain CUPTI calls with valid arguments.
+    unsafe {
+        for (k, name) in activity_kinds() {
+            let rc = if on {
+                (c.activity_enable)(k)
+            } else {
+                (c.activity_disable)(k)
+            };
+            if rc != cupti::SUCCESS {
+                notices.push(format!(
+                    "{name} records unavailable: {}",
+                    c.result_string(rc)
+                ));
+            }
+        }
+        enable_api_records(c, opts, on, notices);
+        let flag = u32::from(on);
+        if let Some(table) = SITES.get() {
+            for (domain, id) in table.ids() {
+                (c.enable_callback)(flag, sub, domain, id);
+            }
+        }
+        if opts.enable_synchronization {
+            // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
+            let domains = std::env::var("GPUFL_CALLBACK_DOMAINS").unwrap_or_default();
+            let want = |d: &str| domains.is_empty() || domains.split(',').any(|x| x.trim() == d);
+            if want("runtime") {
+                for &id in cbids::RUNTIME_SYNC {
+                    (c.enable_callback)(flag, sub, cupti::DOMAIN_RUNTIME, id);
+                }
+            }
+            if want("driver") {
+                for &id in cbids::DRIVER_SYNC {
+                    (c.enable_callback)(flag, sub, cupti::DOMAIN_DRIVER, id);
+                }
+            }
+        }
+    }
+}
+
+fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<String>) {
     use crate::options::ApiRecords;
     let (rt, drv): (Vec<u32>, Vec<u32>) = match opts.api_records {
         ApiRecords::None => return,
         ApiRecords::All => {
             // SAFETY: plain CUPTI calls.
             unsafe {
+                if !on {
+                    (c.activity_disable)(cupti::KIND_RUNTIME);
+                    (c.activity_disable)(cupti::KIND_DRIVER);
+                    return;
+                }
                 (c.activity_enable)(cupti::KIND_RUNTIME);
                 (c.activity_enable)(cupti::KIND_DRIVER);
                 for &id in cbids::RUNTIME_NOISY {
@@ -411,18 +446,69 @@ fn enable_api_records(c: &Cupti, opts: &Options, notices: &mut Vec<String>) {
     };
     let (Some(frt), Some(fdrv)) = (c.activity_enable_runtime_api, c.activity_enable_driver_api)
     else {
-        notices.push("this CUPTI cannot select API records per function; api records off".into());
+        if on {
+            notices
+                .push("this CUPTI cannot select API records per function; api records off".into());
+        }
         return;
     };
     // SAFETY: plain CUPTI calls; ids unknown to this CUPTI are rejected and ignored.
     unsafe {
         for id in rt {
-            frt(id, 1);
+            frt(id, u8::from(on));
         }
         for id in drv {
-            fdrv(id, 1);
+            fdrv(id, u8::from(on));
         }
     }
+}
+
+/// Set while the program has paused recording (`pause`).
+static PAUSED: AtomicBool = AtomicBool::new(false);
+/// Serializes pause/resume (never taken on a CUPTI callback path).
+static PAUSE_LOCK: Mutex<()> = Mutex::new(());
+
+/// Whether recording is paused by the program.
+pub fn is_paused() -> bool {
+    PAUSED.load(Ordering::Relaxed)
+}
+
+/// Pause (`recording = false`) or resume recording. While paused nothing is collected: no activity
+/// kind, API record or API callback is enabled, so the program runs as if only subscribed. A
+/// `capture` record marks each change. Returns false when no recorder runs (not started, stopped,
+/// or in a forked child); pausing twice or resuming a running recorder does nothing.
+pub fn set_recording(recording: bool) -> bool {
+    let Some(r) = RECORDER.get() else {
+        return false;
+    };
+    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
+        return false;
+    }
+    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if r.stopped.load(Ordering::SeqCst) {
+        return false;
+    }
+    if PAUSED.load(Ordering::SeqCst) != recording {
+        return true;
+    }
+    let sub = r.subscriber.load(Ordering::SeqCst);
+    let mut ignored = Vec::new();
+    // The paused interval covers everything not collected: it starts before collection stops
+    // and ends after it restarts.
+    let ts = if recording {
+        set_collection(r.cupti, sub, &r.opts, true, &mut ignored);
+        PAUSED.store(false, Ordering::SeqCst);
+        r.cupti.timestamp()
+    } else {
+        let ts = r.cupti.timestamp();
+        PAUSED.store(true, Ordering::SeqCst);
+        set_collection(r.cupti, sub, &r.opts, false, &mut ignored);
+        // SAFETY: plain CUPTI call: hands what was collected so far to the writer.
+        unsafe { (r.cupti.activity_flush_all)(0) };
+        ts
+    };
+    let _ = r.tx.send(Msg::Capture { ts, recording });
+    true
 }
 
 /// CUPTI callback: API entry/exit and resource events. Never unwinds into CUPTI.
@@ -723,6 +809,12 @@ fn writer_thread(
                 });
                 let _ = ack.send(counts);
                 return;
+            }
+            Ok(Msg::Capture { ts, recording }) => {
+                if let Some(s) = sink.as_mut() {
+                    let result = s.write(&Record::Capture(CaptureState { ts, recording }));
+                    report(&mut sink, result);
+                }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,

@@ -167,11 +167,12 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
 fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
     use std::fmt::Write;
     let c = &d.by_class;
+    let recorded = d.active_ns - d.paused_ns;
     let pct = |ns: u64| {
-        if d.active_ns == 0 {
+        if recorded == 0 {
             0.0
         } else {
-            ns as f64 * 100.0 / d.active_ns as f64
+            ns as f64 * 100.0 / recorded as f64
         }
     };
     let _ = writeln!(
@@ -186,6 +187,14 @@ fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
         secs(c.other.idle_ns),
         secs(c.kernel_wait.idle_ns)
     );
+    if d.paused_ns > 0 {
+        let _ = writeln!(
+            out,
+            "  GPU {} recording paused for {} of its active range (left out of idle time)",
+            d.device,
+            secs(d.paused_ns)
+        );
+    }
     if !d.utilization.is_empty() {
         const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
         let bars: String = d

@@ -27,6 +27,7 @@ pub enum Record {
     Api(Api),
     Callsite(Callsite),
     Stream(StreamInfo),
+    Capture(CaptureState),
     Overhead(Overhead),
     Dropped(Dropped),
     Notice(Notice),
@@ -48,6 +49,7 @@ impl Record {
             Record::Api(_) => "api",
             Record::Callsite(_) => "callsite",
             Record::Stream(_) => "stream",
+            Record::Capture(_) => "capture",
             Record::Overhead(_) => "overhead",
             Record::Dropped(_) => "dropped",
             Record::Notice(_) => "notice",
@@ -407,6 +409,16 @@ pub enum StreamRole {
     /// A role this reader does not know (written by a newer recorder).
     #[serde(other)]
     Other,
+}
+
+/// Recording paused or resumed (`gpufl_pause` / `gpufl_resume`, `gpufl.pause()`): while paused
+/// the recorder collects nothing, so an absence of GPU work there says nothing about the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CaptureState {
+    /// When the change took effect, trace clock (ns).
+    pub ts: u64,
+    /// true: recording from `ts` on; false: paused from `ts` on.
+    pub recording: bool,
 }
 
 /// Time CUPTI itself spent (buffer flushes, instrumentation…).

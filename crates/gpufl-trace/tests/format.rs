@@ -374,6 +374,10 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
             StreamRole::PerThreadDefault
         },
     }));
+    r.rec(Record::Capture(CaptureState {
+        ts: t0 + 950_000,
+        recording: i.is_multiple_of(2),
+    }));
     r.rec(Record::Overhead(Overhead {
         kind: "activity_buffer_flush".into(),
         start: t0 + 960_000,
@@ -541,7 +545,7 @@ fn round_trip_every_record_type_through_a_file() {
     let types: HashSet<&str> = got.iter().map(|r| r.type_name()).collect();
     for t in [
         "header", "str", "frame", "stack", "kernel", "memcpy", "memset", "sync", "api", "callsite",
-        "overhead", "dropped", "notice", "end",
+        "stream", "capture", "overhead", "dropped", "notice", "end",
     ] {
         assert!(types.contains(t), "no {t} record in the round trip");
     }

@@ -150,7 +150,7 @@ pub struct UtilChunk {
     pub start_offset_ns: u64,
     pub duration_ns: u64,
     pub busy_ns: u64,
-    /// `busy_ns / duration_ns`, 0..1.
+    /// `busy_ns` over the chunk's recorded time (its duration less paused gaps), 0..1.
     pub busy_share: f64,
     /// Busy share under [`LOW_UTILIZATION`].
     pub low: bool,
@@ -166,8 +166,12 @@ pub struct DeviceIdle {
     pub active_ns: u64,
     /// Union of the device's kernels, copies and memsets.
     pub busy_ns: u64,
-    /// `active_ns - busy_ns`: the gaps together.
+    /// `active_ns - busy_ns - paused_ns`: the gaps together.
     pub idle_ns: u64,
+    /// Gaps that overlap an interval in which recording was paused (`capture` records): what the
+    /// GPU did there is unknown, so they are neither idle time nor gaps.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub paused_ns: u64,
     pub gaps: u64,
     pub by_class: IdleByClass,
     /// The [`TOP_GAPS`] longest gaps, longest first (earlier first on ties).
@@ -832,8 +836,9 @@ impl Group {
     }
 
     /// The group's figures without its one-off pauses: from the longest gap down, each gap longer
-    /// than all the group's shorter gaps together (stopping at the first that is not).
-    fn settle(&self) -> ClassFigures {
+    /// than all the group's shorter gaps together (stopping at the first that is not). The window
+    /// leaves out the time recording was paused.
+    fn settle(&self, m: &Model) -> ClassFigures {
         let mut top: Vec<(u64, u64)> = self.top.iter().map(|r| r.0).collect();
         top.sort_unstable_by(|a, b| b.cmp(a));
         let mut rest = self.idle_ns;
@@ -852,8 +857,10 @@ impl Group {
             rest = below;
         }
         let idle = self.idle_ns - off;
+        let paused = m.paused_in(self.first_start, self.last_end);
         let window = (self.last_end - self.first_start)
             .saturating_sub(off)
+            .saturating_sub(paused)
             .max(idle);
         ClassFigures {
             gaps: self.gaps - n_off,
@@ -966,14 +973,19 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
             idle: 0,
         };
         let (mut cs, mut ce) = (first, op_end(m, first_op));
-        let mut busy = 0u64;
+        let (mut busy, mut paused) = (0u64, 0u64);
         for &op in &ops[1..] {
             let (s, e) = op_span(m, op);
             let e = e.max(s);
             if s > ce {
                 util.add(cs, ce);
                 busy += ce - cs;
-                scan.gap(ce, s, op);
+                if m.paused_in(ce, s) > 0 {
+                    util.add_paused(ce, s);
+                    paused += s - ce;
+                } else {
+                    scan.gap(ce, s, op);
+                }
                 (cs, ce) = (s, e);
             } else {
                 ce = ce.max(e);
@@ -1000,6 +1012,7 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
             active_ns: span,
             busy_ns: busy,
             idle_ns: scan.idle,
+            paused_ns: paused,
             gaps: scan.gaps,
             by_class: scan.by_class,
             top_gaps,
@@ -1008,7 +1021,8 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
         });
     }
     drop(timelines);
-    let active: u64 = devices.iter().map(|d| d.active_ns).sum();
+    // Thresholds are shares of the recorded time: paused intervals say nothing.
+    let active: u64 = devices.iter().map(|d| d.active_ns - d.paused_ns).sum();
     (insights(cx, &locator, &blocked, &groups, active), devices)
 }
 
@@ -1017,6 +1031,12 @@ struct Util {
     first: u64,
     span: u64,
     busy: Vec<u64>,
+    /// Time of each chunk in gaps that overlap a pause of the recording (not counted either way).
+    paused: Vec<u64>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Util {
@@ -1030,6 +1050,7 @@ impl Util {
             first,
             span,
             busy: vec![0; n],
+            paused: vec![0; n],
         }
     }
 
@@ -1040,6 +1061,15 @@ impl Util {
     }
 
     fn add(&mut self, a: u64, b: u64) {
+        self.spread(a, b, false);
+    }
+
+    fn add_paused(&mut self, a: u64, b: u64) {
+        self.spread(a, b, true);
+    }
+
+    /// Add `[a, b)` to the busy (or paused) time of the chunks it overlaps.
+    fn spread(&mut self, a: u64, b: u64, paused: bool) {
         let n = self.busy.len();
         if n == 0 || b <= a {
             return;
@@ -1057,7 +1087,12 @@ impl Util {
             if lo >= b {
                 break;
             }
-            self.busy[i] += b.min(hi).saturating_sub(a.max(lo));
+            let part = b.min(hi).saturating_sub(a.max(lo));
+            if paused {
+                self.paused[i] += part;
+            } else {
+                self.busy[i] += part;
+            }
             i += 1;
         }
     }
@@ -1066,13 +1101,16 @@ impl Util {
         (0..self.busy.len())
             .map(|i| {
                 let (lo, hi) = (self.bound(i), self.bound(i + 1));
-                let busy_share = share(self.busy[i], hi - lo);
+                // A chunk's share counts its recorded time only; a chunk paused throughout is
+                // not low (nothing is known of it).
+                let recorded = (hi - lo).saturating_sub(self.paused[i]);
+                let busy_share = share(self.busy[i], recorded);
                 UtilChunk {
                     start_offset_ns: lo - origin,
                     duration_ns: hi - lo,
                     busy_ns: self.busy[i],
                     busy_share,
-                    low: busy_share < LOW_UTILIZATION,
+                    low: recorded > 0 && busy_share < LOW_UTILIZATION,
                 }
             })
             .collect()
@@ -1107,7 +1145,7 @@ fn insights(
             if g.gaps == 0 {
                 continue;
             }
-            let f = g.settle();
+            let f = g.settle(cx.m);
             let pct = MIN_SHARE_PCT[class.index()];
             if f.gaps >= MIN_GAPS
                 && f.idle_ns as u128 * 100 >= f.window_ns as u128 * pct as u128

@@ -1139,3 +1139,60 @@ fn timeline_rules_survive_random_records() {
         serde_json::to_string(&a).unwrap();
     }
 }
+
+#[test]
+fn gpu_idle_leaves_paused_recording_out_of_idle_time() {
+    let mut b = B::new();
+    let st = b.user_stack("/src/app.cu", 30, "train_step");
+    let end1 = launch_loop(&mut b, MS, 10, 20, Some(st));
+    // The program pauses recording 1 ms after the first loop and resumes 50 ms later: the 51+ ms
+    // without GPU records in between is not idle time, and its chunks are not low.
+    let (pause, resume) = (end1 + MS, end1 + 51 * MS);
+    b.recs.push(Record::Capture(CaptureState {
+        ts: resume,
+        recording: true,
+    }));
+    b.recs.push(Record::Capture(CaptureState {
+        ts: pause,
+        recording: false,
+    }));
+    // A resume while recording changes nothing.
+    b.recs.push(Record::Capture(CaptureState {
+        ts: resume + MS,
+        recording: true,
+    }));
+    launch_loop(&mut b, resume + 10 * US, 10, 20, Some(st));
+    let a = b.analyze();
+    let d = &a.gpu_idle[0];
+    assert_eq!(d.gaps, 18, "9 gaps per loop; the paused one is not a gap");
+    assert_eq!(d.idle_ns, 18 * 27 * US);
+    assert_eq!(d.paused_ns, resume + 10 * US - end1);
+    assert_eq!(d.active_ns, d.busy_ns + d.idle_ns + d.paused_ns);
+    assert!(d.top_gaps.iter().all(|g| g.duration_ns == 27 * US));
+    let chunks = &d.utilization;
+    assert_eq!(chunks.len(), 30);
+    // The loops run at 100/127 busy; the chunks inside the pause have no recorded time.
+    assert!(chunks.iter().all(|c| !c.low), "{chunks:#?}");
+    assert_eq!(js(d)["paused_ns"], js(d.paused_ns));
+    let v = rule(&a, "gpu-idle");
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].impact_ns, 18 * 27 * US);
+}
+
+#[test]
+fn a_session_paused_and_never_resumed_is_paused_to_its_end() {
+    let mut b = B::new();
+    let end1 = launch_loop(&mut b, MS, 4, 20, None);
+    b.recs.push(Record::Capture(CaptureState {
+        ts: end1,
+        recording: false,
+    }));
+    // Work recorded before the pause took effect arrives later in the file, and a late kernel
+    // after it (recorded while pausing) ends the session.
+    kern(&mut b, "late_k", 7, end1 + 5 * MS, end1 + 6 * MS);
+    let a = b.analyze();
+    let d = &a.gpu_idle[0];
+    assert_eq!(d.gaps, 3);
+    assert_eq!(d.paused_ns, 5 * MS);
+    assert_eq!(d.idle_ns, 3 * 27 * US);
+}

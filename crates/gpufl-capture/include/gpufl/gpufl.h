@@ -23,6 +23,10 @@ enum { GPUFL_OK = 0, GPUFL_ALREADY_RUNNING = 1, GPUFL_DISABLED = 2, GPUFL_INTERN
 int gpufl_init(const gpufl_options* opts);
 /* Flush and close the session. Safe to call twice. */
 void gpufl_shutdown(void);
+/* Pause / resume recording (nothing is collected while paused; the session marks the interval).
+   GPUFL_OK, or GPUFL_DISABLED when this process is not recording. */
+int gpufl_pause(void);
+int gpufl_resume(void);
 /* The session directory; returns its length, 0 if not recording, -(needed) if buf is too small. */
 ptrdiff_t gpufl_session_dir(char* buf, size_t len);
 

@@ -70,6 +70,11 @@ inline InitResult init(const InitOptions& o) {
 // Flush and close the session (also done automatically at process exit).
 inline void shutdown() { gpufl_shutdown(); }
 
+// Pause / resume recording, e.g. to record only some steps: nothing is collected while paused.
+// Return false when this process is not recording.
+inline bool pause() { return gpufl_pause() == GPUFL_OK; }
+inline bool resume() { return gpufl_resume() == GPUFL_OK; }
+
 // The session directory ("" when not recording).
 inline std::string session_dir() {
     char buf[4096];

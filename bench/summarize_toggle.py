@@ -1,0 +1,45 @@
+"""Summarize the in-process A/B lines of bench/launch_bound.py --toggle (one JSON line per process).
+
+Per mode, over every cycle of every process of that mode:
+  on/off2   the loop recorded over the second paused loop of the same cycle: the recording's cost
+            with the process, GPU state and memory layout held fixed;
+  off1/off2 the first paused loop (the writer still decodes the records the pause flushed) over
+            the second: the part of the cost that spills past the recorded loop;
+  estimate  on/off2 + (off1/off2 - 1): what recording costs when it never pauses.
+Each with its median and mean ± 2 standard errors (n = cycles). The mode recorded without gpufl
+(switching does nothing there) is the method's own bias.
+Usage: python bench/summarize_toggle.py FILE.jsonl"""
+import json
+import statistics
+import sys
+
+
+def stats(v):
+    if not v:
+        return "n=0"
+    m = statistics.fmean(v)
+    se = statistics.stdev(v) / len(v) ** 0.5 if len(v) > 1 else float("nan")
+    return f"{statistics.median(v):.3f}x  (mean {m:.3f} ± {2 * se:.3f}, n={len(v)})"
+
+
+modes = {}
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if not r.get("toggle"):
+        continue
+    d = modes.setdefault(r["mode"], {"on": [], "spill": [], "est": [], "paused": set(), "off2": []})
+    for on, o1, o2 in zip(r["on_ms"], r["off1_ms"], r["off2_ms"]):
+        d["on"].append(on / o2)
+        d["spill"].append(o1 / o2)
+        d["est"].append(on / o2 + o1 / o2 - 1)
+        d["off2"].append(o2)
+    d["paused"].add(r.get("paused_by_gpufl"))
+
+print("-- in-process A/B (bench/launch_bound.py --toggle): ratios per cycle")
+for mode, d in modes.items():
+    how = "recording switched" if True in d["paused"] else "no switching (not recorded)"
+    print(f"{mode:<22} on/off2 {stats(d['on'])}   off1/off2 {stats(d['spill'])}   "
+          f"estimate {stats(d['est'])}   off2 median {statistics.median(d['off2']):.1f} ms  [{how}]")
