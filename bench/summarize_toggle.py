@@ -6,8 +6,10 @@ Per mode, over every cycle of every process of that mode:
   off1/off2 the first paused loop (the writer still decodes the records the pause flushed) over
             the second: the part of the cost that spills past the recorded loop;
   estimate  on/off2 + (off1/off2 - 1): what recording costs when it never pauses.
-Each with its median and mean ± 2 standard errors (n = cycles). The mode recorded without gpufl
-(switching does nothing there) is the method's own bias.
+Each with its median and mean ± 2 standard errors (n = cycles). Then the low quantiles of the
+pooled loops, recorded over paused (min, p10, p25): the host's interruptions only ever add time,
+so the fastest loops of each kind show the work added with the least noise. The mode recorded
+without gpufl (switching does nothing there) is the method's own bias.
 Usage: python bench/summarize_toggle.py FILE.jsonl"""
 import json
 import statistics
@@ -30,7 +32,10 @@ for line in open(sys.argv[1]):
         continue
     if not r.get("toggle"):
         continue
-    d = modes.setdefault(r["mode"], {"on": [], "spill": [], "est": [], "paused": set(), "off2": []})
+    d = modes.setdefault(r["mode"], {"on": [], "spill": [], "est": [], "paused": set(), "off2": [],
+                                     "on_ms": [], "off_ms": []})
+    d["on_ms"] += r["on_ms"]
+    d["off_ms"] += r["off1_ms"] + r["off2_ms"]
     for on, o1, o2 in zip(r["on_ms"], r["off1_ms"], r["off2_ms"]):
         d["on"].append(on / o2)
         d["spill"].append(o1 / o2)
@@ -43,3 +48,16 @@ for mode, d in modes.items():
     how = "recording switched" if True in d["paused"] else "no switching (not recorded)"
     print(f"{mode:<22} on/off2 {stats(d['on'])}   off1/off2 {stats(d['spill'])}   "
           f"estimate {stats(d['est'])}   off2 median {statistics.median(d['off2']):.1f} ms  [{how}]")
+
+
+def q(v, p):
+    v = sorted(v)
+    return v[int(p * (len(v) - 1))]
+
+
+print("-- low quantiles of the pooled loops, recorded / paused (paused = off1 and off2 loops)")
+for mode, d in modes.items():
+    on, off = d["on_ms"], d["off_ms"]
+    print(f"{mode:<22} min {min(on) / min(off):.3f}x  p10 {q(on, .1) / q(off, .1):.3f}x  "
+          f"p25 {q(on, .25) / q(off, .25):.3f}x  median {statistics.median(on) / statistics.median(off):.3f}x  "
+          f"(min {min(off):.1f} ms paused, n={len(on)}+{len(off)})")

@@ -137,6 +137,9 @@ if has toggle; then
       kernels-shared-buffers) env $KO GPUFL_PER_THREAD_BUFFERS=0 $KR $PY $LB $1 ;;
       kernels-kind-only) env $KO GPUFL_ACTIVITY_KINDS=kernels $KR $PY $LB $1 ;;
       cupti-kernels-discard) env $KO GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 $KR $PY $LB $1 ;;
+      hwtrace-kernels-discard) env $KO GPUFL_HW_TRACE=1 GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 $KR $PY $LB $1 ;;
+      shared-buffers-kernels-discard) env $KO GPUFL_PER_THREAD_BUFFERS=0 GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 $KR $PY $LB $1 ;;
+      hwtrace-kernels-only) env $KO GPUFL_HW_TRACE=1 $KR $PY $LB $1 ;;
     esac
   }
   for round in $(seq ${TOGGLE_ROUNDS:-2}); do
@@ -144,6 +147,7 @@ if has toggle; then
     for m in $order; do run_toggle $m; done
   done 2>&1 | grep '^{' | tee -a "$OUT/toggle.jsonl"
   $PY bench/summarize_toggle.py "$OUT/toggle.jsonl" | tee -a "$OUT/summary.txt"
+  for d in $T/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -i "hardware\|HWTrace" | head -1; done | sort | uniq -c | tee -a "$OUT/summary.txt"
   d=$(ls -dt $T/*/ | tail -1)
   gpufl dump "$d" --type capture --limit 4 2>&1 | tee -a "$OUT/summary.txt"
   gpufl report --color never "$d" 2>&1 | grep -E "GPU [0-9]|paused" | tee -a "$OUT/summary.txt"

@@ -70,6 +70,8 @@ pub struct Cupti {
         Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u8, *mut u32) -> u32>,
     pub activity_set_attribute: Option<unsafe extern "C" fn(u32, *mut usize, *mut c_void) -> u32>,
     pub activity_flush_period: Option<unsafe extern "C" fn(u32) -> u32>,
+    /// `cuptiActivityEnableHWTrace` (CUPTI 12.8+; benchmark knob `GPUFL_HW_TRACE=1`).
+    pub activity_enable_hw_trace: Option<unsafe extern "C" fn(u8) -> u32>,
 }
 
 /// Why CUPTI could not be loaded.
@@ -134,6 +136,7 @@ impl Cupti {
             get_stream_id_ex: opt!(lib, c"cuptiGetStreamIdEx"),
             activity_set_attribute: opt!(lib, c"cuptiActivitySetAttribute"),
             activity_flush_period: opt!(lib, c"cuptiActivityFlushPeriod"),
+            activity_enable_hw_trace: opt!(lib, c"cuptiActivityEnableHWTrace"),
             lib,
         })
     }

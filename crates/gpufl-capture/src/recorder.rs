@@ -325,6 +325,17 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
                 None => notices.push("cuptiActivityFlushPeriod unavailable".into()),
             }
         }
+        // Benchmark knob: GPUFL_HW_TRACE=1 asks CUPTI for hardware-based kernel tracing (CUPTI
+        // 12.8+, where the GPU supports it); the answer is written as a notice.
+        if std::env::var("GPUFL_HW_TRACE").is_ok_and(|v| v == "1") {
+            match c.activity_enable_hw_trace {
+                Some(f) => {
+                    let rc = f(1);
+                    notices.push(format!("hardware tracing requested: {}", c.result_string(rc)));
+                }
+                None => notices.push("cuptiActivityEnableHWTrace unavailable".into()),
+            }
+        }
         if opts.enable_stack_trace && site_stacks_enabled() {
             SITES.get_or_init(|| crate::sites::SiteTable::build(c));
         }
