@@ -302,6 +302,7 @@ fn parse_known(tag: &str, line: &[u8]) -> Option<Result<Record, serde_json::Erro
         "api" => p(line, Record::Api),
         "callsite" => p(line, Record::Callsite),
         "stream" => p(line, Record::Stream),
+        "telemetry" => p(line, Record::Telemetry),
         "overhead" => p(line, Record::Overhead),
         "dropped" => p(line, Record::Dropped),
         "notice" => p(line, Record::Notice),
