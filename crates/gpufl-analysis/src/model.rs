@@ -259,7 +259,7 @@ impl Model {
             Record::Notice(n) if n.level != "info" => self
                 .warnings
                 .push(format!("recorder {}: {}", n.level, n.message)),
-            Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
+            Record::Notice(_) | Record::Overhead(_) | Record::End(_) | Record::Telemetry(_) => {}
         }
     }
 
