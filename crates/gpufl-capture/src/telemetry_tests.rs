@@ -204,14 +204,19 @@ fn samples_every_period_until_stopped_and_stops_within_a_period() {
     for b in &batches {
         assert_eq!(b.iter().map(|t| t.dev).collect::<Vec<_>>(), vec![0, 1]);
     }
-    // A fixed schedule: rounds start about one period apart (never two at once).
+    // A fixed schedule: round k starts no earlier than k periods after the first (a late round
+    // does not shift the next ones, so two rounds can be less than a period apart, never two at
+    // once).
     let r = rounds.lock().unwrap();
-    for w in r.windows(2) {
-        let gap = w[1] - w[0];
+    for (k, t) in r.iter().enumerate() {
+        let since = *t - r[0];
         assert!(
-            gap >= period - Duration::from_millis(2),
-            "rounds {gap:?} apart"
+            since + Duration::from_millis(1) >= period * k as u32,
+            "round {k} at {since:?}"
         );
+    }
+    for w in r.windows(2) {
+        assert!(w[1] - w[0] > period / 2, "rounds {:?} apart", w[1] - w[0]);
     }
     let cost = h.cost_summary().unwrap();
     assert!(cost.contains(&format!("{n} rounds every 100 ms")), "{cost}");
