@@ -394,6 +394,10 @@ fn report_of_a_session_with_telemetry() {
     assert_eq!(t["samples"], 21);
     assert_eq!(t["gpu_util_pct"]["max"], 100.0);
     insta::assert_snapshot!("report_json_telemetry_synthetic", json);
+    let (code, out, _) = run(gpufl().current_dir(&root).args(["info", &name]));
+    assert_eq!(code, 0);
+    assert!(out.contains("telemetry_ms=100"), "{out}");
+    assert!(out.contains(", 21 telemetry samples"), "{out}");
     let (code, out, _) = run(gpufl().current_dir(&root).args([
         "dump",
         &name,

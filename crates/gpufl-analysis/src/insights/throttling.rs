@@ -76,7 +76,7 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         return None;
     }
     let d = s.durations();
-    let (mut hardware_ns, mut lost) = (0u64, 0f64);
+    let (mut hardware_ns, mut lost, mut throttled) = (0u64, 0f64, 0u64);
     let (mut clk_sum, mut clk_n) = (0f64, 0u64);
     let (mut max_temp, mut max_power) = (None::<u32>, None::<u32>);
     for (i, smp) in s.samples().enumerate() {
@@ -84,6 +84,7 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         if bits & throttle::THROTTLING == 0 {
             continue;
         }
+        throttled += 1;
         if bits & HARDWARE != 0 {
             hardware_ns += d[i];
         }
@@ -138,7 +139,7 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         causes.join(", ")
     );
     let mut detail = format!(
-        "clocks were held down during {} of {} sampled ({} samples)",
+        "clocks were held down during {} of {} sampled ({throttled} of {} samples)",
         fmt_duration(t.throttled_ns),
         fmt_duration(t.sampled_ns),
         t.samples
@@ -165,7 +166,7 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         detail,
         fix: fix.to_string(),
         location: SourceLoc::device(s.device),
-        count: t.samples,
+        count: throttled,
         impact_ns: lost_ns,
         share_of_wall: share(lost_ns, cx.wall_ns),
         window_ns: t.sampled_ns,
