@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
 # Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
-#   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams toggle
-#   (default: all but split, streams and toggle)
+#   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams
+#   telemetry toggle (default: all but split, streams, telemetry and toggle)
 set -u
 OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
 ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
@@ -75,6 +75,52 @@ if has streams; then
   if [ -x build/copy_compute_pipeline ]; then
     for ns in 1 2 4; do build/copy_compute_pipeline $ns 5 2>&1 | tee -a "$OUT/summary.txt"; done
   fi
+fi
+if has telemetry; then
+  # NVML telemetry: one sample per GPU every 100 ms. matmul_loop.py: ~5 s of back-to-back bf16
+  # matmuls (NVML utilization should be near 100 %), then 1 s of 20 ms host sleeps before small
+  # matmuls (low-utilization at its marked line).
+  tsum() { # dir: what the telemetry records say (samples, period, utilization, power, clocks, throttle)
+    gpufl dump "$1" --type telemetry 2>/dev/null | $PY -c '
+import json, sys
+r = [json.loads(l) for l in sys.stdin if l.strip()]
+if not r:
+    print("telemetry: NO samples"); sys.exit()
+ts = sorted(x["ts"] for x in r if x["dev"] == r[0]["dev"])
+per = sorted(b - a for a, b in zip(ts, ts[1:]))
+u = sorted(x["gpu_util"] for x in r if "gpu_util" in x)
+pw = [x["power_mw"] / 1000 for x in r if "power_mw" in x]
+sm = [x["sm_mhz"] for x in r if "sm_mhz" in x]
+th = 0
+for x in r:
+    th |= x.get("throttle", 0)
+top = sum(1 for v in u if v >= 90)
+devs = sorted({x["dev"] for x in r})
+print(f"telemetry: {len(r)} samples, GPUs {devs}, median period "
+      f"{per[len(per)//2]/1e6 if per else 0:.1f} ms; gpu_util max {max(u) if u else None} %, "
+      f"{top} samples >= 90 % ({100*top/max(len(u),1):.0f} %); power max {max(pw) if pw else None} W; "
+      f"SM {min(sm) if sm else None}-{max(sm) if sm else None} MHz; throttle bits seen {th:#x}; "
+      f"fields of the first sample: {sorted(r[0])}")'
+  }
+  trec() { # name args...: record matmul_loop.py, then info, 5 samples, notices, report, summary
+    local name=$1; shift
+    log "(t) telemetry $name: $*"
+    gpufl record -o "$S/$name" "$@" 2>&1 | tee "$OUT/$name.log"
+    local d; d=$(newest "$S/$name")
+    [ -n "$d" ] || { log "(t) $name: no session"; return; }
+    gpufl info "$d" 2>&1 | tee -a "$OUT/summary.txt"
+    gpufl dump "$d" --type telemetry --limit 5 2>&1 | tee -a "$OUT/summary.txt"
+    gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"
+    report "$d"
+    gpufl report --json "$d" >"$OUT/$name-report.json" 2>&1
+    tsum "$d" | tee -a "$OUT/summary.txt"
+  }
+  trec telemetry -- $PY examples/matmul_loop.py --seconds 5
+  trec telemetry-fill -- $PY examples/matmul_loop.py --seconds 2 --fill-memory 0.93
+  trec telemetry-20ms --telemetry-ms 20 -- $PY examples/matmul_loop.py --seconds 2
+  log "(t) telemetry off (GPUFL_TELEMETRY_MS=0): expect no telemetry records"
+  GPUFL_TELEMETRY_MS=0 gpufl record -o "$S/telemetry-off" -- $PY examples/matmul_loop.py --seconds 1 2>&1 | tee "$OUT/telemetry-off.log"
+  d=$(newest "$S/telemetry-off"); [ -n "$d" ] && echo "telemetry records with telemetry off: $(gpufl dump "$d" --type telemetry | wc -l)" | tee -a "$OUT/summary.txt"
 fi
 if has api; then
   log "(d) C++ API (gpufl::init/shutdown, no injection)"
@@ -186,6 +232,7 @@ if has bench; then
       gpufl-full) gpufl record -q -o "$B/full" -- $PY $LB $1 ;;
       gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$B/nosites" -- $PY $LB $1 ;;
       gpufl-no-api) gpufl record -q --api-records none -o "$B/noapi" -- $PY $LB $1 ;;
+      gpufl-no-telemetry) GPUFL_TELEMETRY_MS=0 gpufl record -q -o "$B/notel" -- $PY $LB $1 ;;
       gpufl-kernels-only) GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY $LB $1 ;;
       torch-profiler) $PY $LB torch-profiler --profiler ;;
     esac
@@ -195,10 +242,10 @@ if has bench; then
     order=$MODES; [ $((round % 2)) = 0 ] && order=$(echo $MODES | tr ' ' '\n' | tac | tr '\n' ' ')
     for m in $order; do run_mode $m; done
     if [ "${BENCH_PROFILER:-1}" = 1 ] && [ $((round % ${BENCH_PROFILER_EVERY:-3})) = 1 ]; then run_mode torch-profiler; fi
-    [ "$round" -lt "$R" ] && rm -rf "$B/full" "$B/kern" "$B/nosites" "$B/noapi"
+    [ "$round" -lt "$R" ] && rm -rf "$B/full" "$B/kern" "$B/nosites" "$B/noapi" "$B/notel"
   done 2>&1 | grep '^{' | tee -a "$OUT/bench.jsonl"
   $PY bench/summarize.py "$OUT/bench.jsonl" | tee -a "$OUT/summary.txt"
-  for d in "$B"/*/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h "stack capture" ; done | tee -a "$OUT/summary.txt"
+  for d in "$B"/*/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h -e "stack capture" -e "telemetry:" ; done | tee -a "$OUT/summary.txt"
   for m in full nosites noapi kern; do [ -d "$B/$m" ] || continue; f=$(ls "$B"/$m/*/trace-0000.ndjson.zst | head -1)
     gpufl info "$(dirname "$f")" | grep -E "kernels|api records" | tee -a "$OUT/summary.txt"
     k=$(gpufl info "$(dirname "$f")" | grep -o '[0-9]* kernels' | head -1 | cut -d' ' -f1)

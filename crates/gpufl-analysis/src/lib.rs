@@ -19,7 +19,10 @@
 //! Rules (one file each under `insights/`, documented there and in `docs/insights.md`):
 //! `sync-attribution`, `in-loop-sync`, and the streams seed's `pageable-async-copy`,
 //! `blocking-copy`, `default-stream-barrier`, `device-wide-sync`, `no-copy-compute-overlap`,
-//! `gpu-idle` (with a per-device idle summary and utilization series) and `launch-bound`.
+//! `gpu-idle` (with a per-device idle summary and utilization series), `launch-bound` and
+//! `low-utilization` (gpu-idle's low chunks and what the host did then, with NVML's utilization as
+//! a second opinion when recorded); and from GPU telemetry, `throttling`, `memory-pressure` and
+//! `ecc-errors` (with a per-device telemetry summary).
 
 mod access;
 pub mod error;
@@ -28,6 +31,7 @@ pub mod intervals;
 pub mod model;
 pub mod pipeline;
 mod store;
+pub mod telemetry;
 pub mod totals;
 pub mod userframe;
 pub mod views;
@@ -35,9 +39,11 @@ pub mod views;
 pub use error::AnalysisError;
 pub use insights::gpu_idle::{ClassTotal, DeviceIdle, Gap, IdleByClass, IdleClass, UtilChunk};
 pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
+pub use insights::utilization::{ChunkIdle, ChunkLine};
 pub use insights::{fmt_duration, Insight, RuleData, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use model::Model;
+pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
 pub use totals::{totals, Totals};
 pub use userframe::{
     user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL,
@@ -68,6 +74,10 @@ pub struct Analysis {
     /// (rule `gpu-idle`, docs/insights.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpu_idle: Vec<insights::gpu_idle::DeviceIdle>,
+    /// Per device with NVML samples: min / mean / max of each metric, throttling time, ECC
+    /// counters (`telemetry` records; absent without them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub telemetry: Vec<telemetry::DeviceTelemetry>,
 }
 
 /// Run every rule over a model.
@@ -85,6 +95,16 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     let (idle_insights, gpu_idle) = insights::gpu_idle::run(&cx);
     insights.extend(idle_insights);
     insights.extend(insights::launch_bound::run(&cx));
+    insights.extend(insights::low_utilization::run(&cx, &gpu_idle));
+    insights.extend(insights::throttling::run(&cx));
+    insights.extend(insights::memory_pressure::run(&cx));
+    insights.extend(insights::ecc_errors::run(&cx));
+    let origin = m.time_range().0;
+    let telemetry = m
+        .telemetry()
+        .iter()
+        .map(|s| telemetry::summarize(s, origin))
+        .collect();
     insights::rank(&mut insights);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
@@ -101,5 +121,6 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         has_stacks,
         warnings,
         gpu_idle,
+        telemetry,
     }
 }

@@ -71,8 +71,9 @@ pub(crate) struct Apis {
 /// One recorded session, compact and columnar: the header, the interned strings / frames / stacks
 /// of every trace file (remapped to one id space), kernels, copies and memsets, synchronizations.
 /// API, overhead and callsite records only widen the session's time range; `dropped` records are
-/// summed; notices become warnings. Memory is proportional to the session: 36 bytes per kernel,
-/// 43 per copy or memset, 45 per synchronization, plus the interned tables.
+/// summed; notices become warnings; telemetry samples become one series per device (94 bytes per
+/// sample). Memory is proportional to the session: 36 bytes per kernel, 43 per copy or memset, 45
+/// per synchronization, plus the interned tables.
 #[derive(Debug, Default)]
 pub struct Model {
     header: Option<Header>,
@@ -98,6 +99,9 @@ pub struct Model {
     paused: Vec<(u64, u64)>,
     /// (ctx, dev) pairs seen on GPU records.
     ctx_dev: Vec<(u32, u32)>,
+    /// NVML samples, one series per device (`telemetry` records; they do not widen the session's
+    /// time range: the sampler runs from the recorder's start to its end).
+    telemetry: crate::telemetry::SeriesSet,
     devices: Vec<u32>,
     inverted: u64,
     warnings: Vec<String>,
@@ -264,6 +268,7 @@ impl Model {
             Record::Notice(n) if n.level != "info" => self
                 .warnings
                 .push(format!("recorder {}: {}", n.level, n.message)),
+            Record::Telemetry(t) => self.telemetry.push(&t),
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
         }
     }
@@ -335,6 +340,7 @@ impl Model {
     fn finish(&mut self) {
         // Stable: of two callsites with one corr (never written by the recorder), the first wins.
         self.callsites.sort_by_key(|c| c.0);
+        self.telemetry.finish();
         if self.first_ns > self.last_ns {
             (self.first_ns, self.last_ns) = (0, 0);
         }
@@ -465,6 +471,10 @@ impl Model {
     }
     pub fn callsite_count(&self) -> usize {
         self.callsites.len()
+    }
+    /// Telemetry series, one per device that has samples, by device.
+    pub fn telemetry(&self) -> &[crate::telemetry::Series] {
+        &self.telemetry.series
     }
     /// Records the recorder reported lost (sum of `dropped` records).
     pub fn dropped(&self) -> u64 {

@@ -18,6 +18,9 @@ pub enum FrameOrigin {
     /// No frame of the stack belongs to the user: a synchronization the CUDA runtime or a framework
     /// issued on its own (e.g. at context teardown), or a stack that could not be resolved.
     DriverInternal,
+    /// Not a frame: the finding is about a whole GPU (telemetry rules); `file` names the device
+    /// (`GPU 0`), there is no line.
+    Device,
 }
 
 /// A source location in the user's code.
@@ -41,6 +44,17 @@ impl SourceLoc {
             line: None,
             function: None,
             origin: FrameOrigin::DriverInternal,
+        }
+    }
+
+    /// The location of a finding about a whole device, which no source line causes
+    /// (throttling, memory pressure, ECC errors): `GPU <dev>`, no line, origin [`FrameOrigin::Device`].
+    pub fn device(dev: u32) -> SourceLoc {
+        SourceLoc {
+            file: format!("GPU {dev}"),
+            line: None,
+            function: None,
+            origin: FrameOrigin::Device,
         }
     }
 

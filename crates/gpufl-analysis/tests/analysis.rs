@@ -13,6 +13,9 @@ mod timeline_rules;
 // The recorded examples of the streams seed.
 #[path = "analysis/testdata_streams.rs"]
 mod testdata_streams;
+// The telemetry rules (issue 5): throttling, memory pressure, ECC errors, low utilization.
+#[path = "analysis/telemetry_rules.rs"]
+mod telemetry_rules;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record
@@ -772,7 +775,10 @@ fn model_resolves_forward_references_and_flags_unknown_ids() {
     );
     assert!(w.contains("end before they start"), "{w}");
     let a = analyze(&m, &Config::default());
-    assert_eq!(a.insights[0].location.file, "<driver-internal>");
+    assert_eq!(
+        rule(&a, "sync-attribution")[0].location.file,
+        "<driver-internal>"
+    );
     assert_eq!(a.totals.sync_blocked_ns, 0);
 }
 

@@ -21,4 +21,5 @@ pub mod sink;
 pub mod sites;
 pub mod stack;
 pub mod symbolize;
+pub mod telemetry;
 pub mod unwind;

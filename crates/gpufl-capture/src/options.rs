@@ -49,6 +49,9 @@ pub struct Options {
     pub api_records: ApiRecords,
     /// Print nothing on stderr except errors.
     pub quiet: bool,
+    /// Period of the NVML telemetry samples, ms (`GPUFL_TELEMETRY_MS`); 0 turns telemetry off,
+    /// values under [`MIN_TELEMETRY_MS`] are raised to it. Default [`DEFAULT_TELEMETRY_MS`].
+    pub telemetry_ms: u32,
     /// Server URL and key (used by upload; kept for the seed's API).
     pub backend_url: String,
     pub api_key: String,
@@ -63,9 +66,28 @@ impl Default for Options {
             enable_stack_trace: false,
             api_records: ApiRecords::Default,
             quiet: false,
+            telemetry_ms: DEFAULT_TELEMETRY_MS,
             backend_url: String::new(),
             api_key: String::new(),
         }
+    }
+}
+
+/// Default period of the telemetry samples, ms.
+pub const DEFAULT_TELEMETRY_MS: u32 = 100;
+/// Shortest telemetry period, ms: NVML's utilization counters themselves update every 1/6 s to 1 s,
+/// and each round of queries costs tens of µs per GPU.
+pub const MIN_TELEMETRY_MS: u32 = 10;
+
+/// Parse a telemetry period: milliseconds, `0`/`off` for none; raised to [`MIN_TELEMETRY_MS`].
+pub fn parse_telemetry_ms(s: &str) -> Option<u32> {
+    let t = s.trim().to_ascii_lowercase();
+    if t == "off" || t == "false" || t == "no" {
+        return Some(0);
+    }
+    match t.parse::<u32>().ok()? {
+        0 => Some(0),
+        ms => Some(ms.max(MIN_TELEMETRY_MS)),
     }
 }
 
@@ -108,6 +130,14 @@ impl Options {
                 Some(a) => self.api_records = a,
                 None => warnings.push(format!(
                     "GPUFL_API_RECORDS={v:?} is not one of none|sync|default|all; ignored"
+                )),
+            }
+        }
+        if let Some(v) = get("GPUFL_TELEMETRY_MS") {
+            match parse_telemetry_ms(&v) {
+                Some(ms) => self.telemetry_ms = ms,
+                None => warnings.push(format!(
+                    "GPUFL_TELEMETRY_MS={v:?} is not a period in ms (or 0/off); ignored"
                 )),
             }
         }
@@ -165,6 +195,7 @@ mod tests {
             "GPUFL_ENABLE_STACK_TRACE" => Some("yes".to_string()),
             "GPUFL_ENABLE_SYNCHRONIZATION" => Some("maybe".to_string()),
             "GPUFL_API_RECORDS" => Some("sync".to_string()),
+            "GPUFL_TELEMETRY_MS" => Some("250".to_string()),
             _ => None,
         };
         let mut o = Options::default();
@@ -176,8 +207,28 @@ mod tests {
             "unparsable value keeps the default"
         );
         assert_eq!(o.api_records, ApiRecords::Sync);
+        assert_eq!(o.telemetry_ms, 250);
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("GPUFL_ENABLE_SYNCHRONIZATION"));
+    }
+
+    #[test]
+    fn telemetry_period_default_off_floor_and_bad_values() {
+        assert_eq!(Options::default().telemetry_ms, DEFAULT_TELEMETRY_MS);
+        assert_eq!(parse_telemetry_ms("0"), Some(0));
+        assert_eq!(parse_telemetry_ms(" OFF "), Some(0));
+        assert_eq!(parse_telemetry_ms("1000"), Some(1000));
+        assert_eq!(parse_telemetry_ms("1"), Some(MIN_TELEMETRY_MS));
+        assert_eq!(parse_telemetry_ms("-5"), None);
+        assert_eq!(parse_telemetry_ms("0.5"), None);
+        let mut o = Options::default();
+        let w = o.apply_env_from(|k| (k == "GPUFL_TELEMETRY_MS").then(|| "fast".to_string()));
+        assert_eq!(
+            o.telemetry_ms, DEFAULT_TELEMETRY_MS,
+            "a bad value keeps the default"
+        );
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("GPUFL_TELEMETRY_MS"));
     }
 
     #[test]

@@ -83,6 +83,8 @@ enum Msg {
     },
     /// Recording paused (`recording: false`) or resumed at `ts`.
     Capture { ts: u64, recording: bool },
+    /// From the telemetry thread.
+    Telemetry(crate::telemetry::Report),
 }
 
 /// The running recorder.
@@ -252,6 +254,7 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
             api_records: opts.api_records.as_str().into(),
             log_path: opts.log_path.clone(),
             started_by: by.as_str().into(),
+            telemetry_ms: Some(opts.telemetry_ms),
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -331,7 +334,10 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
             match c.activity_enable_hw_trace {
                 Some(f) => {
                     let rc = f(1);
-                    notices.push(format!("hardware tracing requested: {}", c.result_string(rc)));
+                    notices.push(format!(
+                        "hardware tracing requested: {}",
+                        c.result_string(rc)
+                    ));
                 }
                 None => notices.push("cuptiActivityEnableHWTrace unavailable".into()),
             }
@@ -764,6 +770,16 @@ fn writer_thread(
             }));
         }
     }
+    let telemetry = match (sink.as_mut(), RECORDER.get()) {
+        (Some(s), Some(r)) => {
+            let tx = r.tx.clone();
+            let ms = header.options.telemetry_ms.unwrap_or(0);
+            let clock = move || cupti.timestamp();
+            let send = move |t| tx.send(Msg::Telemetry(t)).is_ok();
+            crate::telemetry::start_for(s, &header.gpus, ms, clock, send)
+        }
+        _ => None,
+    };
     let flush_period = cupti_flush_period().filter(|_| !cupti_flushes_itself());
     let mut last_cupti_flush = Instant::now();
     let mut last_block = Instant::now();
@@ -784,17 +800,32 @@ fn writer_thread(
                 valid,
                 dropped,
             }) => take_buffer(&mut sink, ptr, valid, dropped),
+            Ok(Msg::Telemetry(t)) => take_telemetry(&mut sink, t),
             Ok(Msg::Stop { reason, ack }) => {
-                while let Ok(Msg::Buffer {
-                    ptr,
-                    valid,
-                    dropped,
-                }) = rx.try_recv()
-                {
-                    take_buffer(&mut sink, ptr, valid, dropped);
+                if let Some(t) = &telemetry {
+                    t.stop();
+                }
+                loop {
+                    match rx.try_recv() {
+                        Ok(Msg::Buffer {
+                            ptr,
+                            valid,
+                            dropped,
+                        }) => take_buffer(&mut sink, ptr, valid, dropped),
+                        Ok(Msg::Telemetry(t)) => take_telemetry(&mut sink, t),
+                        Ok(Msg::Capture { ts, recording }) => {
+                            if let Some(s) = sink.as_mut() {
+                                let result =
+                                    s.write(&Record::Capture(CaptureState { ts, recording }));
+                                report(&mut sink, result);
+                            }
+                        }
+                        _ => break,
+                    }
                 }
                 let counts = sink.take().and_then(|mut s| {
                     let _ = s.drain_samples();
+                    crate::telemetry::finish(telemetry.as_ref(), &mut s);
                     for line in stack::debug_cost_lines() {
                         let _ = s.write(&Record::Notice(Notice {
                             level: "debug".into(),
@@ -909,6 +940,13 @@ fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) 
     })();
     pool::give_back(ptr as *mut u8);
     report(sink, result);
+}
+
+fn take_telemetry(sink: &mut Option<Sink>, t: crate::telemetry::Report) {
+    if let Some(s) = sink.as_mut() {
+        let result = crate::telemetry::write(s, t);
+        report(sink, result);
+    }
 }
 
 /// On a write error: say it once and stop writing (records are then discarded, buffers recycled).

@@ -3,6 +3,7 @@
 mod dump;
 mod record;
 mod report;
+mod report_telemetry;
 mod summary;
 
 use anyhow::Result;

@@ -20,6 +20,9 @@ pub struct RecordArgs {
     /// Which API calls get records: none, sync, default, all.
     #[arg(long, default_value = "default")]
     api_records: String,
+    /// GPU telemetry (NVML) every MS milliseconds; 0 turns it off (default 100).
+    #[arg(long, value_name = "MS")]
+    telemetry_ms: Option<u32>,
     /// Path of libgpufl_capture.so (default: next to the gpufl binary, or $GPUFL_CAPTURE_LIB).
     #[arg(long)]
     lib: Option<PathBuf>,
@@ -87,6 +90,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         )
         .env("GPUFL_API_RECORDS", &args.api_records)
         .env("GPUFL_QUIET", "1");
+    if let Some(ms) = args.telemetry_ms {
+        cmd.env("GPUFL_TELEMETRY_MS", ms.to_string());
+    }
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {:?}", args.command[0]))?;

@@ -142,6 +142,9 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     for d in &a.gpu_idle {
         render_idle(out, d, st);
     }
+    for d in &a.telemetry {
+        crate::report_telemetry::render(out, d);
+    }
     for w in &a.warnings {
         let _ = writeln!(out, "  {} {w}", st.paint("33", "warning:"));
     }
@@ -226,6 +229,15 @@ fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
         let _ = writeln!(out, "             {}", ins.detail);
     }
     let loc = &ins.location;
+    if loc.origin == gpufl_analysis::FrameOrigin::Device {
+        let _ = writeln!(
+            out,
+            "             at {} (the whole device: no source line)",
+            st.paint("36", &loc.file)
+        );
+        let _ = writeln!(out, "             fix: {}", ins.fix);
+        return;
+    }
     let mut at = loc.file.clone();
     if let Some(l) = loc.line {
         at += &format!(":{l}");

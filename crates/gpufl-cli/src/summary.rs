@@ -17,6 +17,8 @@ pub struct Summary {
     pub syncs_with_stack: u64,
     pub apis: u64,
     pub dropped: u64,
+    /// `telemetry` records (NVML samples, one per GPU per period).
+    pub telemetry: u64,
     pub first_ns: Option<u64>,
     pub last_ns: Option<u64>,
     pub ended: Option<String>,
@@ -52,6 +54,9 @@ impl Summary {
         );
         if self.memcpys + self.memsets > 0 {
             s += &format!(", {} copies, {} memsets", self.memcpys, self.memsets);
+        }
+        if self.telemetry > 0 {
+            s += &format!(", {} telemetry samples", self.telemetry);
         }
         if self.dropped > 0 {
             s += &format!(", {} records DROPPED", self.dropped);
@@ -105,6 +110,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
                 s.span(a.start, a.end);
             }
             Record::Dropped(d) => s.dropped += d.count,
+            Record::Telemetry(_) => s.telemetry += 1,
             Record::End(e) => s.ended = Some(e.reason),
             _ => {}
         }
@@ -168,8 +174,13 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
                     .unwrap_or("-"),
                 h.python_version.as_deref().unwrap_or("-")
             );
+            let telemetry = h
+                .options
+                .telemetry_ms
+                .map(|ms| format!(" telemetry_ms={ms}"))
+                .unwrap_or_default();
             println!(
-                "  options: synchronization={} stack_trace={} api_records={} started_by={}",
+                "  options: synchronization={} stack_trace={} api_records={} started_by={}{telemetry}",
                 h.options.enable_synchronization,
                 h.options.enable_stack_trace,
                 h.options.api_records,

@@ -222,3 +222,202 @@ fn report_of_a_truncated_session_warns_and_reports_what_is_readable() {
     assert!(out.contains("kernels"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A synthetic session with NVML telemetry (no recorded one is bundled yet): one H100-like GPU,
+/// 1 s of back-to-back 10 ms kernels at its power cap, then 1 s of 1 ms kernels launched late
+/// from `matmul_loop.py:31`; memory 93 % used; one uncorrected ECC error appearing at 1.5 s.
+fn write_telemetry_session(root: &Path) -> PathBuf {
+    use gpufl_trace::*;
+    const MS: u64 = 1_000_000;
+    let name = "telemetry_demo-4242-20261122T120000Z";
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let t0 = 1_000_000_000_000u64;
+    let header = Header {
+        session_id: name.into(),
+        app_name: "telemetry_demo".into(),
+        command_line: vec!["python3".into(), "matmul_loop.py".into()],
+        clock: ClockSync {
+            trace_ns: t0,
+            unix_ns: 1_795_000_000_000_000_000,
+        },
+        gpus: vec![Gpu {
+            index: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            uuid: "GPU-00000000-1111-2222-3333-444444444444".into(),
+            sm_count: 132,
+            cc_major: 9,
+            cc_minor: 0,
+            total_mem_bytes: 85_520_809_984,
+        }],
+        options: CaptureOptions {
+            enable_synchronization: true,
+            enable_stack_trace: true,
+            api_records: "default".into(),
+            log_path: "/tmp".into(),
+            started_by: "test".into(),
+            telemetry_ms: Some(100),
+        },
+        capture: CaptureStatus {
+            status: "ok".into(),
+            reason: None,
+        },
+        ..Header::default()
+    };
+    let file = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = TraceWriter::new(file, &header).unwrap();
+    let kname = w
+        .intern_str("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_tn")
+        .unwrap();
+    let launch_name = w.intern_str("cudaLaunchKernel").unwrap();
+    let file_id = w.intern_str("/work/examples/matmul_loop.py").unwrap();
+    let func = w.intern_str("main").unwrap();
+    let stack_at = |w: &mut TraceWriter<std::fs::File>, line: u32| {
+        let f = w
+            .intern_frame(FrameData {
+                kind: FrameKind::Python,
+                module: None,
+                offset: None,
+                func: Some(func),
+                file: Some(file_id),
+                line: Some(line),
+                inlined: false,
+            })
+            .unwrap();
+        w.intern_stack(&[f]).unwrap()
+    };
+    let busy_site = stack_at(&mut w, 27);
+    let slow_site = stack_at(&mut w, 31);
+    let mut corr = 0u32;
+    let mut launch =
+        |w: &mut TraceWriter<std::fs::File>, api: (u64, u64), run: (u64, u64), site| {
+            corr += 1;
+            w.write(&Record::Api(Api {
+                domain: ApiDomain::Runtime,
+                name: launch_name,
+                cbid: 211,
+                start: api.0,
+                end: api.1,
+                tid: 7,
+                corr,
+                ret: 0,
+            }))
+            .unwrap();
+            w.write(&Record::Callsite(Callsite {
+                corr,
+                api: launch_name,
+                tid: 7,
+                ts: api.0,
+                stack: site,
+            }))
+            .unwrap();
+            w.write(&Record::Kernel(Kernel {
+                name: kname,
+                start: run.0,
+                end: run.1,
+                dev: 0,
+                ctx: 1,
+                stream: 7,
+                corr,
+                grid: [132, 1, 1],
+                block: [256, 1, 1],
+                ..Kernel::default()
+            }))
+            .unwrap();
+        };
+    for i in 0..100u64 {
+        let s = t0 + i * 10 * MS;
+        launch(
+            &mut w,
+            (t0 + i * 10_000, t0 + i * 10_000 + 5_000),
+            (s, s + 10 * MS),
+            busy_site,
+        );
+    }
+    for i in 0..100u64 {
+        let s = t0 + 1000 * MS + i * 10 * MS;
+        launch(&mut w, (s - 20_000, s - 2_000), (s, s + MS), slow_site);
+    }
+    for k in 0..=20u64 {
+        let busy = k < 10;
+        w.write(&Record::Telemetry(Telemetry {
+            ts: t0 + k * 100 * MS,
+            dev: 0,
+            gpu_util: Some(if busy { 100 } else { 10 }),
+            mem_util: Some(if busy { 62 } else { 4 }),
+            mem_used: Some(74 << 30),
+            mem_total: Some(85_520_809_984),
+            temp_c: Some(if busy { 55 + k as u32 * 2 } else { 60 }),
+            power_mw: Some(if busy { 690_000 } else { 150_000 }),
+            sm_mhz: Some(if busy { 1755 } else { 1980 }),
+            mem_mhz: Some(2619),
+            sm_max_mhz: Some(1980),
+            throttle: Some(if busy { throttle::SW_POWER_CAP } else { 0 }),
+            ecc_corr: Some(0),
+            ecc_uncorr: Some(u64::from(k >= 15)),
+            pcie_tx_kbs: (k > 0).then_some(1_000),
+            pcie_rx_kbs: (k > 0).then_some(if busy { 2_000_000 } else { 50 }),
+        }))
+        .unwrap();
+    }
+    w.finish(1_795_000_002_100_000_000, "exit").unwrap();
+    dir
+}
+
+#[test]
+fn report_of_a_session_with_telemetry() {
+    let root = std::env::temp_dir().join(format!("gpufl-telemetry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = write_telemetry_session(&root);
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let (code, text, err) = run(gpufl()
+        .current_dir(&root)
+        .args(["report", "--color", "never", &name]));
+    assert_eq!(code, 0, "{err}");
+    for rule in [
+        "[throttling]",
+        "[memory-pressure]",
+        "[ecc-errors]",
+        "[low-utilization]",
+    ] {
+        assert!(text.contains(rule), "no {rule}: {text}");
+    }
+    assert!(
+        text.contains("at GPU 0 (the whole device: no source line)"),
+        "{text}"
+    );
+    insta::assert_snapshot!("report_text_telemetry_synthetic", text);
+    let (code, json, err) = run(gpufl().current_dir(&root).args(["report", "--json", &name]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let t = &v["sessions"][0]["telemetry"][0];
+    assert_eq!(t["samples"], 21);
+    assert_eq!(t["gpu_util_pct"]["max"], 100.0);
+    insta::assert_snapshot!("report_json_telemetry_synthetic", json);
+    let (code, out, _) = run(gpufl().current_dir(&root).args(["info", &name]));
+    assert_eq!(code, 0);
+    assert!(out.contains("telemetry_ms=100"), "{out}");
+    assert!(out.contains(", 21 telemetry samples"), "{out}");
+    let (code, out, _) = run(gpufl().current_dir(&root).args([
+        "dump",
+        &name,
+        "--type",
+        "telemetry",
+        "--limit",
+        "2",
+    ]));
+    assert_eq!(code, 0);
+    let recs: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0]["t"], "telemetry");
+    assert_eq!(recs[0]["power_mw"], 690_000);
+    assert!(
+        recs[0].get("pcie_tx_kbs").is_none(),
+        "absent in the first sample"
+    );
+    assert_eq!(recs[1]["pcie_rx_kbs"], 2_000_000);
+    let _ = std::fs::remove_dir_all(&root);
+}

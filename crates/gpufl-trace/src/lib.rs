@@ -13,6 +13,7 @@ pub mod reader;
 pub mod records;
 pub mod session;
 pub mod symbols;
+pub mod telemetry;
 pub mod writer;
 
 pub use error::TraceError;
@@ -20,4 +21,5 @@ pub use ids::{FrameId, StackId, StrId};
 pub use reader::{SessionReader, TraceReader};
 pub use records::*;
 pub use symbols::Symbols;
+pub use telemetry::{throttle, Telemetry};
 pub use writer::{FrameData, TraceWriter};

@@ -4,6 +4,7 @@
 //! nanoseconds in the CUPTI clock domain (see [`ClockSync`]); durations are `end - start`.
 
 use crate::ids::{FrameId, StackId, StrId};
+use crate::telemetry::Telemetry;
 use serde::{Deserialize, Serialize};
 
 /// Name of the format, written in every header.
@@ -28,6 +29,7 @@ pub enum Record {
     Callsite(Callsite),
     Stream(StreamInfo),
     Capture(CaptureState),
+    Telemetry(Telemetry),
     Overhead(Overhead),
     Dropped(Dropped),
     Notice(Notice),
@@ -50,6 +52,7 @@ impl Record {
             Record::Callsite(_) => "callsite",
             Record::Stream(_) => "stream",
             Record::Capture(_) => "capture",
+            Record::Telemetry(_) => "telemetry",
             Record::Overhead(_) => "overhead",
             Record::Dropped(_) => "dropped",
             Record::Notice(_) => "notice",
@@ -134,6 +137,10 @@ pub struct CaptureOptions {
     pub log_path: String,
     /// How the recorder was started: "injection" (CUDA_INJECTION64_PATH), "api" (gpufl::init) or "test".
     pub started_by: String,
+    /// Period of the NVML telemetry samples, ms (0: telemetry off); absent in sessions recorded
+    /// before telemetry existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry_ms: Option<u32>,
 }
 
 /// Whether capture is running; when it is not, `reason` says why (once, clearly).

@@ -30,6 +30,7 @@
 //! - **Utilization:** each device's active range cut into [`UTIL_CHUNKS`] equal chunks (as
 //!   `nsys analyze gpu_time_util`), the busy share of each; chunks under 50 % are flagged `low`.
 
+use super::utilization::{ChunkIdle, Util};
 use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
 use crate::model::Model;
 use crate::store::NONE;
@@ -179,6 +180,10 @@ pub struct DeviceIdle {
     /// [`UTIL_CHUNKS`] chunks of the active range (empty when it is shorter than that many ns).
     pub utilization: Vec<UtilChunk>,
     pub low_utilization_chunks: u32,
+    /// Per chunk of `utilization`: its idle time by class and line (read by `low-utilization`;
+    /// not in the JSON output).
+    #[serde(skip)]
+    pub chunk_idle: Vec<ChunkIdle>,
 }
 
 /// Idle time of one class at one line (in an insight's data).
@@ -891,6 +896,7 @@ struct DeviceScan<'c> {
     locator: &'c Locator<'c>,
     blocked: &'c BlockedIndex,
     groups: &'c mut [Group],
+    util: Util,
     by_class: IdleByClass,
     top: BinaryHeap<Reverse<TopGap>>,
     gaps: u64,
@@ -926,6 +932,7 @@ impl DeviceScan<'_> {
         let t = self.by_class.get_mut(class);
         t.gaps += 1;
         t.idle_ns += len;
+        self.util.add_idle(gs, ge, class, loc, blocker);
         if class != IdleClass::KernelWait {
             let n = self.cx.locs.len() + 1;
             let slot = if loc == NONE || class == IdleClass::Other {
@@ -960,13 +967,13 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
         let first = op_start(m, first_op);
         let last = ops.iter().map(|&op| op_end(m, op)).max().unwrap_or(first);
         let span = last - first;
-        let mut util = Util::new(first, span);
         let mut scan = DeviceScan {
             cx,
             apis: ApiCursor::new(cx),
             locator: &locator,
             blocked: &blocked,
             groups: &mut groups,
+            util: Util::new(first, span),
             by_class: IdleByClass::default(),
             top: BinaryHeap::new(),
             gaps: 0,
@@ -978,10 +985,10 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
             let (s, e) = op_span(m, op);
             let e = e.max(s);
             if s > ce {
-                util.add(cs, ce);
+                scan.util.add(cs, ce);
                 busy += ce - cs;
                 if m.paused_in(ce, s) > 0 {
-                    util.add_paused(ce, s);
+                    scan.util.add_paused(ce, s);
                     paused += s - ce;
                 } else {
                     scan.gap(ce, s, op);
@@ -991,7 +998,7 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
                 ce = ce.max(e);
             }
         }
-        util.add(cs, ce);
+        scan.util.add(cs, ce);
         busy += ce - cs;
         let mut top: Vec<TopGap> = scan.top.into_iter().map(|r| r.0).collect();
         top.sort_unstable_by(|a, b| b.cmp(a));
@@ -1005,7 +1012,8 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
                 location_source: src,
             })
             .collect();
-        let utilization = util.chunks(origin);
+        let utilization = scan.util.chunks(origin);
+        let chunk_idle = scan.util.chunk_idle(|b| blocked.label(cx, b));
         devices.push(DeviceIdle {
             device: *dev,
             active_start_offset_ns: first - origin,
@@ -1018,6 +1026,7 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
             top_gaps,
             low_utilization_chunks: utilization.iter().filter(|c| c.low).count() as u32,
             utilization,
+            chunk_idle,
         });
     }
     drop(timelines);
@@ -1026,105 +1035,18 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
     (insights(cx, &locator, &blocked, &groups, active), devices)
 }
 
-/// Busy time per chunk of a device's active range.
-struct Util {
-    first: u64,
-    span: u64,
-    busy: Vec<u64>,
-    /// Time of each chunk in gaps that overlap a pause of the recording (not counted either way).
-    paused: Vec<u64>,
-}
-
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
-impl Util {
-    fn new(first: u64, span: u64) -> Util {
-        let n = if span >= UTIL_CHUNKS as u64 {
-            UTIL_CHUNKS as usize
-        } else {
-            0
-        };
-        Util {
-            first,
-            span,
-            busy: vec![0; n],
-            paused: vec![0; n],
-        }
-    }
-
-    /// Start of chunk `i` (`i` = number of chunks: the range's end).
-    fn bound(&self, i: usize) -> u64 {
-        let n = self.busy.len() as u128;
-        self.first + (self.span as u128 * i as u128 / n) as u64
-    }
-
-    fn add(&mut self, a: u64, b: u64) {
-        self.spread(a, b, false);
-    }
-
-    fn add_paused(&mut self, a: u64, b: u64) {
-        self.spread(a, b, true);
-    }
-
-    /// Add `[a, b)` to the busy (or paused) time of the chunks it overlaps.
-    fn spread(&mut self, a: u64, b: u64, paused: bool) {
-        let n = self.busy.len();
-        if n == 0 || b <= a {
-            return;
-        }
-        let mut i = (((a - self.first) as u128 * n as u128) / self.span as u128) as usize;
-        i = i.min(n - 1);
-        while i > 0 && self.bound(i) > a {
-            i -= 1;
-        }
-        while i + 1 < n && self.bound(i + 1) <= a {
-            i += 1;
-        }
-        while i < n {
-            let (lo, hi) = (self.bound(i), self.bound(i + 1));
-            if lo >= b {
-                break;
-            }
-            let part = b.min(hi).saturating_sub(a.max(lo));
-            if paused {
-                self.paused[i] += part;
-            } else {
-                self.busy[i] += part;
-            }
-            i += 1;
-        }
-    }
-
-    fn chunks(&self, origin: u64) -> Vec<UtilChunk> {
-        (0..self.busy.len())
-            .map(|i| {
-                let (lo, hi) = (self.bound(i), self.bound(i + 1));
-                // A chunk's share counts its recorded time only; a chunk paused throughout is
-                // not low (nothing is known of it).
-                let recorded = (hi - lo).saturating_sub(self.paused[i]);
-                let busy_share = share(self.busy[i], recorded);
-                UtilChunk {
-                    start_offset_ns: lo - origin,
-                    duration_ns: hi - lo,
-                    busy_ns: self.busy[i],
-                    busy_share,
-                    low: recorded > 0 && busy_share < LOW_UTILIZATION,
-                }
-            })
-            .collect()
-    }
-}
-
-const FIX_LAUNCH: &str = "Issue GPU work before the GPU runs out of it: don't synchronize before launching the \
+pub(super) const FIX_LAUNCH: &str = "Issue GPU work before the GPU runs out of it: don't synchronize before launching the \
 next step's work, move CPU work (data loading, preprocessing, logging) off the launching thread or overlap it \
 with GPU work (DataLoader workers, pinned memory with non_blocking copies, prefetching), and make launches \
 cheaper (fused kernels, CUDA graphs: torch.cuda.graphs / cudaStreamBeginCapture).";
-const FIX_SYNC: &str = "The host waited while the GPU had nothing to do: wait on what the GPU work actually \
+pub(super) const FIX_SYNC: &str = "The host waited while the GPU had nothing to do: wait on what the GPU work actually \
 needs (an event recorded after the producer, cudaStreamWaitEvent rather than a host sync), use pinned memory \
 so copies are DMA transfers rather than staged by the host, and queue the next work before waiting.";
-const FIX_OTHER: &str = "The next work was already queued but did not start: look for dependencies the trace \
+pub(super) const FIX_OTHER: &str = "The next work was already queued but did not start: look for dependencies the trace \
 does not show (cudaStreamWaitEvent on events recorded late, host callbacks, work on other devices or \
 processes), and record with API records on so gaps can be attributed.";
 
@@ -1373,31 +1295,5 @@ mod tests {
         ];
         assert_eq!(most_frequent_per_key(v), vec![(1, 6), (2, 7), (3, 8)]);
         assert!(most_frequent_per_key(Vec::new()).is_empty());
-    }
-
-    #[test]
-    fn utilization_chunks_split_intervals_exactly() {
-        // 3000 ns in 30 chunks of 100: busy [0,150) and [250,260) and [2990,3000).
-        let mut u = Util::new(1000, 3000);
-        u.add(1000, 1150);
-        u.add(1250, 1260);
-        u.add(3990, 4000);
-        let c = u.chunks(1000);
-        assert_eq!(c.len(), 30);
-        assert_eq!(c[0].busy_ns, 100);
-        assert_eq!(c[1].busy_ns, 50);
-        assert_eq!(c[2].busy_ns, 10);
-        assert_eq!(c[29].busy_ns, 10);
-        assert_eq!(c[29].start_offset_ns, 2900);
-        assert!(c[0].busy_share == 1.0 && !c[0].low && c[1].busy_share == 0.5 && !c[1].low);
-        assert!(c[2].low);
-        // Uneven spans: chunk bounds are floor(span * i / 30), covering the range exactly.
-        let u = Util::new(0, 31);
-        assert_eq!(u.bound(30), 31);
-        assert_eq!(
-            (0..30).map(|i| u.bound(i + 1) - u.bound(i)).sum::<u64>(),
-            31
-        );
-        assert!(Util::new(0, 29).chunks(0).is_empty());
     }
 }

@@ -4,12 +4,17 @@
 pub(crate) mod blocking_copy;
 pub(crate) mod default_stream_barrier;
 pub(crate) mod device_wide_sync;
+pub(crate) mod ecc_errors;
 pub(crate) mod gpu_idle;
 pub(crate) mod in_loop_sync;
 pub(crate) mod launch_bound;
+pub(crate) mod low_utilization;
+pub(crate) mod memory_pressure;
 pub(crate) mod no_copy_compute_overlap;
 pub(crate) mod pageable_async_copy;
 pub(crate) mod sync_attribution;
+pub(crate) mod throttling;
+pub(crate) mod utilization;
 
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
@@ -64,7 +69,7 @@ pub struct Insight {
     /// `impact_ns / wall_ns` of the session, 0..1.
     pub share_of_wall: f64,
     /// The time severity is measured against, ns: the session's wall time for sync-attribution,
-    /// the loop's span for in-loop-sync.
+    /// the loop's span for in-loop-sync, the sampled time for the telemetry rules (see each rule).
     pub window_ns: u64,
     /// `impact_ns / window_ns`, 0..1: what [`Insight::severity`] is computed from.
     pub share_of_window: f64,
@@ -92,6 +97,10 @@ pub enum RuleData {
     NoCopyComputeOverlap(no_copy_compute_overlap::Data),
     GpuIdle(gpu_idle::Data),
     LaunchBound(launch_bound::Data),
+    LowUtilization(low_utilization::Data),
+    Throttling(throttling::Data),
+    MemoryPressure(memory_pressure::Data),
+    EccErrors(ecc_errors::Data),
 }
 
 /// `part / whole` clamped to 0..1 (0 for an empty whole).

@@ -53,7 +53,7 @@ fn site(b: &mut B, corr: u32, api: &str, stack: StackId, ts: u64) {
 }
 
 /// A kernel `name` on `stream` (device 0) without an API record; returns its correlation id.
-fn kern(b: &mut B, name: &str, stream: u32, start: u64, end: u64) -> u32 {
+pub(super) fn kern(b: &mut B, name: &str, stream: u32, start: u64, end: u64) -> u32 {
     let corr = b.next_corr();
     let name = b.s(name);
     b.recs.push(Record::Kernel(Kernel {
@@ -71,7 +71,7 @@ fn kern(b: &mut B, name: &str, stream: u32, start: u64, end: u64) -> u32 {
 
 /// A kernel launched by `cudaLaunchKernel` over `[api.0, api.1)` on thread 1, running over
 /// `[start, end)` on stream 7, with a call-site stack when `stack` is Some.
-fn launch(
+pub(super) fn launch(
     b: &mut B,
     name: &str,
     api: (u64, u64),
@@ -106,7 +106,14 @@ fn copy(b: &mut B, kind: CopyKind, stream: u32, start: u64, end: u64) -> u32 {
 }
 
 /// A sync of `kind` on thread `tid`.
-fn sync_on(b: &mut B, tid: u64, kind: SyncKind, start: u64, end: u64, stack: Option<StackId>) {
+pub(super) fn sync_on(
+    b: &mut B,
+    tid: u64,
+    kind: SyncKind,
+    start: u64,
+    end: u64,
+    stack: Option<StackId>,
+) {
     let corr = b.next_corr();
     b.recs.push(Record::Sync(Sync {
         kind,
