@@ -186,7 +186,10 @@ fn run<S: Source>(
     while !stop() {
         let t0 = Instant::now();
         let mut batch = Vec::new();
-        source.sample(now, &stop, &mut batch);
+        // Nothing is collected while the program has paused recording (`gpufl_pause`).
+        if !crate::recorder::is_paused() {
+            source.sample(now, &stop, &mut batch);
+        }
         let ns = t0.elapsed().as_nanos() as u64;
         sh.rounds.fetch_add(1, Ordering::Relaxed);
         sh.samples.fetch_add(batch.len() as u64, Ordering::Relaxed);
