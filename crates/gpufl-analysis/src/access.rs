@@ -19,6 +19,16 @@ impl Model {
         }
     }
 
+    /// The launch configuration of kernel `i` (as [`Model::kernel`] numbers them).
+    pub fn kernel_config(&self, i: usize) -> LaunchConfig {
+        self.configs[self.kernels.config.get(i) as usize]
+    }
+
+    /// Distinct launch configurations of the session's kernels.
+    pub fn configs(&self) -> &[LaunchConfig] {
+        &self.configs
+    }
+
     pub fn copy(&self, i: usize) -> CopyRec {
         let c = &self.copies;
         CopyRec {
@@ -131,6 +141,7 @@ impl Model {
         let c = &self.copies;
         let s = &self.syncs;
         k.start.heap_bytes()
+            + k.config.heap_bytes()
             + k.end.heap_bytes()
             + k.corr.heap_bytes()
             + k.name.heap_bytes()

@@ -26,6 +26,7 @@ pub mod error;
 pub mod insights;
 pub mod intervals;
 pub mod model;
+pub mod occupancy;
 pub mod pipeline;
 mod store;
 pub mod totals;
@@ -42,7 +43,7 @@ pub use totals::{totals, Totals};
 pub use userframe::{
     user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL,
 };
-pub use views::{ApiRec, CopyOp, CopyRec, FrameView, KernelRec, SyncRec};
+pub use views::{ApiRec, CopyOp, CopyRec, FrameView, KernelRec, LaunchConfig, SyncRec};
 
 use serde::Serialize;
 

@@ -2,7 +2,9 @@
 
 use crate::store::{Col, IdMap, NONE};
 use crate::views::*;
+use gpufl_trace::Kernel;
 use gpufl_trace::{FrameId, FrameKind, Header, Record, StackId, StrId, StreamRole};
+use std::collections::HashMap;
 
 /// A frame with global string ids.
 #[derive(Debug, Clone, Copy)]
@@ -16,9 +18,10 @@ pub(crate) struct FrameRow {
     pub(crate) offset: Option<u64>,
 }
 
-/// Kernels, column by column: 36 bytes per kernel.
+/// Kernels, column by column: 40 bytes per kernel (`config` indexes [`Model::configs`]).
 #[derive(Debug, Default)]
 pub(crate) struct Kernels {
+    pub(crate) config: Col<u32>,
     pub(crate) start: Col<u64>,
     pub(crate) end: Col<u64>,
     pub(crate) corr: Col<u32>,
@@ -71,7 +74,7 @@ pub(crate) struct Apis {
 /// One recorded session, compact and columnar: the header, the interned strings / frames / stacks
 /// of every trace file (remapped to one id space), kernels, copies and memsets, synchronizations.
 /// API, overhead and callsite records only widen the session's time range; `dropped` records are
-/// summed; notices become warnings. Memory is proportional to the session: 36 bytes per kernel,
+/// summed; notices become warnings. Memory is proportional to the session: 40 bytes per kernel,
 /// 43 per copy or memset, 45 per synchronization, plus the interned tables.
 #[derive(Debug, Default)]
 pub struct Model {
@@ -86,6 +89,8 @@ pub struct Model {
     pub(crate) apis: Apis,
     /// (corr, model stack id, API name) of `callsite` records, sorted by corr after loading.
     pub(crate) callsites: Vec<(u32, u32, u32)>,
+    /// Distinct kernel launch configurations, in order of first use.
+    pub(crate) configs: Vec<LaunchConfig>,
     memsets: u64,
     dropped: u64,
     first_ns: u64,
@@ -99,12 +104,17 @@ pub struct Model {
     warnings: Vec<String>,
 }
 
-/// Per-file id maps, alive only while loading.
+/// Per-file id maps and lookup tables, alive only while loading.
 #[derive(Default)]
 struct Loader {
     strs: IdMap,
     frames: IdMap,
     stacks: IdMap,
+    /// Index of each distinct launch configuration.
+    config_index: HashMap<LaunchConfig, u32>,
+    /// The last configuration of each kernel name (global string id): launches of one kernel
+    /// nearly always repeat it, so most kernels skip the hash lookup.
+    last_config: Vec<u32>,
 }
 
 impl Model {
@@ -131,7 +141,9 @@ impl Model {
                 self.span(k.start, k.end);
                 self.gpu(k.ctx, k.dev);
                 let name = self.str_ref(ld, k.name);
+                let config = self.config_ref(ld, name, &k);
                 let c = &mut self.kernels;
+                c.config.push(config);
                 c.start.push(k.start);
                 c.end.push(k.end);
                 c.corr.push(k.corr);
@@ -261,6 +273,35 @@ impl Model {
                 .push(format!("recorder {}: {}", n.level, n.message)),
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
         }
+    }
+
+    /// The index of the kernel's launch configuration in `configs`, adding it the first time.
+    fn config_ref(&mut self, ld: &mut Loader, name: u32, k: &Kernel) -> u32 {
+        let cfg = LaunchConfig {
+            grid: k.grid,
+            block: k.block,
+            regs: k.regs,
+            smem_static: k.smem_static,
+            smem_dynamic: k.smem_dynamic,
+            local_mem: k.local_mem,
+            smem_executed: k.smem_executed,
+        };
+        let slot = name as usize;
+        if let Some(&i) = ld.last_config.get(slot) {
+            if self.configs.get(i as usize) == Some(&cfg) {
+                return i;
+            }
+        }
+        let configs = &mut self.configs;
+        let i = *ld.config_index.entry(cfg).or_insert_with(|| {
+            configs.push(cfg);
+            (configs.len() - 1) as u32
+        });
+        if slot >= ld.last_config.len() {
+            ld.last_config.resize(slot + 1, NONE);
+        }
+        ld.last_config[slot] = i;
+        i
     }
 
     fn push_copy(&mut self, start: u64, end: u64, bytes: u64, ids: [u32; 4], kinds: [u8; 3]) {
