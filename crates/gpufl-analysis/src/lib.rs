@@ -19,12 +19,15 @@
 //! Rules (one file each under `insights/`, documented there and in `docs/insights.md`):
 //! `sync-attribution`, `in-loop-sync`, and the streams seed's `pageable-async-copy`,
 //! `blocking-copy`, `default-stream-barrier`, `device-wide-sync`, `no-copy-compute-overlap`,
-//! `gpu-idle` (with a per-device idle summary and utilization series) and `launch-bound`.
+//! `gpu-idle` (with a per-device idle summary and utilization series) and `launch-bound`; and the
+//! kernel rules `low-occupancy`, `register-spill` and `under-filled-grid`, over the kernel table
+//! ([`kernels`], with theoretical occupancy from [`occupancy`]).
 
 mod access;
 pub mod error;
 pub mod insights;
 pub mod intervals;
+pub mod kernels;
 pub mod model;
 pub mod occupancy;
 pub mod pipeline;
@@ -38,6 +41,8 @@ pub use insights::gpu_idle::{ClassTotal, DeviceIdle, Gap, IdleByClass, IdleClass
 pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
 pub use insights::{fmt_duration, Insight, RuleData, Severity};
 pub use intervals::{union_ns, DeviceBusy};
+pub use kernels::{KernelRow, KernelTable};
+pub use occupancy::{Limiter, Occupancy, SmLimits};
 pub use model::Model;
 pub use totals::{totals, Totals};
 pub use userframe::{
@@ -69,6 +74,10 @@ pub struct Analysis {
     /// (rule `gpu-idle`, docs/insights.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpu_idle: Vec<insights::gpu_idle::DeviceIdle>,
+    /// Per kernel name and device: launches, GPU time, launch configuration, occupancy (absent
+    /// without kernels).
+    #[serde(skip_serializing_if = "KernelTable::is_empty")]
+    pub kernels: KernelTable,
 }
 
 /// Run every rule over a model.
@@ -86,6 +95,10 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     let (idle_insights, gpu_idle) = insights::gpu_idle::run(&cx);
     insights.extend(idle_insights);
     insights.extend(insights::launch_bound::run(&cx));
+    let kernels = kernels::table(m, &busy);
+    insights.extend(insights::low_occupancy::run(&cx, &kernels));
+    insights.extend(insights::register_spill::run(&cx, &kernels));
+    insights.extend(insights::under_filled_grid::run(&cx, &kernels));
     insights::rank(&mut insights);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
@@ -102,5 +115,6 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         has_stacks,
         warnings,
         gpu_idle,
+        kernels,
     }
 }

@@ -257,11 +257,10 @@ pub fn occupancy(l: &SmLimits, b: BlockUse) -> Option<Occupancy> {
         || regs_block > l.regs_per_block as u64
     {
         Some(0)
-    } else if regs_per_warp == 0 {
-        None
     } else {
-        let per_part = (l.regs_per_sm as u64 / parts) / regs_per_warp;
-        Some(sat(per_part * parts / warps))
+        // No registers (None): no limit.
+        ((l.regs_per_sm as u64 / parts).checked_div(regs_per_warp))
+            .map(|per_part| sat(per_part * parts / warps))
     };
 
     // Shared memory, with the driver's reserved part, out of the carveout.
@@ -281,10 +280,9 @@ pub fn occupancy(l: &SmLimits, b: BlockUse) -> Option<Occupancy> {
     };
     let limit_shared_memory = if smem_block > per_block_max {
         Some(0)
-    } else if smem_block == 0 {
-        None
     } else {
-        Some(sat(smem_sm as u64 / smem_block))
+        // Nothing allocated (None: no reserved part on this device): no limit.
+        (smem_sm as u64).checked_div(smem_block).map(sat)
     };
 
     let limit_blocks = l.max_blocks_per_sm;

@@ -18,6 +18,9 @@ pub enum FrameOrigin {
     /// No frame of the stack belongs to the user: a synchronization the CUDA runtime or a framework
     /// issued on its own (e.g. at context teardown), or a stack that could not be resolved.
     DriverInternal,
+    /// Not a frame: a kernel rule's location when no launch of the kernel has a call-site stack;
+    /// `file` is the kernel's short name and `function` its full name.
+    Kernel,
 }
 
 /// A source location in the user's code.

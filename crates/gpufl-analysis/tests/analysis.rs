@@ -10,6 +10,9 @@ use std::path::PathBuf;
 mod copy_rules;
 #[path = "analysis/timeline_rules.rs"]
 mod timeline_rules;
+// The kernel table and the kernel rules (issue 5).
+#[path = "analysis/kernel_rules.rs"]
+mod kernel_rules;
 // The recorded examples of the streams seed.
 #[path = "analysis/testdata_streams.rs"]
 mod testdata_streams;

@@ -100,6 +100,8 @@ pub enum LocationSource {
     /// Approximate: the next synchronization with a stack on the issuing thread (the session has
     /// no call-site stack for the call; recorders before call sites).
     NextSync,
+    /// No call site: the kernel's name stands for the location (kernel rules).
+    KernelName,
     /// No line could be found.
     None,
 }

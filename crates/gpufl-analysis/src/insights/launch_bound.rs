@@ -368,7 +368,7 @@ fn acc_index(slot_of_name: &mut [u32], accs: &mut Vec<Acc>, name: u32, dev: u32)
 }
 
 /// `void ns::kern<float, 4>(float*, int)` → `ns::kern`.
-fn short_kernel(name: &str) -> &str {
+pub(super) fn short_kernel(name: &str) -> &str {
     let f = short_function(name);
     let f = f.strip_prefix("void ").unwrap_or(f);
     match f.find('<') {
