@@ -15,7 +15,6 @@
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
 use crate::occupancy::{occupancy, waves, BlockUse, Occupancy, SmLimits};
-use crate::store::NONE;
 use crate::views::LaunchConfig;
 use gpufl_trace::StrId;
 use serde::Serialize;
@@ -27,6 +26,11 @@ use std::collections::HashMap;
 pub const LIBRARY_PATTERNS: [&str; 7] = [
     "xmma", "cutlass", "cublas", "cudnn", "nvjet", "cufft", "cusparse",
 ];
+
+/// A kernel name for tables and titles: `void ns::kern<float, 4>(float*, int)` → `ns::kern`.
+pub fn short_name(name: &str) -> &str {
+    crate::insights::launch_bound::short_kernel(name)
+}
 
 /// Whether a kernel name is a vendor library's ([`LIBRARY_PATTERNS`], case-insensitive).
 pub fn is_library_kernel(name: &str) -> bool {
@@ -117,20 +121,25 @@ impl KernelTable {
     }
 }
 
-/// `(median, p99)` of a sorted slice, as the other rules compute them (median of an even count:
-/// the lower middle plus half the gap; p99 nearest rank); `(0, 0)` when empty.
-fn median_p99_sorted(v: &[u64]) -> (u64, u64) {
+/// `(median, p99)` of the first fields, as the other rules compute them (median of an even count:
+/// the lower middle plus half the gap; p99 nearest rank); `(0, 0)` when empty. Reorders `v`;
+/// linear time (order statistics, no full sort).
+fn median_p99(v: &mut [(u64, u64)]) -> (u64, u64) {
     let n = v.len();
     if n == 0 {
         return (0, 0);
     }
-    let med = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        v[n / 2 - 1] + (v[n / 2] - v[n / 2 - 1]) / 2
-    };
     let rank = (n * 99).div_ceil(100).max(1);
-    (med, v[rank - 1])
+    let p99 = v.select_nth_unstable(rank - 1).1 .0;
+    let hi = v.select_nth_unstable(n / 2).1 .0;
+    let med = if n % 2 == 1 {
+        hi
+    } else {
+        // The lower middle is the largest of the part before the upper one.
+        let lo = v[..n / 2].iter().map(|p| p.0).max().unwrap_or(hi);
+        lo + (hi - lo) / 2
+    };
+    (med, p99)
 }
 
 fn sat_u32(v: u64) -> u32 {
@@ -149,114 +158,120 @@ fn figures(l: Option<&SmLimits>, c: &LaunchConfig) -> (Option<Occupancy>, Option
             carveout: c.smem_executed,
         },
     );
-    let w = o.as_ref().and_then(|o| waves(l, o.blocks_per_sm, c.blocks()));
+    let w = o
+        .as_ref()
+        .and_then(|o| waves(l, o.blocks_per_sm, c.blocks()));
     (o, w)
 }
 
 /// Build the kernel table.
-pub fn table<'m>(m: &'m Model, busy: &DeviceBusy) -> KernelTable {
+pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
     let nk = m.kernel_count();
     if nk == 0 {
         return KernelTable::default();
     }
     let k = &m.kernels;
+    let devs = m.devices();
     // Devices' limits from the header (GPU index = record `dev`).
     let mut limits: Vec<DeviceLimits> = Vec::new();
     if let Some(h) = m.header() {
-        for &dev in m.devices() {
+        for &dev in devs {
             if let Some(l) = h
                 .gpus
                 .iter()
                 .find(|g| g.index == dev)
                 .and_then(SmLimits::from_gpu)
             {
-                limits.push(DeviceLimits { device: dev, limits: l });
+                limits.push(DeviceLimits {
+                    device: dev,
+                    limits: l,
+                });
             }
         }
     }
 
-    // One id per distinct name string (trace files of a session intern names again).
-    let mut canon: Vec<u32> = vec![NONE; m.strings.len()];
-    let mut first: HashMap<&'m str, u32> = HashMap::new();
-    let key = |canon: &mut Vec<u32>, first: &mut HashMap<&'m str, u32>, id: u32| -> u32 {
-        match canon.get(id as usize) {
-            Some(&c) if c != NONE => c,
-            Some(_) => {
-                let c = *first.entry(m.str(StrId(id))).or_insert(id);
-                canon[id as usize] = c;
-                c
-            }
-            None => id, // beyond the table: never written by the model
-        }
+    // Group key of each (name, configuration) pair: one name per distinct string (trace files of
+    // a session intern names again), numbered densely.
+    let mut name_group: HashMap<&str, u32> = HashMap::new();
+    let mut group_names: Vec<Vec<u32>> = Vec::new();
+    let mut group_of_id: HashMap<u32, u32> = HashMap::new();
+    let launch_group: Vec<u32> = m
+        .launches
+        .iter()
+        .map(|&(name, _)| {
+            *group_of_id.entry(name).or_insert_with(|| {
+                let n = group_names.len() as u32;
+                let g = *name_group.entry(m.str(StrId(name))).or_insert(n);
+                if g == n {
+                    group_names.push(Vec::new());
+                }
+                group_names[g as usize].push(name);
+                g
+            })
+        })
+        .collect();
+    drop(group_of_id);
+    drop(name_group);
+    let ndev = devs.len().max(1);
+    let dev_index = |d: u32| devs.iter().position(|&x| x == d).unwrap_or(0);
+    // Slots: (name group, device). Counting sort of the kernels' (start, end) by slot: one
+    // sequential pass to count, one to scatter, no gathers.
+    let nslots = group_names.len() * ndev;
+    let slot_of = |i: usize| -> usize {
+        launch_group[k.launch.get(i) as usize] as usize * ndev + dev_index(k.dev.get(i))
     };
-    // Counting sort of kernel indices by name.
-    let slots = canon.len() + 1;
-    let mut counts: Vec<u32> = vec![0; slots];
-    let slot = |c: u32| (c as usize).min(slots - 1);
-    for id in k.name.iter() {
-        let c = key(&mut canon, &mut first, id);
-        counts[slot(c)] += 1;
+    let mut offsets: Vec<usize> = vec![0; nslots + 1];
+    // (launches, GPU ns) per (name, configuration) pair and device.
+    let mut per_launch: Vec<(u64, u64)> = vec![(0, 0); m.launches.len() * ndev];
+    for i in 0..nk {
+        offsets[slot_of(i) + 1] += 1;
+        let d = k.end.get(i).saturating_sub(k.start.get(i));
+        let e = &mut per_launch[k.launch.get(i) as usize * ndev + dev_index(k.dev.get(i))];
+        e.0 += 1;
+        e.1 += d;
     }
-    let mut offsets: Vec<u32> = Vec::with_capacity(slots + 1);
-    let mut acc = 0u32;
-    for &c in &counts {
-        offsets.push(acc);
-        acc += c;
+    for s in 0..nslots {
+        offsets[s + 1] += offsets[s];
     }
-    offsets.push(acc);
+    let mut pairs: Vec<(u64, u64)> = vec![(0, 0); nk];
     let mut fill = offsets.clone();
-    let mut perm: Vec<u32> = vec![0; nk];
-    for (i, id) in k.name.iter().enumerate() {
-        let c = key(&mut canon, &mut first, id);
-        let s = slot(c);
-        perm[fill[s] as usize] = i as u32;
+    for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
+        let s = slot_of(i);
+        pairs[fill[s]] = (st, en);
         fill[s] += 1;
     }
     drop(fill);
-    drop(counts);
-    let mut ids_of: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (id, &c) in canon.iter().enumerate() {
-        if c != NONE {
-            ids_of.entry(c).or_default().push(id as u32);
-        }
+    // (name, configuration) pairs of each name group.
+    let mut group_launches: Vec<Vec<u32>> = vec![Vec::new(); group_names.len()];
+    for (l, &g) in launch_group.iter().enumerate() {
+        group_launches[g as usize].push(l as u32);
     }
-    drop(first);
 
-    let single = m.devices().len() == 1;
-    let device_busy = |dev: u32| -> u64 {
-        busy.intervals((!single).then_some(dev))
-            .iter()
-            .map(|&(s, e)| e - s)
-            .sum()
-    };
-    let mut busy_of: Vec<(u32, u64)> = Vec::new();
+    let single = devs.len() == 1;
+    let dev_busy: Vec<u64> = devs
+        .iter()
+        .map(|&d| {
+            busy.intervals((!single).then_some(d))
+                .iter()
+                .map(|&(s, e)| e - s)
+                .sum()
+        })
+        .collect();
     let mut rows: Vec<KernelRow> = Vec::new();
-    let mut durations: Vec<u64> = Vec::new();
-    let mut per_config: HashMap<u32, (u64, u64)> = HashMap::new();
-    for s in 0..slots {
-        let (lo, hi) = (offsets[s] as usize, offsets[s + 1] as usize);
-        if lo == hi {
-            continue;
-        }
-        let group = &mut perm[lo..hi];
-        // Launches are almost in start order already: the adaptive sort is near linear.
-        group.sort_by_key(|&i| (k.dev.get(i as usize), k.start.get(i as usize)));
-        for run in group.chunk_by(|&a, &b| k.dev.get(a as usize) == k.dev.get(b as usize)) {
-            let first_i = run[0] as usize;
-            let dev = k.dev.get(first_i);
-            let name_id = k.name.get(first_i);
-            durations.clear();
-            per_config.clear();
+    for (g, names) in group_names.iter().enumerate() {
+        for (di, &dev) in devs.iter().enumerate() {
+            let slot = g * ndev + di;
+            let run = &mut pairs[offsets[slot]..offsets[slot + 1]];
+            if run.is_empty() {
+                continue;
+            }
+            // Records come nearly in start order; the union needs them exactly so.
+            if !run.is_sorted() {
+                run.sort_unstable();
+            }
             let (mut busy_ns, mut cur_s, mut cur_e) = (0u64, 0u64, 0u64);
             let mut open = false;
-            for &i in run {
-                let i = i as usize;
-                let (st, en) = (k.start.get(i), k.end.get(i));
-                let d = en.saturating_sub(st);
-                durations.push(d);
-                let e = per_config.entry(k.config.get(i)).or_default();
-                e.0 += 1;
-                e.1 += d;
+            for &(st, en) in run.iter() {
                 if en <= st {
                     continue;
                 }
@@ -272,43 +287,52 @@ pub fn table<'m>(m: &'m Model, busy: &DeviceBusy) -> KernelTable {
             if open {
                 busy_ns += cur_e - cur_s;
             }
-            durations.sort_unstable();
-            let (p50_ns, p99_ns) = median_p99_sorted(&durations);
-            let total_ns = durations.iter().fold(0u64, |a, &d| a.saturating_add(d));
+            // Durations in place of the pairs, then two order statistics.
+            for p in run.iter_mut() {
+                *p = (p.1.saturating_sub(p.0), 0);
+            }
+            let total_ns = run.iter().fold(0u64, |a, p| a.saturating_add(p.0));
+            let (p50_ns, p99_ns) = median_p99(run);
             let launches = run.len() as u64;
             let dev_limits = limits.iter().find(|d| d.device == dev).map(|d| &d.limits);
-            let mut variants: Vec<(u32, Variant)> = per_config
+            let mut variants: Vec<Variant> = group_launches[g]
                 .iter()
-                .map(|(&cfg, &(n, ns))| {
-                    let config = m.configs[cfg as usize];
+                .filter_map(|&l| {
+                    let (n, ns) = per_launch[l as usize * ndev + di];
+                    if n == 0 {
+                        return None;
+                    }
+                    let config_id = m.launches[l as usize].1;
+                    let config = m.configs[config_id as usize];
                     let (occupancy, waves) = figures(dev_limits, &config);
-                    (
-                        cfg,
-                        Variant {
-                            config_id: cfg,
-                            config,
-                            launches: n,
-                            gpu_ns: ns,
-                            occupancy,
-                            waves,
-                        },
-                    )
+                    Some(Variant {
+                        config_id,
+                        config,
+                        launches: n,
+                        gpu_ns: ns,
+                        occupancy,
+                        waves,
+                    })
                 })
                 .collect();
-            variants.sort_by(|a, b| {
-                (b.1.gpu_ns, b.1.launches, a.0).cmp(&(a.1.gpu_ns, a.1.launches, b.0))
-            });
-            let variants: Vec<Variant> = variants.into_iter().map(|v| v.1).collect();
-            let top = &variants[0];
-            let dev_busy = match busy_of.iter().find(|b| b.0 == dev) {
-                Some(b) => b.1,
-                None => {
-                    let b = device_busy(dev);
-                    busy_of.push((dev, b));
-                    b
+            // One configuration can appear under several name ids (trace files): merge them.
+            variants.sort_by_key(|v| v.config_id);
+            variants.dedup_by(|b, a| {
+                let same = a.config_id == b.config_id;
+                if same {
+                    a.launches += b.launches;
+                    a.gpu_ns += b.gpu_ns;
                 }
+                same
+            });
+            variants.sort_by(|a, b| {
+                (b.gpu_ns, b.launches, a.config_id).cmp(&(a.gpu_ns, a.launches, b.config_id))
+            });
+            let Some(top) = variants.first() else {
+                continue;
             };
-            let name = m.str(StrId(name_id)).to_string();
+            let device_busy_ns = dev_busy[di];
+            let name = m.str(StrId(names[0])).to_string();
             rows.push(KernelRow {
                 library: is_library_kernel(&name),
                 name,
@@ -319,18 +343,15 @@ pub fn table<'m>(m: &'m Model, busy: &DeviceBusy) -> KernelTable {
                 p50_ns,
                 p99_ns,
                 busy_ns,
-                busy_share: crate::insights::share(busy_ns, dev_busy),
-                device_busy_ns: dev_busy,
+                busy_share: crate::insights::share(busy_ns, device_busy_ns),
+                device_busy_ns,
                 configs: variants.len() as u32,
                 launch: top.config,
                 blocks: top.config.blocks(),
                 threads_per_block: top.config.threads_per_block(),
                 occupancy: top.occupancy.clone(),
                 waves: top.waves,
-                name_ids: ids_of
-                    .get(&canon.get(name_id as usize).copied().unwrap_or(name_id))
-                    .cloned()
-                    .unwrap_or_else(|| vec![name_id]),
+                name_ids: names.clone(),
                 variants,
             });
         }
@@ -344,16 +365,18 @@ pub fn table<'m>(m: &'m Model, busy: &DeviceBusy) -> KernelTable {
     KernelTable { limits, rows }
 }
 
-/// The periods when exactly one kernel ran on device `dev` (every device when the session has
-/// one), sorted and disjoint: a launch's time inside them is the time it had the GPU's SMs to
-/// itself. Transient memory: 16 bytes per kernel.
-pub(crate) fn solo_periods(m: &Model, dev: u32) -> Vec<(u64, u64)> {
+/// Within `windows` (sorted, disjoint), the periods when exactly one kernel ran on device `dev`
+/// (every device when the session has one), sorted and disjoint: a launch's time inside them is
+/// the time it had the GPU's SMs to itself. Only kernels overlapping a window are looked at
+/// (transient memory: 16 bytes for each).
+pub(crate) fn solo_periods(m: &Model, dev: u32, windows: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let k = &m.kernels;
     let all = m.devices().len() == 1;
     let mut starts: Vec<u64> = Vec::new();
     let mut ends: Vec<u64> = Vec::new();
+    let mut at = 0;
     for ((s, e), d) in k.start.iter().zip(k.end.iter()).zip(k.dev.iter()) {
-        if e > s && (all || d == dev) {
+        if e > s && (all || d == dev) && hits(windows, &mut at, s, e) {
             starts.push(s);
             ends.push(e);
         }
@@ -381,6 +404,40 @@ pub(crate) fn solo_periods(m: &Model, dev: u32) -> Vec<(u64, u64)> {
         since = t;
     }
     out
+}
+
+/// Whether `[s, e)` overlaps one of the sorted, disjoint `windows`. `at` is where the previous
+/// call looked: records come nearly in time order, so galloping from it finds the first window
+/// ending after `s` in a few steps.
+fn hits(windows: &[(u64, u64)], at: &mut usize, s: u64, e: u64) -> bool {
+    let n = windows.len();
+    if n == 0 {
+        return false;
+    }
+    let ends_after = |i: usize| windows[i].1 > s;
+    let mut i = (*at).min(n - 1);
+    if ends_after(i) {
+        // Back: the first window ending after s is at or before i.
+        let mut step = 1;
+        let mut lo = i;
+        while lo > 0 && ends_after(lo - 1) {
+            lo = lo.saturating_sub(step);
+            step *= 2;
+        }
+        // windows[lo..=i]: the answer is the first index there that ends after s.
+        i = lo + windows[lo..=i].partition_point(|w| w.1 <= s);
+    } else {
+        let mut step = 1;
+        let mut hi = i;
+        while hi < n && !ends_after(hi) {
+            i = hi;
+            hi = hi.saturating_add(step).min(n);
+            step *= 2;
+        }
+        i += windows[i..hi.min(n)].partition_point(|w| w.1 <= s);
+    }
+    *at = i.min(n - 1);
+    i < n && windows[i].0 < e
 }
 
 /// Time of `[s, e)` inside the sorted, disjoint `periods`.
@@ -428,22 +485,46 @@ mod tests {
         };
         // A [0,100) alone until B [40,60) joins; C [100,150) touches A's end; D [200,200) is empty.
         let m = Model::load([k(0, 100, 1), k(40, 60, 2), k(100, 150, 1), k(200, 200, 1)]);
-        let solo = solo_periods(&m, 0);
+        let solo = solo_periods(&m, 0, &[(0, u64::MAX)]);
         assert_eq!(solo, vec![(0, 40), (60, 150)]);
         assert_eq!(overlap(&solo, 0, 100), 80);
         assert_eq!(overlap(&solo, 40, 60), 0);
         assert_eq!(overlap(&solo, 100, 150), 50);
         assert_eq!(overlap(&solo, 150, 300), 0);
         assert_eq!(overlap(&[], 0, 10), 0);
+        // Windows: the galloping cursor finds overlaps in any order of calls.
+        let w = [(10, 20), (30, 40), (50, 60), (70, 80), (90, 100)];
+        let mut at = 0;
+        for (s, e, want) in [
+            (95, 96, true),
+            (0, 10, false),
+            (35, 36, true),
+            (41, 50, false),
+            (41, 51, true),
+            (100, 200, false),
+            (0, 1000, true),
+            (60, 70, false),
+            (15, 16, true),
+        ] {
+            assert_eq!(hits(&w, &mut at, s, e), want, "{s}..{e}");
+            assert_eq!(overlap(&w, s, e) > 0, want, "{s}..{e}");
+        }
+        // A window inside C only: A and B do not overlap it and are left out.
+        assert_eq!(solo_periods(&m, 0, &[(120, 130)]), vec![(100, 150)]);
     }
 
     #[test]
-    fn percentiles_of_sorted_durations() {
-        assert_eq!(median_p99_sorted(&[]), (0, 0));
-        assert_eq!(median_p99_sorted(&[5]), (5, 5));
-        assert_eq!(median_p99_sorted(&[1, 3]), (2, 3));
-        let v: Vec<u64> = (1..=200).collect();
-        // Median of 200: (100 + 101) / 2 → 100 (integer); p99: rank 198.
-        assert_eq!(median_p99_sorted(&v), (100, 198));
+    fn percentiles_by_order_statistics() {
+        let p = |v: &[u64]| {
+            let mut pairs: Vec<(u64, u64)> = v.iter().map(|&d| (d, 0)).collect();
+            median_p99(&mut pairs)
+        };
+        assert_eq!(p(&[]), (0, 0));
+        assert_eq!(p(&[5]), (5, 5));
+        assert_eq!(p(&[3, 1]), (2, 3));
+        assert_eq!(p(&[9, 1, 5]), (5, 9));
+        // 1..=200 shuffled: median (100 + 101) / 2 → 100 (integer); p99: rank 198.
+        let v: Vec<u64> = (0..200u64).map(|i| (i * 73) % 200 + 1).collect();
+        assert_eq!(p(&v), (100, 198));
     }
 }

@@ -42,8 +42,8 @@ pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
 pub use insights::{fmt_duration, Insight, RuleData, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelTable};
-pub use occupancy::{Limiter, Occupancy, SmLimits};
 pub use model::Model;
+pub use occupancy::{Limiter, Occupancy, SmLimits};
 pub use totals::{totals, Totals};
 pub use userframe::{
     user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL,

@@ -18,14 +18,14 @@ pub(crate) struct FrameRow {
     pub(crate) offset: Option<u64>,
 }
 
-/// Kernels, column by column: 40 bytes per kernel (`config` indexes [`Model::configs`]).
+/// Kernels, column by column: 36 bytes per kernel. `launch` indexes [`Model::launches`], the
+/// distinct (name, launch configuration) pairs.
 #[derive(Debug, Default)]
 pub(crate) struct Kernels {
-    pub(crate) config: Col<u32>,
     pub(crate) start: Col<u64>,
     pub(crate) end: Col<u64>,
     pub(crate) corr: Col<u32>,
-    pub(crate) name: Col<u32>,
+    pub(crate) launch: Col<u32>,
     pub(crate) stream: Col<u32>,
     pub(crate) ctx: Col<u32>,
     pub(crate) dev: Col<u32>,
@@ -74,7 +74,7 @@ pub(crate) struct Apis {
 /// One recorded session, compact and columnar: the header, the interned strings / frames / stacks
 /// of every trace file (remapped to one id space), kernels, copies and memsets, synchronizations.
 /// API, overhead and callsite records only widen the session's time range; `dropped` records are
-/// summed; notices become warnings. Memory is proportional to the session: 40 bytes per kernel,
+/// summed; notices become warnings. Memory is proportional to the session: 36 bytes per kernel,
 /// 43 per copy or memset, 45 per synchronization, plus the interned tables.
 #[derive(Debug, Default)]
 pub struct Model {
@@ -91,6 +91,8 @@ pub struct Model {
     pub(crate) callsites: Vec<(u32, u32, u32)>,
     /// Distinct kernel launch configurations, in order of first use.
     pub(crate) configs: Vec<LaunchConfig>,
+    /// Distinct (kernel name string id, index into `configs`) pairs, in order of first use.
+    pub(crate) launches: Vec<(u32, u32)>,
     memsets: u64,
     dropped: u64,
     first_ns: u64,
@@ -110,11 +112,12 @@ struct Loader {
     strs: IdMap,
     frames: IdMap,
     stacks: IdMap,
-    /// Index of each distinct launch configuration.
+    /// Index of each distinct launch configuration, and of each (name, configuration) pair.
     config_index: HashMap<LaunchConfig, u32>,
-    /// The last configuration of each kernel name (global string id): launches of one kernel
-    /// nearly always repeat it, so most kernels skip the hash lookup.
-    last_config: Vec<u32>,
+    launch_index: HashMap<(u32, u32), u32>,
+    /// The last (name, configuration) pair of each kernel name (global string id): launches of
+    /// one kernel nearly always repeat its configuration, so most kernels skip the hash lookups.
+    last_launch: Vec<u32>,
 }
 
 impl Model {
@@ -141,13 +144,12 @@ impl Model {
                 self.span(k.start, k.end);
                 self.gpu(k.ctx, k.dev);
                 let name = self.str_ref(ld, k.name);
-                let config = self.config_ref(ld, name, &k);
+                let launch = self.launch_ref(ld, name, &k);
                 let c = &mut self.kernels;
-                c.config.push(config);
+                c.launch.push(launch);
                 c.start.push(k.start);
                 c.end.push(k.end);
                 c.corr.push(k.corr);
-                c.name.push(name);
                 c.stream.push(k.stream);
                 c.ctx.push(k.ctx);
                 c.dev.push(k.dev);
@@ -275,8 +277,8 @@ impl Model {
         }
     }
 
-    /// The index of the kernel's launch configuration in `configs`, adding it the first time.
-    fn config_ref(&mut self, ld: &mut Loader, name: u32, k: &Kernel) -> u32 {
+    /// The index in `launches` of the kernel's (name, configuration), adding either the first time.
+    fn launch_ref(&mut self, ld: &mut Loader, name: u32, k: &Kernel) -> u32 {
         let cfg = LaunchConfig {
             grid: k.grid,
             block: k.block,
@@ -287,21 +289,28 @@ impl Model {
             smem_executed: k.smem_executed,
         };
         let slot = name as usize;
-        if let Some(&i) = ld.last_config.get(slot) {
-            if self.configs.get(i as usize) == Some(&cfg) {
-                return i;
+        if let Some(&l) = ld.last_launch.get(slot) {
+            if let Some(&(_, c)) = self.launches.get(l as usize) {
+                if self.configs[c as usize] == cfg {
+                    return l;
+                }
             }
         }
         let configs = &mut self.configs;
-        let i = *ld.config_index.entry(cfg).or_insert_with(|| {
+        let c = *ld.config_index.entry(cfg).or_insert_with(|| {
             configs.push(cfg);
             (configs.len() - 1) as u32
         });
-        if slot >= ld.last_config.len() {
-            ld.last_config.resize(slot + 1, NONE);
+        let launches = &mut self.launches;
+        let l = *ld.launch_index.entry((name, c)).or_insert_with(|| {
+            launches.push((name, c));
+            (launches.len() - 1) as u32
+        });
+        if slot >= ld.last_launch.len() {
+            ld.last_launch.resize(slot + 1, NONE);
         }
-        ld.last_config[slot] = i;
-        i
+        ld.last_launch[slot] = l;
+        l
     }
 
     fn push_copy(&mut self, start: u64, end: u64, bytes: u64, ids: [u32; 4], kinds: [u8; 3]) {

@@ -307,7 +307,7 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         smem_static: 16_384,
         smem_dynamic: 49_152,
         local_mem: (i % 2) as u32 * 64,
-        smem_executed: (i % 3 != 0).then_some(233_472),
+        smem_executed: (!i.is_multiple_of(3)).then_some(233_472),
     }));
     r.rec(Record::Memcpy(Memcpy {
         kind: CopyKind::HtoD,

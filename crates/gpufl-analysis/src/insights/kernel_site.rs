@@ -10,6 +10,15 @@ use crate::userframe::{FrameOrigin, SourceLoc};
 /// A kernel matters when its busy time is at least this share of its device's busy time, percent.
 pub const MIN_BUSY_PCT: u64 = 5;
 
+/// An insight needs an impact of at least this share of the device's busy time, percent (a
+/// kernel at 49 % occupancy, or a few bytes of local memory, is not worth a line).
+pub const MIN_IMPACT_PCT: u64 = 1;
+
+/// Whether an impact reaches [`MIN_IMPACT_PCT`] % of the device's busy time (and is not 0).
+pub(super) fn worth(impact_ns: u64, row: &KernelRow) -> bool {
+    impact_ns > 0 && impact_ns as u128 * 100 >= row.device_busy_ns as u128 * MIN_IMPACT_PCT as u128
+}
+
 /// Whether a kernel takes at least [`MIN_BUSY_PCT`] % of its device's busy time.
 pub(super) fn matters(row: &KernelRow) -> bool {
     row.device_busy_ns > 0

@@ -21,7 +21,7 @@
 //!   a block size whose warps divide the SM's.
 
 use super::gpu_idle::{LocationSource, Locator};
-use super::kernel_site::{self, describe, location, matters, part, KernelInsight};
+use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
 use super::{fmt_duration, Ctx, Insight, RuleData};
 use crate::kernels::{KernelRow, KernelTable, Variant};
 use crate::occupancy::{
@@ -105,7 +105,7 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
             }
         }
         let Some((v, o)) = top else { continue };
-        if impact == 0 {
+        if !worth(impact, row) {
             continue;
         }
         out.push(insight(
@@ -249,7 +249,8 @@ fn fix_text(
     target_smem: Option<u32>,
     min_blocks: u32,
 ) -> String {
-    let check = " Check `nvcc --resource-usage` (spill stores) and keep the change only if the kernel \
+    let check =
+        " Check `nvcc --resource-usage` (spill stores) and keep the change only if the kernel \
                  gets faster: fewer registers can mean more instructions or spills.";
     match limiter {
         Limiter::Registers => match target_regs {

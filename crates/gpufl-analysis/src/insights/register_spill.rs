@@ -17,7 +17,7 @@
 //!   registers (constant indices, unrolled loops) or in shared memory.
 
 use super::gpu_idle::{LocationSource, Locator};
-use super::kernel_site::{self, describe, location, matters, part, KernelInsight};
+use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
 use super::{fmt_duration, Ctx, Insight, RuleData};
 use crate::kernels::{KernelRow, KernelTable, Variant};
 use crate::views::LaunchConfig;
@@ -69,16 +69,10 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
             top = top.or(Some(v));
         }
         let Some(v) = top else { continue };
-        if impact == 0 {
+        if !worth(impact, row) {
             continue;
         }
-        out.push(insight(
-            cx,
-            &locator,
-            row,
-            v,
-            (impact, configs, launches),
-        ));
+        out.push(insight(cx, &locator, row, v, (impact, configs, launches)));
     }
     out
 }
@@ -122,7 +116,8 @@ fn insight(
         fmt_duration(row.total_ns),
         kernel_site::location_note(src)
     );
-    let arrays = "keep per-thread arrays in registers (indices known at compile time: unrolled loops \
+    let arrays =
+        "keep per-thread arrays in registers (indices known at compile time: unrolled loops \
                   with constant bounds) or move them to shared memory";
     let fix = if c.regs >= MAX_REGS {
         format!(

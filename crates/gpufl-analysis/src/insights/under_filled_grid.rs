@@ -12,11 +12,11 @@
 //!     occupancy, so it needs the device's limits), at least two waves (`blocks > per_wave`) and a
 //!     last one holding `tail = blocks mod per_wave` with `0 < tail < per_wave / 2`. If every wave
 //!     takes as long, the idle share of the kernel's SM time is `(1 − tail / per_wave) / waves`
-//!     (waves rounded up).
-//!   Either way the idle share must be at least [`MIN_IDLE_PCT`] % (so at most 90 % of the SMs
-//!   have a block, or a partial wave after at most a few full ones).
-//!   The flagged configurations must average at least [`MIN_MEAN_NS`] a launch and add up to
-//!   [`MIN_BUSY_PCT`] % of the device's busy time.
+//!     (waves rounded up);
+//!   - either way an idle share of at least [`MIN_IDLE_PCT`] % (so at most 90 % of the SMs have
+//!     a block, or a partial wave after at most a few full ones), at least [`MIN_MEAN_NS`] a
+//!     launch, and flagged configurations adding up to [`MIN_BUSY_PCT`] % of the device's busy
+//!     time.
 //! - **Impact:** Σ over those configurations of their launches' time *alone* on the device (no
 //!   other kernel running: a concurrent kernel on another stream uses the idle SMs) × that idle
 //!   share: what spreading the same work evenly over every SM would recover, an upper bound (a
@@ -24,14 +24,15 @@
 //! - **Severity:** on the impact's share of the device's busy time.
 
 use super::gpu_idle::{LocationSource, Locator};
-use super::kernel_site::{self, describe, location, matters, part, KernelInsight};
-use super::{fmt_duration, Ctx, Insight, RuleData};
 use super::kernel_site::MIN_BUSY_PCT;
+use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
+use super::{fmt_duration, Ctx, Insight, RuleData};
+use crate::intervals::merge;
 use crate::kernels::{overlap, solo_periods, KernelRow, KernelTable, Variant};
-use std::collections::HashMap;
 use crate::occupancy::SmLimits;
 use crate::views::LaunchConfig;
 use serde::Serialize;
+use std::collections::HashMap;
 
 pub(crate) const RULE: &str = "under-filled-grid";
 /// Kernels shorter than this on average (ns) are left out.
@@ -144,9 +145,16 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
                 });
             }
         }
-        // The flagged launches themselves must matter.
+        // The flagged launches themselves must matter, and could recover enough even if they
+        // ran alone (the time alone, costlier to find, is only looked for then).
         let flagged_ns: u64 = flags[before..].iter().map(|f| f.v.gpu_ns).sum();
-        if (flagged_ns as u128) * 100 < row.device_busy_ns as u128 * MIN_BUSY_PCT as u128 {
+        let bound: u64 = flags[before..]
+            .iter()
+            .map(|f| part(f.v.gpu_ns, f.fill.3))
+            .sum();
+        if (flagged_ns as u128) * 100 < row.device_busy_ns as u128 * MIN_BUSY_PCT as u128
+            || !worth(bound, row)
+        {
             flags.truncate(before);
         }
     }
@@ -160,7 +168,7 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
     for group in flags.chunk_by(|a, b| a.row == b.row) {
         let row = &table.rows[group[0].row];
         let impact: u64 = group.iter().map(|f| part(f.alone_ns, f.fill.3)).sum();
-        if impact == 0 {
+        if !worth(impact, row) {
             continue;
         }
         let launches = group.iter().map(|f| f.v.launches).sum();
@@ -182,25 +190,58 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
 /// periods of each device that has a flag.
 fn alone_times(cx: &Ctx, table: &KernelTable, flags: &mut [Flag]) {
     let m = cx.m;
-    let mut slot: HashMap<(u32, u32, u32), usize> = HashMap::new();
+    // Flags of each (name, configuration) pair of the model, with their device.
+    let mut by_launch: Vec<Vec<(u32, usize)>> = vec![Vec::new(); m.launches.len()];
+    let mut want: HashMap<(u32, u32), Vec<(u32, usize)>> = HashMap::new();
     for (i, f) in flags.iter().enumerate() {
         let row = &table.rows[f.row];
         for &id in &row.name_ids {
-            slot.insert((id, row.device, f.v.config_id), i);
+            want.entry((id, f.v.config_id))
+                .or_default()
+                .push((row.device, i));
         }
     }
-    let mut solo: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
-    for f in flags.iter() {
-        let dev = table.rows[f.row].device;
-        if !solo.iter().any(|s| s.0 == dev) {
-            solo.push((dev, solo_periods(m, dev)));
+    for (l, key) in m.launches.iter().enumerate() {
+        if let Some(v) = want.get(key) {
+            by_launch[l] = v.clone();
         }
     }
+    drop(want);
+    // The flagged launches' intervals per device, merged: solo periods are only needed there,
+    // so only the kernels overlapping them are sorted.
     let k = &m.kernels;
-    for i in 0..m.kernel_count() {
-        let key = (k.name.get(i), k.dev.get(i), k.config.get(i));
-        let Some(&fi) = slot.get(&key) else { continue };
-        let Some((_, periods)) = solo.iter().find(|s| s.0 == key.1) else {
+    let flag_of = |i: usize, l: u32| -> Option<usize> {
+        let v = by_launch.get(l as usize)?;
+        let dev = k.dev.get(i);
+        v.iter().find(|x| x.0 == dev).map(|x| x.1)
+    };
+    let mut windows: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
+    for (i, l) in k.launch.iter().enumerate() {
+        if flag_of(i, l).is_none() {
+            continue;
+        }
+        let dev = k.dev.get(i);
+        let w = match windows.iter_mut().find(|w| w.0 == dev) {
+            Some(w) => w,
+            None => {
+                windows.push((dev, Vec::new()));
+                windows.last_mut().expect("just pushed")
+            }
+        };
+        w.1.push((k.start.get(i), k.end.get(i)));
+    }
+    let solo: Vec<(u32, Vec<(u64, u64)>)> = windows
+        .into_iter()
+        .map(|(dev, mut w)| {
+            let n = merge(&mut w).len();
+            w.truncate(n);
+            (dev, solo_periods(m, dev, &w))
+        })
+        .collect();
+    for (i, l) in k.launch.iter().enumerate() {
+        let Some(fi) = flag_of(i, l) else { continue };
+        let dev = k.dev.get(i);
+        let Some((_, periods)) = solo.iter().find(|s| s.0 == dev) else {
             continue;
         };
         flags[fi].alone_ns += overlap(periods, k.start.get(i), k.end.get(i));
