@@ -116,21 +116,21 @@ fn insight(
         fmt_duration(row.total_ns),
         kernel_site::location_note(src)
     );
-    let arrays =
-        "keep per-thread arrays in registers (indices known at compile time: unrolled loops \
-                  with constant bounds) or move them to shared memory";
+    let arrays = "a per-thread array indexed at run time lives in local memory: make its indices \
+                  known at compile time (unrolled loops with constant bounds) so it stays in \
+                  registers, or move it to shared memory";
     let fix = if c.regs >= MAX_REGS {
         format!(
             "The kernel is at the {MAX_REGS}-register cap: its state does not fit. Hold less per \
              thread (split the kernel, smaller tiles per thread, recompute instead of keeping \
-             values), or {arrays}."
+             values); {arrays}."
         )
     } else {
         format!(
             "At {} registers, under the {MAX_REGS} a thread may have: if a register cap made the \
              compiler spill (`__launch_bounds__({threads}, …)`'s minimum blocks per SM, \
-             `-maxrregcount`), relax it — fewer resident blocks but no spills; measure both; if \
-             it is a per-thread array, {arrays}.",
+             `-maxrregcount`), relax it — fewer resident blocks but no spills; measure both. \
+             Otherwise {arrays}.",
             c.regs
         )
     };

@@ -533,3 +533,44 @@ fn under_filled_grid_without_limits_uses_the_sm_count() {
     let i = rule(&a, "under-filled-grid")[0];
     assert_eq!(data!(i, UnderFilledGrid).blocks_per_wave, None);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The recorded example (examples/kernel_pitfalls.cu)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs a recording of examples/kernel_pitfalls.cu in testdata/sessions \
+            (scripts/gpu-check.sh kernels on the H100)"]
+fn testdata_kernel_pitfalls_flags_each_planted_kernel_at_its_line() {
+    let a = session("kernel_pitfalls-");
+    for (rule_name, kernel) in [
+        ("low-occupancy", "regs_heavy"),
+        ("register-spill", "spills"),
+        ("under-filled-grid", "small_grid"),
+    ] {
+        let line = example_line("kernel_pitfalls.cu", &format!("gpufl-example: {rule_name}"));
+        let v = rule(&a, rule_name);
+        assert_eq!(v.len(), 1, "{rule_name}: {v:#?}");
+        assert_eq!(v[0].location.line, Some(line), "{}", v[0].title);
+        assert!(v[0].title.contains(kernel), "{}", v[0].title);
+    }
+    let row = |prefix: &str| {
+        a.kernels
+            .rows
+            .iter()
+            .find(|r| r.name.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no kernel {prefix}"))
+    };
+    let heavy = row("regs_heavy(");
+    let o = heavy.occupancy.as_ref().unwrap();
+    assert!(o.occupancy < 0.5 && o.limiter() == Some(Limiter::Registers));
+    assert_eq!(heavy.launch.local_mem, 0);
+    assert!(heavy.launch.smem_executed.is_some(), "carveout recorded");
+    let spills = row("spills(");
+    assert!(spills.launch.regs <= 64 && spills.launch.local_mem > 0);
+    assert_eq!(row("small_grid(").blocks, 32);
+    assert_eq!(
+        a.kernels.limits[0].limits.source,
+        occupancy::LimitsSource::Header
+    );
+}
