@@ -55,6 +55,22 @@ fn clip(s: &str, n: usize) -> String {
     }
 }
 
+/// The kernel's signature without `void ` and its parameter list (the first `(` outside template
+/// brackets): tells template instantiations apart where the short names are the same.
+fn signature(name: &str) -> &str {
+    let n = name.strip_prefix("void ").unwrap_or(name);
+    let mut depth = 0i32;
+    for (i, c) in n.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 && i > 0 => return &n[..i],
+            _ => {}
+        }
+    }
+    n
+}
+
 /// Append the table: a heading per device, then its top kernels by GPU time.
 pub fn render(out: &mut String, t: &KernelTable) {
     let mut devices: Vec<u32> = t.rows.iter().map(|r| r.device).collect();
@@ -84,7 +100,17 @@ pub fn render(out: &mut String, t: &KernelTable) {
             "local",
             "occupancy"
         );
-        for r in rows.iter().take(shown) {
+        let shorts: Vec<&str> = rows
+            .iter()
+            .take(shown)
+            .map(|r| short_name(&r.name))
+            .collect();
+        for (r, short) in rows.iter().take(shown).zip(&shorts) {
+            let name = if shorts.iter().filter(|s| *s == short).count() > 1 {
+                signature(&r.name)
+            } else {
+                short
+            };
             let _ = writeln!(
                 out,
                 "    {:>9} {:>5.1}% {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>5}  {:<11} {}",
@@ -99,8 +125,23 @@ pub fn render(out: &mut String, t: &KernelTable) {
                 bytes(r.launch.smem_bytes()),
                 r.launch.local_mem,
                 occupancy(r),
-                clip(short_name(&r.name), 60)
+                clip(name, 60)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signature;
+
+    #[test]
+    fn signatures_drop_void_and_parameters_but_keep_templates() {
+        assert_eq!(
+            signature("void at::native::k<4, at::native::F<float>>(int, at::native::F<float>)"),
+            "at::native::k<4, at::native::F<float>>"
+        );
+        assert_eq!(signature("small_grid(float*, int)"), "small_grid");
+        assert_eq!(signature("(anonymous)"), "(anonymous)");
     }
 }

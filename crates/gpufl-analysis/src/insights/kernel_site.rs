@@ -43,7 +43,7 @@ pub(super) fn location(locator: &Locator, row: &KernelRow) -> (SourceLoc, Locati
     )
 }
 
-/// ` @ file:line` for a call site, ` · kernel` for a kernel name.
+/// ` @ file:line` for a call site; nothing for a kernel-name location (the title names the kernel).
 pub(super) fn at(loc: &SourceLoc) -> String {
     if loc.origin == FrameOrigin::Kernel {
         String::new()
