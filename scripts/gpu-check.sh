@@ -2,7 +2,7 @@
 # Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
 # Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
 #   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams
-#   telemetry toggle (default: all but split, streams, telemetry and toggle)
+#   telemetry toggle kernels (default: record api identity kill bench)
 set -u
 OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
 ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
@@ -27,6 +27,14 @@ show() { # dir label
 }
 newest() { ls -dt "$1"/*/ 2>/dev/null | head -1; }
 report() { gpufl report --color never "$1" 2>&1 | tee -a "$OUT/summary.txt"; }
+TAG="(m)"
+rec() { # name command...: record, then info / syncs / notices / report
+  local name=$1; shift
+  case $1 in build/*) [ -x "$1" ] || { log "$TAG $name: skipped, $1 not built"; return; };; esac
+  log "$TAG $name: $*"
+  gpufl record -o "$S/$name" -- "$@" 2>&1 | tee "$OUT/$name.log"
+  show "$(newest "$S/$name")"
+}
 
 if has record; then
   log "(a) PyTorch training loop"
@@ -54,13 +62,6 @@ if has streams; then
     nvcc -g -O2 -lineinfo -o "build/$n" "examples/$n.cu" >"$OUT/nvcc-$n.txt" 2>&1 || { log "compile FAILED: $n"; tail -5 "$OUT/nvcc-$n.txt" | tee -a "$OUT/summary.txt"; }
     rm -f "$OUT/nvcc-$n.txt"
   done
-  rec() { # name command...: record, then info / syncs / notices / report
-    local name=$1; shift
-    case $1 in build/*) [ -x "$1" ] || { log "(m) $name: skipped, $1 not built"; return; };; esac
-    log "(m) $name: $*"
-    gpufl record -o "$S/$name" -- "$@" 2>&1 | tee "$OUT/$name.log"
-    show "$(newest "$S/$name")"
-  }
   rec default_stream_barrier build/default_stream_barrier 20
   rec pageable_async_copy build/pageable_async_copy 20
   rec blocking_copy build/blocking_copy 20
@@ -121,6 +122,74 @@ print(f"telemetry: {len(r)} samples, GPUs {devs}, median period "
   log "(t) telemetry off (GPUFL_TELEMETRY_MS=0): expect no telemetry records"
   GPUFL_TELEMETRY_MS=0 gpufl record -o "$S/telemetry-off" -- $PY examples/matmul_loop.py --seconds 1 2>&1 | tee "$OUT/telemetry-off.log"
   d=$(newest "$S/telemetry-off"); [ -n "$d" ] && echo "telemetry records with telemetry off: $(gpufl dump "$d" --type telemetry | wc -l)" | tee -a "$OUT/summary.txt"
+fi
+if has kernels; then
+  TAG="(n)"
+  log "(n) kernels: gpufl's occupancy against the CUDA runtime's, and one planted kernel pitfall per rule"
+  for n in kernel_pitfalls occupancy_check; do
+    rm -f "build/$n"
+    nvcc -g -O2 -lineinfo -arch=sm_90 -o "build/$n" "examples/$n.cu" >"$OUT/nvcc-$n.txt" 2>&1 || { log "compile FAILED: $n"; tail -5 "$OUT/nvcc-$n.txt" | tee -a "$OUT/summary.txt"; }
+    rm -f "$OUT/nvcc-$n.txt"
+    # Registers, spill stores / loads and stack frame of each kernel, as ptxas reports them.
+    nvcc -g -O2 -lineinfo -arch=sm_90 --resource-usage -c -o /dev/null "examples/$n.cu" >"$OUT/resource-usage-$n.txt" 2>&1
+  done
+  log "(n) nvcc --resource-usage of kernel_pitfalls.cu"
+  grep -E "Function properties|stack frame|Used [0-9]+ registers" "$OUT/resource-usage-kernel_pitfalls.txt" | tee -a "$OUT/summary.txt"
+  if [ -x build/occupancy_check ]; then
+    log "(n) occupancy_check: cudaOccupancyMaxActiveBlocksPerMultiprocessor per (kernel, block, dynamic smem) -> occupancy_h100.jsonl"
+    build/occupancy_check >"$OUT/occupancy_h100.jsonl" 2>"$OUT/occupancy_check.log"
+    echo "exit $?: $(wc -l <"$OUT/occupancy_h100.jsonl") lines; $(tail -1 "$OUT/occupancy_h100.jsonl")" | tee -a "$OUT/summary.txt"
+    head -1 "$OUT/occupancy_h100.jsonl" | tee -a "$OUT/summary.txt"
+    grep -c '"error"' "$OUT/occupancy_h100.jsonl" | sed 's/^/lines with an error: /' | tee -a "$OUT/summary.txt"
+    log "(n) occupancy_check launch, recorded: each configuration once, with the carveout the driver chose (smem_executed)"
+    gpufl record -o "$S/occupancy_check" -- build/occupancy_check launch >"$OUT/occupancy_launch.jsonl" 2>"$OUT/occupancy_launch.log"
+    d=$(newest "$S/occupancy_check")
+    gpufl info "$d" 2>&1 | tee -a "$OUT/summary.txt"
+    gpufl dump "$d" --type kernel >"$OUT/occupancy_kernels.ndjson" 2>&1
+    echo "kernel records: $(wc -l <"$OUT/occupancy_kernels.ndjson"); distinct (block, regs, smem_static, smem_dynamic, smem_executed):" | tee -a "$OUT/summary.txt"
+    $PY - "$OUT/occupancy_kernels.ndjson" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
+import json, sys, collections
+seen = collections.Counter()
+for line in open(sys.argv[1]):
+    try:
+        k = json.loads(line)
+    except ValueError:
+        continue
+    seen[(k["block"][0], k["regs"], k["smem_static"], k["smem_dynamic"], k.get("smem_executed"))] += 1
+for key in sorted(seen, key=lambda x: (x[2] + x[3], x[0], x[1])):
+    print("  block %4d regs %3d smem %6d+%6d -> executed carveout %s" % (key[0], key[1], key[2], key[3], key[4]))
+PYEOF
+  fi
+  rec kernel_pitfalls build/kernel_pitfalls 20
+  d=$(newest "$S/kernel_pitfalls")
+  if [ -n "$d" ]; then
+    gpufl dump "$d" --type kernel --limit 3 2>&1 | tee -a "$OUT/summary.txt"
+    gpufl report --json "$d" >"$OUT/kernel_pitfalls_report.json" 2>&1
+    log "(n) registers and local memory: gpufl's kernel records against nvcc --resource-usage"
+    $PY - "$OUT/kernel_pitfalls_report.json" "$OUT/resource-usage-kernel_pitfalls.txt" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
+import json, re, sys
+rows = json.load(open(sys.argv[1]))["sessions"][0].get("kernels", {}).get("rows", [])
+text = open(sys.argv[2]).read()
+nvcc = {}
+# ptxas: "Function properties for _Z10regs_heavyPKfPfi" / "N bytes stack frame, S bytes spill stores, L bytes spill loads" / "Used R registers"
+for m in re.finditer(r"Function properties for (\S+)\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) registers", text, re.S):
+    nvcc[m.group(1)] = tuple(int(m.group(i)) for i in (2, 3, 4, 5))
+for name in ("regs_heavy", "spills", "small_grid"):
+    r = next((r for r in rows if r["name"].startswith(name + "(")), None)
+    n = next((v for k, v in nvcc.items() if name in k), None)
+    if r is None or n is None:
+        print("  %s: missing (gpufl row %s, nvcc %s)" % (name, r is not None, n is not None))
+        continue
+    same = r["launch"]["regs"] == n[3] and r["launch"]["local_mem"] == n[0]
+    occ = r.get("occupancy") or {}
+    print("  %-10s nvcc: %3d registers, %4d B stack frame (%d B spill stores, %d B loads) | gpufl: %3d registers, %4d B local, occupancy %.1f%% (%s), %d blocks x %d threads, %.1f%% of GPU busy  %s"
+          % (name, n[3], n[0], n[1], n[2], r["launch"]["regs"], r["launch"]["local_mem"], 100 * occ.get("occupancy", 0), ",".join(occ.get("limited_by", [])), r["blocks"], r["threads_per_block"], 100 * r["busy_share"], "same" if same else "DIFFERENT"))
+ins = json.load(open(sys.argv[1]))["sessions"][0]["insights"]
+for rule in ("low-occupancy", "register-spill", "under-filled-grid"):
+    hits = [i for i in ins if i["rule"] == rule]
+    print("  %-18s %s" % (rule, "; ".join("%s %s" % (i["severity"], i["title"]) for i in hits) or "NOT RAISED"))
+PYEOF
+  fi
 fi
 if has api; then
   log "(d) C++ API (gpufl::init/shutdown, no injection)"

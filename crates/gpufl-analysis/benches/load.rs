@@ -65,6 +65,23 @@ fn generate(n: usize) -> Vec<u8> {
         app_name: "bench".into(),
         gpus: vec![Gpu {
             name: "synthetic".into(),
+            sm_count: 132,
+            cc_major: 9,
+            cc_minor: 0,
+            limits: Some(GpuLimits {
+                max_threads_per_block: 1024,
+                max_threads_per_sm: 2048,
+                max_blocks_per_sm: 32,
+                regs_per_sm: 65536,
+                regs_per_block: 65536,
+                smem_per_sm: 233_472,
+                smem_per_block: 49_152,
+                smem_per_block_optin: 232_448,
+                smem_reserved_per_block: 1024,
+                warp_size: 32,
+                l2_bytes: 52_428_800,
+                ..GpuLimits::default()
+            }),
             ..Gpu::default()
         }],
         capture: CaptureStatus {
@@ -169,7 +186,8 @@ fn generate(n: usize) -> Vec<u8> {
                 regs: 24 + (k % 6) as u16 * 8,
                 smem_static: (k % 4) as i32 * 4096,
                 smem_dynamic: [49_152, 0, 0, 0, 0, 0, 0][k % 7],
-                local_mem: 0,
+                local_mem: [0, 0, 0, 0, 0, 24][k % 6],
+                smem_executed: Some(233_472),
             }),
         };
         w.write(&rec).unwrap();

@@ -9,7 +9,7 @@ impl Model {
     pub fn kernel(&self, i: usize) -> KernelRec {
         let c = &self.kernels;
         KernelRec {
-            name: StrId(c.name.get(i)),
+            name: StrId(self.kernel_name_at(i)),
             start: c.start.get(i),
             end: c.end.get(i),
             dev: c.dev.get(i),
@@ -17,6 +17,34 @@ impl Model {
             stream: c.stream.get(i),
             corr: c.corr.get(i),
         }
+    }
+
+    /// The launch configuration of kernel `i` (as [`Model::kernel`] numbers them).
+    pub fn kernel_config(&self, i: usize) -> LaunchConfig {
+        self.configs[self.kernel_config_at(i) as usize]
+    }
+
+    /// Model string id of kernel `i`'s name.
+    pub(crate) fn kernel_name_at(&self, i: usize) -> u32 {
+        self.launches[self.kernels.launch.get(i) as usize].0
+    }
+
+    /// Index into `configs` of kernel `i`'s launch configuration.
+    pub(crate) fn kernel_config_at(&self, i: usize) -> u32 {
+        self.launches[self.kernels.launch.get(i) as usize].1
+    }
+
+    /// Model string ids of the kernels' names, in record order.
+    pub(crate) fn kernel_names(&self) -> impl Iterator<Item = u32> + Clone + '_ {
+        self.kernels
+            .launch
+            .iter()
+            .map(|l| self.launches[l as usize].0)
+    }
+
+    /// Distinct launch configurations of the session's kernels.
+    pub fn configs(&self) -> &[LaunchConfig] {
+        &self.configs
     }
 
     pub fn copy(&self, i: usize) -> CopyRec {
@@ -133,7 +161,7 @@ impl Model {
         k.start.heap_bytes()
             + k.end.heap_bytes()
             + k.corr.heap_bytes()
-            + k.name.heap_bytes()
+            + k.launch.heap_bytes()
             + k.stream.heap_bytes()
             + k.ctx.heap_bytes()
             + k.dev.heap_bytes()

@@ -21,14 +21,18 @@
 //! `blocking-copy`, `default-stream-barrier`, `device-wide-sync`, `no-copy-compute-overlap`,
 //! `gpu-idle` (with a per-device idle summary and utilization series), `launch-bound` and
 //! `low-utilization` (gpu-idle's low chunks and what the host did then, with NVML's utilization as
-//! a second opinion when recorded); and from GPU telemetry, `throttling`, `memory-pressure` and
-//! `ecc-errors` (with a per-device telemetry summary).
+//! a second opinion when recorded); from GPU telemetry, `throttling`, `memory-pressure` and
+//! `ecc-errors` (with a per-device telemetry summary); and the kernel rules `low-occupancy`,
+//! `register-spill` and `under-filled-grid`, over the kernel table ([`kernels`], with theoretical
+//! occupancy from [`occupancy`]).
 
 mod access;
 pub mod error;
 pub mod insights;
 pub mod intervals;
+pub mod kernels;
 pub mod model;
+pub mod occupancy;
 pub mod pipeline;
 mod store;
 pub mod telemetry;
@@ -42,13 +46,15 @@ pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
 pub use insights::utilization::{ChunkIdle, ChunkLine};
 pub use insights::{fmt_duration, Insight, RuleData, Severity};
 pub use intervals::{union_ns, DeviceBusy};
+pub use kernels::{KernelRow, KernelTable};
 pub use model::Model;
+pub use occupancy::{Limiter, Occupancy, SmLimits};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
 pub use totals::{totals, Totals};
 pub use userframe::{
     user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL,
 };
-pub use views::{ApiRec, CopyOp, CopyRec, FrameView, KernelRec, SyncRec};
+pub use views::{ApiRec, CopyOp, CopyRec, FrameView, KernelRec, LaunchConfig, SyncRec};
 
 use serde::Serialize;
 
@@ -78,6 +84,10 @@ pub struct Analysis {
     /// counters (`telemetry` records; absent without them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub telemetry: Vec<telemetry::DeviceTelemetry>,
+    /// Per kernel name and device: launches, GPU time, launch configuration, occupancy (absent
+    /// without kernels).
+    #[serde(skip_serializing_if = "KernelTable::is_empty")]
+    pub kernels: KernelTable,
 }
 
 /// Run every rule over a model.
@@ -105,6 +115,10 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         .iter()
         .map(|s| telemetry::summarize(s, origin))
         .collect();
+    let kernels = kernels::table(m, &busy);
+    insights.extend(insights::low_occupancy::run(&cx, &kernels));
+    insights.extend(insights::register_spill::run(&cx, &kernels));
+    insights.extend(insights::under_filled_grid::run(&cx, &kernels));
     insights::rank(&mut insights);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
@@ -122,5 +136,6 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         warnings,
         gpu_idle,
         telemetry,
+        kernels,
     }
 }

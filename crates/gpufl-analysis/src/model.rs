@@ -2,7 +2,9 @@
 
 use crate::store::{Col, IdMap, NONE};
 use crate::views::*;
+use gpufl_trace::Kernel;
 use gpufl_trace::{FrameId, FrameKind, Header, Record, StackId, StrId, StreamRole};
+use std::collections::HashMap;
 
 /// A frame with global string ids.
 #[derive(Debug, Clone, Copy)]
@@ -16,13 +18,14 @@ pub(crate) struct FrameRow {
     pub(crate) offset: Option<u64>,
 }
 
-/// Kernels, column by column: 36 bytes per kernel.
+/// Kernels, column by column: 36 bytes per kernel. `launch` indexes [`Model::launches`], the
+/// distinct (name, launch configuration) pairs.
 #[derive(Debug, Default)]
 pub(crate) struct Kernels {
     pub(crate) start: Col<u64>,
     pub(crate) end: Col<u64>,
     pub(crate) corr: Col<u32>,
-    pub(crate) name: Col<u32>,
+    pub(crate) launch: Col<u32>,
     pub(crate) stream: Col<u32>,
     pub(crate) ctx: Col<u32>,
     pub(crate) dev: Col<u32>,
@@ -87,6 +90,10 @@ pub struct Model {
     pub(crate) apis: Apis,
     /// (corr, model stack id, API name) of `callsite` records, sorted by corr after loading.
     pub(crate) callsites: Vec<(u32, u32, u32)>,
+    /// Distinct kernel launch configurations, in order of first use.
+    pub(crate) configs: Vec<LaunchConfig>,
+    /// Distinct (kernel name string id, index into `configs`) pairs, in order of first use.
+    pub(crate) launches: Vec<(u32, u32)>,
     memsets: u64,
     dropped: u64,
     first_ns: u64,
@@ -107,12 +114,18 @@ pub struct Model {
     warnings: Vec<String>,
 }
 
-/// Per-file id maps, alive only while loading.
+/// Per-file id maps and lookup tables, alive only while loading.
 #[derive(Default)]
 struct Loader {
     strs: IdMap,
     frames: IdMap,
     stacks: IdMap,
+    /// Index of each distinct launch configuration, and of each (name, configuration) pair.
+    config_index: HashMap<LaunchConfig, u32>,
+    launch_index: HashMap<(u32, u32), u32>,
+    /// The last (name, configuration) pair of each kernel name (global string id): launches of
+    /// one kernel nearly always repeat its configuration, so most kernels skip the hash lookups.
+    last_launch: Vec<u32>,
 }
 
 impl Model {
@@ -139,11 +152,12 @@ impl Model {
                 self.span(k.start, k.end);
                 self.gpu(k.ctx, k.dev);
                 let name = self.str_ref(ld, k.name);
+                let launch = self.launch_ref(ld, name, &k);
                 let c = &mut self.kernels;
+                c.launch.push(launch);
                 c.start.push(k.start);
                 c.end.push(k.end);
                 c.corr.push(k.corr);
-                c.name.push(name);
                 c.stream.push(k.stream);
                 c.ctx.push(k.ctx);
                 c.dev.push(k.dev);
@@ -271,6 +285,42 @@ impl Model {
             Record::Telemetry(t) => self.telemetry.push(&t),
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
         }
+    }
+
+    /// The index in `launches` of the kernel's (name, configuration), adding either the first time.
+    fn launch_ref(&mut self, ld: &mut Loader, name: u32, k: &Kernel) -> u32 {
+        let cfg = LaunchConfig {
+            grid: k.grid,
+            block: k.block,
+            regs: k.regs,
+            smem_static: k.smem_static,
+            smem_dynamic: k.smem_dynamic,
+            local_mem: k.local_mem,
+            smem_executed: k.smem_executed,
+        };
+        let slot = name as usize;
+        if let Some(&l) = ld.last_launch.get(slot) {
+            if let Some(&(_, c)) = self.launches.get(l as usize) {
+                if self.configs[c as usize] == cfg {
+                    return l;
+                }
+            }
+        }
+        let configs = &mut self.configs;
+        let c = *ld.config_index.entry(cfg).or_insert_with(|| {
+            configs.push(cfg);
+            (configs.len() - 1) as u32
+        });
+        let launches = &mut self.launches;
+        let l = *ld.launch_index.entry((name, c)).or_insert_with(|| {
+            launches.push((name, c));
+            (launches.len() - 1) as u32
+        });
+        if slot >= ld.last_launch.len() {
+            ld.last_launch.resize(slot + 1, NONE);
+        }
+        ld.last_launch[slot] = l;
+        l
     }
 
     fn push_copy(&mut self, start: u64, end: u64, bytes: u64, ids: [u32; 4], kinds: [u8; 3]) {

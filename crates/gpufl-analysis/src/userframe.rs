@@ -21,6 +21,9 @@ pub enum FrameOrigin {
     /// Not a frame: the finding is about a whole GPU (telemetry rules); `file` names the device
     /// (`GPU 0`), there is no line.
     Device,
+    /// Not a frame: a kernel rule's location when no launch of the kernel has a call-site stack;
+    /// `file` is the kernel's short name and `function` its full name.
+    Kernel,
 }
 
 /// A source location in the user's code.

@@ -18,6 +18,50 @@ pub struct KernelRec {
     pub corr: u32,
 }
 
+/// A kernel launch's configuration and resource use, as CUPTI recorded it (`kernel` record). The
+/// model keeps each distinct configuration once ([`Model::kernel_config`](crate::Model::kernel_config)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+pub struct LaunchConfig {
+    /// Grid dimensions, blocks.
+    pub grid: [i32; 3],
+    /// Block dimensions, threads.
+    pub block: [i32; 3],
+    /// Registers per thread.
+    pub regs: u16,
+    /// Static shared memory per block, bytes.
+    pub smem_static: i32,
+    /// Dynamic shared memory per block, bytes.
+    pub smem_dynamic: i32,
+    /// Local memory per thread, bytes.
+    pub local_mem: u32,
+    /// Shared memory per SM the driver configured (the carveout), bytes, when recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smem_executed: Option<u32>,
+}
+
+impl LaunchConfig {
+    /// Blocks in the grid (0 for a negative dimension: CUPTI never writes one).
+    pub fn blocks(&self) -> u64 {
+        self.grid
+            .iter()
+            .map(|&d| u64::try_from(d).unwrap_or(0))
+            .product()
+    }
+
+    /// Threads per block (0 for a negative dimension).
+    pub fn threads_per_block(&self) -> u64 {
+        self.block
+            .iter()
+            .map(|&d| u64::try_from(d).unwrap_or(0))
+            .product()
+    }
+
+    /// Static + dynamic shared memory per block, bytes (negative values count as 0).
+    pub fn smem_bytes(&self) -> u64 {
+        self.smem_static.max(0) as u64 + self.smem_dynamic.max(0) as u64
+    }
+}
+
 /// What a [`CopyRec`] is: a copy with its direction and memory kinds, or a memset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "op")]

@@ -10,6 +10,12 @@ use std::path::PathBuf;
 mod copy_rules;
 #[path = "analysis/timeline_rules.rs"]
 mod timeline_rules;
+// The kernel table and the kernel rules (issue 5).
+#[path = "analysis/kernel_rules.rs"]
+mod kernel_rules;
+// gpufl's occupancy against the CUDA runtime's (figures from examples/occupancy_check.cu).
+#[path = "analysis/occupancy_runtime.rs"]
+mod occupancy_runtime;
 // The recorded examples of the streams seed.
 #[path = "analysis/testdata_streams.rs"]
 mod testdata_streams;

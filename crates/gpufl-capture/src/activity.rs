@@ -83,6 +83,8 @@ pub unsafe fn decode(rec: *const c_void) -> Decoded {
                     smem_static: field!(b, K, staticSharedMemory, i32),
                     smem_dynamic: field!(b, K, dynamicSharedMemory, i32),
                     local_mem: field!(b, K, localMemoryPerThread, u32),
+                    // Same offset in CUpti_ActivityKernel9 (CUDA 12.0) through Kernel13 (13.4).
+                    smem_executed: Some(field!(b, K, sharedMemoryExecuted, u32)),
                 },
             }
         }
@@ -282,7 +284,11 @@ mod tests {
         type K = sys::CUpti_ActivityKernel9;
         let name = c"_Z6saxpyifPfS_";
         let mut rec = synthetic_kernel_record(name, 1000, 3500, 99);
-        rec.put(offset_of!(K, localMemoryPerThread), &16u32.to_ne_bytes());
+        rec.put(offset_of!(K, localMemoryPerThread), &16u32.to_ne_bytes())
+            .put(
+                offset_of!(K, sharedMemoryExecuted),
+                &233_472u32.to_ne_bytes(),
+            );
         match unsafe { decode(rec.as_ptr()) } {
             Decoded::Kernel { name: n, kernel } => {
                 assert_eq!(n, name.as_ptr());
@@ -294,9 +300,39 @@ mod tests {
                 assert_eq!(kernel.block[0], 256);
                 assert_eq!(kernel.regs, 40);
                 assert_eq!(kernel.local_mem, 16);
+                assert_eq!(kernel.smem_executed, Some(233_472));
             }
             _ => panic!("not decoded as a kernel"),
         }
+    }
+
+    /// CUPTI 13 writes `CUpti_ActivityKernel10`; the decoder reads with the layout of
+    /// `CUpti_ActivityKernel9` (CUDA 12.0): every field it reads sits at the same offset in both.
+    #[test]
+    fn kernel9_and_kernel10_share_the_offsets_the_decoder_reads() {
+        type K9 = sys::CUpti_ActivityKernel9;
+        type K10 = sys::CUpti_ActivityKernel10;
+        macro_rules! same {
+            ($($f:ident),*) => {$(
+                assert_eq!(offset_of!(K9, $f), offset_of!(K10, $f), stringify!($f));
+            )*};
+        }
+        same!(
+            start,
+            end,
+            deviceId,
+            contextId,
+            streamId,
+            correlationId,
+            gridX,
+            blockZ,
+            registersPerThread,
+            staticSharedMemory,
+            dynamicSharedMemory,
+            localMemoryPerThread,
+            sharedMemoryExecuted,
+            name
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `gpufl`: record CUDA programs and read the recordings.
 
 mod dump;
+mod kernel_table;
 mod record;
 mod report;
 mod report_telemetry;

@@ -3,7 +3,9 @@
 use crate::summary::expand_sessions;
 use anyhow::Result;
 use clap::Args;
-use gpufl_analysis::{analyze, Analysis, Config, FrameFilter, Insight, Model, Severity};
+use gpufl_analysis::{
+    analyze, Analysis, Config, FrameFilter, FrameOrigin, Insight, Model, Severity,
+};
 use gpufl_trace::SessionReader;
 use serde::Serialize;
 use std::io::IsTerminal;
@@ -157,12 +159,13 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     }
     if a.insights.is_empty() {
         let _ = writeln!(out, "\n  No insights.");
-        return;
+    } else {
+        let _ = writeln!(out);
+        for (i, ins) in a.insights.iter().enumerate() {
+            render_insight(out, i + 1, ins, st);
+        }
     }
-    let _ = writeln!(out);
-    for (i, ins) in a.insights.iter().enumerate() {
-        render_insight(out, i + 1, ins, st);
-    }
+    crate::kernel_table::render(out, &a.kernels);
 }
 
 /// One line per device: idle time by class, then the utilization series as a bar per chunk
@@ -233,6 +236,16 @@ fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
         let _ = writeln!(
             out,
             "             at {} (the whole device: no source line)",
+            st.paint("36", &loc.file)
+        );
+        let _ = writeln!(out, "             fix: {}", ins.fix);
+        return;
+    }
+    if loc.origin == FrameOrigin::Kernel {
+        // No launch line: the kernel's name stands for it (already in the title).
+        let _ = writeln!(
+            out,
+            "             at kernel {} (no launch call site recorded)",
             st.paint("36", &loc.file)
         );
         let _ = writeln!(out, "             fix: {}", ins.fix);

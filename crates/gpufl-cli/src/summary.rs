@@ -161,6 +161,9 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
                     g.total_mem_bytes as f64 / (1u64 << 30) as f64,
                     g.uuid
                 );
+                if let Some(l) = &g.limits {
+                    println!("    limits: {}", limits_line(l));
+                }
             }
             let drv = h
                 .driver_version
@@ -205,4 +208,28 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// The device limits of `gpufl info`, on one line.
+fn limits_line(l: &gpufl_trace::GpuLimits) -> String {
+    let kib = |b: u32| format!("{:.0} KiB", b as f64 / 1024.0);
+    let mut s = format!(
+        "{} threads/block, {} threads/SM, {} blocks/SM, {} regs/SM ({}/block), shared {}/SM \
+         {}/block ({} opt-in, {} reserved), warp {}, L2 {:.0} MiB",
+        l.max_threads_per_block,
+        l.max_threads_per_sm,
+        l.max_blocks_per_sm,
+        l.regs_per_sm,
+        l.regs_per_block,
+        kib(l.smem_per_sm),
+        kib(l.smem_per_block),
+        kib(l.smem_per_block_optin),
+        kib(l.smem_reserved_per_block),
+        l.warp_size,
+        l.l2_bytes as f64 / (1u64 << 20) as f64
+    );
+    if let Some(bw) = l.mem_bandwidth {
+        s += &format!(", memory {:.2} TB/s", bw as f64 / 1e12);
+    }
+    s
 }

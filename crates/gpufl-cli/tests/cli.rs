@@ -249,6 +249,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
             cc_major: 9,
             cc_minor: 0,
             total_mem_bytes: 85_520_809_984,
+            limits: None,
         }],
         options: CaptureOptions {
             enable_synchronization: true,

@@ -101,6 +101,12 @@ pub(crate) fn kernel(line: &[u8]) -> Option<Kernel> {
     let smem_dynamic = c.i32()?;
     c.lit(b",\"local_mem\":")?;
     let local_mem = c.u32()?;
+    // Optional, written last when present (recorders since the device-limits change).
+    let smem_executed = if c.lit(b",\"smem_executed\":").is_some() {
+        Some(c.u32()?)
+    } else {
+        None
+    };
     c.lit(b"}")?;
     (c.i == line.len()).then_some(Kernel {
         name,
@@ -116,6 +122,7 @@ pub(crate) fn kernel(line: &[u8]) -> Option<Kernel> {
         smem_static,
         smem_dynamic,
         local_mem,
+        smem_executed,
     })
 }
 
@@ -149,6 +156,12 @@ mod tests {
         .unwrap();
         assert_eq!(kernel(written.as_bytes()), serde(&written));
         assert!(kernel(written.as_bytes()).is_some());
+        // The optional carveout, written last when present, parses like serde; without it the
+        // field is None (traces from recorders before it).
+        let with = LINE.replace("}", ",\"smem_executed\":233472}");
+        assert_eq!(kernel(with.as_bytes()).unwrap().smem_executed, Some(233472));
+        assert_eq!(kernel(with.as_bytes()), serde(&with));
+        assert_eq!(kernel(LINE.as_bytes()).unwrap().smem_executed, None);
     }
 
     #[test]
@@ -167,6 +180,10 @@ mod tests {
             LINE.replace("}", ",\"extra\":1}"),    // unknown field
             LINE.replace(",\"local_mem\":0", ""),  // missing field
             LINE.replace("[128,1,1]", "[128,1]"),
+            LINE.replace("}", ",\"smem_executed\":-1}"), // negative u32
+            LINE.replace("}", ",\"smem_executed\":4294967296}"),
+            LINE.replace("}", ",\"smem_executed\":1,\"local_mem\":0}"), // a key after it
+            LINE.replace(",\"local_mem\":0}", ",\"smem_executed\":1,\"local_mem\":0}"),
             format!("{LINE} "),
             LINE.replace(
                 "\"name\":0,\"start\":1234000100000",

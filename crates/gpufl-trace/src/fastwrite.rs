@@ -31,6 +31,9 @@ pub(crate) fn kernel(out: &mut Vec<u8>, k: &Kernel) {
     num(out, b",\"smem_static\":", k.smem_static);
     num(out, b",\"smem_dynamic\":", k.smem_dynamic);
     num(out, b",\"local_mem\":", k.local_mem);
+    if let Some(v) = k.smem_executed {
+        num(out, b",\"smem_executed\":", v);
+    }
     out.push(b'}');
 }
 
@@ -92,6 +95,7 @@ mod tests {
                 smem_static: n() as i32,
                 smem_dynamic: -(n() as i32),
                 local_mem: n() as u32,
+                smem_executed: (n() % 3 != 0).then(|| n() as u32),
             };
             let mut fast = Vec::new();
             kernel(&mut fast, &k);

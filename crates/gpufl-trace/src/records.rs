@@ -124,6 +124,63 @@ pub struct Gpu {
     pub cc_major: u32,
     pub cc_minor: u32,
     pub total_mem_bytes: u64,
+    /// The device's limits (what occupancy is computed from); absent in traces written before
+    /// gpufl recorded them, or when the driver did not report them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<GpuLimits>,
+}
+
+/// Per-device limits, read with `cuDeviceGetAttribute` (attribute names in parentheses, without
+/// their `CU_DEVICE_ATTRIBUTE_` prefix). Sizes in bytes, clocks in kHz.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct GpuLimits {
+    /// Threads per block (`MAX_THREADS_PER_BLOCK`).
+    pub max_threads_per_block: u32,
+    /// Resident threads per SM (`MAX_THREADS_PER_MULTIPROCESSOR`); resident warps per SM are this
+    /// over `warp_size`.
+    pub max_threads_per_sm: u32,
+    /// Resident blocks per SM (`MAX_BLOCKS_PER_MULTIPROCESSOR`).
+    pub max_blocks_per_sm: u32,
+    /// 32-bit registers per SM (`MAX_REGISTERS_PER_MULTIPROCESSOR`).
+    pub regs_per_sm: u32,
+    /// 32-bit registers one block may use (`MAX_REGISTERS_PER_BLOCK`).
+    pub regs_per_block: u32,
+    /// Shared memory per SM, bytes: the largest carveout (`MAX_SHARED_MEMORY_PER_MULTIPROCESSOR`).
+    pub smem_per_sm: u32,
+    /// Shared memory one block may use without opting in, bytes (`MAX_SHARED_MEMORY_PER_BLOCK`).
+    pub smem_per_block: u32,
+    /// Shared memory one block may use after opting in with
+    /// `cudaFuncSetAttribute(…MaxDynamicSharedMemorySize…)`, bytes
+    /// (`MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`).
+    pub smem_per_block_optin: u32,
+    /// Shared memory the driver reserves for each resident block, bytes
+    /// (`RESERVED_SHARED_MEMORY_PER_BLOCK`).
+    pub smem_reserved_per_block: u32,
+    /// Threads per warp (`WARP_SIZE`).
+    pub warp_size: u32,
+    /// L2 cache, bytes (`L2_CACHE_SIZE`).
+    pub l2_bytes: u32,
+    /// Peak SM clock, kHz (`CLOCK_RATE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_clock_khz: Option<u32>,
+    /// Peak memory clock, kHz (`MEMORY_CLOCK_RATE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_clock_khz: Option<u32>,
+    /// Memory bus width, bits (`GLOBAL_MEMORY_BUS_WIDTH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bus_bits: Option<u32>,
+    /// Peak memory bandwidth, bytes/s, derived: 2 (double data rate) × `mem_clock_khz` × 1000 ×
+    /// `mem_bus_bits` / 8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bandwidth: Option<u64>,
+}
+
+impl GpuLimits {
+    /// Peak memory bandwidth in bytes/s from a memory clock in kHz and a bus width in bits, as
+    /// `mem_bandwidth` is derived (double data rate: two transfers per clock).
+    pub fn peak_bandwidth(mem_clock_khz: u32, mem_bus_bits: u32) -> u64 {
+        2 * mem_clock_khz as u64 * 1000 * mem_bus_bits as u64 / 8
+    }
 }
 
 /// Options the session was recorded with.
@@ -227,6 +284,11 @@ pub struct Kernel {
     pub smem_dynamic: i32,
     /// Local memory per thread, bytes (non-zero usually means register spills).
     pub local_mem: u32,
+    /// Shared memory per SM the driver configured for the launch (CUPTI's
+    /// `sharedMemoryExecuted`: the L1/shared carveout), bytes; absent in traces written before
+    /// gpufl recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smem_executed: Option<u32>,
 }
 
 /// Direction of a copy, as CUPTI names it.

@@ -94,7 +94,25 @@ fn sample_header() -> Header {
                 cc_major: 9,
                 cc_minor: 0,
                 total_mem_bytes: 85_045_870_592,
+                limits: Some(GpuLimits {
+                    max_threads_per_block: 1024,
+                    max_threads_per_sm: 2048,
+                    max_blocks_per_sm: 32,
+                    regs_per_sm: 65536,
+                    regs_per_block: 65536,
+                    smem_per_sm: 233_472,
+                    smem_per_block: 49_152,
+                    smem_per_block_optin: 232_448,
+                    smem_reserved_per_block: 1024,
+                    warp_size: 32,
+                    l2_bytes: 52_428_800,
+                    sm_clock_khz: Some(1_980_000),
+                    mem_clock_khz: Some(2_619_000),
+                    mem_bus_bits: Some(5120),
+                    mem_bandwidth: Some(GpuLimits::peak_bandwidth(2_619_000, 5120)),
+                }),
             },
+            // A GPU as recorders before device limits wrote it.
             Gpu {
                 index: 1,
                 name: "NVIDIA H100 80GB HBM3".into(),
@@ -103,6 +121,7 @@ fn sample_header() -> Header {
                 cc_major: 9,
                 cc_minor: 0,
                 total_mem_bytes: 85_045_870_592,
+                limits: None,
             },
         ],
         driver_version: Some(13000),
@@ -289,6 +308,7 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         smem_static: 16_384,
         smem_dynamic: 49_152,
         local_mem: (i % 2) as u32 * 64,
+        smem_executed: (!i.is_multiple_of(3)).then_some(233_472),
     }));
     r.rec(Record::Memcpy(Memcpy {
         kind: CopyKind::HtoD,
@@ -607,6 +627,7 @@ fn optional_fields_absent_round_trip_and_are_not_written() {
         inlined: false,
     });
     r.rec(Record::Sync(Sync::default()));
+    r.rec(Record::Kernel(Kernel::default()));
     let (_, expected) = r.finish(0, "shutdown");
     assert_eq!(f, FrameId(0));
     let text = String::from_utf8(zstd::decode_all(&buf.bytes()[..]).unwrap()).unwrap();
@@ -622,6 +643,8 @@ fn optional_fields_absent_round_trip_and_are_not_written() {
         "\"stack\"",
         "\"tid\"",
         "\"event\"",
+        "\"limits\"",
+        "smem_executed",
         "null",
     ] {
         assert!(

@@ -101,6 +101,8 @@ pub enum LocationSource {
     /// Approximate: the next synchronization with a stack on the issuing thread (the session has
     /// no call-site stack for the call; recorders before call sites).
     NextSync,
+    /// No call site: the kernel's name stands for the location (kernel rules).
+    KernelName,
     /// No line could be found.
     None,
 }
@@ -498,7 +500,7 @@ impl<'a> Locator<'a> {
                 .kernels
                 .corr
                 .iter()
-                .zip(m.kernels.name.iter())
+                .zip(m.kernel_names())
                 .filter(|&(c, _)| c != 0)
                 .collect();
             kc.sort_unstable();
@@ -922,7 +924,7 @@ impl DeviceScan<'_> {
                 (IdleClass::Sync, blk.loc, Some(blk.src), Some(b))
             } else if api.is_some_and(|a| a.start >= gs || a.end > gs) {
                 let name =
-                    ((op as usize) < m.kernel_count()).then(|| m.kernels.name.get(op as usize));
+                    ((op as usize) < m.kernel_count()).then(|| m.kernel_name_at(op as usize));
                 let (loc, src) = self.locator.locate(corr, name, api.as_ref(), gs);
                 (IdleClass::Launch, loc, Some(src), None)
             } else {

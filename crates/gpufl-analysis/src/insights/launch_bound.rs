@@ -177,7 +177,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         .start
         .iter()
         .zip(k.end.iter())
-        .zip(k.name.iter())
+        .zip(m.kernel_names())
         .zip(k.dev.iter())
         .enumerate();
     let mut acc_of: Vec<u32> = Vec::with_capacity(nk);
@@ -368,7 +368,7 @@ fn acc_index(slot_of_name: &mut [u32], accs: &mut Vec<Acc>, name: u32, dev: u32)
 }
 
 /// `void ns::kern<float, 4>(float*, int)` → `ns::kern`.
-fn short_kernel(name: &str) -> &str {
+pub(crate) fn short_kernel(name: &str) -> &str {
     let f = short_function(name);
     let f = f.strip_prefix("void ").unwrap_or(f);
     match f.find('<') {

@@ -7,13 +7,17 @@ pub(crate) mod device_wide_sync;
 pub(crate) mod ecc_errors;
 pub(crate) mod gpu_idle;
 pub(crate) mod in_loop_sync;
+mod kernel_site;
 pub(crate) mod launch_bound;
+pub(crate) mod low_occupancy;
 pub(crate) mod low_utilization;
 pub(crate) mod memory_pressure;
 pub(crate) mod no_copy_compute_overlap;
 pub(crate) mod pageable_async_copy;
+pub(crate) mod register_spill;
 pub(crate) mod sync_attribution;
 pub(crate) mod throttling;
+pub(crate) mod under_filled_grid;
 pub(crate) mod utilization;
 
 use crate::intervals::DeviceBusy;
@@ -55,14 +59,14 @@ impl Severity {
 /// One finding of a rule, with its source location and fix.
 #[derive(Serialize, Clone, Debug)]
 pub struct Insight {
-    /// `"sync-attribution"` or `"in-loop-sync"`.
+    /// The rule's name (`"sync-attribution"`, `"low-occupancy"`, …).
     pub rule: &'static str,
     pub severity: Severity,
     pub title: String,
     pub detail: String,
     pub fix: String,
     pub location: SourceLoc,
-    /// Synchronizations the insight covers.
+    /// Operations the insight covers (synchronizations, copies, launches…).
     pub count: u64,
     /// Time the rule attributes to this finding, ns (see each rule); insights are ranked by it.
     pub impact_ns: u64,
@@ -101,6 +105,9 @@ pub enum RuleData {
     Throttling(throttling::Data),
     MemoryPressure(memory_pressure::Data),
     EccErrors(ecc_errors::Data),
+    LowOccupancy(low_occupancy::Data),
+    RegisterSpill(register_spill::Data),
+    UnderFilledGrid(under_filled_grid::Data),
 }
 
 /// `part / whole` clamped to 0..1 (0 for an empty whole).

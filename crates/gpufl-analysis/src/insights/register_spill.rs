@@ -1,0 +1,165 @@
+//! Rule `register-spill`: a kernel that matters uses local memory — registers spilled by the
+//! compiler, or a per-thread array it could not keep in registers — which lives in device memory
+//! behind L1 and L2, far slower than registers.
+//!
+//! - **Per kernel name and device** (kernel table), vendor library kernels left out, from
+//!   [`MIN_BUSY_PCT`](super::kernel_site::MIN_BUSY_PCT) % of the device's busy time; fires when
+//!   a launch configuration has local memory per thread > 0 (CUPTI's `localMemoryPerThread`,
+//!   the `bytes stack frame` of `nvcc --resource-usage`, which counts spill slots and local
+//!   arrays alike).
+//! - **Impact** (a rough weight for ranking, not a measurement): Σ over those configurations of
+//!   GPU time × local / (local + 4 × registers) — the share of a thread's state (its registers are
+//!   4 bytes each) that lives in local memory. 64 bytes of local memory beside 128 registers weigh
+//!   11 %; 1 KiB beside 255 registers, 50 %.
+//! - **Severity:** on the impact's share of the device's busy time.
+//! - **Fix:** at the 255-register cap, less state per thread; below it, relax whatever capped the
+//!   registers (`__launch_bounds__`' min blocks, `-maxrregcount`), and keep per-thread arrays in
+//!   registers (constant indices, unrolled loops) or in shared memory.
+
+use super::gpu_idle::{LocationSource, Locator};
+use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
+use super::{fmt_duration, Ctx, Insight, RuleData};
+use crate::kernels::{KernelRow, KernelTable, Variant};
+use crate::views::LaunchConfig;
+use serde::Serialize;
+
+pub(crate) const RULE: &str = "register-spill";
+/// Registers per thread a kernel can have at most (compute capability 5.0 and later).
+const MAX_REGS: u16 = 255;
+
+/// The rule's own figures.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Data {
+    pub kernel: String,
+    pub device: u32,
+    pub launches: u64,
+    pub gpu_ns: u64,
+    pub busy_share: f64,
+    /// The configuration with local memory and the most GPU time.
+    pub config: LaunchConfig,
+    /// Its local memory and registers per thread.
+    pub local_bytes: u32,
+    pub regs: u16,
+    /// `local / (local + 4 × regs)`, the weight of the impact.
+    pub local_share: f64,
+    /// Configurations with local memory, and their launches.
+    pub configs: u32,
+    pub flagged_launches: u64,
+    pub weighted_ns: u64,
+    pub location_source: LocationSource,
+}
+
+fn local_share(c: &LaunchConfig) -> f64 {
+    let local = c.local_mem as f64;
+    local / (local + 4.0 * c.regs as f64)
+}
+
+pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
+    let locator = Locator::new(cx);
+    let mut out = Vec::new();
+    for row in table.rows.iter().filter(|r| !r.library && matters(r)) {
+        let mut impact = 0u64;
+        let mut configs = 0u32;
+        let mut launches = 0u64;
+        let mut top: Option<&Variant> = None;
+        for v in row.variants.iter().filter(|v| v.config.local_mem > 0) {
+            impact += part(v.gpu_ns, local_share(&v.config));
+            configs += 1;
+            launches += v.launches;
+            top = top.or(Some(v));
+        }
+        let Some(v) = top else { continue };
+        if !worth(impact, row) {
+            continue;
+        }
+        out.push(insight(cx, &locator, row, v, (impact, configs, launches)));
+    }
+    out
+}
+
+fn insight(
+    cx: &Ctx,
+    locator: &Locator,
+    row: &KernelRow,
+    v: &Variant,
+    (impact, configs, flagged_launches): (u64, u32, u64),
+) -> Insight {
+    let (loc, src) = location(locator, row);
+    let c = &v.config;
+    let threads = c.threads_per_block();
+    let title = format!(
+        "Register spill × {}{} · {} uses {} B of local memory per thread beside {} registers · ~{} weighted",
+        row.launches,
+        kernel_site::at(&loc),
+        super::launch_bound::short_kernel(&row.name),
+        c.local_mem,
+        c.regs,
+        fmt_duration(impact)
+    );
+    let others = if configs > 1 {
+        format!("; {configs} launch configurations have local memory ({flagged_launches} launches)")
+    } else {
+        String::new()
+    };
+    let detail = format!(
+        "{}: {} B of local memory per thread ({} KiB for a block of {threads} threads) beside {} \
+         registers: spilled registers or a per-thread array the compiler could not keep in \
+         registers (`nvcc --resource-usage` tells them apart: spill stores/loads vs. stack frame). \
+         Local memory is device memory behind L1 and L2. {:.0}% of a thread's state is local \
+         memory; weighted by it, ~{} of the kernel's {}{others}{}",
+        describe(row),
+        c.local_mem,
+        (c.local_mem as u64 * threads).div_ceil(1024),
+        c.regs,
+        local_share(c) * 100.0,
+        fmt_duration(impact),
+        fmt_duration(row.total_ns),
+        kernel_site::location_note(src)
+    );
+    let arrays = "a per-thread array indexed at run time lives in local memory: make its indices \
+                  known at compile time (unrolled loops with constant bounds) so it stays in \
+                  registers, or move it to shared memory";
+    let fix = if c.regs >= MAX_REGS {
+        format!(
+            "The kernel is at the {MAX_REGS}-register cap: its state does not fit. Hold less per \
+             thread (split the kernel, smaller tiles per thread, recompute instead of keeping \
+             values); {arrays}."
+        )
+    } else {
+        format!(
+            "At {} registers, under the {MAX_REGS} a thread may have: if a register cap made the \
+             compiler spill (`__launch_bounds__({threads}, …)`'s minimum blocks per SM, \
+             `-maxrregcount`), relax it — fewer resident blocks but no spills; measure both. \
+             Otherwise {arrays}.",
+            c.regs
+        )
+    };
+    kernel_site::insight(
+        cx,
+        KernelInsight {
+            rule: RULE,
+            title,
+            detail,
+            fix,
+            location: loc,
+            launches: row.launches,
+            impact_ns: impact,
+            window_ns: row.device_busy_ns,
+            data: RuleData::RegisterSpill(Data {
+                kernel: row.name.clone(),
+                device: row.device,
+                launches: row.launches,
+                gpu_ns: row.total_ns,
+                busy_share: row.busy_share,
+                config: *c,
+                local_bytes: c.local_mem,
+                regs: c.regs,
+                local_share: local_share(c),
+                configs,
+                flagged_launches,
+                weighted_ns: impact,
+                location_source: src,
+            }),
+        },
+    )
+}

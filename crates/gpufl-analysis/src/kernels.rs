@@ -1,0 +1,530 @@
+//! The kernel table: per kernel name and device, its launches, GPU time (total, mean, median, p99),
+//! its share of the device's busy time, its launch configuration with registers, shared and local
+//! memory, and its theoretical occupancy with the limiting resource ([`crate::occupancy`]). The
+//! kernel rules (`low-occupancy`, `register-spill`, `under-filled-grid`) read it.
+//!
+//! - **Busy share:** the union of the kernel's own intervals (its concurrent launches count once)
+//!   over the union of everything the device ran (kernels, copies, memsets), as the totals count
+//!   busy time; shares of concurrent kernels can therefore add up to more than 100 %.
+//! - **Configurations:** launches of one kernel may differ (grid sizes that follow the input,
+//!   dynamic shared memory); the row shows the configuration with the most GPU time and counts the
+//!   others (`configs`); the rules weigh each configuration by its own GPU time.
+//! - Memory: one index per kernel (4 bytes) to group them by name, and the durations of one
+//!   kernel name at a time.
+
+use crate::intervals::DeviceBusy;
+use crate::model::Model;
+use crate::occupancy::{occupancy, waves, BlockUse, Occupancy, SmLimits};
+use crate::views::LaunchConfig;
+use gpufl_trace::StrId;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// Substrings of kernel names that mark a vendor library's tuned kernel (cuBLAS / cuBLASLt, CUTLASS,
+/// cuDNN, cuFFT, cuSPARSE): their registers and shared memory are chosen on purpose, often at low
+/// occupancy, and the user cannot change them.
+pub const LIBRARY_PATTERNS: [&str; 7] = [
+    "xmma", "cutlass", "cublas", "cudnn", "nvjet", "cufft", "cusparse",
+];
+
+/// A kernel name for tables and titles: `void ns::kern<float, 4>(float*, int)` → `ns::kern`.
+pub fn short_name(name: &str) -> &str {
+    crate::insights::launch_bound::short_kernel(name)
+}
+
+/// Whether a kernel name is a vendor library's ([`LIBRARY_PATTERNS`], case-insensitive).
+pub fn is_library_kernel(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    LIBRARY_PATTERNS.iter().any(|p| lower.contains(p))
+}
+
+/// One launch configuration of a kernel, with its share of the launches.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Variant {
+    /// Index of the configuration in the model ([`Model::configs`]).
+    #[serde(skip)]
+    pub(crate) config_id: u32,
+    pub config: LaunchConfig,
+    pub launches: u64,
+    pub gpu_ns: u64,
+    pub occupancy: Option<Occupancy>,
+    /// Grid blocks over the blocks one wave holds (`blocks_per_sm × SMs`).
+    pub waves: Option<f64>,
+}
+
+/// One kernel name on one device.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct KernelRow {
+    /// Demangled kernel name.
+    pub name: String,
+    pub device: u32,
+    pub launches: u64,
+    /// Summed kernel durations, ns.
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    /// Median and 99th percentile (nearest rank) of the durations, ns.
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    /// Union of the kernel's intervals, ns.
+    pub busy_ns: u64,
+    /// `busy_ns` over the device's busy time, 0..1.
+    pub busy_share: f64,
+    /// Distinct launch configurations.
+    pub configs: u32,
+    /// The configuration with the most GPU time (its figures below).
+    pub launch: LaunchConfig,
+    pub blocks: u64,
+    pub threads_per_block: u64,
+    /// Theoretical occupancy of that configuration (None without the device's limits).
+    pub occupancy: Option<Occupancy>,
+    pub waves: Option<f64>,
+    /// A vendor library's kernel ([`LIBRARY_PATTERNS`]).
+    pub library: bool,
+    /// The device's busy time (union of kernels, copies, memsets), ns.
+    #[serde(skip)]
+    pub(crate) device_busy_ns: u64,
+    /// Every configuration, most GPU time first (not serialized: the rules read it).
+    #[serde(skip)]
+    pub variants: Vec<Variant>,
+    /// Model string ids of the name (one per trace file that interned it).
+    #[serde(skip)]
+    pub(crate) name_ids: Vec<u32>,
+}
+
+/// Limits a device's occupancy was computed with.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct DeviceLimits {
+    pub device: u32,
+    pub limits: SmLimits,
+}
+
+/// The kernel table of a session.
+#[derive(Serialize, Clone, Debug, PartialEq, Default)]
+pub struct KernelTable {
+    /// Per device with kernels and known limits.
+    pub limits: Vec<DeviceLimits>,
+    /// Most GPU time first (then name, then device).
+    pub rows: Vec<KernelRow>,
+}
+
+impl KernelTable {
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The limits of a device, if known.
+    pub fn limits_of(&self, dev: u32) -> Option<&SmLimits> {
+        self.limits
+            .iter()
+            .find(|d| d.device == dev)
+            .map(|d| &d.limits)
+    }
+}
+
+/// `(median, p99)` of the first fields, as the other rules compute them (median of an even count:
+/// the lower middle plus half the gap; p99 nearest rank); `(0, 0)` when empty. Reorders `v`;
+/// linear time (order statistics, no full sort).
+fn median_p99(v: &mut [(u64, u64)]) -> (u64, u64) {
+    let n = v.len();
+    if n == 0 {
+        return (0, 0);
+    }
+    let rank = (n * 99).div_ceil(100).max(1);
+    let p99 = v.select_nth_unstable(rank - 1).1 .0;
+    let hi = v.select_nth_unstable(n / 2).1 .0;
+    let med = if n % 2 == 1 {
+        hi
+    } else {
+        // The lower middle is the largest of the part before the upper one.
+        let lo = v[..n / 2].iter().map(|p| p.0).max().unwrap_or(hi);
+        lo + (hi - lo) / 2
+    };
+    (med, p99)
+}
+
+fn sat_u32(v: u64) -> u32 {
+    v.min(u32::MAX as u64) as u32
+}
+
+/// The occupancy and waves of one configuration on a device.
+fn figures(l: Option<&SmLimits>, c: &LaunchConfig) -> (Option<Occupancy>, Option<f64>) {
+    let Some(l) = l else { return (None, None) };
+    let o = occupancy(
+        l,
+        BlockUse {
+            threads: sat_u32(c.threads_per_block()),
+            regs: c.regs as u32,
+            smem: sat_u32(c.smem_bytes()),
+            carveout: c.smem_executed,
+        },
+    );
+    let w = o
+        .as_ref()
+        .and_then(|o| waves(l, o.blocks_per_sm, c.blocks()));
+    (o, w)
+}
+
+/// Build the kernel table.
+pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
+    let nk = m.kernel_count();
+    if nk == 0 {
+        return KernelTable::default();
+    }
+    let k = &m.kernels;
+    let devs = m.devices();
+    // Devices' limits from the header (GPU index = record `dev`).
+    let mut limits: Vec<DeviceLimits> = Vec::new();
+    if let Some(h) = m.header() {
+        for &dev in devs {
+            if let Some(l) = h
+                .gpus
+                .iter()
+                .find(|g| g.index == dev)
+                .and_then(SmLimits::from_gpu)
+            {
+                limits.push(DeviceLimits {
+                    device: dev,
+                    limits: l,
+                });
+            }
+        }
+    }
+
+    // Group key of each (name, configuration) pair: one name per distinct string (trace files of
+    // a session intern names again), numbered densely.
+    let mut name_group: HashMap<&str, u32> = HashMap::new();
+    let mut group_names: Vec<Vec<u32>> = Vec::new();
+    let mut group_of_id: HashMap<u32, u32> = HashMap::new();
+    let launch_group: Vec<u32> = m
+        .launches
+        .iter()
+        .map(|&(name, _)| {
+            *group_of_id.entry(name).or_insert_with(|| {
+                let n = group_names.len() as u32;
+                let g = *name_group.entry(m.str(StrId(name))).or_insert(n);
+                if g == n {
+                    group_names.push(Vec::new());
+                }
+                group_names[g as usize].push(name);
+                g
+            })
+        })
+        .collect();
+    drop(group_of_id);
+    drop(name_group);
+    let ndev = devs.len().max(1);
+    let dev_index = |d: u32| devs.iter().position(|&x| x == d).unwrap_or(0);
+    // Slots: (name group, device). Counting sort of the kernels' (start, end) by slot: one
+    // sequential pass to count, one to scatter, no gathers.
+    let nslots = group_names.len() * ndev;
+    let slot_of = |i: usize| -> usize {
+        launch_group[k.launch.get(i) as usize] as usize * ndev + dev_index(k.dev.get(i))
+    };
+    let mut offsets: Vec<usize> = vec![0; nslots + 1];
+    // (launches, GPU ns) per (name, configuration) pair and device.
+    let mut per_launch: Vec<(u64, u64)> = vec![(0, 0); m.launches.len() * ndev];
+    for i in 0..nk {
+        offsets[slot_of(i) + 1] += 1;
+        let d = k.end.get(i).saturating_sub(k.start.get(i));
+        let e = &mut per_launch[k.launch.get(i) as usize * ndev + dev_index(k.dev.get(i))];
+        e.0 += 1;
+        e.1 += d;
+    }
+    for s in 0..nslots {
+        offsets[s + 1] += offsets[s];
+    }
+    let mut pairs: Vec<(u64, u64)> = vec![(0, 0); nk];
+    let mut fill = offsets.clone();
+    for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
+        let s = slot_of(i);
+        pairs[fill[s]] = (st, en);
+        fill[s] += 1;
+    }
+    drop(fill);
+    // (name, configuration) pairs of each name group.
+    let mut group_launches: Vec<Vec<u32>> = vec![Vec::new(); group_names.len()];
+    for (l, &g) in launch_group.iter().enumerate() {
+        group_launches[g as usize].push(l as u32);
+    }
+
+    let single = devs.len() == 1;
+    let dev_busy: Vec<u64> = devs
+        .iter()
+        .map(|&d| {
+            busy.intervals((!single).then_some(d))
+                .iter()
+                .map(|&(s, e)| e - s)
+                .sum()
+        })
+        .collect();
+    let mut rows: Vec<KernelRow> = Vec::new();
+    for (g, names) in group_names.iter().enumerate() {
+        for (di, &dev) in devs.iter().enumerate() {
+            let slot = g * ndev + di;
+            let run = &mut pairs[offsets[slot]..offsets[slot + 1]];
+            if run.is_empty() {
+                continue;
+            }
+            // Records come nearly in start order; the union needs them exactly so.
+            if !run.is_sorted() {
+                run.sort_unstable();
+            }
+            let (mut busy_ns, mut cur_s, mut cur_e) = (0u64, 0u64, 0u64);
+            let mut open = false;
+            for &(st, en) in run.iter() {
+                if en <= st {
+                    continue;
+                }
+                if open && st <= cur_e {
+                    cur_e = cur_e.max(en);
+                } else {
+                    if open {
+                        busy_ns += cur_e - cur_s;
+                    }
+                    (cur_s, cur_e, open) = (st, en, true);
+                }
+            }
+            if open {
+                busy_ns += cur_e - cur_s;
+            }
+            // Durations in place of the pairs, then two order statistics.
+            for p in run.iter_mut() {
+                *p = (p.1.saturating_sub(p.0), 0);
+            }
+            let total_ns = run.iter().fold(0u64, |a, p| a.saturating_add(p.0));
+            let (p50_ns, p99_ns) = median_p99(run);
+            let launches = run.len() as u64;
+            let dev_limits = limits.iter().find(|d| d.device == dev).map(|d| &d.limits);
+            let mut variants: Vec<Variant> = group_launches[g]
+                .iter()
+                .filter_map(|&l| {
+                    let (n, ns) = per_launch[l as usize * ndev + di];
+                    if n == 0 {
+                        return None;
+                    }
+                    let config_id = m.launches[l as usize].1;
+                    let config = m.configs[config_id as usize];
+                    let (occupancy, waves) = figures(dev_limits, &config);
+                    Some(Variant {
+                        config_id,
+                        config,
+                        launches: n,
+                        gpu_ns: ns,
+                        occupancy,
+                        waves,
+                    })
+                })
+                .collect();
+            // One configuration can appear under several name ids (trace files): merge them.
+            variants.sort_by_key(|v| v.config_id);
+            variants.dedup_by(|b, a| {
+                let same = a.config_id == b.config_id;
+                if same {
+                    a.launches += b.launches;
+                    a.gpu_ns += b.gpu_ns;
+                }
+                same
+            });
+            variants.sort_by(|a, b| {
+                (b.gpu_ns, b.launches, a.config_id).cmp(&(a.gpu_ns, a.launches, b.config_id))
+            });
+            let Some(top) = variants.first() else {
+                continue;
+            };
+            let device_busy_ns = dev_busy[di];
+            let name = m.str(StrId(names[0])).to_string();
+            rows.push(KernelRow {
+                library: is_library_kernel(&name),
+                name,
+                device: dev,
+                launches,
+                total_ns,
+                mean_ns: total_ns / launches,
+                p50_ns,
+                p99_ns,
+                busy_ns,
+                busy_share: crate::insights::share(busy_ns, device_busy_ns),
+                device_busy_ns,
+                configs: variants.len() as u32,
+                launch: top.config,
+                blocks: top.config.blocks(),
+                threads_per_block: top.config.threads_per_block(),
+                occupancy: top.occupancy.clone(),
+                waves: top.waves,
+                name_ids: names.clone(),
+                variants,
+            });
+        }
+    }
+    rows.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.device.cmp(&b.device))
+    });
+    KernelTable { limits, rows }
+}
+
+/// Within `windows` (sorted, disjoint), the periods when exactly one kernel ran on device `dev`
+/// (every device when the session has one), sorted and disjoint: a launch's time inside them is
+/// the time it had the GPU's SMs to itself. Only kernels overlapping a window are looked at
+/// (transient memory: 16 bytes for each).
+pub(crate) fn solo_periods(m: &Model, dev: u32, windows: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let k = &m.kernels;
+    let all = m.devices().len() == 1;
+    let mut starts: Vec<u64> = Vec::new();
+    let mut ends: Vec<u64> = Vec::new();
+    let mut at = 0;
+    for ((s, e), d) in k.start.iter().zip(k.end.iter()).zip(k.dev.iter()) {
+        if e > s && (all || d == dev) && hits(windows, &mut at, s, e) {
+            starts.push(s);
+            ends.push(e);
+        }
+    }
+    starts.sort_unstable();
+    ends.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let (mut i, mut j, mut active, mut since) = (0, 0, 0u64, 0u64);
+    while j < ends.len() {
+        // Ends before starts at the same instant: touching kernels do not overlap.
+        let (t, delta) = if i < starts.len() && starts[i] < ends[j] {
+            i += 1;
+            (starts[i - 1], 1i64)
+        } else {
+            j += 1;
+            (ends[j - 1], -1i64)
+        };
+        if active == 1 && t > since {
+            match out.last_mut() {
+                Some(last) if last.1 == since => last.1 = t,
+                _ => out.push((since, t)),
+            }
+        }
+        active = (active as i64 + delta) as u64;
+        since = t;
+    }
+    out
+}
+
+/// Whether `[s, e)` overlaps one of the sorted, disjoint `windows`. `at` is where the previous
+/// call looked: records come nearly in time order, so galloping from it finds the first window
+/// ending after `s` in a few steps.
+fn hits(windows: &[(u64, u64)], at: &mut usize, s: u64, e: u64) -> bool {
+    let n = windows.len();
+    if n == 0 {
+        return false;
+    }
+    let ends_after = |i: usize| windows[i].1 > s;
+    let mut i = (*at).min(n - 1);
+    if ends_after(i) {
+        // Back: the first window ending after s is at or before i.
+        let mut step = 1;
+        let mut lo = i;
+        while lo > 0 && ends_after(lo - 1) {
+            lo = lo.saturating_sub(step);
+            step *= 2;
+        }
+        // windows[lo..=i]: the answer is the first index there that ends after s.
+        i = lo + windows[lo..=i].partition_point(|w| w.1 <= s);
+    } else {
+        let mut step = 1;
+        let mut hi = i;
+        while hi < n && !ends_after(hi) {
+            i = hi;
+            hi = hi.saturating_add(step).min(n);
+            step *= 2;
+        }
+        i += windows[i..hi.min(n)].partition_point(|w| w.1 <= s);
+    }
+    *at = i.min(n - 1);
+    i < n && windows[i].0 < e
+}
+
+/// Time of `[s, e)` inside the sorted, disjoint `periods`.
+pub(crate) fn overlap(periods: &[(u64, u64)], s: u64, e: u64) -> u64 {
+    let mut i = periods.partition_point(|p| p.1 <= s);
+    let mut t = 0;
+    while let Some(&(ps, pe)) = periods.get(i) {
+        if ps >= e {
+            break;
+        }
+        t += pe.min(e) - ps.max(s);
+        i += 1;
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_kernels_by_name() {
+        assert!(is_library_kernel(
+            "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize32x32x8_stage3_warpsize1x2x1_ffma_aligna4_alignc4_execute_kernel"
+        ));
+        assert!(is_library_kernel(
+            "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>(cutlass_80_simt_sgemm_128x256_8x4_nt_align1::Params)"
+        ));
+        assert!(!is_library_kernel("regs_heavy(float const*, float*, int)"));
+        assert!(!is_library_kernel(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>()"
+        ));
+    }
+
+    #[test]
+    fn solo_periods_and_their_overlap_with_a_launch() {
+        use gpufl_trace::{Kernel, Record};
+        let k = |start, end, stream| {
+            Record::Kernel(Kernel {
+                start,
+                end,
+                stream,
+                ..Kernel::default()
+            })
+        };
+        // A [0,100) alone until B [40,60) joins; C [100,150) touches A's end; D [200,200) is empty.
+        let m = Model::load([k(0, 100, 1), k(40, 60, 2), k(100, 150, 1), k(200, 200, 1)]);
+        let solo = solo_periods(&m, 0, &[(0, u64::MAX)]);
+        assert_eq!(solo, vec![(0, 40), (60, 150)]);
+        assert_eq!(overlap(&solo, 0, 100), 80);
+        assert_eq!(overlap(&solo, 40, 60), 0);
+        assert_eq!(overlap(&solo, 100, 150), 50);
+        assert_eq!(overlap(&solo, 150, 300), 0);
+        assert_eq!(overlap(&[], 0, 10), 0);
+        // Windows: the galloping cursor finds overlaps in any order of calls.
+        let w = [(10, 20), (30, 40), (50, 60), (70, 80), (90, 100)];
+        let mut at = 0;
+        for (s, e, want) in [
+            (95, 96, true),
+            (0, 10, false),
+            (35, 36, true),
+            (41, 50, false),
+            (41, 51, true),
+            (100, 200, false),
+            (0, 1000, true),
+            (60, 70, false),
+            (15, 16, true),
+        ] {
+            assert_eq!(hits(&w, &mut at, s, e), want, "{s}..{e}");
+            assert_eq!(overlap(&w, s, e) > 0, want, "{s}..{e}");
+        }
+        // A window inside C only: A and B do not overlap it and are left out.
+        assert_eq!(solo_periods(&m, 0, &[(120, 130)]), vec![(100, 150)]);
+    }
+
+    #[test]
+    fn percentiles_by_order_statistics() {
+        let p = |v: &[u64]| {
+            let mut pairs: Vec<(u64, u64)> = v.iter().map(|&d| (d, 0)).collect();
+            median_p99(&mut pairs)
+        };
+        assert_eq!(p(&[]), (0, 0));
+        assert_eq!(p(&[5]), (5, 5));
+        assert_eq!(p(&[3, 1]), (2, 3));
+        assert_eq!(p(&[9, 1, 5]), (5, 9));
+        // 1..=200 shuffled: median (100 + 101) / 2 → 100 (integer); p99: rank 198.
+        let v: Vec<u64> = (0..200u64).map(|i| (i * 73) % 200 + 1).collect();
+        assert_eq!(p(&v), (100, 198));
+    }
+}

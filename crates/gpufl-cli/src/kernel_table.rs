@@ -1,0 +1,147 @@
+//! The kernel table of `gpufl report`: per device, the kernels with the most GPU time, one compact
+//! line each (the whole table is in `--json`).
+
+use gpufl_analysis::kernels::{short_name, KernelRow, KernelTable};
+use gpufl_analysis::{fmt_duration, Limiter};
+use std::fmt::Write;
+
+/// Kernels shown per device.
+pub const TOP: usize = 10;
+
+fn bytes(b: u64) -> String {
+    if b >= 1024 {
+        format!("{:.0}K", b as f64 / 1024.0)
+    } else {
+        format!("{b}")
+    }
+}
+
+fn limiter(l: Limiter) -> &'static str {
+    match l {
+        Limiter::Registers => "regs",
+        Limiter::SharedMemory => "smem",
+        Limiter::Warps => "warps",
+        Limiter::Blocks => "blocks",
+    }
+}
+
+/// `blocks×threads`, with `+N` when the kernel ran in other configurations too.
+fn shape(r: &KernelRow) -> String {
+    let more = if r.configs > 1 {
+        format!(" +{}", r.configs - 1)
+    } else {
+        String::new()
+    };
+    format!("{}×{}{more}", r.blocks, r.threads_per_block)
+}
+
+fn occupancy(r: &KernelRow) -> String {
+    match &r.occupancy {
+        // The limiter matters only below 100 %.
+        Some(o) if o.occupancy >= 1.0 => "100%".into(),
+        Some(o) => {
+            let by = o.limiter().map(limiter).unwrap_or("-");
+            format!("{:.0}% {by}", o.occupancy * 100.0)
+        }
+        None => "-".into(),
+    }
+}
+
+/// A name of at most `n` characters.
+fn clip(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// The kernel's signature without `void ` and its parameter list (the first `(` outside template
+/// brackets): tells template instantiations apart where the short names are the same.
+fn signature(name: &str) -> &str {
+    let n = name.strip_prefix("void ").unwrap_or(name);
+    let mut depth = 0i32;
+    for (i, c) in n.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 && i > 0 => return &n[..i],
+            _ => {}
+        }
+    }
+    n
+}
+
+/// Append the table: a heading per device, then its top kernels by GPU time.
+pub fn render(out: &mut String, t: &KernelTable) {
+    let mut devices: Vec<u32> = t.rows.iter().map(|r| r.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    for dev in devices {
+        let rows: Vec<&KernelRow> = t.rows.iter().filter(|r| r.device == dev).collect();
+        let shown = rows.len().min(TOP);
+        let of = if rows.len() > shown {
+            format!("top {shown} of {} ", rows.len())
+        } else {
+            String::new()
+        };
+        let _ = writeln!(out, "\n  Kernels on GPU {dev} ({of}by GPU time)");
+        let _ = writeln!(
+            out,
+            "    {:>9} {:>6} {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>5}  {:<11} kernel",
+            "time",
+            "busy",
+            "launches",
+            "mean",
+            "p50",
+            "p99",
+            "blocks×threads",
+            "regs",
+            "smem",
+            "local",
+            "occupancy"
+        );
+        let shorts: Vec<&str> = rows
+            .iter()
+            .take(shown)
+            .map(|r| short_name(&r.name))
+            .collect();
+        for (r, short) in rows.iter().take(shown).zip(&shorts) {
+            let name = if shorts.iter().filter(|s| *s == short).count() > 1 {
+                signature(&r.name)
+            } else {
+                short
+            };
+            let _ = writeln!(
+                out,
+                "    {:>9} {:>5.1}% {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>5}  {:<11} {}",
+                fmt_duration(r.total_ns),
+                r.busy_share * 100.0,
+                r.launches,
+                fmt_duration(r.mean_ns),
+                fmt_duration(r.p50_ns),
+                fmt_duration(r.p99_ns),
+                shape(r),
+                r.launch.regs,
+                bytes(r.launch.smem_bytes()),
+                r.launch.local_mem,
+                occupancy(r),
+                clip(name, 60)
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signature;
+
+    #[test]
+    fn signatures_drop_void_and_parameters_but_keep_templates() {
+        assert_eq!(
+            signature("void at::native::k<4, at::native::F<float>>(int, at::native::F<float>)"),
+            "at::native::k<4, at::native::F<float>>"
+        );
+        assert_eq!(signature("small_grid(float*, int)"), "small_grid");
+        assert_eq!(signature("(anonymous)"), "(anonymous)");
+    }
+}
