@@ -30,6 +30,7 @@ pub mod insights;
 pub mod intervals;
 pub mod model;
 pub mod pipeline;
+pub mod scopes;
 mod store;
 pub mod telemetry;
 pub mod totals;
@@ -43,6 +44,7 @@ pub use insights::utilization::{ChunkIdle, ChunkLine};
 pub use insights::{fmt_duration, Insight, RuleData, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use model::Model;
+pub use scopes::{ScopeRollup, ScopeSpan};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
 pub use totals::{totals, Totals};
 pub use userframe::{
@@ -78,6 +80,10 @@ pub struct Analysis {
     /// counters (`telemetry` records; absent without them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub telemetry: Vec<telemetry::DeviceTelemetry>,
+    /// Per named scope (gpufl API and NVTX ranges), in tree order: wall time, GPU busy, kernels,
+    /// synchronizations and time blocked in them (absent without `scope` records).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<scopes::ScopeRollup>,
 }
 
 /// Run every rule over a model.
@@ -105,7 +111,9 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         .iter()
         .map(|s| telemetry::summarize(s, origin))
         .collect();
+    insights::name_scopes(&cx, &mut insights);
     insights::rank(&mut insights);
+    let scopes = scopes::rollup(m, &busy);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
     let unattributed = totals.syncs - totals.syncs_with_stack;
@@ -122,5 +130,6 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         warnings,
         gpu_idle,
         telemetry,
+        scopes,
     }
 }

@@ -209,7 +209,10 @@ mod tests {
         let ascii = c"forward";
         let pa = [ascii.as_ptr() as *const c_void];
         // SAFETY: a PushA params struct.
-        assert_eq!(unsafe { push_name(CBID_RANGE_PUSH_A, pa.as_ptr() as _, &mut buf) }, b"forward");
+        assert_eq!(
+            unsafe { push_name(CBID_RANGE_PUSH_A, pa.as_ptr() as _, &mut buf) },
+            b"forward"
+        );
 
         let wide: Vec<i32> = "optim\u{e9}\0".chars().map(|c| c as i32).collect();
         let pw = [wide.as_ptr() as *const c_void];
@@ -229,7 +232,10 @@ mod tests {
             .collect();
         let pe = [aligned.as_ptr() as *const c_void];
         // SAFETY: a PushEx params struct.
-        assert_eq!(unsafe { push_name(CBID_RANGE_PUSH_EX, pe.as_ptr() as _, &mut buf) }, b"backward");
+        assert_eq!(
+            unsafe { push_name(CBID_RANGE_PUSH_EX, pe.as_ptr() as _, &mut buf) },
+            b"backward"
+        );
         let pd = [std::ptr::null(), aligned.as_ptr() as *const c_void];
         // SAFETY: a DomainRangePushEx params struct.
         assert_eq!(
@@ -240,6 +246,9 @@ mod tests {
         let small = [0u64; 6];
         let ps = [small.as_ptr() as *const c_void];
         // SAFETY: as above.
-        assert_eq!(unsafe { push_name(CBID_RANGE_PUSH_EX, ps.as_ptr() as _, &mut buf) }, b"?");
+        assert_eq!(
+            unsafe { push_name(CBID_RANGE_PUSH_EX, ps.as_ptr() as _, &mut buf) },
+            b"?"
+        );
     }
 }

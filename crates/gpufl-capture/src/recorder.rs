@@ -124,7 +124,9 @@ pub fn get() -> Option<&'static Recorder> {
 /// Now, on the trace clock: CUPTI's timestamp when CUPTI is loaded, else CLOCK_REALTIME in ns
 /// (what `cuptiGetTimestamp` returns on Linux: its values match the wall clock to ~1 µs).
 pub fn trace_clock() -> u64 {
-    CUPTI.get().map_or_else(procinfo::unix_ns, |c| c.timestamp())
+    CUPTI
+        .get()
+        .map_or_else(procinfo::unix_ns, |c| c.timestamp())
 }
 
 /// CUPTI, loaded now if it was not yet (NVTX's injection entry point may run before cuInit).

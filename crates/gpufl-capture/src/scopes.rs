@@ -385,12 +385,9 @@ mod tests {
         for r in &recs {
             syms.observe(r);
             match r {
-                Record::Scope(s) => got.push((
-                    syms.str(s.name).to_string(),
-                    s.depth,
-                    s.end,
-                    s.source,
-                )),
+                Record::Scope(s) => {
+                    got.push((syms.str(s.name).to_string(), s.depth, s.end, s.source))
+                }
                 Record::Notice(n) => warned |= n.message.contains("1 pop(s) without"),
                 _ => {}
             }

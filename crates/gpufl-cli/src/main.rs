@@ -3,6 +3,7 @@
 mod dump;
 mod record;
 mod report;
+mod report_scopes;
 mod report_telemetry;
 mod summary;
 

@@ -1196,6 +1196,7 @@ fn insight(
         _ => FIX_LAUNCH,
     };
     Insight {
+        scope: None,
         rule: RULE,
         severity: Severity::from_share(idle, window),
         title,
