@@ -16,6 +16,8 @@ mod testdata_streams;
 // The telemetry rules (issue 5): throttling, memory pressure, ECC errors, low utilization.
 #[path = "analysis/telemetry_rules.rs"]
 mod telemetry_rules;
+#[path = "analysis/scope_rules.rs"]
+mod scope_rules;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record
