@@ -14,10 +14,10 @@ mod timeline_rules;
 #[path = "analysis/testdata_streams.rs"]
 mod testdata_streams;
 // The telemetry rules (issue 5): throttling, memory pressure, ECC errors, low utilization.
-#[path = "analysis/telemetry_rules.rs"]
-mod telemetry_rules;
 #[path = "analysis/scope_rules.rs"]
 mod scope_rules;
+#[path = "analysis/telemetry_rules.rs"]
+mod telemetry_rules;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record

@@ -353,7 +353,6 @@ mod tests {
     fn decode(bytes: Vec<u8>) -> Vec<Record> {
         gpufl_trace::reader::TraceReader::from_bytes(bytes, "mem")
             .unwrap()
-            .filter_map(|r| r.ok())
             .collect()
     }
 

@@ -59,7 +59,10 @@ fn nested_scopes_roll_up_syncs_kernels_and_gpu_busy() {
     assert_eq!((fwd.syncs, fwd.sync_blocked_ns), (3, 6_000));
     assert_eq!(fwd.gpu_busy_ns, 6_000);
     assert_eq!(fwd.kernels, 3);
-    assert!(!fwd.kernels_by_launch, "no api records: kernels by GPU start");
+    assert!(
+        !fwd.kernels_by_launch,
+        "no api records: kernels by GPU start"
+    );
     let bwd = roll(&a, &["step", "backward"]);
     assert_eq!((bwd.syncs, bwd.sync_blocked_ns, bwd.kernels), (0, 0, 3));
     assert_eq!(bwd.gpu_busy_ns, 1_500);
