@@ -57,7 +57,7 @@ struct NvtxData {
 }
 
 /// Enable the NVTX range callbacks on `sub`. Returns a notice when CUPTI refuses.
-pub fn enable(c: &Cupti, sub: *mut c_void) -> Option<String> {
+pub(crate) fn enable(c: &Cupti, sub: *mut c_void) -> Option<String> {
     for cbid in CBIDS {
         // SAFETY: plain CUPTI call on our own subscriber.
         let rc = unsafe { (c.enable_callback)(1, sub, DOMAIN_NVTX, cbid) };
@@ -100,7 +100,7 @@ pub unsafe fn on_callback(cbid: u32, data: *const c_void) {
 ///
 /// # Safety
 /// `params` is NULL or the parameter struct of `cbid`.
-unsafe fn push_name<'a>(cbid: u32, params: *const c_void, buf: &'a mut [u8; MAX_NAME]) -> &'a [u8] {
+unsafe fn push_name(cbid: u32, params: *const c_void, buf: &mut [u8; MAX_NAME]) -> &[u8] {
     if params.is_null() {
         return b"?";
     }
@@ -182,8 +182,11 @@ unsafe fn attr_name(attr: *const c_void, buf: &mut [u8; MAX_NAME]) -> &[u8] {
 /// NVTX's injection entry point (`NVTX_INJECTION64_PATH` names this library): forwarded to
 /// CUPTI's, which fills NVTX's table and turns NVTX calls into CUPTI callbacks. Returns 0
 /// (failure: NVTX stays a no-op) when CUPTI cannot be loaded.
+///
+/// # Safety
+/// Called by NVTX with its export-table getter, which is passed on unchanged.
 #[no_mangle]
-pub extern "C" fn InitializeInjectionNvtx2(get_export_table: *const c_void) -> c_int {
+pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: *const c_void) -> c_int {
     std::panic::catch_unwind(|| {
         let Some(c) = crate::recorder::cupti_loaded() else {
             return 0;

@@ -256,10 +256,13 @@ pub fn finish_into(s: &mut crate::sink::Sink) -> Result<(), TraceError> {
 // Scopes-only session (GPU capture unavailable)
 // ---------------------------------------------------------------------------------------------
 
+/// A stop request: the end reason, and where to send the counts.
+type StopMsg = (&'static str, Sender<Option<Counts>>);
+
 struct Standalone {
     dir: PathBuf,
     pid: u32,
-    stop: Mutex<Option<Sender<(&'static str, Sender<Option<Counts>>)>>>,
+    stop: Mutex<Option<Sender<StopMsg>>>,
 }
 
 static STANDALONE: OnceLock<Standalone> = OnceLock::new();
@@ -292,10 +295,7 @@ pub fn start_standalone(dir: PathBuf, path: PathBuf, header: &Header) -> Result<
     Ok(())
 }
 
-fn standalone_thread<W: Write>(
-    mut w: TraceWriter<W>,
-    rx: Receiver<(&'static str, Sender<Option<Counts>>)>,
-) {
+fn standalone_thread<W: Write>(mut w: TraceWriter<W>, rx: Receiver<StopMsg>) {
     let mut d = Drain::default();
     let mut last_block = Instant::now();
     let mut dirty = false;
