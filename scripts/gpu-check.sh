@@ -2,7 +2,7 @@
 # Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
 # Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
 #   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams
-#   telemetry toggle kernels (default: record api identity kill bench)
+#   telemetry toggle kernels scopes (default: record api identity kill bench)
 set -u
 OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
 ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
@@ -76,6 +76,27 @@ if has streams; then
   if [ -x build/copy_compute_pipeline ]; then
     for ns in 1 2 4; do build/copy_compute_pipeline $ns 5 2>&1 | tee -a "$OUT/summary.txt"; done
   fi
+fi
+if has scopes; then
+  # Named scopes + NVTX ranges (examples/pytorch_scopes.py): the syncs of `loss.item()` must roll
+  # up under train_step > forward, and the sync insights must say "in scope train_step > forward".
+  export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+  $PY -c 'import gpufl; print("gpufl package:", gpufl.__file__, "lib:", gpufl.library_path())' 2>&1 | tee -a "$OUT/summary.txt"
+  ssum() { # dir: scope records by (source, name)
+    gpufl dump "$1" --type scope 2>/dev/null | $PY -c '
+import collections, json, sys
+r = [json.loads(l) for l in sys.stdin if l.strip()]
+c = collections.Counter((x["source"], x["name"], x["depth"]) for x in r if not x.get("end"))
+print(f"scope records: {len(r)}; opened (source, name, depth): {sorted(c.items())}")'
+  }
+  log "(s1) pytorch_scopes.py under gpufl record"
+  gpufl record -o "$S/s1" -- $PY examples/pytorch_scopes.py --steps 30 2>&1 | tee "$OUT/s1.log"
+  d=$(newest "$S/s1"); ssum "$d" | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"; report "$d"
+  log "(s2) pytorch_scopes.py in-process (gpufl.init, no gpufl record)"
+  GPUFL_LOG_PATH="$S/s2" $PY examples/pytorch_scopes.py --steps 30 --in-process 2>&1 | tee "$OUT/s2.log"
+  d=$(newest "$S/s2"); ssum "$d" | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"; report "$d"
 fi
 if has telemetry; then
   # NVML telemetry: one sample per GPU every 100 ms. matmul_loop.py: ~5 s of back-to-back bf16

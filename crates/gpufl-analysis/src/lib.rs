@@ -34,6 +34,7 @@ pub mod kernels;
 pub mod model;
 pub mod occupancy;
 pub mod pipeline;
+pub mod scopes;
 mod store;
 pub mod telemetry;
 pub mod totals;
@@ -49,6 +50,7 @@ pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelTable};
 pub use model::Model;
 pub use occupancy::{Limiter, Occupancy, SmLimits};
+pub use scopes::{ScopeRollup, ScopeSpan};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
 pub use totals::{totals, Totals};
 pub use userframe::{
@@ -88,6 +90,10 @@ pub struct Analysis {
     /// without kernels).
     #[serde(skip_serializing_if = "KernelTable::is_empty")]
     pub kernels: KernelTable,
+    /// Per named scope (gpufl API and NVTX ranges), in tree order: wall time, GPU busy, kernels,
+    /// synchronizations and time blocked in them (absent without `scope` records).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<scopes::ScopeRollup>,
 }
 
 /// Run every rule over a model.
@@ -119,7 +125,9 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     insights.extend(insights::low_occupancy::run(&cx, &kernels));
     insights.extend(insights::register_spill::run(&cx, &kernels));
     insights.extend(insights::under_filled_grid::run(&cx, &kernels));
+    insights::name_scopes(&cx, &mut insights);
     insights::rank(&mut insights);
+    let scopes = scopes::rollup(m, &busy);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
     let unattributed = totals.syncs - totals.syncs_with_stack;
@@ -137,5 +145,6 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         gpu_idle,
         telemetry,
         kernels,
+        scopes,
     }
 }

@@ -112,6 +112,8 @@ pub struct Model {
     devices: Vec<u32>,
     inverted: u64,
     warnings: Vec<String>,
+    scope_raw: Vec<crate::scopes::RawScope>,
+    pub(crate) scopes: Vec<crate::scopes::ScopeSpan>,
 }
 
 /// Per-file id maps and lookup tables, alive only while loading.
@@ -223,6 +225,17 @@ impl Model {
                 self.callsites.push((c.corr, stack, api));
             }
             Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),
+            Record::Scope(sc) => {
+                self.span(sc.ts, sc.ts);
+                let name = self.str_ref(ld, sc.name);
+                self.scope_raw.push(crate::scopes::RawScope {
+                    tid: sc.tid,
+                    ts: sc.ts,
+                    name,
+                    end: sc.end,
+                    nvtx: sc.source == gpufl_trace::ScopeSource::Nvtx,
+                });
+            }
             Record::Stream(s) => {
                 if !self
                     .stream_roles
@@ -395,6 +408,10 @@ impl Model {
             (self.first_ns, self.last_ns) = (0, 0);
         }
         self.paused = paused_ranges(std::mem::take(&mut self.capture_marks));
+        let (scopes, scope_warnings) =
+            crate::scopes::build(std::mem::take(&mut self.scope_raw), self.last_ns);
+        self.scopes = scopes;
+        self.warnings.extend(scope_warnings);
         let undefined = |n: usize, what: &str| (n > 0).then(|| format!("{n} {what}"));
         let missing: Vec<String> = [
             undefined(
@@ -461,8 +478,8 @@ impl Model {
         self.files
     }
 
-    /// First and last time (ns, trace clock) of any kernel, copy, memset, sync, API or callsite
-    /// record; `(0, 0)` when there is none. CUPTI `overhead` records are left out: they are the
+    /// First and last time (ns, trace clock) of any kernel, copy, memset, sync, API, callsite or
+    /// scope record; `(0, 0)` when there is none. CUPTI `overhead` records are left out: they are the
     /// recorder's own buffer flushes, which can run after the program's last CUDA activity.
     pub fn time_range(&self) -> (u64, u64) {
         (self.first_ns, self.last_ns)

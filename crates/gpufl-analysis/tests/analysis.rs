@@ -20,6 +20,8 @@ mod occupancy_runtime;
 #[path = "analysis/testdata_streams.rs"]
 mod testdata_streams;
 // The telemetry rules (issue 5): throttling, memory pressure, ECC errors, low utilization.
+#[path = "analysis/scope_rules.rs"]
+mod scope_rules;
 #[path = "analysis/telemetry_rules.rs"]
 mod telemetry_rules;
 

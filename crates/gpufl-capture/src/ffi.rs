@@ -112,6 +112,34 @@ pub extern "C" fn gpufl_resume() -> c_int {
     .unwrap_or(GPUFL_INTERNAL_ERROR)
 }
 
+/// Open a named scope on the calling thread (closed by `gpufl_scope_pop`). Scopes nest per thread;
+/// the name is copied (once per thread and distinct name). NULL is taken as "". Does nothing when
+/// this process is not recording.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_scope_push(name: *const c_char) {
+    let _ = std::panic::catch_unwind(|| {
+        let bytes: &[u8] = if name.is_null() {
+            b""
+        } else {
+            // SAFETY: the caller passes a NUL-terminated string.
+            unsafe { CStr::from_ptr(name) }.to_bytes()
+        };
+        crate::scopes::push(bytes, gpufl_trace::ScopeSource::Api);
+    });
+}
+
+/// Close the calling thread's innermost scope. A pop with no open scope is counted and reported
+/// as a warning in the session; it never fails.
+#[no_mangle]
+pub extern "C" fn gpufl_scope_pop() {
+    let _ = std::panic::catch_unwind(|| {
+        crate::scopes::pop(gpufl_trace::ScopeSource::Api);
+    });
+}
+
 /// Copy the session directory into `buf` (NUL-terminated). Returns its length, 0 if not recording,
 /// or -(needed size) if `buf` is too small.
 ///
@@ -120,8 +148,14 @@ pub extern "C" fn gpufl_resume() -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn gpufl_session_dir(buf: *mut c_char, len: usize) -> isize {
     std::panic::catch_unwind(|| {
-        let Some(r) = recorder::get() else { return 0 };
-        let s = r.session_dir.display().to_string();
+        let dir = match recorder::get() {
+            Some(r) => &r.session_dir,
+            None => match crate::scopes::standalone_dir() {
+                Some(d) => d,
+                None => return 0,
+            },
+        };
+        let s = dir.display().to_string();
         // SAFETY: forwarded from the caller.
         unsafe { copy_out(&s, buf, len) }
     })

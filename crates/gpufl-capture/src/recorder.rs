@@ -121,6 +121,23 @@ pub fn get() -> Option<&'static Recorder> {
     RECORDER.get()
 }
 
+/// Now, on the trace clock: CUPTI's timestamp when CUPTI is loaded, else CLOCK_REALTIME in ns
+/// (what `cuptiGetTimestamp` returns on Linux: its values match the wall clock to ~1 µs).
+pub fn trace_clock() -> u64 {
+    CUPTI
+        .get()
+        .map_or_else(procinfo::unix_ns, |c| c.timestamp())
+}
+
+/// CUPTI, loaded now if it was not yet (NVTX's injection entry point may run before cuInit).
+pub fn cupti_loaded() -> Option<&'static Cupti> {
+    if let Some(c) = CUPTI.get() {
+        return Some(c);
+    }
+    let c = Cupti::load().ok()?;
+    Some(CUPTI.get_or_init(|| c))
+}
+
 /// Print one line on stderr, prefixed "gpufl: ".
 fn say(quiet: bool, msg: &str) {
     if !quiet {
@@ -190,6 +207,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         }
     }
     notices.extend(enable_collection(cupti, sub, &opts));
+    notices.extend(crate::nvtx::enable(cupti, sub));
     if !notices.is_empty() {
         header.capture.status = "partial".into();
         header.capture.reason = Some(notices.join("; "));
@@ -212,11 +230,13 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         python,
         pid,
     });
+    crate::scopes::set_enabled(true);
     let spawned = std::thread::Builder::new()
         .name("gpufl-writer".into())
         .spawn(move || writer_thread(rx, file_path, header, notices, cupti));
     if let Err(e) = spawned {
         DISABLED.store(true, Ordering::SeqCst);
+        crate::scopes::set_enabled(false);
         say(
             false,
             &format!("cannot start the writer thread: {e}; not recording"),
@@ -274,7 +294,16 @@ fn disabled(opts: &Options, dir: &Path, mut header: Header, why: String) -> Init
     header.gpus = info.gpus;
     header.driver_version = info.driver_version;
     let _ = opts;
+    header.clock = ClockSync {
+        trace_ns: trace_clock(),
+        unix_ns: procinfo::unix_ns(),
+    };
     let path = dir.join(session::FIRST_TRACE_FILE);
+    // Scopes are still recorded (a scopes-only session); if that cannot start, header only.
+    if crate::scopes::start_standalone(dir.to_path_buf(), path.clone(), &header).is_ok() {
+        register_exit_hooks();
+        return InitError::Disabled(why);
+    }
     let written = std::fs::File::create(&path)
         .map_err(TraceError::from)
         .and_then(|f| TraceWriter::new(BufWriter::new(f), &header))
@@ -541,6 +570,8 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
         return;
     }
     match domain {
+        // SAFETY: CUPTI passes a CUpti_NvtxData for the NVTX domain.
+        crate::nvtx::DOMAIN_NVTX => unsafe { crate::nvtx::on_callback(cbid, data) },
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING => {
             FLUSH_REQUEST.store(true, Ordering::Relaxed);
         }
@@ -791,6 +822,7 @@ fn writer_thread(
                 return Ok(());
             };
             s.drain_samples()?;
+            crate::scopes::drain_into(s)?;
             Ok(())
         })();
         report(&mut sink, result);
@@ -825,6 +857,7 @@ fn writer_thread(
                 }
                 let counts = sink.take().and_then(|mut s| {
                     let _ = s.drain_samples();
+                    let _ = crate::scopes::finish_into(&mut s);
                     crate::telemetry::finish(telemetry.as_ref(), &mut s);
                     for line in stack::debug_cost_lines() {
                         let _ = s.write(&Record::Notice(Notice {
@@ -962,7 +995,9 @@ fn report(sink: &mut Option<Sink>, result: Result<(), TraceError>) {
 
 /// Stop recording: flush CUPTI, write the end record, close the file. Idempotent; bounded in time.
 pub fn stop(reason: &'static str) -> Option<Counts> {
-    let r = RECORDER.get()?;
+    let Some(r) = RECORDER.get() else {
+        return crate::scopes::stop_standalone(reason);
+    };
     if r.pid != std::process::id() {
         // A forked child: the writer thread and CUPTI state belong to the parent.
         return None;
@@ -1025,6 +1060,7 @@ extern "C" fn at_exit() {
 
 extern "C" fn in_forked_child() {
     DISABLED.store(true, Ordering::SeqCst);
+    crate::scopes::set_enabled(false);
 }
 
 fn register_exit_hooks() {

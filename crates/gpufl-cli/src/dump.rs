@@ -64,6 +64,7 @@ fn resolve(rec: &Record, syms: &Symbols) -> Result<Value> {
     match rec {
         Record::Kernel(k) => v["name"] = json!(syms.str(k.name)),
         Record::Api(a) => v["name"] = json!(syms.str(a.name)),
+        Record::Scope(s) => v["name"] = json!(syms.str(s.name)),
         Record::Sync(s) => {
             if let Some(id) = s.stack {
                 v["stack"] = stack_json(syms, id);

@@ -4,6 +4,7 @@ mod dump;
 mod kernel_table;
 mod record;
 mod report;
+mod report_scopes;
 mod report_telemetry;
 mod summary;
 

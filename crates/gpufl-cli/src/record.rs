@@ -93,6 +93,10 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     if let Some(ms) = args.telemetry_ms {
         cmd.env("GPUFL_TELEMETRY_MS", ms.to_string());
     }
+    if std::env::var_os("NVTX_INJECTION64_PATH").is_none() {
+        // NVTX ranges become scopes: NVTX loads this library, which hands over to CUPTI (nvtx.rs).
+        cmd.env("NVTX_INJECTION64_PATH", &lib);
+    }
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {:?}", args.command[0]))?;

@@ -147,6 +147,7 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     for d in &a.telemetry {
         crate::report_telemetry::render(out, d);
     }
+    crate::report_scopes::render(out, &a.scopes);
     for w in &a.warnings {
         let _ = writeln!(out, "  {} {w}", st.paint("33", "warning:"));
     }
@@ -259,5 +260,12 @@ fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
         at += &format!("  {f}");
     }
     let _ = writeln!(out, "             at {}", st.paint("36", &at));
+    if let Some(path) = &ins.scope {
+        let _ = writeln!(
+            out,
+            "             in scope {}",
+            st.paint("35", &path.join(" > "))
+        );
+    }
     let _ = writeln!(out, "             fix: {}", ins.fix);
 }

@@ -29,6 +29,7 @@ pub enum Record {
     Callsite(Callsite),
     Stream(StreamInfo),
     Capture(CaptureState),
+    Scope(Scope),
     Telemetry(Telemetry),
     Overhead(Overhead),
     Dropped(Dropped),
@@ -52,6 +53,7 @@ impl Record {
             Record::Callsite(_) => "callsite",
             Record::Stream(_) => "stream",
             Record::Capture(_) => "capture",
+            Record::Scope(_) => "scope",
             Record::Telemetry(_) => "telemetry",
             Record::Overhead(_) => "overhead",
             Record::Dropped(_) => "dropped",
@@ -488,6 +490,38 @@ pub struct CaptureState {
     pub ts: u64,
     /// true: recording from `ts` on; false: paused from `ts` on.
     pub recording: bool,
+}
+
+/// A named scope opened (`end` false) or closed (`end` true) on a thread: `gpufl_scope_push` /
+/// `gpufl_scope_pop`, `gpufl::Scope`, `gpufl.scope(...)`, or an NVTX range push/pop. Scopes of a
+/// thread nest: a close ends the innermost open scope of its thread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Scope {
+    /// When the scope was opened or closed, trace clock (ns).
+    pub ts: u64,
+    pub tid: u64,
+    /// Scope name.
+    pub name: StrId,
+    /// Nesting depth of this scope on its thread (0 = outermost).
+    pub depth: u32,
+    /// true: the scope closes here; false (omitted): it opens here.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub end: bool,
+    pub source: ScopeSource,
+}
+
+/// Where a scope came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeSource {
+    /// gpufl's own API (C, C++, Python).
+    #[default]
+    Api,
+    /// An NVTX range (nvtxRangePush / nvtxRangePop, recorded through NVTX injection).
+    Nvtx,
+    /// A source this reader does not know (written by a newer recorder).
+    #[serde(other)]
+    Unknown,
 }
 
 /// Time CUPTI itself spent (buffer flushes, instrumentation…).

@@ -399,6 +399,17 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         ts: t0 + 950_000,
         recording: i.is_multiple_of(2),
     }));
+    let fwd = r.str("forward");
+    for (ts, end) in [(t0 + 100, false), (t0 + 940_000, true)] {
+        r.rec(Record::Scope(Scope {
+            ts,
+            tid,
+            name: fwd,
+            depth: 0,
+            end,
+            source: ScopeSource::Api,
+        }));
+    }
     r.rec(Record::Overhead(Overhead {
         kind: "activity_buffer_flush".into(),
         start: t0 + 960_000,
@@ -580,6 +591,7 @@ fn round_trip_every_record_type_through_a_file() {
         "telemetry",
         "stream",
         "capture",
+        "scope",
         "overhead",
         "dropped",
         "notice",
@@ -1677,6 +1689,32 @@ fn from_bytes_reads_like_open() {
         TraceReader::from_bytes(b"PK\x03\x04".to_vec(), "mem"),
         Err(TraceError::NotATrace { .. })
     ));
+}
+
+#[test]
+fn scope_lines_are_compact_and_tolerate_new_sources() {
+    let open = Record::Scope(Scope {
+        ts: 5,
+        tid: 9,
+        name: StrId(2),
+        depth: 1,
+        end: false,
+        source: ScopeSource::Nvtx,
+    });
+    let line = serde_json::to_string(&open).unwrap();
+    assert_eq!(
+        line,
+        r#"{"t":"scope","ts":5,"tid":9,"name":2,"depth":1,"source":"nvtx"}"#
+    );
+    let close: Record = serde_json::from_str(
+        r#"{"t":"scope","ts":6,"tid":9,"name":2,"depth":1,"end":true,"source":"roctx"}"#,
+    )
+    .unwrap();
+    let Record::Scope(c) = close else {
+        panic!("not a scope record");
+    };
+    assert!(c.end);
+    assert_eq!(c.source, ScopeSource::Unknown);
 }
 
 #[test]

@@ -290,6 +290,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
         fmt_duration(g.copy_ns),
     );
     Insight {
+        scope: None,
         rule: RULE,
         severity: Severity::from_share(blocked, w.ns),
         title,

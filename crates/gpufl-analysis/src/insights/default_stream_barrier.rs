@@ -450,6 +450,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
         w.describe(impact),
     );
     Insight {
+        scope: None,
         rule: RULE,
         severity: Severity::from_share(impact, w.ns),
         title,

@@ -263,6 +263,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
         w.describe(g.extra),
     );
     Insight {
+        scope: None,
         rule: RULE,
         severity: Severity::from_share(g.extra, w.ns),
         title,

@@ -90,6 +90,7 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         return None;
     };
     Some(Insight {
+        scope: None,
         rule: RULE,
         severity,
         title,

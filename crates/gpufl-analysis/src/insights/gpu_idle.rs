@@ -1198,6 +1198,7 @@ fn insight(
         _ => FIX_LAUNCH,
     };
     Insight {
+        scope: None,
         rule: RULE,
         severity: Severity::from_share(idle, window),
         title,

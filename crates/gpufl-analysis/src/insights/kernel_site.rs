@@ -112,5 +112,6 @@ pub(super) fn insight(cx: &Ctx, k: KernelInsight) -> Insight {
         sync_kind: None,
         median_kernels_between: None,
         data: Some(k.data),
+        scope: None,
     }
 }

@@ -482,6 +482,7 @@ fn insight(
         location_note(src, "these launches")
     );
     Insight {
+        scope: None,
         rule: RULE,
         severity: Severity::from_share(impact, window),
         title,

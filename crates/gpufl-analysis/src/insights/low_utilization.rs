@@ -238,6 +238,7 @@ fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
         IdleClass::Launch => FIX_LAUNCH,
     };
     Some(Insight {
+        scope: None,
         rule: RULE,
         severity: if idle as u128 * 2 > window as u128 {
             Severity::Medium

@@ -109,6 +109,7 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         share(above_ns, sampled) * 100.0
     );
     Some(Insight {
+        scope: None,
         rule: RULE,
         severity,
         title,

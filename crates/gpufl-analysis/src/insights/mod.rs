@@ -88,6 +88,47 @@ pub struct Insight {
     /// The rule's own figures (rules other than the two sync rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<RuleData>,
+    /// The innermost named scope (outermost first) open on the thread of the insight's
+    /// representative event: its longest synchronization at [`Insight::location`]. Filled after
+    /// the rules run ([`name_scopes`]); None without scopes or without such a synchronization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Vec<String>>,
+}
+
+/// Fill [`Insight::scope`] of every insight: the scope path open at the longest synchronization
+/// whose user location is the insight's.
+pub(crate) fn name_scopes(cx: &Ctx, insights: &mut [Insight]) {
+    let m = cx.m;
+    if m.scopes().is_empty() {
+        return;
+    }
+    // Longest sync (with a thread) per user location.
+    let mut best: HashMap<u32, (u64, u64, u64)> = HashMap::new();
+    for (i, s) in m.syncs().enumerate() {
+        let (Some(tid), Some(&loc)) = (s.tid, cx.sync_loc.get(i)) else {
+            continue;
+        };
+        if loc == NONE {
+            continue;
+        }
+        let d = s.duration_ns();
+        let e = best.entry(loc).or_insert((d, tid, s.start));
+        if d > e.0 {
+            *e = (d, tid, s.start);
+        }
+    }
+    let by_loc: HashMap<&crate::userframe::SourceLoc, u32> = cx
+        .locs
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l, i as u32))
+        .collect();
+    for ins in insights.iter_mut() {
+        let Some(&(_, tid, ts)) = by_loc.get(&ins.location).and_then(|l| best.get(l)) else {
+            continue;
+        };
+        ins.scope = m.innermost_scope(tid, ts).map(|i| m.scope_path(i));
+    }
 }
 
 /// Figures specific to one rule, as plain data (each type lives in its rule's file).

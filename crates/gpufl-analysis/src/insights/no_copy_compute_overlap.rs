@@ -388,6 +388,7 @@ fn insight(cx: &Ctx, locator: &Locator, group: &[(u32, LocationSource, Seq)]) ->
         location_note(src, "the copies")
     );
     Insight {
+        scope: None,
         rule: RULE,
         severity: Severity::from_share(impact, cx.wall_ns),
         title,

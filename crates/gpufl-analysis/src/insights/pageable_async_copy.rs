@@ -334,6 +334,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
         w.describe(g.blocked),
     );
     Insight {
+        scope: None,
         rule: RULE,
         severity: Severity::from_share(g.blocked, w.ns),
         title,

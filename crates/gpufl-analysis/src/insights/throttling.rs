@@ -160,6 +160,7 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         FIX_POWER
     };
     Some(Insight {
+        scope: None,
         rule: RULE,
         severity,
         title,

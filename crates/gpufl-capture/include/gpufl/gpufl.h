@@ -29,6 +29,11 @@ int gpufl_pause(void);
 int gpufl_resume(void);
 /* The session directory; returns its length, 0 if not recording, -(needed) if buf is too small. */
 ptrdiff_t gpufl_session_dir(char* buf, size_t len);
+/* Named scopes: push opens a scope on the calling thread (name copied), pop closes the thread's
+   innermost one. They nest per thread; a pop with nothing open is counted and reported as a
+   warning in the session, never an error. No-ops when not recording. Recorded even without a GPU. */
+void gpufl_scope_push(const char* name);
+void gpufl_scope_pop(void);
 
 #ifdef __cplusplus
 }

@@ -82,4 +82,23 @@ inline std::string session_dir() {
     return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
+// A named scope for the lifetime of the object (RAII): the report rolls up wall time, GPU busy
+// time, kernels and synchronizations per scope, and names the innermost scope of each insight.
+//
+//   { gpufl::Scope s("forward_pass"); model.forward(); }
+//   void step() { GFL_SCOPE("step"); ... }
+class Scope {
+public:
+    explicit Scope(const char* name) { gpufl_scope_push(name); }
+    explicit Scope(const std::string& name) { gpufl_scope_push(name.c_str()); }
+    ~Scope() { gpufl_scope_pop(); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+};
+
 }  // namespace gpufl
+
+#define GFL_SCOPE_CAT2_(a, b) a##b
+#define GFL_SCOPE_CAT_(a, b) GFL_SCOPE_CAT2_(a, b)
+// Open a scope until the end of the enclosing block.
+#define GFL_SCOPE(name) ::gpufl::Scope GFL_SCOPE_CAT_(gfl_scope_, __LINE__)(name)

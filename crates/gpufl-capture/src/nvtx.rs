@@ -1,0 +1,257 @@
+//! NVTX ranges as scopes, without code changes.
+//!
+//! NVTX (the header-only library PyTorch, cuDNN, NCCL and user code call) does nothing until a
+//! tool is injected: at its first call it `dlopen`s the library named by `NVTX_INJECTION64_PATH`
+//! and calls that library's `InitializeInjectionNvtx2`, which fills NVTX's function table. CUPTI
+//! implements that entry point and then delivers each NVTX call as a callback in
+//! `CUPTI_CB_DOMAIN_NVTX`. gpufl uses CUPTI's implementation (no table of its own to maintain):
+//! `gpufl record` points `NVTX_INJECTION64_PATH` at `libgpufl_capture.so` (whose path it knows;
+//! the Python package does the same for in-process use), whose [`InitializeInjectionNvtx2`]
+//! forwards to the loaded CUPTI's; the recorder enables the range push/pop callbacks and sends
+//! each one through the same per-thread scope path as `gpufl_scope_push` (source `nvtx`).
+//!
+//! Callback ids: `CUpti_nvtx_api_trace_cbid` in cudarc's CUPTI bindings
+//! (`cudarc-0.19.10/src/cupti/sys/mod.rs`): nvtxRangePushA = 8, nvtxRangePushW = 9,
+//! nvtxRangePushEx = 10, nvtxRangePop = 11, nvtxDomainRangePushEx = 33, nvtxDomainRangePop = 34;
+//! `CUPTI_CB_DOMAIN_NVTX` = 5. The callback data is `CUpti_NvtxData { functionName,
+//! functionParams, functionReturnValue }` (same file). The parameter structs are CUPTI's
+//! `generated_nvtx_meta.h` (not in cudarc): `nvtxRangePushA_params { const char* message }`,
+//! `nvtxRangePushW_params { const wchar_t* message }`, `nvtxRangePushEx_params { const
+//! nvtxEventAttributes_t* eventAttrib }`, `nvtxDomainRangePushEx_params { nvtxDomainHandle_t
+//! domain; const nvtxEventAttributes_t* core_attr }`. `nvtxEventAttributes_t` (v2, NVTX 3):
+//! version u16 @0, size u16 @2, category u32 @4, colorType i32 @8, color u32 @12, payloadType i32
+//! @16, reserved0 i32 @20, payload (8 bytes) @24, messageType i32 @32, message (pointer) @40;
+//! 48 bytes. Message types: 1 ASCII, 2 Unicode (wchar_t), 3 registered string handle (recorded as
+//! `<registered>`: the handle's text is not kept).
+//!
+//! Start/end ranges (`nvtxRangeStartA` / `nvtxRangeEnd`) may cross threads and do not nest; they
+//! are not recorded as scopes.
+
+use crate::cupti::Cupti;
+use gpufl_trace::ScopeSource;
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+pub const DOMAIN_NVTX: u32 = 5;
+pub const CBID_RANGE_PUSH_A: u32 = 8;
+pub const CBID_RANGE_PUSH_W: u32 = 9;
+pub const CBID_RANGE_PUSH_EX: u32 = 10;
+pub const CBID_RANGE_POP: u32 = 11;
+pub const CBID_DOMAIN_RANGE_PUSH_EX: u32 = 33;
+pub const CBID_DOMAIN_RANGE_POP: u32 = 34;
+
+const CBIDS: [u32; 6] = [
+    CBID_RANGE_PUSH_A,
+    CBID_RANGE_PUSH_W,
+    CBID_RANGE_PUSH_EX,
+    CBID_RANGE_POP,
+    CBID_DOMAIN_RANGE_PUSH_EX,
+    CBID_DOMAIN_RANGE_POP,
+];
+
+/// `CUpti_NvtxData` (cudarc, cuda-11050 and later).
+#[repr(C)]
+struct NvtxData {
+    function_name: *const c_char,
+    function_params: *const c_void,
+    function_return_value: *const c_void,
+}
+
+/// Enable the NVTX range callbacks on `sub`. Returns a notice when CUPTI refuses.
+pub(crate) fn enable(c: &Cupti, sub: *mut c_void) -> Option<String> {
+    for cbid in CBIDS {
+        // SAFETY: plain CUPTI call on our own subscriber.
+        let rc = unsafe { (c.enable_callback)(1, sub, DOMAIN_NVTX, cbid) };
+        if rc != crate::cupti::SUCCESS {
+            return Some(format!(
+                "NVTX ranges not recorded: cuptiEnableCallback(NVTX) failed: {}",
+                c.result_string(rc)
+            ));
+        }
+    }
+    None
+}
+
+/// Longest name kept (bytes); longer names are cut.
+const MAX_NAME: usize = 256;
+
+/// Handle one NVTX callback (domain [`DOMAIN_NVTX`]).
+///
+/// # Safety
+/// `data` is the `CUpti_NvtxData` CUPTI passed for `cbid`.
+pub unsafe fn on_callback(cbid: u32, data: *const c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: per the contract, data is a CUpti_NvtxData.
+    let params = unsafe { (*(data as *const NvtxData)).function_params };
+    match cbid {
+        CBID_RANGE_POP | CBID_DOMAIN_RANGE_POP => crate::scopes::pop(ScopeSource::Nvtx),
+        CBID_RANGE_PUSH_A | CBID_RANGE_PUSH_W | CBID_RANGE_PUSH_EX | CBID_DOMAIN_RANGE_PUSH_EX => {
+            let mut buf = [0u8; MAX_NAME];
+            // SAFETY: params is the parameter struct of this cbid (layouts in the module doc).
+            let name = unsafe { push_name(cbid, params, &mut buf) };
+            crate::scopes::push(name, ScopeSource::Nvtx);
+        }
+        _ => {}
+    }
+}
+
+/// The range name of a push call, copied into `buf` when it must be converted.
+///
+/// # Safety
+/// `params` is NULL or the parameter struct of `cbid`.
+unsafe fn push_name(cbid: u32, params: *const c_void, buf: &mut [u8; MAX_NAME]) -> &[u8] {
+    if params.is_null() {
+        return b"?";
+    }
+    // Every push struct starts with pointers; read the one that matters.
+    let p = params as *const *const c_void;
+    // SAFETY: see the layouts in the module doc.
+    unsafe {
+        match cbid {
+            CBID_RANGE_PUSH_A => c_bytes(*p as *const c_char),
+            CBID_RANGE_PUSH_W => wide_bytes(*p as *const i32, buf),
+            CBID_RANGE_PUSH_EX => attr_name(*p, buf),
+            CBID_DOMAIN_RANGE_PUSH_EX => attr_name(*p.add(1), buf),
+            _ => b"?",
+        }
+    }
+}
+
+/// # Safety
+/// `s` is NULL or NUL-terminated.
+unsafe fn c_bytes<'a>(s: *const c_char) -> &'a [u8] {
+    if s.is_null() {
+        return b"";
+    }
+    // SAFETY: NUL-terminated per the contract.
+    let b = unsafe { CStr::from_ptr(s) }.to_bytes();
+    &b[..b.len().min(MAX_NAME)]
+}
+
+/// A wchar_t (UTF-32 on Linux) string as UTF-8, cut to fit `buf`.
+///
+/// # Safety
+/// `s` is NULL or NUL-terminated.
+unsafe fn wide_bytes(s: *const i32, buf: &mut [u8; MAX_NAME]) -> &[u8] {
+    if s.is_null() {
+        return b"";
+    }
+    let mut n = 0;
+    for i in 0..MAX_NAME {
+        // SAFETY: reading up to the terminator.
+        let c = unsafe { *s.add(i) };
+        if c == 0 {
+            break;
+        }
+        let ch = char::from_u32(c as u32).unwrap_or('?');
+        if n + ch.len_utf8() > MAX_NAME {
+            break;
+        }
+        n += ch.encode_utf8(&mut buf[n..]).len();
+    }
+    &buf[..n]
+}
+
+/// The message of an `nvtxEventAttributes_t`.
+///
+/// # Safety
+/// `attr` is NULL or points at an event attributes struct of at least its `size` bytes.
+unsafe fn attr_name(attr: *const c_void, buf: &mut [u8; MAX_NAME]) -> &[u8] {
+    if attr.is_null() {
+        return b"?";
+    }
+    let base = attr as *const u8;
+    // SAFETY: fields read at their documented offsets, within `size`.
+    unsafe {
+        let size = *(base.add(2) as *const u16);
+        if size < 48 {
+            return b"?";
+        }
+        let kind = *(base.add(32) as *const i32);
+        let msg = *(base.add(40) as *const *const c_void);
+        match kind {
+            1 => c_bytes(msg as *const c_char),
+            2 => wide_bytes(msg as *const i32, buf),
+            3 => b"<registered>",
+            _ => b"?",
+        }
+    }
+}
+
+/// NVTX's injection entry point (`NVTX_INJECTION64_PATH` names this library): forwarded to
+/// CUPTI's, which fills NVTX's table and turns NVTX calls into CUPTI callbacks. Returns 0
+/// (failure: NVTX stays a no-op) when CUPTI cannot be loaded.
+///
+/// # Safety
+/// Called by NVTX with its export-table getter, which is passed on unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: *const c_void) -> c_int {
+    std::panic::catch_unwind(|| {
+        let Some(c) = crate::recorder::cupti_loaded() else {
+            return 0;
+        };
+        let Some(f) = c.lib.sym_addr(c"InitializeInjectionNvtx2") else {
+            return 0;
+        };
+        // SAFETY: CUPTI's InitializeInjectionNvtx2 has NVTX's injection signature.
+        let f: unsafe extern "C" fn(*const c_void) -> c_int = unsafe { std::mem::transmute(f) };
+        // SAFETY: forwarding NVTX's own argument.
+        unsafe { f(get_export_table) }
+    })
+    .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_each_push_layout() {
+        let mut buf = [0u8; MAX_NAME];
+        let ascii = c"forward";
+        let pa = [ascii.as_ptr() as *const c_void];
+        // SAFETY: a PushA params struct.
+        assert_eq!(
+            unsafe { push_name(CBID_RANGE_PUSH_A, pa.as_ptr() as _, &mut buf) },
+            b"forward"
+        );
+
+        let wide: Vec<i32> = "optim\u{e9}\0".chars().map(|c| c as i32).collect();
+        let pw = [wide.as_ptr() as *const c_void];
+        // SAFETY: a PushW params struct.
+        let got = unsafe { push_name(CBID_RANGE_PUSH_W, pw.as_ptr() as _, &mut buf) }.to_vec();
+        assert_eq!(got, "optimé".as_bytes());
+
+        // nvtxEventAttributes_t v2, 48 bytes, ASCII message.
+        let mut attr = [0u8; 48];
+        attr[2..4].copy_from_slice(&48u16.to_ne_bytes());
+        attr[32..36].copy_from_slice(&1i32.to_ne_bytes());
+        let msg = c"backward";
+        attr[40..48].copy_from_slice(&(msg.as_ptr() as usize).to_ne_bytes());
+        let aligned: Vec<u64> = attr
+            .chunks(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        let pe = [aligned.as_ptr() as *const c_void];
+        // SAFETY: a PushEx params struct.
+        assert_eq!(
+            unsafe { push_name(CBID_RANGE_PUSH_EX, pe.as_ptr() as _, &mut buf) },
+            b"backward"
+        );
+        let pd = [std::ptr::null(), aligned.as_ptr() as *const c_void];
+        // SAFETY: a DomainRangePushEx params struct.
+        assert_eq!(
+            unsafe { push_name(CBID_DOMAIN_RANGE_PUSH_EX, pd.as_ptr() as _, &mut buf) },
+            b"backward"
+        );
+        // Too small a struct: not read.
+        let small = [0u64; 6];
+        let ps = [small.as_ptr() as *const c_void];
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { push_name(CBID_RANGE_PUSH_EX, ps.as_ptr() as _, &mut buf) },
+            b"?"
+        );
+    }
+}

@@ -1,0 +1,407 @@
+//! Named scopes: `gpufl_scope_push` / `gpufl_scope_pop` (C, C++ `gpufl::Scope`, Python
+//! `gpufl.scope`) and NVTX ranges (`nvtx.rs`), recorded as `scope` records.
+//!
+//! Hot path (the application's thread): a thread-local stack of open scopes, a thread-local table
+//! from name bytes to a process-wide name id (a name is copied once per thread, the first time the
+//! thread uses it; that definition goes on an unbounded lock-free queue), one timestamp, and one
+//! push of a small `Copy` event on a bounded lock-free queue (full: the event is counted as dropped,
+//! the app never waits). No lock, no allocation in steady state.
+//!
+//! Writer side: [`drain`] turns events into `scope` records (interning each name in the trace).
+//! When GPU capture cannot run (no CUPTI, no GPU), [`start_standalone`] runs a small writer thread
+//! of its own, so `gpufl_init` + scopes + `gpufl_shutdown` still produce a session.
+
+use crossbeam_queue::{ArrayQueue, SegQueue};
+use gpufl_trace::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Capacity of the event queue between the hot path and the writer (drained every 100 ms).
+pub const QUEUE_CAPACITY: usize = 1 << 16;
+/// Deepest nesting tracked per thread; deeper pushes are counted and not recorded.
+pub const MAX_DEPTH: usize = 256;
+
+/// One push or pop, as the hot path queues it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub ts: u64,
+    pub tid: u64,
+    /// Process-wide name id (see [`NAMES`]).
+    pub name: u32,
+    pub depth: u32,
+    pub end: bool,
+    pub source: ScopeSource,
+}
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static EVENTS: OnceLock<ArrayQueue<Event>> = OnceLock::new();
+/// Name definitions (id, text), each queued before the first event that uses the id.
+static NAMES: SegQueue<(u32, Box<str>)> = SegQueue::new();
+static NEXT_NAME: AtomicU32 = AtomicU32::new(0);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+static UNBALANCED: AtomicU64 = AtomicU64::new(0);
+static TOO_DEEP: AtomicU64 = AtomicU64::new(0);
+
+fn events() -> &'static ArrayQueue<Event> {
+    EVENTS.get_or_init(|| ArrayQueue::new(QUEUE_CAPACITY))
+}
+
+/// Turn scope recording on or off (on while a writer drains the queue).
+pub fn set_enabled(on: bool) {
+    if on {
+        let _ = events();
+    }
+    ENABLED.store(on, Ordering::SeqCst);
+}
+
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+struct ThreadState {
+    tid: u64,
+    /// Name bytes → process-wide id.
+    names: HashMap<Box<[u8]>, u32>,
+    /// Open scopes: (name id, source). Capacity reserved once.
+    open: Vec<(u32, ScopeSource)>,
+    /// Pushes beyond MAX_DEPTH not recorded; their pops are swallowed too.
+    hidden: u32,
+}
+
+thread_local! {
+    static STATE: RefCell<Option<ThreadState>> = const { RefCell::new(None) };
+}
+
+fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
+    STATE
+        .try_with(|s| {
+            let mut s = s.try_borrow_mut().ok()?;
+            let st = s.get_or_insert_with(|| ThreadState {
+                // SAFETY: gettid has no preconditions.
+                tid: unsafe { libc::gettid() } as u64,
+                names: HashMap::new(),
+                open: Vec::with_capacity(16),
+                hidden: 0,
+            });
+            Some(f(st))
+        })
+        .ok()
+        .flatten()
+}
+
+fn enqueue(ev: Event) {
+    if events().push(ev).is_err() {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Open a scope named `name` on this thread. O(1) in the number of scopes (hashes the name).
+pub fn push(name: &[u8], source: ScopeSource) {
+    if !enabled() {
+        return;
+    }
+    let ts = crate::recorder::trace_clock();
+    with_state(|st| {
+        if st.open.len() >= MAX_DEPTH {
+            st.hidden += 1;
+            TOO_DEEP.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let id = match st.names.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = NEXT_NAME.fetch_add(1, Ordering::Relaxed);
+                let text: Box<str> = String::from_utf8_lossy(name).into();
+                NAMES.push((id, text));
+                st.names.insert(name.into(), id);
+                id
+            }
+        };
+        let depth = st.open.len() as u32;
+        st.open.push((id, source));
+        enqueue(Event {
+            ts,
+            tid: st.tid,
+            name: id,
+            depth,
+            end: false,
+            source,
+        });
+    });
+}
+
+/// Close this thread's innermost scope. A pop with nothing open is counted (a warning at the end
+/// of the session) and otherwise ignored.
+pub fn pop(source: ScopeSource) {
+    if !enabled() {
+        return;
+    }
+    let ts = crate::recorder::trace_clock();
+    with_state(|st| {
+        if st.hidden > 0 {
+            st.hidden -= 1;
+            return;
+        }
+        let Some((id, opened_by)) = st.open.pop() else {
+            UNBALANCED.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let _ = source;
+        enqueue(Event {
+            ts,
+            tid: st.tid,
+            name: id,
+            depth: st.open.len() as u32,
+            end: true,
+            source: opened_by,
+        });
+    });
+}
+
+/// Writer-side state: process-wide name id → text.
+#[derive(Default)]
+pub struct Drain {
+    names: HashMap<u32, Box<str>>,
+}
+
+impl Drain {
+    fn take_names(&mut self) {
+        while let Some((id, text)) = NAMES.pop() {
+            self.names.insert(id, text);
+        }
+    }
+
+    /// Write every queued event as a `scope` record.
+    pub fn drain<W: Write>(&mut self, w: &mut TraceWriter<W>) -> Result<usize, TraceError> {
+        let mut n = 0;
+        while let Some(ev) = events().pop() {
+            if !self.names.contains_key(&ev.name) {
+                // Its definition was queued before the event: it is visible now.
+                self.take_names();
+            }
+            let text = self.names.get(&ev.name).map_or("?", |s| s);
+            let name = w.intern_str(text)?;
+            w.write(&Record::Scope(Scope {
+                ts: ev.ts,
+                tid: ev.tid,
+                name,
+                depth: ev.depth,
+                end: ev.end,
+                source: ev.source,
+            }))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// At the end of a session: drain, then record losses and unbalanced pops.
+    pub fn finish<W: Write>(&mut self, w: &mut TraceWriter<W>) -> Result<(), TraceError> {
+        self.drain(w)?;
+        let lost = DROPPED.swap(0, Ordering::Relaxed);
+        if lost > 0 {
+            w.write(&Record::Dropped(Dropped {
+                source: "scope_queue".into(),
+                count: lost,
+            }))?;
+        }
+        let unbalanced = UNBALANCED.swap(0, Ordering::Relaxed);
+        if unbalanced > 0 {
+            w.write(&Record::Notice(Notice {
+                level: "warning".into(),
+                message: format!(
+                    "scopes: {unbalanced} pop(s) without an open scope on their thread were ignored"
+                ),
+            }))?;
+        }
+        let deep = TOO_DEEP.swap(0, Ordering::Relaxed);
+        if deep > 0 {
+            w.write(&Record::Notice(Notice {
+                level: "warning".into(),
+                message: format!("scopes: {deep} push(es) deeper than {MAX_DEPTH} not recorded"),
+            }))?;
+        }
+        Ok(())
+    }
+}
+
+/// The recorder's writer thread keeps its drain state here (only that thread locks it).
+pub fn recorder_drain() -> &'static Mutex<Drain> {
+    static D: OnceLock<Mutex<Drain>> = OnceLock::new();
+    D.get_or_init(|| Mutex::new(Drain::default()))
+}
+
+/// The recorder's writer thread: write queued scope events.
+pub fn drain_into(s: &mut crate::sink::Sink) -> Result<(), TraceError> {
+    let mut d = recorder_drain().lock().unwrap_or_else(|e| e.into_inner());
+    if d.drain(s.writer())? > 0 {
+        s.dirty = true;
+    }
+    Ok(())
+}
+
+/// The recorder's writer thread, at stop: stop recording scopes, write the rest and the warnings.
+pub fn finish_into(s: &mut crate::sink::Sink) -> Result<(), TraceError> {
+    set_enabled(false);
+    let mut d = recorder_drain().lock().unwrap_or_else(|e| e.into_inner());
+    d.finish(s.writer())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scopes-only session (GPU capture unavailable)
+// ---------------------------------------------------------------------------------------------
+
+/// A stop request: the end reason, and where to send the counts.
+type StopMsg = (&'static str, Sender<Option<Counts>>);
+
+struct Standalone {
+    dir: PathBuf,
+    pid: u32,
+    stop: Mutex<Option<Sender<StopMsg>>>,
+}
+
+static STANDALONE: OnceLock<Standalone> = OnceLock::new();
+
+/// The session directory of a scopes-only session, if one runs.
+pub fn standalone_dir() -> Option<&'static PathBuf> {
+    STANDALONE.get().map(|s| &s.dir)
+}
+
+/// Write a scopes-only session: `header` (whose capture status says why GPU capture is off) into
+/// `path`, then scope records until [`stop_standalone`].
+pub fn start_standalone(dir: PathBuf, path: PathBuf, header: &Header) -> Result<(), TraceError> {
+    let file = std::fs::File::create(&path)?;
+    let w = TraceWriter::new(std::io::BufWriter::new(file), header)?;
+    let (tx, rx) = channel();
+    let st = Standalone {
+        dir,
+        pid: std::process::id(),
+        stop: Mutex::new(Some(tx)),
+    };
+    if STANDALONE.set(st).is_err() {
+        return Err(TraceError::Write(std::io::Error::other(
+            "a scopes-only session already ran in this process",
+        )));
+    }
+    set_enabled(true);
+    std::thread::Builder::new()
+        .name("gpufl-scopes".into())
+        .spawn(move || standalone_thread(w, rx))?;
+    Ok(())
+}
+
+fn standalone_thread<W: Write>(mut w: TraceWriter<W>, rx: Receiver<StopMsg>) {
+    let mut d = Drain::default();
+    let mut last_block = Instant::now();
+    let mut dirty = false;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok((reason, ack)) => {
+                set_enabled(false);
+                let counts = d
+                    .finish(&mut w)
+                    .and_then(|_| {
+                        let c = w.counts().clone();
+                        w.finish(crate::procinfo::unix_ns(), reason).map(|_| c)
+                    })
+                    .ok();
+                let _ = ack.send(counts);
+                return;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        match d.drain(&mut w) {
+            Ok(n) => dirty |= n > 0,
+            Err(_) => {
+                set_enabled(false);
+                return;
+            }
+        }
+        if dirty && last_block.elapsed() >= Duration::from_secs(1) {
+            if w.end_block().is_err() {
+                set_enabled(false);
+                return;
+            }
+            dirty = false;
+            last_block = Instant::now();
+        }
+    }
+}
+
+/// Close a scopes-only session (idempotent; None if none runs in this process).
+pub fn stop_standalone(reason: &'static str) -> Option<Counts> {
+    let st = STANDALONE.get()?;
+    if st.pid != std::process::id() {
+        return None;
+    }
+    let tx = st.stop.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+    let (ack_tx, ack_rx) = channel();
+    tx.send((reason, ack_tx)).ok()?;
+    ack_rx.recv_timeout(Duration::from_secs(5)).ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(bytes: Vec<u8>) -> Vec<Record> {
+        gpufl_trace::reader::TraceReader::from_bytes(bytes, "mem")
+            .unwrap()
+            .collect()
+    }
+
+    #[test]
+    fn nesting_unbalanced_pops_and_names() {
+        // One test owns the process-wide queue (tests run in threads of one process).
+        set_enabled(true);
+        pop(ScopeSource::Api); // nothing open: counted, no crash
+        push(b"outer", ScopeSource::Api);
+        push(b"inner", ScopeSource::Nvtx);
+        pop(ScopeSource::Nvtx);
+        push(b"inner", ScopeSource::Nvtx);
+        pop(ScopeSource::Nvtx);
+        pop(ScopeSource::Api);
+        std::thread::spawn(|| push(b"other", ScopeSource::Api))
+            .join()
+            .unwrap();
+        set_enabled(false);
+        push(b"ignored", ScopeSource::Api);
+
+        let header = Header::default();
+        let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+        let mut d = Drain::default();
+        d.finish(&mut w).unwrap();
+        let recs = decode(w.finish(1, "shutdown").unwrap());
+        let mut syms = Symbols::default();
+        let mut got = Vec::new();
+        let mut warned = false;
+        for r in &recs {
+            syms.observe(r);
+            match r {
+                Record::Scope(s) => {
+                    got.push((syms.str(s.name).to_string(), s.depth, s.end, s.source))
+                }
+                Record::Notice(n) => warned |= n.message.contains("1 pop(s) without"),
+                _ => {}
+            }
+        }
+        use ScopeSource::*;
+        let want: Vec<(String, u32, bool, ScopeSource)> = vec![
+            ("outer".into(), 0, false, Api),
+            ("inner".into(), 1, false, Nvtx),
+            ("inner".into(), 1, true, Nvtx),
+            ("inner".into(), 1, false, Nvtx),
+            ("inner".into(), 1, true, Nvtx),
+            ("outer".into(), 0, true, Api),
+            ("other".into(), 0, false, Api),
+        ];
+        assert_eq!(got, want);
+        assert!(warned, "unbalanced pop not reported");
+    }
+}

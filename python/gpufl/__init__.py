@@ -1,0 +1,185 @@
+"""gpufl: the Python side of the gpufl flight recorder (pure Python, ctypes).
+
+    import gpufl
+    gpufl.init(app_name="train")           # not needed under `gpufl record`
+    with gpufl.scope("forward"):
+        loss = model(x)
+    @gpufl.scope("step")
+    def step(): ...
+    gpufl.shutdown()
+
+The capture library is found, in order: the one CUDA loaded under `gpufl record`
+(``CUDA_INJECTION64_PATH``), ``GPUFL_CAPTURE_LIB``, or ``libgpufl_capture.so`` next to the
+``gpufl`` executable on PATH (same directory or ``../lib``). Without one every call is a no-op
+(one warning).
+"""
+
+import ctypes
+import functools
+import os
+import shutil
+import warnings
+
+__all__ = ["init", "shutdown", "scope", "pause", "resume", "session_dir", "library_path"]
+
+OK, ALREADY_RUNNING, DISABLED, INTERNAL_ERROR = 0, 1, 2, 3
+_LIB_NAME = "libgpufl_capture.so"
+
+_lib = None
+_lib_path = None
+_looked = False
+
+
+def _candidates():
+    for var in ("CUDA_INJECTION64_PATH", "GPUFL_CAPTURE_LIB"):
+        p = os.environ.get(var)
+        if p and os.path.basename(p).startswith("libgpufl_capture"):
+            yield p
+    exe = shutil.which("gpufl")
+    if exe:
+        d = os.path.dirname(os.path.realpath(exe))
+        yield os.path.join(d, _LIB_NAME)
+        yield os.path.join(d, "..", "lib", _LIB_NAME)
+
+
+def _load():
+    global _lib, _lib_path, _looked
+    if _looked:
+        return _lib
+    _looked = True
+    for p in _candidates():
+        if not os.path.exists(p):
+            continue
+        try:
+            # Under `gpufl record` the driver loaded it already: dlopen returns the same handle.
+            lib = ctypes.CDLL(p)
+        except OSError:
+            continue
+        lib.gpufl_init.argtypes = [ctypes.c_void_p]
+        lib.gpufl_init.restype = ctypes.c_int
+        lib.gpufl_scope_push.argtypes = [ctypes.c_char_p]
+        lib.gpufl_scope_push.restype = None
+        lib.gpufl_scope_pop.argtypes = []
+        lib.gpufl_scope_pop.restype = None
+        lib.gpufl_pause.restype = ctypes.c_int
+        lib.gpufl_resume.restype = ctypes.c_int
+        lib.gpufl_session_dir.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.gpufl_session_dir.restype = ctypes.c_ssize_t
+        _lib, _lib_path = lib, os.path.abspath(p)
+        return _lib
+    warnings.warn(
+        "gpufl: capture library not found (set GPUFL_CAPTURE_LIB or put `gpufl` on PATH); "
+        "gpufl calls do nothing",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return None
+
+
+def library_path():
+    """Path of the capture library in use, or None."""
+    _load()
+    return _lib_path
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("app_name", ctypes.c_char_p),
+        ("log_path", ctypes.c_char_p),
+        ("enable_synchronization", ctypes.c_int),
+        ("enable_stack_trace", ctypes.c_int),
+        ("backend_url", ctypes.c_char_p),
+        ("api_key", ctypes.c_char_p),
+    ]
+
+
+def _b(s):
+    return None if s is None else str(s).encode()
+
+
+def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack_trace=False):
+    """Start recording this process. Returns 0 (recording), 1 (already recording, e.g. under
+    `gpufl record`), 2 (GPU capture unavailable: scopes are still recorded when possible) or 3;
+    -1 when the library is missing. GPUFL_* environment variables override the arguments."""
+    lib = _load()
+    if lib is None:
+        return -1
+    # NVTX ranges (torch.cuda.nvtx.range, emit_nvtx) become scopes: NVTX loads the library
+    # named here at its first call, which hands over to CUPTI.
+    os.environ.setdefault("NVTX_INJECTION64_PATH", _lib_path)
+    o = _Options(
+        ctypes.sizeof(_Options),
+        _b(app_name),
+        _b(log_path),
+        int(bool(enable_synchronization)),
+        int(bool(enable_stack_trace)),
+        None,
+        None,
+    )
+    return lib.gpufl_init(ctypes.byref(o))
+
+
+def shutdown():
+    """Flush and close the session (also done at process exit)."""
+    lib = _load()
+    if lib is not None:
+        lib.gpufl_shutdown()
+
+
+def pause():
+    """Pause recording; False when this process is not recording."""
+    lib = _load()
+    return lib is not None and lib.gpufl_pause() == OK
+
+
+def resume():
+    """Resume recording; False when this process is not recording."""
+    lib = _load()
+    return lib is not None and lib.gpufl_resume() == OK
+
+
+def session_dir():
+    """The session directory, or None when not recording."""
+    lib = _load()
+    if lib is None:
+        return None
+    buf = ctypes.create_string_buffer(4096)
+    n = lib.gpufl_session_dir(buf, len(buf))
+    return buf.value.decode() if n > 0 else None
+
+
+class scope:
+    """A named scope: ``with gpufl.scope("forward"):`` or ``@gpufl.scope("step")``."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = str(name).encode()
+
+    def __enter__(self):
+        lib = _lib if _looked else _load()
+        if lib is not None:
+            lib.gpufl_scope_push(self._name)
+        return self
+
+    def __exit__(self, *exc):
+        if _lib is not None:
+            _lib.gpufl_scope_pop()
+        return False
+
+    def __call__(self, fn):
+        name = self._name
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            lib = _lib if _looked else _load()
+            if lib is None:
+                return fn(*args, **kwargs)
+            lib.gpufl_scope_push(name)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                lib.gpufl_scope_pop()
+
+        return wrapper
