@@ -156,6 +156,9 @@ if has kernels; then
   done
   log "(n) nvcc --resource-usage of kernel_pitfalls.cu"
   grep -E "Function properties|stack frame|Used [0-9]+ registers" "$OUT/resource-usage-kernel_pitfalls.txt" | tee -a "$OUT/summary.txt"
+  # What the binary itself declares per function: LOCAL (local arrays) is what CUDA's function
+  # attributes and CUPTI's localMemoryPerThread report; spills to the ABI stack count as STACK.
+  [ -x build/kernel_pitfalls ] && cuobjdump -res-usage build/kernel_pitfalls 2>&1 | grep -E "Function|REG:" | tee -a "$OUT/summary.txt"
   if [ -x build/occupancy_check ]; then
     log "(n) occupancy_check: cudaOccupancyMaxActiveBlocksPerMultiprocessor per (kernel, block, dynamic smem) -> occupancy_h100.jsonl"
     build/occupancy_check >"$OUT/occupancy_h100.jsonl" 2>"$OUT/occupancy_check.log"
