@@ -17,6 +17,8 @@ mod kernel_rules;
 #[path = "analysis/occupancy_runtime.rs"]
 mod occupancy_runtime;
 // The recorded examples of the streams seed.
+#[path = "analysis/testdata_issue5.rs"]
+mod testdata_issue5;
 #[path = "analysis/testdata_streams.rs"]
 mod testdata_streams;
 // The telemetry rules (issue 5): throttling, memory pressure, ECC errors, low utilization.

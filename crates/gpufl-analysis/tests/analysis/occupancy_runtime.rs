@@ -27,8 +27,6 @@ fn u(v: &Value, key: &str) -> u64 {
 }
 
 #[test]
-#[ignore = "needs testdata/occupancy/h100.jsonl: the output of `build/occupancy_check` on the H100 \
-            (scripts/gpu-check.sh kernels writes it to $OUT/occupancy_h100.jsonl)"]
 fn occupancy_matches_the_cuda_runtime_on_h100() {
     let text = std::fs::read_to_string(h100_jsonl()).expect("testdata/occupancy/h100.jsonl");
     let mut lines = text
