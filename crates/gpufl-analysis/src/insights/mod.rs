@@ -17,6 +17,7 @@ pub(crate) mod pageable_async_copy;
 pub(crate) mod register_spill;
 pub(crate) mod sync_attribution;
 pub(crate) mod throttling;
+pub(crate) mod timeline;
 pub(crate) mod under_filled_grid;
 pub(crate) mod utilization;
 

@@ -1,0 +1,425 @@
+//! What the timeline rules share (`gpu-idle`, `launch-bound`, `no-copy-compute-overlap`, the
+//! kernel rules, `low-utilization`): each device's GPU ops in start order, the API call that issued
+//! an op, merged busy intervals, and the user line of a launch.
+
+use super::gpu_idle::{LocationSource, UNKNOWN_FILE};
+use super::Ctx;
+use crate::model::Model;
+use crate::store::NONE;
+use crate::userframe::{FrameOrigin, SourceLoc};
+use crate::views::ApiRec;
+use std::cell::OnceCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// Each device's ops sorted by start (ties in record order, kernels first): `op < kernel_count`
+/// is a kernel, `op - kernel_count` a copy (memsets included when asked). With one device every op
+/// is its. 4 bytes per op, and the sort is adaptive: records come nearly in start order.
+pub(super) fn device_timelines(m: &Model, memsets: bool) -> Vec<(u32, Vec<u32>)> {
+    let devs = m.devices();
+    let single = devs.len() == 1;
+    let nk = m.kernel_count();
+    let mut out: Vec<(u32, Vec<u32>)> = devs.iter().map(|&d| (d, Vec::new())).collect();
+    if out.is_empty() {
+        return out;
+    }
+    if single {
+        out[0].1.reserve_exact(nk + m.copy_count());
+    }
+    let slot = |d: u32| {
+        if single {
+            Some(0)
+        } else {
+            devs.iter().position(|&x| x == d)
+        }
+    };
+    for (i, d) in m.kernels.dev.iter().enumerate() {
+        if let Some(p) = slot(d) {
+            out[p].1.push(i as u32);
+        }
+    }
+    let c = &m.copies;
+    for (i, (d, op)) in c.dev.iter().zip(c.op.iter()).enumerate() {
+        if !memsets && op == crate::views::OP_MEMSET {
+            continue;
+        }
+        if let Some(p) = slot(d) {
+            out[p].1.push((nk + i) as u32);
+        }
+    }
+    for (_, v) in &mut out {
+        v.sort_by_key(|&op| op_start(m, op));
+    }
+    out
+}
+
+/// Start of an op of a timeline.
+pub(super) fn op_start(m: &Model, op: u32) -> u64 {
+    let nk = m.kernel_count();
+    let i = op as usize;
+    if i < nk {
+        m.kernels.start.get(i)
+    } else {
+        m.copies.start.get(i - nk)
+    }
+}
+
+/// End of an op of a timeline, never before its start.
+pub(super) fn op_end(m: &Model, op: u32) -> u64 {
+    let (s, e) = op_span(m, op);
+    e.max(s)
+}
+
+pub(super) fn op_span(m: &Model, op: u32) -> (u64, u64) {
+    let nk = m.kernel_count();
+    let i = op as usize;
+    if i < nk {
+        (m.kernels.start.get(i), m.kernels.end.get(i))
+    } else {
+        (m.copies.start.get(i - nk), m.copies.end.get(i - nk))
+    }
+}
+
+pub(super) fn op_corr(m: &Model, op: u32) -> u32 {
+    let nk = m.kernel_count();
+    let i = op as usize;
+    if i < nk {
+        m.kernels.corr.get(i)
+    } else {
+        m.copies.corr.get(i - nk)
+    }
+}
+
+/// The API call that issued a GPU op (None for correlation id 0, which CUPTI never assigns).
+pub(super) fn issuing_api(cx: &Ctx, corr: u32) -> Option<ApiRec> {
+    if corr == 0 {
+        None
+    } else {
+        cx.api(corr)
+    }
+}
+
+/// Finds API calls by correlation id for a sequence of lookups with mostly increasing ids (GPU
+/// ops in start order): a galloping search from the previous hit, O(1) when ids increase.
+pub(super) struct ApiCursor<'a> {
+    cx: &'a Ctx<'a>,
+    at: usize,
+}
+
+impl<'a> ApiCursor<'a> {
+    pub(super) fn new(cx: &'a Ctx<'a>) -> ApiCursor<'a> {
+        ApiCursor { cx, at: 0 }
+    }
+
+    /// As [`issuing_api`].
+    pub(super) fn find(&mut self, corr: u32) -> Option<ApiRec> {
+        let v = &self.cx.api_by_corr;
+        if corr == 0 || v.is_empty() {
+            return None;
+        }
+        let at = self.at.min(v.len() - 1);
+        // Bracket [lo, hi) around the first entry >= corr by doubling steps from `at`.
+        let (mut lo, mut hi);
+        if v[at].0 < corr {
+            let mut step = 1;
+            lo = at + 1;
+            hi = lo;
+            while hi < v.len() && v[hi].0 < corr {
+                lo = hi + 1;
+                hi = (hi + step).min(v.len());
+                step *= 2;
+            }
+        } else {
+            let mut step = 1;
+            hi = at;
+            lo = at;
+            while lo > 0 && v[lo - 1].0 >= corr {
+                hi = lo - 1;
+                lo = lo.saturating_sub(step);
+                step *= 2;
+            }
+        }
+        let hi = hi.min(v.len());
+        let lo = lo.min(hi);
+        let i = lo + v[lo..hi].partition_point(|a| a.0 < corr);
+        self.at = i.min(v.len() - 1);
+        match v.get(i) {
+            Some(&(c, idx)) if c == corr => Some(self.cx.m.api(idx as usize)),
+            _ => None,
+        }
+    }
+}
+
+/// Push into a min-heap of at most `cap` items, keeping the largest.
+pub(super) fn push_capped<T: Ord>(heap: &mut BinaryHeap<Reverse<T>>, item: T, cap: usize) {
+    if heap.len() < cap {
+        heap.push(Reverse(item));
+    } else if let Some(mut min) = heap.peek_mut() {
+        if item > min.0 {
+            *min = Reverse(item);
+        }
+    }
+}
+
+/// Merged busy intervals of one device, with prefix sums: busy time in a range, idle before an
+/// instant.
+pub(super) struct BusyIndex {
+    iv: Vec<(u64, u64)>,
+    /// `prefix[i]`: busy time of `iv[..i]`.
+    prefix: Vec<u64>,
+}
+
+impl BusyIndex {
+    /// From intervals already sorted and merged (as [`crate::DeviceBusy`] keeps them).
+    pub(super) fn from_merged(iv: Vec<(u64, u64)>) -> BusyIndex {
+        let mut prefix = Vec::with_capacity(iv.len() + 1);
+        let mut acc = 0u64;
+        prefix.push(0);
+        for &(s, e) in &iv {
+            acc += e - s;
+            prefix.push(acc);
+        }
+        BusyIndex { iv, prefix }
+    }
+
+    /// From any intervals (sorted and merged here; empty or inverted ones count for nothing).
+    pub(super) fn from_intervals(mut iv: Vec<(u64, u64)>) -> BusyIndex {
+        let n = crate::intervals::merge(&mut iv).len();
+        iv.truncate(n);
+        Self::from_merged(iv)
+    }
+
+    /// Busy time within `[a, b)`.
+    pub(super) fn busy_in(&self, a: u64, b: u64) -> u64 {
+        if b <= a {
+            return 0;
+        }
+        let i = self.iv.partition_point(|&(_, e)| e <= a);
+        let j = self.iv.partition_point(|&(s, _)| s < b);
+        if i >= j {
+            return 0;
+        }
+        let mut t = self.prefix[j] - self.prefix[i];
+        let (s0, _) = self.iv[i];
+        t -= a.saturating_sub(s0);
+        let (_, e1) = self.iv[j - 1];
+        t -= e1.saturating_sub(b);
+        t
+    }
+
+    /// Idle time right before work starting at `t`: the gap that ends at `t` when `t` starts a
+    /// busy interval after another; 0 when the device was already busy at `t` or `t` starts the
+    /// device's first interval.
+    pub(super) fn idle_before(&self, t: u64) -> u64 {
+        let i = self.iv.partition_point(|&(s, _)| s < t);
+        match (i.checked_sub(1).map(|p| self.iv[p]), self.iv.get(i)) {
+            (Some((_, pe)), Some(&(s, _))) if s == t && pe < t => t - pe,
+            _ => 0,
+        }
+    }
+}
+
+/// Finds the user line of a GPU op's API call, with lazily built indexes.
+pub(super) struct Locator<'a> {
+    cx: &'a Ctx<'a>,
+    /// (tid, start, loc) of syncs with a user location, sorted.
+    syncs_by_tid: OnceCell<Vec<(u64, u64, u32)>>,
+    /// (start, loc) of the same syncs, sorted.
+    syncs_by_start: OnceCell<Vec<(u64, u32)>>,
+    /// (kernel name, most frequent call-site location) of kernels with sampled call sites.
+    name_lines: OnceCell<Vec<(u32, u32)>>,
+}
+
+impl<'a> Locator<'a> {
+    pub(super) fn new(cx: &'a Ctx<'a>) -> Locator<'a> {
+        Locator {
+            cx,
+            syncs_by_tid: OnceCell::new(),
+            syncs_by_start: OnceCell::new(),
+            name_lines: OnceCell::new(),
+        }
+    }
+
+    fn user_syncs(&self) -> &[(u64, u64, u32)] {
+        self.syncs_by_tid.get_or_init(|| {
+            let s = &self.cx.m.syncs;
+            let mut v: Vec<(u64, u64, u32)> = self
+                .cx
+                .sync_loc
+                .iter()
+                .enumerate()
+                .filter(|&(_, &loc)| loc != NONE && !self.cx.is_driver_internal(loc))
+                .map(|(i, &loc)| (s.tid.get(i), s.start.get(i), loc))
+                .collect();
+            v.sort_unstable();
+            v
+        })
+    }
+
+    /// The first synchronization with a user location that starts at or after `t`, on thread
+    /// `tid`; on any thread when `tid` is None or that thread has none after `t` (e.g. PyTorch's
+    /// autograd thread launches the backward pass and never synchronizes).
+    pub(super) fn next_sync(&self, tid: Option<u64>, t: u64) -> Option<u32> {
+        if let Some(tid) = tid {
+            let v = self.user_syncs();
+            let i = v.partition_point(|&(x, s, _)| (x, s) < (tid, t));
+            if let Some(r) = v.get(i).filter(|r| r.0 == tid) {
+                return Some(r.2);
+            }
+        }
+        let v = self.syncs_by_start.get_or_init(|| {
+            let mut v: Vec<(u64, u32)> =
+                self.user_syncs().iter().map(|&(_, s, l)| (s, l)).collect();
+            v.sort_unstable();
+            v
+        });
+        let i = v.partition_point(|&(s, _)| s < t);
+        v.get(i).map(|r| r.1)
+    }
+
+    /// The most frequent call-site location of sampled launches of a kernel function.
+    pub(super) fn kernel_name_line(&self, name: u32) -> Option<u32> {
+        let v = self.name_lines.get_or_init(|| {
+            let m = self.cx.m;
+            if m.callsites.is_empty() {
+                return Vec::new();
+            }
+            let mut kc: Vec<(u32, u32)> = m
+                .kernels
+                .corr
+                .iter()
+                .zip(m.kernel_names())
+                .filter(|&(c, _)| c != 0)
+                .collect();
+            kc.sort_unstable();
+            kc.dedup_by_key(|x| x.0);
+            // (name, loc) of every sampled launch: a merge join of the two sorted lists.
+            let mut votes: Vec<(u32, u32)> = Vec::new();
+            let mut j = 0;
+            for &(corr, stack, _) in &m.callsites {
+                while j < kc.len() && kc[j].0 < corr {
+                    j += 1;
+                }
+                if j < kc.len() && kc[j].0 == corr {
+                    if let Some(&loc) = self.cx.stack_loc.get(stack as usize) {
+                        votes.push((kc[j].1, loc));
+                    }
+                }
+            }
+            most_frequent_per_key(votes)
+        });
+        let i = v.partition_point(|&(n, _)| n < name);
+        v.get(i).filter(|r| r.0 == name).map(|r| r.1)
+    }
+
+    /// The user line of the call with correlation id `corr` (a kernel launch when `kernel_name`
+    /// is Some): its own call site, the kernel function's sampled call sites, or the next sync on
+    /// the calling thread after the call (after `t` when the call is unknown).
+    pub(super) fn locate(
+        &self,
+        corr: u32,
+        kernel_name: Option<u32>,
+        api: Option<&ApiRec>,
+        t: u64,
+    ) -> (u32, LocationSource) {
+        if corr != 0 {
+            if let Some(loc) = self.cx.callsite_loc(corr) {
+                return (loc, LocationSource::Callsite);
+            }
+        }
+        if let Some(loc) = kernel_name.and_then(|n| self.kernel_name_line(n)) {
+            return (loc, LocationSource::KernelCallsites);
+        }
+        let (tid, at) = match api {
+            Some(a) => (Some(a.tid), a.start),
+            None => (None, t),
+        };
+        match self.next_sync(tid, at) {
+            Some(loc) => (loc, LocationSource::NextSync),
+            None => (NONE, LocationSource::None),
+        }
+    }
+
+    /// The location for an insight: `locs[loc]`, or [`unknown_loc`] for [`NONE`].
+    pub(super) fn source_loc(&self, loc: u32) -> SourceLoc {
+        self.cx
+            .locs
+            .get(loc as usize)
+            .cloned()
+            .unwrap_or_else(unknown_loc)
+    }
+}
+
+/// For each key of `(key, value)` pairs, its most frequent value (ties: the smallest), sorted by key.
+pub(super) fn most_frequent_per_key(mut v: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
+    v.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut best: Option<(u32, u32, usize)> = None;
+    let mut i = 0;
+    while i < v.len() {
+        let j = i + v[i..].iter().take_while(|x| **x == v[i]).count();
+        let (k, val, n) = (v[i].0, v[i].1, j - i);
+        match best {
+            Some((bk, _, bn)) if bk == k => {
+                if n > bn {
+                    best = Some((k, val, n));
+                }
+            }
+            _ => {
+                if let Some((bk, bv, _)) = best {
+                    out.push((bk, bv));
+                }
+                best = Some((k, val, n));
+            }
+        }
+        i = j;
+    }
+    if let Some((bk, bv, _)) = best {
+        out.push((bk, bv));
+    }
+    out
+}
+
+/// The location of an insight or gap with no user line.
+pub(super) fn unknown_loc() -> SourceLoc {
+    SourceLoc {
+        file: UNKNOWN_FILE.to_string(),
+        line: None,
+        function: None,
+        origin: FrameOrigin::DriverInternal,
+    }
+}
+
+/// A note for the detail of an insight whose line is approximate.
+pub(super) fn location_note(src: LocationSource, what: &str) -> String {
+    match src {
+        LocationSource::KernelCallsites => format!(
+            " (line from sampled launches of the same kernel: not every one of {what} was sampled)"
+        ),
+        LocationSource::NextSync => format!(
+            " (line approximate: the session has no call-site stack for {what}, so this is the \
+             next synchronization after them, on the calling thread if it has one)"
+        ),
+        LocationSource::None => {
+            format!(" (no line: the session has no call-site stack for {what})")
+        }
+        _ => String::new(),
+    }
+}
+
+/// `median` and `p99` (nearest rank) of a slice, reordering it; `(0, 0)` when empty.
+pub(super) fn median_p99<T: Copy + Ord + Into<u64>>(v: &mut [T]) -> (u64, u64) {
+    if v.is_empty() {
+        return (0, 0);
+    }
+    v.sort_unstable();
+    let n = v.len();
+    let at = |i: usize| -> u64 { v[i].into() };
+    let med = if n % 2 == 1 {
+        at(n / 2)
+    } else {
+        at(n / 2 - 1) + (at(n / 2) - at(n / 2 - 1)) / 2
+    };
+    let rank = (n * 99).div_ceil(100).max(1);
+    (med, at(rank - 1))
+}
