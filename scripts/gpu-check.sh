@@ -279,6 +279,8 @@ if has toggle; then
       hwtrace-kernels-discard) env $KO GPUFL_HW_TRACE=1 GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 $KR $PY $LB $1 ;;
       shared-buffers-kernels-discard) env $KO GPUFL_PER_THREAD_BUFFERS=0 GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 $KR $PY $LB $1 ;;
       hwtrace-kernels-only) env $KO GPUFL_HW_TRACE=1 $KR $PY $LB $1 ;;
+      sites-runtime-only) GPUFL_SITE_DOMAINS=runtime gpufl record -q -o $T -- $PY $LB $1 ;;
+      sites-copies-only) GPUFL_SITE_KINDS=copy gpufl record -q -o $T -- $PY $LB $1 ;;
     esac
   }
   for round in $(seq ${TOGGLE_ROUNDS:-2}); do

@@ -435,8 +435,24 @@ fn set_collection(
         enable_api_records(c, opts, on, notices);
         let flag = u32::from(on);
         if let Some(table) = SITES.get() {
+            // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|copy
+            // restrict the call-site callbacks (default: all).
+            let only = |var: &str, v: &str| {
+                std::env::var(var).map_or(true, |l| l.split(',').any(|x| x.trim() == v))
+            };
             for (domain, id) in table.ids() {
-                (c.enable_callback)(flag, sub, domain, id);
+                let dom = if domain == cupti::DOMAIN_RUNTIME {
+                    "runtime"
+                } else {
+                    "driver"
+                };
+                let kind = match table.kind(domain, id) {
+                    Some(crate::sites::SiteKind::Copy) => "copy",
+                    _ => "launch",
+                };
+                if only("GPUFL_SITE_DOMAINS", dom) && only("GPUFL_SITE_KINDS", kind) {
+                    (c.enable_callback)(flag, sub, domain, id);
+                }
             }
         }
         if opts.enable_synchronization {
