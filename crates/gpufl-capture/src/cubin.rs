@@ -267,4 +267,4 @@ fn set<'a>(found: &mut BTreeMap<&'a [u8], FunctionStack>, name: &'a [u8], attr: 
 
 #[cfg(test)]
 #[path = "cubin_tests.rs"]
-mod tests;
+pub(crate) mod tests;

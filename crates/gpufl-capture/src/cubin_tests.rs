@@ -107,7 +107,7 @@ const EIATTR_SW_WAR: u8 = 0x35;
 /// A cubin of two kernels and a device function, laid out as nvcc lays them out: global
 /// `.nv.info` with REGCOUNT / MAX_STACK / MIN_STACK / FRAME_SIZE per symbol, then a per-kernel
 /// section with NVAL, HVAL and SVAL records.
-fn two_kernels() -> Vec<u8> {
+pub(crate) fn two_kernels() -> Vec<u8> {
     let (strs, at) = strtab(&["_Z6spillsPfi", "_Z5cleanPf", "_Z6helperv"]);
     // Symbols 1, 2, 3.
     let mut info = Vec::new();

@@ -13,6 +13,7 @@ pub mod cupti;
 pub mod device;
 pub mod dl;
 pub mod ffi;
+pub mod modules;
 pub mod nvtx;
 pub mod options;
 pub mod pool;
