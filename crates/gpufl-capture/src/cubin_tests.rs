@@ -38,7 +38,7 @@ fn elf(secs: &[Sec]) -> Vec<u8> {
     for (_, _, _, data) in &all {
         placed.push((out.len() as u64, data.len() as u64));
         out.extend_from_slice(data);
-        while out.len() % 8 != 0 {
+        while !out.len().is_multiple_of(8) {
             out.push(0);
         }
     }
