@@ -159,6 +159,12 @@ if has kernels; then
   # What the binary itself declares per function: LOCAL (local arrays) is what CUDA's function
   # attributes and CUPTI's localMemoryPerThread report; spills to the ABI stack count as STACK.
   [ -x build/kernel_pitfalls ] && cuobjdump -res-usage build/kernel_pitfalls 2>&1 | grep -E "Function|REG:" | tee -a "$OUT/summary.txt"
+  # The sm_90 cubin itself, for a parser test fixture (crates/gpufl-capture/src/cubin.rs), and its
+  # .nv.info attributes (EIATTR_FRAME_SIZE / EIATTR_MAX_STACK_SIZE per function) as cuobjdump reads them.
+  if [ -x build/kernel_pitfalls ]; then
+    (cd "$OUT" && cuobjdump -xelf all "$ROOT/build/kernel_pitfalls" >/dev/null 2>&1 && ls *.cubin 2>/dev/null | sed 's/^/extracted cubin: /') | tee -a "$OUT/summary.txt"
+    cuobjdump -elf build/kernel_pitfalls 2>&1 | grep -E -A3 "EIATTR_(FRAME_SIZE|MAX_STACK_SIZE|MIN_STACK_SIZE)" >"$OUT/nvinfo-stack-kernel_pitfalls.txt"
+  fi
   if [ -x build/occupancy_check ]; then
     log "(n) occupancy_check: cudaOccupancyMaxActiveBlocksPerMultiprocessor per (kernel, block, dynamic smem) -> occupancy_h100.jsonl"
     build/occupancy_check >"$OUT/occupancy_h100.jsonl" 2>"$OUT/occupancy_check.log"
@@ -188,6 +194,11 @@ PYEOF
   d=$(newest "$S/kernel_pitfalls")
   if [ -n "$d" ]; then
     gpufl dump "$d" --type kernel --limit 3 2>&1 | tee -a "$OUT/summary.txt"
+    # The stack frames gpufl read from the module's cubin (function records), to set beside
+    # cuobjdump -res-usage's STACK above and ptxas' "bytes stack frame".
+    log "(n) function records (cubin stack frames) beside cuobjdump -res-usage"
+    gpufl dump "$d" --type function 2>&1 | tee -a "$OUT/summary.txt"
+    gpufl dump "$d" --type notice 2>&1 | grep -i cubin | tee -a "$OUT/summary.txt"
     gpufl report --json "$d" >"$OUT/kernel_pitfalls_report.json" 2>&1
     log "(n) registers and local memory: gpufl's kernel records against nvcc --resource-usage"
     $PY - "$OUT/kernel_pitfalls_report.json" "$OUT/resource-usage-kernel_pitfalls.txt" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
@@ -204,10 +215,11 @@ for name in ("regs_heavy", "spills", "small_grid"):
     if r is None or n is None:
         print("  %s: missing (gpufl row %s, nvcc %s)" % (name, r is not None, n is not None))
         continue
-    same = r["launch"]["regs"] == n[3] and r["launch"]["local_mem"] == n[0]
+    # ptxas' stack frame is CUPTI's local memory on older toolkits, the cubin's frame on CUDA 13.
+    same = r["launch"]["regs"] == n[3] and n[0] in (r["launch"]["local_mem"], r.get("stack_frame") or 0)
     occ = r.get("occupancy") or {}
-    print("  %-10s nvcc: %3d registers, %4d B stack frame (%d B spill stores, %d B loads) | gpufl: %3d registers, %4d B local, occupancy %.1f%% (%s), %d blocks x %d threads, %.1f%% of GPU busy  %s"
-          % (name, n[3], n[0], n[1], n[2], r["launch"]["regs"], r["launch"]["local_mem"], 100 * occ.get("occupancy", 0), ",".join(occ.get("limited_by", [])), r["blocks"], r["threads_per_block"], 100 * r["busy_share"], "same" if same else "DIFFERENT"))
+    print("  %-10s nvcc: %3d registers, %4d B stack frame (%d B spill stores, %d B loads) | gpufl: %3d registers, %4d B local, %s B stack frame, occupancy %.1f%% (%s), %d blocks x %d threads, %.1f%% of GPU busy  %s"
+          % (name, n[3], n[0], n[1], n[2], r["launch"]["regs"], r["launch"]["local_mem"], r.get("stack_frame"), 100 * occ.get("occupancy", 0), ",".join(occ.get("limited_by", [])), r["blocks"], r["threads_per_block"], 100 * r["busy_share"], "same" if same else "DIFFERENT"))
 ins = json.load(open(sys.argv[1]))["sessions"][0]["insights"]
 for rule in ("low-occupancy", "register-spill", "under-filled-grid"):
     hits = [i for i in ins if i["rule"] == rule]

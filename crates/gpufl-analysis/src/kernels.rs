@@ -80,6 +80,11 @@ pub struct KernelRow {
     pub waves: Option<f64>,
     /// A vendor library's kernel ([`LIBRARY_PATTERNS`]).
     pub library: bool,
+    /// Stack frame per thread from the module's cubin (`function` records), bytes: register
+    /// spills, local arrays and call overhead, which `launch.local_mem` (CUPTI's) leaves out.
+    /// None when the trace has no `function` record for the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_frame: Option<u32>,
     /// The device's busy time (union of kernels, copies, memsets), ns.
     #[serde(skip)]
     pub(crate) device_busy_ns: u64,
@@ -247,6 +252,13 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
         group_launches[g as usize].push(l as u32);
     }
 
+    // Stack frames by name text (a `function` record may be in another trace file than the
+    // kernels, with another string id).
+    let mut frames: HashMap<&str, u32> = HashMap::new();
+    for (&id, &b) in &m.stack_frames {
+        let e = frames.entry(m.str(StrId(id))).or_insert(b);
+        *e = (*e).max(b);
+    }
     let single = devs.len() == 1;
     let dev_busy: Vec<u64> = devs
         .iter()
@@ -335,6 +347,7 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
             let name = m.str(StrId(names[0])).to_string();
             rows.push(KernelRow {
                 library: is_library_kernel(&name),
+                stack_frame: frames.get(name.as_str()).copied(),
                 name,
                 device: dev,
                 launches,

@@ -94,6 +94,9 @@ pub struct Model {
     pub(crate) configs: Vec<LaunchConfig>,
     /// Distinct (kernel name string id, index into `configs`) pairs, in order of first use.
     pub(crate) launches: Vec<(u32, u32)>,
+    /// Stack frame per thread of each function name (`function` records: the frame, else the
+    /// stack with callees; the largest when several modules have the name), bytes.
+    pub(crate) stack_frames: HashMap<u32, u32>,
     memsets: u64,
     dropped: u64,
     first_ns: u64,
@@ -223,6 +226,13 @@ impl Model {
                 let stack = self.stack_ref(ld, c.stack);
                 let api = self.str_ref(ld, c.api);
                 self.callsites.push((c.corr, stack, api));
+            }
+            Record::Function(f) => {
+                if let Some(b) = f.frame.or(f.stack) {
+                    let name = self.str_ref(ld, f.name);
+                    let e = self.stack_frames.entry(name).or_insert(b);
+                    *e = (*e).max(b);
+                }
             }
             Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),
             Record::Scope(sc) => {

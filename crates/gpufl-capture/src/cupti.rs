@@ -22,6 +22,7 @@ pub const DOMAIN_RESOURCE: u32 = 3;
 
 /// Resource callback ids.
 pub const CBID_RESOURCE_CONTEXT_DESTROY_STARTING: u32 = 2;
+pub const CBID_RESOURCE_MODULE_LOADED: u32 = 6;
 pub const CBID_RESOURCE_MODULE_UNLOAD_STARTING: u32 = 7;
 
 /// Activity kinds we use.

@@ -8,10 +8,12 @@
 
 pub mod activity;
 pub mod cbids;
+pub mod cubin;
 pub mod cupti;
 pub mod device;
 pub mod dl;
 pub mod ffi;
+pub mod modules;
 pub mod nvtx;
 pub mod options;
 pub mod pool;

@@ -387,6 +387,13 @@ fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String>
             cupti::DOMAIN_RESOURCE,
             cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING,
         );
+        // Stack frames of the loaded modules' functions (crate::modules).
+        (c.enable_callback)(
+            1,
+            sub,
+            cupti::DOMAIN_RESOURCE,
+            cupti::CBID_RESOURCE_MODULE_LOADED,
+        );
     }
     notices
 }
@@ -591,6 +598,10 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING => {
             FLUSH_REQUEST.store(true, Ordering::Relaxed);
         }
+        // SAFETY: CUPTI passes a CUpti_ResourceData for resource callbacks.
+        cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_MODULE_LOADED => unsafe {
+            crate::modules::on_module_loaded(data)
+        },
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING => {
             crate::sink::MODULE_UNLOADS.fetch_add(1, Ordering::Release);
         }
@@ -839,6 +850,7 @@ fn writer_thread(
             };
             s.drain_samples()?;
             crate::scopes::drain_into(s)?;
+            crate::modules::drain_into(s)?;
             Ok(())
         })();
         report(&mut sink, result);
@@ -874,6 +886,7 @@ fn writer_thread(
                 let counts = sink.take().and_then(|mut s| {
                     let _ = s.drain_samples();
                     let _ = crate::scopes::finish_into(&mut s);
+                    let _ = crate::modules::finish_into(&mut s);
                     crate::telemetry::finish(telemetry.as_ref(), &mut s);
                     for line in stack::debug_cost_lines() {
                         let _ = s.write(&Record::Notice(Notice {

@@ -301,7 +301,7 @@ impl Sink {
     }
 
     /// Interned, demangled kernel name (the writer interns by the demangled text).
-    fn kernel_name(&mut self, mangled: &[u8]) -> Result<StrId, TraceError> {
+    pub(crate) fn kernel_name(&mut self, mangled: &[u8]) -> Result<StrId, TraceError> {
         self.w
             .intern_str(&demangle(&String::from_utf8_lossy(mangled)))
     }

@@ -63,6 +63,7 @@ fn resolve(rec: &Record, syms: &Symbols) -> Result<Value> {
     let mut v = serde_json::to_value(rec)?;
     match rec {
         Record::Kernel(k) => v["name"] = json!(syms.str(k.name)),
+        Record::Function(f) => v["name"] = json!(syms.str(f.name)),
         Record::Api(a) => v["name"] = json!(syms.str(a.name)),
         Record::Scope(s) => v["name"] = json!(syms.str(s.name)),
         Record::Sync(s) => {

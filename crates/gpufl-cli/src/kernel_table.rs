@@ -1,5 +1,6 @@
 //! The kernel table of `gpufl report`: per device, the kernels with the most GPU time, one compact
-//! line each (the whole table is in `--json`).
+//! line each (the whole table is in `--json`). The `local` column is local memory per thread, with
+//! `+Ns` for the stack frame the module's cubin gives (e.g. `0+568s`).
 
 use gpufl_analysis::kernels::{short_name, KernelRow, KernelTable};
 use gpufl_analysis::{fmt_duration, Limiter};
@@ -33,6 +34,15 @@ fn shape(r: &KernelRow) -> String {
         String::new()
     };
     format!("{}×{}{more}", r.blocks, r.threads_per_block)
+}
+
+/// Local memory per thread, then `+Ns` for a stack frame from the cubin (`0+568s`): CUPTI's
+/// local memory leaves the frame out, and spills go there.
+fn local(local_mem: u32, stack_frame: Option<u32>) -> String {
+    match stack_frame {
+        Some(f) if f > 0 => format!("{local_mem}+{f}s"),
+        _ => local_mem.to_string(),
+    }
 }
 
 fn occupancy(r: &KernelRow) -> String {
@@ -87,7 +97,7 @@ pub fn render(out: &mut String, t: &KernelTable) {
         let _ = writeln!(out, "\n  Kernels on GPU {dev} ({of}by GPU time)");
         let _ = writeln!(
             out,
-            "    {:>9} {:>6} {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>5}  {:<11} kernel",
+            "    {:>9} {:>6} {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>7}  {:<11} kernel",
             "time",
             "busy",
             "launches",
@@ -113,7 +123,7 @@ pub fn render(out: &mut String, t: &KernelTable) {
             };
             let _ = writeln!(
                 out,
-                "    {:>9} {:>5.1}% {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>5}  {:<11} {}",
+                "    {:>9} {:>5.1}% {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>7}  {:<11} {}",
                 fmt_duration(r.total_ns),
                 r.busy_share * 100.0,
                 r.launches,
@@ -123,7 +133,7 @@ pub fn render(out: &mut String, t: &KernelTable) {
                 shape(r),
                 r.launch.regs,
                 bytes(r.launch.smem_bytes()),
-                r.launch.local_mem,
+                local(r.launch.local_mem, r.stack_frame),
                 occupancy(r),
                 clip(name, 60)
             );
@@ -133,7 +143,15 @@ pub fn render(out: &mut String, t: &KernelTable) {
 
 #[cfg(test)]
 mod tests {
-    use super::signature;
+    use super::{local, signature};
+
+    #[test]
+    fn local_memory_then_the_stack_frame_when_known() {
+        assert_eq!(local(0, None), "0");
+        assert_eq!(local(64, Some(0)), "64");
+        assert_eq!(local(0, Some(568)), "0+568s");
+        assert_eq!(local(96, Some(2048)), "96+2048s");
+    }
 
     #[test]
     fn signatures_drop_void_and_parameters_but_keep_templates() {

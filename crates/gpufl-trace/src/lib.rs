@@ -8,6 +8,7 @@ mod blocks;
 pub mod error;
 mod fastpath;
 mod fastwrite;
+pub mod function;
 pub mod ids;
 pub mod reader;
 pub mod records;
@@ -17,6 +18,7 @@ pub mod telemetry;
 pub mod writer;
 
 pub use error::TraceError;
+pub use function::Function;
 pub use ids::{FrameId, StackId, StrId};
 pub use reader::{SessionReader, TraceReader};
 pub use records::*;

@@ -296,6 +296,7 @@ fn parse_known(tag: &str, line: &[u8]) -> Option<Result<Record, serde_json::Erro
         "frame" => p(line, Record::Frame),
         "stack" => p(line, Record::Stack),
         "kernel" => p(line, Record::Kernel),
+        "function" => p(line, Record::Function),
         "memcpy" => p(line, Record::Memcpy),
         "memset" => p(line, Record::Memset),
         "sync" => p(line, Record::Sync),

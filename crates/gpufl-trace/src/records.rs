@@ -3,6 +3,7 @@
 //! Every record is one JSON object on one line whose first key is `"t"`, the record type. Times are
 //! nanoseconds in the CUPTI clock domain (see [`ClockSync`]); durations are `end - start`.
 
+use crate::function::Function;
 use crate::ids::{FrameId, StackId, StrId};
 use crate::telemetry::Telemetry;
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,7 @@ pub enum Record {
     Frame(Frame),
     Stack(Stack),
     Kernel(Kernel),
+    Function(Function),
     Memcpy(Memcpy),
     Memset(Memset),
     Sync(Sync),
@@ -46,6 +48,7 @@ impl Record {
             Record::Frame(_) => "frame",
             Record::Stack(_) => "stack",
             Record::Kernel(_) => "kernel",
+            Record::Function(_) => "function",
             Record::Memcpy(_) => "memcpy",
             Record::Memset(_) => "memset",
             Record::Sync(_) => "sync",

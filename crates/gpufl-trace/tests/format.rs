@@ -310,6 +310,12 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         local_mem: (i % 2) as u32 * 64,
         smem_executed: (!i.is_multiple_of(3)).then_some(233_472),
     }));
+    r.rec(Record::Function(Function {
+        name: kname,
+        module: 3 + i as u32,
+        frame: Some(568 * (i % 2) as u32),
+        stack: (!i.is_multiple_of(3)).then_some(568 + 16 * i as u32),
+    }));
     r.rec(Record::Memcpy(Memcpy {
         kind: CopyKind::HtoD,
         src_kind: MemoryKind::Pageable,
@@ -494,6 +500,7 @@ fn refs(r: &Record) -> (Vec<StrId>, Vec<FrameId>, Vec<StackId>) {
         ),
         Record::Stack(s) => (vec![], s.frames.clone(), vec![]),
         Record::Kernel(k) => (vec![k.name], vec![], vec![]),
+        Record::Function(f) => (vec![f.name], vec![], vec![]),
         Record::Api(a) => (vec![a.name], vec![], vec![]),
         Record::Sync(s) => (vec![], vec![], s.stack.into_iter().collect()),
         Record::Callsite(c) => (vec![c.api], vec![], vec![c.stack]),
@@ -583,6 +590,7 @@ fn round_trip_every_record_type_through_a_file() {
         "frame",
         "stack",
         "kernel",
+        "function",
         "memcpy",
         "memset",
         "sync",
@@ -667,6 +675,44 @@ fn optional_fields_absent_round_trip_and_are_not_written() {
     let got: Vec<Record> =
         TraceReader::from_reader(std::io::Cursor::new(text.into_bytes()), "mem").collect();
     assert_eq!(got, expected);
+}
+
+#[test]
+fn function_record_reads_from_its_documented_line() {
+    let text = concat!(
+        r#"{"t":"function","name":4,"module":2,"frame":568,"stack":600}"#,
+        "\n",
+        r#"{"t":"function","name":5,"module":2}"#,
+        "\n",
+    );
+    let got: Vec<Record> =
+        TraceReader::from_reader(std::io::Cursor::new(text.as_bytes().to_vec()), "mem").collect();
+    assert_eq!(
+        got,
+        vec![
+            Record::Function(Function {
+                name: StrId(4),
+                module: 2,
+                frame: Some(568),
+                stack: Some(600),
+            }),
+            Record::Function(Function {
+                name: StrId(5),
+                module: 2,
+                frame: None,
+                stack: None,
+            }),
+        ]
+    );
+    let lines: Vec<String> = got
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect();
+    assert_eq!(
+        lines.join("\n") + "\n",
+        text,
+        "absent sizes are not written"
+    );
 }
 
 #[test]

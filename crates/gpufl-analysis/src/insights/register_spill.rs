@@ -6,19 +6,26 @@
 //!   [`MIN_BUSY_PCT`](super::kernel_site::MIN_BUSY_PCT) % of the device's busy time; fires when
 //!   a launch configuration has local memory per thread > 0 (CUPTI's `localMemoryPerThread`,
 //!   the `bytes stack frame` of `nvcc --resource-usage`, which counts spill slots and local
-//!   arrays alike).
+//!   arrays alike). Without local memory, a **stack frame** > 0 from the module's cubin
+//!   (`function` records: current compilers spill to the ABI stack frame, which CUDA's local
+//!   memory size leaves out) fires a softer insight: the frame holds spills, local arrays or
+//!   registers saved around calls, and only ptxas' "spill stores" tells them apart, so its
+//!   wording says "register spills or local arrays" and its severity is one level lower.
 //! - **Impact** (a rough weight for ranking, not a measurement): Σ over those configurations of
 //!   GPU time × local / (local + 4 × registers) — the share of a thread's state (its registers are
 //!   4 bytes each) that lives in local memory. 64 bytes of local memory beside 128 registers weigh
 //!   11 %; 1 KiB beside 255 registers, 50 %.
-//! - **Severity:** on the impact's share of the device's busy time.
+//!   A stack frame is weighed the same way, frame in place of local memory, over every
+//!   configuration.
+//! - **Severity:** on the impact's share of the device's busy time (one level lower for a stack
+//!   frame alone).
 //! - **Fix:** at the 255-register cap, less state per thread; below it, relax whatever capped the
 //!   registers (`__launch_bounds__`' min blocks, `-maxrregcount`), and keep per-thread arrays in
 //!   registers (constant indices, unrolled loops) or in shared memory.
 
 use super::gpu_idle::{LocationSource, Locator};
 use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
-use super::{fmt_duration, Ctx, Insight, RuleData};
+use super::{fmt_duration, Ctx, Insight, RuleData, Severity};
 use crate::kernels::{KernelRow, KernelTable, Variant};
 use crate::views::LaunchConfig;
 use serde::Serialize;
@@ -47,11 +54,27 @@ pub struct Data {
     pub flagged_launches: u64,
     pub weighted_ns: u64,
     pub location_source: LocationSource,
+    /// The kernel's stack frame per thread from its cubin, when known; when `local_bytes` is 0
+    /// the insight rests on it (and `local_share` is the frame's share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_frame: Option<u32>,
+}
+
+fn share(bytes: u32, regs: u16) -> f64 {
+    let b = bytes as f64;
+    b / (b + 4.0 * regs as f64)
 }
 
 fn local_share(c: &LaunchConfig) -> f64 {
-    let local = c.local_mem as f64;
-    local / (local + 4.0 * c.regs as f64)
+    share(c.local_mem, c.regs)
+}
+
+/// One level lower: a stack frame may be local arrays or call overhead rather than spills.
+fn softer(s: Severity) -> Severity {
+    match s {
+        Severity::High => Severity::Medium,
+        Severity::Medium | Severity::Low => Severity::Low,
+    }
 }
 
 pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
@@ -68,13 +91,115 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
             launches += v.launches;
             top = top.or(Some(v));
         }
-        let Some(v) = top else { continue };
+        let Some(v) = top else {
+            if let Some(i) = frame_insight(cx, &locator, row) {
+                out.push(i);
+            }
+            continue;
+        };
         if !worth(impact, row) {
             continue;
         }
         out.push(insight(cx, &locator, row, v, (impact, configs, launches)));
     }
     out
+}
+
+/// No local memory, but a stack frame in the cubin: spills or local arrays.
+fn frame_insight(cx: &Ctx, locator: &Locator, row: &KernelRow) -> Option<Insight> {
+    let frame = row.stack_frame.filter(|&f| f > 0)?;
+    let v = row.variants.first()?;
+    let impact: u64 = row
+        .variants
+        .iter()
+        .map(|v| part(v.gpu_ns, share(frame, v.config.regs)))
+        .sum();
+    if !worth(impact, row) {
+        return None;
+    }
+    let (loc, src) = location(locator, row);
+    let c = &v.config;
+    let threads = c.threads_per_block();
+    let title = format!(
+        "Possible register spill × {}{} · {}: stack frame {frame} bytes: register spills or local \
+         arrays, beside {} registers · ~{} weighted",
+        row.launches,
+        kernel_site::at(&loc),
+        super::launch_bound::short_kernel(&row.name),
+        c.regs,
+        fmt_duration(impact)
+    );
+    let detail = format!(
+        "{}: the compiler gave each thread a {frame}-byte stack frame ({} KiB for a block of \
+         {threads} threads) beside {} registers. The frame holds registers the compiler spilled, \
+         per-thread arrays it could not keep in registers, or registers saved around calls: the \
+         cubin does not say which, `nvcc --resource-usage` does (\"spill stores\" > 0 is \
+         spilling). The frame is local memory, device memory behind L1 and L2, but CUDA's local \
+         memory size (CUPTI's, 0 for this kernel) leaves it out: gpufl read it from the module's \
+         cubin. {:.0}% of a thread's state is in the frame; weighted by it, ~{} of the kernel's \
+         {}{}",
+        describe(row),
+        (frame as u64 * threads).div_ceil(1024),
+        c.regs,
+        share(frame, c.regs) * 100.0,
+        fmt_duration(impact),
+        fmt_duration(row.total_ns),
+        kernel_site::location_note(src)
+    );
+    let fix = format!(
+        "Check `nvcc --resource-usage` (or `-Xptxas -v`) for this kernel first. With spill \
+         stores: {} Without: the frame is local arrays or calls — make array indices known at \
+         compile time so they stay in registers, or move the arrays to shared memory; inline \
+         the called functions.",
+        cap_fix(c.regs, threads)
+    );
+    let mut ins = kernel_site::insight(
+        cx,
+        KernelInsight {
+            rule: RULE,
+            title,
+            detail,
+            fix,
+            location: loc,
+            launches: row.launches,
+            impact_ns: impact,
+            window_ns: row.device_busy_ns,
+            data: RuleData::RegisterSpill(Data {
+                kernel: row.name.clone(),
+                device: row.device,
+                launches: row.launches,
+                gpu_ns: row.total_ns,
+                busy_share: row.busy_share,
+                config: *c,
+                local_bytes: c.local_mem,
+                regs: c.regs,
+                local_share: share(frame, c.regs),
+                configs: row.variants.len() as u32,
+                flagged_launches: row.launches,
+                weighted_ns: impact,
+                location_source: src,
+                stack_frame: Some(frame),
+            }),
+        },
+    );
+    ins.severity = softer(ins.severity);
+    Some(ins)
+}
+
+/// What to do about spills at `regs` registers per thread.
+fn cap_fix(regs: u16, threads: u64) -> String {
+    if regs >= MAX_REGS {
+        format!(
+            "the kernel is at the {MAX_REGS}-register cap: hold less per thread (split the \
+             kernel, smaller tiles per thread, recompute instead of keeping values)."
+        )
+    } else {
+        format!(
+            "at {regs} registers, under the {MAX_REGS} a thread may have, a register cap made the \
+             compiler spill (`__launch_bounds__({threads}, …)`'s minimum blocks per SM, \
+             `-maxrregcount`): relax it — fewer resident blocks but no spills; measure both."
+        )
+    }
 }
 
 fn insight(
@@ -159,6 +284,7 @@ fn insight(
                 flagged_launches,
                 weighted_ns: impact,
                 location_source: src,
+                stack_frame: row.stack_frame,
             }),
         },
     )

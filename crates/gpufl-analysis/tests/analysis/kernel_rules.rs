@@ -107,6 +107,17 @@ fn launches(b: &mut B, name: &str, c: Cfg, n: u64, t: u64, len: u64) -> u64 {
     t + n * len
 }
 
+/// A `function` record: the cubin's stack sizes of `name`.
+fn function(b: &mut B, name: &str, frame: Option<u32>, stack: Option<u32>) {
+    let name = b.s(name);
+    b.recs.push(Record::Function(Function {
+        name,
+        module: 1,
+        frame,
+        stack,
+    }));
+}
+
 fn callsite(b: &mut B, corr: u32, stack: StackId) {
     let api = b.s("cudaLaunchKernel");
     b.recs.push(Record::Callsite(Callsite {
@@ -418,6 +429,97 @@ fn register_spill_fires_on_local_memory_weighted_by_its_share_of_state() {
     assert!(i.fix.contains("255-register cap"), "{}", i.fix);
     // 1024 / (1024 + 1020) = 50.1 % → HIGH.
     assert_eq!(i.severity, Severity::High);
+}
+
+#[test]
+fn register_spill_from_a_stack_frame_is_softer_and_says_spills_or_arrays() {
+    // 64 registers, no local memory, a 568-byte frame (kernel_pitfalls' `spills` on CUDA 13).
+    let mut b = h100();
+    function(&mut b, "spills(float*, int)", Some(568), Some(568));
+    launches(
+        &mut b,
+        "spills(float*, int)",
+        cfg(2000, 256, 64),
+        10,
+        0,
+        100 * US,
+    );
+    let a = b.analyze();
+    assert_eq!(a.kernels.rows[0].stack_frame, Some(568));
+    assert_eq!(a.kernels.rows[0].launch.local_mem, 0);
+    let i = rule(&a, "register-spill")[0];
+    // 568 / (568 + 4 × 64) = 68.9 % of 1 ms: HIGH by its share, one level lower.
+    assert_eq!(i.impact_ns, (1000.0 * US as f64 * 568.0 / 824.0) as u64);
+    assert_eq!(i.severity, Severity::Medium);
+    assert!(
+        i.title
+            .contains("spills: stack frame 568 bytes: register spills or local arrays"),
+        "{}",
+        i.title
+    );
+    assert!(
+        i.title.starts_with("Possible register spill"),
+        "{}",
+        i.title
+    );
+    assert!(i.detail.contains("spill stores"), "{}", i.detail);
+    assert!(i.fix.contains("__launch_bounds__(256, …)"), "{}", i.fix);
+    let d = data!(i, RegisterSpill);
+    assert_eq!((d.local_bytes, d.stack_frame, d.regs), (0, Some(568), 64));
+    // 64 bytes beside 128 registers: 11.1 %, MEDIUM by its share, LOW here.
+    let mut b = h100();
+    function(&mut b, "k", Some(64), None);
+    launches(&mut b, "k", cfg(2000, 256, 128), 10, 0, 100 * US);
+    assert_eq!(
+        rule(&b.analyze(), "register-spill")[0].severity,
+        Severity::Low
+    );
+    // Only the stack with callees known: it stands in for the frame.
+    let mut b = h100();
+    function(&mut b, "k", None, Some(64));
+    launches(&mut b, "k", cfg(2000, 256, 128), 10, 0, 100 * US);
+    assert_eq!(rule(&b.analyze(), "register-spill").len(), 1);
+}
+
+#[test]
+fn register_spill_from_a_stack_frame_needs_1_percent_and_a_frame() {
+    let run = |frame: Option<u32>| {
+        let mut b = h100();
+        function(&mut b, "k", frame, frame);
+        launches(&mut b, "k", cfg(2000, 256, 128), 10, 0, 100 * US);
+        rule(&b.analyze(), "register-spill").len()
+    };
+    // 5 / (5 + 512) = 0.97 % of the busy time; 6 / 518 = 1.16 %.
+    assert_eq!(run(Some(5)), 0);
+    assert_eq!(run(Some(6)), 1);
+    assert_eq!(run(Some(0)), 0);
+    assert_eq!(run(None), 0);
+    // No function record for the kernel: no frame in the table.
+    let mut b = h100();
+    function(&mut b, "other", Some(512), None);
+    launches(&mut b, "k", cfg(2000, 256, 128), 10, 0, 100 * US);
+    let a = b.analyze();
+    assert_eq!(a.kernels.rows[0].stack_frame, None);
+    assert!(rule(&a, "register-spill").is_empty());
+}
+
+#[test]
+fn register_spill_with_local_memory_keeps_its_wording_and_notes_the_frame() {
+    let mut b = h100();
+    function(&mut b, "k", Some(96), Some(96));
+    // Two modules with the name: the larger frame.
+    function(&mut b, "k", Some(32), Some(32));
+    let c = Cfg {
+        local: 64,
+        ..cfg(2000, 256, 128)
+    };
+    launches(&mut b, "k", c, 10, 0, 100 * US);
+    let a = b.analyze();
+    let i = rule(&a, "register-spill")[0];
+    assert_eq!(i.impact_ns, 1000 * US / 9);
+    assert_eq!(i.severity, Severity::Medium);
+    assert!(i.title.starts_with("Register spill"), "{}", i.title);
+    assert_eq!(data!(i, RegisterSpill).stack_frame, Some(96));
 }
 
 #[test]
