@@ -8,6 +8,7 @@
 
 pub mod activity;
 pub mod cbids;
+pub mod collection;
 pub mod cubin;
 pub mod cupti;
 pub mod device;

@@ -2,6 +2,8 @@
 //! on `shutdown()`, at process exit, or never starts (one clear line, then out of the way).
 
 use crate::cbids;
+use crate::collection::enable_collection;
+pub use crate::collection::{is_paused, set_recording};
 use crate::cupti::{self, cb_field, Cupti};
 use crate::options::Options;
 use crate::pool;
@@ -22,7 +24,7 @@ use std::time::{Duration, Instant};
 /// CUPTI then delivers only full buffers, and a crash can lose more than a second).
 const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(500);
 
-fn cupti_flush_period() -> Option<Duration> {
+pub(crate) fn cupti_flush_period() -> Option<Duration> {
     match std::env::var("GPUFL_FLUSH_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
@@ -34,7 +36,7 @@ fn cupti_flush_period() -> Option<Duration> {
 }
 /// Benchmark knob `GPUFL_FLUSH_MODE=cupti`: CUPTI's own worker flushes every period
 /// (`cuptiActivityFlushPeriod`) instead of the writer thread calling `cuptiActivityFlushAll`.
-fn cupti_flushes_itself() -> bool {
+pub(crate) fn cupti_flushes_itself() -> bool {
     static C: OnceLock<bool> = OnceLock::new();
     *C.get_or_init(|| std::env::var("GPUFL_FLUSH_MODE").is_ok_and(|v| v == "cupti"))
 }
@@ -71,7 +73,7 @@ pub enum InitError {
     Disabled(String),
 }
 
-enum Msg {
+pub(crate) enum Msg {
     Buffer {
         ptr: usize,
         valid: usize,
@@ -91,25 +93,25 @@ enum Msg {
 pub struct Recorder {
     pub opts: Options,
     pub session_dir: PathBuf,
-    cupti: &'static Cupti,
-    subscriber: AtomicPtr<c_void>,
-    tx: Sender<Msg>,
-    stopped: AtomicBool,
+    pub(crate) cupti: &'static Cupti,
+    pub(crate) subscriber: AtomicPtr<c_void>,
+    pub(crate) tx: Sender<Msg>,
+    pub(crate) stopped: AtomicBool,
     python: bool,
-    pid: u32,
+    pub(crate) pid: u32,
 }
 
-static RECORDER: OnceLock<Recorder> = OnceLock::new();
+pub(crate) static RECORDER: OnceLock<Recorder> = OnceLock::new();
 static START_LOCK: Mutex<()> = Mutex::new(());
 static CUPTI: OnceLock<Cupti> = OnceLock::new();
 /// Set in a forked child (CUPTI state does not survive fork) and after stop: callbacks return at once.
-static DISABLED: AtomicBool = AtomicBool::new(false);
+pub(crate) static DISABLED: AtomicBool = AtomicBool::new(false);
 /// Launch / copy / memset callback ids (call-site stacks), when enabled.
-static SITES: OnceLock<crate::sites::SiteTable> = OnceLock::new();
+pub(crate) static SITES: OnceLock<crate::sites::SiteTable> = OnceLock::new();
 
 /// Call-site stacks of launches, copies and memsets: on with stacks, unless
 /// `GPUFL_SITE_STACKS=0`.
-fn site_stacks_enabled() -> bool {
+pub(crate) fn site_stacks_enabled() -> bool {
     std::env::var("GPUFL_SITE_STACKS").map_or(true, |v| v != "0")
 }
 
@@ -314,272 +316,6 @@ fn disabled(opts: &Options, dir: &Path, mut header: Header, why: String) -> Init
     InitError::Disabled(why)
 }
 
-/// Set up activity collection once (buffers, thread ids, flush period, resource callbacks), then
-/// turn collection on. Returns notices for what could not be enabled.
-fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String> {
-    let mut notices = Vec::new();
-    // SAFETY (whole function): plain CUPTI calls with valid arguments; results are checked.
-    unsafe {
-        if let Some(f) = c.set_thread_id_type {
-            f(cupti::THREAD_ID_TYPE_SYSTEM);
-        }
-        // Per-thread activity buffers (CUPTI 12.3+, CUPTI's default from 13.x): no lock shared
-        // between the application's launching threads. Must precede the buffer callbacks and the
-        // activity kinds. Older CUPTI rejects the attribute; nothing is lost then.
-        // Benchmark knob: GPUFL_PER_THREAD_BUFFERS=0 leaves CUPTI's default.
-        if std::env::var("GPUFL_PER_THREAD_BUFFERS").map_or(true, |v| v != "0") {
-            if let Some(f) = c.activity_set_attribute {
-                let mut on: u8 = 1;
-                let mut size = std::mem::size_of::<u8>();
-                let _ = f(
-                    cupti::ATTR_PER_THREAD_ACTIVITY_BUFFER,
-                    &mut size,
-                    (&mut on as *mut u8).cast(),
-                );
-            }
-        }
-        let rc = (c.activity_register_callbacks)(buffer_requested, buffer_completed);
-        if rc != cupti::SUCCESS {
-            notices.push(format!(
-                "cuptiActivityRegisterCallbacks: {}",
-                c.result_string(rc)
-            ));
-        }
-        if cupti_flushes_itself() {
-            let ms = cupti_flush_period().map_or(0, |p| p.as_millis() as u32);
-            match c.activity_flush_period {
-                Some(f) => {
-                    let rc = f(ms);
-                    if rc != cupti::SUCCESS {
-                        notices.push(format!("cuptiActivityFlushPeriod: {}", c.result_string(rc)));
-                    }
-                }
-                None => notices.push("cuptiActivityFlushPeriod unavailable".into()),
-            }
-        }
-        // Benchmark knob: GPUFL_HW_TRACE=1 asks CUPTI for hardware-based kernel tracing (CUPTI
-        // 12.8+, where the GPU supports it); the answer is written as a notice.
-        if std::env::var("GPUFL_HW_TRACE").is_ok_and(|v| v == "1") {
-            match c.activity_enable_hw_trace {
-                Some(f) => {
-                    let rc = f(1);
-                    notices.push(format!(
-                        "hardware tracing requested: {}",
-                        c.result_string(rc)
-                    ));
-                }
-                None => notices.push("cuptiActivityEnableHWTrace unavailable".into()),
-            }
-        }
-        if opts.enable_stack_trace && site_stacks_enabled() {
-            SITES.get_or_init(|| crate::sites::SiteTable::build(c));
-        }
-        set_collection(c, sub, opts, true, &mut notices);
-        (c.enable_callback)(
-            1,
-            sub,
-            cupti::DOMAIN_RESOURCE,
-            cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
-        );
-        (c.enable_callback)(
-            1,
-            sub,
-            cupti::DOMAIN_RESOURCE,
-            cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING,
-        );
-        // Stack frames of the loaded modules' functions (crate::modules).
-        (c.enable_callback)(
-            1,
-            sub,
-            cupti::DOMAIN_RESOURCE,
-            cupti::CBID_RESOURCE_MODULE_LOADED,
-        );
-    }
-    notices
-}
-
-/// The activity kinds the recorder collects.
-fn activity_kinds() -> Vec<(u32, &'static str)> {
-    let mut kinds = vec![
-        (cupti::KIND_CONCURRENT_KERNEL, "kernels"),
-        (cupti::KIND_MEMCPY, "memcpy"),
-        (cupti::KIND_MEMSET, "memset"),
-        (cupti::KIND_OVERHEAD, "overhead"),
-    ];
-    // Synchronizations come from API callbacks (below), not from CUPTI's SYNCHRONIZATION
-    // activity kind, which costs 25-45 % on a launch-bound PyTorch loop (docs/benchmarks.md).
-    // Benchmark knob: GPUFL_ACTIVITY_KINDS=kernels,memcpy,… restricts the activity kinds.
-    if let Ok(only) = std::env::var("GPUFL_ACTIVITY_KINDS") {
-        kinds.retain(|(_, name)| only.split(',').any(|k| k.trim() == *name));
-    }
-    kinds
-}
-
-/// Turn collection on or off: activity kinds, API records, and the API callbacks (call sites and
-/// synchronizations). What fails is added to `notices` (only meaningful when turning on).
-fn set_collection(
-    c: &Cupti,
-    sub: *mut c_void,
-    opts: &Options,
-    on: bool,
-    notices: &mut Vec<String>,
-) {
-    // SAFETY (whole function): plain CUPTI calls with valid arguments.
-    unsafe {
-        for (k, name) in activity_kinds() {
-            let rc = if on {
-                (c.activity_enable)(k)
-            } else {
-                (c.activity_disable)(k)
-            };
-            if rc != cupti::SUCCESS {
-                notices.push(format!(
-                    "{name} records unavailable: {}",
-                    c.result_string(rc)
-                ));
-            }
-        }
-        enable_api_records(c, opts, on, notices);
-        let flag = u32::from(on);
-        if let Some(table) = SITES.get() {
-            // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|copy
-            // restrict the call-site callbacks (default: all).
-            let only = |var: &str, v: &str| {
-                std::env::var(var).map_or(true, |l| l.split(',').any(|x| x.trim() == v))
-            };
-            for (domain, id) in table.ids() {
-                let dom = if domain == cupti::DOMAIN_RUNTIME {
-                    "runtime"
-                } else {
-                    "driver"
-                };
-                let kind = match table.kind(domain, id) {
-                    Some(crate::sites::SiteKind::Copy) => "copy",
-                    _ => "launch",
-                };
-                if only("GPUFL_SITE_DOMAINS", dom) && only("GPUFL_SITE_KINDS", kind) {
-                    (c.enable_callback)(flag, sub, domain, id);
-                }
-            }
-        }
-        if opts.enable_synchronization {
-            // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
-            let domains = std::env::var("GPUFL_CALLBACK_DOMAINS").unwrap_or_default();
-            let want = |d: &str| domains.is_empty() || domains.split(',').any(|x| x.trim() == d);
-            if want("runtime") {
-                for &id in cbids::RUNTIME_SYNC {
-                    (c.enable_callback)(flag, sub, cupti::DOMAIN_RUNTIME, id);
-                }
-            }
-            if want("driver") {
-                for &id in cbids::DRIVER_SYNC {
-                    (c.enable_callback)(flag, sub, cupti::DOMAIN_DRIVER, id);
-                }
-            }
-        }
-    }
-}
-
-fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<String>) {
-    use crate::options::ApiRecords;
-    let (rt, drv): (Vec<u32>, Vec<u32>) = match opts.api_records {
-        ApiRecords::None => return,
-        ApiRecords::All => {
-            // SAFETY: plain CUPTI calls.
-            unsafe {
-                if !on {
-                    (c.activity_disable)(cupti::KIND_RUNTIME);
-                    (c.activity_disable)(cupti::KIND_DRIVER);
-                    return;
-                }
-                (c.activity_enable)(cupti::KIND_RUNTIME);
-                (c.activity_enable)(cupti::KIND_DRIVER);
-                for &id in cbids::RUNTIME_NOISY {
-                    if let Some(f) = c.activity_enable_runtime_api {
-                        f(id, 0);
-                    }
-                }
-                for &id in cbids::DRIVER_NOISY {
-                    if let Some(f) = c.activity_enable_driver_api {
-                        f(id, 0);
-                    }
-                }
-            }
-            return;
-        }
-        ApiRecords::Sync => (cbids::RUNTIME_SYNC.to_vec(), cbids::DRIVER_SYNC.to_vec()),
-        ApiRecords::Default => (
-            [cbids::RUNTIME_SYNC, cbids::RUNTIME_DEFAULT].concat(),
-            [cbids::DRIVER_SYNC, cbids::DRIVER_DEFAULT].concat(),
-        ),
-    };
-    let (Some(frt), Some(fdrv)) = (c.activity_enable_runtime_api, c.activity_enable_driver_api)
-    else {
-        if on {
-            notices
-                .push("this CUPTI cannot select API records per function; api records off".into());
-        }
-        return;
-    };
-    // SAFETY: plain CUPTI calls; ids unknown to this CUPTI are rejected and ignored.
-    unsafe {
-        for id in rt {
-            frt(id, u8::from(on));
-        }
-        for id in drv {
-            fdrv(id, u8::from(on));
-        }
-    }
-}
-
-/// Set while the program has paused recording (`pause`).
-static PAUSED: AtomicBool = AtomicBool::new(false);
-/// Serializes pause/resume (never taken on a CUPTI callback path).
-static PAUSE_LOCK: Mutex<()> = Mutex::new(());
-
-/// Whether recording is paused by the program.
-pub fn is_paused() -> bool {
-    PAUSED.load(Ordering::Relaxed)
-}
-
-/// Pause (`recording = false`) or resume recording. While paused nothing is collected: no activity
-/// kind, API record or API callback is enabled, so the program runs as if only subscribed. A
-/// `capture` record marks each change. Returns false when no recorder runs (not started, stopped,
-/// or in a forked child); pausing twice or resuming a running recorder does nothing.
-pub fn set_recording(recording: bool) -> bool {
-    let Some(r) = RECORDER.get() else {
-        return false;
-    };
-    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
-        return false;
-    }
-    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if r.stopped.load(Ordering::SeqCst) {
-        return false;
-    }
-    if PAUSED.load(Ordering::SeqCst) != recording {
-        return true;
-    }
-    let sub = r.subscriber.load(Ordering::SeqCst);
-    let mut ignored = Vec::new();
-    // The paused interval covers everything not collected: it starts before collection stops
-    // and ends after it restarts.
-    let ts = if recording {
-        set_collection(r.cupti, sub, &r.opts, true, &mut ignored);
-        PAUSED.store(false, Ordering::SeqCst);
-        r.cupti.timestamp()
-    } else {
-        let ts = r.cupti.timestamp();
-        PAUSED.store(true, Ordering::SeqCst);
-        set_collection(r.cupti, sub, &r.opts, false, &mut ignored);
-        // SAFETY: plain CUPTI call: hands what was collected so far to the writer.
-        unsafe { (r.cupti.activity_flush_all)(0) };
-        ts
-    };
-    let _ = r.tx.send(Msg::Capture { ts, recording });
-    true
-}
-
 /// CUPTI callback: API entry/exit and resource events. Never unwinds into CUPTI.
 unsafe extern "C" fn on_callback(_ud: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
     let _ = std::panic::catch_unwind(|| {
@@ -733,7 +469,7 @@ impl Nesting {
     }
 }
 
-unsafe extern "C" fn buffer_requested(
+pub(crate) unsafe extern "C" fn buffer_requested(
     buf: *mut *mut u8,
     size: *mut usize,
     max_records: *mut usize,
@@ -761,7 +497,7 @@ unsafe extern "C" fn buffer_requested(
     });
 }
 
-unsafe extern "C" fn buffer_completed(
+pub(crate) unsafe extern "C" fn buffer_completed(
     ctx: *mut c_void,
     stream: u32,
     buf: *mut u8,
