@@ -292,6 +292,9 @@ if has toggle; then
       shared-buffers-kernels-discard) env $KO GPUFL_PER_THREAD_BUFFERS=0 GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 $KR $PY $LB $1 ;;
       hwtrace-kernels-only) env $KO GPUFL_HW_TRACE=1 $KR $PY $LB $1 ;;
       sites-runtime-only) GPUFL_SITE_DOMAINS=runtime gpufl record -q -o $T -- $PY $LB $1 ;;
+      cupti-kernels-discard-tid-default) env $KO GPUFL_THREAD_ID_TYPE=default GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 $KR $PY $LB $1 ;;
+      cupti-nothing) env $KO GPUFL_ACTIVITY_KINDS=none GPUFL_TELEMETRY_MS=0 $KR $PY $LB $1 ;;
+      cupti-memcpy-discard) env $KO GPUFL_ACTIVITY_KINDS=memcpy GPUFL_DISCARD=1 $KR $PY $LB $1 ;;
       sites-copies-only) GPUFL_SITE_KINDS=copy gpufl record -q -o $T -- $PY $LB $1 ;;
     esac
   }

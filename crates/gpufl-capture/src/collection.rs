@@ -19,8 +19,11 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
     let mut notices = Vec::new();
     // SAFETY (whole function): plain CUPTI calls with valid arguments; results are checked.
     unsafe {
-        if let Some(f) = c.set_thread_id_type {
-            f(cupti::THREAD_ID_TYPE_SYSTEM);
+        // Benchmark knob: GPUFL_THREAD_ID_TYPE=default leaves CUPTI's default thread ids.
+        if std::env::var("GPUFL_THREAD_ID_TYPE").map_or(true, |v| v != "default") {
+            if let Some(f) = c.set_thread_id_type {
+                f(cupti::THREAD_ID_TYPE_SYSTEM);
+            }
         }
         // Per-thread activity buffers (CUPTI 12.3+, CUPTI's default from 13.x): no lock shared
         // between the application's launching threads. Must precede the buffer callbacks and the
