@@ -90,14 +90,15 @@ pub struct Insight {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<RuleData>,
     /// The innermost named scope (outermost first) open on the thread of the insight's
-    /// representative event: its longest synchronization at [`Insight::location`]. Filled after
-    /// the rules run ([`name_scopes`]); None without scopes or without such a synchronization.
+    /// representative event: its longest synchronization at [`Insight::location`], else its
+    /// longest API call (launch, copy, memset) with a call-site stack there. Filled after the rules
+    /// run ([`name_scopes`]); None without scopes or without such an event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scope: Option<Vec<String>>,
 }
 
 /// Fill [`Insight::scope`] of every insight: the scope path open at the longest synchronization
-/// whose user location is the insight's.
+/// whose user location is the insight's, else at the longest call-site API call there.
 pub(crate) fn name_scopes(cx: &Ctx, insights: &mut [Insight]) {
     let m = cx.m;
     if m.scopes().is_empty() {
@@ -118,6 +119,21 @@ pub(crate) fn name_scopes(cx: &Ctx, insights: &mut [Insight]) {
             *e = (d, tid, s.start);
         }
     }
+    // Where no sync is: the longest API call (launch, copy, memset) with a call-site stack there.
+    let mut by_site: HashMap<u32, (u64, u64, u64)> = HashMap::new();
+    for &(corr, _, _) in &m.callsites {
+        let (Some(loc), Some(api)) = (cx.callsite_loc(corr), cx.api(corr)) else {
+            continue;
+        };
+        if loc == NONE || best.contains_key(&loc) {
+            continue;
+        }
+        let d = api.duration_ns();
+        let e = by_site.entry(loc).or_insert((d, api.tid, api.start));
+        if d > e.0 {
+            *e = (d, api.tid, api.start);
+        }
+    }
     let by_loc: HashMap<&crate::userframe::SourceLoc, u32> = cx
         .locs
         .iter()
@@ -125,7 +141,10 @@ pub(crate) fn name_scopes(cx: &Ctx, insights: &mut [Insight]) {
         .map(|(i, l)| (l, i as u32))
         .collect();
     for ins in insights.iter_mut() {
-        let Some(&(_, tid, ts)) = by_loc.get(&ins.location).and_then(|l| best.get(l)) else {
+        let Some(l) = by_loc.get(&ins.location) else {
+            continue;
+        };
+        let Some(&(_, tid, ts)) = best.get(l).or_else(|| by_site.get(l)) else {
             continue;
         };
         ins.scope = m.innermost_scope(tid, ts).map(|i| m.scope_path(i));

@@ -1203,3 +1203,34 @@ fn a_session_paused_and_never_resumed_is_paused_to_its_end() {
     assert_eq!(d.paused_ns, 5 * MS);
     assert_eq!(d.idle_ns, 3 * 27 * US);
 }
+
+#[test]
+fn an_insight_without_a_sync_names_the_scope_of_its_call_sites() {
+    let mut b = B::new();
+    let st = b.user_stack("/src/app.cu", 30, "train_step");
+    let scope = |b: &mut B, ts: u64, name: &str, end: bool| {
+        let name = b.s(name);
+        b.recs.push(Record::Scope(Scope {
+            ts,
+            tid: 1,
+            name,
+            depth: 0,
+            end,
+            source: ScopeSource::Api,
+        }));
+    };
+    scope(&mut b, MS - 20 * US, "epoch", false);
+    scope(&mut b, MS - 15 * US, "train_step", false);
+    let end = launch_loop(&mut b, MS, 10, 20, Some(st));
+    scope(&mut b, end + US, "train_step", true);
+    scope(&mut b, end + 2 * US, "epoch", true);
+    let a = b.analyze();
+    let v = rule(&a, "gpu-idle");
+    assert_eq!(v.len(), 1, "{v:#?}");
+    assert_eq!(v[0].location.line, Some(30));
+    // No synchronization at app.cu:30: the scope comes from its launches' call sites.
+    assert_eq!(
+        v[0].scope.as_deref(),
+        Some(&["epoch".to_string(), "train_step".to_string()][..])
+    );
+}
