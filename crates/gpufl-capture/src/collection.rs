@@ -117,6 +117,13 @@ fn activity_kinds() -> Vec<(u32, &'static str)> {
     kinds
 }
 
+/// A benchmark knob listing what to keep (`A,B`): whether it keeps `item` (all when unset or
+/// empty). Read once per call.
+fn knob(var: &str) -> impl Fn(&str) -> bool {
+    let list = std::env::var(var).unwrap_or_default();
+    move |item| list.is_empty() || list.split(',').any(|x| x.trim() == item)
+}
+
 /// Turn collection on or off: activity kinds, API records, and the API callbacks (call sites and
 /// synchronizations). What fails is added to `notices` (only meaningful when turning on).
 fn set_collection(
@@ -146,9 +153,7 @@ fn set_collection(
         if let Some(table) = SITES.get() {
             // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|copy
             // restrict the call-site callbacks (default: all).
-            let only = |var: &str, v: &str| {
-                std::env::var(var).map_or(true, |l| l.split(',').any(|x| x.trim() == v))
-            };
+            let (domains, kinds) = (knob("GPUFL_SITE_DOMAINS"), knob("GPUFL_SITE_KINDS"));
             for (domain, id) in table.ids() {
                 let dom = if domain == cupti::DOMAIN_RUNTIME {
                     "runtime"
@@ -159,15 +164,14 @@ fn set_collection(
                     Some(crate::sites::SiteKind::Copy) => "copy",
                     _ => "launch",
                 };
-                if only("GPUFL_SITE_DOMAINS", dom) && only("GPUFL_SITE_KINDS", kind) {
+                if domains(dom) && kinds(kind) {
                     (c.enable_callback)(flag, sub, domain, id);
                 }
             }
         }
         if opts.enable_synchronization {
             // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
-            let domains = std::env::var("GPUFL_CALLBACK_DOMAINS").unwrap_or_default();
-            let want = |d: &str| domains.is_empty() || domains.split(',').any(|x| x.trim() == d);
+            let want = knob("GPUFL_CALLBACK_DOMAINS");
             if want("runtime") {
                 for &id in cbids::RUNTIME_SYNC {
                     (c.enable_callback)(flag, sub, cupti::DOMAIN_RUNTIME, id);

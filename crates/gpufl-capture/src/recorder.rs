@@ -610,11 +610,7 @@ fn writer_thread(
                         }) => take_buffer(&mut sink, ptr, valid, dropped),
                         Ok(Msg::Telemetry(t)) => take_telemetry(&mut sink, t),
                         Ok(Msg::Capture { ts, recording }) => {
-                            if let Some(s) = sink.as_mut() {
-                                let result =
-                                    s.write(&Record::Capture(CaptureState { ts, recording }));
-                                report(&mut sink, result);
-                            }
+                            take_capture(&mut sink, ts, recording)
                         }
                         _ => break,
                     }
@@ -650,12 +646,7 @@ fn writer_thread(
                 let _ = ack.send(counts);
                 return;
             }
-            Ok(Msg::Capture { ts, recording }) => {
-                if let Some(s) = sink.as_mut() {
-                    let result = s.write(&Record::Capture(CaptureState { ts, recording }));
-                    report(&mut sink, result);
-                }
-            }
+            Ok(Msg::Capture { ts, recording }) => take_capture(&mut sink, ts, recording),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
@@ -738,6 +729,13 @@ fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) 
     })();
     pool::give_back(ptr as *mut u8);
     report(sink, result);
+}
+
+fn take_capture(sink: &mut Option<Sink>, ts: u64, recording: bool) {
+    if let Some(s) = sink.as_mut() {
+        let result = s.write(&Record::Capture(CaptureState { ts, recording }));
+        report(sink, result);
+    }
 }
 
 fn take_telemetry(sink: &mut Option<Sink>, t: crate::telemetry::Report) {

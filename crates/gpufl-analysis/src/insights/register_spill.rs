@@ -153,7 +153,37 @@ fn frame_insight(cx: &Ctx, locator: &Locator, row: &KernelRow) -> Option<Insight
          the called functions.",
         cap_fix(c.regs, threads)
     );
-    let mut ins = kernel_site::insight(
+    let figures = Figures {
+        impact,
+        local_share: share(frame, c.regs),
+        configs: row.variants.len() as u32,
+        flagged_launches: row.launches,
+        stack_frame: Some(frame),
+    };
+    let mut ins = build(cx, row, c, (title, detail, fix), (loc, src), figures);
+    ins.severity = softer(ins.severity);
+    Some(ins)
+}
+
+/// The figures of an insight beside its kernel row and launch configuration.
+struct Figures {
+    impact: u64,
+    local_share: f64,
+    configs: u32,
+    flagged_launches: u64,
+    stack_frame: Option<u32>,
+}
+
+/// The insight and its data, from its texts and figures.
+fn build(
+    cx: &Ctx,
+    row: &KernelRow,
+    c: &LaunchConfig,
+    (title, detail, fix): (String, String, String),
+    (loc, src): (crate::userframe::SourceLoc, LocationSource),
+    f: Figures,
+) -> Insight {
+    kernel_site::insight(
         cx,
         KernelInsight {
             rule: RULE,
@@ -162,7 +192,7 @@ fn frame_insight(cx: &Ctx, locator: &Locator, row: &KernelRow) -> Option<Insight
             fix,
             location: loc,
             launches: row.launches,
-            impact_ns: impact,
+            impact_ns: f.impact,
             window_ns: row.device_busy_ns,
             data: RuleData::RegisterSpill(Data {
                 kernel: row.name.clone(),
@@ -173,17 +203,15 @@ fn frame_insight(cx: &Ctx, locator: &Locator, row: &KernelRow) -> Option<Insight
                 config: *c,
                 local_bytes: c.local_mem,
                 regs: c.regs,
-                local_share: share(frame, c.regs),
-                configs: row.variants.len() as u32,
-                flagged_launches: row.launches,
-                weighted_ns: impact,
+                local_share: f.local_share,
+                configs: f.configs,
+                flagged_launches: f.flagged_launches,
+                weighted_ns: f.impact,
                 location_source: src,
-                stack_frame: Some(frame),
+                stack_frame: f.stack_frame,
             }),
         },
-    );
-    ins.severity = softer(ins.severity);
-    Some(ins)
+    )
 }
 
 /// What to do about spills at `regs` registers per thread.
@@ -259,33 +287,12 @@ fn insight(
             c.regs
         )
     };
-    kernel_site::insight(
-        cx,
-        KernelInsight {
-            rule: RULE,
-            title,
-            detail,
-            fix,
-            location: loc,
-            launches: row.launches,
-            impact_ns: impact,
-            window_ns: row.device_busy_ns,
-            data: RuleData::RegisterSpill(Data {
-                kernel: row.name.clone(),
-                device: row.device,
-                launches: row.launches,
-                gpu_ns: row.total_ns,
-                busy_share: row.busy_share,
-                config: *c,
-                local_bytes: c.local_mem,
-                regs: c.regs,
-                local_share: local_share(c),
-                configs,
-                flagged_launches,
-                weighted_ns: impact,
-                location_source: src,
-                stack_frame: row.stack_frame,
-            }),
-        },
-    )
+    let figures = Figures {
+        impact,
+        local_share: local_share(c),
+        configs,
+        flagged_launches,
+        stack_frame: row.stack_frame,
+    };
+    build(cx, row, c, (title, detail, fix), (loc, src), figures)
 }
