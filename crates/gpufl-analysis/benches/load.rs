@@ -116,6 +116,7 @@ fn generate(n: usize) -> Vec<u8> {
                     file: None,
                     line: None,
                     inlined: false,
+                    text: None,
                 })
                 .unwrap()];
             frames.push(
@@ -127,6 +128,7 @@ fn generate(n: usize) -> Vec<u8> {
                     file: Some(file),
                     line: Some(50 + i),
                     inlined: false,
+                    text: None,
                 })
                 .unwrap(),
             );

@@ -235,6 +235,8 @@ impl Model {
                 }
             }
             Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),
+            // Start/end ranges are not analysed yet.
+            Record::Range(_) => {}
             Record::Scope(sc) => {
                 self.span(sc.ts, sc.ts);
                 let name = self.str_ref(ld, sc.name);

@@ -92,6 +92,7 @@ impl B {
             file: file.map(|f| self.s(f)),
             line,
             inlined: false,
+            text: None,
         };
         self.frames += 1;
         self.recs.push(Record::Frame(f));
@@ -108,6 +109,7 @@ impl B {
             file: Some(self.s(file)),
             line: Some(line),
             inlined: false,
+            text: None,
         };
         self.frames += 1;
         self.recs.push(Record::Frame(f));
@@ -120,6 +122,7 @@ impl B {
         self.recs.push(Record::Stack(Stack {
             id,
             frames: frames.to_vec(),
+            via_tid: None,
         }));
         id
     }
@@ -847,6 +850,7 @@ fn model_survives_hostile_ids_and_empty_input() {
         Record::Stack(Stack {
             id: StackId(4_000_000_000),
             frames: vec![FrameId(3_000_000_000)],
+            via_tid: None,
         }),
         Record::Sync(Sync {
             stack: Some(StackId(4_000_000_000)),

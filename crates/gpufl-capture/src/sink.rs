@@ -181,6 +181,7 @@ impl Sink {
             file: Some(file),
             line: Some(info.line),
             inlined: false,
+            text: None,
         })?;
         self.py_frames.insert(id, f);
         Ok(Some(f))
@@ -211,6 +212,7 @@ impl Sink {
                     file,
                     line: f.line,
                     inlined: f.inlined,
+                    text: None,
                 })?);
             }
             self.addr_frames.insert(addr, ids);

@@ -283,6 +283,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
                 file: Some(file_id),
                 line: Some(line),
                 inlined: false,
+                text: None,
             })
             .unwrap();
         w.intern_stack(&[f]).unwrap()

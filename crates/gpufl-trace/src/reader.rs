@@ -305,6 +305,7 @@ fn parse_known(tag: &str, line: &[u8]) -> Option<Result<Record, serde_json::Erro
         "stream" => p(line, Record::Stream),
         "capture" => p(line, Record::Capture),
         "scope" => p(line, Record::Scope),
+        "range" => p(line, Record::Range),
         "telemetry" => p(line, Record::Telemetry),
         "overhead" => p(line, Record::Overhead),
         "dropped" => p(line, Record::Dropped),

@@ -32,6 +32,7 @@ pub enum Record {
     Stream(StreamInfo),
     Capture(CaptureState),
     Scope(Scope),
+    Range(Range),
     Telemetry(Telemetry),
     Overhead(Overhead),
     Dropped(Dropped),
@@ -57,6 +58,7 @@ impl Record {
             Record::Stream(_) => "stream",
             Record::Capture(_) => "capture",
             Record::Scope(_) => "scope",
+            Record::Range(_) => "range",
             Record::Telemetry(_) => "telemetry",
             Record::Overhead(_) => "overhead",
             Record::Dropped(_) => "dropped",
@@ -254,6 +256,10 @@ pub struct Frame {
     pub line: Option<u32>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub inlined: bool,
+    /// The text of the source line (`file:line`), trimmed and at most 240 bytes, when the recorder
+    /// could read the file (Python frames; `GPUFL_SOURCE_TEXT=0` leaves it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<StrId>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -265,6 +271,13 @@ fn is_false(b: &bool) -> bool {
 pub struct Stack {
     pub id: StackId,
     pub frames: Vec<FrameId>,
+    /// Set when the calling thread ran no Python and the stack's Python frames were read from
+    /// another thread, this one (its OS thread id): the thread inferred to drive the call (e.g. the
+    /// thread blocked in `loss.backward()` while PyTorch's autograd thread launches, or the thread
+    /// blocked in a JAX host read while an XLA worker copies). The native frames are the calling
+    /// thread's own. See docs/insights.md, "Cross-thread Python attribution".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_tid: Option<u64>,
 }
 
 /// A kernel execution (CUPTI concurrent-kernel activity).
@@ -510,6 +523,24 @@ pub struct Scope {
     /// true: the scope closes here; false (omitted): it opens here.
     #[serde(default, skip_serializing_if = "is_false")]
     pub end: bool,
+    pub source: ScopeSource,
+}
+
+/// A start/end range that may begin and end on different threads (`nvtxRangeStart*` /
+/// `nvtxRangeEnd`, NVTX's process-wide ranges), written once when it ends. Ranges do not nest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Range {
+    /// The range id NVTX returned (unique among open ranges of the process).
+    pub id: u64,
+    pub name: StrId,
+    /// Start and end, trace clock (ns).
+    pub start: u64,
+    pub end: u64,
+    /// Thread that started the range.
+    pub tid: u64,
+    /// Thread that ended it, when not the starting thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_tid: Option<u64>,
     pub source: ScopeSource,
 }
 

@@ -35,6 +35,8 @@ pub struct FrameData {
     pub file: Option<StrId>,
     pub line: Option<u32>,
     pub inlined: bool,
+    /// Source text of the line, if the recorder read it.
+    pub text: Option<StrId>,
 }
 
 /// Writes one trace file.
@@ -42,7 +44,7 @@ pub struct TraceWriter<W: Write> {
     enc: Option<zstd::stream::write::Encoder<'static, W>>,
     strings: HashMap<String, StrId>,
     frames: HashMap<FrameData, FrameId>,
-    stacks: HashMap<Vec<FrameId>, StackId>,
+    stacks: HashMap<(Vec<FrameId>, Option<u64>), StackId>,
     counts: Counts,
     /// NDJSON lines not yet handed to the compressor.
     pending: Vec<u8>,
@@ -136,6 +138,7 @@ impl<W: Write> TraceWriter<W> {
             file: f.file,
             line: f.line,
             inlined: f.inlined,
+            text: f.text,
         };
         self.frames.insert(f, id);
         self.write(&Record::Frame(rec))?;
@@ -144,14 +147,26 @@ impl<W: Write> TraceWriter<W> {
 
     /// Id of a stack (frame ids, innermost first), writing a `stack` record the first time.
     pub fn intern_stack(&mut self, frames: &[FrameId]) -> Result<StackId, TraceError> {
-        if let Some(id) = self.stacks.get(frames) {
+        self.intern_stack_via(frames, None)
+    }
+
+    /// Id of a stack whose Python frames were read from thread `via_tid` (see [`Stack::via_tid`]),
+    /// writing a `stack` record the first time.
+    pub fn intern_stack_via(
+        &mut self,
+        frames: &[FrameId],
+        via_tid: Option<u64>,
+    ) -> Result<StackId, TraceError> {
+        let key = (frames.to_vec(), via_tid);
+        if let Some(id) = self.stacks.get(&key) {
             return Ok(*id);
         }
         let id = StackId(self.stacks.len() as u32);
-        self.stacks.insert(frames.to_vec(), id);
+        self.stacks.insert(key, id);
         self.write(&Record::Stack(Stack {
             id,
             frames: frames.to_vec(),
+            via_tid,
         }))?;
         Ok(id)
     }

@@ -216,6 +216,7 @@ impl<W: Write> Recorder<W> {
                     file: f.file,
                     line: f.line,
                     inlined: f.inlined,
+                    text: None,
                 }));
             }
         }
@@ -236,6 +237,7 @@ impl<W: Write> Recorder<W> {
                 self.expected.push(Record::Stack(Stack {
                     id,
                     frames: frames.to_vec(),
+                    via_tid: None,
                 }));
             }
         }
@@ -272,6 +274,7 @@ fn native(module: StrId, offset: u64, func: Option<StrId>) -> FrameData {
         file: None,
         line: None,
         inlined: false,
+        text: None,
     }
 }
 
@@ -284,6 +287,7 @@ fn python(func: StrId, file: StrId, line: u32) -> FrameData {
         file: Some(file),
         line: Some(line),
         inlined: false,
+        text: None,
     }
 }
 
@@ -645,6 +649,7 @@ fn optional_fields_absent_round_trip_and_are_not_written() {
         file: None,
         line: None,
         inlined: false,
+        text: None,
     });
     r.rec(Record::Sync(Sync::default()));
     r.rec(Record::Kernel(Kernel::default()));
@@ -1255,6 +1260,7 @@ fn symbols_describe_frames_and_tolerate_missing_ids() {
             file: Some(StrId(1)),
             line: Some(42),
             inlined: false,
+            text: None,
         }),
         Record::Frame(Frame {
             id: FrameId(1),
@@ -1265,6 +1271,7 @@ fn symbols_describe_frames_and_tolerate_missing_ids() {
             file: None,
             line: None,
             inlined: false,
+            text: None,
         }),
         // References a string that was never defined.
         Record::Frame(Frame {
@@ -1276,6 +1283,7 @@ fn symbols_describe_frames_and_tolerate_missing_ids() {
             file: None,
             line: None,
             inlined: false,
+            text: None,
         }),
         // Nothing known at all.
         Record::Frame(Frame {
@@ -1287,10 +1295,12 @@ fn symbols_describe_frames_and_tolerate_missing_ids() {
             file: None,
             line: None,
             inlined: false,
+            text: None,
         }),
         Record::Stack(Stack {
             id: StackId(0),
             frames: vec![FrameId(1), FrameId(0)],
+            via_tid: None,
         }),
     ];
     for r in &recs {

@@ -1228,10 +1228,12 @@ fn testdata_two_stream_overlap_with_callsites_reports_the_sequential_copies_only
             file: Some(file),
             line: Some(line),
             inlined: false,
+            text: None,
         }));
         recs.push(Record::Stack(Stack {
             id: StackId(id),
             frames: vec![FrameId(id)],
+            via_tid: None,
         }));
         recs.push(Record::Callsite(Callsite {
             corr: *corr,
