@@ -2,7 +2,7 @@
 # Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
 # Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
 #   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams
-#   telemetry toggle kernels scopes (default: record api identity kill bench)
+#   telemetry toggle kernels scopes frameworks pyoffsets (default: record api identity kill bench)
 set -u
 OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
 ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
@@ -226,6 +226,40 @@ for rule in ("low-occupancy", "register-spill", "under-filled-grid"):
     print("  %-18s %s" % (rule, "; ".join("%s %s" % (i["severity"], i["title"]) for i in hits) or "NOT RAISED"))
 PYEOF
   fi
+fi
+if has pyoffsets; then
+  # The CPython struct offsets pyframes.rs relies on, from the device interpreter's own headers.
+  inc=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  log "(p) CPython offsets from $inc"
+  gcc -I"$inc" -o build/pyoffsets scripts/probe/pyoffsets.c 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
+  [ -x build/pyoffsets ] && build/pyoffsets | tee -a "$OUT/summary.txt"
+fi
+if has frameworks; then
+  # Issue 11: attribution through real frameworks (JAX/XLA worker threads, PyTorch's autograd
+  # thread, HuggingFace Trainer and Lightning loops). Each report must name the user's line (JAX,
+  # backward) or the library line with the user's call site (Trainer, Lightning).
+  $PY -c 'import jax, torch, transformers, accelerate; print("jax", jax.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "accelerate", accelerate.__version__)' 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
+  $PY -c 'import lightning; print("lightning", lightning.__version__)' 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
+  $PY -c 'import pytorch_lightning; print("pytorch_lightning", pytorch_lightning.__version__)' 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
+  fw() { # name command...
+    local name=$1; shift
+    log "(f) $name: $*"
+    local t0; t0=$(date +%s%N)
+    gpufl record -o "$S/$name" -- "$@" > "$OUT/$name.log" 2>&1; echo "exit $?" >> "$OUT/$name.log"
+    tail -3 "$OUT/$name.log" | tee -a "$OUT/summary.txt"
+    echo "wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$OUT/summary.txt"
+    local d; d=$(newest "$S/$name")
+    gpufl info "$d" 2>&1 | tee -a "$OUT/summary.txt"
+    gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"
+    gpufl dump "$d" --type sync --limit 2 2>&1 | cut -c1-3000 | tee -a "$OUT/summary.txt"
+    report "$d"
+    gpufl report --json "$d" > "$OUT/fw-$name.json" 2>/dev/null
+  }
+  fw jax_train $PY examples/jax_train.py --steps ${FW_JAX_STEPS:-100}
+  fw pytorch_backward $PY examples/pytorch_backward.py --steps ${FW_BWD_STEPS:-30}
+  fw hf_trainer $PY examples/hf_trainer.py --steps ${FW_HF_STEPS:-120}
+  fw lightning_fit $PY examples/lightning_fit.py --steps ${FW_PL_STEPS:-150}
+  (cd "$OUT" && tar -czf fw-json.tgz fw-*.json && rm -f fw-*.json)
 fi
 if has api; then
   log "(d) C++ API (gpufl::init/shutdown, no injection)"
