@@ -259,6 +259,13 @@ if has frameworks; then
   fw pytorch_backward $PY examples/pytorch_backward.py --steps ${FW_BWD_STEPS:-30}
   fw hf_trainer $PY examples/hf_trainer.py --steps ${FW_HF_STEPS:-120}
   fw lightning_fit $PY examples/lightning_fit.py --steps ${FW_PL_STEPS:-150}
+  if [ "${FW_SMALL:-1}" = 1 ]; then
+    # Short runs of the same programs, small enough to commit under testdata/sessions.
+    fw small_jax_train $PY examples/jax_train.py --steps 20 --warmup 2
+    fw small_pytorch_backward $PY examples/pytorch_backward.py --steps 8 --warmup 2
+    fw small_hf_trainer $PY examples/hf_trainer.py --steps 20
+    fw small_lightning_fit $PY examples/lightning_fit.py --steps 30
+  fi
   (cd "$OUT" && tar -czf fw-json.tgz fw-*.json && rm -f fw-*.json)
 fi
 if has api; then

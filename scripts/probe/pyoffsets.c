@@ -23,9 +23,6 @@ int main(void) {
     P(PyThreadState, thread_id);
     P(PyThreadState, native_thread_id);
     P(PyInterpreterState, threads.head);
-#if PY_VERSION_HEX >= 0x030C0000
-    P(PyInterpreterState, threads.main);
-#endif
     P(_PyRuntimeState, main_thread);
 #if PY_VERSION_HEX < 0x030C0000
     P(_PyRuntimeState, gilstate.tstate_current);
