@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# The test suite (what CI runs): Rust tests of every crate, then the Python tests of the capture
-# library's Python-frame extraction (no GPU needed).
+# The test suite (what CI runs): Rust tests of every crate, then the Python tests (Python-frame
+# extraction, cross-thread attribution, the python/ package; no GPU needed) on every CPython the
+# machine has among 3.11, 3.12 and 3.13 (3.13 checks that an unsupported interpreter is left alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --workspace
 cargo test --workspace
-python3 -m pytest -q python/tests
+pythons=()
+for v in 3.11 3.12 3.13; do
+  for p in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python"$v" "/usr/bin/python$v"; do
+    if [ -x "$p" ] && "$p" -m pytest --version >/dev/null 2>&1; then pythons+=("$p"); break; fi
+  done
+done
+[ ${#pythons[@]} -gt 0 ] || pythons=(python3)
+for p in "${pythons[@]}"; do
+  echo "== Python tests on $("$p" --version 2>&1) ($p)"
+  "$p" -m pytest -q python/tests
+done
