@@ -211,6 +211,47 @@ pub unsafe extern "C" fn gpufl_test_capture_stack_json(buf: *mut c_char, len: us
     .unwrap_or(-1)
 }
 
+/// Test entry point: capture on a new native thread that runs no Python, through the same code as
+/// a CUDA callback on such a thread (cross-thread Python attribution), and write
+/// `{"via_tid", "frames": [...], "cost_ns"}` into `buf`. The caller's thread waits (a ctypes call
+/// releases the GIL, as `loss.backward()` does while the autograd thread launches). Returns bytes
+/// written, or -(needed).
+///
+/// # Safety
+/// `buf` points at `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_test_capture_on_native_thread(
+    buf: *mut c_char,
+    len: usize,
+) -> isize {
+    std::panic::catch_unwind(|| {
+        let json = crate::stack::capture_on_native_thread_json();
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_out(&json, buf, len) }
+    })
+    .unwrap_or(-1)
+}
+
+/// Test/benchmark entry point: on one new native thread (no Python), a cold capture and then
+/// `iters` warm ones through the callback's capture code; writes [cold ns, mean warm ns, via_tid]
+/// into `out` (3 doubles). The caller waits in C with the GIL released.
+///
+/// # Safety
+/// `out` points at 3 writable doubles.
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_test_cross_thread_cost(iters: u32, out: *mut f64) -> c_int {
+    std::panic::catch_unwind(|| {
+        if out.is_null() {
+            return -1;
+        }
+        let r = crate::stack::cross_thread_cost(iters);
+        // SAFETY: forwarded from the caller.
+        unsafe { std::ptr::copy_nonoverlapping(r.as_ptr(), out, 3) };
+        0
+    })
+    .unwrap_or(-1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,44 @@
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
 use std::sync::OnceLock;
 
+mod xthread;
+pub use xthread::unavailable_reason as cross_thread_unavailable;
+pub use xthread::{capture_other_thread, capture_other_thread_with, Resolver};
+pub use xthread::{choose, is_idle_wait_file, rank_key, Candidate};
+
+/// A reader of this process's memory: direct loads for the calling thread's own frames, or
+/// fault-tolerant reads (`xthread::SafeMem`) for another thread's.
+pub(crate) trait Mem {
+    /// Copy `buf.len()` bytes from `addr`; false if they could not be read.
+    fn read_into(&self, addr: usize, buf: &mut [u8]) -> bool;
+
+    /// A plain integer at `addr`.
+    fn get<T: Copy + Default>(&self, addr: usize) -> Option<T> {
+        let mut v = T::default();
+        // SAFETY: `v` is a plain integer (Copy + Default, no invalid bit patterns among the types
+        // used here: integers and usize); we overwrite exactly its bytes.
+        let b = unsafe {
+            std::slice::from_raw_parts_mut(&mut v as *mut T as *mut u8, std::mem::size_of::<T>())
+        };
+        self.read_into(addr, b).then_some(v)
+    }
+}
+
+/// Direct loads: only for the calling thread's own, live frames and the objects they reference
+/// (the contract of [`resolve`]).
+struct Direct;
+
+impl Mem for Direct {
+    fn read_into(&self, addr: usize, buf: &mut [u8]) -> bool {
+        if addr < 4096 {
+            return false;
+        }
+        // SAFETY: per the contract of the callers, `addr..addr+len` lies in a live object.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+        true
+    }
+}
+
 /// One captured Python frame: the code object address and the byte offset of
 /// the current instruction inside `co_code_adaptive`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -86,6 +124,13 @@ struct Layout {
     co_code_adaptive: usize,  // PyCodeObject.co_code_adaptive == _PyCode_CODE(co)
     ascii_size: usize,        // sizeof(PyASCIIObject): compact ASCII data follows
     compact_size: usize,      // sizeof(PyCompactUnicodeObject): UCS1/2/4 data follows
+    // Cross-thread attribution (see `capture_other_thread`).
+    ts_next: usize,             // PyThreadState.next
+    ts_status: Option<usize>,   // PyThreadState._status (3.12: bitfield, `active` = bit 4)
+    ts_thread_id: usize,        // PyThreadState.thread_id (pthread_t)
+    ts_native_thread_id: usize, // PyThreadState.native_thread_id (gettid())
+    interp_threads_head: usize, // PyInterpreterState.threads.head
+    rt_main_thread: usize,      // _PyRuntimeState.main_thread (pthread_t)
 }
 
 /// CPython 3.11 (Include/cpython/pystate.h, Include/internal/pycore_frame.h,
@@ -127,6 +172,13 @@ const LAYOUT_311: Layout = Layout {
     // PyCompactUnicodeObject { _base, utf8_length, utf8, wstr_length } = 72
     ascii_size: 48,
     compact_size: 72,
+    // Checked with offsetof() against the 3.11.7 headers (scripts/probe/pyoffsets.c).
+    ts_next: 8,
+    ts_status: None,
+    ts_thread_id: 152,
+    ts_native_thread_id: 160,
+    interp_threads_head: 16,
+    rt_main_thread: 80,
 };
 
 /// CPython 3.12 (same headers as 3.11).
@@ -168,6 +220,14 @@ const LAYOUT_312: Layout = Layout {
     // PyCompactUnicodeObject { _base, utf8_length, utf8 } = 56
     ascii_size: 40,
     compact_size: 56,
+    // Checked with offsetof() against the 3.12.1 headers and the device's 3.12.3 ones
+    // (scripts/probe/pyoffsets.c): `_status.active` is bit 4 of its first byte.
+    ts_next: 8,
+    ts_status: Some(24),
+    ts_thread_id: 136,
+    ts_native_thread_id: 144,
+    interp_threads_head: 72,
+    rt_main_thread: 64,
 };
 
 type GetTstateFn = unsafe extern "C" fn() -> *mut c_void;
@@ -181,6 +241,13 @@ struct Runtime {
     code_type: usize,
     unicode_type: usize,
     bytes_type: usize,
+    /// `PyInterpreterState_Head` (a load of `_PyRuntime.interpreters.head`, no lock).
+    interp_head: Option<GetTstateFn>,
+    /// 3.11 only: `_PyThreadState_UncheckedGet`, which in 3.11 loads the global
+    /// `_PyRuntime.gilstate.tstate_current` (the thread state holding the GIL).
+    gil_holder: Option<GetTstateFn>,
+    /// Address of `_PyRuntime`.
+    py_runtime: usize,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, &'static str>> = OnceLock::new();
@@ -264,6 +331,18 @@ fn detect() -> Result<Runtime, &'static str> {
             std::mem::transmute::<*mut c_void, IsInitializedFn>(init),
         )
     };
+    let fnp = |name: &CStr| {
+        let p = sym(h, name);
+        // SAFETY: both names are `PyThreadState *f(void)` / `PyInterpreterState *f(void)`
+        // functions of the CPython API that only load a global.
+        (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, GetTstateFn>(p) })
+    };
+    let interp_head = fnp(c"PyInterpreterState_Head");
+    let gil_holder = if version == (3, 11) {
+        fnp(c"_PyThreadState_UncheckedGet")
+    } else {
+        None
+    };
     Ok(Runtime {
         version,
         layout,
@@ -272,6 +351,9 @@ fn detect() -> Result<Runtime, &'static str> {
         code_type,
         unicode_type,
         bytes_type,
+        interp_head,
+        gil_holder,
+        py_runtime: sym(h, c"_PyRuntime") as usize,
     })
 }
 
@@ -296,6 +378,11 @@ unsafe fn rd<T: Copy>(base: usize, off: usize) -> T {
 #[inline]
 unsafe fn is_type(obj: usize, ty: usize) -> bool {
     plausible(obj) && rd::<usize>(obj, OB_TYPE) == ty
+}
+
+/// `obj` is a plausible pointer to an object whose exact type is `ty`, read through `m`.
+fn is_type_with<M: Mem>(m: &M, obj: usize, ty: usize) -> bool {
+    plausible(obj) && m.get::<usize>(obj + OB_TYPE) == Some(ty)
 }
 
 /// Hot path: fill `out` with the current thread's Python frames, innermost
@@ -362,18 +449,18 @@ pub fn capture_python(out: &mut [PyFrameRaw]) -> usize {
     }
 }
 
-/// Copy a compact `str` object out (lossy for lone surrogates, capped).
-/// SAFETY: `obj` must be null/implausible or a live object.
-unsafe fn read_str(rt: &Runtime, obj: usize) -> Option<String> {
-    if !is_type(obj, rt.unicode_type) {
+/// Copy a compact `str` object out (lossy for lone surrogates, capped), reading through `m`.
+/// SAFETY: with [`Direct`], `obj` must be null/implausible or a live object.
+unsafe fn read_str_with<M: Mem>(m: &M, rt: &Runtime, obj: usize) -> Option<String> {
+    if !is_type_with(m, obj, rt.unicode_type) {
         return None;
     }
-    let len = rd::<i64>(obj, STR_LENGTH);
+    let len = m.get::<i64>(obj + STR_LENGTH)?;
     if len < 0 {
         return None;
     }
     let n = (len as usize).min(MAX_STR);
-    let state = rd::<u32>(obj, STR_STATE);
+    let state = m.get::<u32>(obj + STR_STATE)?;
     let (kind, compact, ascii) = (
         (state >> 2) & 7,
         state & (1 << 5) != 0,
@@ -383,29 +470,34 @@ unsafe fn read_str(rt: &Runtime, obj: usize) -> Option<String> {
         return None; // legacy (non-compact) strings are not produced for code objects
     }
     if ascii {
-        let data = std::slice::from_raw_parts((obj + rt.layout.ascii_size) as *const u8, n);
-        return Some(String::from_utf8_lossy(data).into_owned());
+        let mut data = vec![0u8; n];
+        if !m.read_into(obj + rt.layout.ascii_size, &mut data) {
+            return None;
+        }
+        return Some(String::from_utf8_lossy(&data).into_owned());
     }
     let p = obj + rt.layout.compact_size;
-    let mut s = String::with_capacity(n);
-    match kind {
-        1 => s.extend(
-            std::slice::from_raw_parts(p as *const u8, n)
-                .iter()
-                .map(|&b| b as char),
-        ),
-        2 => s.extend(
-            std::slice::from_raw_parts(p as *const u16, n)
-                .iter()
-                .map(|&u| char::from_u32(u as u32).unwrap_or('\u{fffd}')),
-        ),
-        4 => s.extend(
-            std::slice::from_raw_parts(p as *const u32, n)
-                .iter()
-                .map(|&u| char::from_u32(u).unwrap_or('\u{fffd}')),
-        ),
+    let width = match kind {
+        1 | 2 | 4 => kind as usize,
         _ => return None,
+    };
+    let mut data = vec![0u8; n * width];
+    if !m.read_into(p, &mut data) {
+        return None;
     }
+    let s: String = match width {
+        1 => data.iter().map(|&b| b as char).collect(),
+        2 => data
+            .chunks_exact(2)
+            .map(|c| char::from_u32(u16::from_ne_bytes([c[0], c[1]]) as u32).unwrap_or('\u{fffd}'))
+            .collect(),
+        _ => data
+            .chunks_exact(4)
+            .map(|c| {
+                char::from_u32(u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('\u{fffd}')
+            })
+            .collect(),
+    };
     Some(s)
 }
 
@@ -470,56 +562,75 @@ fn linetable_line(t: &[u8], first_line: i64, byte_off: i32) -> Option<i64> {
 /// thread while the frame is still live (same callback, right after capture):
 /// code objects may be freed later. Allocates the returned Strings.
 pub fn resolve(raw: &PyFrameRaw) -> Option<PyFrameInfo> {
+    // SAFETY: per the contract, `raw.code` is a live code object captured on this thread.
+    unsafe { resolve_with(&Direct, raw) }
+}
+
+/// [`resolve`] for a frame read from another thread: every read is fault-tolerant.
+pub fn resolve_other(raw: &PyFrameRaw) -> Option<PyFrameInfo> {
+    let m = xthread::safe_mem().ok()?;
+    // SAFETY: SafeMem never faults; every object is type-checked before its payload is read.
+    unsafe { resolve_with(m, raw) }
+}
+
+/// SAFETY: with [`Direct`], `raw.code` must be a live code object (see [`resolve`]).
+unsafe fn resolve_with<M: Mem>(m: &M, raw: &PyFrameRaw) -> Option<PyFrameInfo> {
     let rt = runtime().ok()?;
     let l = rt.layout;
     let code = raw.code;
-    // SAFETY: per the contract, `code` is a live code object captured on this
-    // thread moments ago; we re-check its type, and every object it points to
-    // (str, bytes) is type-checked before its payload is read.
-    unsafe {
-        if !is_type(code, rt.code_type) {
-            return None;
-        }
-        let first = rd::<i32>(code, l.co_firstlineno);
-        let file =
-            read_str(rt, rd::<usize>(code, l.co_filename)).unwrap_or_else(|| "<unknown>".into());
-        let function = read_str(rt, rd::<usize>(code, l.co_qualname))
-            .or_else(|| read_str(rt, rd::<usize>(code, l.co_name)))
-            .unwrap_or_else(|| "<unknown>".into());
-        let mut line = None;
-        let lt = rd::<usize>(code, l.co_linetable);
-        if is_type(lt, rt.bytes_type) {
-            let len = rd::<i64>(lt, OB_SIZE);
-            if (0..MAX_LINETABLE as i64).contains(&len) {
-                let t = std::slice::from_raw_parts((lt + BYTES_SVAL) as *const u8, len as usize);
-                line = linetable_line(t, first as i64, raw.instr_offset);
+    if !is_type_with(m, code, rt.code_type) {
+        return None;
+    }
+    let first = m.get::<i32>(code + l.co_firstlineno)?;
+    let file = read_str_with(m, rt, m.get::<usize>(code + l.co_filename)?)
+        .unwrap_or_else(|| "<unknown>".into());
+    let function = read_str_with(m, rt, m.get::<usize>(code + l.co_qualname)?)
+        .or_else(|| read_str_with(m, rt, m.get::<usize>(code + l.co_name).unwrap_or(0)))
+        .unwrap_or_else(|| "<unknown>".into());
+    let mut line = None;
+    let lt = m.get::<usize>(code + l.co_linetable).unwrap_or(0);
+    if is_type_with(m, lt, rt.bytes_type) {
+        let len = m.get::<i64>(lt + OB_SIZE).unwrap_or(-1);
+        if (0..MAX_LINETABLE as i64).contains(&len) {
+            let mut t = vec![0u8; len as usize];
+            if m.read_into(lt + BYTES_SVAL, &mut t) {
+                line = linetable_line(&t, first as i64, raw.instr_offset);
             }
         }
-        let to_u32 = |v: i64| u32::try_from(v).unwrap_or(0);
-        Some(PyFrameInfo {
-            file,
-            function,
-            line: line.map_or(0, to_u32),
-            first_line: to_u32(first as i64),
-        })
     }
+    let to_u32 = |v: i64| u32::try_from(v).unwrap_or(0);
+    Some(PyFrameInfo {
+        file,
+        function,
+        line: line.map_or(0, to_u32),
+        first_line: to_u32(first as i64),
+    })
 }
 
 /// Cheap identity check used by callers' caches to detect a code object freed
 /// and replaced at the same address: (co_firstlineno, address of co_filename).
 pub fn code_identity(raw: &PyFrameRaw) -> Option<(u32, usize)> {
-    let rt = runtime().ok()?;
     // SAFETY: same contract as resolve(): `raw.code` is live, type-checked.
-    unsafe {
-        if !is_type(raw.code, rt.code_type) {
-            return None;
-        }
-        let first = rd::<i32>(raw.code, rt.layout.co_firstlineno);
-        Some((
-            u32::try_from(first).unwrap_or(0),
-            rd::<usize>(raw.code, rt.layout.co_filename),
-        ))
+    unsafe { code_identity_with(&Direct, raw) }
+}
+
+/// [`code_identity`] of a frame read from another thread (fault-tolerant reads).
+pub fn code_identity_other(raw: &PyFrameRaw) -> Option<(u32, usize)> {
+    let m = xthread::safe_mem().ok()?;
+    // SAFETY: SafeMem never faults.
+    unsafe { code_identity_with(m, raw) }
+}
+
+unsafe fn code_identity_with<M: Mem>(m: &M, raw: &PyFrameRaw) -> Option<(u32, usize)> {
+    let rt = runtime().ok()?;
+    if !is_type_with(m, raw.code, rt.code_type) {
+        return None;
     }
+    let first = m.get::<i32>(raw.code + rt.layout.co_firstlineno)?;
+    Some((
+        u32::try_from(first).unwrap_or(0),
+        m.get::<usize>(raw.code + rt.layout.co_filename)?,
+    ))
 }
 
 fn stack_json() -> String {

@@ -201,6 +201,9 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     let python = opts.enable_stack_trace && pyframes::python_version().is_some();
     if let Some((maj, min)) = pyframes::python_version() {
         header.python_version = Some(format!("{maj}.{min}"));
+        if let Some(why) = pyframes::cross_thread_unavailable().filter(|_| python) {
+            notices.push(why.to_string());
+        }
     } else if opts.enable_stack_trace {
         if let Some(why) = pyframes::unavailable_reason() {
             if !why.contains("no Python") {
@@ -391,6 +394,7 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
             s.has_stack = r.opts.enable_stack_trace;
             s.len = 0;
             s.native_elided = false;
+            s.via_tid = 0;
             if param == cbids::SyncParam::Stream {
                 let params: *const c_void =
                     unsafe { cb_field(data, offset_of!(D, functionParams)) };

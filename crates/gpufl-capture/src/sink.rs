@@ -31,7 +31,7 @@ pub struct Sink {
     api_names: HashMap<(u32, u32), StrId>,
     addr_frames: HashMap<u64, Vec<FrameId>>,
     py_frames: HashMap<u32, FrameId>,
-    stacks: HashMap<Vec<u64>, StackId>,
+    stacks: HashMap<(Vec<u64>, Option<u64>), StackId>,
     /// Python part of a stack → native frames under it at its last full capture.
     native_under: HashMap<Vec<u64>, Vec<u64>>,
     frame_buf: Vec<FrameId>,
@@ -96,7 +96,10 @@ impl Sink {
                 .iter()
                 .position(|e| e & PY_TAG != 0)
                 .unwrap_or(entries.len());
-            Some(if split < entries.len() && s.native_elided {
+            Some(if s.via_tid != 0 {
+                // Python frames of another thread under this thread's native frames.
+                self.intern_raw_stack_via(entries, Some(s.via_tid))?
+            } else if split < entries.len() && s.native_elided {
                 // Reuse the native frames of this Python call site's last full capture.
                 let mut full = self
                     .native_under
@@ -142,7 +145,17 @@ impl Sink {
 
     /// Intern a raw stack (native addresses / tagged Python ids), symbolizing new addresses.
     pub fn intern_raw_stack(&mut self, entries: &[u64]) -> Result<StackId, TraceError> {
-        if let Some(id) = self.stacks.get(entries) {
+        self.intern_raw_stack_via(entries, None)
+    }
+
+    /// [`Self::intern_raw_stack`] for a stack whose Python frames were read from thread `via`.
+    fn intern_raw_stack_via(
+        &mut self,
+        entries: &[u64],
+        via: Option<u64>,
+    ) -> Result<StackId, TraceError> {
+        let key = (entries.to_vec(), via);
+        if let Some(id) = self.stacks.get(&key) {
             return Ok(*id);
         }
         let mut frames = std::mem::take(&mut self.frame_buf);
@@ -157,9 +170,9 @@ impl Sink {
                 frames.extend_from_slice(fs);
             }
         }
-        let id = self.w.intern_stack(&frames)?;
+        let id = self.w.intern_stack_via(&frames, via)?;
         self.frame_buf = frames;
-        self.stacks.insert(entries.to_vec(), id);
+        self.stacks.insert(key, id);
         self.dirty = true;
         Ok(id)
     }

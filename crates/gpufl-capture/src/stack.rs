@@ -60,6 +60,10 @@ pub struct Sample {
     /// True when the native part was not unwound because this Python call site was seen before
     /// (see [`NATIVE_EVERY`]); the writer reuses the native frames of its last full capture.
     pub native_elided: bool,
+    /// When the calling thread ran no Python: the OS id of the thread whose Python frames the
+    /// stack carries (the thread inferred to drive the call, `pyframes::capture_other_thread`);
+    /// 0 otherwise.
+    pub via_tid: u64,
     /// Innermost first. Native return addresses, or `PY_TAG | python frame id`.
     pub frames: [u64; MAX_FRAMES],
 }
@@ -79,6 +83,7 @@ impl Sample {
             has_stack: false,
             len: 0,
             native_elided: false,
+            via_tid: 0,
             frames: [0; MAX_FRAMES],
         }
     }
@@ -176,9 +181,14 @@ thread_local! {
 }
 
 /// Id of a raw Python frame: per-thread cache, checked against the code object's identity so a
-/// freed-and-reused code address is not mistaken for the old one.
-fn python_frame_id(raw: &PyFrameRaw) -> Option<u32> {
-    let identity = pyframes::code_identity(raw)?;
+/// freed-and-reused code address is not mistaken for the old one. `other`: the frame was read from
+/// another thread, so its code object is read with fault-tolerant reads.
+fn python_frame_id(raw: &PyFrameRaw, other: bool) -> Option<u32> {
+    let identity = if other {
+        pyframes::code_identity_other(raw)?
+    } else {
+        pyframes::code_identity(raw)?
+    };
     let key = (raw.code, raw.instr_offset);
     let cached = PY_CACHE
         .try_with(|c| c.borrow().get(&key).copied())
@@ -189,7 +199,11 @@ fn python_frame_id(raw: &PyFrameRaw) -> Option<u32> {
             return Some(e.id);
         }
     }
-    let info = pyframes::resolve(raw)?;
+    let info = if other {
+        pyframes::resolve_other(raw)?
+    } else {
+        pyframes::resolve(raw)?
+    };
     let id = register_python(info)?;
     let _ = PY_CACHE.try_with(|c| {
         let mut c = c.borrow_mut();
@@ -230,13 +244,26 @@ pub fn capture_into(out: &mut Sample, with_python: bool) {
     let debug = debug_cost_enabled();
     let t0 = debug.then(std::time::Instant::now);
     let mut py = [PyFrameRaw::default(); MAX_PYTHON];
-    let pn = if with_python {
+    let mut pn = if with_python {
         pyframes::capture_python(&mut py)
     } else {
         0
     };
+    // A thread running no Python (PyTorch's autograd thread, an XLA worker): the Python frames of
+    // the thread inferred to drive it (docs/insights.md, "Cross-thread Python attribution").
+    out.via_tid = 0;
+    let mut other_ids = [u32::MAX; MAX_PYTHON];
+    if with_python && pn == 0 && cross_thread_enabled() {
+        let mut resolve = |p: &PyFrameRaw| python_frame_id(p, true);
+        let resolver: pyframes::Resolver<'_> = (&mut other_ids, &mut resolve);
+        if let Some((n, tid)) = pyframes::capture_other_thread_with(&mut py, Some(resolver)) {
+            pn = n;
+            out.via_tid = tid.max(1);
+        }
+    }
+    let other = out.via_tid != 0;
     let mut native = [0u64; MAX_NATIVE];
-    let want_native = pn == 0 || native_due(&py[..pn]);
+    let want_native = pn == 0 || other || native_due(&py[..pn]);
     let n = if want_native {
         unwind::capture_native(&mut native, 0)
     } else {
@@ -257,17 +284,22 @@ pub fn capture_into(out: &mut Sample, with_python: bool) {
         if a == 0 || len >= MAX_FRAMES {
             break;
         }
-        if pn > 0 && in_range(a, &r.interpreter) {
+        if pn > 0 && !other && in_range(a, &r.interpreter) {
             break;
         }
         out.frames[len] = a;
         len += 1;
     }
-    for p in &py[..pn] {
+    for (k, p) in py[..pn].iter().enumerate() {
         if len >= MAX_FRAMES {
             break;
         }
-        if let Some(id) = python_frame_id(p) {
+        let id = if other {
+            Some(other_ids[k]).filter(|&i| i != u32::MAX)
+        } else {
+            python_frame_id(p, false)
+        };
+        if let Some(id) = id {
             out.frames[len] = PY_TAG | id as u64;
             len += 1;
         }
@@ -284,6 +316,12 @@ pub fn capture_into(out: &mut Sample, with_python: bool) {
             (t3 - t2).as_nanos()
         ));
     }
+}
+
+/// `GPUFL_CROSS_THREAD=0` turns cross-thread Python attribution off.
+fn cross_thread_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUFL_CROSS_THREAD").map_or(true, |v| v != "0"))
 }
 
 thread_local! {
@@ -354,6 +392,13 @@ pub fn debug_cost_lines() -> Vec<String> {
 pub fn capture_here_json() -> String {
     let mut s = Sample::empty();
     capture_into(&mut s, pyframes::python_version().is_some());
+    let (_, frames) = describe(&s, true);
+    serde_json::Value::Array(frames).to_string()
+}
+
+/// A captured sample as JSON objects: (via_tid, frames); native frames symbolized when
+/// `symbolize`, else given by address only.
+fn describe(s: &Sample, symbolize: bool) -> (u64, Vec<serde_json::Value>) {
     let mut sym = crate::symbolize::Symbolizer::new();
     let mut out = Vec::new();
     for &e in s.entries() {
@@ -363,6 +408,8 @@ pub fn capture_here_json() -> String {
                     "kind": "python", "function": f.function, "file": f.file, "line": f.line,
                 }));
             }
+        } else if !symbolize {
+            out.push(serde_json::json!({"kind": "native", "addr": e}));
         } else {
             for f in sym.resolve(e, true) {
                 out.push(serde_json::json!({
@@ -372,7 +419,49 @@ pub fn capture_here_json() -> String {
             }
         }
     }
-    serde_json::Value::Array(out).to_string()
+    (s.via_tid, out)
+}
+
+/// Capture on a new native thread (no Python thread state), as a CUDA callback on PyTorch's
+/// autograd thread or an XLA worker would: `{"via_tid": N, "frames": [...], "cost_ns": N}`.
+pub fn capture_on_native_thread_json() -> String {
+    std::thread::Builder::new()
+        .name("gpufl-test-native".into())
+        .spawn(|| {
+            let mut s = Sample::empty();
+            let t = std::time::Instant::now();
+            capture_into(&mut s, pyframes::python_version().is_some());
+            let cost_ns = t.elapsed().as_nanos() as u64;
+            let (via_tid, frames) = describe(&s, false);
+            serde_json::json!({"via_tid": via_tid, "frames": frames, "cost_ns": cost_ns})
+                .to_string()
+        })
+        .ok()
+        .and_then(|h| h.join().ok())
+        .unwrap_or_else(|| "{}".into())
+}
+
+/// On one new native thread: a first (cold) capture, then `iters` more; returns [cold ns, mean warm
+/// ns, via_tid of the last] (benchmark and test of the cross-thread path's steady-state cost).
+pub fn cross_thread_cost(iters: u32) -> [f64; 3] {
+    std::thread::Builder::new()
+        .name("gpufl-test-native".into())
+        .spawn(move || {
+            let py = pyframes::python_version().is_some();
+            let mut s = Sample::empty();
+            let t = std::time::Instant::now();
+            capture_into(&mut s, py);
+            let cold = t.elapsed().as_nanos() as f64;
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                capture_into(std::hint::black_box(&mut s), py);
+            }
+            let warm = t.elapsed().as_nanos() as f64 / iters.max(1) as f64;
+            [cold, warm, s.via_tid as f64]
+        })
+        .ok()
+        .and_then(|h| h.join().ok())
+        .unwrap_or([-1.0; 3])
 }
 
 /// Durations of the first captures (ns), kept to report the hot path's own cost per session.

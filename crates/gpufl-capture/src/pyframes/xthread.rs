@@ -1,0 +1,501 @@
+//! Cross-thread Python attribution: the Python stack of the thread that drives a CUDA call made on a
+//! thread that runs no Python.
+//!
+//! PyTorch's autograd engine launches `loss.backward()`'s kernels from its own C++ thread; XLA
+//! issues JAX's launches, copies and waits from its worker threads while the Python thread is
+//! blocked in `float(loss)`. Those threads have no Python frames, so their stacks would end in the
+//! framework's C++. When the calling thread has no Python frame, the recorder reads the Python
+//! stack of another thread of the interpreter, chosen by the rule in docs/insights.md
+//! ("Cross-thread Python attribution"):
+//!
+//! - candidates: every other thread state of the main interpreter (`threads.head` → `next`, at
+//!   most [`MAX_THREADS`]) with at least one Python frame;
+//! - ranked by (1) not idle: a thread whose innermost Python frame is an idle wait of the standard
+//!   library (`threading`, `queue`, `selectors`, `socket`, `multiprocessing.connection`,
+//!   `concurrent.futures`: a tqdm monitor or a pin-memory thread) ranks last; (2) the GIL released:
+//!   a thread blocked in a C call (inside `run_backward`, inside JAX's `float()`) before one running
+//!   Python; (3) the main thread before others; (4) the interpreter's list order (newest first).
+//!
+//! Another thread's frames can be popped and freed while we look at them, so none of its memory
+//! is dereferenced directly: every read goes through `process_vm_readv` on our own process, which
+//! fails with EFAULT instead of faulting, and every pointer and type is validated as for the own
+//! thread. If that call is refused (seccomp, a sandbox), cross-thread attribution is off and
+//! [`unavailable_reason`] says why. Nothing here takes the GIL or a lock, or calls interpreter code
+//! other than `PyInterpreterState_Head` / `_PyThreadState_UncheckedGet` (a load each).
+//!
+//! Cost: a candidate's stack is re-walked only when its innermost two frames changed since this
+//! calling thread last looked (a per-thread cache keyed by the thread state, the innermost frame
+//! and the instructions of the innermost two frames): a thread blocked in `backward()` is walked
+//! once and then costs four small reads per capture.
+
+use super::{plausible, runtime, Mem, PyFrameRaw, Runtime, CODEUNIT, OB_SIZE};
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+/// Thread states looked at per capture.
+pub const MAX_THREADS: usize = 64;
+/// Frames walked (shims included) per thread.
+const MAX_WALK: usize = 512;
+/// Python frames kept per stack (the caller's buffer may be smaller).
+pub const MAX_FRAMES: usize = 48;
+/// Cached stacks per calling thread.
+const CACHE_SLOTS: usize = 8;
+/// Bytes of a `_PyInterpreterFrame` read (its fixed part; `owner` is at 69 or 70).
+const FRAME_BYTES: usize = 72;
+
+/// Reads this process's memory with `process_vm_readv`: an unmapped or unreadable address is an
+/// error, never a fault.
+pub(crate) struct SafeMem {
+    pid: libc::pid_t,
+}
+
+impl Mem for SafeMem {
+    fn read_into(&self, addr: usize, buf: &mut [u8]) -> bool {
+        if buf.is_empty() {
+            return true;
+        }
+        if addr < 4096 || addr.checked_add(buf.len()).is_none() {
+            return false;
+        }
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr() as *mut c_void,
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` describes `buf`, which we own mutably; the kernel validates `remote`
+        // and returns an error (EFAULT) for memory this process cannot read.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        n == buf.len() as isize
+    }
+}
+
+static SAFE: OnceLock<Result<SafeMem, String>> = OnceLock::new();
+
+/// The fault-tolerant reader, probed once; Err says why cross-thread attribution is off.
+pub(crate) fn safe_mem() -> Result<&'static SafeMem, &'static str> {
+    SAFE.get_or_init(|| {
+        // SAFETY: getpid cannot fail.
+        let m = SafeMem {
+            pid: unsafe { libc::getpid() },
+        };
+        let probe: u64 = 0x6770_7566_6c21;
+        let mut got = [0u8; 8];
+        if m.read_into(&probe as *const u64 as usize, &mut got) && u64::from_ne_bytes(got) == probe
+        {
+            Ok(m)
+        } else {
+            let err = std::io::Error::last_os_error();
+            Err(format!(
+                "cross-thread Python attribution off: process_vm_readv refused ({err})"
+            ))
+        }
+    })
+    .as_ref()
+    .map_err(|e| e.as_str())
+}
+
+/// Why cross-thread attribution is unavailable (Python present but the safe reader refused).
+pub fn unavailable_reason() -> Option<&'static str> {
+    runtime().ok()?;
+    safe_mem().err()
+}
+
+/// One candidate thread, for [`rank_key`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The innermost Python frame is an idle wait of the standard library.
+    pub idle: bool,
+    /// The thread does not hold the GIL (blocked in a C call, or waiting for the GIL).
+    pub gil_released: bool,
+    /// The interpreter's main thread.
+    pub main: bool,
+}
+
+/// Ranking key: larger wins; ties go to the earlier thread of the interpreter's list.
+pub fn rank_key(c: &Candidate) -> (bool, bool, bool) {
+    (!c.idle, c.gil_released, c.main)
+}
+
+/// Index of the winning candidate (first of the best), None when there is none.
+pub fn choose(cands: &[Candidate]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, c) in cands.iter().enumerate() {
+        if best.is_none_or(|b| rank_key(c) > rank_key(&cands[b])) {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+/// Whether a file of the standard library whose frames are idle waits: a thread whose innermost
+/// frame is in one is parked, not driving GPU work.
+pub fn is_idle_wait_file(file: &str) -> bool {
+    const IDLE: &[&str] = &[
+        "/threading.py",
+        "/queue.py",
+        "/selectors.py",
+        "/socket.py",
+        "/multiprocessing/connection.py",
+        "/multiprocessing/queues.py",
+        "/multiprocessing/synchronize.py",
+        "/concurrent/futures/_base.py",
+        "/concurrent/futures/thread.py",
+        "/asyncio/base_events.py",
+        "/subprocess.py",
+    ];
+    let stdlib = file.contains("/lib/python3.") || file.starts_with("<frozen");
+    stdlib && IDLE.iter().any(|s| file.ends_with(s))
+}
+
+#[derive(Clone, Copy)]
+struct Cached {
+    ts: usize,
+    top: usize,
+    top_instr: usize,
+    caller_instr: usize,
+    idle: bool,
+    n: usize,
+    frames: [PyFrameRaw; MAX_FRAMES],
+    /// The frames' ids as the caller resolved them (u32::MAX: none), once `ids_ready`.
+    ids: [u32; MAX_FRAMES],
+    ids_ready: bool,
+}
+
+struct Cache {
+    slots: Vec<Cached>,
+    next: usize,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = const { RefCell::new(Cache { slots: Vec::new(), next: 0 }) };
+}
+
+fn rd_at<T: Copy>(buf: &[u8], off: usize) -> Option<T> {
+    let sz = std::mem::size_of::<T>();
+    let b = buf.get(off..off + sz)?;
+    // SAFETY: `b` holds exactly size_of::<T>() initialized bytes; T is a plain integer type.
+    Some(unsafe { std::ptr::read_unaligned(b.as_ptr() as *const T) })
+}
+
+fn read_usize(m: &SafeMem, addr: usize) -> Option<usize> {
+    let mut b = [0u8; 8];
+    m.read_into(addr, &mut b).then(|| usize::from_ne_bytes(b))
+}
+
+/// The innermost frame of a thread state and the instruction pointers of it and its caller.
+struct Top {
+    frame: usize,
+    instr: usize,
+    caller_instr: usize,
+}
+
+fn top_of(m: &SafeMem, rt: &Runtime, cframe: usize) -> Option<Top> {
+    let l = rt.layout;
+    let frame = read_usize(m, cframe.checked_add(l.cframe_current)?)?;
+    if !plausible(frame) {
+        return None;
+    }
+    let mut fb = [0u8; FRAME_BYTES];
+    if !m.read_into(frame, &mut fb) {
+        return None;
+    }
+    let instr = rd_at::<usize>(&fb, l.fr_prev_instr)?;
+    let prev = rd_at::<usize>(&fb, l.fr_previous)?;
+    let caller_instr = if plausible(prev) && m.read_into(prev, &mut fb) {
+        rd_at::<usize>(&fb, l.fr_prev_instr)?
+    } else {
+        0
+    };
+    Some(Top {
+        frame,
+        instr,
+        caller_instr,
+    })
+}
+
+/// Walk another thread's frames from `frame` (safe reads only), innermost first.
+fn walk(m: &SafeMem, rt: &Runtime, mut frame: usize, out: &mut [PyFrameRaw]) -> usize {
+    let l = rt.layout;
+    let mut fb = [0u8; FRAME_BYTES];
+    let mut cb = [0u8; 24];
+    let (mut n, mut steps) = (0usize, 0usize);
+    while n < out.len() && steps < MAX_WALK && plausible(frame) {
+        steps += 1;
+        if !m.read_into(frame, &mut fb) {
+            break;
+        }
+        let Some(owner) = rd_at::<u8>(&fb, l.fr_owner) else {
+            break;
+        };
+        if owner > l.owner_max {
+            break;
+        }
+        if Some(owner) != l.owner_cstack {
+            let Some(code) = rd_at::<usize>(&fb, l.fr_code) else {
+                break;
+            };
+            if !plausible(code) || !m.read_into(code, &mut cb) {
+                break;
+            }
+            if rd_at::<usize>(&cb, super::OB_TYPE) != Some(rt.code_type) {
+                break;
+            }
+            let size = rd_at::<i64>(&cb, OB_SIZE).unwrap_or(0);
+            let nbytes = size.saturating_mul(CODEUNIT as i64);
+            let base = (code + l.co_code_adaptive) as i64;
+            let instr = rd_at::<usize>(&fb, l.fr_prev_instr).unwrap_or(0) as i64;
+            let off = instr.wrapping_sub(base);
+            if (0..nbytes).contains(&off) && off <= i32::MAX as i64 {
+                out[n] = PyFrameRaw {
+                    code,
+                    instr_offset: off as i32,
+                };
+                n += 1;
+            } else if off >= nbytes {
+                break;
+            }
+        }
+        frame = rd_at::<usize>(&fb, l.fr_previous).unwrap_or(0);
+    }
+    n
+}
+
+/// Whether the innermost frame of `frames` is an idle wait (its code's file, read safely).
+fn innermost_idle(m: &SafeMem, rt: &Runtime, frames: &[PyFrameRaw]) -> bool {
+    let Some(f) = frames.first() else {
+        return false;
+    };
+    let Some(p) = read_usize(m, f.code + rt.layout.co_filename) else {
+        return false;
+    };
+    // SAFETY: read_str_with only reads through `m`, which never faults.
+    let file = unsafe { super::read_str_with(m, rt, p) };
+    file.is_some_and(|s| is_idle_wait_file(&s))
+}
+
+/// Fill `out` with the Python stack of the thread inferred to drive a call made on this thread
+/// (which has no Python frame of its own), innermost first; returns the frame count and that
+/// thread's OS id (`native_thread_id`). None when Python is absent, the safe reader is refused, or
+/// no other thread has Python frames.
+pub fn capture_other_thread(out: &mut [PyFrameRaw]) -> Option<(usize, u64)> {
+    capture_other_thread_with(out, None)
+}
+
+/// Frame ids resolved by the caller for the frames of a cached stack: `ids` receives one id per
+/// frame (u32::MAX where `resolve` gave none); `resolve` runs only the first time a stack is seen
+/// (while its innermost two frames stay the same, its code objects are the same ones).
+pub type Resolver<'a> = (&'a mut [u32], &'a mut dyn FnMut(&PyFrameRaw) -> Option<u32>);
+
+/// [`capture_other_thread`], also giving the frames' ids (see [`Resolver`]).
+pub fn capture_other_thread_with(
+    out: &mut [PyFrameRaw],
+    resolver: Option<Resolver<'_>>,
+) -> Option<(usize, u64)> {
+    let rt = runtime().ok()?;
+    let m = safe_mem().ok()?;
+    let l = rt.layout;
+    if out.is_empty() {
+        return None;
+    }
+    // SAFETY: both functions are loads of globals that need no GIL.
+    let (own, interp) = unsafe {
+        if (rt.is_initialized)() == 0 {
+            return None;
+        }
+        ((rt.get_tstate)() as usize, (rt.interp_head?)() as usize)
+    };
+    if !plausible(interp) {
+        return None;
+    }
+    // SAFETY: as above.
+    let holder = rt.gil_holder.map(|f| unsafe { f() } as usize);
+    let main_id = if rt.py_runtime != 0 {
+        read_usize(m, rt.py_runtime + l.rt_main_thread)
+    } else {
+        None
+    };
+    let mut ts = read_usize(m, interp + l.interp_threads_head)?;
+    let ts_bytes = l.ts_native_thread_id + 8;
+    let mut tb = [0u8; 192];
+    let tb = &mut tb[..ts_bytes.min(192)];
+    let mut best: Option<(Candidate, usize, u64, Top)> = None;
+    let mut seen = 0usize;
+    while plausible(ts) && seen < MAX_THREADS {
+        seen += 1;
+        if !m.read_into(ts, tb) {
+            break;
+        }
+        let next = rd_at::<usize>(tb, l.ts_next).unwrap_or(0);
+        if ts != own {
+            let cframe = rd_at::<usize>(tb, l.ts_cframe).unwrap_or(0);
+            if let Some(top) = plausible(cframe).then(|| top_of(m, rt, cframe)).flatten() {
+                let gil_released = match (l.ts_status, holder) {
+                    (Some(off), _) => rd_at::<u8>(tb, off).is_some_and(|b| b & 0x10 == 0),
+                    (None, Some(h)) => h != ts,
+                    (None, None) => true,
+                };
+                let main = main_id.is_some()
+                    && rd_at::<usize>(tb, l.ts_thread_id) == main_id.filter(|&v| v != 0);
+                let idle =
+                    cached_or_walk(m, rt, ts, &top, None).is_some_and(|(idle, n)| n > 0 && idle);
+                let c = Candidate {
+                    idle,
+                    gil_released,
+                    main,
+                };
+                let tid = rd_at::<u64>(tb, l.ts_native_thread_id).unwrap_or(0);
+                if best.as_ref().is_none_or(|b| rank_key(&c) > rank_key(&b.0)) {
+                    best = Some((c, ts, tid, top));
+                }
+            }
+        }
+        ts = next;
+    }
+    let (_, ts, tid, top) = best?;
+    let (_, n) = cached_or_walk(m, rt, ts, &top, Some((out, resolver)))?;
+    (n > 0).then_some((n, tid))
+}
+
+/// The cached stack of thread state `ts` if its top is unchanged, else a fresh walk (cached).
+/// Returns (idle, frames) and copies the frames into `out` when given.
+fn cached_or_walk(
+    m: &SafeMem,
+    rt: &Runtime,
+    ts: usize,
+    top: &Top,
+    out: Option<(&mut [PyFrameRaw], Option<Resolver<'_>>)>,
+) -> Option<(bool, usize)> {
+    CACHE
+        .try_with(|c| {
+            let mut c = c.borrow_mut();
+            let hit = c.slots.iter().position(|e| {
+                e.ts == ts
+                    && e.top == top.frame
+                    && e.top_instr == top.instr
+                    && e.caller_instr == top.caller_instr
+            });
+            let i = match hit {
+                Some(i) => i,
+                None => {
+                    let mut e = Cached {
+                        ts,
+                        top: top.frame,
+                        top_instr: top.instr,
+                        caller_instr: top.caller_instr,
+                        idle: false,
+                        n: 0,
+                        frames: [PyFrameRaw::default(); MAX_FRAMES],
+                        ids: [u32::MAX; MAX_FRAMES],
+                        ids_ready: false,
+                    };
+                    e.n = walk(m, rt, top.frame, &mut e.frames);
+                    e.idle = innermost_idle(m, rt, &e.frames[..e.n]);
+                    if c.slots.len() < CACHE_SLOTS {
+                        c.slots.push(e);
+                        c.slots.len() - 1
+                    } else {
+                        let i = c.next % CACHE_SLOTS;
+                        c.next = c.next.wrapping_add(1);
+                        c.slots[i] = e;
+                        i
+                    }
+                }
+            };
+            let e = &mut c.slots[i];
+            let mut n = e.n;
+            if let Some((out, resolver)) = out {
+                n = n.min(out.len());
+                out[..n].copy_from_slice(&e.frames[..n]);
+                if let Some((ids, resolve)) = resolver {
+                    if !e.ids_ready {
+                        for (id, f) in e.ids.iter_mut().zip(&e.frames[..e.n]) {
+                            *id = resolve(f).unwrap_or(u32::MAX);
+                        }
+                        e.ids_ready = true;
+                    }
+                    let k = n.min(ids.len());
+                    ids[..k].copy_from_slice(&e.ids[..k]);
+                }
+            }
+            (e.idle, n)
+        })
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranking_prefers_busy_released_main() {
+        let c = |idle, gil_released, main| Candidate {
+            idle,
+            gil_released,
+            main,
+        };
+        // The main thread blocked in backward() beats an idle monitor thread.
+        assert_eq!(
+            choose(&[c(true, true, false), c(false, true, true)]),
+            Some(1)
+        );
+        // A worker blocked in a C call beats the main thread running Python.
+        assert_eq!(
+            choose(&[c(false, false, true), c(false, true, false)]),
+            Some(1)
+        );
+        // Both blocked: the main thread.
+        assert_eq!(
+            choose(&[c(false, true, false), c(false, true, true)]),
+            Some(1)
+        );
+        // An idle main thread loses to a busy worker holding the GIL.
+        assert_eq!(
+            choose(&[c(true, true, true), c(false, false, false)]),
+            Some(1)
+        );
+        // Ties: the first.
+        assert_eq!(
+            choose(&[c(false, true, false), c(false, true, false)]),
+            Some(0)
+        );
+        assert_eq!(choose(&[]), None);
+    }
+
+    #[test]
+    fn idle_wait_files() {
+        assert!(is_idle_wait_file("/usr/lib/python3.12/threading.py"));
+        assert!(is_idle_wait_file(
+            "/opt/venv/lib/python3.12/multiprocessing/connection.py"
+        ));
+        assert!(!is_idle_wait_file("/home/u/threading.py"), "not the stdlib");
+        assert!(!is_idle_wait_file(
+            "/opt/venv/lib/python3.12/site-packages/torch/autograd/__init__.py"
+        ));
+    }
+
+    #[test]
+    fn safe_reads_fail_instead_of_faulting() {
+        let m = safe_mem().expect("process_vm_readv works in the test sandbox");
+        let v: u64 = 42;
+        let mut b = [0u8; 8];
+        assert!(m.read_into(&v as *const u64 as usize, &mut b));
+        assert_eq!(u64::from_ne_bytes(b), 42);
+        assert!(
+            !m.read_into(4096, &mut b),
+            "the zero page's neighbour is unmapped"
+        );
+        assert!(!m.read_into(0x7fff_ffff_0000_0000, &mut b));
+        assert!(!m.read_into(usize::MAX - 3, &mut b));
+    }
+
+    #[test]
+    fn no_python_no_capture() {
+        let mut out = [PyFrameRaw::default(); 8];
+        assert_eq!(capture_other_thread(&mut out), None);
+        assert_eq!(unavailable_reason(), None);
+    }
+}
