@@ -24,6 +24,7 @@ pub mod recorder;
 pub mod scopes;
 pub mod sink;
 pub mod sites;
+pub mod srctext;
 pub mod stack;
 pub mod symbolize;
 pub mod telemetry;

@@ -23,6 +23,7 @@ pub struct Sink {
     w: TraceWriter<BufWriter<File>>,
     cupti: Option<&'static Cupti>,
     symbolizer: Symbolizer,
+    source_text: crate::srctext::SourceText,
     /// CUPTI shares one name string among all records of a kernel: its address finds the id
     /// without reading the name. Cleared when a module is unloaded (its memory may be reused).
     kernel_by_ptr: HashMap<usize, StrId>,
@@ -46,6 +47,7 @@ impl Sink {
             w,
             cupti,
             symbolizer: Symbolizer::new(),
+            source_text: crate::srctext::SourceText::from_env(),
             kernel_by_ptr: HashMap::new(),
             unloads_seen: 0,
             api_names: HashMap::new(),
@@ -186,6 +188,10 @@ impl Sink {
         };
         let file = self.w.intern_str(&info.file)?;
         let func = self.w.intern_str(&info.function)?;
+        let text = match self.source_text.line(&info.file, info.line) {
+            Some(t) => Some(self.w.intern_str(&t)?),
+            None => None,
+        };
         let f = self.w.intern_frame(FrameData {
             kind: FrameKind::Python,
             module: None,
@@ -194,7 +200,7 @@ impl Sink {
             file: Some(file),
             line: Some(info.line),
             inlined: false,
-            text: None,
+            text,
         })?;
         self.py_frames.insert(id, f);
         Ok(Some(f))
@@ -217,6 +223,13 @@ impl Sink {
                     .as_deref()
                     .map(|s| self.w.intern_str(s))
                     .transpose()?;
+                let text = match (f.file.as_deref(), f.line) {
+                    (Some(path), Some(line)) => match self.source_text.line(path, line) {
+                        Some(t) => Some(self.w.intern_str(&t)?),
+                        None => None,
+                    },
+                    _ => None,
+                };
                 ids.push(self.w.intern_frame(FrameData {
                     kind: FrameKind::Native,
                     module: Some(module),
@@ -225,7 +238,7 @@ impl Sink {
                     file,
                     line: f.line,
                     inlined: f.inlined,
-                    text: None,
+                    text,
                 })?);
             }
             self.addr_frames.insert(addr, ids);
