@@ -17,10 +17,13 @@ const MAX_CACHED: usize = 64 << 20;
 /// Longest text kept, bytes (cut at a character boundary).
 pub const MAX_TEXT: usize = 240;
 
+/// A file's contents and the byte offset where each line starts.
+type Loaded = (Vec<u8>, Vec<u32>);
+
 /// Per-session cache of source files: path → contents and line starts (None: unreadable).
 #[derive(Default)]
 pub struct SourceText {
-    files: HashMap<String, Option<(Vec<u8>, Vec<u32>)>>,
+    files: HashMap<String, Option<Loaded>>,
     bytes: usize,
     off: bool,
 }
@@ -67,7 +70,7 @@ impl SourceText {
     }
 }
 
-fn load(path: &str) -> Option<(Vec<u8>, Vec<u32>)> {
+fn load(path: &str) -> Option<Loaded> {
     let md = std::fs::metadata(path).ok()?;
     if !md.is_file() || md.len() > MAX_FILE {
         return None;
