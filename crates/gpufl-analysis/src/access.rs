@@ -150,7 +150,14 @@ impl Model {
             file: self.opt_str(f.file),
             line: (f.line != NONE).then_some(f.line),
             inlined: f.inlined,
+            text: self.opt_str(f.text),
         })
+    }
+
+    /// The thread whose Python frames a stack carries, when the calling thread ran none
+    /// (`stack.via_tid`: cross-thread Python attribution).
+    pub fn stack_via(&self, id: StackId) -> Option<u64> {
+        self.stack_via.get(&(id.index() as u32)).copied()
     }
 
     /// Heap bytes held by the record columns (kernels, copies, syncs), capacity included.

@@ -71,6 +71,9 @@ pub struct Config {
 #[derive(Serialize, Clone, Debug)]
 pub struct Analysis {
     pub totals: Totals,
+    /// Sync and GPU time by what their locations name (a user line, inferred, a library line,
+    /// `<driver-internal>`).
+    pub attribution: insights::attribution::Attribution,
     /// Ranked by `impact_ns`, highest first; ties by rule, then location, then title.
     pub insights: Vec<Insight>,
     /// Whether CPU stacks were captured (some sync carries one, or the trace has stack records):
@@ -126,7 +129,9 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     insights.extend(insights::register_spill::run(&cx, &kernels));
     insights.extend(insights::under_filled_grid::run(&cx, &kernels));
     insights::name_scopes(&cx, &mut insights);
+    insights::mark_inferred(&cx, &mut insights);
     insights::rank(&mut insights);
+    let attribution = insights::attribution::attribute(&cx);
     let scopes = scopes::rollup(m, &busy);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
@@ -146,5 +151,6 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         telemetry,
         kernels,
         scopes,
+        attribution,
     }
 }

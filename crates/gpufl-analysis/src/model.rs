@@ -16,6 +16,8 @@ pub(crate) struct FrameRow {
     pub(crate) file: u32,
     pub(crate) line: u32,
     pub(crate) offset: Option<u64>,
+    /// Source text of the line (string id, [`NONE`] when not recorded).
+    pub(crate) text: u32,
 }
 
 /// Kernels, column by column: 36 bytes per kernel. `launch` indexes [`Model::launches`], the
@@ -84,6 +86,8 @@ pub struct Model {
     pub(crate) strings: Vec<Option<Box<str>>>,
     pub(crate) frames: Vec<Option<FrameRow>>,
     pub(crate) stacks: Vec<Option<Box<[FrameId]>>>,
+    /// Stacks whose Python frames were read from another thread: model stack id → that thread.
+    pub(crate) stack_via: HashMap<u32, u64>,
     pub(crate) kernels: Kernels,
     pub(crate) copies: Copies,
     pub(crate) syncs: Syncs,
@@ -273,6 +277,7 @@ impl Model {
                     file: opt(self, ld, f.file),
                     line: f.line.unwrap_or(NONE),
                     offset: f.offset,
+                    text: opt(self, ld, f.text),
                 };
                 let g = self.frame_ref(ld, f.id);
                 self.frames[g as usize] = Some(row);
@@ -285,6 +290,9 @@ impl Model {
                     .collect();
                 let g = self.stack_ref(ld, s.id);
                 self.stacks[g as usize] = Some(frames);
+                if let Some(t) = s.via_tid {
+                    self.stack_via.insert(g, t);
+                }
             }
             Record::Header(h) => {
                 self.files += 1;

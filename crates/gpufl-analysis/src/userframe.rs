@@ -26,7 +26,8 @@ pub enum FrameOrigin {
     Kernel,
 }
 
-/// A source location in the user's code.
+/// A source location in the user's code, with the library line that issued the call when the user's
+/// line called into a library (docs/insights.md, "Locations: user frame and library frame").
 #[derive(Clone, Serialize, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub struct SourceLoc {
     /// Source file as recorded (full path); `"<driver-internal>"` when there is no user frame.
@@ -34,6 +35,15 @@ pub struct SourceLoc {
     pub line: Option<u32>,
     pub function: Option<String>,
     pub origin: FrameOrigin,
+    /// The text of the line, when the recorder stored it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The innermost library frame inside the user's line (e.g. `transformers/trainer.py:2612 in
+    /// _inner_training_loop` under `train.py:16`): the innermost Python frame, inner to the user
+    /// frame, of an installed package that is not a framework core (torch, jax, numpy…) nor the
+    /// standard library. Locations with different library frames are different locations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library: Option<Box<SourceLoc>>,
 }
 
 /// `file` of a [`SourceLoc`] with no user frame.
@@ -47,6 +57,8 @@ impl SourceLoc {
             line: None,
             function: None,
             origin: FrameOrigin::DriverInternal,
+            text: None,
+            library: None,
         }
     }
 
@@ -58,6 +70,8 @@ impl SourceLoc {
             line: None,
             function: None,
             origin: FrameOrigin::Device,
+            text: None,
+            library: None,
         }
     }
 
@@ -66,13 +80,71 @@ impl SourceLoc {
         self.file.rsplit('/').next().unwrap_or(&self.file)
     }
 
-    /// `basename:line` (or `basename` alone when the line is unknown).
+    /// `basename:line` (or `basename` alone when the line is unknown); with a library frame,
+    /// `trainer.py:2612 ← train.py:16` (the library line, then the user's).
     pub fn short(&self) -> String {
+        let own = match self.line {
+            Some(l) => format!("{}:{l}", self.basename()),
+            None => self.basename().to_string(),
+        };
+        match &self.library {
+            Some(lib) => format!("{} ← {own}", lib.short()),
+            None => own,
+        }
+    }
+
+    /// The user's part alone (`train.py:16`), without the library frame.
+    pub fn user_short(&self) -> String {
         match self.line {
             Some(l) => format!("{}:{l}", self.basename()),
             None => self.basename().to_string(),
         }
     }
+
+    /// A library path shortened to the package: `…/site-packages/transformers/trainer.py` →
+    /// `transformers/trainer.py`.
+    pub fn package_path(&self) -> &str {
+        for marker in ["/site-packages/", "/dist-packages/"] {
+            if let Some(i) = self.file.rfind(marker) {
+                return &self.file[i + marker.len()..];
+            }
+        }
+        &self.file
+    }
+
+    /// True when neither a user frame nor a library frame names a line.
+    pub fn is_unattributed(&self) -> bool {
+        self.origin == FrameOrigin::DriverInternal && self.library.is_none()
+    }
+}
+
+/// Packages whose frames are never a location's library frame: the frameworks' own tensor
+/// libraries, whose lines say how an operation is implemented rather than which library call
+/// issued it (their frames are still in every stack).
+pub const FRAMEWORK_CORES: &[&str] = &[
+    "torch",
+    "jax",
+    "jaxlib",
+    "numpy",
+    "cupy",
+    "cupyx",
+    "cupy_backends",
+    "triton",
+    "nvidia",
+];
+
+/// Whether a Python frame's file can be a library frame: in an installed package (site-packages or
+/// dist-packages) other than the [`FRAMEWORK_CORES`].
+pub fn is_library_file(file: &str) -> bool {
+    for marker in ["/site-packages/", "/dist-packages/"] {
+        if let Some(i) = file.rfind(marker) {
+            let rest = &file[i + marker.len()..];
+            let pkg = rest.split('/').next().unwrap_or("");
+            let pkg = pkg.strip_suffix(".py").unwrap_or(pkg);
+            return !pkg.is_empty() && !FRAMEWORK_CORES.contains(&pkg);
+        }
+    }
+    false
 }
 
 /// Which frames count as the user's code. Patterns are matched against a frame's source file and its
@@ -201,8 +273,23 @@ pub fn user_frame(m: &Model, stack: StackId, f: &FrameFilter) -> SourceLoc {
     // `__global__` line) that calls `__device_stub__…` (in a generated `.stub.c`): the frame just
     // outside a stub is that wrapper, not the user's launch line.
     let mut after_stub = false;
+    let mut library: Option<Box<SourceLoc>> = None;
     for &id in frames {
         let Some(fr) = m.frame(id) else { continue };
+        if library.is_none()
+            && fr.kind == FrameKind::Python
+            && fr.file.is_some_and(is_library_file)
+            && !f.is_user(fr.file, fr.module)
+        {
+            library = Some(Box::new(SourceLoc {
+                file: fr.file.unwrap_or("?").to_string(),
+                line: fr.line,
+                function: fr.func.map(str::to_string),
+                origin: FrameOrigin::Python,
+                text: fr.text.map(str::to_string),
+                library: None,
+            }));
+        }
         let stub = fr.func.is_some_and(|n| n.starts_with("__device_stub__"))
             || fr.file.is_some_and(|p| p.ends_with(".stub.c"));
         if stub {
@@ -225,9 +312,14 @@ pub fn user_frame(m: &Model, stack: StackId, f: &FrameFilter) -> SourceLoc {
             line: fr.line,
             function: fr.func.map(str::to_string),
             origin,
+            text: fr.text.map(str::to_string),
+            library,
         };
     }
-    SourceLoc::driver_internal()
+    SourceLoc {
+        library,
+        ..SourceLoc::driver_internal()
+    }
 }
 
 #[cfg(test)]

@@ -139,6 +139,8 @@ pub struct FrameView<'a> {
     pub file: Option<&'a str>,
     pub line: Option<u32>,
     pub inlined: bool,
+    /// The source line's text, when the recorder stored it.
+    pub text: Option<&'a str>,
 }
 
 pub(crate) fn sync_kind_to_u8(k: SyncKind) -> u8 {

@@ -303,6 +303,8 @@ fn user_frame_of_a_cpp_stack() {
             line: Some(54),
             function: Some("step(CUstream_st*, int)".into()),
             origin: FrameOrigin::Native,
+            text: None,
+            library: None,
         }
     );
     // Excluding the file moves the attribution outwards... to the same file: use a function's file.
@@ -406,6 +408,8 @@ fn user_frame_of_a_python_stack_skips_torch_stdlib_and_site_packages() {
             line: Some(45),
             function: Some("train_step".into()),
             origin: FrameOrigin::Python,
+            text: None,
+            library: None,
         }
     );
     // Include wins over exclude: attribute to torch's Python, which the user is working on.

@@ -25,6 +25,11 @@ pub struct ReportArgs {
     /// Never pick frames whose file or module contains PATTERN as the user frame (repeatable).
     #[arg(long, value_name = "PATTERN")]
     exclude: Vec<String>,
+    /// Your own code, where it would otherwise count as a library (your package installed in
+    /// site-packages): frames whose file contains PATTERN are user frames (repeatable; also
+    /// GPUFL_USER_PATHS, colon-separated).
+    #[arg(long = "user-path", value_name = "PATTERN")]
+    user_path: Vec<String>,
     /// Colours: auto (on a terminal, unless NO_COLOR is set), always, never.
     #[arg(long, default_value = "auto")]
     color: String,
@@ -44,6 +49,12 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     let dirs = expand_sessions(&args.sessions)?;
     let mut filter = FrameFilter::default();
     filter.include.extend(args.include.iter().cloned());
+    filter.include.extend(args.user_path.iter().cloned());
+    if let Ok(v) = std::env::var("GPUFL_USER_PATHS") {
+        filter
+            .include
+            .extend(v.split(':').filter(|p| !p.is_empty()).map(str::to_string));
+    }
     filter.exclude.extend(args.exclude.iter().cloned());
     let cfg = Config { filter };
     let mut reports = Vec::new();
@@ -141,6 +152,9 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
         t.syncs,
         secs(t.sync_blocked_ns)
     );
+    if a.has_stacks {
+        render_attribution(out, &a.attribution);
+    }
     for d in &a.gpu_idle {
         render_idle(out, d, st);
     }
@@ -167,6 +181,58 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
         }
     }
     crate::kernel_table::render(out, &a.kernels);
+}
+
+/// Where sync and GPU time is attributed: at a line (the user's, inferred from another thread, a
+/// library's) or at `<driver-internal>`.
+fn render_attribution(out: &mut String, a: &gpufl_analysis::insights::attribution::Attribution) {
+    use std::fmt::Write;
+    let part = |what: &str, s: &gpufl_analysis::insights::attribution::Shares| {
+        let total = s.total_ns();
+        if total == 0 {
+            return None;
+        }
+        let cats = [
+            ("your line", s.user_ns),
+            ("your line via another thread", s.inferred_ns),
+            ("library line", s.library_ns),
+            ("<driver-internal>", s.driver_internal_ns),
+            ("unlocated", s.unlocated_ns),
+        ];
+        let shown: Vec<String> = cats
+            .iter()
+            .filter(|(_, ns)| *ns > 0)
+            .map(|(name, ns)| format!("{name} {:.1} %", *ns as f64 * 100.0 / total as f64))
+            .collect();
+        Some(format!("{what}: {}", shown.join(", ")))
+    };
+    let parts: Vec<String> = [part("sync time", &a.sync), part("GPU time", &a.gpu)]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !parts.is_empty() {
+        let _ = writeln!(out, "  attributed: {}", parts.join(" · "));
+    }
+}
+
+/// A string from a trace, safe to print on a terminal: control characters (C0, DEL, C1 — escape
+/// sequences, newlines) are written as `\u{..}` escapes, so a crafted name cannot move the
+/// cursor, retitle the terminal or fake a line of the report.
+pub(crate) fn esc(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c.is_control()) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(
+        s.chars()
+            .map(|c| {
+                if c.is_control() {
+                    format!("\\u{{{:x}}}", c as u32)
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
 }
 
 /// One line per device: idle time by class, then the utilization series as a bar per chunk
@@ -226,20 +292,20 @@ fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
         out,
         "  {n:>2}. {} {}  {}",
         st.severity(ins.severity),
-        st.paint("1", &ins.title),
+        st.paint("1", &esc(&ins.title)),
         st.paint("2", &format!("[{}]", ins.rule))
     );
     if !ins.detail.is_empty() {
-        let _ = writeln!(out, "             {}", ins.detail);
+        let _ = writeln!(out, "             {}", esc(&ins.detail));
     }
     let loc = &ins.location;
     if loc.origin == gpufl_analysis::FrameOrigin::Device {
         let _ = writeln!(
             out,
             "             at {} (the whole device: no source line)",
-            st.paint("36", &loc.file)
+            st.paint("36", &esc(&loc.file))
         );
-        let _ = writeln!(out, "             fix: {}", ins.fix);
+        let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
         return;
     }
     if loc.origin == FrameOrigin::Kernel {
@@ -247,25 +313,83 @@ fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
         let _ = writeln!(
             out,
             "             at kernel {} (no launch call site recorded)",
-            st.paint("36", &loc.file)
+            st.paint("36", &esc(&loc.file))
         );
-        let _ = writeln!(out, "             fix: {}", ins.fix);
+        let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
         return;
     }
-    let mut at = loc.file.clone();
-    if let Some(l) = loc.line {
-        at += &format!(":{l}");
+    let describe = |file: &str, l: &gpufl_analysis::SourceLoc| {
+        let mut at = file.to_string();
+        if let Some(line) = l.line {
+            at += &format!(":{line}");
+        }
+        if let Some(f) = &l.function {
+            at += &format!("  {f}");
+        }
+        esc(&at).into_owned()
+    };
+    let text = |out: &mut String, t: &Option<String>| {
+        if let Some(t) = t {
+            let _ = writeln!(
+                out,
+                "                 {}",
+                st.paint("2", &format!("│ {}", esc(t)))
+            );
+        }
+    };
+    if let Some(lib) = &loc.library {
+        let _ = writeln!(
+            out,
+            "             at {}  {}",
+            st.paint("36", &describe(lib.package_path(), lib)),
+            st.paint("2", "(library line that issued the call)")
+        );
+        text(out, &lib.text);
+        if loc.origin == FrameOrigin::DriverInternal {
+            let _ = writeln!(out, "              ← (no frame of your code in the stack)");
+        } else {
+            let _ = writeln!(
+                out,
+                "              ← {}  {}",
+                st.paint("36", &describe(&loc.file, loc)),
+                st.paint("2", "(your call)")
+            );
+            text(out, &loc.text);
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "             at {}",
+            st.paint("36", &describe(&loc.file, loc))
+        );
+        text(out, &loc.text);
     }
-    if let Some(f) = &loc.function {
-        at += &format!("  {f}");
+    if let Some(inf) = &ins.inferred {
+        let tids: Vec<String> = inf.via_tids.iter().map(|t| t.to_string()).collect();
+        let part = if inf.via_stacks < inf.stacks {
+            format!(" ({} of {} stacks here)", inf.via_stacks, inf.stacks)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "             {}",
+            st.paint(
+                "2",
+                &format!(
+                    "via thread {} (inferred: the calling thread ran no Python; docs/insights.md#cross-thread-python-attribution){part}",
+                    tids.join(", ")
+                )
+            )
+        );
     }
-    let _ = writeln!(out, "             at {}", st.paint("36", &at));
     if let Some(path) = &ins.scope {
+        let p: Vec<String> = path.iter().map(|s| esc(s).into_owned()).collect();
         let _ = writeln!(
             out,
             "             in scope {}",
-            st.paint("35", &path.join(" > "))
+            st.paint("35", &p.join(" > "))
         );
     }
-    let _ = writeln!(out, "             fix: {}", ins.fix);
+    let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
 }

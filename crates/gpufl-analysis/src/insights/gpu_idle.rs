@@ -788,6 +788,7 @@ fn insight(
     };
     Insight {
         scope: None,
+        inferred: None,
         rule: RULE,
         severity: Severity::from_share(idle, window),
         title,

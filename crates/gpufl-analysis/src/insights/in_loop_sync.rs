@@ -162,6 +162,7 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
     );
     Some(Insight {
         scope: None,
+        inferred: None,
         rule: RULE,
         severity: Severity::from_share(impact, window),
         title: format!("In-loop sync × {n} — likely blocking GPU pipelining"),

@@ -38,6 +38,8 @@ pub(super) fn location(locator: &Locator, row: &KernelRow) -> (SourceLoc, Locati
             line: None,
             function: Some(row.name.clone()),
             origin: FrameOrigin::Kernel,
+            text: None,
+            library: None,
         },
         LocationSource::KernelName,
     )
@@ -113,5 +115,6 @@ pub(super) fn insight(cx: &Ctx, k: KernelInsight) -> Insight {
         median_kernels_between: None,
         data: Some(k.data),
         scope: None,
+        inferred: None,
     }
 }

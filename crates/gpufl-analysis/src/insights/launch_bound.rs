@@ -483,6 +483,7 @@ fn insight(
     );
     Insight {
         scope: None,
+        inferred: None,
         rule: RULE,
         severity: Severity::from_share(impact, window),
         title,

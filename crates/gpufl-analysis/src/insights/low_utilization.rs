@@ -239,6 +239,7 @@ fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
     };
     Some(Insight {
         scope: None,
+        inferred: None,
         rule: RULE,
         severity: if idle as u128 * 2 > window as u128 {
             Severity::Medium

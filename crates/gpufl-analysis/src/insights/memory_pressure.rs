@@ -110,6 +110,7 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
     );
     Some(Insight {
         scope: None,
+        inferred: None,
         rule: RULE,
         severity,
         title,

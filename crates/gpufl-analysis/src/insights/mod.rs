@@ -1,6 +1,7 @@
 //! Insight rules, one file per rule, and what they share: the insight type, severity thresholds,
 //! the user location of every synchronization, duration formatting.
 
+pub mod attribution;
 pub(crate) mod blocking_copy;
 pub(crate) mod default_stream_barrier;
 pub(crate) mod device_wide_sync;
@@ -95,6 +96,53 @@ pub struct Insight {
     /// run ([`name_scopes`]); None without scopes or without such an event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scope: Option<Vec<String>>,
+    /// Set when the location's Python frames were read from another thread (cross-thread Python
+    /// attribution: the calling thread ran no Python). Filled after the rules run ([`mark_inferred`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inferred: Option<Inferred>,
+}
+
+/// How an insight's location was inferred from another thread.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct Inferred {
+    /// The threads whose Python frames were read (OS thread ids), smallest first.
+    pub via_tids: Vec<u64>,
+    /// Stacks at this location whose Python frames came from another thread, and all its stacks.
+    pub via_stacks: u32,
+    pub stacks: u32,
+}
+
+/// Fill [`Insight::inferred`] of every insight whose location has stacks read from another thread.
+pub(crate) fn mark_inferred(cx: &Ctx, insights: &mut [Insight]) {
+    let by_loc: HashMap<&SourceLoc, u32> = cx
+        .locs
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l, i as u32))
+        .collect();
+    for ins in insights.iter_mut() {
+        let Some(&l) = by_loc.get(&ins.location) else {
+            continue;
+        };
+        let Some(v) = cx.loc_via.get(l as usize) else {
+            continue;
+        };
+        if v.via_stacks > 0 {
+            ins.inferred = Some(Inferred {
+                via_tids: v.tids.clone(),
+                via_stacks: v.via_stacks,
+                stacks: v.stacks,
+            });
+        }
+    }
+}
+
+/// Per location: how many of its stacks were read from another thread, and from which threads.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LocVia {
+    pub stacks: u32,
+    pub via_stacks: u32,
+    pub tids: Vec<u64>,
 }
 
 /// Fill [`Insight::scope`] of every insight: the scope path open at the longest synchronization
@@ -239,6 +287,8 @@ pub(crate) struct Ctx<'a> {
     pub stack_loc: Vec<u32>,
     /// (corr, index) of every API record, sorted by corr.
     api_by_corr: Vec<(u32, u32)>,
+    /// Per location (index into `locs`): stacks read from another thread.
+    pub loc_via: Vec<LocVia>,
 }
 
 impl<'a> Ctx<'a> {
@@ -254,6 +304,18 @@ impl<'a> Ctx<'a> {
                 })
             })
             .collect();
+        let mut loc_via = vec![LocVia::default(); locs.len()];
+        for (s, &l) in stack_loc.iter().enumerate() {
+            let v = &mut loc_via[l as usize];
+            v.stacks += 1;
+            if let Some(t) = m.stack_via(StackId(s as u32)) {
+                v.via_stacks += 1;
+                if !v.tids.contains(&t) && v.tids.len() < 8 {
+                    v.tids.push(t);
+                    v.tids.sort_unstable();
+                }
+            }
+        }
         let sync_loc = m
             .syncs
             .stack
@@ -272,7 +334,20 @@ impl<'a> Ctx<'a> {
             sync_loc,
             stack_loc,
             api_by_corr,
+            loc_via,
         }
+    }
+
+    /// Whether model stack `stack` carries Python frames read from another thread.
+    pub fn stack_is_via(&self, stack: u32) -> bool {
+        self.m.stack_via(StackId(stack)).is_some()
+    }
+
+    /// Whether most stacks of location `loc` were read from another thread.
+    pub fn loc_is_via(&self, loc: u32) -> bool {
+        self.loc_via
+            .get(loc as usize)
+            .is_some_and(|v| v.via_stacks * 2 > v.stacks)
     }
 
     /// The API call with this correlation id (`api` records; None when API records were off).

@@ -389,6 +389,7 @@ fn insight(cx: &Ctx, locator: &Locator, group: &[(u32, LocationSource, Seq)]) ->
     );
     Insight {
         scope: None,
+        inferred: None,
         rule: RULE,
         severity: Severity::from_share(impact, cx.wall_ns),
         title,

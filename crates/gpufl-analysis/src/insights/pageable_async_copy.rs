@@ -335,6 +335,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
     );
     Insight {
         scope: None,
+        inferred: None,
         rule: RULE,
         severity: Severity::from_share(g.blocked, w.ns),
         title,

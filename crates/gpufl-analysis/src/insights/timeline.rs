@@ -387,6 +387,8 @@ pub(super) fn unknown_loc() -> SourceLoc {
         line: None,
         function: None,
         origin: FrameOrigin::DriverInternal,
+        text: None,
+        library: None,
     }
 }
 
