@@ -22,6 +22,8 @@ mod testdata_issue5;
 #[path = "analysis/testdata_streams.rs"]
 mod testdata_streams;
 // The telemetry rules (issue 5): throttling, memory pressure, ECC errors, low utilization.
+#[path = "analysis/locations.rs"]
+mod locations;
 #[path = "analysis/scope_rules.rs"]
 mod scope_rules;
 #[path = "analysis/telemetry_rules.rs"]

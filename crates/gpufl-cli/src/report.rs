@@ -393,3 +393,18 @@ fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
     }
     let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::esc;
+
+    #[test]
+    fn control_characters_from_a_trace_are_escaped() {
+        assert_eq!(esc("train.py"), "train.py");
+        assert_eq!(esc("a\x1b[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(esc("x\nfix: rm -rf /"), "x\\u{a}fix: rm -rf /");
+        assert_eq!(esc("t\x1b]0;title\x07"), "t\\u{1b}]0;title\\u{7}");
+        assert_eq!(esc("\u{9b}31m"), "\\u{9b}31m", "C1 CSI");
+        assert_eq!(esc("µs ← ok"), "µs ← ok");
+    }
+}
