@@ -50,7 +50,7 @@ pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelTable};
 pub use model::Model;
 pub use occupancy::{Limiter, Occupancy, SmLimits};
-pub use scopes::{ScopeRollup, ScopeSpan};
+pub use scopes::{RangeRollup, RangeSpan, ScopeRollup, ScopeSpan};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
 pub use totals::{totals, Totals};
 pub use userframe::{
@@ -97,6 +97,10 @@ pub struct Analysis {
     /// synchronizations and time blocked in them (absent without `scope` records).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<scopes::ScopeRollup>,
+    /// Per start/end range name (NVTX `nvtxRangeStart*` / `nvtxRangeEnd`), longest total first
+    /// (absent without `range` records).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranges: Vec<scopes::RangeRollup>,
 }
 
 /// Run every rule over a model.
@@ -133,6 +137,7 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     insights::rank(&mut insights);
     let attribution = insights::attribution::attribute(&cx);
     let scopes = scopes::rollup(m, &busy);
+    let ranges = scopes::range_rollup(m, &busy);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
     let unattributed = totals.syncs - totals.syncs_with_stack;
@@ -151,6 +156,7 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         telemetry,
         kernels,
         scopes,
+        ranges,
         attribution,
     }
 }

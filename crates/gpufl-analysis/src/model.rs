@@ -121,6 +121,8 @@ pub struct Model {
     warnings: Vec<String>,
     scope_raw: Vec<crate::scopes::RawScope>,
     pub(crate) scopes: Vec<crate::scopes::ScopeSpan>,
+    /// Start/end ranges, as read.
+    pub(crate) ranges: Vec<crate::scopes::RangeSpan>,
 }
 
 /// Per-file id maps and lookup tables, alive only while loading.
@@ -239,8 +241,17 @@ impl Model {
                 }
             }
             Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),
-            // Start/end ranges are not analysed yet.
-            Record::Range(_) => {}
+            Record::Range(r) => {
+                self.span(r.start, r.end.max(r.start));
+                let name = self.str_ref(ld, r.name);
+                self.ranges.push(crate::scopes::RangeSpan {
+                    name,
+                    start: r.start,
+                    end: r.end.max(r.start),
+                    tid: r.tid,
+                    end_tid: r.end_tid,
+                });
+            }
             Record::Scope(sc) => {
                 self.span(sc.ts, sc.ts);
                 let name = self.str_ref(ld, sc.name);

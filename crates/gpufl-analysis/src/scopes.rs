@@ -89,7 +89,69 @@ pub(crate) fn build(mut raw: Vec<RawScope>, session_end: u64) -> (Vec<ScopeSpan>
     (spans, warnings)
 }
 
+/// One start/end range (NVTX `nvtxRangeStart*` / `nvtxRangeEnd`): it may end on another thread
+/// and does not nest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeSpan {
+    /// Model string index of its name.
+    pub name: u32,
+    pub start: u64,
+    pub end: u64,
+    pub tid: u64,
+    pub end_tid: Option<u64>,
+}
+
+/// Roll-up of every start/end range of one name.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct RangeRollup {
+    pub name: String,
+    pub count: u64,
+    /// Sum of the ranges' durations, ns.
+    pub wall_ns: u64,
+    /// Longest range, ns.
+    pub max_ns: u64,
+    /// GPU busy time (any device) overlapping the ranges, ns (summed over ranges).
+    pub gpu_busy_ns: u64,
+    /// Ranges that ended on another thread than they started on.
+    pub cross_thread: u64,
+}
+
+/// Per range name, by total wall time (longest first).
+pub fn range_rollup(m: &Model, busy: &DeviceBusy) -> Vec<RangeRollup> {
+    let gpu = busy.intervals(None);
+    let mut by_name: HashMap<u32, RangeRollup> = HashMap::new();
+    for r in &m.ranges {
+        let e = by_name.entry(r.name).or_insert_with(|| RangeRollup {
+            name: m
+                .strings
+                .get(r.name as usize)
+                .and_then(|x| x.as_deref())
+                .unwrap_or("?")
+                .to_string(),
+            count: 0,
+            wall_ns: 0,
+            max_ns: 0,
+            gpu_busy_ns: 0,
+            cross_thread: 0,
+        });
+        let d = r.end - r.start;
+        e.count += 1;
+        e.wall_ns += d;
+        e.max_ns = e.max_ns.max(d);
+        e.gpu_busy_ns += overlap(gpu, r.start, r.end);
+        e.cross_thread += u64::from(r.end_tid.is_some_and(|t| t != r.tid));
+    }
+    let mut v: Vec<RangeRollup> = by_name.into_values().collect();
+    v.sort_by(|a, b| b.wall_ns.cmp(&a.wall_ns).then_with(|| a.name.cmp(&b.name)));
+    v
+}
+
 impl Model {
+    /// Start/end ranges in the order they were read.
+    pub fn ranges(&self) -> &[RangeSpan] {
+        &self.ranges
+    }
+
     /// Scope instances, sorted by (thread, start); parents precede their children.
     pub fn scopes(&self) -> &[ScopeSpan] {
         &self.scopes

@@ -27,17 +27,33 @@ pub const QUEUE_CAPACITY: usize = 1 << 16;
 /// Deepest nesting tracked per thread; deeper pushes are counted and not recorded.
 pub const MAX_DEPTH: usize = 256;
 
-/// One push or pop, as the hot path queues it.
+/// What an [`Event`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A scope opens on its thread.
+    Push,
+    /// The thread's innermost scope closes.
+    Pop,
+    /// A start/end range (NVTX id) starts; `name` is its name.
+    RangeStart(u64),
+    /// The range with this id ends (possibly on another thread).
+    RangeEnd(u64),
+}
+
+/// One push, pop, range start or range end, as the hot path queues it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
     pub ts: u64,
     pub tid: u64,
-    /// Process-wide name id (see [`NAMES`]).
+    /// Process-wide name id (see [`NAMES`]); unused by a range end.
     pub name: u32,
     pub depth: u32,
-    pub end: bool,
+    pub kind: Kind,
     pub source: ScopeSource,
 }
+
+/// Start/end ranges open at once that the writer pairs; more are counted and not recorded.
+pub const MAX_OPEN_RANGES: usize = 1 << 14;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static EVENTS: OnceLock<ArrayQueue<Event>> = OnceLock::new();
@@ -47,6 +63,8 @@ static NEXT_NAME: AtomicU32 = AtomicU32::new(0);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 static UNBALANCED: AtomicU64 = AtomicU64::new(0);
 static TOO_DEEP: AtomicU64 = AtomicU64::new(0);
+/// Range ends whose start was not seen, and range starts beyond [`MAX_OPEN_RANGES`].
+static RANGES_UNPAIRED: AtomicU64 = AtomicU64::new(0);
 
 fn events() -> &'static ArrayQueue<Event> {
     EVENTS.get_or_init(|| ArrayQueue::new(QUEUE_CAPACITY))
@@ -113,16 +131,7 @@ pub fn push(name: &[u8], source: ScopeSource) {
             TOO_DEEP.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let id = match st.names.get(name) {
-            Some(&id) => id,
-            None => {
-                let id = NEXT_NAME.fetch_add(1, Ordering::Relaxed);
-                let text: Box<str> = String::from_utf8_lossy(name).into();
-                NAMES.push((id, text));
-                st.names.insert(name.into(), id);
-                id
-            }
-        };
+        let id = st.name_id(name);
         let depth = st.open.len() as u32;
         st.open.push((id, source));
         enqueue(Event {
@@ -130,7 +139,61 @@ pub fn push(name: &[u8], source: ScopeSource) {
             tid: st.tid,
             name: id,
             depth,
-            end: false,
+            kind: Kind::Push,
+            source,
+        });
+    });
+}
+
+impl ThreadState {
+    /// The process-wide id of `name`, defined (queued) the first time this thread uses it.
+    fn name_id(&mut self, name: &[u8]) -> u32 {
+        match self.names.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = NEXT_NAME.fetch_add(1, Ordering::Relaxed);
+                let text: Box<str> = String::from_utf8_lossy(name).into();
+                NAMES.push((id, text));
+                self.names.insert(name.into(), id);
+                id
+            }
+        }
+    }
+}
+
+/// A start/end range (NVTX `nvtxRangeStart*`, id `range`) starts on this thread. The writer pairs
+/// it with its [`range_end`], which may come from any thread.
+pub fn range_start(range: u64, name: &[u8], source: ScopeSource) {
+    if !enabled() {
+        return;
+    }
+    let ts = crate::recorder::trace_clock();
+    with_state(|st| {
+        let id = st.name_id(name);
+        enqueue(Event {
+            ts,
+            tid: st.tid,
+            name: id,
+            depth: 0,
+            kind: Kind::RangeStart(range),
+            source,
+        });
+    });
+}
+
+/// The range `range` ends on this thread.
+pub fn range_end(range: u64, source: ScopeSource) {
+    if !enabled() {
+        return;
+    }
+    let ts = crate::recorder::trace_clock();
+    with_state(|st| {
+        enqueue(Event {
+            ts,
+            tid: st.tid,
+            name: 0,
+            depth: 0,
+            kind: Kind::RangeEnd(range),
             source,
         });
     });
@@ -158,16 +221,20 @@ pub fn pop(source: ScopeSource) {
             tid: st.tid,
             name: id,
             depth: st.open.len() as u32,
-            end: true,
+            kind: Kind::Pop,
             source: opened_by,
         });
     });
 }
 
-/// Writer-side state: process-wide name id → text.
+/// A range started and not yet ended: (start, thread, name id, source).
+type OpenRange = (u64, u64, u32, ScopeSource);
+
+/// Writer-side state: process-wide name id → text, and the open start/end ranges.
 #[derive(Default)]
 pub struct Drain {
     names: HashMap<u32, Box<str>>,
+    ranges: HashMap<u64, OpenRange>,
 }
 
 impl Drain {
@@ -177,22 +244,56 @@ impl Drain {
         }
     }
 
-    /// Write every queued event as a `scope` record.
+    fn name<W: Write>(&mut self, w: &mut TraceWriter<W>, id: u32) -> Result<StrId, TraceError> {
+        if !self.names.contains_key(&id) {
+            // Its definition was queued before the event: it is visible now.
+            self.take_names();
+        }
+        w.intern_str(self.names.get(&id).map_or("?", |s| s))
+    }
+
+    /// Write every queued event: pushes and pops as `scope` records; a range start is held until
+    /// its end arrives, then written as one `range` record.
     pub fn drain<W: Write>(&mut self, w: &mut TraceWriter<W>) -> Result<usize, TraceError> {
         let mut n = 0;
         while let Some(ev) = events().pop() {
-            if !self.names.contains_key(&ev.name) {
-                // Its definition was queued before the event: it is visible now.
-                self.take_names();
-            }
-            let text = self.names.get(&ev.name).map_or("?", |s| s);
-            let name = w.intern_str(text)?;
+            let end = match ev.kind {
+                Kind::Push => false,
+                Kind::Pop => true,
+                Kind::RangeStart(id) => {
+                    if self.ranges.len() < MAX_OPEN_RANGES || self.ranges.contains_key(&id) {
+                        self.ranges.insert(id, (ev.ts, ev.tid, ev.name, ev.source));
+                    } else {
+                        RANGES_UNPAIRED.fetch_add(1, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+                Kind::RangeEnd(id) => {
+                    let Some((start, tid, name, source)) = self.ranges.remove(&id) else {
+                        RANGES_UNPAIRED.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    let name = self.name(w, name)?;
+                    w.write(&Record::Range(Range {
+                        id,
+                        name,
+                        start,
+                        end: ev.ts.max(start),
+                        tid,
+                        end_tid: (ev.tid != tid).then_some(ev.tid),
+                        source,
+                    }))?;
+                    n += 1;
+                    continue;
+                }
+            };
+            let name = self.name(w, ev.name)?;
             w.write(&Record::Scope(Scope {
                 ts: ev.ts,
                 tid: ev.tid,
                 name,
                 depth: ev.depth,
-                end: ev.end,
+                end,
                 source: ev.source,
             }))?;
             n += 1;
@@ -216,6 +317,16 @@ impl Drain {
                 level: "warning".into(),
                 message: format!(
                     "scopes: {unbalanced} pop(s) without an open scope on their thread were ignored"
+                ),
+            }))?;
+        }
+        let unpaired = RANGES_UNPAIRED.swap(0, Ordering::Relaxed);
+        if unpaired > 0 {
+            w.write(&Record::Notice(Notice {
+                level: "warning".into(),
+                message: format!(
+                    "ranges: {unpaired} range end(s) without a recorded start (or starts beyond \
+                     {MAX_OPEN_RANGES} open ranges) were ignored"
                 ),
             }))?;
         }
@@ -357,19 +468,29 @@ mod tests {
     }
 
     #[test]
-    fn nesting_unbalanced_pops_and_names() {
+    fn nesting_unbalanced_pops_names_and_ranges() {
         // One test owns the process-wide queue (tests run in threads of one process).
         set_enabled(true);
         pop(ScopeSource::Api); // nothing open: counted, no crash
+        range_start(7, b"data load", ScopeSource::Nvtx);
+        range_start(8, b"never ends", ScopeSource::Nvtx);
+        range_end(99, ScopeSource::Nvtx); // no start: counted
         push(b"outer", ScopeSource::Api);
         push(b"inner", ScopeSource::Nvtx);
         pop(ScopeSource::Nvtx);
         push(b"inner", ScopeSource::Nvtx);
         pop(ScopeSource::Nvtx);
         pop(ScopeSource::Api);
-        std::thread::spawn(|| push(b"other", ScopeSource::Api))
-            .join()
-            .unwrap();
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u64;
+        let ender = std::thread::spawn(|| {
+            push(b"other", ScopeSource::Api);
+            range_end(7, ScopeSource::Nvtx); // ends on another thread
+                                             // SAFETY: as above.
+            (unsafe { libc::gettid() }) as u64
+        })
+        .join()
+        .unwrap();
         set_enabled(false);
         push(b"ignored", ScopeSource::Api);
 
@@ -381,16 +502,34 @@ mod tests {
         let mut syms = Symbols::default();
         let mut got = Vec::new();
         let mut warned = false;
+        let mut unpaired = false;
+        let mut ranges = Vec::new();
         for r in &recs {
             syms.observe(r);
             match r {
                 Record::Scope(s) => {
                     got.push((syms.str(s.name).to_string(), s.depth, s.end, s.source))
                 }
-                Record::Notice(n) => warned |= n.message.contains("1 pop(s) without"),
+                Record::Range(g) => ranges.push((
+                    g.id,
+                    syms.str(g.name).to_string(),
+                    g.tid,
+                    g.end_tid,
+                    g.end >= g.start,
+                )),
+                Record::Notice(n) => {
+                    warned |= n.message.contains("1 pop(s) without");
+                    unpaired |= n.message.contains("1 range end(s) without");
+                }
                 _ => {}
             }
         }
+        assert_eq!(
+            ranges,
+            vec![(7, "data load".to_string(), me, Some(ender), true)],
+            "one paired range, ended on the other thread; the open one is not written"
+        );
+        assert!(unpaired, "range end without start not reported");
         use ScopeSource::*;
         let want: Vec<(String, u32, bool, ScopeSource)> = vec![
             ("outer".into(), 0, false, Api),

@@ -162,6 +162,7 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
         crate::report_telemetry::render(out, d);
     }
     crate::report_scopes::render(out, &a.scopes);
+    crate::report_scopes::render_ranges(out, &a.ranges);
     for w in &a.warnings {
         let _ = writeln!(out, "  {} {w}", st.paint("33", "warning:"));
     }

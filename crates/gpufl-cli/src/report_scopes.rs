@@ -2,8 +2,50 @@
 //! ranges), indented by nesting: instances, wall time, GPU busy during it, kernels launched,
 //! synchronizations and the host time blocked in them ("syncs inside forward totaled X").
 
-use gpufl_analysis::ScopeRollup;
+use crate::report::esc;
+use gpufl_analysis::{RangeRollup, ScopeRollup};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
+
+/// Scope rows shown at most (a JAX program opens thousands of XLA NVTX scope paths); the longest
+/// by wall time are kept with their ancestors, the rest counted. `--json` has every row.
+pub const MAX_SCOPE_ROWS: usize = 40;
+/// Range names shown at most.
+pub const MAX_RANGE_ROWS: usize = 20;
+
+/// Indexes of the rows to show: all when they fit, else the `max` longest by wall time and their
+/// ancestors, in tree order.
+fn shown(scopes: &[ScopeRollup], max: usize) -> Vec<usize> {
+    if scopes.len() <= max {
+        return (0..scopes.len()).collect();
+    }
+    let mut by_wall: Vec<usize> = (0..scopes.len()).collect();
+    by_wall.sort_by(|&a, &b| scopes[b].wall_ns.cmp(&scopes[a].wall_ns).then(a.cmp(&b)));
+    let index: HashMap<&[String], usize> = scopes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.path.as_slice(), i))
+        .collect();
+    let mut keep: HashSet<usize> = HashSet::new();
+    for &i in &by_wall {
+        // A row costs itself plus the ancestors not yet shown.
+        let path = &scopes[i].path;
+        let new: Vec<usize> = (1..=path.len())
+            .filter_map(|n| index.get(&path[..n]).copied())
+            .filter(|j| !keep.contains(j))
+            .collect();
+        if keep.len() + new.len() > max {
+            continue;
+        }
+        keep.extend(new);
+        if keep.len() >= max {
+            break;
+        }
+    }
+    let mut v: Vec<usize> = keep.into_iter().collect();
+    v.sort_unstable();
+    v
+}
 
 fn ms(ns: u64) -> String {
     format!("{:.2}", ns as f64 / 1e6)
@@ -29,8 +71,10 @@ pub fn render(out: &mut String, scopes: &[ScopeRollup]) {
         "    {:<32} {:>7} {:>11} {:>11} {:>8} {:>7} {:>12}",
         "scope", "count", "wall ms", "GPU busy ms", "kernels", "syncs", "blocked ms"
     );
-    for s in scopes {
-        let mut name = format!("{}{}", "  ".repeat(s.depth as usize), s.name);
+    let rows = shown(scopes, MAX_SCOPE_ROWS);
+    for &i in &rows {
+        let s = &scopes[i];
+        let mut name = format!("{}{}", "  ".repeat(s.depth as usize), esc(&s.name));
         if s.nvtx {
             name.push_str(" (nvtx)");
         }
@@ -48,5 +92,92 @@ pub fn render(out: &mut String, scopes: &[ScopeRollup]) {
             s.syncs,
             ms(s.sync_blocked_ns)
         );
+    }
+    if rows.len() < scopes.len() {
+        let _ = writeln!(
+            out,
+            "    … {} more scope paths not shown (the longest are; `gpufl report --json` lists all)",
+            scopes.len() - rows.len()
+        );
+    }
+}
+
+/// The start/end ranges table (NVTX `nvtxRangeStart*` / `nvtxRangeEnd`), or nothing.
+pub fn render_ranges(out: &mut String, ranges: &[RangeRollup]) {
+    if ranges.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "  ranges (start/end, may cross threads):");
+    let _ = writeln!(
+        out,
+        "    {:<32} {:>7} {:>11} {:>11} {:>11} {:>7}",
+        "range", "count", "wall ms", "max ms", "GPU busy ms", "x-thr"
+    );
+    for r in ranges.iter().take(MAX_RANGE_ROWS) {
+        let _ = writeln!(
+            out,
+            "    {:<32} {:>7} {:>11} {:>11} {:>11} {:>7}",
+            esc(&r.name),
+            r.count,
+            ms(r.wall_ns),
+            ms(r.max_ns),
+            ms(r.gpu_busy_ns),
+            r.cross_thread
+        );
+    }
+    if ranges.len() > MAX_RANGE_ROWS {
+        let _ = writeln!(
+            out,
+            "    … {} more range names (`gpufl report --json` lists all)",
+            ranges.len() - MAX_RANGE_ROWS
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(path: &[&str], wall: u64) -> ScopeRollup {
+        ScopeRollup {
+            path: path.iter().map(|s| s.to_string()).collect(),
+            name: path.last().unwrap().to_string(),
+            depth: path.len() as u32 - 1,
+            count: 1,
+            wall_ns: wall,
+            gpu_busy_ns: 0,
+            kernels: 0,
+            kernels_by_launch: true,
+            syncs: 0,
+            sync_blocked_ns: 0,
+            unclosed: 0,
+            nvtx: true,
+        }
+    }
+
+    #[test]
+    fn long_tables_keep_the_longest_rows_with_their_ancestors() {
+        // Tree order: a root with 100 small children, then a second root whose one deep child
+        // is the longest of all.
+        let mut v = vec![row(&["jit_step"], 1_000)];
+        for i in 0..100 {
+            v.push(row(&["jit_step", &format!("op{i}")], 10 + i));
+        }
+        v.push(row(&["other"], 500));
+        v.push(row(&["other", "deep"], 400));
+        v.push(row(&["other", "deep", "deepest"], 5_000));
+        let keep = shown(&v, 10);
+        assert_eq!(keep.len(), 10);
+        let names: Vec<&str> = keep.iter().map(|&i| v[i].name.as_str()).collect();
+        // The deepest row comes with both its ancestors, in tree order after jit_step's rows.
+        assert_eq!(&names[names.len() - 3..], ["other", "deep", "deepest"]);
+        assert_eq!(names[0], "jit_step");
+        // The other kept children of jit_step are its longest ones.
+        assert!(names.contains(&"op99") && names.contains(&"op95") && !names.contains(&"op0"));
+        let mut out = String::new();
+        render(&mut out, &v);
+        assert!(out.contains("… 64 more scope paths not shown"), "{out}");
+        // Small tables are shown whole.
+        assert_eq!(shown(&v[..5], 10), vec![0, 1, 2, 3, 4]);
     }
 }
