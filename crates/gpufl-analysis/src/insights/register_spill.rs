@@ -19,6 +19,13 @@
 //!   configuration.
 //! - **Severity:** on the impact's share of the device's busy time (one level lower for a stack
 //!   frame alone).
+//! - **Evidence of spilling.** Neither CUPTI nor the cubin counts spill stores (only ptxas' report
+//!   does), and a frame also holds local arrays and registers saved around calls: `sinf`/`cosf`'s
+//!   slow path alone gives a clean kernel a 32-byte frame. The one sign that the bytes are spills
+//!   is a kernel at the [`MAX_REGS`] cap (its state cannot fit). Without it: a frame or local
+//!   memory of at most [`SMALL_FRAME`] bytes raises nothing (math-library slow paths, calls);
+//!   a larger one raises a LOW "possible" insight that claims no weighted time (impact 0: gpufl
+//!   cannot say how much a fix would recover) and asks for `nvcc --resource-usage`.
 //! - **Fix:** at the 255-register cap, less state per thread; below it, relax whatever capped the
 //!   registers (`__launch_bounds__`' min blocks, `-maxrregcount`), and keep per-thread arrays in
 //!   registers (constant indices, unrolled loops) or in shared memory.
@@ -32,7 +39,11 @@ use serde::Serialize;
 
 pub(crate) const RULE: &str = "register-spill";
 /// Registers per thread a kernel can have at most (compute capability 5.0 and later).
-const MAX_REGS: u16 = 255;
+pub const MAX_REGS: u16 = 255;
+/// Local memory or stack frame (bytes per thread) at or below which, without evidence of spilling,
+/// nothing is raised: math-library slow paths (`sinf`'s 28-byte reduction array) and registers
+/// saved around calls.
+pub const SMALL_FRAME: u32 = 64;
 
 /// The rule's own figures.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -58,6 +69,9 @@ pub struct Data {
     /// the insight rests on it (and `local_share` is the frame's share).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_frame: Option<u32>,
+    /// Whether the kernel is at the register cap (the evidence that the bytes are spills); when
+    /// false the insight is LOW and `weighted_ns` is 0.
+    pub spill_evidence: bool,
 }
 
 fn share(bytes: u32, regs: u16) -> f64 {
@@ -100,9 +114,80 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
         if !worth(impact, row) {
             continue;
         }
+        if !at_cap(row) {
+            if let Some(i) = unproven(cx, &locator, row, v.config.local_mem, &v.config) {
+                out.push(i);
+            }
+            continue;
+        }
         out.push(insight(cx, &locator, row, v, (impact, configs, launches)));
     }
     out
+}
+
+/// Evidence that local memory holds spills: a launch configuration at the register cap.
+fn at_cap(row: &KernelRow) -> bool {
+    row.variants.iter().any(|v| v.config.regs >= MAX_REGS)
+}
+
+/// Local memory or a frame of `bytes` without evidence of spilling: nothing when small, else a
+/// LOW insight claiming no weighted time.
+fn unproven(
+    cx: &Ctx,
+    locator: &Locator,
+    row: &KernelRow,
+    bytes: u32,
+    c: &LaunchConfig,
+) -> Option<Insight> {
+    if bytes <= SMALL_FRAME {
+        return None;
+    }
+    let (loc, src) = location(locator, row);
+    let threads = c.threads_per_block();
+    let what = if c.local_mem > 0 {
+        "of local memory"
+    } else {
+        "of stack frame"
+    };
+    let title = format!(
+        "Possible register spill × {}{} · {}: {bytes} B {what} per thread beside {} \
+         registers (spills, local arrays or calls: check `nvcc --resource-usage`)",
+        row.launches,
+        kernel_site::at(&loc),
+        super::launch_bound::short_kernel(&row.name),
+        c.regs,
+    );
+    let detail = format!(
+        "{}: each thread has {bytes} B {what} ({} KiB for a block of {threads} threads) \
+         beside {} registers, under the {MAX_REGS} a thread may have. Those bytes live in \
+         local memory (device memory behind L1 and L2) and hold registers the compiler \
+         spilled, per-thread arrays it could not keep in registers, or registers saved \
+         around calls; neither CUPTI nor the cubin says which, so gpufl claims no \
+         recoverable time. `nvcc --resource-usage` (or `-Xptxas -v`) does: \"spill stores\" \
+         > 0 is spilling.{}",
+        describe(row),
+        (bytes as u64 * threads).div_ceil(1024),
+        c.regs,
+        kernel_site::location_note(src)
+    );
+    let fix = format!(
+        "Check `nvcc --resource-usage` for this kernel. With spill stores: {} Without: the \
+         bytes are local arrays or calls — make array indices known at compile time so they \
+         stay in registers, or move the arrays to shared memory; inline the called \
+         functions.",
+        cap_fix(c.regs, threads)
+    );
+    let figures = Figures {
+        impact: 0,
+        local_share: share(bytes, c.regs),
+        configs: row.variants.len() as u32,
+        flagged_launches: row.launches,
+        stack_frame: row.stack_frame,
+        spill_evidence: false,
+    };
+    let mut ins = build(cx, row, c, (title, detail, fix), (loc, src), figures);
+    ins.severity = Severity::Low;
+    Some(ins)
 }
 
 /// No local memory, but a stack frame in the cubin: spills or local arrays.
@@ -116,6 +201,9 @@ fn frame_insight(cx: &Ctx, locator: &Locator, row: &KernelRow) -> Option<Insight
         .sum();
     if !worth(impact, row) {
         return None;
+    }
+    if !at_cap(row) {
+        return unproven(cx, locator, row, frame, &v.config);
     }
     let (loc, src) = location(locator, row);
     let c = &v.config;
@@ -159,6 +247,7 @@ fn frame_insight(cx: &Ctx, locator: &Locator, row: &KernelRow) -> Option<Insight
         configs: row.variants.len() as u32,
         flagged_launches: row.launches,
         stack_frame: Some(frame),
+        spill_evidence: true,
     };
     let mut ins = build(cx, row, c, (title, detail, fix), (loc, src), figures);
     ins.severity = softer(ins.severity);
@@ -172,6 +261,7 @@ struct Figures {
     configs: u32,
     flagged_launches: u64,
     stack_frame: Option<u32>,
+    spill_evidence: bool,
 }
 
 /// The insight and its data, from its texts and figures.
@@ -209,6 +299,7 @@ fn build(
                 weighted_ns: f.impact,
                 location_source: src,
                 stack_frame: f.stack_frame,
+                spill_evidence: f.spill_evidence,
             }),
         },
     )
@@ -293,6 +384,7 @@ fn insight(
         configs,
         flagged_launches,
         stack_frame: row.stack_frame,
+        spill_evidence: true,
     };
     build(cx, row, c, (title, detail, fix), (loc, src), figures)
 }
