@@ -2,7 +2,7 @@
 # Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
 # Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
 #   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams
-#   telemetry toggle kernels scopes frameworks pyoffsets (default: record api identity kill bench)
+#   telemetry toggle kernels scopes nvtx frameworks pyoffsets (default: record api identity kill bench)
 set -u
 OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
 ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
@@ -97,6 +97,16 @@ print(f"scope records: {len(r)}; opened (source, name, depth): {sorted(c.items()
   GPUFL_LOG_PATH="$S/s2" $PY examples/pytorch_scopes.py --steps 30 --in-process 2>&1 | tee "$OUT/s2.log"
   d=$(newest "$S/s2"); ssum "$d" | tee -a "$OUT/summary.txt"
   gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"; report "$d"
+fi
+if has nvtx; then
+  # Issue 11: NVTX registered strings resolve to their text; start/end ranges are recorded
+  # (examples/nvtx_ranges.cu: registered push/pop names, a range ended on another thread).
+  nvcc -g -O2 -lineinfo -o build/nvtx_ranges examples/nvtx_ranges.cu -ldl 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
+  rec nvtx_ranges build/nvtx_ranges 20
+  d=$(newest "$S/nvtx_ranges")
+  gpufl dump "$d" --type scope --limit 6 2>&1 | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type range --limit 3 2>&1 | tee -a "$OUT/summary.txt"
+  echo "registered placeholders: $(gpufl dump "$d" --type scope 2>/dev/null | grep -c '<registered>')" | tee -a "$OUT/summary.txt"
 fi
 if has telemetry; then
   # NVML telemetry: one sample per GPU every 100 ms. matmul_loop.py: ~5 s of back-to-back bf16
