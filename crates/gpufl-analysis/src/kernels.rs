@@ -32,6 +32,16 @@ pub fn short_name(name: &str) -> &str {
     crate::insights::launch_bound::short_kernel(name)
 }
 
+/// Substrings of the kernels a framework runtime launches for itself, not for the user's program
+/// (XLA's `stream_executor::` kernels: the one-thread `DelayKernel` timing its autotuning, redzone
+/// checks). No kernel rule reports them: nothing the user writes changes them.
+pub const RUNTIME_PATTERNS: [&str; 1] = ["stream_executor::"];
+
+/// Whether a kernel is a framework runtime's own ([`RUNTIME_PATTERNS`]).
+pub fn is_runtime_kernel(name: &str) -> bool {
+    RUNTIME_PATTERNS.iter().any(|p| name.contains(p))
+}
+
 /// Whether a kernel name is a vendor library's ([`LIBRARY_PATTERNS`], case-insensitive).
 pub fn is_library_kernel(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();

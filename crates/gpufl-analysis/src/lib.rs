@@ -110,6 +110,7 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     let cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
     let mut insights = insights::sync_attribution::run(&cx);
     insights.extend(insights::in_loop_sync::run(&cx));
+    insights.extend(insights::host_read::run(&cx));
     insights.extend(insights::default_stream_barrier::run(&cx));
     insights.extend(insights::pageable_async_copy::run(&cx));
     insights.extend(insights::blocking_copy::run(&cx));

@@ -19,9 +19,11 @@ pub(super) fn worth(impact_ns: u64, row: &KernelRow) -> bool {
     impact_ns > 0 && impact_ns as u128 * 100 >= row.device_busy_ns as u128 * MIN_IMPACT_PCT as u128
 }
 
-/// Whether a kernel takes at least [`MIN_BUSY_PCT`] % of its device's busy time.
+/// Whether a kernel takes at least [`MIN_BUSY_PCT`] % of its device's busy time (a framework
+/// runtime's own kernels never do: [`crate::kernels::is_runtime_kernel`]).
 pub(super) fn matters(row: &KernelRow) -> bool {
-    row.device_busy_ns > 0
+    !crate::kernels::is_runtime_kernel(&row.name)
+        && row.device_busy_ns > 0
         && row.busy_ns as u128 * 100 >= row.device_busy_ns as u128 * MIN_BUSY_PCT as u128
 }
 

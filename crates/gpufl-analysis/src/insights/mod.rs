@@ -7,6 +7,7 @@ pub(crate) mod default_stream_barrier;
 pub(crate) mod device_wide_sync;
 pub(crate) mod ecc_errors;
 pub(crate) mod gpu_idle;
+pub(crate) mod host_read;
 pub(crate) mod in_loop_sync;
 mod kernel_site;
 pub(crate) mod launch_bound;
@@ -217,6 +218,7 @@ pub enum RuleData {
     LowOccupancy(low_occupancy::Data),
     RegisterSpill(register_spill::Data),
     UnderFilledGrid(under_filled_grid::Data),
+    HostRead(host_read::Data),
 }
 
 /// `part / whole` clamped to 0..1 (0 for an empty whole).

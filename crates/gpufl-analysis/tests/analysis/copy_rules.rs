@@ -1289,3 +1289,81 @@ fn testdata_two_stream_overlap_with_callsites_reports_the_sequential_copies_only
     }
     assert!(a.insights.iter().all(|i| i.severity != Severity::High));
 }
+
+// ---------------------------------------------------------------------------------------------
+// host-read
+// ---------------------------------------------------------------------------------------------
+
+const US: u64 = 1_000;
+
+/// `steps` iterations of: a 100 µs kernel, then a 4-byte D2H copy (read at `read`), then `idle`
+/// of GPU idle until the next step's kernel. Optionally a host-blocking sync at the read's line.
+fn read_loop(steps: u64, idle: u64, bytes: u64, synced: bool) -> Analysis {
+    let mut b = B::new();
+    let read = b.user_stack("train.py", 61, "main");
+    let mut t = 0;
+    for _ in 0..steps {
+        b.kernel(t, t + 100 * US);
+        let c = Cp {
+            bytes,
+            ..Cp::new(
+                (t + 10 * US, t + 12 * US),
+                (t + 100 * US, t + 101 * US),
+                Some(read),
+            )
+            .d2h()
+        };
+        copy(&mut b, c);
+        if synced {
+            b.sync(
+                SyncKind::StreamSynchronize,
+                t + 12 * US,
+                t + 101 * US,
+                Some(read),
+            );
+        }
+        t += 101 * US + idle;
+    }
+    b.analyze()
+}
+
+#[test]
+fn host_read_names_the_read_line_when_no_sync_records_the_wait() {
+    // 10 steps, 400 µs of idle after each read: 9 counted (not the last), 3.6 ms of 4.5 ms.
+    let a = read_loop(10, 400 * US, 4, false);
+    let i = rule(&a, "host-read");
+    assert_eq!(i.len(), 1, "{:?}", a.insights);
+    let i = i[0];
+    assert_eq!(i.location.line, Some(61));
+    assert_eq!(i.count, 10);
+    assert_eq!(i.impact_ns, 9 * 400 * US);
+    assert_eq!(i.window_ns, 9 * 501 * US + 101 * US - 100 * US);
+    assert_eq!(i.severity, Severity::High);
+    assert!(
+        i.title.starts_with("Host read × 10 @ train.py:61"),
+        "{}",
+        i.title
+    );
+    assert!(i.title.contains("4-byte"), "{}", i.title);
+    match &i.data {
+        Some(RuleData::HostRead(d)) => {
+            assert_eq!((d.reads, d.max_bytes, d.reads_then_idle), (10, 4, 9));
+            assert_eq!(d.median_idle_ns, 400 * US);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn host_read_leaves_synced_reads_big_copies_and_busy_gpus_alone() {
+    // The same loop with a cudaStreamSynchronize at the read's line: in-loop-sync's.
+    assert!(rule(&read_loop(10, 400 * US, 4, true), "host-read").is_empty());
+    // A bulk copy is not a read of a result.
+    assert!(rule(&read_loop(10, 400 * US, 1 << 20, false), "host-read").is_empty());
+    // Idle gaps under 5 µs do not count; too few reads do not fire.
+    assert!(rule(&read_loop(10, 4 * US, 4, false), "host-read").is_empty());
+    assert!(rule(&read_loop(3, 400 * US, 4, false), "host-read").is_empty());
+    // Idle under 5 % of the span: 5 µs after each 101 µs step is 4.7 %, 6 µs is 5.6 %.
+    assert!(rule(&read_loop(10, 5 * US, 4, false), "host-read").is_empty());
+    assert_eq!(rule(&read_loop(10, 6 * US, 4, false), "host-read").len(), 1);
+}

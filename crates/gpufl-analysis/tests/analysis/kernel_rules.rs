@@ -596,6 +596,23 @@ fn under_filled_grid_fewer_blocks_than_sms() {
 }
 
 #[test]
+fn framework_runtime_kernels_raise_no_kernel_insight() {
+    // XLA times its autotuning with a one-thread DelayKernel: nothing the user can change.
+    let name = "void stream_executor::gpu::(anonymous namespace)::DelayKernel(int*, long)";
+    let mut b = h100();
+    launches(&mut b, name, cfg(1, 1, 255), 10, 0, 100 * US);
+    function(&mut b, name, Some(2048), Some(2048));
+    let a = b.analyze();
+    for r in ["under-filled-grid", "low-occupancy", "register-spill"] {
+        assert!(rule(&a, r).is_empty(), "{r} fired on a runtime kernel");
+    }
+    // The same kernel under a user's name fires.
+    let mut b = h100();
+    launches(&mut b, "delay(int*, long)", cfg(1, 1, 255), 10, 0, 100 * US);
+    assert_eq!(rule(&b.analyze(), "under-filled-grid").len(), 1);
+}
+
+#[test]
 fn under_filled_grid_needs_launches_of_10us() {
     for (len, fires) in [(10 * US, true), (10 * US - 1, false)] {
         let mut b = h100();
