@@ -19,6 +19,9 @@ mod occupancy_runtime;
 // The recorded examples of the streams seed.
 #[path = "analysis/testdata_issue5.rs"]
 mod testdata_issue5;
+// The framework examples of issue 11 (JAX, autograd thread, Trainer, Lightning) and NVTX.
+#[path = "analysis/testdata_frameworks.rs"]
+mod testdata_frameworks;
 #[path = "analysis/testdata_streams.rs"]
 mod testdata_streams;
 // The telemetry rules (issue 5): throttling, memory pressure, ECC errors, low utilization.

@@ -66,6 +66,7 @@ fn resolve(rec: &Record, syms: &Symbols) -> Result<Value> {
         Record::Function(f) => v["name"] = json!(syms.str(f.name)),
         Record::Api(a) => v["name"] = json!(syms.str(a.name)),
         Record::Scope(s) => v["name"] = json!(syms.str(s.name)),
+        Record::Range(r) => v["name"] = json!(syms.str(r.name)),
         Record::Sync(s) => {
             if let Some(id) = s.stack {
                 v["stack"] = stack_json(syms, id);

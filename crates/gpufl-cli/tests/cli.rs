@@ -423,3 +423,19 @@ fn report_of_a_session_with_telemetry() {
     assert_eq!(recs[1]["pcie_rx_kbs"], 2_000_000);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn dump_spells_out_range_names() {
+    let dir = session("nvtx_ranges-");
+    let (code, out, err) = run(gpufl().arg("dump").arg(&dir).args(["--type", "range"]));
+    assert_eq!(code, 0, "{err}");
+    let ranges: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(ranges.len(), 20);
+    for r in &ranges {
+        assert_eq!(r["name"], "data load", "{r}");
+        assert_ne!(r["end_tid"], r["tid"], "{r}");
+    }
+}
