@@ -241,6 +241,8 @@ impl Model {
                 }
             }
             Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),
+            // Always-on windows: read by the analysis once it models sampled sessions.
+            Record::Window(_) => {}
             Record::Range(r) => {
                 self.span(r.start, r.end.max(r.start));
                 let name = self.str_ref(ld, r.name);

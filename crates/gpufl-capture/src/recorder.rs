@@ -280,6 +280,7 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
             log_path: opts.log_path.clone(),
             started_by: by.as_str().into(),
             telemetry_ms: Some(opts.telemetry_ms),
+            mode: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),

@@ -130,6 +130,7 @@ impl Sink {
                 tid: s.tid,
                 ts: s.ts,
                 stack,
+                weight: None,
             }));
         };
         self.write(&Record::Sync(Sync {

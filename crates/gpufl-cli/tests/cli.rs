@@ -258,6 +258,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
             log_path: "/tmp".into(),
             started_by: "test".into(),
             telemetry_ms: Some(100),
+            mode: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -311,6 +312,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
                 tid: 7,
                 ts: api.0,
                 stack: site,
+                weight: None,
             }))
             .unwrap();
             w.write(&Record::Kernel(Kernel {

@@ -306,6 +306,7 @@ fn parse_known(tag: &str, line: &[u8]) -> Option<Result<Record, serde_json::Erro
         "capture" => p(line, Record::Capture),
         "scope" => p(line, Record::Scope),
         "range" => p(line, Record::Range),
+        "window" => p(line, Record::Window),
         "telemetry" => p(line, Record::Telemetry),
         "overhead" => p(line, Record::Overhead),
         "dropped" => p(line, Record::Dropped),

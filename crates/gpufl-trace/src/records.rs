@@ -33,6 +33,7 @@ pub enum Record {
     Capture(CaptureState),
     Scope(Scope),
     Range(Range),
+    Window(Window),
     Telemetry(Telemetry),
     Overhead(Overhead),
     Dropped(Dropped),
@@ -59,6 +60,7 @@ impl Record {
             Record::Capture(_) => "capture",
             Record::Scope(_) => "scope",
             Record::Range(_) => "range",
+            Record::Window(_) => "window",
             Record::Telemetry(_) => "telemetry",
             Record::Overhead(_) => "overhead",
             Record::Dropped(_) => "dropped",
@@ -205,6 +207,11 @@ pub struct CaptureOptions {
     /// before telemetry existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry_ms: Option<u32>,
+    /// Recording mode: "default" (every kernel, copy and memset) or "always-on" (syncs with their
+    /// stacks and call-site counts all the time; GPU activity only inside `window` records).
+    /// Absent in sessions recorded before modes existed: "default".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// Whether capture is running; when it is not, `reason` says why (once, clearly).
@@ -471,6 +478,25 @@ pub struct Callsite {
     /// Trace-clock time of the capture.
     pub ts: u64,
     pub stack: StackId,
+    /// How many calls of this kind (launches of the same kernel function, or copies / memsets)
+    /// on this thread the capture stands for: the calls since the previous capture of the same
+    /// key, itself included. Absent: 1 (sessions before sampling weights).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u64>,
+}
+
+/// An interval in which GPU activity (kernel, memcpy and memset records) was collected, in an
+/// always-on session (`options.mode` "always-on"); outside windows such a session has no GPU
+/// activity records. Written when the window closes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Window {
+    /// Trace clock (ns) when collection started.
+    pub start: u64,
+    /// Trace clock (ns) when collection stopped.
+    pub end: u64,
+    /// Why: "sampled" (the cost budget's periodic window), "trigger" (`gpufl trigger`, the
+    /// trigger signal) or "api" (`gpufl_capture_window`).
+    pub reason: String,
 }
 
 /// What a stream is, when the recorder knows it: written once per context for its default streams

@@ -134,6 +134,7 @@ fn sample_header() -> Header {
             log_path: "/tmp/gpufl".into(),
             started_by: "test".into(),
             telemetry_ms: Some(100),
+            mode: None,
         },
         capture: CaptureStatus {
             status: "partial".into(),
@@ -395,6 +396,7 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         tid,
         ts: t0 + 5,
         stack,
+        weight: None,
     }));
     r.rec(Record::Stream(StreamInfo {
         ctx: 1,

@@ -35,6 +35,7 @@ fn callsite(b: &mut B, corr: u32, name: &str, ts: u64, stack: StackId) {
         tid: T1,
         ts,
         stack,
+        weight: None,
     }));
 }
 
@@ -1241,6 +1242,7 @@ fn testdata_two_stream_overlap_with_callsites_reports_the_sequential_copies_only
             tid: 1453,
             ts: *start,
             stack: StackId(id),
+            weight: None,
         }));
     }
     assert_eq!(n, 2, "run_sequential's two cudaMemcpy");

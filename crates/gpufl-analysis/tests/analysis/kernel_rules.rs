@@ -126,6 +126,7 @@ fn callsite(b: &mut B, corr: u32, stack: StackId) {
         tid: 1,
         ts: 0,
         stack,
+        weight: None,
     }));
 }
 

@@ -217,6 +217,7 @@ fn attribution_counts_driver_internal_and_unlocated_time() {
         tid: 1,
         ts: 0,
         stack: own,
+        weight: None,
     }));
     let other = b.s("other_kernel");
     b.recs.push(Record::Kernel(Kernel {

@@ -49,6 +49,7 @@ fn site(b: &mut B, corr: u32, api: &str, stack: StackId, ts: u64) {
         tid: 1,
         ts,
         stack,
+        weight: None,
     }));
 }
 
