@@ -2,7 +2,8 @@
 # Everything that needs a GPU, in one run on the device machine (H100, CUDA 13, PyTorch, no cargo).
 # Binaries come prebuilt in .device-bin/ (scripts/prepare-device-bin.sh). Logs and sessions go to $OUT.
 #   usage: bash scripts/gpu-check.sh [phase...]   phases: record api identity kill bench split streams
-#   telemetry toggle kernels scopes nvtx frameworks pyoffsets (default: record api identity kill bench)
+#   telemetry toggle kernels scopes nvtx frameworks pyoffsets, and those of scripts/gpu-phases/*.sh
+#   (default: record api identity kill bench)
 set -u
 OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
 ROOT=$(pwd); BIN="$ROOT/.device-bin"; export PATH="$BIN:$PATH"; export GPUFL_CAPTURE_LIB="$BIN/libgpufl_capture.so"
@@ -413,6 +414,8 @@ if has bench; then
     b=$(stat -c %s "$f")
     echo "bytes on disk ($m): $b for $k kernels = $(( b / (k > 0 ? k : 1) )) bytes per kernel record (all records included)" | tee -a "$OUT/summary.txt"; done
 fi
+# Phases kept in their own files: scripts/gpu-phases/<phase>.sh, sourced when named (same helpers).
+for f in scripts/gpu-phases/*.sh; do [ -e "$f" ] || continue; p=$(basename "$f" .sh); if has "$p"; then . "$f"; fi; done
 rm -rf "$S/bench" "$S/k"; tar -C "$OUT" -czf "$OUT/sessions.tgz" sessions 2>/dev/null && rm -rf "$S"
 cat "$OUT"/*.log > "$OUT/logs.txt" 2>/dev/null; rm -f "$OUT"/*.log "$OUT"/id.* "$OUT/gpu.txt"
 log "done"
