@@ -13,7 +13,6 @@ run_trainer() {
     gpufl-always-on) gpufl record -q --always-on -o "$TB/always-on" -- $PY $TBA $1 ;;
     gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$TB/nosites" -- $PY $TBA $1 ;;
     torch-profiler) $PY $TBA $1 --profiler ;;
-    *) GPUFL_EXTRA_MODE=$1 eval "${TRAINER_CUSTOM:-false}" ;;
   esac
 }
 for round in $(seq ${TRAINER_ROUNDS:-8}); do
