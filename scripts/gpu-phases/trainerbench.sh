@@ -1,32 +1,50 @@
 # Phase trainerbench (sourced by scripts/gpu-check.sh): the cost of recording on a HuggingFace Trainer
-# run (bench/trainer_bench.py), one process per mode, TRAINER_ROUNDS (default 8) interleaved rounds,
-# the order of the modes reversed every other round; bare and bare-again are two unrecorded processes
-# per round (the noise control). ~11 s a process: 8 rounds x 5 modes ~ 7.5 min.
-log "(t) Trainer overhead: bench/trainer_bench.py, ${TRAINER_ROUNDS:-8} interleaved rounds"
+# run (bench/trainer_bench.py).
+# 1. One process per mode, TRAINER_ROUNDS (default 8; 0 skips) interleaved rounds, the order of the
+#    modes reversed every other round; bare and bare-again are two unrecorded processes per round
+#    (the noise control). ~20 s a process on the H100 machine (imports dominate).
+# 2. In-process A/B (TRAINER_TOGGLE_PROCS processes per mode, default 0): recording on / paused /
+#    paused in cycles of TRAINER_TOGGLE_K steps inside one recorded process (bench/summarize_toggle.py).
 TB="$S/trainerbench"; mkdir -p "$TB"
 TBA="bench/trainer_bench.py --steps ${TRAINER_STEPS:-120} --warmup ${TRAINER_WARMUP:-20} --mode"
 TMODES=${TRAINER_MODES:-"bare gpufl-default gpufl-always-on torch-profiler bare-again"}
-run_trainer() {
-  case $1 in
-    bare|bare-again) $PY $TBA $1 ;;
-    gpufl-default) gpufl record -q -o "$TB/default" -- $PY $TBA $1 ;;
-    gpufl-always-on) gpufl record -q --always-on -o "$TB/always-on" -- $PY $TBA $1 ;;
-    gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$TB/nosites" -- $PY $TBA $1 ;;
-    torch-profiler) $PY $TBA $1 --profiler ;;
+KOPTS="GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none"
+run_trainer() { # mode args...
+  local m=$1; shift
+  case $m in
+    bare|bare-again) $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-default) gpufl record -q -o "$TB/default" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-always-on) gpufl record -q --always-on -o "$TB/always-on" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$TB/nosites" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-kernels-only) env $KOPTS -o "$TB/kern" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    torch-profiler) $PY bench/trainer_bench.py --mode $m "$@" --profiler ;;
   esac
 }
-for round in $(seq ${TRAINER_ROUNDS:-8}); do
-  echo "{\"round\": $round}"
-  order=$TMODES; [ $((round % 2)) = 0 ] && order=$(echo $TMODES | tr ' ' '\n' | tac | tr '\n' ' ')
-  for m in $order; do run_trainer $m; done
-  # Keep the last round's sessions for the notices below.
-  [ "$round" -lt "${TRAINER_ROUNDS:-8}" ] && rm -rf "$TB"/*/
-done 2>&1 | grep '^{' | tee -a "$OUT/trainerbench.jsonl"
-$PY bench/summarize.py "$OUT/trainerbench.jsonl" | tee -a "$OUT/summary.txt"
+if [ "${TRAINER_ROUNDS:-8}" -gt 0 ]; then
+  log "(t) Trainer overhead: bench/trainer_bench.py, ${TRAINER_ROUNDS:-8} interleaved rounds: $TMODES"
+  for round in $(seq ${TRAINER_ROUNDS:-8}); do
+    echo "{\"round\": $round}"
+    order=$TMODES; [ $((round % 2)) = 0 ] && order=$(echo $TMODES | tr ' ' '\n' | tac | tr '\n' ' ')
+    for m in $order; do run_trainer $m --steps ${TRAINER_STEPS:-120} --warmup ${TRAINER_WARMUP:-20}; done
+    # Keep the last round's sessions for the notices below.
+    [ "$round" -lt "${TRAINER_ROUNDS:-8}" ] && rm -rf "$TB"/*/
+  done 2>&1 | grep '^{"' | tee -a "$OUT/trainerbench.jsonl"
+  $PY bench/summarize.py "$OUT/trainerbench.jsonl" | tee -a "$OUT/summary.txt"
+fi
+if [ "${TRAINER_TOGGLE_PROCS:-0}" -gt 0 ]; then
+  K=${TRAINER_TOGGLE_K:-10}; C=${TRAINER_TOGGLE_CYCLES:-10}
+  TT=${TRAINER_TOGGLE_MODES:-"bare gpufl-default gpufl-always-on gpufl-kernels-only"}
+  log "(t2) Trainer in-process A/B: $TRAINER_TOGGLE_PROCS process(es) per mode, $C cycles of 3 x $K steps: $TT"
+  for p in $(seq $TRAINER_TOGGLE_PROCS); do
+    order=$TT; [ $((p % 2)) = 0 ] && order=$(echo $TT | tr ' ' '\n' | tac | tr '\n' ' ')
+    for m in $order; do run_trainer $m --steps $((20 + 3 * K * C)) --warmup 20 --toggle $K; done
+  done 2>&1 | grep '^{"' | tee -a "$OUT/trainertoggle.jsonl"
+  $PY bench/summarize_toggle.py "$OUT/trainertoggle.jsonl" | tee -a "$OUT/summary.txt"
+fi
 for d in "$TB"/*/*/; do
   [ -d "$d" ] || continue
   echo "-- $d" | tee -a "$OUT/summary.txt"
-  gpufl info "$d" 2>&1 | grep -E "kernels|syncs|bytes|windows|files" | head -5 | tee -a "$OUT/summary.txt"
-  gpufl dump "$d" --type notice 2>/dev/null | grep -h -e "stack capture" -e "call-site" -e "budget" | tee -a "$OUT/summary.txt"
+  gpufl info "$d" 2>&1 | grep -E "kernels|syncs|windows|files" | head -5 | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type notice 2>/dev/null | grep -h -e "stack capture" -e "call-site" -e "budget" | cut -c1-300 | tee -a "$OUT/summary.txt"
 done
 rm -rf "$TB"
