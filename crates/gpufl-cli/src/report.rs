@@ -350,12 +350,18 @@ fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
             ns as f64 * 100.0 / recorded as f64
         }
     };
+    // Always-on: idle is a share of the observed part of the active range.
+    let (of, what) = if d.unobserved_ns > 0 {
+        (recorded, "observed")
+    } else {
+        (d.active_ns, "active")
+    };
     let _ = writeln!(
         out,
-        "  GPU {} idle {} of {} active ({:.0} %): host launching late {} · host blocked {} · queued {} · between kernels {}",
+        "  GPU {} idle {} of {} {what} ({:.0} %): host launching late {} · host blocked {} · queued {} · between kernels {}",
         d.device,
         secs(d.idle_ns),
-        secs(d.active_ns),
+        secs(of),
         pct(d.idle_ns),
         secs(c.launch.idle_ns),
         secs(c.sync.idle_ns),
@@ -380,14 +386,27 @@ fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
     }
     if !d.utilization.is_empty() {
         const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+        // A chunk mostly not observed (paused, outside always-on windows) is `·`: nothing is known.
+        let unknown = |u: &gpufl_analysis::UtilChunk| u.unobserved_ns * 2 > u.duration_ns;
         let bars: String = d
             .utilization
             .iter()
-            .map(|u| BARS[((u.busy_share.clamp(0.0, 1.0) * 7.0).round()) as usize])
+            .map(|u| {
+                if unknown(u) {
+                    '·'
+                } else {
+                    BARS[((u.busy_share.clamp(0.0, 1.0) * 7.0).round()) as usize]
+                }
+            })
             .collect();
+        let legend = if d.utilization.iter().any(unknown) {
+            ", · mostly not observed"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "  GPU {} utilization {}  ({} of {} chunks under 50 %)",
+            "  GPU {} utilization {}  ({} of {} chunks under 50 %{legend})",
             d.device,
             st.paint("36", &bars),
             d.low_utilization_chunks,
