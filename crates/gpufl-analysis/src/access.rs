@@ -197,7 +197,7 @@ impl Model {
             + self.apis.corr.heap_bytes()
             + self.apis.name.heap_bytes()
             + self.apis.cbid.heap_bytes()
-            + self.callsites.capacity() * std::mem::size_of::<(u32, u32, u32)>()
+            + self.callsites.capacity() * std::mem::size_of::<(u32, u32, u32, u32)>()
     }
 
     pub(crate) fn sync_kind_at(&self, i: usize) -> SyncKind {

@@ -120,6 +120,10 @@ pub struct KernelTable {
     pub limits: Vec<DeviceLimits>,
     /// Most GPU time first (then name, then device).
     pub rows: Vec<KernelRow>,
+    /// An always-on session: launches and times count the kernels recorded inside its windows
+    /// only (absent otherwise).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub windows_only: bool,
 }
 
 impl KernelTable {
@@ -385,7 +389,11 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
             .then_with(|| a.name.cmp(&b.name))
             .then_with(|| a.device.cmp(&b.device))
     });
-    KernelTable { limits, rows }
+    KernelTable {
+        limits,
+        rows,
+        windows_only: m.is_always_on(),
+    }
 }
 
 /// Within `windows` (sorted, disjoint), the periods when exactly one kernel ran on device `dev`

@@ -34,6 +34,7 @@ pub mod kernels;
 pub mod model;
 pub mod occupancy;
 pub mod pipeline;
+pub mod sampling;
 pub mod scopes;
 mod store;
 pub mod telemetry;
@@ -48,8 +49,9 @@ pub use insights::utilization::{ChunkIdle, ChunkLine};
 pub use insights::{fmt_duration, Insight, RuleData, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelTable};
-pub use model::Model;
+pub use model::{Model, Window, WindowReason};
 pub use occupancy::{Limiter, Occupancy, SmLimits};
+pub use sampling::{Basis, BasisKind, CallsPerLine, Sampling};
 pub use scopes::{RangeRollup, RangeSpan, ScopeRollup, ScopeSpan};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
 pub use totals::{totals, Totals};
@@ -101,6 +103,10 @@ pub struct Analysis {
     /// (absent without `range` records).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ranges: Vec<scopes::RangeRollup>,
+    /// Always-on sessions: windows, GPU-observed time and coverage, calls per line estimated from
+    /// the sampled call sites (absent in default-mode sessions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<sampling::Sampling>,
 }
 
 /// Run every rule over a model.
@@ -135,7 +141,9 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     insights.extend(insights::under_filled_grid::run(&cx, &kernels));
     insights::name_scopes(&cx, &mut insights);
     insights::mark_inferred(&cx, &mut insights);
+    sampling::mark_basis(m, &mut insights);
     insights::rank(&mut insights);
+    let sampling = sampling::summarize(m, &cx.stack_loc, &cx.locs);
     let attribution = insights::attribution::attribute(&cx);
     let scopes = scopes::rollup(m, &busy);
     let ranges = scopes::range_rollup(m, &busy);
@@ -159,5 +167,6 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
         scopes,
         ranges,
         attribution,
+        sampling,
     }
 }

@@ -92,8 +92,9 @@ pub struct Model {
     pub(crate) copies: Copies,
     pub(crate) syncs: Syncs,
     pub(crate) apis: Apis,
-    /// (corr, model stack id, API name) of `callsite` records, sorted by corr after loading.
-    pub(crate) callsites: Vec<(u32, u32, u32)>,
+    /// (corr, model stack id, API name, weight) of `callsite` records, sorted by corr after
+    /// loading; weight: the calls the capture stands for (absent in the record: 1; saturates).
+    pub(crate) callsites: Vec<(u32, u32, u32, u32)>,
     /// Distinct kernel launch configurations, in order of first use.
     pub(crate) configs: Vec<LaunchConfig>,
     /// Distinct (kernel name string id, index into `configs`) pairs, in order of first use.
@@ -111,6 +112,15 @@ pub struct Model {
     capture_marks: Vec<(u64, bool)>,
     /// Intervals in which recording was paused, sorted and disjoint (end `u64::MAX`: never resumed).
     paused: Vec<(u64, u64)>,
+    /// Always-on session (`options.mode` "always-on" in a header).
+    always_on: bool,
+    /// Some callsite record carried a weight.
+    weighted: bool,
+    /// `window` records, sorted by start after loading.
+    windows: Vec<Window>,
+    /// Intervals in which the GPU was not observed, sorted and disjoint: paused intervals, and in
+    /// an always-on session everything outside its windows (and outside its GPU records).
+    unobserved: Vec<(u64, u64)>,
     /// (ctx, dev) pairs seen on GPU records.
     ctx_dev: Vec<(u32, u32)>,
     /// NVML samples, one series per device (`telemetry` records; they do not widen the session's
@@ -231,7 +241,9 @@ impl Model {
                 self.span(c.ts, c.ts);
                 let stack = self.stack_ref(ld, c.stack);
                 let api = self.str_ref(ld, c.api);
-                self.callsites.push((c.corr, stack, api));
+                let w = u32::try_from(c.weight.unwrap_or(1)).unwrap_or(u32::MAX);
+                self.weighted |= c.weight.is_some();
+                self.callsites.push((c.corr, stack, api, w));
             }
             Record::Function(f) => {
                 if let Some(b) = f.frame.or(f.stack) {
@@ -241,8 +253,11 @@ impl Model {
                 }
             }
             Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),
-            // Always-on windows: read by the analysis once it models sampled sessions.
-            Record::Window(_) => {}
+            Record::Window(w) => self.windows.push(Window {
+                start: w.start,
+                end: w.end.max(w.start),
+                reason: WindowReason::parse(&w.reason),
+            }),
             Record::Range(r) => {
                 self.span(r.start, r.end.max(r.start));
                 let name = self.str_ref(ld, r.name);
@@ -315,6 +330,7 @@ impl Model {
                     ld.frames.clear();
                     ld.stacks.clear();
                 }
+                self.always_on |= h.options.mode.as_deref() == Some("always-on");
                 match &self.header {
                     None => self.header = Some(*h),
                     Some(first) if first.session_id != h.session_id => self.warnings.push(format!(
@@ -441,6 +457,8 @@ impl Model {
             (self.first_ns, self.last_ns) = (0, 0);
         }
         self.paused = paused_ranges(std::mem::take(&mut self.capture_marks));
+        self.windows.sort_by_key(|w| (w.start, w.end));
+        self.unobserved = self.unobserved_ranges();
         let (scopes, scope_warnings) =
             crate::scopes::build(std::mem::take(&mut self.scope_raw), self.last_ns);
         self.scopes = scopes;
@@ -490,6 +508,125 @@ impl Model {
         }
     }
 
+    /// The GPU's not-observed intervals: the paused ones, and in an always-on session the
+    /// complement of its windows; a GPU record outside every window (collected as a window
+    /// closed) counts as observed over its own span.
+    fn unobserved_ranges(&self) -> Vec<(u64, u64)> {
+        if !self.always_on {
+            return self.paused.clone();
+        }
+        let mut seen: Vec<(u64, u64)> = self.windows.iter().map(|w| (w.start, w.end)).collect();
+        let inside = |w: &[(u64, u64)], s: u64, e: u64| {
+            let i = w.partition_point(|x| x.1 < e);
+            w.get(i).is_some_and(|x| x.0 <= s)
+        };
+        let mut extra = Vec::new();
+        {
+            let merged = crate::intervals::merge(&mut seen);
+            let k = &self.kernels;
+            let c = &self.copies;
+            let spans = k
+                .start
+                .iter()
+                .zip(k.end.iter())
+                .chain(c.start.iter().zip(c.end.iter()));
+            for (s, e) in spans {
+                let e = e.max(s);
+                if !inside(merged, s, e) {
+                    extra.push((s, e));
+                }
+            }
+            let n = merged.len();
+            seen.truncate(n);
+        }
+        seen.extend(extra);
+        let n = crate::intervals::merge(&mut seen).len();
+        seen.truncate(n);
+        // The complement of what was seen, then the paused intervals added.
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(seen.len() + 1 + self.paused.len());
+        let mut at = 0u64;
+        for &(s, e) in &seen {
+            if s > at {
+                out.push((at, s));
+            }
+            at = e;
+        }
+        if at < u64::MAX {
+            out.push((at, u64::MAX));
+        }
+        out.extend(self.paused.iter().copied());
+        let n = crate::intervals::merge(&mut out).len();
+        out.truncate(n);
+        out
+    }
+
+    /// Whether the session was recorded in always-on mode (`options.mode` "always-on" in a
+    /// header): GPU activity only inside [`Model::windows`].
+    pub fn is_always_on(&self) -> bool {
+        self.always_on
+    }
+
+    /// The session's `window` records (always-on), by start.
+    pub fn windows(&self) -> &[Window] {
+        &self.windows
+    }
+
+    /// Whether some `callsite` record carried a `weight` (sampled call sites).
+    pub fn has_callsite_weights(&self) -> bool {
+        self.weighted
+    }
+
+    /// Intervals (ns, trace clock) in which the GPU was not observed, sorted and disjoint: the
+    /// paused intervals, and in an always-on session everything outside its windows. GPU idle time
+    /// there is unknown; synchronizations there are recorded all the same (unless paused).
+    pub fn unobserved(&self) -> &[(u64, u64)] {
+        &self.unobserved
+    }
+
+    /// Time inside `[a, b)` in which the GPU was not observed, ns (= [`Model::paused_in`] in a
+    /// default-mode session).
+    pub fn unobserved_in(&self, a: u64, b: u64) -> u64 {
+        overlap(&self.unobserved, a, b)
+    }
+
+    /// The GPU-observed intervals inside the session's time range, sorted and disjoint.
+    pub fn observed(&self) -> Vec<(u64, u64)> {
+        let (first, last) = self.time_range();
+        let mut out = Vec::new();
+        let mut at = first;
+        let i = self.unobserved.partition_point(|p| p.1 <= first);
+        for &(s, e) in &self.unobserved[i..] {
+            if s >= last {
+                break;
+            }
+            if s > at {
+                out.push((at, s));
+            }
+            at = at.max(e);
+        }
+        if at < last {
+            out.push((at, last));
+        }
+        out
+    }
+
+    /// GPU-observed time inside the session's time range, ns: the time range less
+    /// [`Model::unobserved`].
+    pub fn observed_ns(&self) -> u64 {
+        let (first, last) = self.time_range();
+        (last - first).saturating_sub(self.unobserved_in(first, last))
+    }
+
+    /// [`Model::observed_ns`] over the session's time range, 0..1 (1 for an empty range).
+    pub fn coverage(&self) -> f64 {
+        let (first, last) = self.time_range();
+        if last <= first {
+            1.0
+        } else {
+            self.observed_ns() as f64 / (last - first) as f64
+        }
+    }
+
     /// The first trace file's header (None if no header was read).
     pub fn header(&self) -> Option<&Header> {
         self.header.as_ref()
@@ -527,12 +664,7 @@ impl Model {
 
     /// Paused time inside `[a, b)`, ns.
     pub fn paused_in(&self, a: u64, b: u64) -> u64 {
-        let i = self.paused.partition_point(|p| p.1 <= a);
-        self.paused[i..]
-            .iter()
-            .take_while(|p| p.0 < b)
-            .map(|p| b.min(p.1).saturating_sub(a.max(p.0)))
-            .sum()
+        overlap(&self.paused, a, b)
     }
 
     /// Devices with at least one kernel, copy or memset, ascending.
@@ -580,6 +712,49 @@ impl Model {
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
+}
+
+/// Time of `[a, b)` inside sorted, disjoint intervals.
+fn overlap(iv: &[(u64, u64)], a: u64, b: u64) -> u64 {
+    let i = iv.partition_point(|p| p.1 <= a);
+    iv[i..]
+        .iter()
+        .take_while(|p| p.0 < b)
+        .map(|p| b.min(p.1).saturating_sub(a.max(p.0)))
+        .sum()
+}
+
+/// Why a window of an always-on session was open (`window.reason`).
+#[derive(serde::Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowReason {
+    /// The cost budget's periodic window.
+    Sampled,
+    /// `gpufl trigger` / the trigger signal.
+    Trigger,
+    /// `gpufl_capture_window`.
+    Api,
+    /// A reason this version does not know.
+    Other,
+}
+
+impl WindowReason {
+    fn parse(s: &str) -> WindowReason {
+        match s {
+            "sampled" => WindowReason::Sampled,
+            "trigger" => WindowReason::Trigger,
+            "api" => WindowReason::Api,
+            _ => WindowReason::Other,
+        }
+    }
+}
+
+/// One `window` record: GPU activity was collected in `[start, end)` (trace clock, ns).
+#[derive(serde::Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub start: u64,
+    pub end: u64,
+    pub reason: WindowReason,
 }
 
 /// Paused intervals from `capture` marks in any order: a pause opens one (a second pause does not

@@ -14,6 +14,8 @@ pub struct Totals {
     /// summed over devices, ns.
     pub gpu_busy_ns: u64,
     /// `gpu_busy_ns / (wall_ns × devices with activity) × 100`; never above 100; 0 without activity.
+    /// In an always-on session over its GPU-observed time ([`Model::observed_ns`]) instead of
+    /// `wall_ns`: the busy time is the windows' only.
     pub gpu_busy_pct: f64,
     pub kernels: u64,
     /// Memcpys (memsets are counted apart).
@@ -35,7 +37,12 @@ pub(crate) fn totals_with(m: &Model, busy: &DeviceBusy) -> Totals {
     let (first, last) = m.time_range();
     let wall_ns = last - first;
     let gpu_busy_ns = busy.busy_ns();
-    let denom = wall_ns as f64 * busy.device_count() as f64;
+    let observed = if m.is_always_on() {
+        m.observed_ns()
+    } else {
+        wall_ns
+    };
+    let denom = observed as f64 * busy.device_count() as f64;
     let gpu_busy_pct = if denom > 0.0 {
         (gpu_busy_ns as f64 / denom * 100.0).min(100.0)
     } else {

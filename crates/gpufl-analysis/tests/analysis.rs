@@ -31,6 +31,9 @@ mod locations;
 mod scope_rules;
 #[path = "analysis/telemetry_rules.rs"]
 mod telemetry_rules;
+// Always-on (sampled) sessions: windows, observed time, exact / estimated insights.
+#[path = "analysis/always_on.rs"]
+mod always_on;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record

@@ -95,6 +95,12 @@ pub fn render(out: &mut String, t: &KernelTable) {
             String::new()
         };
         let _ = writeln!(out, "\n  Kernels on GPU {dev} ({of}by GPU time)");
+        if t.windows_only {
+            let _ = writeln!(
+                out,
+                "    (always-on: launches and times inside the GPU activity windows only)"
+            );
+        }
         let _ = writeln!(
             out,
             "    {:>9} {:>6} {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>7}  {:<11} kernel",

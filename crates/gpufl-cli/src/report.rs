@@ -143,15 +143,24 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     if !r.gpus.is_empty() {
         let _ = writeln!(out, "  GPU       {}", r.gpus.join(", "));
     }
+    // Always-on: busy share and kernels are the windows' only.
+    let (of_observed, in_windows) = if a.sampling.is_some() {
+        (" of observed", " in windows")
+    } else {
+        ("", "")
+    };
     let _ = writeln!(
         out,
-        "  wall {} · GPU busy {:.1} % · {} kernels · {} syncs · {} blocked in syncs",
+        "  wall {} · GPU busy {:.1} %{of_observed} · {} kernels{in_windows} · {} syncs · {} blocked in syncs",
         secs(t.wall_ns),
         t.gpu_busy_pct,
         t.kernels,
         t.syncs,
         secs(t.sync_blocked_ns)
     );
+    if let Some(s) = &a.sampling {
+        let _ = writeln!(out, "  {}", sampling_line(s));
+    }
     if a.has_stacks {
         render_attribution(out, &a.attribution);
     }
@@ -181,7 +190,99 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
             render_insight(out, i + 1, ins, st);
         }
     }
+    if let Some(s) = &a.sampling {
+        render_calls(out, s);
+    }
     crate::kernel_table::render(out, &a.kernels);
+}
+
+/// The line under the headline of an always-on session.
+fn sampling_line(s: &gpufl_analysis::Sampling) -> String {
+    let mut kinds = vec![
+        format!("{} sampled", s.sampled),
+        format!("{} triggered", s.triggered),
+    ];
+    if s.api > 0 {
+        kinds.push(format!("{} by the API", s.api));
+    }
+    let files = if s.files > 1 {
+        format!(" · {} trace files", s.files)
+    } else {
+        String::new()
+    };
+    format!(
+        "always-on: GPU activity observed in {} window{} ({}), {} of {} ({:.1} %); sync insights exact, GPU insights estimated{files}",
+        s.windows,
+        if s.windows == 1 { "" } else { "s" },
+        kinds.join(", "),
+        secs(s.observed_ns),
+        secs(s.span_ns),
+        s.coverage * 100.0
+    )
+}
+
+/// Calls shown in the calls-per-line table.
+const CALL_LINES: usize = 10;
+
+/// Calls per user line and API, estimated from the sampled call sites' weights.
+fn render_calls(out: &mut String, s: &gpufl_analysis::Sampling) {
+    use std::fmt::Write;
+    if s.calls_per_line.is_empty() {
+        return;
+    }
+    let shown = s.calls_per_line.len().min(CALL_LINES);
+    let of = if s.calls_per_line.len() > shown {
+        format!("top {shown} of {}, ", s.calls_per_line.len())
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "\n  Calls per line ({of}estimated from sampled call sites)"
+    );
+    let _ = writeln!(
+        out,
+        "    {:>10} {:>8}  {:<22} line",
+        "calls", "captures", "API"
+    );
+    for c in s.calls_per_line.iter().take(shown) {
+        let mut at = c.location.short();
+        if let Some(f) = &c.location.function {
+            at += &format!("  {f}");
+        }
+        let _ = writeln!(
+            out,
+            "    {:>10} {:>8}  {:<22} {}",
+            c.calls,
+            c.captures,
+            esc(&c.api),
+            esc(&at)
+        );
+    }
+}
+
+/// How an always-on session's insight rests on its data: exact, or estimated from the windows.
+fn basis_line(b: &gpufl_analysis::Basis, impact_ns: u64) -> String {
+    match b.kind {
+        gpufl_analysis::BasisKind::Exact => {
+            "exact: from records kept throughout the run (always-on)".to_string()
+        }
+        gpufl_analysis::BasisKind::Estimated => {
+            let mut s = format!(
+                "estimated from windows covering {:.1} % of the run ({} observed): figures measured in the windows only",
+                b.coverage * 100.0,
+                secs(b.observed_ns)
+            );
+            if let Some(x) = b.extrapolated_impact_ns {
+                s += &format!(
+                    "; {} there, ≈ {} over the whole run if the windows are typical",
+                    secs(impact_ns),
+                    secs(x)
+                );
+            }
+            s
+        }
+    }
 }
 
 /// Where sync and GPU time is attributed: at a line (the user's, inferred from another thread, a
@@ -241,7 +342,7 @@ pub(crate) fn esc(s: &str) -> std::borrow::Cow<'_, str> {
 fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
     use std::fmt::Write;
     let c = &d.by_class;
-    let recorded = d.active_ns - d.paused_ns;
+    let recorded = d.active_ns - d.paused_ns - d.unobserved_ns;
     let pct = |ns: u64| {
         if recorded == 0 {
             0.0
@@ -249,12 +350,18 @@ fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
             ns as f64 * 100.0 / recorded as f64
         }
     };
+    // Always-on: idle is a share of the observed part of the active range.
+    let (of, what) = if d.unobserved_ns > 0 {
+        (recorded, "observed")
+    } else {
+        (d.active_ns, "active")
+    };
     let _ = writeln!(
         out,
-        "  GPU {} idle {} of {} active ({:.0} %): host launching late {} · host blocked {} · queued {} · between kernels {}",
+        "  GPU {} idle {} of {} {what} ({:.0} %): host launching late {} · host blocked {} · queued {} · between kernels {}",
         d.device,
         secs(d.idle_ns),
-        secs(d.active_ns),
+        secs(of),
         pct(d.idle_ns),
         secs(c.launch.idle_ns),
         secs(c.sync.idle_ns),
@@ -269,16 +376,37 @@ fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
             secs(d.paused_ns)
         );
     }
+    if d.unobserved_ns > 0 {
+        let _ = writeln!(
+            out,
+            "  GPU {} not observed for {} of its active range (outside the always-on windows; left out of idle time)",
+            d.device,
+            secs(d.unobserved_ns)
+        );
+    }
     if !d.utilization.is_empty() {
         const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+        // A chunk mostly not observed (paused, outside always-on windows) is `·`: nothing is known.
+        let unknown = |u: &gpufl_analysis::UtilChunk| u.unobserved_ns * 2 > u.duration_ns;
         let bars: String = d
             .utilization
             .iter()
-            .map(|u| BARS[((u.busy_share.clamp(0.0, 1.0) * 7.0).round()) as usize])
+            .map(|u| {
+                if unknown(u) {
+                    '·'
+                } else {
+                    BARS[((u.busy_share.clamp(0.0, 1.0) * 7.0).round()) as usize]
+                }
+            })
             .collect();
+        let legend = if d.utilization.iter().any(unknown) {
+            ", · mostly not observed"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "  GPU {} utilization {}  ({} of {} chunks under 50 %)",
+            "  GPU {} utilization {}  ({} of {} chunks under 50 %{legend})",
             d.device,
             st.paint("36", &bars),
             d.low_utilization_chunks,
@@ -298,6 +426,13 @@ fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
     );
     if !ins.detail.is_empty() {
         let _ = writeln!(out, "             {}", esc(&ins.detail));
+    }
+    if let Some(b) = &ins.basis {
+        let _ = writeln!(
+            out,
+            "             {}",
+            st.paint("2", &basis_line(b, ins.impact_ns))
+        );
     }
     let loc = &ins.location;
     if loc.origin == gpufl_analysis::FrameOrigin::Device {

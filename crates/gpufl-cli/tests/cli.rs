@@ -426,6 +426,183 @@ fn report_of_a_session_with_telemetry() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// A synthetic always-on session: a 100-step loop of 1 ms (4 kernel launches from
+/// `train.py:30`, sampled with weights, then a `torch.cuda.synchronize()` at `train.py:34`); GPU
+/// activity recorded only in two sampled windows and one triggered window of 5 ms each.
+fn write_always_on_session(root: &Path) -> PathBuf {
+    use gpufl_trace::*;
+    const US: u64 = 1_000;
+    let name = "always_on_demo-4343-20261125T000000Z";
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let t0 = 2_000_000_000_000u64;
+    let header = Header {
+        session_id: name.into(),
+        app_name: "always_on_demo".into(),
+        command_line: vec!["python3".into(), "train.py".into()],
+        clock: ClockSync {
+            trace_ns: t0,
+            unix_ns: 1_795_000_000_000_000_000,
+        },
+        options: CaptureOptions {
+            enable_synchronization: true,
+            enable_stack_trace: true,
+            api_records: "off".into(),
+            log_path: "/tmp".into(),
+            started_by: "test".into(),
+            telemetry_ms: Some(0),
+            mode: Some("always-on".into()),
+        },
+        capture: CaptureStatus {
+            status: "ok".into(),
+            reason: None,
+        },
+        ..Header::default()
+    };
+    let file = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = TraceWriter::new(file, &header).unwrap();
+    let kname = w.intern_str("void gemm_kernel<128>(float*, int)").unwrap();
+    let launch_name = w.intern_str("cudaLaunchKernel").unwrap();
+    let file_id = w.intern_str("/work/train.py").unwrap();
+    let func = w.intern_str("step").unwrap();
+    let stack_at = |w: &mut TraceWriter<std::fs::File>, line: u32| {
+        let f = w
+            .intern_frame(FrameData {
+                kind: FrameKind::Python,
+                module: None,
+                offset: None,
+                func: Some(func),
+                file: Some(file_id),
+                line: Some(line),
+                inlined: false,
+                text: None,
+            })
+            .unwrap();
+        w.intern_stack(&[f]).unwrap()
+    };
+    let launch_site = stack_at(&mut w, 30);
+    let sync_site = stack_at(&mut w, 34);
+    let windows = [
+        (10_000, "sampled"),
+        (50_000, "sampled"),
+        (80_000, "trigger"),
+    ];
+    let seen = |t: u64| {
+        windows
+            .iter()
+            .any(|&(s, _)| t >= s * US && t < (s + 5_000) * US)
+    };
+    let mut corr = 0u32;
+    for i in 0..100u64 {
+        let t = i * 1_000 * US;
+        for k in 0..4u64 {
+            corr += 1;
+            let ks = t + k * 150 * US;
+            if k == 0 {
+                w.write(&Record::Callsite(Callsite {
+                    corr,
+                    api: launch_name,
+                    tid: 7,
+                    ts: t0 + t,
+                    stack: launch_site,
+                    weight: Some(4),
+                }))
+                .unwrap();
+            }
+            if seen(ks) {
+                w.write(&Record::Kernel(Kernel {
+                    name: kname,
+                    start: t0 + ks + 20 * US,
+                    end: t0 + ks + 140 * US,
+                    dev: 0,
+                    ctx: 1,
+                    stream: 7,
+                    corr,
+                    grid: [132, 1, 1],
+                    block: [128, 1, 1],
+                    ..Kernel::default()
+                }))
+                .unwrap();
+            }
+        }
+        corr += 1;
+        w.write(&Record::Sync(Sync {
+            kind: SyncKind::ContextSynchronize,
+            start: t0 + t + 600 * US,
+            end: t0 + t + 700 * US,
+            ctx: 1,
+            corr,
+            tid: Some(7),
+            stack: Some(sync_site),
+            ..Sync::default()
+        }))
+        .unwrap();
+    }
+    for (s, reason) in windows {
+        w.write(&Record::Window(Window {
+            start: t0 + s * US,
+            end: t0 + (s + 5_000) * US,
+            reason: reason.into(),
+        }))
+        .unwrap();
+    }
+    w.finish(1_795_000_000_100_000_000, "exit").unwrap();
+    dir
+}
+
+#[test]
+fn report_of_an_always_on_session() {
+    let root = std::env::temp_dir().join(format!("gpufl-always-on-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = write_always_on_session(&root);
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let (code, text, err) = run(gpufl()
+        .current_dir(&root)
+        .args(["report", "--color", "never", &name]));
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    let head = lines.iter().position(|l| l.contains("wall ")).unwrap();
+    assert_eq!(
+        lines[head + 1].trim(),
+        "always-on: GPU activity observed in 3 windows (2 sampled, 1 triggered), 15.00 ms of 99.70 ms (15.0 %); sync insights exact, GPU insights estimated",
+        "{text}"
+    );
+    assert!(
+        text.contains("exact: from records kept throughout the run"),
+        "{text}"
+    );
+    assert!(
+        text.contains("estimated from windows covering 15.0 % of the run"),
+        "{text}"
+    );
+    assert!(text.contains("(always-on: launches and times inside the GPU activity windows only)"));
+    assert!(
+        text.contains("Calls per line (estimated from sampled call sites)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("       400      100  cudaLaunchKernel       train.py:30  step"),
+        "{text}"
+    );
+    insta::assert_snapshot!("report_text_always_on_synthetic", text);
+    let (code, json, err) = run(gpufl().current_dir(&root).args(["report", "--json", &name]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let s = &v["sessions"][0];
+    assert_eq!(s["sampling"]["windows"], 3);
+    assert_eq!(s["sampling"]["calls_per_line"][0]["calls"], 400);
+    assert_eq!(s["kernels"]["windows_only"], true);
+    let ins = s["insights"].as_array().unwrap();
+    assert!(!ins.is_empty());
+    for i in ins {
+        let kind = i["basis"]["kind"].as_str().unwrap();
+        let exact = ["sync-attribution", "in-loop-sync"].contains(&i["rule"].as_str().unwrap());
+        assert_eq!(kind, if exact { "exact" } else { "estimated" }, "{i}");
+    }
+    insta::assert_snapshot!("report_json_always_on_synthetic", json);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn dump_spells_out_range_names() {
     let dir = session("nvtx_ranges-");

@@ -292,6 +292,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
     Insight {
         scope: None,
         inferred: None,
+        basis: None,
         rule: RULE,
         severity: Severity::from_share(blocked, w.ns),
         title,

@@ -452,6 +452,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
     Insight {
         scope: None,
         inferred: None,
+        basis: None,
         rule: RULE,
         severity: Severity::from_share(impact, w.ns),
         title,

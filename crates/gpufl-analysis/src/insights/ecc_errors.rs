@@ -92,6 +92,7 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
     Some(Insight {
         scope: None,
         inferred: None,
+        basis: None,
         rule: RULE,
         severity,
         title,

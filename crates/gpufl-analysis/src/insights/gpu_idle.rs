@@ -27,6 +27,9 @@
 //!   they cause when it is large) and 10 % for `other` (one insight for the whole session, no
 //!   line).
 //! - **Severity:** on the impact's share of the window: HIGH above 50 %, MEDIUM above 10 %.
+//! - **Not observed:** a gap that overlaps a paused interval or, in an always-on session, time
+//!   outside its windows ([`Model::unobserved`]) is neither a gap nor idle time: what the GPU did
+//!   there is unknown (a window's first op may follow work that ran before the window opened).
 //! - **Utilization:** each device's active range cut into [`UTIL_CHUNKS`] equal chunks (as
 //!   `nsys analyze gpu_time_util`), the busy share of each; chunks under 50 % are flagged `low`.
 
@@ -162,6 +165,10 @@ pub struct UtilChunk {
     pub busy_share: f64,
     /// Busy share under [`LOW_UTILIZATION`].
     pub low: bool,
+    /// Time of the chunk in gaps that overlap a pause or time the GPU was not observed (always-on
+    /// sessions outside their windows): left out of `busy_share`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unobserved_ns: u64,
 }
 
 /// Idle time of one device (the `gpu_idle` field of the analysis).
@@ -174,12 +181,16 @@ pub struct DeviceIdle {
     pub active_ns: u64,
     /// Union of the device's kernels, copies and memsets.
     pub busy_ns: u64,
-    /// `active_ns - busy_ns - paused_ns`: the gaps together.
+    /// `active_ns - busy_ns - paused_ns - unobserved_ns`: the gaps together.
     pub idle_ns: u64,
     /// Gaps that overlap an interval in which recording was paused (`capture` records): what the
     /// GPU did there is unknown, so they are neither idle time nor gaps.
     #[serde(skip_serializing_if = "is_zero")]
     pub paused_ns: u64,
+    /// Gaps that overlap time in which the GPU was not observed (an always-on session outside its
+    /// windows; none overlapping a pause): neither idle time nor gaps either.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unobserved_ns: u64,
     pub gaps: u64,
     pub by_class: IdleByClass,
     /// The [`TOP_GAPS`] longest gaps, longest first (earlier first on ties).
@@ -433,7 +444,7 @@ impl Group {
 
     /// The group's figures without its one-off pauses: from the longest gap down, each gap longer
     /// than all the group's shorter gaps together (stopping at the first that is not). The window
-    /// leaves out the time recording was paused.
+    /// leaves out the time recording was paused, and the time the GPU was not observed.
     fn settle(&self, m: &Model) -> ClassFigures {
         let mut top: Vec<(u64, u64)> = self.top.iter().map(|r| r.0).collect();
         top.sort_unstable_by(|a, b| b.cmp(a));
@@ -453,7 +464,7 @@ impl Group {
             rest = below;
         }
         let idle = self.idle_ns - off;
-        let paused = m.paused_in(self.first_start, self.last_end);
+        let paused = m.unobserved_in(self.first_start, self.last_end);
         let window = (self.last_end - self.first_start)
             .saturating_sub(off)
             .saturating_sub(paused)
@@ -571,16 +582,20 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
             idle: 0,
         };
         let (mut cs, mut ce) = (first, op_end(m, first_op));
-        let (mut busy, mut paused) = (0u64, 0u64);
+        let (mut busy, mut paused, mut unobserved) = (0u64, 0u64, 0u64);
         for &op in &ops[1..] {
             let (s, e) = op_span(m, op);
             let e = e.max(s);
             if s > ce {
                 scan.util.add(cs, ce);
                 busy += ce - cs;
-                if m.paused_in(ce, s) > 0 {
+                if m.unobserved_in(ce, s) > 0 {
                     scan.util.add_paused(ce, s);
-                    paused += s - ce;
+                    if m.paused_in(ce, s) > 0 {
+                        paused += s - ce;
+                    } else {
+                        unobserved += s - ce;
+                    }
                 } else {
                     scan.gap(ce, s, op);
                 }
@@ -612,6 +627,7 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
             busy_ns: busy,
             idle_ns: scan.idle,
             paused_ns: paused,
+            unobserved_ns: unobserved,
             gaps: scan.gaps,
             by_class: scan.by_class,
             top_gaps,
@@ -621,8 +637,11 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
         });
     }
     drop(timelines);
-    // Thresholds are shares of the recorded time: paused intervals say nothing.
-    let active: u64 = devices.iter().map(|d| d.active_ns - d.paused_ns).sum();
+    // Thresholds are shares of the observed time: paused and unobserved intervals say nothing.
+    let active: u64 = devices
+        .iter()
+        .map(|d| d.active_ns - d.paused_ns - d.unobserved_ns)
+        .sum();
     (insights(cx, &locator, &blocked, &groups, active), devices)
 }
 
@@ -789,6 +808,7 @@ fn insight(
     Insight {
         scope: None,
         inferred: None,
+        basis: None,
         rule: RULE,
         severity: Severity::from_share(idle, window),
         title,

@@ -96,7 +96,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         l.max_bytes = l.max_bytes.max(c.bytes);
         l.first = l.first.min(c.start);
         l.last = l.last.max(c.end);
-        let idle = cx.busy.idle_after(Some(c.dev), c.end);
+        let idle = cx.observed_idle_after(Some(c.dev), c.end);
         if idle >= MIN_GAP_NS {
             l.idle.push((c.end, idle));
         }
@@ -114,7 +114,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             .collect();
         let n_idle = gaps.len() as u64;
         let idle: u64 = gaps.iter().sum();
-        let window = l.last.saturating_sub(l.first).max(1);
+        let window = cx.gpu_span(l.first, l.last).max(1);
         if n_idle < MIN_READS || (idle as u128) * 100 < window as u128 * MIN_SHARE_PCT as u128 {
             continue;
         }
@@ -137,6 +137,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         out.push(Insight {
             scope: None,
             inferred: None,
+            basis: None,
             rule: RULE,
             severity: Severity::from_share(idle, window),
             title: format!(

@@ -15,6 +15,11 @@
 //!   copy or memset starts — 0 if the device is still busy (other streams) when the sync returns.
 //!   Idle is counted after every sync but the last (the bubble between iterations; what follows
 //!   the loop is not the loop's cost) and never beyond the start of the line's next sync.
+//! - **Always-on sessions** (kernels recorded only inside windows): kernels are counted only
+//!   between consecutive syncs with no unobserved time between them; when no pair qualifies, the
+//!   launches between two syncs are estimated as the summed `weight` of the launch call sites
+//!   (`callsite` records of a `*Launch*` API) whose correlation id lies between theirs. The GPU
+//!   idle after a sync counts only when that gap was observed (0 otherwise): a lower bound.
 //! - **Severity:** on the impact's share of the **loop's span** (first sync's start to last
 //!   sync's end, `window_ns`): HIGH above 50 %, MEDIUM above 10 %, LOW otherwise. The loop's span
 //!   rather than the session's wall time, because the loop is what grows with the run while the
@@ -40,6 +45,24 @@ struct KernelIndex<'a> {
     cx: &'a Ctx<'a>,
     corrs: OnceLock<Vec<u32>>,
     starts: OnceLock<Vec<u64>>,
+    /// (corr, running sum of weights) of the launch call sites (always-on sessions).
+    launch_weights: OnceLock<Vec<(u32, u64)>>,
+}
+
+/// How the kernels between a line's syncs were counted (always-on sessions).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Counted {
+    /// Every pair (a default-mode session).
+    All,
+    /// Only the pairs of syncs with observed GPU time between them: (pairs used, pairs).
+    InWindows(usize, usize),
+    /// Estimated from the weights of the sampled launch call sites.
+    FromCallsites,
+}
+
+/// Whether a `callsite` API name is a kernel (or graph) launch.
+fn is_launch(name: &str) -> bool {
+    name.contains("Launch")
 }
 
 impl KernelIndex<'_> {
@@ -64,6 +87,28 @@ impl KernelIndex<'_> {
     fn between_corr(&self, a: u32, b: u32) -> u64 {
         let c = self.corrs();
         (c.partition_point(|&x| x < b) - c.partition_point(|&x| x <= a)) as u64
+    }
+
+    /// Launches estimated from the sampled launch call sites with a correlation id in `(a, b)`:
+    /// the sum of their weights.
+    fn between_weight(&self, a: u32, b: u32) -> u64 {
+        let v = self.launch_weights.get_or_init(|| {
+            let m = self.cx.m;
+            let mut sum = 0u64;
+            let mut v = Vec::new();
+            for &(corr, _, api, w) in &m.callsites {
+                if is_launch(m.str(gpufl_trace::StrId(api))) {
+                    sum += u64::from(w);
+                    v.push((corr, sum));
+                }
+            }
+            v
+        });
+        let upto = |c: u32, incl: bool| {
+            let i = v.partition_point(|x| if incl { x.0 <= c } else { x.0 < c });
+            i.checked_sub(1).map_or(0, |j| v[j].1)
+        };
+        upto(b, false).saturating_sub(upto(a, true))
     }
 
     /// Kernels starting in `(a, b]`.
@@ -97,6 +142,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         cx,
         corrs: OnceLock::new(),
         starts: OnceLock::new(),
+        launch_weights: OnceLock::new(),
     };
     by_loc
         .iter_mut()
@@ -117,16 +163,39 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
     let corr_usable = idx.corrs().last().is_some_and(|&c| c != 0)
         && syncs.iter().all(|&i| corr(i) != 0)
         && syncs.windows(2).all(|w| corr(w[0]) < corr(w[1]));
-    let mut between: Vec<u64> = syncs
-        .windows(2)
-        .map(|w| {
-            if corr_usable {
-                idx.between_corr(corr(w[0]), corr(w[1]))
-            } else {
-                idx.between_time(end(w[0]), end(w[1]))
-            }
-        })
-        .collect();
+    let count = |w: &[u32]| {
+        if corr_usable {
+            idx.between_corr(corr(w[0]), corr(w[1]))
+        } else {
+            idx.between_time(end(w[0]), end(w[1]))
+        }
+    };
+    let (mut between, counted): (Vec<u64>, Counted) = if !cx.m.is_always_on() {
+        (syncs.windows(2).map(count).collect(), Counted::All)
+    } else {
+        // Always-on: kernels are recorded inside windows only; count the pairs whose time between
+        // lies in observed time, else estimate from the launch call sites' weights.
+        let pairs = syncs.len() - 1;
+        let seen: Vec<u64> = syncs
+            .windows(2)
+            .filter(|w| cx.m.unobserved_in(end(w[0]), end(w[1])) == 0)
+            .map(count)
+            .collect();
+        let ids_usable = syncs.iter().all(|&i| corr(i) != 0)
+            && syncs.windows(2).all(|w| corr(w[0]) < corr(w[1]));
+        if !seen.is_empty() {
+            let n = seen.len();
+            (seen, Counted::InWindows(n, pairs))
+        } else if ids_usable && cx.m.has_callsite_weights() {
+            let est = syncs
+                .windows(2)
+                .map(|w| idx.between_weight(corr(w[0]), corr(w[1])))
+                .collect();
+            (est, Counted::FromCallsites)
+        } else {
+            return None;
+        }
+    };
     let med = median(&mut between);
     if med < MIN_MEDIAN_KERNELS {
         return None;
@@ -136,7 +205,7 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
         .windows(2)
         .map(|w| {
             let t = end(w[0]);
-            let gap = cx.busy.idle_after(cx.sync_device(w[0] as usize), t);
+            let gap = cx.observed_idle_after(cx.sync_device(w[0] as usize), t);
             gap.min(start(w[1]).saturating_sub(t))
         })
         .sum();
@@ -152,7 +221,7 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
     let kind = cx.m.sync_kind_at(syncs[0] as usize);
     let same_kind = syncs.iter().all(|&i| cx.m.sync_kind_at(i as usize) == kind);
     let location = cx.locs[loc as usize].clone();
-    let detail = format!(
+    let mut detail = format!(
         "{} blocked across {n} calls at {}{}; the GPU then sat idle {} in all until the next iteration's work \
          (median {med} kernel launches between syncs)",
         fmt_duration(blocked),
@@ -160,9 +229,20 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
         in_function(&location),
         fmt_duration(idle),
     );
+    match counted {
+        Counted::All => {}
+        Counted::InWindows(k, pairs) => detail += &format!(
+            "; launches counted between the {k} of {pairs} consecutive syncs with GPU activity recorded \
+             between them, and GPU idle only where it was observed (always-on windows)"
+        ),
+        Counted::FromCallsites => detail += "; launches between syncs estimated from the sampled \
+             launch call sites' weights (no pair of syncs fell inside a window), GPU idle only where \
+             it was observed (always-on windows)",
+    }
     Some(Insight {
         scope: None,
         inferred: None,
+        basis: None,
         rule: RULE,
         severity: Severity::from_share(impact, window),
         title: format!("In-loop sync × {n} — likely blocking GPU pipelining"),

@@ -118,5 +118,6 @@ pub(super) fn insight(cx: &Ctx, k: KernelInsight) -> Insight {
         data: Some(k.data),
         scope: None,
         inferred: None,
+        basis: None,
     }
 }

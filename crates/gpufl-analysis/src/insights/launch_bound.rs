@@ -420,7 +420,7 @@ fn insight(
     let impact: u64 = kernels.iter().map(|k| k.recoverable_ns).sum();
     let first = group.iter().map(|g| g.3).min().unwrap_or(0);
     let last = group.iter().map(|g| g.4).max().unwrap_or(0);
-    let window = (last - first).max(impact);
+    let window = cx.gpu_span(first, last).max(impact);
     let location = locator.source_loc(loc);
     let at = if loc == NONE {
         String::new()
@@ -484,6 +484,7 @@ fn insight(
     Insight {
         scope: None,
         inferred: None,
+        basis: None,
         rule: RULE,
         severity: Severity::from_share(impact, window),
         title,

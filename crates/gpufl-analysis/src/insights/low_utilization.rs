@@ -7,8 +7,9 @@
 //! - **One-off pauses** are cut out first, as gpu-idle does per line but per device: from the
 //!   device's longest gap down, each gap longer than all its shorter gaps together (startup, a lazy
 //!   load, a checkpoint).
-//! - **Low chunks:** chunks still under 50 % busy once their pause time is cut out, and not mostly
-//!   (more than half) pause. **Runs:** maximal runs of consecutive low chunks; a chunk that is
+//! - **Low chunks:** chunks still under 50 % busy once their pause time (and time the GPU was not
+//!   observed: recording paused, or an always-on session outside its windows) is cut out, and not
+//!   mostly (more than half) pause or unobserved. **Runs:** maximal runs of consecutive low chunks; a chunk that is
 //!   mostly pause ends a run.
 //! - **What the host was doing:** the class with the most idle time in the run (pauses excluded)
 //!   and, for `launch` and `sync`, the line with the most idle time of that class, as gpu-idle
@@ -17,7 +18,8 @@
 //!   the device's samples inside each run (coarser: NVML's own period is 1/6 s to 1 s, and it
 //!   counts every process's kernels).
 //! - **Fires** per device when the runs' idle time (pauses excluded) is at least [`MIN_SHARE_PCT`] %
-//!   of the window: the active range less the one-off pauses.
+//!   of the window: the active range less the one-off pauses (and less the device's gaps that
+//!   overlap time the GPU was not observed, in an always-on session).
 //! - **Impact:** 0, and **severity** MEDIUM when that idle time is more than half the window, LOW
 //!   otherwise (never HIGH): this is a view over time of idle time that gpu-idle and the sync and
 //!   copy rules already attribute to lines, and rank; it is not counted again (`gpu_idle_ns`
@@ -143,7 +145,7 @@ fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
                     )
                 })
                 .sum();
-            let eff = c.duration_ns.saturating_sub(pause);
+            let eff = c.duration_ns.saturating_sub(pause + c.unobserved_ns);
             c.low && eff * 2 >= c.duration_ns && (c.busy_ns as f64) < eff as f64 * LOW_UTILIZATION
         })
         .collect();
@@ -159,7 +161,10 @@ fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
         i = j;
     }
     let idle: u64 = runs.iter().map(|r| r.idle_ns).sum();
-    let window = d.active_ns.saturating_sub(pause_total).max(idle);
+    let window = d
+        .active_ns
+        .saturating_sub(pause_total + d.unobserved_ns)
+        .max(idle);
     if runs.is_empty() || idle == 0 || (idle as u128) * 100 < window as u128 * MIN_SHARE_PCT as u128
     {
         return None;
@@ -240,6 +245,7 @@ fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
     Some(Insight {
         scope: None,
         inferred: None,
+        basis: None,
         rule: RULE,
         severity: if idle as u128 * 2 > window as u128 {
             Severity::Medium

@@ -101,6 +101,11 @@ pub struct Insight {
     /// attribution: the calling thread ran no Python). Filled after the rules run ([`mark_inferred`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inferred: Option<Inferred>,
+    /// In an always-on session: whether the figures are exact (records kept all the time) or
+    /// estimated from the GPU activity windows, and the observed share they rest on (absent in
+    /// default-mode sessions, which observe everything). Filled after the rules run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub basis: Option<crate::sampling::Basis>,
 }
 
 /// How an insight's location was inferred from another thread.
@@ -170,7 +175,7 @@ pub(crate) fn name_scopes(cx: &Ctx, insights: &mut [Insight]) {
     }
     // Where no sync is: the longest API call (launch, copy, memset) with a call-site stack there.
     let mut by_site: HashMap<u32, (u64, u64, u64)> = HashMap::new();
-    for &(corr, _, _) in &m.callsites {
+    for &(corr, _, _, _) in &m.callsites {
         let (Some(loc), Some(api)) = (cx.callsite_loc(corr), cx.api(corr)) else {
             continue;
         };
@@ -368,6 +373,40 @@ impl<'a> Ctx<'a> {
 
     pub fn is_driver_internal(&self, loc: u32) -> bool {
         self.locs[loc as usize].origin == FrameOrigin::DriverInternal
+    }
+
+    /// The idle gap of `dev` that begins at `t` ([`DeviceBusy::idle_after`]), 0 when that gap
+    /// overlaps time in which the GPU was not observed (paused, or an always-on session outside
+    /// its windows): what the GPU did there is unknown.
+    pub fn observed_idle_after(&self, dev: Option<u32>, t: u64) -> u64 {
+        let g = self.busy.idle_after(dev, t);
+        if g > 0 && self.m.unobserved_in(t, t.saturating_add(g)) > 0 {
+            0
+        } else {
+            g
+        }
+    }
+
+    /// The span `[a, b)` as a severity window of a rule that reads GPU activity: in an always-on
+    /// session, its GPU-observed time only (the time outside windows cannot hold the rule's
+    /// events); `b - a` otherwise.
+    pub fn gpu_span(&self, a: u64, b: u64) -> u64 {
+        let d = b.saturating_sub(a);
+        if self.m.is_always_on() {
+            d.saturating_sub(self.m.unobserved_in(a, b))
+        } else {
+            d
+        }
+    }
+
+    /// The session's wall time as the severity window of a rule that reads GPU activity: in an
+    /// always-on session its GPU-observed time ([`Model::observed_ns`]), else `wall_ns`.
+    pub fn gpu_wall_ns(&self) -> u64 {
+        if self.m.is_always_on() {
+            self.m.observed_ns()
+        } else {
+            self.wall_ns
+        }
     }
 
     /// Device of a sync's context, if known.

@@ -197,13 +197,16 @@ impl KernelCorrs {
 pub(super) struct Window {
     pub ns: u64,
     pub is_loop: bool,
+    /// An always-on session: `ns` counts GPU-observed time only.
+    pub sampled: bool,
 }
 
 /// The severity window of a line's operations, given as (corr, start, end).
 pub(super) fn window(cx: &Ctx, kc: &KernelCorrs, ops: &mut [(u32, u64, u64)]) -> Window {
     let wall = Window {
-        ns: cx.wall_ns,
+        ns: cx.gpu_wall_ns(),
         is_loop: false,
+        sampled: cx.m.is_always_on(),
     };
     if ops.len() < MIN_LOOP_OPS || ops.iter().any(|o| o.0 == 0) {
         return wall;
@@ -224,8 +227,9 @@ pub(super) fn window(cx: &Ctx, kc: &KernelCorrs, ops: &mut [(u32, u64, u64)]) ->
         return wall;
     }
     Window {
-        ns: (last - first).min(cx.wall_ns.max(1)),
+        ns: cx.gpu_span(first, last).min(cx.gpu_wall_ns().max(1)),
         is_loop: true,
+        sampled: cx.m.is_always_on(),
     }
 }
 
@@ -233,10 +237,11 @@ impl Window {
     /// `41.2% of its loop's span` / `3.1% of the session`.
     pub fn describe(&self, impact: u64) -> String {
         let pct = share(impact, self.ns) * 100.0;
-        if self.is_loop {
-            format!("{pct:.1}% of its loop's span")
-        } else {
-            format!("{pct:.1}% of the session")
+        match (self.is_loop, self.sampled) {
+            (true, false) => format!("{pct:.1}% of its loop's span"),
+            (true, true) => format!("{pct:.1}% of its loop's observed span"),
+            (false, false) => format!("{pct:.1}% of the session"),
+            (false, true) => format!("{pct:.1}% of the observed time"),
         }
     }
 }
@@ -336,6 +341,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
     Insight {
         scope: None,
         inferred: None,
+        basis: None,
         rule: RULE,
         severity: Severity::from_share(g.blocked, w.ns),
         title,

@@ -71,6 +71,7 @@ fn insight(cx: &Ctx, kind: SyncKind, loc: u32, count: u64, blocked: u64) -> Insi
     Insight {
         scope: None,
         inferred: None,
+        basis: None,
         rule: RULE,
         severity: Severity::from_share(blocked, cx.wall_ns),
         title,

@@ -296,7 +296,7 @@ impl<'a> Locator<'a> {
             // (name, loc) of every sampled launch: a merge join of the two sorted lists.
             let mut votes: Vec<(u32, u32)> = Vec::new();
             let mut j = 0;
-            for &(corr, stack, _) in &m.callsites {
+            for &(corr, stack, _, _) in &m.callsites {
                 while j < kc.len() && kc[j].0 < corr {
                     j += 1;
                 }

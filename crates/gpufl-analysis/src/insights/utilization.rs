@@ -156,6 +156,7 @@ impl Util {
                     busy_ns: self.busy[i],
                     busy_share,
                     low: recorded > 0 && busy_share < LOW_UTILIZATION,
+                    unobserved_ns: self.paused[i].min(hi - lo),
                 }
             })
             .collect()
