@@ -9,6 +9,7 @@
 pub mod activity;
 pub mod cbids;
 pub mod collection;
+pub mod crash;
 pub mod cubin;
 pub mod cupti;
 pub mod device;

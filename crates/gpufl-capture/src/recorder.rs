@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 /// How often the writer thread asks CUPTI for completed buffers (`GPUFL_FLUSH_MS`, 0 = never:
 /// CUPTI then delivers only full buffers, and a crash can lose more than a second).
-const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(500);
+const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(250);
 
 pub(crate) fn cupti_flush_period() -> Option<Duration> {
     match std::env::var("GPUFL_FLUSH_MS")
@@ -41,8 +41,10 @@ pub(crate) fn cupti_flushes_itself() -> bool {
     *C.get_or_init(|| std::env::var("GPUFL_FLUSH_MODE").is_ok_and(|v| v == "cupti"))
 }
 
-/// How often the writer closes a compressed block (bounds what a crash loses).
-const BLOCK_PERIOD: Duration = Duration::from_millis(1000);
+/// How often the writer closes a compressed block (bounds what a crash loses: with CUPTI's buffers
+/// asked for every [`CUPTI_FLUSH_PERIOD`], a record is on disk at most ~0.75 s after CUPTI
+/// completed it).
+const BLOCK_PERIOD: Duration = Duration::from_millis(500);
 /// Longest wait for the writer at shutdown.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -249,6 +251,9 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         return Err(InitError::Disabled(e.to_string()));
     }
     register_exit_hooks();
+    if let Some(n) = crate::crash::install() {
+        say(quiet, &n);
+    }
     say(quiet, &format!("recording to {}", session_dir.display()));
     Ok(rec)
 }
@@ -308,6 +313,9 @@ fn disabled(opts: &Options, dir: &Path, mut header: Header, why: String) -> Init
     // Scopes are still recorded (a scopes-only session); if that cannot start, header only.
     if crate::scopes::start_standalone(dir.to_path_buf(), path.clone(), &header).is_ok() {
         register_exit_hooks();
+        if let Some(n) = crate::crash::install() {
+            say(opts.quiet, &n);
+        }
         return InitError::Disabled(why);
     }
     let written = std::fs::File::create(&path)
@@ -568,6 +576,10 @@ fn writer_thread(
                 message: n,
             }));
         }
+        // The header reaches the disk now, not with the first periodic block: a program that
+        // crashes early still leaves a session that says what was recorded.
+        let result = s.end_block();
+        report(&mut sink, result);
     }
     let telemetry = match (sink.as_mut(), RECORDER.get()) {
         (Some(s), Some(r)) => {
@@ -582,8 +594,16 @@ fn writer_thread(
     let flush_period = cupti_flush_period().filter(|_| !cupti_flushes_itself());
     let mut last_cupti_flush = Instant::now();
     let mut last_block = Instant::now();
+    crate::crash::set_writer_thread();
+    // A stop request met while serving a signal's flush, handled on the next turn.
+    let mut deferred: Option<Msg> = None;
     loop {
-        let msg = rx.recv_timeout(Duration::from_millis(100));
+        // Short waits: a fatal signal's flush request is polled here (a signal handler cannot
+        // use the channel).
+        let msg = match deferred.take() {
+            Some(m) => Ok(m),
+            None => rx.recv_timeout(Duration::from_millis(25)),
+        };
         let stopping = matches!(msg, Ok(Msg::Stop { .. }));
         let result = (|| -> Result<(), TraceError> {
             let Some(s) = sink.as_mut() else {
@@ -640,6 +660,15 @@ fn writer_thread(
                             ),
                         }));
                     }
+                    if s.incomplete > 0 {
+                        let _ = s.write(&Record::Notice(Notice {
+                            level: "info".into(),
+                            message: format!(
+                                "{} GPU activity records without end times (work still in flight at a forced flush) left out",
+                                s.incomplete
+                            ),
+                        }));
+                    }
                     if let Some(cost) = stack::cost_summary() {
                         let _ = s.write(&Record::Notice(Notice {
                             level: "info".into(),
@@ -654,6 +683,12 @@ fn writer_thread(
             Ok(Msg::Capture { ts, recording }) => take_capture(&mut sink, ts, recording),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if let Some(sig) = crate::crash::pending() {
+            deferred = flush_for_signal(&mut sink, &rx, cupti, sig);
+            crate::crash::served();
+            last_block = Instant::now();
+            continue;
         }
         let stopped = RECORDER
             .get()
@@ -677,7 +712,7 @@ fn writer_thread(
                         count: lost,
                     }))?;
                 }
-                if s.dirty || forced {
+                if s.has_unblocked() || forced {
                     s.end_block()?;
                 }
                 Ok(())
@@ -686,6 +721,55 @@ fn writer_thread(
             last_block = Instant::now();
         }
     }
+}
+
+/// A fatal signal arrived on another thread: write what is held (CUPTI's buffers, forced; the
+/// sample, scope and module queues), a notice naming the signal, and close a block. Returns a stop
+/// request met on the way, for the caller to handle next.
+fn flush_for_signal(
+    sink: &mut Option<Sink>,
+    rx: &Receiver<Msg>,
+    cupti: &'static Cupti,
+    sig: i32,
+) -> Option<Msg> {
+    // SAFETY: delivers every buffer, complete or not, to buffer_completed (on this thread).
+    unsafe { (cupti.activity_flush_all)(cupti::FLUSH_FORCED) };
+    let mut deferred = None;
+    while let Ok(m) = rx.try_recv() {
+        match m {
+            Msg::Buffer {
+                ptr,
+                valid,
+                dropped,
+            } => take_buffer(sink, ptr, valid, dropped),
+            Msg::Telemetry(t) => take_telemetry(sink, t),
+            Msg::Capture { ts, recording } => take_capture(sink, ts, recording),
+            stop @ Msg::Stop { .. } => {
+                deferred = Some(stop);
+                break;
+            }
+        }
+    }
+    let result = (|| -> Result<(), TraceError> {
+        let Some(s) = sink.as_mut() else {
+            return Ok(());
+        };
+        s.drain_samples()?;
+        crate::scopes::drain_into(s)?;
+        crate::modules::drain_into(s)?;
+        s.write(&Record::Notice(Notice {
+            level: "warning".into(),
+            message: format!(
+                "received {}: recording flushed ({} GPU records still in flight left out); the \
+                 program may end here",
+                crate::crash::signal_name(sig),
+                s.incomplete
+            ),
+        }))?;
+        s.end_block()
+    })();
+    report(sink, result);
+    deferred
 }
 
 /// Benchmark knob `GPUFL_DISCARD`: `1` returns buffers to CUPTI untouched; `iterate` walks their

@@ -410,8 +410,34 @@ fn standalone_thread<W: Write>(mut w: TraceWriter<W>, rx: Receiver<StopMsg>) {
     let mut d = Drain::default();
     let mut last_block = Instant::now();
     let mut dirty = false;
+    crate::crash::set_writer_thread();
+    // The header reaches the disk at once.
+    if w.end_block().is_err() {
+        set_enabled(false);
+        return;
+    }
     loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
+        if let Some(sig) = crate::crash::pending() {
+            // A fatal signal on another thread: write what is queued, say so, close a block.
+            let ok = d.drain(&mut w).is_ok()
+                && w.write(&Record::Notice(Notice {
+                    level: "warning".into(),
+                    message: format!(
+                        "received {}: recording flushed; the program may end here",
+                        crate::crash::signal_name(sig)
+                    ),
+                }))
+                .is_ok()
+                && w.end_block().is_ok();
+            crate::crash::served();
+            if !ok {
+                set_enabled(false);
+                return;
+            }
+            dirty = false;
+            last_block = Instant::now();
+        }
+        match rx.recv_timeout(Duration::from_millis(25)) {
             Ok((reason, ack)) => {
                 set_enabled(false);
                 let counts = d
@@ -434,7 +460,7 @@ fn standalone_thread<W: Write>(mut w: TraceWriter<W>, rx: Receiver<StopMsg>) {
                 return;
             }
         }
-        if dirty && last_block.elapsed() >= Duration::from_secs(1) {
+        if dirty && last_block.elapsed() >= Duration::from_millis(500) {
             if w.end_block().is_err() {
                 set_enabled(false);
                 return;

@@ -39,6 +39,11 @@ pub struct Sink {
     /// Default streams already written (ctx, stream).
     streams: std::collections::HashSet<(u32, u32)>,
     pub dirty: bool,
+    /// The writer's uncompressed byte count when the last block closed.
+    blocked_bytes: u64,
+    /// GPU activity records left out because their times were not filled in (work still in
+    /// flight at a forced flush).
+    pub incomplete: u64,
 }
 
 impl Sink {
@@ -58,6 +63,8 @@ impl Sink {
             frame_buf: Vec::new(),
             streams: std::collections::HashSet::new(),
             dirty: false,
+            blocked_bytes: 0,
+            incomplete: 0,
         }
     }
 
@@ -288,6 +295,18 @@ impl Sink {
 
     /// Write one decoded activity record (public for the writer benchmark).
     pub fn take_decoded(&mut self, d: Decoded) -> Result<(), TraceError> {
+        // A forced flush (at a fatal signal, at stop) hands over records of GPU work still in
+        // flight, whose end time CUPTI has not filled in: they are counted, not written.
+        let (start, end) = match &d {
+            Decoded::Kernel { kernel, .. } => (kernel.start, kernel.end),
+            Decoded::Memcpy(m) => (m.start, m.end),
+            Decoded::Memset(m) => (m.start, m.end),
+            _ => (1, 1),
+        };
+        if start == 0 || end < start {
+            self.incomplete += 1;
+            return Ok(());
+        }
         match d {
             Decoded::Kernel { name, mut kernel } => {
                 let unloads = MODULE_UNLOADS.load(Ordering::Acquire);
@@ -351,7 +370,14 @@ impl Sink {
     /// Close the current compressed block.
     pub fn end_block(&mut self) -> Result<(), TraceError> {
         self.dirty = false;
+        self.blocked_bytes = self.w.uncompressed_bytes();
         self.w.end_block()
+    }
+
+    /// Whether anything was written since the last closed block (through [`Sink::write`] or any
+    /// other path into the trace writer: activity buffers, samples, telemetry, scopes).
+    pub fn has_unblocked(&self) -> bool {
+        self.dirty || self.w.uncompressed_bytes() != self.blocked_bytes
     }
 
     /// Finish the trace with its `end` record.

@@ -128,13 +128,27 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         // SAFETY: restoring the previous handlers.
         unsafe { libc::signal(sig, h) };
     }
+    use std::os::unix::process::ExitStatusExt;
+    let killed_by = status.signal();
     let code = match status.code() {
         Some(c) => c,
-        None => {
-            use std::os::unix::process::ExitStatusExt;
-            128 + status.signal().unwrap_or(0)
-        }
+        None => 128 + killed_by.unwrap_or(0),
     };
+    if let (Some(sig), false) = (killed_by, args.quiet) {
+        eprintln!(
+            "gpufl: {} killed by {}{}",
+            args.command
+                .first()
+                .map(|c| c.to_string_lossy())
+                .unwrap_or_default(),
+            gpufl_trace::signals::signal_name(sig),
+            if status.core_dumped() {
+                " (core dumped)"
+            } else {
+                ""
+            }
+        );
+    }
 
     if !args.quiet {
         let new: Vec<PathBuf> = gpufl_trace::session::find_sessions(&out_dir)
@@ -161,5 +175,28 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             }
         }
     }
+    if let Some(sig) = killed_by {
+        die_like(sig);
+    }
     Ok(code)
+}
+
+/// End this process the way the recorded command ended: by the same signal (default action, no
+/// core file of gpufl's own), so a shell or CI job sees the same status as without gpufl. Returns
+/// only if the signal did not end the process (then the caller exits 128 + signal).
+fn die_like(sig: i32) {
+    // SAFETY: plain libc calls on this process's own disposition and limits.
+    unsafe {
+        let no_core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
 }

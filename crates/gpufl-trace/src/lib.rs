@@ -13,6 +13,7 @@ pub mod ids;
 pub mod reader;
 pub mod records;
 pub mod session;
+pub mod signals;
 pub mod symbols;
 pub mod telemetry;
 pub mod writer;

@@ -1,0 +1,283 @@
+//! Fatal signals: write what the recorder holds, then let the signal do what it would have done.
+//!
+//! On SIGABRT (`abort()`, and so `std::terminate`'s default handler), SIGSEGV, SIGBUS, SIGFPE,
+//! SIGILL, SIGTERM and SIGINT the handler asks the recorder's writer thread to drain what it
+//! holds (CUPTI's buffers with a forced flush, the stack and scope queues), write a `notice`
+//! naming the signal and close a block, and waits for it at most [`FLUSH_DEADLINE`]. Then it
+//! chains to the action the program had installed before the recorder (its handler, called with
+//! the same arguments) or, if that was the default, restores the default action and lets it
+//! happen: a fault raised by the hardware re-executes the faulting instruction when the handler
+//! returns, any other signal is raised again, so the exit status and the core dump are the
+//! program's. A signal the program ignored stays ignored.
+//!
+//! The handler does only async-signal-safe things: atomics, `getpid`/`gettid`, `clock_gettime`,
+//! `futex`, `sigaction`, `raise`. It waits only when it runs in the recording process (a forked
+//! child inherits the handler but not the writer thread: it chains at once), not on the writer
+//! thread itself (a crash there must not wait for itself), and for one signal at a time (a second
+//! thread crashing while the first waits chains at once). A writer that cannot finish in time —
+//! blocked on a lock the crashing thread holds, say — is abandoned: the program goes on dying.
+//! No `end` record is written: after SIGINT or SIGTERM a program handler may let it continue, and
+//! its session then ends as usual at exit.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Longest wait for the writer in a signal handler.
+pub const FLUSH_DEADLINE: Duration = Duration::from_millis(1500);
+
+/// The signals handled.
+pub const SIGNALS: [i32; 7] = [
+    libc::SIGABRT,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGTERM,
+    libc::SIGINT,
+];
+
+const IDLE: u32 = 0;
+const REQUESTED: u32 = 1;
+const DONE: u32 = 2;
+
+/// The futex word: IDLE, REQUESTED (by a handler) or DONE (by the writer).
+static STATE: AtomicU32 = AtomicU32::new(IDLE);
+/// The signal of the pending request.
+static SIGNO: AtomicI32 = AtomicI32::new(0);
+/// A handler is waiting (one at a time).
+static BUSY: AtomicBool = AtomicBool::new(false);
+/// The process that installed the handlers (the recording one).
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+/// The writer thread's id (0: none yet).
+static WRITER_TID: AtomicI32 = AtomicI32::new(0);
+/// Set once the handlers are installed.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The actions the program had before ours, per signal number (written once, before our
+/// handlers are installed; read only by the handler).
+struct Saved(std::cell::UnsafeCell<[libc::sigaction; 65]>);
+// SAFETY: written once under `install`'s Once before any handler can run, read-only afterwards.
+unsafe impl Sync for Saved {}
+static SAVED: Saved = Saved(std::cell::UnsafeCell::new(unsafe { std::mem::zeroed() }));
+
+pub use gpufl_trace::signals::signal_name;
+
+/// The calling thread is the one that answers flush requests (the writer thread).
+pub fn set_writer_thread() {
+    WRITER_TID.store(crate::procinfo::gettid() as i32, Ordering::SeqCst);
+}
+
+/// Install the handlers (once per process; `GPUFL_SIGNALS=0` leaves the program's signals alone).
+/// Returns a notice when some could not be installed.
+pub fn install() -> Option<String> {
+    if std::env::var("GPUFL_SIGNALS").is_ok_and(|v| v == "0") {
+        return None;
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let mut failed = Vec::new();
+    ONCE.call_once(|| {
+        // SAFETY: getpid has no preconditions.
+        OWNER_PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        for sig in SIGNALS {
+            // SAFETY: plain sigaction calls; `SAVED` is written here only, before the handler
+            // for `sig` exists.
+            unsafe {
+                let saved = &mut (*SAVED.0.get())[sig as usize];
+                if libc::sigaction(sig, std::ptr::null(), saved) != 0 {
+                    failed.push(signal_name(sig));
+                    continue;
+                }
+                if saved.sa_sigaction == libc::SIG_IGN {
+                    continue; // ignored by the program: it stays ignored, nothing to flush
+                }
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = on_signal as *const () as usize;
+                act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+                libc::sigemptyset(&mut act.sa_mask);
+                if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
+                    failed.push(signal_name(sig));
+                }
+            }
+        }
+        INSTALLED.store(true, Ordering::SeqCst);
+    });
+    if failed.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "crash flush not installed for {}",
+            failed.join(", ")
+        ))
+    }
+}
+
+/// For the writer thread: the signal of a pending flush request, if any.
+pub fn pending() -> Option<i32> {
+    (STATE.load(Ordering::Acquire) == REQUESTED).then(|| SIGNO.load(Ordering::Acquire))
+}
+
+/// For the writer thread: the request is served (the handler may go on).
+pub fn served() {
+    if STATE
+        .compare_exchange(REQUESTED, DONE, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        futex_wake(&STATE);
+    }
+}
+
+extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    // SAFETY: errno location of this thread; restored before returning.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: getpid/gettid are async-signal-safe syscalls.
+    let (pid, tid) = unsafe { (libc::getpid(), libc::syscall(libc::SYS_gettid) as i32) };
+    if pid == OWNER_PID.load(Ordering::Relaxed)
+        && tid != WRITER_TID.load(Ordering::Relaxed)
+        && WRITER_TID.load(Ordering::Relaxed) != 0
+        && !BUSY.swap(true, Ordering::AcqRel)
+    {
+        SIGNO.store(sig, Ordering::Release);
+        STATE.store(REQUESTED, Ordering::Release);
+        wait_served(FLUSH_DEADLINE);
+        STATE.store(IDLE, Ordering::Release);
+        BUSY.store(false, Ordering::Release);
+    }
+    // SAFETY: chains with the arguments the kernel gave us.
+    unsafe { chain(sig, info, uctx) };
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Wait (futex, bounded) until the writer marks the request served.
+fn wait_served(limit: Duration) {
+    let start = now_ns();
+    let limit = limit.as_nanos() as u64;
+    while STATE.load(Ordering::Acquire) == REQUESTED {
+        let spent = now_ns().saturating_sub(start);
+        if spent >= limit {
+            return; // abandoned: never a hang
+        }
+        let left = (limit - spent).min(50_000_000);
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: left as libc::c_long,
+        };
+        // SAFETY: futex wait on our own word with a relative timeout.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                STATE.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                REQUESTED,
+                &ts as *const libc::timespec,
+            )
+        };
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: futex wake on our own word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Do what the signal would have done without the recorder.
+///
+/// # Safety
+/// Called from the signal handler with the kernel's arguments.
+unsafe fn chain(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    // SAFETY: SAVED is read-only once handlers run.
+    let old = unsafe { &(*SAVED.0.get())[sig as usize] };
+    let h = old.sa_sigaction;
+    if h == libc::SIG_IGN {
+        return;
+    }
+    if h != libc::SIG_DFL {
+        if old.sa_flags & libc::SA_SIGINFO != 0 {
+            // SAFETY: the program installed this as a three-argument handler.
+            let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(h) };
+            f(sig, info, uctx);
+        } else {
+            // SAFETY: the program installed this as a one-argument handler.
+            let f: extern "C" fn(i32) = unsafe { std::mem::transmute(h) };
+            f(sig);
+        }
+        return;
+    }
+    // The default action: restore it, then let it happen.
+    // SAFETY: plain sigaction / raise calls.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut dfl.sa_mask);
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        let hardware = !info.is_null()
+            && (*info).si_code > 0
+            && matches!(
+                sig,
+                libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+            );
+        if !hardware {
+            // Blocked while this handler runs: delivered, with the default action, on return.
+            libc::raise(sig);
+        }
+        // A hardware fault re-executes the faulting instruction on return, now with the
+        // default action: the same crash and core dump as without the recorder.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_libc() {
+        assert_eq!(signal_name(libc::SIGSEGV), "SIGSEGV");
+        assert_eq!(signal_name(libc::SIGABRT), "SIGABRT");
+        assert_eq!(signal_name(libc::SIGTERM), "SIGTERM");
+        assert_eq!(signal_name(libc::SIGBUS), "SIGBUS");
+    }
+
+    /// One test for the shared request word (tests run in parallel).
+    #[test]
+    fn requests_are_served_or_abandoned_in_time() {
+        STATE.store(REQUESTED, Ordering::SeqCst);
+        let t = std::time::Instant::now();
+        wait_served(Duration::from_millis(120));
+        let waited = t.elapsed();
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
+
+        STATE.store(REQUESTED, Ordering::SeqCst);
+        SIGNO.store(libc::SIGTERM, Ordering::SeqCst);
+        let server = std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(30));
+            assert_eq!(pending(), Some(libc::SIGTERM));
+            served();
+        });
+        let t = std::time::Instant::now();
+        wait_served(Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert_eq!(STATE.load(Ordering::SeqCst), DONE);
+        assert_eq!(pending(), None);
+        server.join().unwrap();
+        STATE.store(IDLE, Ordering::SeqCst);
+    }
+}
