@@ -20,7 +20,8 @@ import os
 import shutil
 import warnings
 
-__all__ = ["init", "shutdown", "scope", "pause", "resume", "session_dir", "library_path"]
+__all__ = ["init", "shutdown", "scope", "pause", "resume", "capture_window", "session_dir",
+           "library_path"]
 
 OK, ALREADY_RUNNING, DISABLED, INTERNAL_ERROR = 0, 1, 2, 3
 _LIB_NAME = "libgpufl_capture.so"
@@ -63,6 +64,9 @@ def _load():
         lib.gpufl_scope_pop.restype = None
         lib.gpufl_pause.restype = ctypes.c_int
         lib.gpufl_resume.restype = ctypes.c_int
+        if hasattr(lib, "gpufl_capture_window"):
+            lib.gpufl_capture_window.argtypes = [ctypes.c_double]
+            lib.gpufl_capture_window.restype = ctypes.c_int
         lib.gpufl_session_dir.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.gpufl_session_dir.restype = ctypes.c_ssize_t
         _lib, _lib_path = lib, os.path.abspath(p)
@@ -91,6 +95,7 @@ class _Options(ctypes.Structure):
         ("enable_stack_trace", ctypes.c_int),
         ("backend_url", ctypes.c_char_p),
         ("api_key", ctypes.c_char_p),
+        ("mode", ctypes.c_int),
     ]
 
 
@@ -98,10 +103,14 @@ def _b(s):
     return None if s is None else str(s).encode()
 
 
-def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack_trace=False):
+def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack_trace=False,
+         mode="default"):
     """Start recording this process. Returns 0 (recording), 1 (already recording, e.g. under
     `gpufl record`), 2 (GPU capture unavailable: scopes are still recorded when possible) or 3;
-    -1 when the library is missing. GPUFL_* environment variables override the arguments."""
+    -1 when the library is missing. `mode` is "default" or "always-on" (see the README).
+    GPUFL_* environment variables override the arguments."""
+    if mode not in ("default", "always-on"):
+        raise ValueError(f"mode must be 'default' or 'always-on', not {mode!r}")
     lib = _load()
     if lib is None:
         return -1
@@ -116,6 +125,7 @@ def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack
         int(bool(enable_stack_trace)),
         None,
         None,
+        1 if mode == "always-on" else 0,
     )
     return lib.gpufl_init(ctypes.byref(o))
 
@@ -137,6 +147,15 @@ def resume():
     """Resume recording; False when this process is not recording."""
     lib = _load()
     return lib is not None and lib.gpufl_resume() == OK
+
+
+def capture_window(seconds=10.0):
+    """In always-on mode, record everything for the next `seconds` (a full-detail window).
+    False when this process is not recording in always-on mode."""
+    lib = _load()
+    if lib is None or not hasattr(lib, "gpufl_capture_window"):
+        return False
+    return lib.gpufl_capture_window(float(seconds)) == OK
 
 
 def session_dir():

@@ -128,3 +128,14 @@ def test_without_library_calls_are_noops(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "fine" in r.stdout
     assert r.stderr.count("capture library not found") == 1
+
+
+def test_capture_window_is_refused_outside_always_on(tmp_path):
+    r = run_script(tmp_path, """
+        import gpufl
+        gpufl.init(app_name="pytest")
+        print("WINDOW", gpufl.capture_window(1.0))
+        gpufl.shutdown()
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "WINDOW False" in r.stdout

@@ -10,7 +10,7 @@ use crate::recorder::{
     site_stacks_enabled, Msg, DISABLED, RECORDER, SITES,
 };
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 /// Set up activity collection once (buffers, thread ids, flush period, resource callbacks), then
@@ -133,22 +133,15 @@ fn set_collection(
     on: bool,
     notices: &mut Vec<String>,
 ) {
+    // Always-on: GPU activity only inside an open window, API records only in a full-detail one.
+    let aon = opts.mode == crate::options::Mode::AlwaysOn;
+    let window = WINDOW.load(Ordering::SeqCst);
+    let gpu_on = on && (!aon || window > 0);
+    let api_on = on && (!aon || window == 2);
+    set_gpu_kinds(c, gpu_on, notices);
+    enable_api_records(c, opts, api_on, notices);
     // SAFETY (whole function): plain CUPTI calls with valid arguments.
     unsafe {
-        for (k, name) in activity_kinds() {
-            let rc = if on {
-                (c.activity_enable)(k)
-            } else {
-                (c.activity_disable)(k)
-            };
-            if rc != cupti::SUCCESS {
-                notices.push(format!(
-                    "{name} records unavailable: {}",
-                    c.result_string(rc)
-                ));
-            }
-        }
-        enable_api_records(c, opts, on, notices);
         let flag = u32::from(on);
         if let Some(table) = SITES.get() {
             // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|copy
@@ -183,6 +176,65 @@ fn set_collection(
                 }
             }
         }
+    }
+}
+
+/// Turn the GPU activity kinds (kernels, copies, memsets, CUPTI overhead) on or off.
+fn set_gpu_kinds(c: &Cupti, on: bool, notices: &mut Vec<String>) {
+    for (k, name) in activity_kinds() {
+        // SAFETY: plain CUPTI calls.
+        let rc = unsafe {
+            if on {
+                (c.activity_enable)(k)
+            } else {
+                (c.activity_disable)(k)
+            }
+        };
+        if rc != cupti::SUCCESS {
+            notices.push(format!(
+                "{name} records unavailable: {}",
+                c.result_string(rc)
+            ));
+        }
+    }
+}
+
+/// An always-on window of GPU activity: 0 none open, 1 sampled, 2 full detail.
+static WINDOW: AtomicU8 = AtomicU8::new(0);
+
+/// Open (`open`, `detail`: a full-detail window) or close the always-on window. Returns the
+/// window's edge on the trace clock — taken after collection is on when opening, before it goes
+/// off when closing, so the window holds every GPU record of its span — or None when no window
+/// can open (paused, stopped, not recording). Closing flushes what CUPTI completed to the writer.
+pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
+    let r = RECORDER.get()?;
+    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ignored = Vec::new();
+    if open {
+        if PAUSED.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
+            return None;
+        }
+        WINDOW.store(if detail { 2 } else { 1 }, Ordering::SeqCst);
+        set_gpu_kinds(r.cupti, true, &mut ignored);
+        if detail {
+            enable_api_records(r.cupti, &r.opts, true, &mut ignored);
+        }
+        Some(r.cupti.timestamp())
+    } else {
+        let ts = r.cupti.timestamp();
+        let was = WINDOW.swap(0, Ordering::SeqCst);
+        if !PAUSED.load(Ordering::SeqCst) && !r.stopped.load(Ordering::SeqCst) {
+            set_gpu_kinds(r.cupti, false, &mut ignored);
+            if was == 2 {
+                enable_api_records(r.cupti, &r.opts, false, &mut ignored);
+            }
+            // SAFETY: plain CUPTI call: hands the window's completed records to the writer.
+            unsafe { (r.cupti.activity_flush_all)(0) };
+        }
+        Some(ts)
     }
 }
 

@@ -16,7 +16,13 @@ pub struct GpuflOptions {
     pub enable_stack_trace: c_int,
     pub backend_url: *const c_char,
     pub api_key: *const c_char,
+    /// 0: default mode, 1: always-on. Read only when `struct_size` covers it (callers compiled
+    /// against an older header pass a smaller struct).
+    pub mode: c_int,
 }
+
+/// Size of the struct before `mode` was added.
+const OPTIONS_V1_SIZE: usize = std::mem::offset_of!(GpuflOptions, mode);
 
 /// Result codes of `gpufl_init`.
 pub const GPUFL_OK: c_int = 0;
@@ -41,7 +47,7 @@ fn options_from_c(o: *const GpuflOptions) -> Options {
     }
     // SAFETY: non-null pointer to a caller-owned struct of at least struct_size bytes.
     let o = unsafe { &*o };
-    if (o.struct_size as usize) < std::mem::size_of::<GpuflOptions>() {
+    if (o.struct_size as usize) < OPTIONS_V1_SIZE {
         return opts;
     }
     if let Some(s) = opt_str(o.app_name) {
@@ -54,6 +60,9 @@ fn options_from_c(o: *const GpuflOptions) -> Options {
     opts.enable_stack_trace = o.enable_stack_trace != 0;
     opts.backend_url = opt_str(o.backend_url).unwrap_or_default();
     opts.api_key = opt_str(o.api_key).unwrap_or_default();
+    if (o.struct_size as usize) >= std::mem::size_of::<GpuflOptions>() && o.mode == 1 {
+        opts.mode = crate::options::Mode::AlwaysOn;
+    }
     opts
 }
 
@@ -104,6 +113,22 @@ pub extern "C" fn gpufl_pause() -> c_int {
 pub extern "C" fn gpufl_resume() -> c_int {
     std::panic::catch_unwind(|| {
         if recorder::set_recording(true) {
+            GPUFL_OK
+        } else {
+            GPUFL_DISABLED
+        }
+    })
+    .unwrap_or(GPUFL_INTERNAL_ERROR)
+}
+
+/// In always-on mode, record everything the default mode records for the next `seconds` (a
+/// full-detail window; 10 when `seconds` <= 0 or not finite; at most 3600). Returns GPUFL_OK, or
+/// GPUFL_DISABLED when this process is not recording in always-on mode (the default mode records
+/// everything already).
+#[no_mangle]
+pub extern "C" fn gpufl_capture_window(seconds: f64) -> c_int {
+    std::panic::catch_unwind(|| {
+        if crate::always_on::request_window(seconds, crate::always_on::Reason::Api) {
             GPUFL_OK
         } else {
             GPUFL_DISABLED

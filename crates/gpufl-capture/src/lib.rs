@@ -7,6 +7,7 @@
 //! addresses, symbolized later off the hot path. See `docs/architecture.md`.
 
 pub mod activity;
+pub mod always_on;
 pub mod cbids;
 pub mod collection;
 pub mod crash;
@@ -22,6 +23,7 @@ pub mod pool;
 pub mod procinfo;
 pub mod pyframes;
 pub mod recorder;
+pub mod rolling;
 pub mod scopes;
 pub mod sink;
 pub mod sites;

@@ -34,6 +34,37 @@ impl ApiRecords {
     }
 }
 
+/// Recording mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Every kernel, copy and memset, API records, every sync with its stack.
+    #[default]
+    Default,
+    /// For production: every sync with its stack, sampled call sites with their counts,
+    /// telemetry; GPU activity only inside windows chosen by a cost budget, or asked for
+    /// (`gpufl trigger`, the trigger signal, `gpufl_capture_window`); disk bounded by rolling files.
+    AlwaysOn,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Default => "default",
+            Mode::AlwaysOn => "always-on",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "default" | "full" => Some(Mode::Default),
+            "always-on" | "always_on" | "alwayson" => Some(Mode::AlwaysOn),
+            _ => None,
+        }
+    }
+}
+
+/// Default disk bound of an always-on session, MiB (`GPUFL_MAX_DISK_MB`).
+pub const DEFAULT_ALWAYS_ON_DISK_MB: u64 = 256;
+
 /// Options of one recording.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -55,6 +86,11 @@ pub struct Options {
     /// Server URL and key (used by upload; kept for the seed's API).
     pub backend_url: String,
     pub api_key: String,
+    /// Recording mode (`GPUFL_MODE`).
+    pub mode: Mode,
+    /// Disk bound of the session, bytes (`GPUFL_MAX_DISK_MB`; 0: none): older trace files are
+    /// deleted to stay under it. Default: none, 256 MiB in always-on mode.
+    pub max_disk_bytes: u64,
 }
 
 impl Default for Options {
@@ -69,6 +105,8 @@ impl Default for Options {
             telemetry_ms: DEFAULT_TELEMETRY_MS,
             backend_url: String::new(),
             api_key: String::new(),
+            mode: Mode::Default,
+            max_disk_bytes: 0,
         }
     }
 }
@@ -141,6 +179,25 @@ impl Options {
                 )),
             }
         }
+        if let Some(v) = get("GPUFL_MODE").filter(|v| !v.is_empty()) {
+            match Mode::parse(&v) {
+                Some(m) => self.mode = m,
+                None => warnings.push(format!(
+                    "GPUFL_MODE={v:?} is not one of default|always-on; ignored"
+                )),
+            }
+        }
+        if self.mode == Mode::AlwaysOn && self.max_disk_bytes == 0 {
+            self.max_disk_bytes = DEFAULT_ALWAYS_ON_DISK_MB << 20;
+        }
+        if let Some(v) = get("GPUFL_MAX_DISK_MB") {
+            match v.trim().parse::<u64>() {
+                Ok(mb) => self.max_disk_bytes = mb << 20,
+                Err(_) => warnings.push(format!(
+                    "GPUFL_MAX_DISK_MB={v:?} is not a number of MiB (0: no bound); ignored"
+                )),
+            }
+        }
         if let Some(v) = get("GPUFL_BACKEND_URL") {
             self.backend_url = v;
         }
@@ -210,6 +267,33 @@ mod tests {
         assert_eq!(o.telemetry_ms, 250);
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("GPUFL_ENABLE_SYNCHRONIZATION"));
+    }
+
+    #[test]
+    fn mode_and_disk_bound() {
+        let mut o = Options::default();
+        assert!(o.apply_env_from(|_| None).is_empty());
+        assert_eq!((o.mode, o.max_disk_bytes), (Mode::Default, 0));
+        let mut o = Options::default();
+        o.apply_env_from(|k| (k == "GPUFL_MODE").then(|| "always-on".to_string()));
+        assert_eq!(o.mode, Mode::AlwaysOn);
+        assert_eq!(o.max_disk_bytes, DEFAULT_ALWAYS_ON_DISK_MB << 20);
+        let mut o = Options::default();
+        let w = o.apply_env_from(|k| match k {
+            "GPUFL_MODE" => Some("ALWAYS-ON".into()),
+            "GPUFL_MAX_DISK_MB" => Some("32".into()),
+            _ => None,
+        });
+        assert!(w.is_empty());
+        assert_eq!(o.max_disk_bytes, 32 << 20);
+        let mut o = Options::default();
+        let w = o.apply_env_from(|k| match k {
+            "GPUFL_MODE" => Some("sometimes".into()),
+            "GPUFL_MAX_DISK_MB" => Some("lots".into()),
+            _ => None,
+        });
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert_eq!((o.mode, o.max_disk_bytes), (Mode::Default, 0));
     }
 
     #[test]

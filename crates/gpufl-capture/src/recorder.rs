@@ -254,6 +254,11 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     if let Some(n) = crate::crash::install() {
         say(quiet, &n);
     }
+    if rec.opts.mode == crate::options::Mode::AlwaysOn {
+        if let Some(n) = crate::always_on::install_trigger_signal() {
+            say(quiet, &n);
+        }
+    }
     say(quiet, &format!("recording to {}", session_dir.display()));
     Ok(rec)
 }
@@ -285,7 +290,7 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
             log_path: opts.log_path.clone(),
             started_by: by.as_str().into(),
             telemetry_ms: Some(opts.telemetry_ms),
-            mode: None,
+            mode: Some(opts.mode.as_str().into()),
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -595,6 +600,11 @@ fn writer_thread(
     let mut last_cupti_flush = Instant::now();
     let mut last_block = Instant::now();
     crate::crash::set_writer_thread();
+    let opts = RECORDER.get().map(|r| r.opts.clone()).unwrap_or_default();
+    let mut always_on = crate::always_on::Scheduler::new(&opts);
+    let mut rolling = path
+        .parent()
+        .and_then(|dir| crate::rolling::Rolling::new(dir, opts.max_disk_bytes));
     // A stop request met while serving a signal's flush, handled on the next turn.
     let mut deferred: Option<Msg> = None;
     loop {
@@ -641,6 +651,9 @@ fn writer_thread(
                     }
                 }
                 let counts = sink.take().and_then(|mut s| {
+                    if let Some(a) = always_on.as_mut() {
+                        let _ = a.finish(&mut s);
+                    }
                     let _ = s.drain_samples();
                     let _ = crate::scopes::finish_into(&mut s);
                     let _ = crate::modules::finish_into(&mut s);
@@ -684,6 +697,10 @@ fn writer_thread(
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
+        if let Some(a) = always_on.as_mut() {
+            let result = a.tick(sink.as_mut(), Instant::now());
+            report(&mut sink, result);
+        }
         if let Some(sig) = crate::crash::pending() {
             deferred = flush_for_signal(&mut sink, &rx, cupti, sig);
             crate::crash::served();
@@ -714,6 +731,9 @@ fn writer_thread(
                 }
                 if s.has_unblocked() || forced {
                     s.end_block()?;
+                    if let Some(r) = rolling.as_mut() {
+                        r.after_block(s, &header)?;
+                    }
                 }
                 Ok(())
             })();

@@ -37,7 +37,7 @@ pub struct Sink {
     native_under: HashMap<Vec<u64>, Vec<u64>>,
     frame_buf: Vec<FrameId>,
     /// Default streams already written (ctx, stream).
-    streams: std::collections::HashSet<(u32, u32)>,
+    streams: HashMap<(u32, u32), StreamRole>,
     pub dirty: bool,
     /// The writer's uncompressed byte count when the last block closed.
     blocked_bytes: u64,
@@ -61,7 +61,7 @@ impl Sink {
             stacks: HashMap::new(),
             native_under: HashMap::new(),
             frame_buf: Vec::new(),
-            streams: std::collections::HashSet::new(),
+            streams: HashMap::new(),
             dirty: false,
             blocked_bytes: 0,
             incomplete: 0,
@@ -83,7 +83,7 @@ impl Sink {
             self.take_sample(&s)?;
         }
         while let Some((ctx, stream, role)) = crate::sites::stream_queue().pop() {
-            if self.streams.insert((ctx, stream)) {
+            if self.streams.insert((ctx, stream), role).is_none() {
                 self.write(&Record::Stream(StreamInfo { ctx, stream, role }))?;
             }
         }
@@ -372,6 +372,30 @@ impl Sink {
         self.dirty = false;
         self.blocked_bytes = self.w.uncompressed_bytes();
         self.w.end_block()
+    }
+
+    /// Go on in a new trace file (rolling files): finish the current one with an `end` record
+    /// (reason "rotated") and start `path` with `header`. Each file is self-contained, so the
+    /// interning caches start again; the default streams already seen are written again.
+    pub fn rotate(&mut self, path: &std::path::Path, header: &Header) -> Result<(), TraceError> {
+        let f = File::create(path)?;
+        let next = TraceWriter::new(BufWriter::with_capacity(1 << 20, f), header)?;
+        let old = std::mem::replace(&mut self.w, next);
+        old.finish(crate::procinfo::unix_ns(), "rotated")?;
+        self.kernel_by_ptr.clear();
+        self.api_names.clear();
+        self.addr_frames.clear();
+        self.py_frames.clear();
+        self.stacks.clear();
+        let streams: Vec<_> = self
+            .streams
+            .iter()
+            .map(|(&(ctx, stream), &role)| (ctx, stream, role))
+            .collect();
+        for (ctx, stream, role) in streams {
+            self.write(&Record::Stream(StreamInfo { ctx, stream, role }))?;
+        }
+        self.end_block()
     }
 
     /// Whether anything was written since the last closed block (through [`Sink::write`] or any

@@ -7,6 +7,7 @@ mod report;
 mod report_scopes;
 mod report_telemetry;
 mod summary;
+mod trigger;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -37,6 +38,9 @@ enum Cmd {
     Report(report::ReportArgs),
     /// Print a session's records as NDJSON, with interned ids resolved (stacks as frame lists).
     Dump(dump::DumpArgs),
+    /// Ask a process recorded in always-on mode for a full-detail window (everything recorded for
+    /// N seconds).
+    Trigger(trigger::TriggerArgs),
 }
 
 fn main() {
@@ -57,5 +61,6 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Info { sessions } => summary::info(&sessions),
         Cmd::Dump(args) => dump::run(args),
         Cmd::Report(args) => report::run(args),
+        Cmd::Trigger(args) => trigger::run(args),
     }
 }

@@ -26,6 +26,11 @@ pub struct RecordArgs {
     /// Path of libgpufl_capture.so (default: next to the gpufl binary, or $GPUFL_CAPTURE_LIB).
     #[arg(long)]
     lib: Option<PathBuf>,
+    /// Always-on mode, for production: every sync with its stack, sampled call sites, telemetry;
+    /// GPU activity in windows set by a cost budget; disk bounded (GPUFL_MAX_DISK_MB, default
+    /// 256); full detail on demand with `gpufl trigger PID`.
+    #[arg(long)]
+    always_on: bool,
     /// Print nothing of gpufl's own (the summary included).
     #[arg(short, long)]
     quiet: bool,
@@ -90,6 +95,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         )
         .env("GPUFL_API_RECORDS", &args.api_records)
         .env("GPUFL_QUIET", "1");
+    if args.always_on {
+        cmd.env("GPUFL_MODE", "always-on");
+    }
     if let Some(ms) = args.telemetry_ms {
         cmd.env("GPUFL_TELEMETRY_MS", ms.to_string());
     }

@@ -618,3 +618,30 @@ fn dump_spells_out_range_names() {
         assert_ne!(r["end_tid"], r["tid"], "{r}");
     }
 }
+
+/// `gpufl trigger` refuses, with a reason, to signal a process that is not recording in
+/// always-on mode (the trigger signal's default action would end it), and a missing process.
+#[test]
+fn trigger_refuses_processes_that_are_not_recording() {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = gpufl()
+        .args(["trigger", &sleeper.id().to_string(), "--seconds", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not recorded by gpufl"), "{err}");
+    assert!(
+        sleeper.try_wait().unwrap().is_none(),
+        "the process must be left alone"
+    );
+    sleeper.kill().unwrap();
+    let _ = sleeper.wait();
+    let out = gpufl().args(["trigger", "999999999"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no process 999999999"));
+    let out = gpufl()
+        .args(["trigger", "1", "--seconds", "0"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--seconds must be"));
+}

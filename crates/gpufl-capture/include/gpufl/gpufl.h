@@ -15,6 +15,7 @@ typedef struct gpufl_options {
     int enable_stack_trace;        /* CPU stacks at synchronizations (default 0) */
     const char* backend_url;       /* server URL (upload) */
     const char* api_key;           /* server key (upload) */
+    int mode;                      /* 0: default (everything), 1: always-on (see README) */
 } gpufl_options;
 
 enum { GPUFL_OK = 0, GPUFL_ALREADY_RUNNING = 1, GPUFL_DISABLED = 2, GPUFL_INTERNAL_ERROR = 3 };
@@ -27,6 +28,9 @@ void gpufl_shutdown(void);
    GPUFL_OK, or GPUFL_DISABLED when this process is not recording. */
 int gpufl_pause(void);
 int gpufl_resume(void);
+/* Always-on mode: record everything for the next `seconds` (a full-detail window; <= 0: 10).
+   GPUFL_OK, or GPUFL_DISABLED when not recording in always-on mode. */
+int gpufl_capture_window(double seconds);
 /* The session directory; returns its length, 0 if not recording, -(needed) if buf is too small. */
 ptrdiff_t gpufl_session_dir(char* buf, size_t len);
 /* Named scopes: push opens a scope on the calling thread (name copied), pop closes the thread's

@@ -49,6 +49,9 @@ struct InitOptions {
     bool enable_stack_trace = false;  // off by default in the API; `gpufl record` turns it on
     OptionString backend_url;
     OptionString api_key;
+    // Always-on: syncs with stacks, sampled call sites, telemetry all the time; GPU activity in
+    // windows set by a cost budget; disk bounded (README, "Always-on recording").
+    bool always_on = false;
 };
 
 enum class InitResult { Ok = GPUFL_OK, AlreadyRunning = GPUFL_ALREADY_RUNNING, Disabled = GPUFL_DISABLED, InternalError = GPUFL_INTERNAL_ERROR };
@@ -64,6 +67,7 @@ inline InitResult init(const InitOptions& o) {
     c.enable_stack_trace = o.enable_stack_trace ? 1 : 0;
     c.backend_url = o.backend_url.c_str_or_null();
     c.api_key = o.api_key.c_str_or_null();
+    c.mode = o.always_on ? 1 : 0;
     return static_cast<InitResult>(gpufl_init(&c));
 }
 
@@ -74,6 +78,10 @@ inline void shutdown() { gpufl_shutdown(); }
 // Return false when this process is not recording.
 inline bool pause() { return gpufl_pause() == GPUFL_OK; }
 inline bool resume() { return gpufl_resume() == GPUFL_OK; }
+
+// Always-on mode: record everything for the next `seconds` (a full-detail window). False when
+// this process is not recording in always-on mode.
+inline bool capture_window(double seconds = 10.0) { return gpufl_capture_window(seconds) == GPUFL_OK; }
 
 // The session directory ("" when not recording).
 inline std::string session_dir() {

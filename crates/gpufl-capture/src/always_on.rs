@@ -1,0 +1,378 @@
+//! Always-on mode (`GPUFL_MODE=always-on`, `gpufl record --always-on`): what a recorder left on in
+//! production collects, and when.
+//!
+//! All the time: every synchronization with its stack, call-site captures (sampled, each with the
+//! number of calls it stands for), scopes, NVML telemetry. GPU activity records (kernels, copies,
+//! memsets) only inside **windows**, written as `window` records:
+//!
+//! - **Sampled windows**, [`WINDOW_MS`] long, every `period`: CUPTI's kernel tracing costs about
+//!   [`COST_PER_RECORD_NS`] of the launching thread's time per record while it is on (3 µs a kernel
+//!   on the H100's launch-bound loop, docs/benchmarks.md run K), so after each window the record rate
+//!   it saw sets the duty cycle that keeps that cost under the budget (`GPUFL_ALWAYS_ON_BUDGET`,
+//!   percent of the run, default [`DEFAULT_BUDGET_PCT`]): `duty = budget / (rate × cost)`, at most
+//!   [`MAX_DUTY`], `period = window / duty` within [`MIN_PERIOD`]..[`MAX_PERIOD`].
+//!   `GPUFL_WINDOW_MS` and `GPUFL_WINDOW_PERIOD_MS` (a fixed period) override them.
+//! - **Full-detail windows** on demand: `gpufl_capture_window(seconds)` (C, C++, Python), the
+//!   trigger signal (SIGUSR2 unless `GPUFL_TRIGGER_SIGNAL` names another, 0 = none; installed only
+//!   where the program left that signal's default action; `gpufl trigger PID --seconds N` sends it
+//!   with the seconds), everything the default mode collects (API records too) for N seconds.
+//!   A window's `start` is taken after collection is on and its `end` before it goes off, so it
+//!   holds every kernel that ran inside it.
+//!
+//! Pause composes: while paused no window opens (a due sampled window waits; a requested one is
+//! dropped), and resume restores the mode's collection. The scheduler runs on the writer thread
+//! (`tick` every turn of its loop); requests come through atomics (async-signal-safe).
+
+use crate::collection;
+use crate::options::{Mode, Options};
+use crate::sink::Sink;
+use gpufl_trace::{Record, TraceError, Window};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+/// Length of a sampled window.
+pub const WINDOW_MS: u64 = 200;
+/// Default budget for GPU activity collection, percent of the run.
+pub const DEFAULT_BUDGET_PCT: f64 = 0.5;
+/// CUPTI's cost per GPU activity record while collection is on (H100, run K).
+pub const COST_PER_RECORD_NS: f64 = 3000.0;
+/// Largest share of the time windows may take.
+pub const MAX_DUTY: f64 = 0.25;
+/// Shortest and longest period between sampled windows.
+pub const MIN_PERIOD: Duration = Duration::from_secs(1);
+pub const MAX_PERIOD: Duration = Duration::from_secs(60);
+/// First sampled window, after the start (start-up is often unlike the steady state).
+pub const FIRST_WINDOW_AFTER: Duration = Duration::from_secs(2);
+/// How long after a sampled window closes its records are counted (CUPTI is asked for its
+/// buffers every 250 ms).
+const RATE_DELAY: Duration = Duration::from_millis(400);
+/// Full-detail window length when none is given, and the longest accepted.
+pub const DEFAULT_DETAIL_SECONDS: f64 = 10.0;
+pub const MAX_DETAIL_SECONDS: f64 = 3600.0;
+
+/// Why a window opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Sampled = 1,
+    Trigger = 2,
+    Api = 3,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Sampled => "sampled",
+            Reason::Trigger => "trigger",
+            Reason::Api => "api",
+        }
+    }
+    fn from_u8(v: u8) -> Reason {
+        match v {
+            2 => Reason::Trigger,
+            3 => Reason::Api,
+            _ => Reason::Sampled,
+        }
+    }
+}
+
+/// Whether this process records in always-on mode (set at start).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// A pending full-detail request: its length in ms (0: none) and reason.
+static REQUEST_MS: AtomicU64 = AtomicU64::new(0);
+static REQUEST_REASON: AtomicU8 = AtomicU8::new(0);
+
+/// Length of a requested window in ms: `seconds`, or the default when not positive and finite.
+pub fn window_ms(seconds: f64) -> u64 {
+    let s = if seconds.is_finite() && seconds > 0.0 {
+        seconds.min(MAX_DETAIL_SECONDS)
+    } else {
+        DEFAULT_DETAIL_SECONDS
+    };
+    ((s * 1000.0).round() as u64).max(1)
+}
+
+/// Ask for a full-detail window of `seconds`. False when not recording in always-on mode.
+/// Async-signal-safe (atomics only).
+pub fn request_window(seconds: f64, reason: Reason) -> bool {
+    if !ACTIVE.load(Ordering::Acquire) {
+        return false;
+    }
+    REQUEST_REASON.store(reason as u8, Ordering::Release);
+    REQUEST_MS.store(window_ms(seconds), Ordering::Release);
+    true
+}
+
+fn take_request() -> Option<(u64, Reason)> {
+    let ms = REQUEST_MS.swap(0, Ordering::AcqRel);
+    (ms > 0).then(|| (ms, Reason::from_u8(REQUEST_REASON.load(Ordering::Acquire))))
+}
+
+/// Duty cycle and period after a window that saw `records` GPU records in `window`.
+pub fn next_period(records: u64, window: Duration, budget_pct: f64) -> Duration {
+    let secs = window.as_secs_f64().max(1e-3);
+    let on_cost = records as f64 / secs * COST_PER_RECORD_NS * 1e-9; // share of time while on
+    let duty = if on_cost <= 0.0 {
+        MAX_DUTY
+    } else {
+        (budget_pct / 100.0 / on_cost).min(MAX_DUTY)
+    };
+    let period = Duration::from_secs_f64(secs / duty.max(1e-6));
+    period.clamp(MIN_PERIOD, MAX_PERIOD)
+}
+
+struct Open {
+    reason: Reason,
+    start_ts: u64,
+    opened: Instant,
+    until: Instant,
+    /// GPU records written when it opened.
+    records_at_open: u64,
+}
+
+/// The window scheduler (writer thread).
+pub struct Scheduler {
+    window: Duration,
+    fixed_period: Option<Duration>,
+    budget_pct: f64,
+    next_open: Instant,
+    open: Option<Open>,
+    /// The last closed sampled window: (records written when it opened, its length, when it
+    /// closed), to count its records once they have arrived.
+    pending_rate: Option<(u64, Duration, Instant)>,
+    /// Windows written, by reason (for the end notice).
+    pub written: [u64; 3],
+}
+
+fn env_ms(name: &str) -> Option<Duration> {
+    std::env::var(name)
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|&v| v > 0)
+        .map(Duration::from_millis)
+}
+
+impl Scheduler {
+    /// A scheduler for an always-on recording (None in the default mode).
+    pub fn new(opts: &Options) -> Option<Scheduler> {
+        if opts.mode != Mode::AlwaysOn {
+            return None;
+        }
+        ACTIVE.store(true, Ordering::Release);
+        let budget_pct = std::env::var("GPUFL_ALWAYS_ON_BUDGET")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .unwrap_or(DEFAULT_BUDGET_PCT);
+        Some(Scheduler {
+            window: env_ms("GPUFL_WINDOW_MS").unwrap_or(Duration::from_millis(WINDOW_MS)),
+            fixed_period: env_ms("GPUFL_WINDOW_PERIOD_MS"),
+            budget_pct,
+            next_open: Instant::now() + FIRST_WINDOW_AFTER,
+            open: None,
+            pending_rate: None,
+            written: [0; 3],
+        })
+    }
+
+    fn gpu_records(sink: &mut Sink) -> u64 {
+        let c = sink.writer().counts();
+        c.kernels + c.memcpys + c.memsets
+    }
+
+    /// One turn of the writer loop: open or close windows as due.
+    pub fn tick(&mut self, sink: Option<&mut Sink>, now: Instant) -> Result<(), TraceError> {
+        let Some(sink) = sink else { return Ok(()) };
+        if let Some((at_open, len, closed)) = self.pending_rate {
+            // The last sampled window's records arrive within a CUPTI flush period of its close.
+            if now.saturating_duration_since(closed) >= RATE_DELAY {
+                let n = Self::gpu_records(sink).saturating_sub(at_open);
+                let period = self
+                    .fixed_period
+                    .unwrap_or_else(|| next_period(n, len, self.budget_pct));
+                self.next_open = closed + period.saturating_sub(len);
+                self.pending_rate = None;
+            }
+        }
+        let request = take_request();
+        if let Some(o) = &self.open {
+            let replace = request.is_some() && o.reason == Reason::Sampled;
+            if now >= o.until || replace {
+                self.close(sink, now)?;
+            }
+        }
+        if self.open.is_none() {
+            if let Some((ms, reason)) = request {
+                self.try_open(sink, now, reason, Duration::from_millis(ms));
+            } else if now >= self.next_open && self.pending_rate.is_none() {
+                self.try_open(sink, now, Reason::Sampled, self.window);
+            }
+        }
+        Ok(())
+    }
+
+    fn try_open(&mut self, sink: &mut Sink, now: Instant, reason: Reason, len: Duration) {
+        let detail = reason != Reason::Sampled;
+        match collection::set_window(true, detail) {
+            Some(start_ts) => {
+                self.open = Some(Open {
+                    reason,
+                    start_ts,
+                    opened: now,
+                    until: now + len,
+                    records_at_open: Self::gpu_records(sink),
+                });
+            }
+            None => {
+                // Paused (or stopping): try the next sampled window later.
+                self.next_open = now + self.window;
+            }
+        }
+    }
+
+    /// Close the open window (if any) and write its record.
+    pub fn close(&mut self, sink: &mut Sink, now: Instant) -> Result<(), TraceError> {
+        let Some(o) = self.open.take() else {
+            return Ok(());
+        };
+        let end_ts =
+            collection::set_window(false, false).unwrap_or_else(crate::recorder::trace_clock);
+        let len = now.saturating_duration_since(o.opened);
+        if o.reason == Reason::Sampled {
+            self.pending_rate = Some((o.records_at_open, len.max(Duration::from_millis(1)), now));
+        }
+        // Provisional (a sampled window's rate sets it once its records are in): the shortest.
+        self.next_open = now + self.fixed_period.unwrap_or(MIN_PERIOD).saturating_sub(len);
+        self.written[o.reason as usize - 1] += 1;
+        sink.write(&Record::Window(Window {
+            start: o.start_ts,
+            end: end_ts.max(o.start_ts),
+            reason: o.reason.as_str().into(),
+        }))
+    }
+
+    /// At stop: close a window still open, write a summary notice.
+    pub fn finish(&mut self, sink: &mut Sink) -> Result<(), TraceError> {
+        self.close(sink, Instant::now())?;
+        ACTIVE.store(false, Ordering::Release);
+        sink.write(&Record::Notice(gpufl_trace::Notice {
+            level: "info".into(),
+            message: format!(
+                "always-on: {} sampled, {} triggered and {} API windows (budget {} % of the run for GPU activity, windows of {} ms)",
+                self.written[0],
+                self.written[1],
+                self.written[2],
+                self.budget_pct,
+                self.window.as_millis()
+            ),
+        }))
+    }
+}
+
+/// Install the trigger signal handler (always-on only; where the program left the default
+/// action). Returns a notice when it was not installed for a reason the user should know.
+pub fn install_trigger_signal() -> Option<String> {
+    let sig = match std::env::var("GPUFL_TRIGGER_SIGNAL") {
+        Ok(v) => match v
+            .trim()
+            .trim_start_matches("SIG")
+            .to_ascii_uppercase()
+            .as_str()
+        {
+            "0" | "" | "NONE" => return None,
+            "USR1" => libc::SIGUSR1,
+            "USR2" => libc::SIGUSR2,
+            n => match n.parse::<i32>() {
+                Ok(k) if k > 0 && k < 65 => k,
+                _ => {
+                    return Some(format!(
+                        "GPUFL_TRIGGER_SIGNAL={v:?} is not a signal; no trigger signal"
+                    ))
+                }
+            },
+        },
+        Err(_) => libc::SIGUSR2,
+    };
+    // SAFETY: plain sigaction calls.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+            return Some(format!("trigger signal {sig}: sigaction failed"));
+        }
+        if old.sa_sigaction != libc::SIG_DFL {
+            return Some(format!(
+                "trigger signal {} not installed: the program handles it (use gpufl_capture_window, or GPUFL_TRIGGER_SIGNAL)",
+                gpufl_trace::signals::signal_name(sig)
+            ));
+        }
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_trigger as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
+            return Some(format!("trigger signal {sig}: sigaction failed"));
+        }
+    }
+    None
+}
+
+/// The trigger signal: a full-detail window of the seconds `gpufl trigger` queued with it
+/// (`sigqueue` value, ms), else the default length.
+extern "C" fn on_trigger(_sig: i32, info: *mut libc::siginfo_t, _uctx: *mut libc::c_void) {
+    let mut seconds = DEFAULT_DETAIL_SECONDS;
+    // SAFETY: the kernel's siginfo; si_value is valid for SI_QUEUE.
+    unsafe {
+        if !info.is_null() && (*info).si_code == libc::SI_QUEUE {
+            let ms = (*info).si_value().sival_ptr as usize as u64;
+            if ms > 0 {
+                seconds = ms as f64 / 1000.0;
+            }
+        }
+    }
+    request_window(seconds, Reason::Trigger);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn period_follows_the_budget() {
+        // 20,000 kernels/s: 6 % while on; 0.5 % budget → duty 1/12 → 200 ms every 2.4 s.
+        let p = next_period(4000, Duration::from_millis(200), 0.5);
+        assert!((p.as_secs_f64() - 2.4).abs() < 0.01, "{p:?}");
+        // Few records: the largest duty, but never under the shortest period.
+        assert_eq!(next_period(10, Duration::from_millis(200), 0.5), MIN_PERIOD);
+        assert_eq!(next_period(0, Duration::from_millis(200), 0.5), MIN_PERIOD);
+        // A flood: the longest period.
+        assert_eq!(
+            next_period(10_000_000, Duration::from_millis(200), 0.5),
+            MAX_PERIOD
+        );
+        // A larger budget, a shorter period.
+        assert!(next_period(4000, Duration::from_millis(200), 1.0) < p);
+    }
+
+    #[test]
+    fn window_lengths() {
+        assert_eq!(window_ms(2.0), 2000);
+        assert_eq!(window_ms(0.0), 10_000);
+        assert_eq!(window_ms(f64::NAN), 10_000);
+        assert_eq!(window_ms(-3.0), 10_000);
+        assert_eq!(window_ms(1e9), 3_600_000);
+        assert_eq!(window_ms(0.0001), 1);
+    }
+
+    #[test]
+    fn requests_need_an_always_on_recorder() {
+        ACTIVE.store(false, Ordering::SeqCst);
+        assert!(!request_window(1.0, Reason::Api));
+        assert_eq!(take_request(), None);
+        ACTIVE.store(true, Ordering::SeqCst);
+        assert!(request_window(1.5, Reason::Trigger));
+        assert_eq!(take_request(), Some((1500, Reason::Trigger)));
+        assert_eq!(take_request(), None, "a request is taken once");
+        ACTIVE.store(false, Ordering::SeqCst);
+    }
+}
