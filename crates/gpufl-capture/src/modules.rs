@@ -189,7 +189,11 @@ mod tests {
         let kname = b"_Z6spillsPfi\0";
         sink.take_decoded(crate::activity::Decoded::Kernel {
             name: kname.as_ptr().cast(),
-            kernel: Kernel::default(),
+            kernel: Kernel {
+                start: 1,
+                end: 2,
+                ..Kernel::default()
+            },
         })
         .unwrap();
         sink.finish("test").unwrap();

@@ -461,7 +461,11 @@ mod tests {
         let kernel = |sink: &mut Sink, buf: &[u8]| {
             sink.take_decoded(Decoded::Kernel {
                 name: buf.as_ptr().cast(),
-                kernel: Kernel::default(),
+                kernel: Kernel {
+                    start: 1,
+                    end: 2,
+                    ..Kernel::default()
+                },
             })
             .unwrap();
         };
@@ -472,7 +476,11 @@ mod tests {
         kernel(&mut sink, &buf);
         sink.take_decoded(Decoded::Kernel {
             name: std::ptr::null(),
-            kernel: Kernel::default(),
+            kernel: Kernel {
+                start: 1,
+                end: 2,
+                ..Kernel::default()
+            },
         })
         .unwrap();
         sink.finish("test").unwrap();
@@ -492,6 +500,34 @@ mod tests {
             names,
             ["first()", "first()", "second()", "<unnamed kernel>"]
         );
+    }
+
+    #[test]
+    fn records_of_work_in_flight_are_counted_not_written() {
+        let path = std::env::temp_dir().join(format!(
+            "gpufl-sink-inflight-{}.ndjson.zst",
+            std::process::id()
+        ));
+        let file = File::create(&path).unwrap();
+        let w = TraceWriter::new(BufWriter::new(file), &Header::default()).unwrap();
+        let mut sink = Sink::new(w, None);
+        let name = b"_Z1kv\0";
+        for (start, end) in [(0, 0), (5, 0), (10, 4), (7, 9)] {
+            sink.take_decoded(Decoded::Kernel {
+                name: name.as_ptr().cast(),
+                kernel: Kernel {
+                    start,
+                    end,
+                    ..Kernel::default()
+                },
+            })
+            .unwrap();
+        }
+        sink.take_decoded(Decoded::Memcpy(Memcpy::default())).unwrap();
+        assert_eq!(sink.incomplete, 4);
+        let counts = sink.finish("test").unwrap();
+        std::fs::remove_file(&path).ok();
+        assert_eq!((counts.kernels, counts.memcpys), (1, 0));
     }
 
     #[test]
