@@ -48,6 +48,40 @@ pub const MAX_NATIVE_FRAMES: usize = 128;
 /// a stack other than the thread's main stack.
 #[inline(never)]
 pub fn capture_native(out: &mut [u64], skip: usize) -> usize {
+    capture_here(out, skip, Bound::NONE).0
+}
+
+/// Limits on one walk of [`capture_native_bounded`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// Stop walking once this many nanoseconds have passed since the walk began (0: no limit).
+    /// The clock is read every few frames, so a walk may overrun by a few frames' work.
+    pub time_ns: u64,
+    /// Never rebuild the module list on this thread: when a walk meets an address outside every
+    /// known module, ask for a rebuild ([`service`], run by the recorder's writer thread) and
+    /// return what was walked. A rebuild reads every loaded module (milliseconds in a big
+    /// process), which the hot path of a launch cannot afford.
+    pub defer_rescan: bool,
+}
+
+impl Bound {
+    /// No limit: walk to the end of the stack, rebuild the module list inline when needed.
+    pub const NONE: Bound = Bound {
+        time_ns: 0,
+        defer_rescan: false,
+    };
+}
+
+/// [`capture_native`] within `bound`. Returns the entries written and whether the walk was cut
+/// short by the bound (time spent, or a rescan deferred) rather than reaching the stack's end.
+#[inline(never)]
+pub fn capture_native_bounded(out: &mut [u64], skip: usize, bound: Bound) -> (usize, bool) {
+    capture_here(out, skip, bound)
+}
+
+/// The walk from the frame of the (non-inlined) public function this is inlined into.
+#[inline(always)]
+fn capture_here(out: &mut [u64], skip: usize, bound: Bound) -> (usize, bool) {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
         let (pc, sp, bp): (u64, u64, u64);
@@ -66,13 +100,20 @@ pub fn capture_native(out: &mut [u64], skip: usize) -> usize {
         }
         // `black_box` keeps the call from becoming a tail call: the frame described by
         // (pc, sp) must stay intact while we walk it.
-        core::hint::black_box(imp::capture_from(pc, sp, bp, out, skip))
+        core::hint::black_box(imp::capture_from(pc, sp, bp, out, skip, bound))
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {
-        let _ = (out, skip);
-        0
+        let _ = (out, skip, bound);
+        (0, false)
     }
+}
+
+/// Build the module list now if none exists yet (so that no capture on the hot path pays for the
+/// first build), and carry out a rebuild that a bounded walk asked for. Called at the recorder's
+/// start and from its writer thread.
+pub fn service() {
+    imp::service();
 }
 
 /// Force a rescan of loaded modules (call after `dlopen`/`dlclose`). Also done automatically,
@@ -90,6 +131,7 @@ pub fn module_of(addr: u64) -> Option<(String, Range<u64>)> {
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 mod imp {
     pub(super) fn invalidate() {}
+    pub(super) fn service() {}
     pub(super) fn module_of(_addr: u64) -> Option<(String, std::ops::Range<u64>)> {
         None
     }
@@ -97,6 +139,7 @@ mod imp {
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod imp {
+    use super::Bound;
     use std::cell::RefCell;
     use std::ffi::{c_int, c_void, CStr};
     use std::ops::{Deref, Range};
@@ -236,26 +279,33 @@ mod imp {
         }
     }
 
-    pub(super) fn capture_from(pc: u64, sp: u64, bp: u64, out: &mut [u64], skip: usize) -> usize {
+    pub(super) fn capture_from(
+        pc: u64,
+        sp: u64,
+        bp: u64,
+        out: &mut [u64],
+        skip: usize,
+        bound: Bound,
+    ) -> (usize, bool) {
         // catch_unwind is free on the non-panicking path and guarantees we never unwind into
         // C callers (CUPTI), whatever framehop/gimli do on malformed input.
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             STATE
                 .try_with(|cell| {
                     let Ok(mut guard) = cell.try_borrow_mut() else {
-                        return 0; // re-entered (signal handler) on this thread
+                        return (0, false); // re-entered (signal handler) on this thread
                     };
                     if guard.is_none() {
                         *guard = ThreadState::new();
                     }
                     match guard.as_mut() {
-                        Some(st) => capture_with(st, pc, sp, bp, out, skip),
-                        None => 0,
+                        Some(st) => capture_with(st, pc, sp, bp, out, skip, bound),
+                        None => (0, false),
                     }
                 })
-                .unwrap_or(0) // TLS already destroyed (thread exiting)
+                .unwrap_or((0, false)) // TLS already destroyed (thread exiting)
         }))
-        .unwrap_or(0)
+        .unwrap_or((0, false))
     }
 
     fn capture_with(
@@ -265,33 +315,87 @@ mod imp {
         bp: u64,
         out: &mut [u64],
         skip: usize,
-    ) -> usize {
+        bound: Bound,
+    ) -> (usize, bool) {
         if sp < st.stack_lo || sp >= st.stack_hi {
-            return 0; // alternate signal stack, fiber, ...: bounds unknown
+            return (0, false); // alternate signal stack, fiber, ...: bounds unknown
         }
+        let deadline = (bound.time_ns > 0).then(|| mono_fine_ns() + bound.time_ns);
         let mut n = 0;
+        let mut cut = false;
         for attempt in 0..2 {
             st.refresh();
-            let (count, last, complete) = walk(st, pc, sp, bp, out, skip);
+            let (count, last, end) = walk(st, pc, sp, bp, out, skip, deadline);
             n = count;
+            if end == WalkEnd::OutOfTime {
+                cut = true;
+                break;
+            }
             // A walk that ends normally in a known module is trusted. Otherwise (error,
             // garbage address, or an end-of-stack found by the frame-pointer fallback in an
             // unknown module, e.g. a fresh dlopen) look for frames outside all known modules,
             // and if a rescan finds a changed module set, retry once with the new snapshot.
             let unknown = |a: u64| st.snap.find(a).is_none();
             let suspicious = || unknown(last) || out[..n].iter().any(|&a| unknown(a));
-            if (complete && !unknown(last)) || attempt == 1 {
+            if (end == WalkEnd::Complete && !unknown(last)) || attempt == 1 {
+                break;
+            }
+            if bound.defer_rescan {
+                if suspicious() {
+                    RESCAN_WANTED.store(true, Ordering::Relaxed);
+                    cut = true;
+                }
                 break;
             }
             if !maybe_auto_rescan(&st.snap, suspicious) {
                 break;
             }
         }
-        n
+        (n, cut)
     }
 
-    /// Walk the stack. Returns the frame count, the last good frame address, and whether the
-    /// walk ended normally (end of stack or `out` full) rather than by error / bad address.
+    /// A rebuild of the module list asked for by a walk that could not do it itself.
+    static RESCAN_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// Last time [`service`] compared the loader's counters with the module list's, ns.
+    static LAST_SERVICE_CHECK_NS: AtomicU64 = AtomicU64::new(0);
+
+    pub(super) fn service() {
+        let snap = current();
+        let now = mono_ns().max(1);
+        let periodic =
+            now.saturating_sub(LAST_SERVICE_CHECK_NS.load(Ordering::Relaxed)) >= RESCAN_INTERVAL_NS;
+        if RESCAN_WANTED.swap(false, Ordering::Relaxed) || periodic {
+            LAST_SERVICE_CHECK_NS.store(now, Ordering::Relaxed);
+            if loader_counters() != snap.counters {
+                publish(build_snapshot(), false);
+            }
+        }
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    enum WalkEnd {
+        /// End of the stack, or `out` full.
+        Complete,
+        /// An error or an implausible address.
+        Broken,
+        /// The time bound was reached.
+        OutOfTime,
+    }
+
+    /// CLOCK_MONOTONIC (vDSO), ns: the bound of a walk.
+    fn mono_fine_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid out-pointer; CLOCK_MONOTONIC is served by the vDSO.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+    }
+
+    /// Walk the stack. Returns the frame count, the last good frame address, and how the walk
+    /// ended. With a `deadline` (mono_fine_ns), the clock is read every 4 frames.
     fn walk(
         st: &mut ThreadState,
         pc: u64,
@@ -299,7 +403,8 @@ mod imp {
         bp: u64,
         out: &mut [u64],
         skip: usize,
-    ) -> (usize, u64, bool) {
+        deadline: Option<u64>,
+    ) -> (usize, u64, WalkEnd) {
         let stack_hi = st.stack_hi;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             if addr & 7 == 0 && addr >= sp && addr < stack_hi - 7 {
@@ -318,13 +423,16 @@ mod imp {
             .iter_frames(pc, regs, &mut st.cache, &mut read_stack);
         let (mut n, mut step, mut last) = (0usize, 0usize, pc);
         while n < out.len() && step < MAX_STEPS {
+            if step & 3 == 3 && deadline.is_some_and(|d| mono_fine_ns() >= d) {
+                return (n, last, WalkEnd::OutOfTime);
+            }
             match iter.next() {
                 Ok(Some(frame)) => {
                     let addr = frame.address();
                     // Frame 0 is the PC inside capture_native: not reported.
                     if step > 0 {
                         if !(0x1000..0x0000_8000_0000_0000).contains(&addr) {
-                            return (n, last, false);
+                            return (n, last, WalkEnd::Broken);
                         }
                         if step > skip {
                             out[n] = addr;
@@ -334,11 +442,11 @@ mod imp {
                     last = addr;
                     step += 1;
                 }
-                Ok(None) => return (n, last, true),
-                Err(_) => return (n, last, false),
+                Ok(None) => return (n, last, WalkEnd::Complete),
+                Err(_) => return (n, last, WalkEnd::Broken),
             }
         }
-        (n, last, true)
+        (n, last, WalkEnd::Complete)
     }
 
     fn mono_ns() -> u64 {
