@@ -12,13 +12,18 @@
 AO="$S/aon"; mkdir -p "$AO"
 . scripts/gpu-phases/lib/aon-long.sh
 [ "${AON_LONG_S:-600}" -gt 0 ] && [ "${AON_LONG_BG:-0}" = 1 ] && aon_long_start
-log "(aon) trigger window: crash_train.py 12 s under --always-on, gpufl trigger PID --seconds 2 at 5 s"
+log "(aon) trigger window: crash_train.py 12 s under --always-on, gpufl trigger PID --seconds 2 3 s after CUDA starts"
 gpufl record -q --always-on -o "$AO/trig" -- $PY examples/crash_train.py --end none --at 12 \
   >"$AO/trig.out" 2>"$AO/trig.err" &
 RPID=$!
-sleep 5
-CPID=$(pgrep -f "examples/crash_train.py --end none --at 12" | while read p; do
-  grep -q libgpufl_capture /proc/$p/maps 2>/dev/null && echo $p; done | head -1)
+# The capture library is loaded at the child's CUDA initialization (after `import torch`).
+CPID=""
+for i in $(seq 80); do
+  CPID=$(pgrep -f "examples/crash_train.py --end none --at 12" | while read p; do
+    grep -q libgpufl_capture /proc/$p/maps 2>/dev/null && echo $p; done | head -1)
+  [ -n "$CPID" ] && break; sleep 0.5
+done
+sleep 3
 echo "recorded child pid: ${CPID:-none}" | tee -a "$OUT/summary.txt"
 [ -n "$CPID" ] && gpufl trigger "$CPID" --seconds 2 2>&1 | tee -a "$OUT/summary.txt"
 wait $RPID; echo "gpufl record exit $?" | tee -a "$OUT/summary.txt"

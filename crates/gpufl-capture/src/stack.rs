@@ -286,7 +286,6 @@ pub fn capture_into(out: &mut Sample, with_python: bool) {
 pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64 {
     let start = std::time::Instant::now();
     let debug = debug_cost_enabled();
-    let t0 = debug.then(std::time::Instant::now);
     let mut py = [PyFrameRaw::default(); MAX_PYTHON];
     let mut pn = if with_python {
         pyframes::capture_python(&mut py)
@@ -297,15 +296,23 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
     // the thread inferred to drive it (docs/insights.md, "Cross-thread Python attribution").
     out.via_tid = 0;
     let mut other_ids = [u32::MAX; MAX_PYTHON];
+    let t_own = debug.then(std::time::Instant::now);
     if with_python && pn == 0 && cross_thread_enabled() {
-        let mut resolve = |p: &PyFrameRaw| python_frame_id(p, true);
-        let resolver: pyframes::Resolver<'_> = (&mut other_ids, &mut resolve);
-        if let Some((n, tid)) = pyframes::capture_other_thread_with(&mut py, Some(resolver)) {
+        if let Some((n, tid)) = reuse_other(start, &mut py, &mut other_ids) {
             pn = n;
-            out.via_tid = tid.max(1);
+            out.via_tid = tid;
+        } else {
+            let mut resolve = |p: &PyFrameRaw| python_frame_id(p, true);
+            let resolver: pyframes::Resolver<'_> = (&mut other_ids, &mut resolve);
+            if let Some((n, tid)) = pyframes::capture_other_thread_with(&mut py, Some(resolver)) {
+                pn = n;
+                out.via_tid = tid.max(1);
+                keep_other(start, &py[..pn], &other_ids[..pn], out.via_tid);
+            }
         }
     }
     let other = out.via_tid != 0;
+    let t_other = debug.then(std::time::Instant::now);
     let mut native = [0u64; MAX_NATIVE];
     let want_native = pn == 0 || native_due(&py[..pn], other);
     // Unoptimized builds (the test suite's) walk some 50 times slower: same walks, wider bounds.
@@ -325,15 +332,12 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
     } else {
         (0, false)
     };
+    // A walk cut short leaves the call site's count as it is: the next try comes with its next
+    // due sighting (a cold site would otherwise pay the whole bound at every sighting).
     out.native_elided = !want_native;
     out.native_cut = cut;
-    if cut {
-        // Not a full capture: let the next sighting of this call site unwind again.
-        native_not_done(&py[..pn], other);
-    }
-    let t1 = debug.then(std::time::Instant::now);
+    let t_native = debug.then(std::time::Instant::now);
     let r = ranges();
-    let t2 = debug.then(std::time::Instant::now);
     let in_range =
         |a: u64, range: &Option<Range<u64>>| range.as_ref().is_some_and(|r| r.contains(&a));
     let mut len = 0usize;
@@ -369,16 +373,83 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
     let t3 = std::time::Instant::now();
     let cost = (t3 - start).as_nanos() as u64;
     record_cost(purpose, cost);
-    if let (Some(t0), Some(t1), Some(t2)) = (t0, t1, t2) {
-        debug_cost_push(format!(
-            "python+native {}ns ({} native, {} python frames) resolve {}ns",
-            (t1 - t0).as_nanos(),
-            n,
-            pn,
-            (t3 - t2).as_nanos()
-        ));
+    if let (Some(a), Some(b), Some(c)) = (t_own, t_other, t_native) {
+        debug_cost_push(
+            cost,
+            format_args!(
+                "{purpose:?} capture {cost}ns: own python {}ns, other thread {}ns ({}), native {}ns \
+                 ({n} frames{}{}), merge+resolve {}ns ({pn} python frames)",
+                (a - start).as_nanos(),
+                (b - a).as_nanos(),
+                if other { "used" } else { "none" },
+                (c - b).as_nanos(),
+                if want_native { "" } else { ", elided" },
+                if cut { ", cut" } else { "" },
+                (t3 - c).as_nanos(),
+            ),
+        );
     }
     cost
+}
+
+/// How long a thread running no Python reuses the Python frames it last read from the thread
+/// driving it, ns: a thread blocked in `backward()` or `float()` keeps its frames for the whole
+/// call, and reading them again costs a few `process_vm_readv` calls (µs) per capture.
+pub const OTHER_REUSE_NS: u64 = 2_000_000;
+
+/// The Python frames this thread last read from another thread: (when, frames, ids, via tid).
+struct OtherCache {
+    at: Option<std::time::Instant>,
+    n: usize,
+    raw: [PyFrameRaw; MAX_PYTHON],
+    ids: [u32; MAX_PYTHON],
+    via: u64,
+}
+
+thread_local! {
+    static OTHER_CACHE: RefCell<OtherCache> = const {
+        RefCell::new(OtherCache {
+            at: None,
+            n: 0,
+            raw: [PyFrameRaw { code: 0, instr_offset: 0 }; MAX_PYTHON],
+            ids: [u32::MAX; MAX_PYTHON],
+            via: 0,
+        })
+    };
+}
+
+/// The other thread's frames read less than [`OTHER_REUSE_NS`] before `now`, if any: (count, via).
+fn reuse_other(
+    now: std::time::Instant,
+    py: &mut [PyFrameRaw; MAX_PYTHON],
+    ids: &mut [u32; MAX_PYTHON],
+) -> Option<(usize, u64)> {
+    OTHER_CACHE
+        .try_with(|c| {
+            let c = c.try_borrow().ok()?;
+            let at = c.at?;
+            if c.n == 0 || now.saturating_duration_since(at).as_nanos() as u64 >= OTHER_REUSE_NS {
+                return None;
+            }
+            py[..c.n].copy_from_slice(&c.raw[..c.n]);
+            ids[..c.n].copy_from_slice(&c.ids[..c.n]);
+            Some((c.n, c.via))
+        })
+        .ok()
+        .flatten()
+}
+
+fn keep_other(now: std::time::Instant, py: &[PyFrameRaw], ids: &[u32], via: u64) {
+    let _ = OTHER_CACHE.try_with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            let n = py.len().min(MAX_PYTHON).min(ids.len());
+            c.raw[..n].copy_from_slice(&py[..n]);
+            c.ids[..n].copy_from_slice(&ids[..n]);
+            c.n = n;
+            c.via = via;
+            c.at = Some(now);
+        }
+    });
 }
 
 /// The last Python chain resolved on this thread (innermost first): raw frames, the identity of
@@ -486,19 +557,6 @@ fn site_key(py: &[PyFrameRaw], other: bool) -> u64 {
     h
 }
 
-/// A capture whose native walk was cut short: the call site's next sighting is due again.
-fn native_not_done(py: &[PyFrameRaw], other: bool) {
-    if py.is_empty() {
-        return;
-    }
-    let h = site_key(py, other);
-    let _ = SITE_COUNTS.try_with(|c| {
-        if let Some(n) = c.borrow_mut().get_mut(&h) {
-            *n = 0;
-        }
-    });
-}
-
 /// Whether this Python call site's native frames are due for a full unwind.
 fn native_due(py: &[PyFrameRaw], other: bool) -> bool {
     let every = native_every();
@@ -527,11 +585,18 @@ fn debug_cost_enabled() -> bool {
 }
 
 static DEBUG_COST: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Captures seen by [`debug_cost_push`].
+static DEBUG_SEEN: AtomicU64 = AtomicU64::new(0);
 
-fn debug_cost_push(line: String) {
+/// Keep the breakdown of the first 8 captures and of every capture over 20 µs (60 lines at most).
+fn debug_cost_push(cost_ns: u64, line: std::fmt::Arguments) {
+    let seen = DEBUG_SEEN.fetch_add(1, Ordering::Relaxed);
+    if seen >= 8 && cost_ns < 20_000 {
+        return;
+    }
     if let Ok(mut v) = DEBUG_COST.lock() {
-        if v.len() < 40 {
-            v.push(line);
+        if v.len() < 60 {
+            v.push(format!("#{seen} {line}"));
         }
     }
 }
