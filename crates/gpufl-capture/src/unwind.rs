@@ -203,6 +203,8 @@ mod imp {
     struct ModInfo {
         path: String,
         range: Range<u64>,
+        /// (.eh_frame_hdr, .eh_frame…) read by the unwinder, prefaulted by [`service`].
+        eh: Option<(Range<u64>, Range<u64>)>,
     }
 
     /// An immutable view of the loaded modules, shared by all threads.
@@ -365,11 +367,140 @@ mod imp {
         let now = mono_ns().max(1);
         let periodic =
             now.saturating_sub(LAST_SERVICE_CHECK_NS.load(Ordering::Relaxed)) >= RESCAN_INTERVAL_NS;
+        let mut snap = snap;
         if RESCAN_WANTED.swap(false, Ordering::Relaxed) || periodic {
             LAST_SERVICE_CHECK_NS.store(now, Ordering::Relaxed);
             if loader_counters() != snap.counters {
-                publish(build_snapshot(), false);
+                snap = publish(build_snapshot(), false);
             }
+        }
+        prefault(&snap);
+    }
+
+    /// Modules whose unwind tables [`prefault`] already brought in, by text start.
+    static PREFAULTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+    /// Bring every module's unwind tables into this process's page tables, once per module, on
+    /// the calling (writer) thread: a walk on the hot path then meets no page fault in them. In a
+    /// PyTorch process they are tens of MB that a cold walk would fault in a few pages per frame
+    /// (a binary search over `.eh_frame_hdr`), each fault some microseconds, and far more under a
+    /// sandboxing kernel such as gVisor.
+    fn prefault(snap: &Snapshot) {
+        let Ok(mut done) = PREFAULTED.try_lock() else {
+            return;
+        };
+        for m in &snap.modules {
+            if done.contains(&m.range.start) {
+                continue;
+            }
+            done.push(m.range.start);
+            if let Some((hdr, frame)) = &m.eh {
+                populate(hdr);
+                // SAFETY: the module's mapped .eh_frame_hdr (populated above).
+                if let Some(end) = unsafe { eh_frame_end(hdr, frame) } {
+                    populate(&(frame.start..end));
+                }
+            }
+        }
+    }
+
+    /// End of `.eh_frame` from the `.eh_frame_hdr` search table (the usual encodings: count
+    /// `udata4`, table `datarel | sdata4`): past the FDE at the highest address. `frame` runs to
+    /// the end of its segment, which may hold much more than unwind tables.
+    ///
+    /// # Safety
+    /// `hdr` is a mapped `.eh_frame_hdr`.
+    unsafe fn eh_frame_end(hdr: &Range<u64>, frame: &Range<u64>) -> Option<u64> {
+        let len = hdr.end.checked_sub(hdr.start)?;
+        if len < 12 {
+            return None;
+        }
+        let p = hdr.start as *const u8;
+        // SAFETY: at least 12 bytes are mapped (len >= 12); unaligned reads.
+        let (ptr_enc, count_enc, table_enc) = unsafe { (*p.add(1), *p.add(2), *p.add(3)) };
+        let ptr_size = match ptr_enc & 0x0f {
+            0x03 | 0x0b => 4,
+            0x00 | 0x04 | 0x0c => 8,
+            _ => return None,
+        };
+        if count_enc != 0x03 || table_enc != 0x3b || len < 4 + ptr_size + 4 {
+            return None;
+        }
+        // SAFETY: within the header (checked above).
+        let count = unsafe { p.add(4 + ptr_size as usize).cast::<u32>().read_unaligned() } as u64;
+        let table = 4 + ptr_size + 4;
+        if table + count.checked_mul(8)? > len {
+            return None;
+        }
+        let mut highest: Option<u64> = None;
+        for i in 0..count {
+            // SAFETY: entry i lies inside the header (checked above).
+            let off = unsafe {
+                p.add((table + i * 8 + 4) as usize)
+                    .cast::<i32>()
+                    .read_unaligned()
+            };
+            let fde = hdr.start.wrapping_add(off as i64 as u64);
+            if frame.contains(&fde) && highest.is_none_or(|h| fde > h) {
+                highest = Some(fde);
+            }
+        }
+        let fde = highest?;
+        if fde + 4 > frame.end {
+            return None;
+        }
+        // SAFETY: the FDE's length word lies inside `frame` (checked).
+        let flen = unsafe { (fde as *const u32).read_unaligned() } as u64;
+        Some((fde + 4 + flen).min(frame.end))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn eh_frame_ends_inside_its_segment_past_every_fde() {
+            let mut scan = Scan::default();
+            iterate(&mut scan);
+            let mut found = 0;
+            for m in &scan.modules {
+                let Some((hdr, frame)) = &m.eh else { continue };
+                // SAFETY: a loaded module's mapped .eh_frame_hdr.
+                if let Some(end) = unsafe { eh_frame_end(hdr, frame) } {
+                    assert!(end > frame.start && end <= frame.end, "{}", m.name);
+                    found += 1;
+                }
+            }
+            assert!(found > 0, "no module with a standard .eh_frame_hdr table");
+            service();
+            assert!(PREFAULTED.lock().unwrap().len() >= found);
+        }
+    }
+
+    /// Fault in the pages of a mapped range: `MADV_POPULATE_READ` where the kernel has it, else a
+    /// read of one byte per page.
+    fn populate(r: &Range<u64>) {
+        const PAGE: u64 = 4096;
+        const MADV_POPULATE_READ: c_int = 22;
+        let start = r.start & !(PAGE - 1);
+        let Some(len) = r.end.checked_sub(start) else {
+            return;
+        };
+        if len == 0 || len > (1 << 31) {
+            return;
+        }
+        // SAFETY: advice on a range of a loaded module's mapping; the kernel checks the range and
+        // fails (ENOMEM, EINVAL) rather than faulting.
+        let rc = unsafe { libc::madvise(start as *mut c_void, len as usize, MADV_POPULATE_READ) };
+        if rc == 0 {
+            return;
+        }
+        let mut a = start.max(r.start);
+        while a < r.end {
+            // SAFETY: inside the loaded module's unwind tables, mapped for as long as the module
+            // is loaded (the unwinder reads the same memory).
+            unsafe { std::ptr::read_volatile(a as *const u8) };
+            a = (a | (PAGE - 1)) + 1;
         }
     }
 
@@ -680,6 +811,7 @@ mod imp {
             modules.push(ModInfo {
                 path,
                 range: m.text,
+                eh: m.eh.clone(),
             });
         }
         modules.sort_by_key(|m| m.range.start);
