@@ -12,15 +12,15 @@
 AO="$S/aon"; mkdir -p "$AO"
 . scripts/gpu-phases/lib/aon-long.sh
 [ "${AON_LONG_S:-600}" -gt 0 ] && [ "${AON_LONG_BG:-0}" = 1 ] && aon_long_start
-log "(aon) trigger window: crash_train.py 12 s under --always-on, gpufl trigger PID --seconds 2 3 s after CUDA starts"
+log "(aon) trigger window: crash_train.py 12 s under --always-on, gpufl trigger PID --seconds 2 3 s into the loop"
 gpufl record -q --always-on -o "$AO/trig" -- $PY examples/crash_train.py --end none --at 12 \
   >"$AO/trig.out" 2>"$AO/trig.err" &
 RPID=$!
-# The capture library is loaded at the child's CUDA initialization (after `import torch`).
+# The loop starts when the child prints START (after CUDA and the model are set up).
 CPID=""
-for i in $(seq 80); do
-  CPID=$(pgrep -f "examples/crash_train.py --end none --at 12" | while read p; do
-    grep -q libgpufl_capture /proc/$p/maps 2>/dev/null && echo $p; done | head -1)
+for i in $(seq 120); do
+  grep -q '^START' "$AO/trig.out" 2>/dev/null && CPID=$(pgrep -f "examples/crash_train.py --end none --at 12" |
+    while read p; do grep -q libgpufl_capture /proc/$p/maps 2>/dev/null && echo $p; done | head -1)
   [ -n "$CPID" ] && break; sleep 0.5
 done
 sleep 3
