@@ -1,8 +1,9 @@
 # Phase aon (sourced by scripts/gpu-check.sh): always-on mode on the GPU.
 # 1. Trigger: examples/crash_train.py (a PyTorch loop, .item() each step) for 12 s under
-#    `gpufl record --always-on`; after 5 s `gpufl trigger PID --seconds 2`. Checks: a `trigger`
-#    window in the session; every launch API call inside it (up to 5 ms before its end) has its
-#    kernel record (same correlation id); kernels outside windows: none.
+#    `gpufl record --always-on`; 3 s into the loop `gpufl trigger PID --seconds 2`. Checks: a
+#    `trigger` window in the session; every sampled launch call site inside it (up to 5 ms before
+#    its end) has its kernel record (same correlation id); every step inside it (kernels between
+#    two consecutive syncs) holds the same number of kernels; kernels outside windows.
 # 2. Long run: AON_LONG_S seconds (default 600) of the same loop under --always-on with
 #    GPUFL_MAX_DISK_MB=AON_DISK_MB (default 4); the session directory's size sampled every 5 s
 #    (largest seen against the bound), files kept, whether it decodes, the report's head.
@@ -29,28 +30,29 @@ echo "recorded child pid: ${CPID:-none}" | tee -a "$OUT/summary.txt"
 wait $RPID; echo "gpufl record exit $?" | tee -a "$OUT/summary.txt"
 d=$(newest "$AO/trig")
 gpufl info "$d" 2>&1 | tee -a "$OUT/summary.txt"
-gpufl dump "$d" --type window,kernel,api > "$AO/trig.ndjson" 2>"$AO/trig.dump.err"
+gpufl dump "$d" --type window,kernel,callsite,sync > "$AO/trig.ndjson" 2>"$AO/trig.dump.err"
 $PY - "$AO/trig.ndjson" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
-import json, sys
-wins, kern, launches = [], {}, []
+import collections, json, sys
+wins, kern, sites, syncs = [], {}, [], []
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    if r["t"] == "window":
-        wins.append(r)
-    elif r["t"] == "kernel":
+    {"window": wins.append, "callsite": sites.append, "sync": syncs.append}.get(r["t"], lambda r: None)(r)
+    if r["t"] == "kernel":
         kern[r["corr"]] = r
-    elif r["t"] == "api" and "Launch" in r.get("name", ""):
-        launches.append(r)
-print(f"windows: {len(wins)} ({', '.join(sorted(set(w['reason'] for w in wins)))}); kernels {len(kern)}; launch API records {len(launches)}")
+print(f"windows: {len(wins)} ({', '.join(sorted(set(w['reason'] for w in wins)))}); kernels {len(kern)}")
 trig = [w for w in wins if w["reason"] == "trigger"]
 for w in trig:
-    span = (w["end"] - w["start"]) / 1e9
-    inside = [a for a in launches if w["start"] <= a["start"] <= w["end"] - 5_000_000]
-    missing = [a for a in inside if a["corr"] not in kern]
-    kin = sum(1 for k in kern.values() if w["start"] <= k["start"] <= w["end"])
-    print(f"trigger window {span:.3f} s: {len(inside)} launch calls, {len(inside) - len(missing)} with their kernel, "
-          f"{len(missing)} missing; {kin} kernels started inside")
-    print("TRIGGER OK" if inside and not missing else "TRIGGER FAILED")
+    inw = lambda t: w["start"] <= t <= w["end"]
+    # Every sampled launch call site inside (up to 5 ms before the end) has its kernel.
+    launches = [c for c in sites if "Launch" in c.get("api", "") and w["start"] <= c["ts"] <= w["end"] - 5_000_000]
+    missing = [c for c in launches if c["corr"] not in kern]
+    # Kernels between consecutive syncs (one training step each): all steps alike when none is lost.
+    ks = sorted(k["corr"] for k in kern.values() if inw(k["start"]))
+    ss = sorted(s["corr"] for s in syncs if inw(s["start"]))
+    per = collections.Counter(sum(1 for c in ks if a < c < b) for a, b in zip(ss, ss[1:]))
+    print(f"trigger window {(w['end'] - w['start']) / 1e9:.3f} s: {len(ks)} kernels; {len(launches)} sampled launch "
+          f"call sites, {len(missing)} without their kernel; kernels per step between syncs: {per.most_common(4)}")
+    print("TRIGGER OK" if ks and not missing and len(per) == 1 else "TRIGGER FAILED")
 if not trig:
     print("TRIGGER FAILED: no trigger window")
 outside = [k for k in kern.values() if not any(w["start"] <= k["start"] <= w["end"] for w in wins)]
