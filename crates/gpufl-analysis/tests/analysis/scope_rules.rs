@@ -18,9 +18,9 @@ impl B {
 }
 
 fn roll<'a>(a: &'a Analysis, path: &[&str]) -> &'a ScopeRollup {
-    a.scopes
-        .iter()
-        .find(|s| s.path == path)
+    (0..a.scopes.len())
+        .find(|&i| gpufl_analysis::rollup_path(&a.scopes, i) == path)
+        .map(|i| &a.scopes[i])
         .unwrap_or_else(|| panic!("no scope {path:?} in {:?}", a.scopes))
 }
 
@@ -41,13 +41,15 @@ fn nested_scopes_roll_up_syncs_kernels_and_gpu_busy() {
         b.scope(1, t0 + 5_000, "step", true);
     }
     let a = b.analyze();
-    let names: Vec<Vec<String>> = a.scopes.iter().map(|s| s.path.clone()).collect();
+    let names: Vec<Vec<&str>> = (0..a.scopes.len())
+        .map(|i| gpufl_analysis::rollup_path(&a.scopes, i))
+        .collect();
     assert_eq!(
         names,
         vec![
-            vec!["step".to_string()],
-            vec!["step".into(), "forward".into()],
-            vec!["step".into(), "backward".into()],
+            vec!["step"],
+            vec!["step", "forward"],
+            vec!["step", "backward"]
         ]
     );
     let step = roll(&a, &["step"]);
