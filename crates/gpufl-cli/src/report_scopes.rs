@@ -194,7 +194,7 @@ mod tests {
         // the rows shown are the outermost ones that fit, and the indentation stops growing.
         let n = 100_000;
         let v: Vec<ScopeRollup> = (0..n)
-            .map(|i| row(i.checked_sub(1), "s", i as u32, i as u64))
+            .map(|i: usize| row(i.checked_sub(1), "s", i as u32, i as u64))
             .collect();
         let keep = shown(&v, MAX_SCOPE_ROWS);
         assert!(keep.len() <= MAX_SCOPE_ROWS);
