@@ -5,7 +5,6 @@ use anyhow::Result;
 use clap::Args;
 use gpufl_trace::{Record, SessionReader, Symbols};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -24,8 +23,7 @@ pub struct DumpArgs {
 }
 
 pub fn run(args: DumpArgs) -> Result<i32> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = crate::term::Stdout::new();
     let mut printed = 0usize;
     for dir in expand_sessions(std::slice::from_ref(&args.session))? {
         let mut reader = SessionReader::open(&dir)?;
@@ -43,18 +41,20 @@ pub fn run(args: DumpArgs) -> Result<i32> {
             } else {
                 resolve(&rec, &syms)?
             };
-            if writeln!(out, "{v}").is_err() {
-                return Ok(0); // closed pipe (e.g. `| head`)
-            }
+            // JSON: serde escapes every control character, nothing more to do.
+            out.line(&v.to_string())?;
             printed += 1;
             if args.limit.is_some_and(|l| printed >= l) {
+                out.flush()?;
                 return Ok(0);
             }
         }
+        out.flush()?;
         for w in reader.warnings() {
-            eprintln!("gpufl: warning: {w}");
+            crate::term::eprint_line(&format!("gpufl: warning: {}", crate::term::esc(&w)));
         }
     }
+    out.flush()?;
     Ok(0)
 }
 

@@ -1,6 +1,7 @@
 //! `gpufl report`: the insights of one or more sessions, ranked by time impact.
 
 use crate::summary::expand_sessions;
+pub(crate) use crate::term::esc;
 use anyhow::Result;
 use clap::Args;
 use gpufl_analysis::{
@@ -74,10 +75,9 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         });
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?
-        );
+        let mut s = serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?;
+        s.push('\n');
+        crate::term::print(&s)?;
         return Ok(0);
     }
     let color = match args.color.as_str() {
@@ -92,7 +92,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         }
         render(&mut out, r, &Style { color });
     }
-    print!("{out}");
+    crate::term::print(&out)?;
     Ok(0)
 }
 
@@ -135,13 +135,13 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     let _ = writeln!(
         out,
         "{}",
-        st.paint("1", &format!("gpufl report · {}", r.session))
+        st.paint("1", &format!("gpufl report · {}", esc(&r.session)))
     );
     if !r.command.is_empty() {
-        let _ = writeln!(out, "  command   {}", r.command.join(" "));
+        let _ = writeln!(out, "  command   {}", esc(&r.command.join(" ")));
     }
     if !r.gpus.is_empty() {
-        let _ = writeln!(out, "  GPU       {}", r.gpus.join(", "));
+        let _ = writeln!(out, "  GPU       {}", esc(&r.gpus.join(", ")));
     }
     // Always-on: busy share and kernels are the windows' only.
     let (of_observed, in_windows) = if a.sampling.is_some() {
@@ -173,7 +173,7 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     crate::report_scopes::render(out, &a.scopes);
     crate::report_scopes::render_ranges(out, &a.ranges);
     for w in &a.warnings {
-        let _ = writeln!(out, "  {} {w}", st.paint("33", "warning:"));
+        let _ = writeln!(out, "  {} {}", st.paint("33", "warning:"), esc(w));
     }
     if !a.has_stacks {
         let _ = writeln!(
@@ -315,26 +315,6 @@ fn render_attribution(out: &mut String, a: &gpufl_analysis::insights::attributio
     if !parts.is_empty() {
         let _ = writeln!(out, "  attributed: {}", parts.join(" · "));
     }
-}
-
-/// A string from a trace, safe to print on a terminal: control characters (C0, DEL, C1 — escape
-/// sequences, newlines) are written as `\u{..}` escapes, so a crafted name cannot move the
-/// cursor, retitle the terminal or fake a line of the report.
-pub(crate) fn esc(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(|c| c.is_control()) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    std::borrow::Cow::Owned(
-        s.chars()
-            .map(|c| {
-                if c.is_control() {
-                    format!("\\u{{{:x}}}", c as u32)
-                } else {
-                    c.to_string()
-                }
-            })
-            .collect(),
-    )
 }
 
 /// One line per device: idle time by class, then the utilization series as a bar per chunk
@@ -528,19 +508,4 @@ fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
         );
     }
     let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::esc;
-
-    #[test]
-    fn control_characters_from_a_trace_are_escaped() {
-        assert_eq!(esc("train.py"), "train.py");
-        assert_eq!(esc("a\x1b[2Jb"), "a\\u{1b}[2Jb");
-        assert_eq!(esc("x\nfix: rm -rf /"), "x\\u{a}fix: rm -rf /");
-        assert_eq!(esc("t\x1b]0;title\x07"), "t\\u{1b}]0;title\\u{7}");
-        assert_eq!(esc("\u{9b}31m"), "\\u{9b}31m", "C1 CSI");
-        assert_eq!(esc("µs ← ok"), "µs ← ok");
-    }
 }

@@ -2,7 +2,7 @@
 //! ranges), indented by nesting: instances, wall time, GPU busy during it, kernels launched,
 //! synchronizations and the host time blocked in them ("syncs inside forward totaled X").
 
-use crate::report::esc;
+use crate::term::esc;
 use gpufl_analysis::{RangeRollup, ScopeRollup};
 use std::collections::HashSet;
 use std::fmt::Write;
