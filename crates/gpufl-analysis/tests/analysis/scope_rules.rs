@@ -139,3 +139,39 @@ fn sessions_without_scopes_have_no_scope_output() {
     let json = serde_json::to_string(&a).unwrap();
     assert!(!json.contains("\"scope"), "{json}");
 }
+
+#[test]
+fn scopes_nested_deeper_than_the_limit_fold_into_their_ancestor() {
+    let mut b = B::new();
+    let n = gpufl_analysis::MAX_SCOPE_DEPTH as u64 + 44;
+    for i in 0..n {
+        b.scope(1, 10 + i, "level", false);
+    }
+    b.kernel(500, 600);
+    for i in 0..n {
+        b.scope(1, 1_000 + i, "level", true);
+    }
+    // A second, shallow scope after the deep chain closed is tracked again.
+    b.scope(1, 5_000, "after", false);
+    b.scope(1, 5_100, "after", true);
+    let a = b.analyze();
+    let m = b.model();
+    assert_eq!(m.scopes().len(), gpufl_analysis::MAX_SCOPE_DEPTH + 1);
+    let deepest = m.innermost_scope(1, 550).unwrap();
+    assert_eq!(
+        m.scopes()[deepest].depth as usize,
+        gpufl_analysis::MAX_SCOPE_DEPTH - 1
+    );
+    assert_eq!(m.scope_path(deepest).len(), gpufl_analysis::MAX_SCOPE_DEPTH);
+    // The folded scopes' time is in the deepest tracked one: it closes with the 44th close.
+    let s = &m.scopes()[deepest];
+    assert_eq!((s.start, s.end), (10 + 255, 1_000 + 44));
+    assert!(
+        a.warnings
+            .iter()
+            .any(|w| w.contains("44 scope instance(s) nested deeper than 256 levels")),
+        "{:?}",
+        a.warnings
+    );
+    assert_eq!(roll(&a, &["after"]).count, 1);
+}
