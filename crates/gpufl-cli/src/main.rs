@@ -1,6 +1,8 @@
 //! `gpufl`: record CUDA programs and read the recordings.
 
 mod dump;
+#[cfg(test)]
+mod fuzz;
 mod kernel_table;
 mod record;
 mod report;

@@ -38,7 +38,7 @@ pub struct ReportArgs {
 
 /// One session's report, as `--json` prints it.
 #[derive(Serialize)]
-struct SessionReport {
+pub(crate) struct SessionReport {
     session: String,
     command: Vec<String>,
     gpus: Vec<String>,
@@ -60,24 +60,10 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     let cfg = Config { filter };
     let mut reports = Vec::new();
     for dir in dirs {
-        let mut reader = SessionReader::open(&dir)?;
-        let mut model = Model::load(reader.by_ref());
-        model.add_warnings(reader.warnings());
-        let analysis = analyze(&model, &cfg);
-        let header = model.header();
-        reports.push(SessionReport {
-            session: dir.display().to_string(),
-            command: header.map(|h| h.command_line.clone()).unwrap_or_default(),
-            gpus: header
-                .map(|h| h.gpus.iter().map(|g| g.name.clone()).collect())
-                .unwrap_or_default(),
-            analysis,
-        });
+        reports.push(load(&dir, &cfg)?);
     }
     if args.json {
-        let mut s = serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?;
-        s.push('\n');
-        crate::term::print(&s)?;
+        crate::term::print(&render_json(&reports)?)?;
         return Ok(0);
     }
     let color = match args.color.as_str() {
@@ -85,6 +71,36 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         "never" => false,
         _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
     };
+    crate::term::print(&render_text(&reports, color))?;
+    Ok(0)
+}
+
+/// Read, load and analyze one session directory.
+pub(crate) fn load(dir: &std::path::Path, cfg: &Config) -> Result<SessionReport> {
+    let mut reader = SessionReader::open(dir)?;
+    let mut model = Model::load(reader.by_ref());
+    model.add_warnings(reader.warnings());
+    let analysis = analyze(&model, cfg);
+    let header = model.header();
+    Ok(SessionReport {
+        session: dir.display().to_string(),
+        command: header.map(|h| h.command_line.clone()).unwrap_or_default(),
+        gpus: header
+            .map(|h| h.gpus.iter().map(|g| g.name.clone()).collect())
+            .unwrap_or_default(),
+        analysis,
+    })
+}
+
+/// The `--json` output.
+pub(crate) fn render_json(reports: &[SessionReport]) -> Result<String> {
+    let mut s = serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?;
+    s.push('\n');
+    Ok(s)
+}
+
+/// The text report.
+pub(crate) fn render_text(reports: &[SessionReport], color: bool) -> String {
     let mut out = String::new();
     for (i, r) in reports.iter().enumerate() {
         if i > 0 {
@@ -92,8 +108,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         }
         render(&mut out, r, &Style { color });
     }
-    crate::term::print(&out)?;
-    Ok(0)
+    out
 }
 
 struct Style {

@@ -142,11 +142,19 @@ pub fn expand_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 
 /// `gpufl info`. Every string from a trace is escaped for the terminal ([`esc`]).
 pub fn info(paths: &[PathBuf]) -> Result<i32> {
-    use std::fmt::Write;
     for dir in expand_sessions(paths)? {
-        let s = summarize(&dir)?;
+        crate::term::print(&info_text(&dir)?)?;
+    }
+    Ok(0)
+}
+
+/// What `gpufl info` prints for one session.
+pub fn info_text(dir: &Path) -> Result<String> {
+    use std::fmt::Write;
+    {
+        let s = summarize(dir)?;
         let mut o = String::new();
-        let _ = writeln!(o, "{}", esc_path(&dir));
+        let _ = writeln!(o, "{}", esc_path(dir));
         if let Some(h) = &s.header {
             let _ = writeln!(o, "  command: {}", esc(&h.command_line.join(" ")));
             let _ = writeln!(
@@ -218,9 +226,8 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
         for w in &s.warnings {
             let _ = writeln!(o, "  warning: {}", esc(w));
         }
-        crate::term::print(&o)?;
+        Ok(o)
     }
-    Ok(0)
 }
 
 /// The device limits of `gpufl info`, on one line.

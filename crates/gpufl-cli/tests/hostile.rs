@@ -324,7 +324,19 @@ fn row5_decompression_is_capped_per_block_and_per_session() {
     let tmp = TempDir::new("row5");
     let good = testdata_session("stream_sync_loop-1427");
     let head = std::fs::read(good.join("trace-0000.ndjson.zst")).unwrap();
-    for (name, byte, declare) in [("zeros", 0u8, false), ("declared", b'x', true)] {
+    // Without a declared size, the bomb decodes until the limit per file (1000 times its size,
+    // at least 64 MiB); with the ratio raised, until the limit per block (256 MiB), streamed; with
+    // a declared size over the block limit, it is refused before decoding.
+    let per_file =
+        "the limit per file (1000 times its size, at least 64 MiB; GPUFL_MAX_RATIO raises it)";
+    let per_block = "the limit per block (GPUFL_MAX_BLOCK_MB raises it)";
+    let raised = [("GPUFL_MAX_RATIO", "1000000")];
+    for (name, byte, declare, env, warning) in [
+        ("zeros", 0u8, false, &[][..], per_file),
+        ("newlines", b'\n', false, &[][..], per_file),
+        ("ratio", b'x', false, &raised[..], per_block),
+        ("declared", b'x', true, &[][..], per_block),
+    ] {
         let dir = tmp.join(name);
         std::fs::create_dir_all(&dir).unwrap();
         // A real session's blocks, then the bomb: what comes before it is still reported.
@@ -334,15 +346,14 @@ fn row5_decompression_is_capped_per_block_and_per_session() {
         assert!(bytes.len() < head.len() + 40_000);
         let d = dir.to_str().unwrap();
         for args in [vec!["info", d], vec!["report", d]] {
-            let o = gpufl(&args, &[]);
+            let o = gpufl(&args, env);
             assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
-            assert!(o.max_rss <= 100 * MB, "{args:?}: {} MB", o.max_rss / MB);
             assert!(
-                o.stdout
-                    .contains("limit per block (GPUFL_MAX_BLOCK_MB raises it)"),
-                "{args:?}: {}",
-                o.stdout
+                o.max_rss <= 100 * MB,
+                "{name} {args:?}: {} MB",
+                o.max_rss / MB
             );
+            assert!(o.stdout.contains(warning), "{name} {args:?}: {}", o.stdout);
         }
         let o = gpufl(&["info", d], &[]);
         assert!(o.stdout.contains("600 kernels"), "{}", o.stdout);

@@ -1,7 +1,7 @@
 //! Decoding the zstd blocks of a trace file, one whole block at a time (streaming only the rare
 //! block too large to hold), within the reader's [`ReadLimits`].
 
-use crate::limits::{mib, ReadLimits, ENV_MAX_BLOCK_MB, ENV_MAX_SESSION_MB};
+use crate::limits::{mib, ReadLimits, ENV_MAX_BLOCK_MB, ENV_MAX_RATIO, ENV_MAX_SESSION_MB};
 use std::collections::HashSet;
 use std::hash::Hasher;
 use std::io::{BufRead, Read};
@@ -44,8 +44,10 @@ pub(crate) struct FrameReader<R: BufRead> {
     pending: Option<std::io::Error>,
     done: bool,
     limits: ReadLimits,
-    /// Decompressed bytes this reader may produce (what is left of the session's budget).
+    /// Decompressed bytes this reader may produce (what is left of the session's budget, or the
+    /// file's own by its size when smaller: `ratio_bound`).
     budget: u64,
+    ratio_bound: bool,
     /// Decompressed bytes produced so far.
     decoded: u64,
     /// Inside a block too large to hold: its bytes decoded so far.
@@ -60,7 +62,12 @@ fn limit_error(msg: String) -> std::io::Error {
 }
 
 impl<R: BufRead> FrameReader<R> {
-    pub(crate) fn new(input: R, limits: ReadLimits, budget: u64, seen: BlockSet) -> Self {
+    pub(crate) fn new(
+        input: R,
+        limits: ReadLimits,
+        (budget, ratio_bound): (u64, bool),
+        seen: BlockSet,
+    ) -> Self {
         let mut dctx = zstd::zstd_safe::DCtx::create();
         let _ = dctx.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(WINDOW_LOG_MAX));
         FrameReader {
@@ -73,6 +80,7 @@ impl<R: BufRead> FrameReader<R> {
             done: false,
             limits,
             budget,
+            ratio_bound,
             decoded: 0,
             streaming: None,
             seen,
@@ -106,6 +114,14 @@ impl<R: BufRead> FrameReader<R> {
             return Err(limit_error(format!(
                 "block {block} decompresses to more than {}, the limit per block ({ENV_MAX_BLOCK_MB} raises it): reading stopped there",
                 mib(self.limits.max_block_bytes)
+            )));
+        }
+        if self.decoded > self.budget && self.ratio_bound {
+            return Err(limit_error(format!(
+                "the file decompresses to more than {}, the limit per file ({} times its size, at least {}; {ENV_MAX_RATIO} raises it): reading stopped in block {block}",
+                mib(self.budget),
+                self.limits.max_ratio,
+                mib(crate::limits::RATIO_FLOOR)
             )));
         }
         if self.decoded > self.budget {

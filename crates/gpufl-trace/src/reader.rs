@@ -153,9 +153,12 @@ impl TraceReader {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = BufReader::new(open_regular(path)?);
+        let file = open_regular(path)?;
+        let size = file.metadata().map_err(io)?.len();
+        let mut file = BufReader::new(file);
         let head = file.fill_buf().map_err(io)?;
         let input: Box<dyn Input> = if head.starts_with(&ZSTD_MAGIC) {
+            let budget = limits.file_budget(size, budget);
             Box::new(FrameReader::new(file, limits, budget, seen))
         } else if head.is_empty() || head[0] == b'{' {
             Box::new(Plain(file))
@@ -186,10 +189,11 @@ impl TraceReader {
     ) -> Result<Self, TraceError> {
         let source = source.into();
         let input: Box<dyn Input> = if bytes.starts_with(&ZSTD_MAGIC) {
+            let budget = limits.file_budget(bytes.len() as u64, limits.max_session_bytes);
             Box::new(FrameReader::new(
                 std::io::Cursor::new(bytes),
                 limits,
-                limits.max_session_bytes,
+                budget,
                 BlockSet::default(),
             ))
         } else if bytes.is_empty() || bytes[0] == b'{' {
@@ -530,6 +534,14 @@ impl Iterator for TraceReader {
             match self.input.fill_buf() {
                 Ok(b) if !b.is_empty() => {
                     if let Some(nl) = memchr::memchr(b'\n', b) {
+                        if nl == 0 {
+                            // A run of empty lines (never written; hostile input can hold a
+                            // billion of them): skipped at once, not one by one.
+                            let n = b.iter().take_while(|&&c| c == b'\n').count();
+                            self.line_no += n as u64;
+                            self.input.consume(n);
+                            continue;
+                        }
                         self.line_no += 1;
                         let rec = self.st.parse_line(&b[..nl]);
                         self.input.consume(nl + 1);
