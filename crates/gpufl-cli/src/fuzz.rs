@@ -231,7 +231,27 @@ fn memchr_all(b: &[u8]) -> Vec<usize> {
 /// A hostile line or block of lines.
 fn hostile_lines(rng: &mut Rng) -> String {
     let id = rng.pick(&["0", "7", "4294967295", "200000000", "4294967294"]);
-    match rng.below(12) {
+    match rng.below(13) {
+        12 => {
+            // Many distinct devices, contexts and streams (per-device and per-stream work must
+            // stay linear).
+            let max = if rng.chance(20) { 60_000 } else { 5_000 };
+            let n = 1 + rng.below(max);
+            let (d, c) = (rng.chance(50), rng.chance(70));
+            let mut s = String::with_capacity(n * 300);
+            for i in 0..n {
+                let dev = if d { i } else { i % 2 };
+                let ctx = if c { i } else { 1 };
+                s += &format!(
+                    "{{\"t\":\"stream\",\"ctx\":{ctx},\"stream\":{i},\"role\":\"{}\"}}\n{{\"t\":\"memcpy\",\"kind\":\"HtoD\",\"src_kind\":\"pageable\",\"dst_kind\":\"device\",\"bytes\":4,\"start\":{},\"end\":{},\"dev\":{dev},\"ctx\":{ctx},\"stream\":{i},\"corr\":{i}}}\n{{\"t\":\"telemetry\",\"ts\":{},\"dev\":{dev},\"gpu_util\":5}}\n",
+                    if i % 3 == 0 { "legacy_default" } else { "other" },
+                    1000 + i * 10,
+                    1004 + i * 10,
+                    1000 + i * 10
+                );
+            }
+            s
+        }
         0 => format!("{{\"t\":\"str\",\"id\":{id},\"s\":\"{}\"}}\n", rng.pick(NASTY_STRINGS)),
         1 => format!(
             "{{\"t\":\"frame\",\"id\":{id},\"kind\":\"python\",\"func\":{},\"file\":{},\"line\":{}}}\n",
