@@ -929,6 +929,46 @@ fn model_keeps_at_most_64_devices_and_many_contexts_and_streams() {
 }
 
 #[test]
+fn kernel_table_of_many_names_on_many_devices_counts_each_pair() {
+    // 10,000 names on 64 devices: (name, device) cells far outnumber the kernels, so the table
+    // numbers only the pairs present; every row must still be right.
+    let n = 10_000u32;
+    let mut recs = Vec::new();
+    for i in 0..n {
+        recs.push(Record::Str(StrRecord {
+            id: StrId(i),
+            s: format!("kernel_{i}"),
+        }));
+        for rep in 0..2u64 {
+            let t = 1_000 + 100 * (2 * i as u64 + rep);
+            recs.push(Record::Kernel(Kernel {
+                name: StrId(i),
+                start: t,
+                end: t + 10 + i as u64 % 7,
+                dev: i % 64,
+                ctx: 1 + i % 64,
+                stream: 7,
+                corr: 2 * i + rep as u32 + 1,
+                grid: [1 + rep as i32, 1, 1],
+                block: [32, 1, 1],
+                ..Kernel::default()
+            }));
+        }
+    }
+    let a = analyze(&Model::load(recs), &Config::default());
+    let rows = &a.kernels.rows;
+    assert_eq!(rows.len(), n as usize);
+    for r in rows {
+        let i: u32 = r.name.trim_start_matches("kernel_").parse().unwrap();
+        assert_eq!(r.device, i % 64, "{}", r.name);
+        assert_eq!(r.launches, 2);
+        assert_eq!(r.configs, 2, "two grid sizes");
+        assert_eq!(r.total_ns, 2 * (10 + i as u64 % 7));
+        assert_eq!(r.variants.iter().map(|v| v.launches).sum::<u64>(), 2);
+    }
+}
+
+#[test]
 fn model_memory_is_at_most_64_bytes_per_record() {
     let mut b = B::new();
     let st = b.user_stack("/src/a.cu", 1, "f");
