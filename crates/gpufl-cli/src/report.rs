@@ -1,7 +1,7 @@
 //! `gpufl report`: the insights of one or more sessions, ranked by time impact.
 
 use crate::summary::expand_sessions;
-pub(crate) use crate::term::esc;
+use crate::term::esc;
 use anyhow::Result;
 use clap::Args;
 use gpufl_analysis::{
