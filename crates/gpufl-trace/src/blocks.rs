@@ -33,8 +33,8 @@ pub(crate) type BlockSet = Arc<Mutex<HashSet<(u64, u64)>>>;
 /// it was being written) yields what decoded before the cut, then an `UnexpectedEof` error.
 /// A block that decodes to more than [`HOLD_BYTES`] is released as it decodes; one over
 /// `limits.max_block_bytes`, or decoding past the session's budget, ends reading with an error.
-/// A block whose compressed bytes equal an earlier block's of the session (and that holds more
-/// than one line: a lone `dropped` record may repeat) is skipped with a warning.
+/// A block whose compressed bytes equal an earlier block's of the session (and that holds a record
+/// that cannot repeat: see [`unrepeatable`]) is skipped with a warning.
 pub(crate) struct FrameReader<R: BufRead> {
     input: R,
     dctx: zstd::zstd_safe::DCtx<'static>,
@@ -198,12 +198,9 @@ impl<R: BufRead> FrameReader<R> {
                     self.blocks = n;
                     let key = (compressed, hash.finish());
                     let first = self.seen.lock().map_or(true, |mut s| s.insert(key));
-                    if !first && self.out.len() > 1 {
-                        let body = &self.out[..self.out.len() - 1];
-                        if memchr::memchr(b'\n', body).is_some() {
-                            self.duplicates += 1;
-                            self.out.clear();
-                        }
+                    if !first && unrepeatable(&self.out) {
+                        self.duplicates += 1;
+                        self.out.clear();
                     }
                     return Ok(true);
                 }
@@ -284,6 +281,23 @@ impl<R: BufRead> FrameReader<R> {
             }
         }
     }
+}
+
+/// Whether a block's content can only have been written once: it holds a timed record (`start`,
+/// `ts`), an interned definition or a header. A block of untimed records only (`dropped`,
+/// `notice`, `stream`, `function`) may legitimately repeat byte for byte.
+fn unrepeatable(block: &[u8]) -> bool {
+    const MARKS: [&[u8]; 6] = [
+        b"\"start\":",
+        b"\"ts\":",
+        b"{\"t\":\"str\"",
+        b"{\"t\":\"frame\"",
+        b"{\"t\":\"stack\"",
+        b"{\"t\":\"header\"",
+    ];
+    MARKS
+        .iter()
+        .any(|m| memchr::memmem::find(block, m).is_some())
 }
 
 impl<R: BufRead> BufRead for FrameReader<R> {

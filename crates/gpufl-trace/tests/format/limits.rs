@@ -162,3 +162,34 @@ fn lines_over_the_limit_are_skipped_without_being_held() {
         );
     }
 }
+
+#[test]
+fn a_repeated_block_of_untimed_records_is_kept() {
+    // Two blocks that hold the same two `dropped` records, byte for byte: legitimate (nothing in
+    // them is timed), so both are read and the end counts agree.
+    let header = minimal_header("rep");
+    let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+    w.end_block().unwrap();
+    let d = |source: &str| {
+        Record::Dropped(Dropped {
+            source: source.into(),
+            count: 3,
+        })
+    };
+    for _ in 0..2 {
+        w.write(&d("cupti")).unwrap();
+        w.write(&d("buffer_pool")).unwrap();
+        w.end_block().unwrap();
+    }
+    let bytes = w.finish(1, "test").unwrap();
+    let (got, warnings) = read_with(&bytes, ReadLimits::default());
+    let dropped: u64 = got
+        .iter()
+        .map(|r| match r {
+            Record::Dropped(d) => d.count,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(dropped, 12);
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
