@@ -57,8 +57,20 @@ pub(crate) struct FrameReader<R: BufRead> {
     warnings: Vec<String>,
 }
 
+/// A read limit was reached (carried inside an `io::Error` to the reader, which words it so).
+#[derive(Debug)]
+pub(crate) struct LimitReached(pub(crate) String);
+
+impl std::fmt::Display for LimitReached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LimitReached {}
+
 fn limit_error(msg: String) -> std::io::Error {
-    std::io::Error::other(msg)
+    std::io::Error::other(LimitReached(msg))
 }
 
 impl<R: BufRead> FrameReader<R> {

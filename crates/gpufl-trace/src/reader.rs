@@ -376,7 +376,10 @@ fn skip_line(input: &mut dyn Input) -> std::io::Result<bool> {
 
 impl State {
     fn read_error(&mut self, line_no: u64, e: &std::io::Error) {
-        let msg = if e.kind() == std::io::ErrorKind::Other && e.to_string().contains("limit") {
+        let limit = e
+            .get_ref()
+            .is_some_and(|x| x.is::<crate::blocks::LimitReached>());
+        let msg = if limit {
             format!(
                 "{}: reading stopped after line {line_no}: {e}; the records before it were read",
                 self.source
