@@ -58,16 +58,9 @@ pub(crate) struct FrameReader<R: BufRead> {
 }
 
 /// A read limit was reached (carried inside an `io::Error` to the reader, which words it so).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub(crate) struct LimitReached(pub(crate) String);
-
-impl std::fmt::Display for LimitReached {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for LimitReached {}
 
 fn limit_error(msg: String) -> std::io::Error {
     std::io::Error::other(LimitReached(msg))
