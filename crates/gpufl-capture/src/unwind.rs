@@ -379,6 +379,8 @@ mod imp {
 
     /// Modules whose unwind tables [`prefault`] already brought in, by text start.
     static PREFAULTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    /// The snapshot generation [`prefault`] last went through (it only has work after a rebuild).
+    static PREFAULTED_GENERATION: AtomicU64 = AtomicU64::new(0);
 
     /// Bring every module's unwind tables into this process's page tables, once per module, on
     /// the calling (writer) thread: a walk on the hot path then meets no page fault in them. In a
@@ -386,9 +388,13 @@ mod imp {
     /// (a binary search over `.eh_frame_hdr`), each fault some microseconds, and far more under a
     /// sandboxing kernel such as gVisor.
     fn prefault(snap: &Snapshot) {
+        if PREFAULTED_GENERATION.load(Ordering::Relaxed) == snap.generation {
+            return;
+        }
         let Ok(mut done) = PREFAULTED.try_lock() else {
             return;
         };
+        PREFAULTED_GENERATION.store(snap.generation, Ordering::Relaxed);
         for m in &snap.modules {
             if done.contains(&m.range.start) {
                 continue;
@@ -514,17 +520,6 @@ mod imp {
         OutOfTime,
     }
 
-    /// CLOCK_MONOTONIC (vDSO), ns: the bound of a walk.
-    fn mono_fine_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid out-pointer; CLOCK_MONOTONIC is served by the vDSO.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
-    }
-
     /// Walk the stack. Returns the frame count, the last good frame address, and how the walk
     /// ended. With a `deadline` (mono_fine_ns), the clock is read every 4 frames.
     fn walk(
@@ -580,14 +575,24 @@ mod imp {
         (n, last, WalkEnd::Complete)
     }
 
-    fn mono_ns() -> u64 {
+    /// `clock` (CLOCK_MONOTONIC for a walk's bound, CLOCK_MONOTONIC_COARSE for rescan intervals;
+    /// both served by the vDSO), ns.
+    fn clock_ns(clock: libc::clockid_t) -> u64 {
         let mut ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        // SAFETY: valid out-pointer; CLOCK_MONOTONIC_COARSE is served by the vDSO.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        // SAFETY: valid out-pointer.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
         (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+    }
+
+    fn mono_ns() -> u64 {
+        clock_ns(libc::CLOCK_MONOTONIC_COARSE)
+    }
+
+    fn mono_fine_ns() -> u64 {
+        clock_ns(libc::CLOCK_MONOTONIC)
     }
 
     /// Rate-limited rescan, attempted only if `suspicious()` (evaluated after the cheap time
