@@ -251,10 +251,18 @@ fn render_calls(out: &mut String, s: &gpufl_analysis::Sampling) {
     } else {
         String::new()
     };
-    let _ = writeln!(
-        out,
-        "\n  Calls per line ({of}estimated from sampled call sites)"
-    );
+    if s.call_sites == "windows" {
+        let _ = writeln!(
+            out,
+            "\n  Calls per line ({of}counted in the windows only: {:.1} % of the run)",
+            s.coverage * 100.0
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "\n  Calls per line ({of}estimated from sampled call sites)"
+        );
+    }
     let _ = writeln!(
         out,
         "    {:>10} {:>8}  {:<22} line",

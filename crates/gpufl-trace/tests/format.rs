@@ -135,6 +135,7 @@ fn sample_header() -> Header {
             started_by: "test".into(),
             telemetry_ms: Some(100),
             mode: None,
+            call_sites: None,
         },
         capture: CaptureStatus {
             status: "partial".into(),
