@@ -523,7 +523,8 @@ mod tests {
             })
             .unwrap();
         }
-        sink.take_decoded(Decoded::Memcpy(Memcpy::default())).unwrap();
+        sink.take_decoded(Decoded::Memcpy(Memcpy::default()))
+            .unwrap();
         assert_eq!(sink.incomplete, 4);
         let counts = sink.finish("test").unwrap();
         std::fs::remove_file(&path).ok();

@@ -89,6 +89,45 @@ impl<R: BufRead> FrameReader<R> {
     }
 }
 
+impl<R: BufRead> FrameReader<R> {
+    /// Number the blocks of this input from `before + 1` (a stretch of a file whose first `before`
+    /// blocks are decoded elsewhere), so errors name the same block as a reader of the whole file.
+    pub(crate) fn blocks_before(mut self, before: u64) -> Self {
+        self.blocks = before;
+        self
+    }
+
+    /// The next block's bytes into `out` (its contents replaced, its capacity reused), with the
+    /// errors and end of [`BufRead::fill_buf`]: Ok(false) at a clean end, a truncated block's bytes
+    /// then its error at the next call, nothing of a corrupt block. Not to be mixed with `fill_buf`.
+    pub(crate) fn read_block_into(&mut self, out: &mut Vec<u8>) -> std::io::Result<bool> {
+        if let Some(e) = self.pending.take() {
+            self.done = true;
+            return Err(e);
+        }
+        if self.done {
+            return Ok(false);
+        }
+        std::mem::swap(&mut self.out, out);
+        let res = self.next_block();
+        std::mem::swap(&mut self.out, out);
+        self.out.clear();
+        self.pos = 0;
+        match res {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                self.done = true;
+                Ok(false)
+            }
+            Err(e) => {
+                out.clear();
+                self.done = true;
+                Err(e)
+            }
+        }
+    }
+}
+
 impl<R: BufRead> BufRead for FrameReader<R> {
     fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
         loop {

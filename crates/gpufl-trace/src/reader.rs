@@ -23,14 +23,15 @@ pub struct TraceReader {
 }
 
 /// What parsing a line updates (apart from the input, so a line can be parsed in place while the
-/// input's buffer is borrowed).
-struct State {
-    source: String,
-    warnings: Vec<String>,
-    bad_lines: u64,
-    unknown_types: BTreeMap<String, u64>,
-    header_version: Option<u32>,
-    saw_end: bool,
+/// input's buffer is borrowed). The parallel reader ([`crate::par`]) keeps one per block and adds
+/// them up in order.
+pub(crate) struct State {
+    pub(crate) source: String,
+    pub(crate) warnings: Vec<String>,
+    pub(crate) bad_lines: u64,
+    pub(crate) unknown_types: BTreeMap<String, u64>,
+    pub(crate) header_version: Option<u32>,
+    pub(crate) saw_end: bool,
 }
 
 impl TraceReader {
@@ -83,35 +84,14 @@ impl TraceReader {
             buf: Vec::with_capacity(1024),
             line_no: 0,
             done: false,
-            st: State {
-                source,
-                warnings: Vec::new(),
-                bad_lines: 0,
-                unknown_types: BTreeMap::new(),
-                header_version: None,
-                saw_end: false,
-            },
+            st: State::new(source),
         }
     }
 
     /// Problems met so far (truncation, corrupt lines, unknown record types). Complete once the
     /// iterator returned `None`.
     pub fn warnings(&self) -> Vec<String> {
-        let st = &self.st;
-        let mut w = st.warnings.clone();
-        if st.bad_lines > 0 {
-            w.push(format!(
-                "{}: skipped {} line(s) that are not valid records",
-                st.source, st.bad_lines
-            ));
-        }
-        for (t, n) in &st.unknown_types {
-            w.push(format!(
-                "{}: skipped {n} record(s) of unknown type '{t}' (written by a newer gpufl?)",
-                st.source
-            ));
-        }
-        w
+        self.st.report()
     }
 
     /// Records of unknown types skipped so far, by type.
@@ -125,30 +105,11 @@ impl TraceReader {
         let st = &mut self.st;
         match self.input.read_until(b'\n', &mut self.buf) {
             Ok(0) => {
-                // A clean end of input without an `end` record: the writer never finished this file
-                // (crash, kill, or still running). Closed blocks end on record boundaries, so the
-                // loss of every block after the last flushed one is invisible to the decoder.
-                if !st.saw_end {
-                    st.warnings.push(if self.line_no == 0 {
-                        format!(
-                            "{}: empty: the recorder stopped before its first block was written",
-                            st.source
-                        )
-                    } else {
-                        format!(
-                            "{}: no end record after line {}: the trace was not closed (the recorder crashed, was killed or is still running); records after the last complete block are missing",
-                            st.source, self.line_no
-                        )
-                    });
-                }
+                st.clean_end(self.line_no);
                 None
             }
             Ok(_) if self.buf.last() != Some(&b'\n') => {
-                st.warnings.push(format!(
-                    "{}: truncated: the last record (line {}) is incomplete and was dropped",
-                    st.source,
-                    self.line_no + 1
-                ));
+                st.truncated_line(self.line_no);
                 None
             }
             Ok(_) => {
@@ -164,14 +125,85 @@ impl TraceReader {
 }
 
 impl State {
-    fn read_error(&mut self, line_no: u64, e: &std::io::Error) {
+    pub(crate) fn new(source: String) -> State {
+        State {
+            source,
+            warnings: Vec::new(),
+            bad_lines: 0,
+            unknown_types: BTreeMap::new(),
+            header_version: None,
+            saw_end: false,
+        }
+    }
+
+    /// The warnings of [`TraceReader::warnings`]: those met, then the skipped lines and types.
+    pub(crate) fn report(&self) -> Vec<String> {
+        let mut w = self.warnings.clone();
+        if self.bad_lines > 0 {
+            w.push(format!(
+                "{}: skipped {} line(s) that are not valid records",
+                self.source, self.bad_lines
+            ));
+        }
+        for (t, n) in &self.unknown_types {
+            w.push(format!(
+                "{}: skipped {n} record(s) of unknown type '{t}' (written by a newer gpufl?)",
+                self.source
+            ));
+        }
+        w
+    }
+
+    /// Add what a later stretch of the same trace met (parsed on its own, e.g. on another thread).
+    pub(crate) fn absorb(&mut self, later: State) {
+        self.warnings.extend(later.warnings);
+        self.bad_lines += later.bad_lines;
+        for (t, n) in later.unknown_types {
+            *self.unknown_types.entry(t).or_insert(0) += n;
+        }
+        if later.header_version.is_some() {
+            self.header_version = later.header_version;
+        }
+        self.saw_end |= later.saw_end;
+    }
+
+    /// A clean end of input after `line_no` lines.
+    pub(crate) fn clean_end(&mut self, line_no: u64) {
+        // A clean end of input without an `end` record: the writer never finished this file
+        // (crash, kill, or still running). Closed blocks end on record boundaries, so the
+        // loss of every block after the last flushed one is invisible to the decoder.
+        if !self.saw_end {
+            self.warnings.push(if line_no == 0 {
+                format!(
+                    "{}: empty: the recorder stopped before its first block was written",
+                    self.source
+                )
+            } else {
+                format!(
+                    "{}: no end record after line {line_no}: the trace was not closed (the recorder crashed, was killed or is still running); records after the last complete block are missing",
+                    self.source
+                )
+            });
+        }
+    }
+
+    /// The input ended inside the line after `line_no` complete lines.
+    pub(crate) fn truncated_line(&mut self, line_no: u64) {
+        self.warnings.push(format!(
+            "{}: truncated: the last record (line {}) is incomplete and was dropped",
+            self.source,
+            line_no + 1
+        ));
+    }
+
+    pub(crate) fn read_error(&mut self, line_no: u64, e: &std::io::Error) {
         self.warnings.push(format!(
             "{}: truncated or corrupt after line {line_no} ({e}); the records before it were read",
             self.source
         ));
     }
 
-    fn parse_line(&mut self, line: &[u8]) -> Option<Record> {
+    pub(crate) fn parse_line(&mut self, line: &[u8]) -> Option<Record> {
         let line = trim_line(line);
         if line.is_empty() {
             return None;
