@@ -6,7 +6,7 @@ use clap::Args;
 use gpufl_analysis::{
     analyze, Analysis, Config, FrameFilter, FrameOrigin, Insight, Model, Severity,
 };
-use gpufl_trace::SessionReader;
+use gpufl_trace::ParSessionReader;
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -33,6 +33,9 @@ pub struct ReportArgs {
     /// Colours: auto (on a terminal, unless NO_COLOR is set), always, never.
     #[arg(long, default_value = "auto")]
     color: String,
+    /// Threads to decode and analyse with (default: GPUFL_THREADS, else every available core).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
 }
 
 /// One session's report, as `--json` prints it.
@@ -57,9 +60,13 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     }
     filter.exclude.extend(args.exclude.iter().cloned());
     let cfg = Config { filter };
+    let threads = match args.threads {
+        Some(n) if n > 0 => n.min(gpufl_trace::par::MAX_THREADS),
+        _ => gpufl_trace::default_threads(),
+    };
     let mut reports = Vec::new();
     for dir in dirs {
-        let mut reader = SessionReader::open(&dir)?;
+        let mut reader = ParSessionReader::open(&dir, threads)?;
         let mut model = Model::load(reader.by_ref());
         model.add_warnings(reader.warnings());
         let analysis = analyze(&model, &cfg);
