@@ -13,7 +13,7 @@
 //! One JSON object per run on stdout, a summary on stderr. `--save` writes the generated trace (so
 //! later runs can `--input` it instead of generating, ~1 min for 10 M records).
 
-use gpufl_analysis::{analyze, Config, Model};
+use gpufl_analysis::{analyze_on, Config, Model};
 use gpufl_trace::{ParTraceReader, Record, TraceReader};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -118,7 +118,7 @@ fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: 
     let load_s = t.elapsed().as_secs_f64();
     let kept = CURRENT.load(Relaxed).saturating_sub(base);
     let t = Instant::now();
-    let a = analyze(&m, &Config::default());
+    let a = analyze_on(&m, &Config::default(), threads);
     let analyze_s = t.elapsed().as_secs_f64();
     let peak = PEAK.load(Relaxed).saturating_sub(base);
     let records = m.kernel_count() + m.copy_count() + m.sync_count();

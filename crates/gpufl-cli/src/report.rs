@@ -4,7 +4,7 @@ use crate::summary::expand_sessions;
 use anyhow::Result;
 use clap::Args;
 use gpufl_analysis::{
-    analyze, Analysis, Config, FrameFilter, FrameOrigin, Insight, Model, Severity,
+    analyze_on, Analysis, Config, FrameFilter, FrameOrigin, Insight, Model, Severity,
 };
 use gpufl_trace::ParSessionReader;
 use serde::Serialize;
@@ -69,7 +69,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         let mut reader = ParSessionReader::open(&dir, threads)?;
         let mut model = Model::load(reader.by_ref());
         model.add_warnings(reader.warnings());
-        let analysis = analyze(&model, &cfg);
+        let analysis = analyze_on(&model, &cfg, threads);
         let header = model.header();
         reports.push(SessionReport {
             session: dir.display().to_string(),
