@@ -136,11 +136,45 @@ struct Piece {
     error: Option<std::io::Error>,
 }
 
-/// A worker's buffers, reused from unit to unit.
+/// A worker's buffers and zstd context, reused from unit to unit.
 #[derive(Default)]
 struct Scratch {
     decoded: Vec<u8>,
     more: Vec<u8>,
+    dctx: Option<zstd::zstd_safe::DCtx<'static>>,
+}
+
+/// A whole frame is decoded in one call (straight into `decoded`, no copy out of zstd's window)
+/// into a buffer of up to this size; larger ones stream.
+const ONE_SHOT_MAX: usize = 256 << 20;
+
+/// Decode one whole zstd frame in one call; false (and `decoded` empty) if it cannot be, for any
+/// reason: the streaming decoder then decodes it, with the sequential reader's errors.
+fn one_shot(sc: &mut Scratch, frame: &[u8]) -> bool {
+    use zstd::zstd_safe;
+    // The decoded size when the frame states it; else the buffer grows until the frame fits
+    // (trace blocks decode to ~15 times their size).
+    let mut cap = match zstd_safe::get_frame_content_size(frame) {
+        Ok(Some(n)) => usize::try_from(n).unwrap_or(usize::MAX),
+        _ => sc.decoded.capacity().max(frame.len().saturating_mul(16)),
+    };
+    let dctx = sc.dctx.get_or_insert_with(zstd_safe::DCtx::create);
+    while cap <= ONE_SHOT_MAX {
+        sc.decoded.clear();
+        sc.decoded.reserve(cap);
+        match dctx.decompress(&mut sc.decoded, frame) {
+            Ok(_) => return true,
+            Err(code) => {
+                sc.decoded.clear();
+                let _ = dctx.reset(zstd_safe::ResetDirective::SessionOnly);
+                if zstd_safe::get_error_name(code) != "Destination buffer is too small" {
+                    return false;
+                }
+                cap = cap.saturating_mul(2).max(sc.decoded.capacity() + 1);
+            }
+        }
+    }
+    false
 }
 
 fn process(sh: &Shared, i: usize, sc: &mut Scratch) -> Piece {
@@ -150,6 +184,7 @@ fn process(sh: &Shared, i: usize, sc: &mut Scratch) -> Piece {
     let mut error = None;
     let data: &[u8] = match u.kind {
         Kind::Plain => bytes,
+        Kind::Frame if one_shot(sc, bytes) => &sc.decoded,
         Kind::Frame | Kind::Rest => {
             let mut fr = FrameReader::new(bytes).blocks_before(u.blocks_before);
             sc.decoded.clear();
