@@ -1,7 +1,8 @@
 //! Analysis throughput: decode a synthetic 10-million-record session held in memory (NDJSON in
 //! zstd blocks, written by `TraceWriter`), build the `Model`, run `analyze`.
 //!
-//! `cargo bench -p gpufl-analysis --bench load` (GPUFL_BENCH_RECORDS=N for another size). Before
+//! `cargo bench -p gpufl-analysis --bench load` (GPUFL_BENCH_RECORDS=N for another size; the
+//! parallel runs use GPUFL_THREADS threads, default every core). Before
 //! criterion's runs it prints a one-shot breakdown: time per phase and memory, counted by a global
 //! allocator (model bytes per record = heap the model keeps; peak = the most heap held at once
 //! while decoding, loading and analysing, the input bytes excluded).
@@ -9,7 +10,7 @@
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
-use gpufl_analysis::{analyze, Config, Model};
+use gpufl_analysis::{analyze, analyze_on, Config, Model};
 use gpufl_trace::*;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -31,6 +32,15 @@ fn pipeline(bytes: &[u8]) -> (Model, usize) {
     let a = analyze(&m, &Config::default());
     let n = a.insights.len();
     (m, n)
+}
+
+/// The same on `threads` threads: the parallel reader and `analyze_on` (the input shared, not
+/// copied).
+fn pipeline_on(bytes: &std::sync::Arc<Vec<u8>>, threads: usize) -> usize {
+    let mut r = ParTraceReader::from_shared(bytes.clone(), "bench", threads).unwrap();
+    let mut m = Model::load(r.by_ref());
+    m.add_warnings(r.warnings());
+    analyze_on(&m, &Config::default(), threads).insights.len()
 }
 
 fn breakdown(bytes: &[u8], n: usize) {
@@ -103,6 +113,18 @@ fn bench(c: &mut Criterion) {
         &bytes,
         |b, bytes| b.iter(|| pipeline(bytes).1),
     );
+    // The parallel reader and analysis on 1 thread and on every core (GPUFL_THREADS to choose):
+    // the standalone `decodebench` example measures 1..N threads and the peak heap of each.
+    let shared = std::sync::Arc::new(bytes);
+    let mut threads = vec![1, gpufl_trace::default_threads()];
+    threads.dedup();
+    for t in threads {
+        g.bench_with_input(
+            BenchmarkId::new(format!("parallel {t} threads: decode+load+analyze"), n),
+            &shared,
+            |b, bytes| b.iter(|| pipeline_on(bytes, t)),
+        );
+    }
     g.finish();
 }
 
