@@ -15,6 +15,8 @@ Run:    python bench/launch_bound.py --mode baseline [--steps 500] [--warmup 20]
         gpufl record -o DIR -- python bench/launch_bound.py --mode gpufl --repeat 5
         python bench/launch_bound.py --mode torch-profiler --profiler --repeat 5
 In-process A/B:  gpufl record -o DIR -- python bench/launch_bound.py --mode M --toggle 12
+        (--mode torch-profiler, not recorded: each recorded loop runs inside torch.profiler,
+        whose start and stop stay outside the timed loop)
         runs 12 cycles of three timed loops each: recording ON, then paused (OFF1), then paused
         again (OFF2), switching with gpufl_pause()/gpufl_resume() between loops (not timed).
         ON/OFF2 is the recording's cost with the process, GPU and memory layout held fixed;
@@ -143,7 +145,14 @@ def toggled(model, opt, x, y, steps, cycles, mode):
     on_ms, off1_ms, off2_ms = [], [], []
     for _ in range(cycles):
         switch(True)
-        on_ms.append(timed_loop(model, opt, x, y, steps)[0])
+        if mode == "torch-profiler":
+            # The recorded loop inside torch.profiler (CPU + CUDA); its start and its stop (which
+            # parses the events, synchronously) stay outside the timed loop.
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+                on_ms.append(timed_loop(model, opt, x, y, steps)[0])
+        else:
+            on_ms.append(timed_loop(model, opt, x, y, steps)[0])
         switch(False)
         off1_ms.append(timed_loop(model, opt, x, y, steps)[0])
         off2_ms.append(timed_loop(model, opt, x, y, steps)[0])

@@ -334,6 +334,8 @@ if has toggle; then
     case $1 in
       bare) $PY $LB bare ;;
       gpufl-full) gpufl record -q -o $T -- $PY $LB $1 ;;
+      gpufl-always-on) gpufl record -q --always-on -o $T -- $PY $LB $1 ;;
+      torch-profiler) $PY $LB torch-profiler ;;
       gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o $T -- $PY $LB $1 ;;
       gpufl-no-api) gpufl record -q --api-records none -o $T -- $PY $LB $1 ;;
       gpufl-kernels-only) env $KO $KR $PY $LB $1 ;;
@@ -358,6 +360,7 @@ if has toggle; then
   for d in $T/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -i "hardware\|HWTrace" | head -1; done | sort | uniq -c | tee -a "$OUT/summary.txt"
   d=$(ls -dt $T/*/ | tail -1)
   gpufl dump "$d" --type capture --limit 4 2>&1 | tee -a "$OUT/summary.txt"
+  for d in $T/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h -e "stack capture" -e "budget" | cut -c1-300; done | tail -4 | tee -a "$OUT/summary.txt"
   gpufl report --color never "$d" 2>&1 | grep -E "GPU [0-9]|paused" | tee -a "$OUT/summary.txt"
   rm -rf $T
 fi

@@ -324,3 +324,37 @@ def test_merged_native_and_python_stack():
     natives = [f for f in frames if f["kind"] == "native"]
     assert not any("libpython" in (f.get("module") or "") for f in natives), "interpreter frames cut"
     assert not any("gpufl_capture" in (f.get("module") or "") for f in natives), "own frames cut"
+
+
+def _py_lines(frames):
+    return [(f["function"], f["line"]) for f in frames if f["kind"] == "python"]
+
+
+def reuse_outer(which):
+    if which == 0:
+        return merged_stack()  # @reuse_a
+    return merged_stack()  # @reuse_b
+
+
+def test_merged_stacks_reuse_unchanged_outer_frames_but_not_changed_ones():
+    """Captures on one thread reuse the ids of the outer Python frames unchanged since the last
+    capture; a frame whose line changed, and every frame inside it, is looked up again."""
+    LIB.gpufl_test_capture_stack_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    LIB.gpufl_test_capture_stack_json.restype = ctypes.c_ssize_t
+    got = []
+    for which in (0, 1, 0, 0, 1):
+        got.append(_py_lines(reuse_outer(which))[:3])  # @reuse_loop
+    fn = "test_merged_stacks_reuse_unchanged_outer_frames_but_not_changed_ones"
+    for which, lines in zip((0, 1, 0, 0, 1), got):
+        want = [("merged_stack", line_of("merged")),
+                ("reuse_outer", line_of("reuse_b" if which else "reuse_a")),
+                (fn, line_of("reuse_loop"))]
+        assert lines == want, (which, lines)
+    # A deeper chain, then a shallower one at the same outer frames, then deeper again.
+    def deeper():
+        return merged_stack()  # @reuse_deeper
+    a = _py_lines(deeper())[:3]  # @reuse_d1
+    b = _py_lines(merged_stack())[:2]  # @reuse_d2
+    assert a == [("merged_stack", line_of("merged")), (f"{fn}.<locals>.deeper", line_of("reuse_deeper")),
+                 (fn, line_of("reuse_d1"))], a
+    assert b == [("merged_stack", line_of("merged")), (fn, line_of("reuse_d2"))], b

@@ -45,6 +45,6 @@ for d in "$TB"/*/*/; do
   [ -d "$d" ] || continue
   echo "-- $d" | tee -a "$OUT/summary.txt"
   gpufl info "$d" 2>&1 | grep -E "kernels|syncs|windows|files" | head -5 | tee -a "$OUT/summary.txt"
-  gpufl dump "$d" --type notice 2>/dev/null | grep -h -e "stack capture" -e "call-site" -e "budget" | cut -c1-300 | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type notice 2>/dev/null | grep -h -e "stack capture" -e "call-site" -e "budget" -e "\"debug\"" | cut -c1-400 | tee -a "$OUT/summary.txt"
 done
 rm -rf "$TB"

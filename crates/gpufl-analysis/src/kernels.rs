@@ -232,23 +232,87 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
     drop(group_of_id);
     drop(name_group);
     let ndev = devs.len().max(1);
-    let dev_index = |d: u32| devs.iter().position(|&x| x == d).unwrap_or(0);
+    // `devs` is sorted.
+    let dev_index = |d: u32| devs.binary_search(&d).unwrap_or(0);
     // Slots: (name group, device). Counting sort of the kernels' (start, end) by slot: one
-    // sequential pass to count, one to scatter, no gathers.
-    let nslots = group_names.len() * ndev;
-    let slot_of = |i: usize| -> usize {
-        launch_group[k.launch.get(i) as usize] as usize * ndev + dev_index(k.dev.get(i))
+    // sequential pass to count, one to scatter, no gathers. Slots are numbered densely
+    // (group × devices + device) unless that is far more than the kernels (many names on many
+    // devices: a hostile trace), then only the (group, device) pairs present are numbered.
+    let cells = |a: usize| (a as u64).saturating_mul(ndev as u64) <= 2 * nk as u64 + 4096;
+    let dense = cells(group_names.len());
+    let mut present: HashMap<(u32, u32), u32> = HashMap::new();
+    let kslot: Vec<u32> = if dense {
+        Vec::new()
+    } else {
+        (0..nk)
+            .map(|i| {
+                let key = (
+                    launch_group[k.launch.get(i) as usize],
+                    dev_index(k.dev.get(i)) as u32,
+                );
+                let n = present.len() as u32;
+                *present.entry(key).or_insert(n)
+            })
+            .collect()
     };
+    let nslots = if dense {
+        group_names.len() * ndev
+    } else {
+        present.len()
+    };
+    let slot_of = |i: usize| -> usize {
+        if dense {
+            launch_group[k.launch.get(i) as usize] as usize * ndev + dev_index(k.dev.get(i))
+        } else {
+            kslot[i] as usize
+        }
+    };
+    // The slots in (group, device) order.
+    let order: Vec<(usize, usize, usize)> = if dense {
+        (0..group_names.len())
+            .flat_map(|g| (0..ndev).map(move |di| (g, di, g * ndev + di)))
+            .collect()
+    } else {
+        let mut v: Vec<(usize, usize, usize)> = present
+            .iter()
+            .map(|(&(g, di), &s)| (g as usize, di as usize, s as usize))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    drop(present);
     let mut offsets: Vec<usize> = vec![0; nslots + 1];
-    // (launches, GPU ns) per (name, configuration) pair and device.
-    let mut per_launch: Vec<(u64, u64)> = vec![(0, 0); m.launches.len() * ndev];
+    // (launches, GPU ns) per (name, configuration) pair and device: dense, or only the pairs
+    // present when dense would be far more than the kernels.
+    let launch_dense = cells(m.launches.len());
+    let mut per_launch: Vec<(u64, u64)> = if launch_dense {
+        vec![(0, 0); m.launches.len() * ndev]
+    } else {
+        Vec::new()
+    };
+    let mut per_launch_map: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
     for i in 0..nk {
         offsets[slot_of(i) + 1] += 1;
         let d = k.end.get(i).saturating_sub(k.start.get(i));
-        let e = &mut per_launch[k.launch.get(i) as usize * ndev + dev_index(k.dev.get(i))];
+        let (l, di) = (k.launch.get(i), dev_index(k.dev.get(i)));
+        let e = if launch_dense {
+            &mut per_launch[l as usize * ndev + di]
+        } else {
+            per_launch_map.entry((l, di as u32)).or_default()
+        };
         e.0 += 1;
         e.1 += d;
     }
+    let launch_stats = |l: u32, di: usize| -> (u64, u64) {
+        if launch_dense {
+            per_launch[l as usize * ndev + di]
+        } else {
+            per_launch_map
+                .get(&(l, di as u32))
+                .copied()
+                .unwrap_or_default()
+        }
+    };
     for s in 0..nslots {
         offsets[s + 1] += offsets[s];
     }
@@ -284,9 +348,10 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
         })
         .collect();
     let mut rows: Vec<KernelRow> = Vec::new();
-    for (g, names) in group_names.iter().enumerate() {
-        for (di, &dev) in devs.iter().enumerate() {
-            let slot = g * ndev + di;
+    for &(g, di, slot) in &order {
+        let names = &group_names[g];
+        let Some(&dev) = devs.get(di) else { continue };
+        {
             let run = &mut pairs[offsets[slot]..offsets[slot + 1]];
             if run.is_empty() {
                 continue;
@@ -324,7 +389,7 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
             let mut variants: Vec<Variant> = group_launches[g]
                 .iter()
                 .filter_map(|&l| {
-                    let (n, ns) = per_launch[l as usize * ndev + di];
+                    let (n, ns) = launch_stats(l, di);
                     if n == 0 {
                         return None;
                     }

@@ -52,7 +52,7 @@ pub use kernels::{KernelRow, KernelTable};
 pub use model::{Model, Window, WindowReason};
 pub use occupancy::{Limiter, Occupancy, SmLimits};
 pub use sampling::{Basis, BasisKind, CallsPerLine, Sampling};
-pub use scopes::{RangeRollup, RangeSpan, ScopeRollup, ScopeSpan};
+pub use scopes::{rollup_path, RangeRollup, RangeSpan, ScopeRollup, ScopeSpan, MAX_SCOPE_DEPTH};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
 pub use totals::{totals, Totals};
 pub use userframe::{

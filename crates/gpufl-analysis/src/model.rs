@@ -106,8 +106,8 @@ pub struct Model {
     dropped: u64,
     first_ns: u64,
     last_ns: u64,
-    /// (ctx, stream, role) of the streams whose role the recorder wrote.
-    stream_roles: Vec<(u32, u32, StreamRole)>,
+    /// Role of each (ctx, stream) whose role the recorder wrote (the first record wins).
+    stream_roles: HashMap<(u32, u32), StreamRole>,
     /// `capture` records (ts, recording), in file order until loaded; then see `paused`.
     capture_marks: Vec<(u64, bool)>,
     /// Intervals in which recording was paused, sorted and disjoint (end `u64::MAX`: never resumed).
@@ -121,8 +121,12 @@ pub struct Model {
     /// Intervals in which the GPU was not observed, sorted and disjoint: paused intervals, and in
     /// an always-on session everything outside its windows (and outside its GPU records).
     unobserved: Vec<(u64, u64)>,
-    /// (ctx, dev) pairs seen on GPU records.
-    ctx_dev: Vec<(u32, u32)>,
+    /// Device of each context seen on GPU records (the first seen), and the last (ctx, dev) pair
+    /// (records come in runs of one context).
+    ctx_dev: HashMap<u32, u32>,
+    last_ctx_dev: Option<(u32, u32)>,
+    /// GPU records (and telemetry samples) of devices beyond the first [`MAX_DEVICES`]: ignored.
+    beyond_devices: u64,
     /// NVML samples, one series per device (`telemetry` records; they do not widen the session's
     /// time range: the sampler runs from the recorder's start to its end).
     telemetry: crate::telemetry::SeriesSet,
@@ -134,6 +138,10 @@ pub struct Model {
     /// Start/end ranges, as read.
     pub(crate) ranges: Vec<crate::scopes::RangeSpan>,
 }
+
+/// Distinct device ids a session may have (far more GPUs than any machine has): records of further
+/// devices are left out with a warning, so per-device work stays bounded whatever the trace.
+pub const MAX_DEVICES: usize = 64;
 
 /// Per-file id maps and lookup tables, alive only while loading.
 #[derive(Default)]
@@ -170,8 +178,10 @@ impl Model {
     fn observe(&mut self, ld: &mut Loader, rec: Record) {
         match rec {
             Record::Kernel(k) => {
+                if !self.gpu(k.ctx, k.dev) {
+                    return;
+                }
                 self.span(k.start, k.end);
-                self.gpu(k.ctx, k.dev);
                 let name = self.str_ref(ld, k.name);
                 let launch = self.launch_ref(ld, name, &k);
                 let c = &mut self.kernels;
@@ -184,8 +194,10 @@ impl Model {
                 c.dev.push(k.dev);
             }
             Record::Memcpy(r) => {
+                if !self.gpu(r.ctx, r.dev) {
+                    return;
+                }
                 self.span(r.start, r.end);
-                self.gpu(r.ctx, r.dev);
                 let (op, src, dst) = (
                     copy_kind_to_u8(r.kind),
                     mem_kind_to_u8(r.src_kind),
@@ -200,8 +212,10 @@ impl Model {
                 );
             }
             Record::Memset(r) => {
+                if !self.gpu(r.ctx, r.dev) {
+                    return;
+                }
                 self.span(r.start, r.end);
-                self.gpu(r.ctx, r.dev);
                 self.memsets += 1;
                 let mk = mem_kind_to_u8(r.mem_kind);
                 self.push_copy(
@@ -281,13 +295,7 @@ impl Model {
                 });
             }
             Record::Stream(s) => {
-                if !self
-                    .stream_roles
-                    .iter()
-                    .any(|r| (r.0, r.1) == (s.ctx, s.stream))
-                {
-                    self.stream_roles.push((s.ctx, s.stream, s.role));
-                }
+                self.stream_roles.entry((s.ctx, s.stream)).or_insert(s.role);
             }
             Record::Str(s) => {
                 let g = self.str_ref(ld, s.id);
@@ -344,7 +352,11 @@ impl Model {
             Record::Notice(n) if n.level != "info" => self
                 .warnings
                 .push(format!("recorder {}: {}", n.level, n.message)),
-            Record::Telemetry(t) => self.telemetry.push(&t),
+            Record::Telemetry(t) => {
+                if !self.telemetry.push(&t, MAX_DEVICES) {
+                    self.beyond_devices += 1;
+                }
+            }
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
         }
     }
@@ -407,22 +419,22 @@ impl Model {
         self.last_ns = self.last_ns.max(end.max(start));
     }
 
-    fn gpu(&mut self, ctx: u32, dev: u32) {
-        if self.ctx_dev.last() == Some(&(ctx, dev)) {
-            return;
+    /// Note a GPU record's context and device; false (the record is left out) for a device beyond
+    /// the first [`MAX_DEVICES`].
+    fn gpu(&mut self, ctx: u32, dev: u32) -> bool {
+        if self.last_ctx_dev == Some((ctx, dev)) {
+            return true;
         }
-        if !self.ctx_dev.contains(&(ctx, dev)) {
-            self.ctx_dev.push((ctx, dev));
-            if !self.devices.contains(&dev) {
-                self.devices.push(dev);
-                self.devices.sort_unstable();
+        if let Err(i) = self.devices.binary_search(&dev) {
+            if self.devices.len() >= MAX_DEVICES {
+                self.beyond_devices += 1;
+                return false;
             }
+            self.devices.insert(i, dev);
         }
-        // Keep the most recent pair last: records come in runs of one context.
-        if let Some(i) = self.ctx_dev.iter().position(|&p| p == (ctx, dev)) {
-            let p = self.ctx_dev.remove(i);
-            self.ctx_dev.push(p);
-        }
+        self.ctx_dev.entry(ctx).or_insert(dev);
+        self.last_ctx_dev = Some((ctx, dev));
+        true
     }
 
     fn str_ref(&mut self, ld: &mut Loader, id: StrId) -> u32 {
@@ -485,6 +497,12 @@ impl Model {
             self.warnings.push(format!(
                 "{} referenced but never defined (a lost block?): shown as '?'",
                 missing.join(", ")
+            ));
+        }
+        if self.beyond_devices > 0 {
+            self.warnings.push(format!(
+                "{} GPU record(s) and telemetry sample(s) of devices beyond the first {MAX_DEVICES} device ids: ignored (a corrupt trace?)",
+                self.beyond_devices
             ));
         }
         if self.inverted > 0 {
@@ -674,15 +692,12 @@ impl Model {
 
     /// Device of a context, if a GPU record of that context was seen.
     pub fn device_of_ctx(&self, ctx: u32) -> Option<u32> {
-        self.ctx_dev.iter().find(|p| p.0 == ctx).map(|p| p.1)
+        self.ctx_dev.get(&ctx).copied()
     }
 
     /// The role of a stream, if the recorder wrote it (`stream` records).
     pub fn stream_role(&self, ctx: u32, stream: u32) -> Option<StreamRole> {
-        self.stream_roles
-            .iter()
-            .find(|r| (r.0, r.1) == (ctx, stream))
-            .map(|r| r.2)
+        self.stream_roles.get(&(ctx, stream)).copied()
     }
 
     pub fn kernel_count(&self) -> usize {

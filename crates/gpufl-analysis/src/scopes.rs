@@ -33,6 +33,11 @@ pub struct ScopeSpan {
     pub nvtx: bool,
 }
 
+/// Scopes nest at most this deep per thread: deeper ones (a runaway recursion, a hostile trace)
+/// are folded into their ancestor at this depth, so every per-scope walk (paths, the innermost
+/// scope of an event) is bounded whatever the trace.
+pub const MAX_SCOPE_DEPTH: usize = 256;
+
 /// Spans sorted by (tid, start), with the loading warnings.
 pub(crate) fn build(mut raw: Vec<RawScope>, session_end: u64) -> (Vec<ScopeSpan>, Vec<String>) {
     // Stable: events at one instant keep their file order (a push then its pop).
@@ -40,7 +45,9 @@ pub(crate) fn build(mut raw: Vec<RawScope>, session_end: u64) -> (Vec<ScopeSpan>
     let mut spans: Vec<ScopeSpan> = Vec::new();
     let mut open: Vec<usize> = Vec::new();
     let mut tid = None;
-    let (mut unbalanced, mut unclosed) = (0u64, 0u64);
+    let (mut unbalanced, mut unclosed, mut folded) = (0u64, 0u64, 0u64);
+    // Scopes open beyond MAX_SCOPE_DEPTH on the current thread (not spans).
+    let mut deep = 0u64;
     let close_all = |spans: &mut Vec<ScopeSpan>, open: &mut Vec<usize>, n: &mut u64| {
         for i in open.drain(..) {
             spans[i].end = session_end.max(spans[i].start);
@@ -50,7 +57,17 @@ pub(crate) fn build(mut raw: Vec<RawScope>, session_end: u64) -> (Vec<ScopeSpan>
     for r in raw {
         if tid != Some(r.tid) {
             close_all(&mut spans, &mut open, &mut unclosed);
+            deep = 0;
             tid = Some(r.tid);
+        }
+        if !r.end && open.len() >= MAX_SCOPE_DEPTH {
+            deep += 1;
+            folded += 1;
+            continue;
+        }
+        if r.end && deep > 0 {
+            deep -= 1;
+            continue;
         }
         if r.end {
             match open.pop() {
@@ -76,6 +93,11 @@ pub(crate) fn build(mut raw: Vec<RawScope>, session_end: u64) -> (Vec<ScopeSpan>
     }
     close_all(&mut spans, &mut open, &mut unclosed);
     let mut warnings = Vec::new();
+    if folded > 0 {
+        warnings.push(format!(
+            "{folded} scope instance(s) nested deeper than {MAX_SCOPE_DEPTH} levels: counted in their ancestor at that depth"
+        ));
+    }
     if unbalanced > 0 {
         warnings.push(format!(
             "{unbalanced} scope close(s) without an open scope on their thread: ignored"
@@ -196,13 +218,15 @@ impl Model {
     }
 }
 
-/// Roll-up of every instance of one scope path.
+/// Roll-up of every instance of one scope path. The path is shared, not copied: a row names its
+/// parent row (see [`rollup_path`]).
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct ScopeRollup {
-    /// Names from the outermost scope down to this one.
-    pub path: Vec<String>,
+    /// Index in the roll-up of the enclosing scope path's row (absent for an outermost scope).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u32>,
     pub name: String,
-    /// `path.len() - 1`.
+    /// 0 for an outermost scope, its parent's depth + 1 otherwise.
     pub depth: u32,
     /// Instances (summed over threads).
     pub count: u64,
@@ -267,12 +291,10 @@ pub fn rollup(m: &Model, busy: &DeviceBusy) -> Vec<ScopeRollup> {
     for s in spans {
         let pnode = s.parent.map(|p| node_of[p as usize]);
         let n = *index.entry((pnode, s.name)).or_insert_with(|| {
-            let mut path = pnode.map_or_else(Vec::new, |p| nodes[p].path.clone());
-            path.push(m.scope_name(s).to_string());
             nodes.push(ScopeRollup {
+                parent: None,
                 name: m.scope_name(s).to_string(),
-                depth: (path.len() - 1) as u32,
-                path,
+                depth: pnode.map_or(0, |p| nodes[p].depth + 1),
                 count: 0,
                 wall_ns: 0,
                 gpu_busy_ns: 0,
@@ -324,8 +346,36 @@ pub fn rollup(m: &Model, busy: &DeviceBusy) -> Vec<ScopeRollup> {
         order.push(i);
         stack.extend(children[i].iter().rev().copied());
     }
+    // Rows in tree order, each naming its parent's row.
+    let mut row_of = vec![0u32; nodes.len()];
+    for (row, &i) in order.iter().enumerate() {
+        row_of[i] = row as u32;
+    }
     let mut slots: Vec<Option<ScopeRollup>> = nodes.into_iter().map(Some).collect();
-    order.into_iter().filter_map(|i| slots[i].take()).collect()
+    order
+        .into_iter()
+        .filter_map(|i| {
+            let mut r = slots[i].take()?;
+            r.parent = parent_of[i].map(|p| row_of[p]);
+            Some(r)
+        })
+        .collect()
+}
+
+/// Names from the outermost scope down to row `i` of a [`rollup`] (empty for a row out of range).
+pub fn rollup_path(rows: &[ScopeRollup], i: usize) -> Vec<&str> {
+    let mut path = Vec::new();
+    let mut cur = rows.get(i);
+    // Parents precede their children, so the walk ends; the bound guards hand-made rows.
+    while let Some(r) = cur {
+        path.push(r.name.as_str());
+        if path.len() > rows.len() {
+            break;
+        }
+        cur = r.parent.and_then(|p| rows.get(p as usize));
+    }
+    path.reverse();
+    path
 }
 
 /// Items of a sorted (start, end) list whose start lies in [a, b).

@@ -71,22 +71,26 @@ pub(crate) const NONE: u32 = u32::MAX;
 pub(crate) struct IdMap {
     dense: Vec<u32>,
     sparse: HashMap<u32, u32>,
+    /// Ids set (bounds the dense part: at most twice this, plus a little).
+    sets: usize,
 }
 
 impl IdMap {
     pub(crate) fn get(&self, local: u32) -> Option<u32> {
+        // An id set in the map before the dense part grew past it is still in the map.
         let g = match self.dense.get(local as usize) {
-            Some(&g) => g,
-            None => *self.sparse.get(&local)?,
+            Some(&g) if g != NONE => g,
+            _ => *self.sparse.get(&local)?,
         };
         (g != NONE).then_some(g)
     }
 
     pub(crate) fn set(&mut self, local: u32, global: u32) {
         let i = local as usize;
+        self.sets += 1;
         if i < self.dense.len() {
             self.dense[i] = global;
-        } else if i <= self.dense.len() * 2 + 4096 {
+        } else if i <= self.sets * 2 + 4096 {
             self.dense.resize(i + 1, NONE);
             self.dense[i] = global;
         } else {
@@ -108,6 +112,7 @@ impl IdMap {
     pub(crate) fn clear(&mut self) {
         self.dense.clear();
         self.sparse.clear();
+        self.sets = 0;
     }
 }
 
@@ -147,6 +152,13 @@ mod tests {
         assert!(m.dense.len() < 10);
         assert_eq!(m.get(4_000_000_000), Some(2));
         assert_eq!(m.get(1), None);
+        // Ids each just past the dense part cannot grow it geometrically.
+        let mut id: u64 = 4096;
+        while id <= u32::MAX as u64 {
+            m.get_or_alloc(id as u32, &mut alloc);
+            id = id * 2 + 4096;
+        }
+        assert!(m.dense.len() <= 2 * 32 + 4097, "{}", m.dense.len());
         m.clear();
         assert_eq!(m.get(0), None);
     }

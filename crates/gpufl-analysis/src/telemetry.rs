@@ -176,25 +176,26 @@ impl Series {
 /// Per-device series, as the model loads them.
 #[derive(Debug, Default)]
 pub(crate) struct SeriesSet {
+    /// Sorted by device.
     pub(crate) series: Vec<Series>,
 }
 
 impl SeriesSet {
-    pub(crate) fn push(&mut self, t: &Telemetry) {
-        let i = match self.series.iter().position(|s| s.device == t.dev) {
-            Some(i) => i,
-            None => {
-                self.series.push(Series::new(t.dev));
-                self.series.sort_by_key(|s| s.device);
-                self.series
-                    .iter()
-                    .position(|s| s.device == t.dev)
-                    .unwrap_or(0)
+    /// Add a sample to its device's series; false (left out) for a device beyond the first
+    /// `max_devices`.
+    pub(crate) fn push(&mut self, t: &Telemetry, max_devices: usize) -> bool {
+        let i = match self.series.binary_search_by_key(&t.dev, |s| s.device) {
+            Ok(i) => i,
+            Err(_) if self.series.len() >= max_devices => return false,
+            Err(i) => {
+                self.series.insert(i, Series::new(t.dev));
+                i
             }
         };
         if let Some(s) = self.series.get_mut(i) {
             s.push(t);
         }
+        true
     }
 
     pub(crate) fn finish(&mut self) {
@@ -392,9 +393,9 @@ mod tests {
             pcie_rx_kbs: Some(9),
             ..t(300)
         };
-        set.push(&full);
-        set.push(&t(100));
-        set.push(&Telemetry { dev: 0, ..t(5) });
+        set.push(&full, 64);
+        set.push(&t(100), 64);
+        set.push(&Telemetry { dev: 0, ..t(5) }, 64);
         set.finish();
         assert_eq!(
             set.series.iter().map(|s| s.device).collect::<Vec<_>>(),
@@ -409,7 +410,7 @@ mod tests {
     fn durations_cap_gaps_and_give_the_last_sample_one_period() {
         let mut set = SeriesSet::default();
         for ts in [0, 100, 200, 300, 1300, 1400] {
-            set.push(&t(ts));
+            set.push(&t(ts), 64);
         }
         let s = &set.series[0];
         assert_eq!(s.median_period_ns(), 100);
@@ -425,14 +426,17 @@ mod tests {
             power_mw: Some(300_000 + ts as u32),
             ..t(ts)
         };
-        set.push(&mk(1000, Some(10), throttle::GPU_IDLE));
-        set.push(&mk(1100, Some(90), throttle::SW_POWER_CAP));
-        set.push(&mk(
-            1200,
-            None,
-            throttle::SW_THERMAL_SLOWDOWN | throttle::HW_SLOWDOWN,
-        ));
-        set.push(&mk(1300, Some(50), 0));
+        set.push(&mk(1000, Some(10), throttle::GPU_IDLE), 64);
+        set.push(&mk(1100, Some(90), throttle::SW_POWER_CAP), 64);
+        set.push(
+            &mk(
+                1200,
+                None,
+                throttle::SW_THERMAL_SLOWDOWN | throttle::HW_SLOWDOWN,
+            ),
+            64,
+        );
+        set.push(&mk(1300, Some(50), 0), 64);
         let d = summarize(&set.series[0], 900);
         assert_eq!(
             (d.samples, d.period_ns, d.span_ns, d.start_offset_ns),

@@ -877,6 +877,98 @@ fn model_survives_hostile_ids_and_empty_input() {
 }
 
 #[test]
+fn model_keeps_at_most_64_devices_and_many_contexts_and_streams() {
+    // A hostile trace: every GPU record on its own device, context and stream, each stream with a
+    // role record. Per-device work is bounded by the device cap; contexts and streams are hashed.
+    let n = 5_000u32;
+    let mut recs = vec![Record::Str(StrRecord {
+        id: StrId(0),
+        s: "k".into(),
+    })];
+    for i in 0..n {
+        recs.push(Record::Stream(gpufl_trace::StreamInfo {
+            ctx: i,
+            stream: i,
+            role: StreamRole::LegacyDefault,
+        }));
+        recs.push(Record::Kernel(Kernel {
+            start: 1_000 + 10 * i as u64,
+            end: 1_005 + 10 * i as u64,
+            dev: i,
+            ctx: i,
+            stream: i,
+            corr: i + 1,
+            ..Kernel::default()
+        }));
+        recs.push(Record::Telemetry(gpufl_trace::Telemetry {
+            ts: 1_000 + 10 * i as u64,
+            dev: i,
+            gpu_util: Some(5),
+            ..Default::default()
+        }));
+    }
+    let m = Model::load(recs);
+    let max = gpufl_analysis::model::MAX_DEVICES;
+    assert_eq!(m.devices().len(), max);
+    assert_eq!(m.devices(), (0..max as u32).collect::<Vec<_>>());
+    assert_eq!(m.kernel_count(), max);
+    assert_eq!(m.telemetry().len(), max);
+    assert_eq!(m.device_of_ctx(7), Some(7));
+    assert_eq!(m.device_of_ctx(max as u32 + 1), None);
+    assert_eq!(m.stream_role(4_999, 4_999), Some(StreamRole::LegacyDefault));
+    let left_out = 2 * (n as usize - max);
+    assert!(
+        m.warnings().iter().any(|w| w.starts_with(&format!(
+            "{left_out} GPU record(s) and telemetry sample(s) of devices beyond the first {max}"
+        ))),
+        "{:?}",
+        m.warnings()
+    );
+    let a = analyze(&m, &Config::default());
+    assert_eq!(a.totals.kernels, max as u64);
+}
+
+#[test]
+fn kernel_table_of_many_names_on_many_devices_counts_each_pair() {
+    // 10,000 names on 64 devices: (name, device) cells far outnumber the kernels, so the table
+    // numbers only the pairs present; every row must still be right.
+    let n = 10_000u32;
+    let mut recs = Vec::new();
+    for i in 0..n {
+        recs.push(Record::Str(StrRecord {
+            id: StrId(i),
+            s: format!("kernel_{i}"),
+        }));
+        for rep in 0..2u64 {
+            let t = 1_000 + 100 * (2 * i as u64 + rep);
+            recs.push(Record::Kernel(Kernel {
+                name: StrId(i),
+                start: t,
+                end: t + 10 + i as u64 % 7,
+                dev: i % 64,
+                ctx: 1 + i % 64,
+                stream: 7,
+                corr: 2 * i + rep as u32 + 1,
+                grid: [1 + rep as i32, 1, 1],
+                block: [32, 1, 1],
+                ..Kernel::default()
+            }));
+        }
+    }
+    let a = analyze(&Model::load(recs), &Config::default());
+    let rows = &a.kernels.rows;
+    assert_eq!(rows.len(), n as usize);
+    for r in rows {
+        let i: u32 = r.name.trim_start_matches("kernel_").parse().unwrap();
+        assert_eq!(r.device, i % 64, "{}", r.name);
+        assert_eq!(r.launches, 2);
+        assert_eq!(r.configs, 2, "two grid sizes");
+        assert_eq!(r.total_ns, 2 * (10 + i as u64 % 7));
+        assert_eq!(r.variants.iter().map(|v| v.launches).sum::<u64>(), 2);
+    }
+}
+
+#[test]
 fn model_memory_is_at_most_64_bytes_per_record() {
     let mut b = B::new();
     let st = b.user_stack("/src/a.cu", 1, "f");

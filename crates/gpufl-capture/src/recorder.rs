@@ -596,6 +596,9 @@ fn writer_thread(
         }
         _ => None,
     };
+    // The module list for native stacks, built here rather than by the first capture on the hot
+    // path; kept current below (libraries loaded later, rebuilds a bounded walk asked for).
+    crate::unwind::service();
     let flush_period = cupti_flush_period().filter(|_| !cupti_flushes_itself());
     let mut last_cupti_flush = Instant::now();
     let mut last_block = Instant::now();
@@ -669,7 +672,7 @@ fn writer_thread(
                         let _ = s.write(&Record::Notice(Notice {
                             level: "info".into(),
                             message: format!(
-                                "call-site stacks: {limited} launch/copy captures skipped by the rate limit"
+                                "call-site stacks: {limited} launch/copy captures skipped for the time budget (their calls are counted in later captures' weights)"
                             ),
                         }));
                     }
@@ -701,6 +704,7 @@ fn writer_thread(
             let result = a.tick(sink.as_mut(), Instant::now());
             report(&mut sink, result);
         }
+        crate::unwind::service();
         if let Some(sig) = crate::crash::pending() {
             deferred = flush_for_signal(&mut sink, &rx, cupti, sig);
             crate::crash::served();

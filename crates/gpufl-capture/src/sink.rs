@@ -18,6 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Modules unloaded so far (counted by the recorder's resource callback, before the unload).
 pub static MODULE_UNLOADS: AtomicU64 = AtomicU64::new(0);
 
+/// Python call sites whose native frames the writer remembers for elided captures.
+const NATIVE_UNDER_MAX: usize = 1 << 16;
+
 /// Session writer state.
 pub struct Sink {
     w: TraceWriter<BufWriter<File>>,
@@ -33,8 +36,9 @@ pub struct Sink {
     addr_frames: HashMap<u64, Vec<FrameId>>,
     py_frames: HashMap<u32, FrameId>,
     stacks: HashMap<(Vec<u64>, Option<u64>), StackId>,
-    /// Python part of a stack → native frames under it at its last full capture.
-    native_under: HashMap<Vec<u64>, Vec<u64>>,
+    /// (Python part of a stack, read from another thread) → native frames under it at its last
+    /// full capture (at most [`NATIVE_UNDER_MAX`] entries).
+    native_under: HashMap<(Vec<u64>, bool), Vec<u64>>,
     frame_buf: Vec<FrameId>,
     /// Default streams already written (ctx, stream).
     streams: HashMap<(u32, u32), StreamRole>,
@@ -105,24 +109,22 @@ impl Sink {
                 .iter()
                 .position(|e| e & PY_TAG != 0)
                 .unwrap_or(entries.len());
-            Some(if s.via_tid != 0 {
-                // Python frames of another thread under this thread's native frames.
-                self.intern_raw_stack_via(entries, Some(s.via_tid))?
-            } else if split < entries.len() && s.native_elided {
+            // Python frames of another thread under this thread's native frames (`via`).
+            let via = (s.via_tid != 0).then_some(s.via_tid);
+            let key = (entries[split..].to_vec(), via.is_some());
+            Some(if split < entries.len() && s.native_elided {
                 // Reuse the native frames of this Python call site's last full capture.
-                let mut full = self
-                    .native_under
-                    .get(&entries[split..])
-                    .cloned()
-                    .unwrap_or_default();
+                let mut full = self.native_under.get(&key).cloned().unwrap_or_default();
                 full.extend_from_slice(&entries[split..]);
-                self.intern_raw_stack(&full)?
+                self.intern_raw_stack_via(&full, via)?
             } else {
-                if split < entries.len() {
-                    self.native_under
-                        .insert(entries[split..].to_vec(), entries[..split].to_vec());
+                if split < entries.len() && !s.native_cut {
+                    if self.native_under.len() >= NATIVE_UNDER_MAX {
+                        self.native_under.clear();
+                    }
+                    self.native_under.insert(key, entries[..split].to_vec());
                 }
-                self.intern_raw_stack(entries)?
+                self.intern_raw_stack_via(entries, via)?
             })
         } else {
             None
@@ -137,7 +139,7 @@ impl Sink {
                 tid: s.tid,
                 ts: s.ts,
                 stack,
-                weight: None,
+                weight: (s.weight > 1).then_some(u64::from(s.weight)),
             }));
         };
         self.write(&Record::Sync(Sync {

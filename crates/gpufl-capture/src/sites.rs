@@ -4,12 +4,22 @@
 //! Which callback ids are launches or copies is read from CUPTI's own function names at start
 //! (`cuptiGetCallbackName`), so new `_ptsz` / `_v2` variants are covered without a table of ids.
 //!
-//! Cost control on the hot path (the API-entry callback): a launch's stack is captured on the
-//! first [`EVERY_LAUNCH_UNTIL`] launches of a kernel function by a thread, then at powers of two,
-//! then every [`LAUNCH_PERIOD`]th launch; copies and memsets every time. Both are then limited by a
-//! per-thread token bucket ([`BURST`] captures, refilled one per [`REFILL_NS`]), so a program that
-//! launches or copies at a high rate spends at most ~3 % of a core on captures. The per-thread
-//! state is fixed-size (no allocation, no lock).
+//! Cost control on the hot path (the API-entry callback):
+//! - **Schedule.** A launch's stack is captured on the first [`EVERY_LAUNCH_UNTIL`] launches of a
+//!   kernel function by a thread, then at powers of two, then every [`LAUNCH_PERIOD`]th launch;
+//!   copies and memsets every time.
+//! - **Budget.** Captures due by the schedule are then limited by a per-thread budget of time:
+//!   each thread earns [`BUDGET_PPM`] (1 %) of the time that passes (up to [`BURST_NS`] saved),
+//!   and each capture spends what it measurably cost. Cheap captures (a warm Python call site)
+//!   are taken more often than expensive ones; a thread never spends more than ~1 % of its time
+//!   on call-site stacks after its first [`BURST_NS`]. `GPUFL_SITE_BUDGET` sets the share (percent).
+//! - **Weights.** Each `callsite` record carries the calls it stands for: the launches (or copies)
+//!   of its key on its thread since the key's previous capture, this one included, so calls per
+//!   line can be estimated from the sample (`callsite.weight`).
+//! - **Bounded walks.** The native part of a call-site stack is walked for at most
+//!   [`crate::stack::site_unwind_ns`] (5 µs), never rebuilding the module list on the hot path.
+//!
+//! The per-thread state is fixed-size (no allocation, no lock).
 
 use crate::cupti::{self, Cupti};
 use crate::stack::{self, Sample};
@@ -24,10 +34,22 @@ use std::sync::OnceLock;
 pub const EVERY_LAUNCH_UNTIL: u32 = 4;
 /// After the powers of two, a launch is captured every this many launches of its function.
 pub const LAUNCH_PERIOD: u32 = 1024;
-/// Token bucket: captures a thread may make in a burst…
-pub const BURST: u32 = 256;
-/// …and the time that earns one more capture (50 µs: at ~1.5 µs a capture, ≤ 3 % of a core).
-pub const REFILL_NS: u64 = 50_000;
+/// Share of a thread's time its call-site captures may take, parts per million (1 %).
+pub const BUDGET_PPM: u64 = 10_000;
+/// Budget a thread may save up (and starts with), ns.
+pub const BURST_NS: u64 = 2_000_000;
+
+/// The budget's share in ppm: `GPUFL_SITE_BUDGET` (percent, 0 < p ≤ 100) or [`BUDGET_PPM`].
+pub fn budget_ppm() -> u64 {
+    static P: OnceLock<u64> = OnceLock::new();
+    *P.get_or_init(|| {
+        std::env::var("GPUFL_SITE_BUDGET")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|p| *p > 0.0 && *p <= 100.0)
+            .map_or(BUDGET_PPM, |p| (p * 10_000.0) as u64)
+    })
+}
 
 /// Callback ids above this are not classified (CUPTI's tables end well below).
 const MAX_CBID: usize = 1200;
@@ -115,8 +137,12 @@ const PROBES: usize = 8;
 pub struct Sampler {
     keys: [u64; SLOTS],
     counts: [u32; SLOTS],
-    tokens: u32,
-    last_refill: u64,
+    /// Calls of the slot's key since its last capture.
+    pending: [u32; SLOTS],
+    /// Time the thread may still spend on captures, ns (negative: in debt).
+    budget_ns: i64,
+    /// When the budget was last topped up (trace clock, ns); 0 before the first call.
+    last_ns: u64,
 }
 
 impl Sampler {
@@ -124,14 +150,21 @@ impl Sampler {
         Sampler {
             keys: [0; SLOTS],
             counts: [0; SLOTS],
-            tokens: BURST,
-            last_refill: 0,
+            pending: [0; SLOTS],
+            budget_ns: BURST_NS as i64,
+            last_ns: 0,
         }
     }
 
     /// Whether this launch of kernel function `key` is due for a capture by the schedule
-    /// (before the rate limit). A full neighbourhood evicts the home slot (its count restarts).
+    /// (before the budget). A full neighbourhood evicts the home slot (its count restarts).
     pub fn launch_due(&mut self, key: u64) -> bool {
+        self.observe(key, false).1
+    }
+
+    /// One call of `key`: its slot, and whether it is due for a capture (`always`: every call,
+    /// as copies; otherwise the launch schedule). The call is added to the slot's pending weight.
+    pub fn observe(&mut self, key: u64, always: bool) -> (usize, bool) {
         let key = key | 1; // 0 marks a free slot
         let h = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % SLOTS;
         let mut slot = h;
@@ -145,27 +178,49 @@ impl Sampler {
         if self.keys[slot] != key {
             self.keys[slot] = key;
             self.counts[slot] = 0;
+            self.pending[slot] = 0;
         }
         let n = self.counts[slot];
         self.counts[slot] = n.saturating_add(1);
-        n < EVERY_LAUNCH_UNTIL || n.is_power_of_two() || n.is_multiple_of(LAUNCH_PERIOD)
+        self.pending[slot] = self.pending[slot].saturating_add(1);
+        let due = always
+            || n < EVERY_LAUNCH_UNTIL
+            || n.is_power_of_two()
+            || n.is_multiple_of(LAUNCH_PERIOD);
+        (slot, due)
     }
 
-    /// Take a token at time `now_ns` (trace clock); false when the thread is over its rate.
-    pub fn take_token(&mut self, now_ns: u64) -> bool {
-        if self.last_refill == 0 {
-            self.last_refill = now_ns;
+    /// Whether the thread can afford a capture at `now_ns` (trace clock), earning `ppm` of the
+    /// time since the last call first.
+    pub fn afford(&mut self, now_ns: u64, ppm: u64) -> bool {
+        if self.last_ns == 0 {
+            self.last_ns = now_ns;
         }
-        let earned = now_ns.saturating_sub(self.last_refill) / REFILL_NS;
+        let elapsed = now_ns.saturating_sub(self.last_ns);
+        let earned = (elapsed as u128 * ppm as u128 / 1_000_000) as u64;
         if earned > 0 {
-            self.tokens = (self.tokens as u64 + earned).min(BURST as u64) as u32;
-            self.last_refill += earned * REFILL_NS;
+            self.budget_ns = self
+                .budget_ns
+                .saturating_add(earned.min(BURST_NS) as i64)
+                .min(BURST_NS as i64);
+            self.last_ns = now_ns;
         }
-        if self.tokens == 0 {
-            return false;
-        }
-        self.tokens -= 1;
-        true
+        self.budget_ns > 0
+    }
+
+    /// Charge a capture's measured cost.
+    pub fn spend(&mut self, cost_ns: u64) {
+        self.budget_ns = self
+            .budget_ns
+            .saturating_sub(cost_ns.min(i64::MAX as u64) as i64);
+    }
+
+    /// The calls a capture in `slot` stands for (pending since the slot's last capture, this
+    /// one included); the slot starts again at 0.
+    pub fn take_weight(&mut self, slot: usize) -> u32 {
+        let w = self.pending[slot % SLOTS];
+        self.pending[slot % SLOTS] = 0;
+        w.max(1)
     }
 }
 
@@ -193,10 +248,11 @@ thread_local! {
     };
 }
 
-/// Captures skipped by the rate limit (written to the trace as a `dropped` record).
+/// Captures due by the schedule but skipped for the budget (their calls are in the next
+/// capture's weight).
 static RATE_LIMITED: AtomicU64 = AtomicU64::new(0);
 
-/// Captures skipped by the rate limit since the last call.
+/// Captures skipped for the budget since the last call.
 pub fn take_rate_limited() -> u64 {
     RATE_LIMITED.swap(0, Ordering::Relaxed)
 }
@@ -260,8 +316,9 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
                 }
             }
         }
-        let due = match call.kind {
-            SiteKind::Copy => true,
+        let (slot, due) = match call.kind {
+            // Copies and memsets: one key per API function.
+            SiteKind::Copy => st.sampler.observe((0xc0 << 56) | call.cbid as u64, true),
             SiteKind::Launch(param) => {
                 let params: *const u64 =
                     unsafe { cupti::cb_field(data, offset_of!(D, functionParams)) };
@@ -272,14 +329,14 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
                     // for the Ex variants), pointer-sized, in its params struct.
                     unsafe { params.add(param as usize).read_unaligned() }
                 };
-                st.sampler.launch_due(func ^ ((call.cbid as u64) << 48))
+                st.sampler.observe(func ^ ((call.cbid as u64) << 48), false)
             }
         };
         if !due {
             return;
         }
         let now = call.cupti.timestamp();
-        if !st.sampler.take_token(now) {
+        if !st.sampler.afford(now, budget_ppm()) {
             RATE_LIMITED.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -290,7 +347,9 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         s.ctx = ctx_uid;
         s.tid = crate::procinfo::gettid();
         s.has_stack = true;
-        stack::capture_into(&mut s, call.python);
+        s.weight = st.sampler.take_weight(slot);
+        let cost = stack::capture_for(&mut s, call.python, stack::Purpose::Site);
+        st.sampler.spend(cost);
         s.ts = now;
         s.end = now;
         stack::push(s);
@@ -342,19 +401,65 @@ mod tests {
     }
 
     #[test]
-    fn token_bucket_limits_the_rate() {
+    fn budget_is_a_share_of_time_spent_by_measured_cost() {
         let mut s = Sampler::new();
-        let t0 = 1_000_000_000;
-        let burst = (0..1000).filter(|_| s.take_token(t0)).count();
-        assert_eq!(burst, BURST as usize);
-        assert!(!s.take_token(t0 + REFILL_NS - 1));
-        assert!(s.take_token(t0 + REFILL_NS));
-        assert!(!s.take_token(t0 + REFILL_NS));
-        // After a long pause the bucket is full again, not more.
-        let later = t0 + 1_000 * REFILL_NS * BURST as u64;
-        assert_eq!(
-            (0..1000).filter(|_| s.take_token(later)).count(),
-            BURST as usize
-        );
+        let t0 = 1_000_000_000u64;
+        // The saved budget (BURST_NS) pays for captures until spent, whatever their count.
+        let mut taken = 0;
+        while s.afford(t0, BUDGET_PPM) {
+            s.spend(100_000);
+            taken += 1;
+        }
+        assert_eq!(taken, (BURST_NS / 100_000) as usize);
+        // 1 % of 10 ms earns 100 µs: one more capture of 100 µs, not two.
+        assert!(s.afford(t0 + 10_000_000, BUDGET_PPM));
+        s.spend(100_000);
+        assert!(!s.afford(t0 + 10_000_000, BUDGET_PPM));
+        // Cheap captures are taken more often: 1 µs each, 100 of them in the next 10 ms.
+        let t1 = t0 + 20_000_000;
+        let mut cheap = 0;
+        while s.afford(t1, BUDGET_PPM) {
+            s.spend(1_000);
+            cheap += 1;
+        }
+        assert_eq!(cheap, 100);
+        // After a long pause the budget is full again, not more.
+        let later = t1 + 1_000_000_000_000;
+        let mut n = 0;
+        while s.afford(later, BUDGET_PPM) {
+            s.spend(100_000);
+            n += 1;
+        }
+        assert_eq!(n, (BURST_NS / 100_000) as usize);
+    }
+
+    #[test]
+    fn weights_count_the_calls_since_the_last_capture_per_key() {
+        let mut s = Sampler::new();
+        let mut captured: Vec<(u32, u32)> = Vec::new();
+        let mut calls = 0u64;
+        for n in 0..5000u32 {
+            let (slot, due) = s.observe(0xabc0, false);
+            calls += 1;
+            if due {
+                captured.push((n, s.take_weight(slot)));
+            }
+        }
+        // Every call is in exactly one capture's weight, but those after the last capture.
+        let last = captured.last().unwrap().0;
+        let weights: u64 = captured.iter().map(|c| c.1 as u64).sum();
+        assert_eq!(weights + (4999 - last) as u64, calls);
+        // The first launches stand for themselves; a capture at 1024 stands for 1024 - 512.
+        assert_eq!(captured[0], (0, 1));
+        assert!(captured.contains(&(1024, 512)), "{captured:?}");
+        // A capture skipped for the budget leaves its call pending for the next one.
+        let mut s = Sampler::new();
+        let (slot, _) = s.observe(7, true);
+        let _ = slot; // skipped
+        let (slot, _) = s.observe(7, true);
+        assert_eq!(s.take_weight(slot), 2);
+        // Keys are counted apart.
+        let (a, _) = s.observe(8, true);
+        assert_eq!(s.take_weight(a), 1);
     }
 }

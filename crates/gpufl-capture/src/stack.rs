@@ -60,6 +60,11 @@ pub struct Sample {
     /// True when the native part was not unwound because this Python call site was seen before
     /// (see [`NATIVE_EVERY`]); the writer reuses the native frames of its last full capture.
     pub native_elided: bool,
+    /// True when the native walk was cut short by its bound ([`unwind::Bound`]): the native part
+    /// holds the innermost frames only (the writer does not reuse it for elided captures).
+    pub native_cut: bool,
+    /// Calls this capture stands for (call sites sampled by [`crate::sites`]); 0 or 1: itself.
+    pub weight: u32,
     /// When the calling thread ran no Python: the OS id of the thread whose Python frames the
     /// stack carries (the thread inferred to drive the call, `pyframes::capture_other_thread`);
     /// 0 otherwise.
@@ -83,6 +88,8 @@ impl Sample {
             has_stack: false,
             len: 0,
             native_elided: false,
+            native_cut: false,
+            weight: 0,
             via_tid: 0,
             frames: [0; MAX_FRAMES],
         }
@@ -237,12 +244,48 @@ fn ranges() -> &'static Ranges {
     })
 }
 
-/// Capture the calling thread's merged stack into `out` (frames and len only).
+/// What a capture is for: its bound and the cost table it is counted in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// A synchronization (the thread is about to wait anyway): native walk bounded by
+    /// [`SYNC_UNWIND_NS`], module list rebuilt inline after a library load.
+    Sync,
+    /// A launch, copy or memset call site (the hot path of a launch): native walk bounded by
+    /// [`site_unwind_ns`], module list rebuilds left to the writer thread.
+    Site,
+}
+
+/// Time bound of a synchronization's native walk, ns.
+pub const SYNC_UNWIND_NS: u64 = 100_000;
+/// Default time bound of a call site's native walk, ns (`GPUFL_SITE_UNWIND_US`).
+pub const SITE_UNWIND_NS: u64 = 5_000;
+
+/// Time bound of a call site's native walk, ns: `GPUFL_SITE_UNWIND_US` (µs, ≥ 1) or
+/// [`SITE_UNWIND_NS`].
+pub fn site_unwind_ns() -> u64 {
+    static N: OnceLock<u64> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("GPUFL_SITE_UNWIND_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&n| n >= 1)
+            .map_or(SITE_UNWIND_NS, |us| us * 1000)
+    })
+}
+
+/// Capture the calling thread's merged stack into `out` (frames and len only), for a
+/// synchronization.
 #[inline(never)]
 pub fn capture_into(out: &mut Sample, with_python: bool) {
+    capture_for(out, with_python, Purpose::Sync);
+}
+
+/// Capture the calling thread's merged stack into `out` within the bounds of `purpose`; returns
+/// the capture's cost, ns (also counted in the session's cost summary).
+#[inline(never)]
+pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64 {
     let start = std::time::Instant::now();
     let debug = debug_cost_enabled();
-    let t0 = debug.then(std::time::Instant::now);
     let mut py = [PyFrameRaw::default(); MAX_PYTHON];
     let mut pn = if with_python {
         pyframes::capture_python(&mut py)
@@ -253,26 +296,48 @@ pub fn capture_into(out: &mut Sample, with_python: bool) {
     // the thread inferred to drive it (docs/insights.md, "Cross-thread Python attribution").
     out.via_tid = 0;
     let mut other_ids = [u32::MAX; MAX_PYTHON];
+    let t_own = debug.then(std::time::Instant::now);
     if with_python && pn == 0 && cross_thread_enabled() {
-        let mut resolve = |p: &PyFrameRaw| python_frame_id(p, true);
-        let resolver: pyframes::Resolver<'_> = (&mut other_ids, &mut resolve);
-        if let Some((n, tid)) = pyframes::capture_other_thread_with(&mut py, Some(resolver)) {
+        if let Some((n, tid)) = reuse_other(start, &mut py, &mut other_ids) {
             pn = n;
-            out.via_tid = tid.max(1);
+            out.via_tid = tid;
+        } else {
+            let mut resolve = |p: &PyFrameRaw| python_frame_id(p, true);
+            let resolver: pyframes::Resolver<'_> = (&mut other_ids, &mut resolve);
+            if let Some((n, tid)) = pyframes::capture_other_thread_with(&mut py, Some(resolver)) {
+                pn = n;
+                out.via_tid = tid.max(1);
+                keep_other(start, &py[..pn], &other_ids[..pn], out.via_tid);
+            }
         }
     }
     let other = out.via_tid != 0;
+    let t_other = debug.then(std::time::Instant::now);
     let mut native = [0u64; MAX_NATIVE];
-    let want_native = pn == 0 || other || native_due(&py[..pn]);
-    let n = if want_native {
-        unwind::capture_native(&mut native, 0)
-    } else {
-        0
+    let want_native = pn == 0 || native_due(&py[..pn], other);
+    // Unoptimized builds (the test suite's) walk some 50 times slower: same walks, wider bounds.
+    let scale = if cfg!(debug_assertions) { 50 } else { 1 };
+    let bound = match purpose {
+        Purpose::Sync => unwind::Bound {
+            time_ns: SYNC_UNWIND_NS * scale,
+            defer_rescan: false,
+        },
+        Purpose::Site => unwind::Bound {
+            time_ns: site_unwind_ns() * scale,
+            defer_rescan: true,
+        },
     };
+    let (n, cut) = if want_native {
+        unwind::capture_native_bounded(&mut native, 0, bound)
+    } else {
+        (0, false)
+    };
+    // A walk cut short leaves the call site's count as it is: the next try comes with its next
+    // due sighting (a cold site would otherwise pay the whole bound at every sighting).
     out.native_elided = !want_native;
-    let t1 = debug.then(std::time::Instant::now);
+    out.native_cut = cut;
+    let t_native = debug.then(std::time::Instant::now);
     let r = ranges();
-    let t2 = debug.then(std::time::Instant::now);
     let in_range =
         |a: u64, range: &Option<Range<u64>>| range.as_ref().is_some_and(|r| r.contains(&a));
     let mut len = 0usize;
@@ -290,31 +355,172 @@ pub fn capture_into(out: &mut Sample, with_python: bool) {
         out.frames[len] = a;
         len += 1;
     }
-    for (k, p) in py[..pn].iter().enumerate() {
+    let mut own_ids = [u32::MAX; MAX_PYTHON];
+    if !other && pn > 0 {
+        own_python_ids(&py[..pn], &mut own_ids[..pn]);
+    }
+    for k in 0..pn {
         if len >= MAX_FRAMES {
             break;
         }
-        let id = if other {
-            Some(other_ids[k]).filter(|&i| i != u32::MAX)
-        } else {
-            python_frame_id(p, false)
-        };
-        if let Some(id) = id {
+        let id = if other { other_ids[k] } else { own_ids[k] };
+        if id != u32::MAX {
             out.frames[len] = PY_TAG | id as u64;
             len += 1;
         }
     }
     out.len = len as u16;
     let t3 = std::time::Instant::now();
-    record_cost((t3 - start).as_nanos() as u64);
-    if let (Some(t0), Some(t1), Some(t2)) = (t0, t1, t2) {
-        debug_cost_push(format!(
-            "python+native {}ns ({} native, {} python frames) resolve {}ns",
-            (t1 - t0).as_nanos(),
-            n,
-            pn,
-            (t3 - t2).as_nanos()
-        ));
+    let cost = (t3 - start).as_nanos() as u64;
+    record_cost(purpose, cost);
+    if let (Some(a), Some(b), Some(c)) = (t_own, t_other, t_native) {
+        debug_cost_push(
+            cost,
+            format_args!(
+                "{purpose:?} capture {cost}ns: own python {}ns, other thread {}ns ({}), native {}ns \
+                 ({n} frames{}{}), merge+resolve {}ns ({pn} python frames)",
+                (a - start).as_nanos(),
+                (b - a).as_nanos(),
+                if other { "used" } else { "none" },
+                (c - b).as_nanos(),
+                if want_native { "" } else { ", elided" },
+                if cut { ", cut" } else { "" },
+                (t3 - c).as_nanos(),
+            ),
+        );
+    }
+    cost
+}
+
+/// How long a thread running no Python reuses the Python frames it last read from the thread
+/// driving it, ns: a thread blocked in `backward()` or `float()` keeps its frames for the whole
+/// call, and reading them again costs a few `process_vm_readv` calls (µs) per capture.
+pub const OTHER_REUSE_NS: u64 = 2_000_000;
+
+/// The Python frames this thread last read from another thread: (when, frames, ids, via tid).
+struct OtherCache {
+    at: Option<std::time::Instant>,
+    n: usize,
+    raw: [PyFrameRaw; MAX_PYTHON],
+    ids: [u32; MAX_PYTHON],
+    via: u64,
+}
+
+thread_local! {
+    static OTHER_CACHE: RefCell<OtherCache> = const {
+        RefCell::new(OtherCache {
+            at: None,
+            n: 0,
+            raw: [PyFrameRaw { code: 0, instr_offset: 0 }; MAX_PYTHON],
+            ids: [u32::MAX; MAX_PYTHON],
+            via: 0,
+        })
+    };
+}
+
+/// The other thread's frames read less than [`OTHER_REUSE_NS`] before `now`, if any: (count, via).
+fn reuse_other(
+    now: std::time::Instant,
+    py: &mut [PyFrameRaw; MAX_PYTHON],
+    ids: &mut [u32; MAX_PYTHON],
+) -> Option<(usize, u64)> {
+    OTHER_CACHE
+        .try_with(|c| {
+            let c = c.try_borrow().ok()?;
+            let at = c.at?;
+            if c.n == 0 || now.saturating_duration_since(at).as_nanos() as u64 >= OTHER_REUSE_NS {
+                return None;
+            }
+            py[..c.n].copy_from_slice(&c.raw[..c.n]);
+            ids[..c.n].copy_from_slice(&c.ids[..c.n]);
+            Some((c.n, c.via))
+        })
+        .ok()
+        .flatten()
+}
+
+fn keep_other(now: std::time::Instant, py: &[PyFrameRaw], ids: &[u32], via: u64) {
+    let _ = OTHER_CACHE.try_with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            let n = py.len().min(MAX_PYTHON).min(ids.len());
+            c.raw[..n].copy_from_slice(&py[..n]);
+            c.ids[..n].copy_from_slice(&ids[..n]);
+            c.n = n;
+            c.via = via;
+            c.at = Some(now);
+        }
+    });
+}
+
+/// The last Python chain resolved on this thread (innermost first): raw frames, the identity of
+/// their code objects and their ids.
+struct LastChain {
+    n: usize,
+    raw: [(usize, i32); MAX_PYTHON],
+    identity: [(u32, usize); MAX_PYTHON],
+    ids: [u32; MAX_PYTHON],
+}
+
+thread_local! {
+    static LAST_CHAIN: RefCell<LastChain> = const {
+        RefCell::new(LastChain {
+            n: 0,
+            raw: [(0, 0); MAX_PYTHON],
+            identity: [(0, 0); MAX_PYTHON],
+            ids: [u32::MAX; MAX_PYTHON],
+        })
+    };
+}
+
+/// Ids of the calling thread's Python frames `py` (innermost first) into `ids`. The outer frames
+/// that are unchanged since this thread's last capture (same code object, checked by its
+/// identity, at the same instruction, all the way out) reuse that capture's ids without a lookup;
+/// only the frames below them are looked up ([`python_frame_id`]).
+fn own_python_ids(py: &[PyFrameRaw], ids: &mut [u32]) {
+    let pn = py.len().min(ids.len());
+    let done = LAST_CHAIN
+        .try_with(|c| {
+            let Ok(mut c) = c.try_borrow_mut() else {
+                return false;
+            };
+            let mut same = 0;
+            while same < pn && same < c.n {
+                let (p, q) = (&py[pn - 1 - same], c.n - 1 - same);
+                if c.raw[q] != (p.code, p.instr_offset)
+                    || c.ids[q] == u32::MAX
+                    || pyframes::code_identity(p) != Some(c.identity[q])
+                {
+                    break;
+                }
+                same += 1;
+            }
+            let mut next_identity = [(0u32, 0usize); MAX_PYTHON];
+            let mut next_ids = [u32::MAX; MAX_PYTHON];
+            for k in 0..pn {
+                let from_outside = pn - 1 - k;
+                if from_outside < same {
+                    let q = c.n - 1 - from_outside;
+                    ids[k] = c.ids[q];
+                    next_identity[k] = c.identity[q];
+                } else {
+                    ids[k] = python_frame_id(&py[k], false).unwrap_or(u32::MAX);
+                    next_identity[k] = pyframes::code_identity(&py[k]).unwrap_or((0, 0));
+                }
+                next_ids[k] = ids[k];
+            }
+            for (slot, p) in c.raw.iter_mut().zip(&py[..pn]) {
+                *slot = (p.code, p.instr_offset);
+            }
+            c.identity = next_identity;
+            c.ids = next_ids;
+            c.n = pn;
+            true
+        })
+        .unwrap_or(false);
+    if !done {
+        for k in 0..pn {
+            ids[k] = python_frame_id(&py[k], false).unwrap_or(u32::MAX);
+        }
     }
 }
 
@@ -340,17 +546,24 @@ fn native_every() -> u32 {
     })
 }
 
-/// Whether this Python call site's native frames are due for a full unwind.
-fn native_due(py: &[PyFrameRaw]) -> bool {
-    let every = native_every();
-    if every <= 1 {
-        return true;
-    }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+/// Key of a Python call site for [`native_due`]: its raw frames, and whether they were read from
+/// another thread (a native thread driven by that Python call site has native frames of its own).
+fn site_key(py: &[PyFrameRaw], other: bool) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ other as u64;
     for f in py {
         h = (h ^ f.code as u64).wrapping_mul(0x0100_0000_01b3);
         h = (h ^ f.instr_offset as u32 as u64).wrapping_mul(0x0100_0000_01b3);
     }
+    h
+}
+
+/// Whether this Python call site's native frames are due for a full unwind.
+fn native_due(py: &[PyFrameRaw], other: bool) -> bool {
+    let every = native_every();
+    if every <= 1 {
+        return true;
+    }
+    let h = site_key(py, other);
     SITE_COUNTS
         .try_with(|c| {
             let mut c = c.borrow_mut();
@@ -372,11 +585,18 @@ fn debug_cost_enabled() -> bool {
 }
 
 static DEBUG_COST: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Captures seen by [`debug_cost_push`].
+static DEBUG_SEEN: AtomicU64 = AtomicU64::new(0);
 
-fn debug_cost_push(line: String) {
+/// Keep the breakdown of the first 8 captures and of every capture over 20 µs (60 lines at most).
+fn debug_cost_push(cost_ns: u64, line: std::fmt::Arguments) {
+    let seen = DEBUG_SEEN.fetch_add(1, Ordering::Relaxed);
+    if seen >= 8 && cost_ns < 20_000 {
+        return;
+    }
     if let Ok(mut v) = DEBUG_COST.lock() {
-        if v.len() < 40 {
-            v.push(line);
+        if v.len() < 60 {
+            v.push(format!("#{seen} {line}"));
         }
     }
 }
@@ -464,39 +684,76 @@ pub fn cross_thread_cost(iters: u32) -> [f64; 3] {
         .unwrap_or([-1.0; 3])
 }
 
-/// Durations of the first captures (ns), kept to report the hot path's own cost per session.
+/// Durations of the first captures of each [`Purpose`] (ns), kept to report the hot path's own
+/// cost per session.
 const COST_SLOTS: usize = 1 << 16;
-static COST_NS: [std::sync::atomic::AtomicU32; COST_SLOTS] =
-    [const { std::sync::atomic::AtomicU32::new(0) }; COST_SLOTS];
-static COST_N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Record the duration of one capture (lock-free; beyond the first 65536 only counted).
-pub fn record_cost(ns: u64) {
-    let i = COST_N.fetch_add(1, Ordering::Relaxed);
-    if i < COST_SLOTS {
-        COST_NS[i].store(ns.min(u32::MAX as u64) as u32, Ordering::Relaxed);
+struct CostTable {
+    ns: [std::sync::atomic::AtomicU32; COST_SLOTS],
+    n: std::sync::atomic::AtomicUsize,
+}
+
+impl CostTable {
+    const fn new() -> CostTable {
+        CostTable {
+            ns: [const { std::sync::atomic::AtomicU32::new(0) }; COST_SLOTS],
+            n: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn record(&self, ns: u64) {
+        let i = self.n.fetch_add(1, Ordering::Relaxed);
+        if i < COST_SLOTS {
+            self.ns[i].store(ns.min(u32::MAX as u64) as u32, Ordering::Relaxed);
+        }
+    }
+
+    /// "N captures, median X ns, p99 Y ns, max Z ns".
+    fn summary(&self) -> Option<String> {
+        let n = self.n.load(Ordering::Relaxed);
+        if n == 0 {
+            return None;
+        }
+        let mut v: Vec<u32> = self.ns[..n.min(COST_SLOTS)]
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect();
+        v.sort_unstable();
+        let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+        let timed = if n > v.len() {
+            format!(" (first {} timed)", v.len())
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "{n} captures, median {} ns, p99 {} ns, max {} ns{timed}",
+            q(0.5),
+            q(0.99),
+            v[v.len() - 1],
+        ))
     }
 }
 
-/// "stack capture cost: N captures, median X ns, p99 Y ns, max Z ns", if any capture happened.
-pub fn cost_summary() -> Option<String> {
-    let n = COST_N.load(Ordering::Relaxed);
-    if n == 0 {
-        return None;
+static SITE_COST: CostTable = CostTable::new();
+static SYNC_COST: CostTable = CostTable::new();
+
+/// Record the duration of one capture (lock-free; beyond the first 65536 of a purpose only
+/// counted).
+pub fn record_cost(purpose: Purpose, ns: u64) {
+    match purpose {
+        Purpose::Site => SITE_COST.record(ns),
+        Purpose::Sync => SYNC_COST.record(ns),
     }
-    let mut v: Vec<u32> = COST_NS[..n.min(COST_SLOTS)]
+}
+
+/// "stack capture cost: call sites N captures, median X ns, p99 Y ns, max Z ns; synchronizations
+/// …", if any capture happened.
+pub fn cost_summary() -> Option<String> {
+    let parts: Vec<String> = [("call sites", &SITE_COST), ("synchronizations", &SYNC_COST)]
         .iter()
-        .map(|a| a.load(Ordering::Relaxed))
+        .filter_map(|(what, t)| t.summary().map(|s| format!("{what} {s}")))
         .collect();
-    v.sort_unstable();
-    let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-    Some(format!(
-        "stack capture cost: {n} captures, median {} ns, p99 {} ns, max {} ns (first {} timed)",
-        q(0.5),
-        q(0.99),
-        v[v.len() - 1],
-        v.len()
-    ))
+    (!parts.is_empty()).then(|| format!("stack capture cost: {}", parts.join("; ")))
 }
 
 #[cfg(test)]

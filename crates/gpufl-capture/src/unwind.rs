@@ -48,6 +48,40 @@ pub const MAX_NATIVE_FRAMES: usize = 128;
 /// a stack other than the thread's main stack.
 #[inline(never)]
 pub fn capture_native(out: &mut [u64], skip: usize) -> usize {
+    capture_here(out, skip, Bound::NONE).0
+}
+
+/// Limits on one walk of [`capture_native_bounded`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// Stop walking once this many nanoseconds have passed since the walk began (0: no limit).
+    /// The clock is read every few frames, so a walk may overrun by a few frames' work.
+    pub time_ns: u64,
+    /// Never rebuild the module list on this thread: when a walk meets an address outside every
+    /// known module, ask for a rebuild ([`service`], run by the recorder's writer thread) and
+    /// return what was walked. A rebuild reads every loaded module (milliseconds in a big
+    /// process), which the hot path of a launch cannot afford.
+    pub defer_rescan: bool,
+}
+
+impl Bound {
+    /// No limit: walk to the end of the stack, rebuild the module list inline when needed.
+    pub const NONE: Bound = Bound {
+        time_ns: 0,
+        defer_rescan: false,
+    };
+}
+
+/// [`capture_native`] within `bound`. Returns the entries written and whether the walk was cut
+/// short by the bound (time spent, or a rescan deferred) rather than reaching the stack's end.
+#[inline(never)]
+pub fn capture_native_bounded(out: &mut [u64], skip: usize, bound: Bound) -> (usize, bool) {
+    capture_here(out, skip, bound)
+}
+
+/// The walk from the frame of the (non-inlined) public function this is inlined into.
+#[inline(always)]
+fn capture_here(out: &mut [u64], skip: usize, bound: Bound) -> (usize, bool) {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
         let (pc, sp, bp): (u64, u64, u64);
@@ -66,13 +100,20 @@ pub fn capture_native(out: &mut [u64], skip: usize) -> usize {
         }
         // `black_box` keeps the call from becoming a tail call: the frame described by
         // (pc, sp) must stay intact while we walk it.
-        core::hint::black_box(imp::capture_from(pc, sp, bp, out, skip))
+        core::hint::black_box(imp::capture_from(pc, sp, bp, out, skip, bound))
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {
-        let _ = (out, skip);
-        0
+        let _ = (out, skip, bound);
+        (0, false)
     }
+}
+
+/// Build the module list now if none exists yet (so that no capture on the hot path pays for the
+/// first build), and carry out a rebuild that a bounded walk asked for. Called at the recorder's
+/// start and from its writer thread.
+pub fn service() {
+    imp::service();
 }
 
 /// Force a rescan of loaded modules (call after `dlopen`/`dlclose`). Also done automatically,
@@ -90,6 +131,7 @@ pub fn module_of(addr: u64) -> Option<(String, Range<u64>)> {
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 mod imp {
     pub(super) fn invalidate() {}
+    pub(super) fn service() {}
     pub(super) fn module_of(_addr: u64) -> Option<(String, std::ops::Range<u64>)> {
         None
     }
@@ -97,6 +139,7 @@ mod imp {
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod imp {
+    use super::Bound;
     use std::cell::RefCell;
     use std::ffi::{c_int, c_void, CStr};
     use std::ops::{Deref, Range};
@@ -160,6 +203,8 @@ mod imp {
     struct ModInfo {
         path: String,
         range: Range<u64>,
+        /// (.eh_frame_hdr, .eh_frame…) read by the unwinder, prefaulted by [`service`].
+        eh: Option<(Range<u64>, Range<u64>)>,
     }
 
     /// An immutable view of the loaded modules, shared by all threads.
@@ -236,26 +281,33 @@ mod imp {
         }
     }
 
-    pub(super) fn capture_from(pc: u64, sp: u64, bp: u64, out: &mut [u64], skip: usize) -> usize {
+    pub(super) fn capture_from(
+        pc: u64,
+        sp: u64,
+        bp: u64,
+        out: &mut [u64],
+        skip: usize,
+        bound: Bound,
+    ) -> (usize, bool) {
         // catch_unwind is free on the non-panicking path and guarantees we never unwind into
         // C callers (CUPTI), whatever framehop/gimli do on malformed input.
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             STATE
                 .try_with(|cell| {
                     let Ok(mut guard) = cell.try_borrow_mut() else {
-                        return 0; // re-entered (signal handler) on this thread
+                        return (0, false); // re-entered (signal handler) on this thread
                     };
                     if guard.is_none() {
                         *guard = ThreadState::new();
                     }
                     match guard.as_mut() {
-                        Some(st) => capture_with(st, pc, sp, bp, out, skip),
-                        None => 0,
+                        Some(st) => capture_with(st, pc, sp, bp, out, skip, bound),
+                        None => (0, false),
                     }
                 })
-                .unwrap_or(0) // TLS already destroyed (thread exiting)
+                .unwrap_or((0, false)) // TLS already destroyed (thread exiting)
         }))
-        .unwrap_or(0)
+        .unwrap_or((0, false))
     }
 
     fn capture_with(
@@ -265,33 +317,211 @@ mod imp {
         bp: u64,
         out: &mut [u64],
         skip: usize,
-    ) -> usize {
+        bound: Bound,
+    ) -> (usize, bool) {
         if sp < st.stack_lo || sp >= st.stack_hi {
-            return 0; // alternate signal stack, fiber, ...: bounds unknown
+            return (0, false); // alternate signal stack, fiber, ...: bounds unknown
         }
+        let deadline = (bound.time_ns > 0).then(|| mono_fine_ns() + bound.time_ns);
         let mut n = 0;
+        let mut cut = false;
         for attempt in 0..2 {
             st.refresh();
-            let (count, last, complete) = walk(st, pc, sp, bp, out, skip);
+            let (count, last, end) = walk(st, pc, sp, bp, out, skip, deadline);
             n = count;
+            if end == WalkEnd::OutOfTime {
+                cut = true;
+                break;
+            }
             // A walk that ends normally in a known module is trusted. Otherwise (error,
             // garbage address, or an end-of-stack found by the frame-pointer fallback in an
             // unknown module, e.g. a fresh dlopen) look for frames outside all known modules,
             // and if a rescan finds a changed module set, retry once with the new snapshot.
             let unknown = |a: u64| st.snap.find(a).is_none();
             let suspicious = || unknown(last) || out[..n].iter().any(|&a| unknown(a));
-            if (complete && !unknown(last)) || attempt == 1 {
+            if (end == WalkEnd::Complete && !unknown(last)) || attempt == 1 {
+                break;
+            }
+            if bound.defer_rescan {
+                if suspicious() {
+                    RESCAN_WANTED.store(true, Ordering::Relaxed);
+                    cut = true;
+                }
                 break;
             }
             if !maybe_auto_rescan(&st.snap, suspicious) {
                 break;
             }
         }
-        n
+        (n, cut)
     }
 
-    /// Walk the stack. Returns the frame count, the last good frame address, and whether the
-    /// walk ended normally (end of stack or `out` full) rather than by error / bad address.
+    /// A rebuild of the module list asked for by a walk that could not do it itself.
+    static RESCAN_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// Last time [`service`] compared the loader's counters with the module list's, ns.
+    static LAST_SERVICE_CHECK_NS: AtomicU64 = AtomicU64::new(0);
+
+    pub(super) fn service() {
+        let snap = current();
+        let now = mono_ns().max(1);
+        let periodic =
+            now.saturating_sub(LAST_SERVICE_CHECK_NS.load(Ordering::Relaxed)) >= RESCAN_INTERVAL_NS;
+        let mut snap = snap;
+        if RESCAN_WANTED.swap(false, Ordering::Relaxed) || periodic {
+            LAST_SERVICE_CHECK_NS.store(now, Ordering::Relaxed);
+            if loader_counters() != snap.counters {
+                snap = publish(build_snapshot(), false);
+            }
+        }
+        prefault(&snap);
+    }
+
+    /// Modules whose unwind tables [`prefault`] already brought in, by text start.
+    static PREFAULTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    /// The snapshot generation [`prefault`] last went through (it only has work after a rebuild).
+    static PREFAULTED_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+    /// Bring every module's unwind tables into this process's page tables, once per module, on
+    /// the calling (writer) thread: a walk on the hot path then meets no page fault in them. In a
+    /// PyTorch process they are tens of MB that a cold walk would fault in a few pages per frame
+    /// (a binary search over `.eh_frame_hdr`), each fault some microseconds, and far more under a
+    /// sandboxing kernel such as gVisor.
+    fn prefault(snap: &Snapshot) {
+        if PREFAULTED_GENERATION.load(Ordering::Relaxed) == snap.generation {
+            return;
+        }
+        let Ok(mut done) = PREFAULTED.try_lock() else {
+            return;
+        };
+        PREFAULTED_GENERATION.store(snap.generation, Ordering::Relaxed);
+        for m in &snap.modules {
+            if done.contains(&m.range.start) {
+                continue;
+            }
+            done.push(m.range.start);
+            if let Some((hdr, frame)) = &m.eh {
+                populate(hdr);
+                // SAFETY: the module's mapped .eh_frame_hdr (populated above).
+                if let Some(end) = unsafe { eh_frame_end(hdr, frame) } {
+                    populate(&(frame.start..end));
+                }
+            }
+        }
+    }
+
+    /// End of `.eh_frame` from the `.eh_frame_hdr` search table (the usual encodings: count
+    /// `udata4`, table `datarel | sdata4`): past the FDE at the highest address. `frame` runs to
+    /// the end of its segment, which may hold much more than unwind tables.
+    ///
+    /// # Safety
+    /// `hdr` is a mapped `.eh_frame_hdr`.
+    unsafe fn eh_frame_end(hdr: &Range<u64>, frame: &Range<u64>) -> Option<u64> {
+        let len = hdr.end.checked_sub(hdr.start)?;
+        if len < 12 {
+            return None;
+        }
+        let p = hdr.start as *const u8;
+        // SAFETY: at least 12 bytes are mapped (len >= 12); unaligned reads.
+        let (ptr_enc, count_enc, table_enc) = unsafe { (*p.add(1), *p.add(2), *p.add(3)) };
+        let ptr_size = match ptr_enc & 0x0f {
+            0x03 | 0x0b => 4,
+            0x00 | 0x04 | 0x0c => 8,
+            _ => return None,
+        };
+        if count_enc != 0x03 || table_enc != 0x3b || len < 4 + ptr_size + 4 {
+            return None;
+        }
+        // SAFETY: within the header (checked above).
+        let count = unsafe { p.add(4 + ptr_size as usize).cast::<u32>().read_unaligned() } as u64;
+        let table = 4 + ptr_size + 4;
+        if table + count.checked_mul(8)? > len {
+            return None;
+        }
+        let mut highest: Option<u64> = None;
+        for i in 0..count {
+            // SAFETY: entry i lies inside the header (checked above).
+            let off = unsafe {
+                p.add((table + i * 8 + 4) as usize)
+                    .cast::<i32>()
+                    .read_unaligned()
+            };
+            let fde = hdr.start.wrapping_add(off as i64 as u64);
+            if frame.contains(&fde) && highest.is_none_or(|h| fde > h) {
+                highest = Some(fde);
+            }
+        }
+        let fde = highest?;
+        if fde + 4 > frame.end {
+            return None;
+        }
+        // SAFETY: the FDE's length word lies inside `frame` (checked).
+        let flen = unsafe { (fde as *const u32).read_unaligned() } as u64;
+        Some((fde + 4 + flen).min(frame.end))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn eh_frame_ends_inside_its_segment_past_every_fde() {
+            let mut scan = Scan::default();
+            iterate(&mut scan);
+            let mut found = 0;
+            for m in &scan.modules {
+                let Some((hdr, frame)) = &m.eh else { continue };
+                // SAFETY: a loaded module's mapped .eh_frame_hdr.
+                if let Some(end) = unsafe { eh_frame_end(hdr, frame) } {
+                    assert!(end > frame.start && end <= frame.end, "{}", m.name);
+                    found += 1;
+                }
+            }
+            assert!(found > 0, "no module with a standard .eh_frame_hdr table");
+            service();
+            assert!(PREFAULTED.lock().unwrap().len() >= found);
+        }
+    }
+
+    /// Fault in the pages of a mapped range: `MADV_POPULATE_READ` where the kernel has it, else a
+    /// read of one byte per page.
+    fn populate(r: &Range<u64>) {
+        const PAGE: u64 = 4096;
+        const MADV_POPULATE_READ: c_int = 22;
+        let start = r.start & !(PAGE - 1);
+        let Some(len) = r.end.checked_sub(start) else {
+            return;
+        };
+        if len == 0 || len > (1 << 31) {
+            return;
+        }
+        // SAFETY: advice on a range of a loaded module's mapping; the kernel checks the range and
+        // fails (ENOMEM, EINVAL) rather than faulting.
+        let rc = unsafe { libc::madvise(start as *mut c_void, len as usize, MADV_POPULATE_READ) };
+        if rc == 0 {
+            return;
+        }
+        let mut a = start.max(r.start);
+        while a < r.end {
+            // SAFETY: inside the loaded module's unwind tables, mapped for as long as the module
+            // is loaded (the unwinder reads the same memory).
+            unsafe { std::ptr::read_volatile(a as *const u8) };
+            a = (a | (PAGE - 1)) + 1;
+        }
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    enum WalkEnd {
+        /// End of the stack, or `out` full.
+        Complete,
+        /// An error or an implausible address.
+        Broken,
+        /// The time bound was reached.
+        OutOfTime,
+    }
+
+    /// Walk the stack. Returns the frame count, the last good frame address, and how the walk
+    /// ended. With a `deadline` (mono_fine_ns), the clock is read every 4 frames.
     fn walk(
         st: &mut ThreadState,
         pc: u64,
@@ -299,7 +529,8 @@ mod imp {
         bp: u64,
         out: &mut [u64],
         skip: usize,
-    ) -> (usize, u64, bool) {
+        deadline: Option<u64>,
+    ) -> (usize, u64, WalkEnd) {
         let stack_hi = st.stack_hi;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             if addr & 7 == 0 && addr >= sp && addr < stack_hi - 7 {
@@ -318,13 +549,16 @@ mod imp {
             .iter_frames(pc, regs, &mut st.cache, &mut read_stack);
         let (mut n, mut step, mut last) = (0usize, 0usize, pc);
         while n < out.len() && step < MAX_STEPS {
+            if step & 3 == 3 && deadline.is_some_and(|d| mono_fine_ns() >= d) {
+                return (n, last, WalkEnd::OutOfTime);
+            }
             match iter.next() {
                 Ok(Some(frame)) => {
                     let addr = frame.address();
                     // Frame 0 is the PC inside capture_native: not reported.
                     if step > 0 {
                         if !(0x1000..0x0000_8000_0000_0000).contains(&addr) {
-                            return (n, last, false);
+                            return (n, last, WalkEnd::Broken);
                         }
                         if step > skip {
                             out[n] = addr;
@@ -334,21 +568,31 @@ mod imp {
                     last = addr;
                     step += 1;
                 }
-                Ok(None) => return (n, last, true),
-                Err(_) => return (n, last, false),
+                Ok(None) => return (n, last, WalkEnd::Complete),
+                Err(_) => return (n, last, WalkEnd::Broken),
             }
         }
-        (n, last, true)
+        (n, last, WalkEnd::Complete)
     }
 
-    fn mono_ns() -> u64 {
+    /// `clock` (CLOCK_MONOTONIC for a walk's bound, CLOCK_MONOTONIC_COARSE for rescan intervals;
+    /// both served by the vDSO), ns.
+    fn clock_ns(clock: libc::clockid_t) -> u64 {
         let mut ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        // SAFETY: valid out-pointer; CLOCK_MONOTONIC_COARSE is served by the vDSO.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        // SAFETY: valid out-pointer.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
         (ts.tv_sec as u64).wrapping_mul(1_000_000_000) + ts.tv_nsec as u64
+    }
+
+    fn mono_ns() -> u64 {
+        clock_ns(libc::CLOCK_MONOTONIC_COARSE)
+    }
+
+    fn mono_fine_ns() -> u64 {
+        clock_ns(libc::CLOCK_MONOTONIC)
     }
 
     /// Rate-limited rescan, attempted only if `suspicious()` (evaluated after the cheap time
@@ -572,6 +816,7 @@ mod imp {
             modules.push(ModInfo {
                 path,
                 range: m.text,
+                eh: m.eh.clone(),
             });
         }
         modules.sort_by_key(|m| m.range.start);

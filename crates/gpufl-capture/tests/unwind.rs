@@ -429,3 +429,48 @@ fn capture_during_thread_exit_is_safe() {
         .unwrap();
     }
 }
+
+// ---- bounded walks ------------------------------------------------------------------------
+
+#[inline(never)]
+fn recurse_then(depth: u32, f: &mut dyn FnMut() -> (usize, bool)) -> (usize, bool) {
+    if depth == 0 {
+        return black_box(f());
+    }
+    let r = recurse_then(black_box(depth - 1), f);
+    black_box(depth);
+    r
+}
+
+#[test]
+fn a_time_bound_cuts_a_deep_walk_and_says_so() {
+    use gpufl_capture::unwind::{capture_native_bounded, Bound};
+    let mut buf = [0u64; MAX_NATIVE_FRAMES];
+    // Unbounded: the walk fills the buffer (the recursion is deeper than it), not cut.
+    let (full, cut) = recurse_then(300, &mut || {
+        capture_native_bounded(&mut buf, 0, Bound::NONE)
+    });
+    assert_eq!(full, MAX_NATIVE_FRAMES);
+    assert!(!cut);
+    // A bound of 1 ns: the clock, read every 4 frames, stops the walk at the first reading.
+    let tiny = Bound {
+        time_ns: 1,
+        defer_rescan: true,
+    };
+    let (n, cut) = recurse_then(300, &mut || capture_native_bounded(&mut buf, 0, tiny));
+    assert!(cut, "a 1 ns bound must cut a 300-frame walk");
+    assert!(n < 8, "{n} frames walked past a 1 ns bound");
+    // The frames kept are the innermost ones, the same as an unbounded walk's.
+    let mut again = [0u64; MAX_NATIVE_FRAMES];
+    let (m, _) = recurse_then(300, &mut || {
+        capture_native_bounded(&mut again, 0, Bound::NONE)
+    });
+    assert!(m >= n);
+    // A generous bound walks as far as no bound.
+    let wide = Bound {
+        time_ns: 10_000_000_000,
+        defer_rescan: true,
+    };
+    let (w, cut) = recurse_then(300, &mut || capture_native_bounded(&mut buf, 0, wide));
+    assert_eq!((w, cut), (MAX_NATIVE_FRAMES, false));
+}

@@ -5,57 +5,71 @@ use anyhow::Result;
 use clap::Args;
 use gpufl_trace::{Record, SessionReader, Symbols};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct DumpArgs {
     /// Session directory.
-    session: PathBuf,
+    pub(crate) session: PathBuf,
     /// Only these record types (comma-separated, e.g. `sync,kernel`).
     #[arg(long, value_delimiter = ',')]
-    r#type: Vec<String>,
+    pub(crate) r#type: Vec<String>,
     /// Print records as stored (ids unresolved, interned records included).
     #[arg(long)]
-    raw: bool,
+    pub(crate) raw: bool,
     /// Stop after N records.
     #[arg(long)]
-    limit: Option<usize>,
+    pub(crate) limit: Option<usize>,
 }
 
 pub fn run(args: DumpArgs) -> Result<i32> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = crate::term::Stdout::new();
     let mut printed = 0usize;
     for dir in expand_sessions(std::slice::from_ref(&args.session))? {
-        let mut reader = SessionReader::open(&dir)?;
-        let mut syms = Symbols::default();
-        for rec in reader.by_ref() {
-            let interned = syms.observe(&rec);
-            if !args.r#type.is_empty() && !args.r#type.iter().any(|t| t == rec.type_name()) {
-                continue;
-            }
-            if interned && !args.raw && args.r#type.is_empty() {
-                continue;
-            }
-            let v = if args.raw {
-                serde_json::to_value(&rec)?
-            } else {
-                resolve(&rec, &syms)?
-            };
-            if writeln!(out, "{v}").is_err() {
-                return Ok(0); // closed pipe (e.g. `| head`)
-            }
-            printed += 1;
-            if args.limit.is_some_and(|l| printed >= l) {
-                return Ok(0);
-            }
+        let (warnings, done) = dump_dir(&dir, &args, &mut printed, &mut |l| out.line(l))?;
+        out.flush()?;
+        if done {
+            return Ok(0);
         }
-        for w in reader.warnings() {
-            eprintln!("gpufl: warning: {w}");
+        for w in warnings {
+            crate::term::eprint_line(&format!("gpufl: warning: {}", crate::term::esc(&w)));
         }
     }
+    out.flush()?;
     Ok(0)
+}
+
+/// Dump one session directory's records to `out`, one JSON line each: the reader's warnings, and
+/// whether the limit was reached.
+pub(crate) fn dump_dir(
+    dir: &std::path::Path,
+    args: &DumpArgs,
+    printed: &mut usize,
+    out: &mut dyn FnMut(&str) -> Result<()>,
+) -> Result<(Vec<String>, bool)> {
+    let mut reader = SessionReader::open(dir)?;
+    let mut syms = Symbols::default();
+    for rec in reader.by_ref() {
+        let interned = syms.observe(&rec);
+        if !args.r#type.is_empty() && !args.r#type.iter().any(|t| t == rec.type_name()) {
+            continue;
+        }
+        if interned && !args.raw && args.r#type.is_empty() {
+            continue;
+        }
+        let v = if args.raw {
+            serde_json::to_value(&rec)?
+        } else {
+            resolve(&rec, &syms)?
+        };
+        // JSON: serde escapes every control character, nothing more to do.
+        out(&v.to_string())?;
+        *printed += 1;
+        if args.limit.is_some_and(|l| *printed >= l) {
+            return Ok((reader.warnings(), true));
+        }
+    }
+    Ok((reader.warnings(), false))
 }
 
 /// The record as JSON with names and stacks spelled out.

@@ -141,7 +141,7 @@ pub fn render(out: &mut String, t: &KernelTable) {
                 bytes(r.launch.smem_bytes()),
                 local(r.launch.local_mem, r.stack_frame),
                 occupancy(r),
-                clip(name, 60)
+                clip(&crate::term::esc(name), 60)
             );
         }
     }

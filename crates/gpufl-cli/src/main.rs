@@ -1,12 +1,15 @@
 //! `gpufl`: record CUDA programs and read the recordings.
 
 mod dump;
+#[cfg(test)]
+mod fuzz;
 mod kernel_table;
 mod record;
 mod report;
 mod report_scopes;
 mod report_telemetry;
 mod summary;
+mod term;
 mod trigger;
 
 use anyhow::Result;
@@ -47,8 +50,10 @@ fn main() {
     let cli = Cli::parse();
     let code = match run(cli) {
         Ok(code) => code,
+        // The reader of our output went away (`| head`): done, quietly.
+        Err(e) if term::is_closed_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("gpufl: error: {e:#}");
+            term::eprint_line(&format!("gpufl: error: {}", term::esc(&format!("{e:#}"))));
             2
         }
     };

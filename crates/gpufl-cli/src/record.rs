@@ -1,7 +1,7 @@
 //! `gpufl record -- CMD ARGS…`: run CMD with the capture library injected through
 //! `CUDA_INJECTION64_PATH`; CMD's output and exit code pass through unchanged.
 
-use crate::summary;
+use crate::{summary, term};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::ffi::OsString;
@@ -143,19 +143,22 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         None => 128 + killed_by.unwrap_or(0),
     };
     if let (Some(sig), false) = (killed_by, args.quiet) {
-        eprintln!(
+        term::eprint_line(&format!(
             "gpufl: {} killed by {}{}",
-            args.command
-                .first()
-                .map(|c| c.to_string_lossy())
-                .unwrap_or_default(),
+            term::esc(
+                &args
+                    .command
+                    .first()
+                    .map(|c| c.to_string_lossy())
+                    .unwrap_or_default()
+            ),
             gpufl_trace::signals::signal_name(sig),
             if status.core_dumped() {
                 " (core dumped)"
             } else {
                 ""
             }
-        );
+        ));
     }
 
     if !args.quiet {
@@ -164,21 +167,31 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             .filter(|p| !before.contains(p))
             .collect();
         if new.is_empty() {
-            eprintln!(
-                "gpufl: no session recorded (the command made no CUDA call, or CUDA ignored CUDA_INJECTION64_PATH)"
+            term::eprint_line(
+                "gpufl: no session recorded (the command made no CUDA call, or CUDA ignored CUDA_INJECTION64_PATH)",
             );
         } else {
-            eprintln!("gpufl: {} session(s) in {}", new.len(), out_dir.display());
+            term::eprint_line(&format!(
+                "gpufl: {} session(s) in {}",
+                new.len(),
+                term::esc_path(&out_dir)
+            ));
             for dir in new {
                 match summary::summarize(&dir) {
-                    Ok(s) => eprintln!(
+                    Ok(s) => term::eprint_line(&format!(
                         "gpufl:   {}: {}",
-                        dir.file_name()
-                            .map(|n| n.to_string_lossy())
-                            .unwrap_or_default(),
-                        s.one_line()
-                    ),
-                    Err(e) => eprintln!("gpufl:   {}: unreadable: {e}", dir.display()),
+                        term::esc(
+                            &dir.file_name()
+                                .map(|n| n.to_string_lossy())
+                                .unwrap_or_default()
+                        ),
+                        term::esc(&s.one_line())
+                    )),
+                    Err(e) => term::eprint_line(&format!(
+                        "gpufl:   {}: unreadable: {}",
+                        term::esc_path(&dir),
+                        term::esc(&e.to_string())
+                    )),
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! `gpufl report`: the insights of one or more sessions, ranked by time impact.
 
 use crate::summary::expand_sessions;
+use crate::term::esc;
 use anyhow::Result;
 use clap::Args;
 use gpufl_analysis::{
@@ -40,7 +41,7 @@ pub struct ReportArgs {
 
 /// One session's report, as `--json` prints it.
 #[derive(Serialize)]
-struct SessionReport {
+pub(crate) struct SessionReport {
     session: String,
     command: Vec<String>,
     gpus: Vec<String>,
@@ -66,25 +67,10 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     };
     let mut reports = Vec::new();
     for dir in dirs {
-        let mut reader = ParSessionReader::open(&dir, threads)?;
-        let mut model = Model::load(reader.by_ref());
-        model.add_warnings(reader.warnings());
-        let analysis = analyze_on(&model, &cfg, threads);
-        let header = model.header();
-        reports.push(SessionReport {
-            session: dir.display().to_string(),
-            command: header.map(|h| h.command_line.clone()).unwrap_or_default(),
-            gpus: header
-                .map(|h| h.gpus.iter().map(|g| g.name.clone()).collect())
-                .unwrap_or_default(),
-            analysis,
-        });
+        reports.push(load(&dir, &cfg, threads)?);
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?
-        );
+        crate::term::print(&render_json(&reports)?)?;
         return Ok(0);
     }
     let color = match args.color.as_str() {
@@ -92,6 +78,36 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         "never" => false,
         _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
     };
+    crate::term::print(&render_text(&reports, color))?;
+    Ok(0)
+}
+
+/// Read, load and analyze one session directory.
+pub(crate) fn load(dir: &std::path::Path, cfg: &Config, threads: usize) -> Result<SessionReport> {
+    let mut reader = ParSessionReader::open(dir, threads)?;
+    let mut model = Model::load(reader.by_ref());
+    model.add_warnings(reader.warnings());
+    let analysis = analyze_on(&model, cfg, threads);
+    let header = model.header();
+    Ok(SessionReport {
+        session: dir.display().to_string(),
+        command: header.map(|h| h.command_line.clone()).unwrap_or_default(),
+        gpus: header
+            .map(|h| h.gpus.iter().map(|g| g.name.clone()).collect())
+            .unwrap_or_default(),
+        analysis,
+    })
+}
+
+/// The `--json` output.
+pub(crate) fn render_json(reports: &[SessionReport]) -> Result<String> {
+    let mut s = serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?;
+    s.push('\n');
+    Ok(s)
+}
+
+/// The text report.
+pub(crate) fn render_text(reports: &[SessionReport], color: bool) -> String {
     let mut out = String::new();
     for (i, r) in reports.iter().enumerate() {
         if i > 0 {
@@ -99,8 +115,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         }
         render(&mut out, r, &Style { color });
     }
-    print!("{out}");
-    Ok(0)
+    out
 }
 
 struct Style {
@@ -142,13 +157,13 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     let _ = writeln!(
         out,
         "{}",
-        st.paint("1", &format!("gpufl report · {}", r.session))
+        st.paint("1", &format!("gpufl report · {}", esc(&r.session)))
     );
     if !r.command.is_empty() {
-        let _ = writeln!(out, "  command   {}", r.command.join(" "));
+        let _ = writeln!(out, "  command   {}", esc(&r.command.join(" ")));
     }
     if !r.gpus.is_empty() {
-        let _ = writeln!(out, "  GPU       {}", r.gpus.join(", "));
+        let _ = writeln!(out, "  GPU       {}", esc(&r.gpus.join(", ")));
     }
     // Always-on: busy share and kernels are the windows' only.
     let (of_observed, in_windows) = if a.sampling.is_some() {
@@ -180,7 +195,7 @@ fn render(out: &mut String, r: &SessionReport, st: &Style) {
     crate::report_scopes::render(out, &a.scopes);
     crate::report_scopes::render_ranges(out, &a.ranges);
     for w in &a.warnings {
-        let _ = writeln!(out, "  {} {w}", st.paint("33", "warning:"));
+        let _ = writeln!(out, "  {} {}", st.paint("33", "warning:"), esc(w));
     }
     if !a.has_stacks {
         let _ = writeln!(
@@ -322,26 +337,6 @@ fn render_attribution(out: &mut String, a: &gpufl_analysis::insights::attributio
     if !parts.is_empty() {
         let _ = writeln!(out, "  attributed: {}", parts.join(" · "));
     }
-}
-
-/// A string from a trace, safe to print on a terminal: control characters (C0, DEL, C1 — escape
-/// sequences, newlines) are written as `\u{..}` escapes, so a crafted name cannot move the
-/// cursor, retitle the terminal or fake a line of the report.
-pub(crate) fn esc(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(|c| c.is_control()) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    std::borrow::Cow::Owned(
-        s.chars()
-            .map(|c| {
-                if c.is_control() {
-                    format!("\\u{{{:x}}}", c as u32)
-                } else {
-                    c.to_string()
-                }
-            })
-            .collect(),
-    )
 }
 
 /// One line per device: idle time by class, then the utilization series as a bar per chunk
@@ -535,19 +530,4 @@ fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
         );
     }
     let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::esc;
-
-    #[test]
-    fn control_characters_from_a_trace_are_escaped() {
-        assert_eq!(esc("train.py"), "train.py");
-        assert_eq!(esc("a\x1b[2Jb"), "a\\u{1b}[2Jb");
-        assert_eq!(esc("x\nfix: rm -rf /"), "x\\u{a}fix: rm -rf /");
-        assert_eq!(esc("t\x1b]0;title\x07"), "t\\u{1b}]0;title\\u{7}");
-        assert_eq!(esc("\u{9b}31m"), "\\u{9b}31m", "C1 CSI");
-        assert_eq!(esc("µs ← ok"), "µs ← ok");
-    }
 }

@@ -2,14 +2,16 @@
 //! ranges), indented by nesting: instances, wall time, GPU busy during it, kernels launched,
 //! synchronizations and the host time blocked in them ("syncs inside forward totaled X").
 
-use crate::report::esc;
+use crate::term::esc;
 use gpufl_analysis::{RangeRollup, ScopeRollup};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Write;
 
 /// Scope rows shown at most (a JAX program opens thousands of XLA NVTX scope paths); the longest
 /// by wall time are kept with their ancestors, the rest counted. `--json` has every row.
 pub const MAX_SCOPE_ROWS: usize = 40;
+/// Nesting levels shown by indentation; deeper rows are prefixed with their depth.
+const MAX_INDENT: usize = 16;
 /// Range names shown at most.
 pub const MAX_RANGE_ROWS: usize = 20;
 
@@ -21,19 +23,19 @@ fn shown(scopes: &[ScopeRollup], max: usize) -> Vec<usize> {
     }
     let mut by_wall: Vec<usize> = (0..scopes.len()).collect();
     by_wall.sort_by(|&a, &b| scopes[b].wall_ns.cmp(&scopes[a].wall_ns).then(a.cmp(&b)));
-    let index: HashMap<&[String], usize> = scopes
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.path.as_slice(), i))
-        .collect();
     let mut keep: HashSet<usize> = HashSet::new();
     for &i in &by_wall {
-        // A row costs itself plus the ancestors not yet shown.
-        let path = &scopes[i].path;
-        let new: Vec<usize> = (1..=path.len())
-            .filter_map(|n| index.get(&path[..n]).copied())
-            .filter(|j| !keep.contains(j))
-            .collect();
+        // A row costs itself plus the ancestors not yet shown (walked up to the first shown one,
+        // and no further than what could still fit: bounded whatever the depth).
+        let mut new: Vec<usize> = Vec::new();
+        let mut cur = Some(i);
+        while let Some(j) = cur.filter(|j| *j < scopes.len() && !keep.contains(j)) {
+            new.push(j);
+            if keep.len() + new.len() > max {
+                break;
+            }
+            cur = scopes[j].parent.map(|p| p as usize);
+        }
         if keep.len() + new.len() > max {
             continue;
         }
@@ -74,7 +76,12 @@ pub fn render(out: &mut String, scopes: &[ScopeRollup]) {
     let rows = shown(scopes, MAX_SCOPE_ROWS);
     for &i in &rows {
         let s = &scopes[i];
-        let mut name = format!("{}{}", "  ".repeat(s.depth as usize), esc(&s.name));
+        // Indented by depth, up to MAX_INDENT levels; deeper rows say their depth.
+        let mut name = if s.depth as usize > MAX_INDENT {
+            format!("{}[{}] {}", "  ".repeat(MAX_INDENT), s.depth, esc(&s.name))
+        } else {
+            format!("{}{}", "  ".repeat(s.depth as usize), esc(&s.name))
+        };
         if s.nvtx {
             name.push_str(" (nvtx)");
         }
@@ -138,11 +145,11 @@ pub fn render_ranges(out: &mut String, ranges: &[RangeRollup]) {
 mod tests {
     use super::*;
 
-    fn row(path: &[&str], wall: u64) -> ScopeRollup {
+    fn row(parent: Option<usize>, name: &str, depth: u32, wall: u64) -> ScopeRollup {
         ScopeRollup {
-            path: path.iter().map(|s| s.to_string()).collect(),
-            name: path.last().unwrap().to_string(),
-            depth: path.len() as u32 - 1,
+            parent: parent.map(|p| p as u32),
+            name: name.to_string(),
+            depth,
             count: 1,
             wall_ns: wall,
             gpu_busy_ns: 0,
@@ -159,13 +166,13 @@ mod tests {
     fn long_tables_keep_the_longest_rows_with_their_ancestors() {
         // Tree order: a root with 100 small children, then a second root whose one deep child
         // is the longest of all.
-        let mut v = vec![row(&["jit_step"], 1_000)];
+        let mut v = vec![row(None, "jit_step", 0, 1_000)];
         for i in 0..100 {
-            v.push(row(&["jit_step", &format!("op{i}")], 10 + i));
+            v.push(row(Some(0), &format!("op{i}"), 1, 10 + i));
         }
-        v.push(row(&["other"], 500));
-        v.push(row(&["other", "deep"], 400));
-        v.push(row(&["other", "deep", "deepest"], 5_000));
+        v.push(row(None, "other", 0, 500));
+        v.push(row(Some(101), "deep", 1, 400));
+        v.push(row(Some(102), "deepest", 2, 5_000));
         let keep = shown(&v, 10);
         assert_eq!(keep.len(), 10);
         let names: Vec<&str> = keep.iter().map(|&i| v[i].name.as_str()).collect();
@@ -179,5 +186,21 @@ mod tests {
         assert!(out.contains("… 64 more scope paths not shown"), "{out}");
         // Small tables are shown whole.
         assert_eq!(shown(&v[..5], 10), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_deep_chain_shows_its_longest_rows_with_bounded_work_and_indentation() {
+        // 100,000 nested rows, the innermost the longest: its ancestors cannot all be shown, so
+        // the rows shown are the outermost ones that fit, and the indentation stops growing.
+        let n = 100_000;
+        let v: Vec<ScopeRollup> = (0..n)
+            .map(|i: usize| row(i.checked_sub(1), "s", i as u32, i as u64))
+            .collect();
+        let keep = shown(&v, MAX_SCOPE_ROWS);
+        assert!(keep.len() <= MAX_SCOPE_ROWS);
+        let mut out = String::new();
+        render(&mut out, &v);
+        let widest = out.lines().map(|l| l.len()).max().unwrap();
+        assert!(widest < 200, "{widest}");
     }
 }

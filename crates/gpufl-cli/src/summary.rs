@@ -1,5 +1,6 @@
 //! One-pass totals of a session (the full analysis lives in gpufl-analysis).
 
+use crate::term::{esc, esc_path};
 use anyhow::{bail, Result};
 use gpufl_trace::{session, Header, ParSessionReader, Record};
 use std::path::{Path, PathBuf};
@@ -131,7 +132,7 @@ pub fn expand_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         if found.is_empty() {
             bail!(
                 "{} is not a gpufl session directory (and contains none)",
-                p.display()
+                esc_path(p)
             );
         }
         out.extend(found);
@@ -139,75 +140,92 @@ pub fn expand_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// `gpufl info`.
+/// `gpufl info`. Every string from a trace is escaped for the terminal ([`esc`]).
 pub fn info(paths: &[PathBuf]) -> Result<i32> {
     for dir in expand_sessions(paths)? {
-        let s = summarize(&dir)?;
-        println!("{}", dir.display());
-        if let Some(h) = &s.header {
-            println!("  command: {}", h.command_line.join(" "));
-            println!(
-                "  host {}  pid {}  gpufl {}  format v{}",
-                h.host, h.pid, h.gpufl_version, h.version
-            );
-            for g in &h.gpus {
-                println!(
-                    "  GPU {}: {} ({} SMs, sm_{}{}, {:.0} GiB, {})",
-                    g.index,
-                    g.name,
-                    g.sm_count,
-                    g.cc_major,
-                    g.cc_minor,
-                    g.total_mem_bytes as f64 / (1u64 << 30) as f64,
-                    g.uuid
-                );
-                if let Some(l) = &g.limits {
-                    println!("    limits: {}", limits_line(l));
-                }
-            }
-            let drv = h
-                .driver_version
-                .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
-            println!(
-                "  driver {}  CUPTI {}  Python {}",
-                drv.as_deref().unwrap_or("?"),
-                h.cupti_version
-                    .map(|v| v.to_string())
-                    .as_deref()
-                    .unwrap_or("-"),
-                h.python_version.as_deref().unwrap_or("-")
-            );
-            let telemetry = h
-                .options
-                .telemetry_ms
-                .map(|ms| format!(" telemetry_ms={ms}"))
-                .unwrap_or_default();
-            println!(
-                "  options: synchronization={} stack_trace={} api_records={} started_by={}{telemetry}",
-                h.options.enable_synchronization,
-                h.options.enable_stack_trace,
-                h.options.api_records,
-                h.options.started_by
-            );
-        }
-        println!("  {}", s.one_line());
-        if let (Some(h), Some(a), Some(b)) = (&s.header, s.first_ns, s.last_ns) {
-            println!(
-                "  records span {:.3} .. {:.3} (Unix seconds)",
-                h.clock.to_unix_ns(a) as f64 / 1e9,
-                h.clock.to_unix_ns(b) as f64 / 1e9
-            );
-        }
-        println!(
-            "  summed kernel time {:.3} ms, {} api records",
-            s.kernel_ns as f64 / 1e6,
-            s.apis
-        );
-        for w in &s.warnings {
-            println!("  warning: {w}");
-        }
+        crate::term::print(&info_text(&dir)?)?;
     }
     Ok(0)
+}
+
+/// What `gpufl info` prints for one session.
+pub fn info_text(dir: &Path) -> Result<String> {
+    use std::fmt::Write;
+    let s = summarize(dir)?;
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", esc_path(dir));
+    if let Some(h) = &s.header {
+        let _ = writeln!(o, "  command: {}", esc(&h.command_line.join(" ")));
+        let _ = writeln!(
+            o,
+            "  host {}  pid {}  gpufl {}  format v{}",
+            esc(&h.host),
+            h.pid,
+            esc(&h.gpufl_version),
+            h.version
+        );
+        for g in &h.gpus {
+            let _ = writeln!(
+                o,
+                "  GPU {}: {} ({} SMs, sm_{}{}, {:.0} GiB, {})",
+                g.index,
+                esc(&g.name),
+                g.sm_count,
+                g.cc_major,
+                g.cc_minor,
+                g.total_mem_bytes as f64 / (1u64 << 30) as f64,
+                esc(&g.uuid)
+            );
+            if let Some(l) = &g.limits {
+                let _ = writeln!(o, "    limits: {}", limits_line(l));
+            }
+        }
+        let drv = h
+            .driver_version
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+        let _ = writeln!(
+            o,
+            "  driver {}  CUPTI {}  Python {}",
+            drv.as_deref().unwrap_or("?"),
+            h.cupti_version
+                .map(|v| v.to_string())
+                .as_deref()
+                .unwrap_or("-"),
+            esc(h.python_version.as_deref().unwrap_or("-"))
+        );
+        let telemetry = h
+            .options
+            .telemetry_ms
+            .map(|ms| format!(" telemetry_ms={ms}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  options: synchronization={} stack_trace={} api_records={} started_by={}{telemetry}",
+            h.options.enable_synchronization,
+            h.options.enable_stack_trace,
+            esc(&h.options.api_records),
+            esc(&h.options.started_by)
+        );
+    }
+    let _ = writeln!(o, "  {}", esc(&s.one_line()));
+    if let (Some(h), Some(a), Some(b)) = (&s.header, s.first_ns, s.last_ns) {
+        let _ = writeln!(
+            o,
+            "  records span {:.3} .. {:.3} (Unix seconds)",
+            h.clock.to_unix_ns(a) as f64 / 1e9,
+            h.clock.to_unix_ns(b) as f64 / 1e9
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  summed kernel time {:.3} ms, {} api records",
+        s.kernel_ns as f64 / 1e6,
+        s.apis
+    );
+    for w in &s.warnings {
+        let _ = writeln!(o, "  warning: {}", esc(w));
+    }
+    Ok(o)
 }
 
 /// The device limits of `gpufl info`, on one line.

@@ -83,10 +83,10 @@ pub fn run(args: TriggerArgs) -> Result<i32> {
         }
         bail!("cannot signal process {pid}: {e}");
     }
-    eprintln!(
+    crate::term::eprint_line(&format!(
         "gpufl: asked process {pid} for a {}-second full-detail window",
         args.seconds
-    );
+    ));
     Ok(0)
 }
 

@@ -4,17 +4,104 @@
 //! without an `end` record (the recorder died before closing it) gives a warning.
 
 use crate::error::TraceError;
+use crate::limits::{mib, ReadLimits, ENV_MAX_LINE_MB};
 use crate::records::*;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use crate::blocks::{FrameReader, ZSTD_MAGIC};
+use crate::blocks::{BlockSet, FrameInput, FrameReader, Tally, Window, ZSTD_MAGIC};
+
+/// What a trace is read from: plain NDJSON or zstd blocks, with what decoding them cost and found.
+trait Input: BufRead {
+    /// Decompressed bytes produced so far (0 for plain NDJSON).
+    fn decoded(&self) -> u64 {
+        0
+    }
+    /// Problems of the input layer that did not stop reading (skipped duplicate blocks).
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Plain NDJSON.
+struct Plain<R>(R);
+
+impl<R: BufRead> Read for Plain<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<R: BufRead> BufRead for Plain<R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.0.fill_buf()
+    }
+    fn consume(&mut self, n: usize) {
+        self.0.consume(n)
+    }
+}
+
+impl<R: BufRead> Input for Plain<R> {}
+
+impl<R: FrameInput> Input for FrameReader<R> {
+    fn decoded(&self) -> u64 {
+        FrameReader::decoded(self)
+    }
+    fn warnings(&self) -> Vec<String> {
+        FrameReader::warnings(self)
+    }
+}
+
+/// Open a file for reading only if it is a regular file: a FIFO, a device or a socket named like a
+/// trace file is refused (opening one could block forever, reading one need never end). The file is
+/// opened without blocking and checked again once open, so it cannot be swapped in between.
+pub(crate) fn open_regular(path: &Path) -> Result<File, TraceError> {
+    let io = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let not_regular = |ft: std::fs::FileType| {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_block_device() {
+            "a block device"
+        } else if ft.is_socket() {
+            "a socket"
+        } else if ft.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        TraceError::NotATrace {
+            path: path.to_path_buf(),
+            why: format!("{what}, not a regular file: refused"),
+        }
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    Ok(file)
+}
 
 /// Iterator over the records of one trace (NDJSON, zstd-compressed or plain).
 pub struct TraceReader {
-    input: Box<dyn BufRead>,
+    input: Box<dyn Input>,
     /// A line that spans two buffers of `input` (lines inside one buffer are parsed in place).
     buf: Vec<u8>,
     line_no: u64,
@@ -23,75 +110,175 @@ pub struct TraceReader {
 }
 
 /// What parsing a line updates (apart from the input, so a line can be parsed in place while the
-/// input's buffer is borrowed). The parallel reader ([`crate::par`]) keeps one per block and adds
-/// them up in order.
+/// input's buffer is borrowed). The parallel reader ([`crate::par`]) runs the same state over the
+/// lines its workers classified.
 pub(crate) struct State {
-    pub(crate) source: String,
-    pub(crate) warnings: Vec<String>,
-    pub(crate) bad_lines: u64,
-    pub(crate) unknown_types: BTreeMap<String, u64>,
-    pub(crate) header_version: Option<u32>,
-    pub(crate) saw_end: bool,
+    source: String,
+    warnings: Vec<String>,
+    bad_lines: u64,
+    unknown_types: BTreeMap<String, u64>,
+    header_version: Option<u32>,
+    saw_end: bool,
+    /// Records returned so far, and what they count as in an `end` record.
+    records: u64,
+    counts: Counts,
+    /// Lines after the `end` record (skipped).
+    after_end: u64,
+    headers: u64,
+    /// The file turned out not to be a gpufl trace (unknown `format`): nothing more is read.
+    stop: bool,
+    max_line: usize,
+    /// Lines longer than `max_line`, skipped.
+    long_lines: u64,
 }
 
 impl TraceReader {
     /// Open a trace file; zstd is detected by its magic number, anything else is read as plain NDJSON.
+    /// Only regular files are opened. Reading is bounded by [`ReadLimits::from_env`].
     pub fn open(path: &Path) -> Result<Self, TraceError> {
+        Self::open_with(path, ReadLimits::from_env())
+    }
+
+    /// [`TraceReader::open`] within the given limits.
+    pub fn open_with(path: &Path, limits: ReadLimits) -> Result<Self, TraceError> {
+        Self::open_in_session(path, limits, limits.max_session_bytes, BlockSet::default())
+    }
+
+    fn open_in_session(
+        path: &Path,
+        limits: ReadLimits,
+        budget: u64,
+        seen: BlockSet,
+    ) -> Result<Self, TraceError> {
         let io = |source| TraceError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = BufReader::new(File::open(path).map_err(io)?);
+        let file = open_regular(path)?;
+        let size = file.metadata().map_err(io)?.len();
+        Self::from_file(file, size, path, limits, budget, seen)
+    }
+
+    /// Read a regular file opened by [`open_regular`] (at its start), `size` bytes long when opened.
+    pub(crate) fn from_file(
+        file: File,
+        size: u64,
+        path: &Path,
+        limits: ReadLimits,
+        budget: u64,
+        seen: BlockSet,
+    ) -> Result<Self, TraceError> {
+        Self::from_window(Window::new(file), size, path, limits, budget, seen)
+    }
+
+    /// [`TraceReader::from_file`] over a file already wrapped in a [`Window`] (nothing consumed).
+    pub(crate) fn from_window(
+        mut file: Window<File>,
+        size: u64,
+        path: &Path,
+        limits: ReadLimits,
+        budget: u64,
+        seen: BlockSet,
+    ) -> Result<Self, TraceError> {
+        let io = |source| TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let head = file.fill_buf().map_err(io)?;
-        let input: Box<dyn BufRead> = if head.starts_with(&ZSTD_MAGIC) {
-            Box::new(FrameReader::new(file))
+        let input: Box<dyn Input> = if head.starts_with(&ZSTD_MAGIC) {
+            let budget = limits.file_budget(size, budget);
+            Box::new(FrameReader::new(file, Tally::new(limits, budget, seen)))
         } else if head.is_empty() || head[0] == b'{' {
-            Box::new(file)
+            Box::new(Plain(file))
         } else {
             return Err(TraceError::NotATrace {
                 path: path.to_path_buf(),
                 why: "neither zstd nor NDJSON".into(),
             });
         };
-        Ok(Self::from_bufread(input, path.display().to_string()))
+        Ok(Self::from_bufread(
+            input,
+            path.display().to_string(),
+            limits,
+        ))
     }
 
     /// Read a trace held in memory: the bytes of a trace file (zstd blocks, detected by the magic
     /// number, with the same tolerance as [`TraceReader::open`]) or plain NDJSON.
     pub fn from_bytes(bytes: Vec<u8>, source: impl Into<String>) -> Result<Self, TraceError> {
-        let source = source.into();
-        let input: Box<dyn BufRead> = if bytes.starts_with(&ZSTD_MAGIC) {
-            Box::new(FrameReader::new(std::io::Cursor::new(bytes)))
-        } else if bytes.is_empty() || bytes[0] == b'{' {
-            Box::new(std::io::Cursor::new(bytes))
+        Self::from_bytes_with(bytes, source, ReadLimits::from_env())
+    }
+
+    /// [`TraceReader::from_bytes`] within the given limits.
+    pub fn from_bytes_with(
+        bytes: Vec<u8>,
+        source: impl Into<String>,
+        limits: ReadLimits,
+    ) -> Result<Self, TraceError> {
+        Self::from_memory(
+            bytes,
+            source.into(),
+            limits,
+            limits.max_session_bytes,
+            BlockSet::default(),
+        )
+    }
+
+    /// Read the bytes of a trace held in memory, as the part of a session whose budget and blocks
+    /// seen so far are given.
+    pub(crate) fn from_memory<T: AsRef<[u8]> + 'static>(
+        bytes: T,
+        source: String,
+        limits: ReadLimits,
+        budget: u64,
+        seen: BlockSet,
+    ) -> Result<Self, TraceError> {
+        let b = bytes.as_ref();
+        let input: Box<dyn Input> = if b.starts_with(&ZSTD_MAGIC) {
+            let budget = limits.file_budget(b.len() as u64, budget);
+            Box::new(FrameReader::new(
+                std::io::Cursor::new(bytes),
+                Tally::new(limits, budget, seen),
+            ))
+        } else if b.is_empty() || b[0] == b'{' {
+            Box::new(Plain(std::io::Cursor::new(bytes)))
         } else {
             return Err(TraceError::NotATrace {
                 path: source.into(),
                 why: "neither zstd nor NDJSON".into(),
             });
         };
-        Ok(Self::from_bufread(input, source))
+        Ok(Self::from_bufread(input, source, limits))
     }
 
     /// Read plain NDJSON (already decompressed) from any reader.
     pub fn from_reader<R: Read + 'static>(r: R, source: impl Into<String>) -> Self {
-        Self::from_bufread(Box::new(BufReader::new(r)), source.into())
+        Self::from_bufread(
+            Box::new(Plain(BufReader::new(r))),
+            source.into(),
+            ReadLimits::from_env(),
+        )
     }
 
-    fn from_bufread(input: Box<dyn BufRead>, source: String) -> Self {
+    fn from_bufread(input: Box<dyn Input>, source: String, limits: ReadLimits) -> Self {
         TraceReader {
             input,
             buf: Vec::with_capacity(1024),
             line_no: 0,
             done: false,
-            st: State::new(source),
+            st: State::new(source, &limits),
         }
     }
 
     /// Problems met so far (truncation, corrupt lines, unknown record types). Complete once the
     /// iterator returned `None`.
     pub fn warnings(&self) -> Vec<String> {
-        self.st.report()
+        self.st.report(self.input.warnings())
+    }
+
+    /// Decompressed bytes read so far (0 for plain NDJSON).
+    pub fn decompressed_bytes(&self) -> u64 {
+        self.input.decoded()
     }
 
     /// Records of unknown types skipped so far, by type.
@@ -101,15 +288,43 @@ impl TraceReader {
 
     /// The next line into `buf`, across buffer boundaries (the slow path).
     fn next_line(&mut self) -> Option<()> {
-        self.buf.clear();
+        loop {
+            self.buf.clear();
+            let max = self.st.max_line;
+            let r = (&mut self.input)
+                .take(max as u64 + 1)
+                .read_until(b'\n', &mut self.buf);
+            if matches!(r, Ok(n) if n > max && self.buf.last() != Some(&b'\n')) {
+                // A line over the limit: skip the rest of it without holding it.
+                self.buf.clear();
+                self.st.long_lines += 1;
+                self.line_no += 1;
+                match skip_line(self.input.as_mut()) {
+                    Ok(true) => continue,
+                    Ok(false) => return None,
+                    Err(e) => {
+                        self.st.read_error(self.line_no, &e);
+                        return None;
+                    }
+                }
+            }
+            return self.line_done(r);
+        }
+    }
+
+    fn line_done(&mut self, r: std::io::Result<usize>) -> Option<()> {
         let st = &mut self.st;
-        match self.input.read_until(b'\n', &mut self.buf) {
+        match r {
             Ok(0) => {
                 st.clean_end(self.line_no);
                 None
             }
             Ok(_) if self.buf.last() != Some(&b'\n') => {
-                st.truncated_line(self.line_no);
+                st.warnings.push(format!(
+                    "{}: truncated: the last record (line {}) is incomplete and was dropped",
+                    st.source,
+                    self.line_no + 1
+                ));
                 None
             }
             Ok(_) => {
@@ -124,8 +339,24 @@ impl TraceReader {
     }
 }
 
+/// Consume input up to and including the next newline; Ok(false) at the end of input.
+fn skip_line(input: &mut dyn Input) -> std::io::Result<bool> {
+    loop {
+        let b = input.fill_buf()?;
+        if b.is_empty() {
+            return Ok(false);
+        }
+        if let Some(i) = memchr::memchr(b'\n', b) {
+            input.consume(i + 1);
+            return Ok(true);
+        }
+        let n = b.len();
+        input.consume(n);
+    }
+}
+
 impl State {
-    pub(crate) fn new(source: String) -> State {
+    pub(crate) fn new(source: String, limits: &ReadLimits) -> State {
         State {
             source,
             warnings: Vec::new(),
@@ -133,41 +364,62 @@ impl State {
             unknown_types: BTreeMap::new(),
             header_version: None,
             saw_end: false,
+            records: 0,
+            counts: Counts::default(),
+            after_end: 0,
+            headers: 0,
+            stop: false,
+            max_line: limits.max_line_bytes.max(1),
+            long_lines: 0,
         }
     }
 
-    /// The warnings of [`TraceReader::warnings`]: those met, then the skipped lines and types.
-    pub(crate) fn report(&self) -> Vec<String> {
-        let mut w = self.warnings.clone();
-        if self.bad_lines > 0 {
+    /// The file turned out not to be a gpufl trace: nothing more is read.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop
+    }
+
+    /// Records of unknown types skipped so far, by type.
+    pub(crate) fn unknown_types(&self) -> &BTreeMap<String, u64> {
+        &self.unknown_types
+    }
+
+    /// The warnings met, then those of the input layer (`input`: skipped blocks), the skipped lines
+    /// and the unknown types.
+    pub(crate) fn report(&self, input: Vec<String>) -> Vec<String> {
+        let st = self;
+        let mut w = st.warnings.clone();
+        w.extend(input.into_iter().map(|m| format!("{}: {m}", st.source)));
+        if st.after_end > 0 {
             w.push(format!(
-                "{}: skipped {} line(s) that are not valid records",
-                self.source, self.bad_lines
+                "{}: skipped {} line(s) after the end record (a file concatenated with another, or written to after it was closed?)",
+                st.source, st.after_end
             ));
         }
-        for (t, n) in &self.unknown_types {
+        if st.long_lines > 0 {
+            w.push(format!(
+                "{}: skipped {} line(s) longer than {}, the limit per record ({ENV_MAX_LINE_MB} raises it)",
+                st.source,
+                st.long_lines,
+                mib(st.max_line as u64)
+            ));
+        }
+        if st.bad_lines > 0 {
+            w.push(format!(
+                "{}: skipped {} line(s) that are not valid records",
+                st.source, st.bad_lines
+            ));
+        }
+        for (t, n) in &st.unknown_types {
             w.push(format!(
                 "{}: skipped {n} record(s) of unknown type '{t}' (written by a newer gpufl?)",
-                self.source
+                st.source
             ));
         }
         w
     }
 
-    /// Add what a later stretch of the same trace met (parsed on its own, e.g. on another thread).
-    pub(crate) fn absorb(&mut self, later: State) {
-        self.warnings.extend(later.warnings);
-        self.bad_lines += later.bad_lines;
-        for (t, n) in later.unknown_types {
-            *self.unknown_types.entry(t).or_insert(0) += n;
-        }
-        if later.header_version.is_some() {
-            self.header_version = later.header_version;
-        }
-        self.saw_end |= later.saw_end;
-    }
-
-    /// A clean end of input after `line_no` lines.
+    /// A clean end of input after `line_no` complete lines, no line left unfinished.
     pub(crate) fn clean_end(&mut self, line_no: u64) {
         // A clean end of input without an `end` record: the writer never finished this file
         // (crash, kill, or still running). Closed blocks end on record boundaries, so the
@@ -187,73 +439,192 @@ impl State {
         }
     }
 
-    /// The input ended inside the line after `line_no` complete lines.
-    pub(crate) fn truncated_line(&mut self, line_no: u64) {
-        self.warnings.push(format!(
-            "{}: truncated: the last record (line {}) is incomplete and was dropped",
-            self.source,
-            line_no + 1
-        ));
+    fn read_error(&mut self, line_no: u64, e: &std::io::Error) {
+        let limit = e
+            .get_ref()
+            .is_some_and(|x| x.is::<crate::blocks::LimitReached>());
+        let msg = if limit {
+            format!(
+                "{}: reading stopped after line {line_no}: {e}; the records before it were read",
+                self.source
+            )
+        } else {
+            format!(
+                "{}: truncated or corrupt after line {line_no} ({e}); the records before it were read",
+                self.source
+            )
+        };
+        self.warnings.push(msg);
     }
 
-    pub(crate) fn read_error(&mut self, line_no: u64, e: &std::io::Error) {
-        self.warnings.push(format!(
-            "{}: truncated or corrupt after line {line_no} ({e}); the records before it were read",
-            self.source
-        ));
-    }
-
-    pub(crate) fn parse_line(&mut self, line: &[u8]) -> Option<Record> {
-        let line = trim_line(line);
-        if line.is_empty() {
+    /// Parse a line (without or with its newline) and check it against the file's structure.
+    fn parse_line(&mut self, line: &[u8]) -> Option<Record> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        if line.len() > self.max_line {
+            // Checked first, as for a line that spans buffers (never held whole).
+            self.long_lines += 1;
             return None;
         }
-        // Kernels are most of a trace: parse the writer's exact shape by hand (serde_json otherwise).
-        if let Some(k) = crate::fastpath::kernel(line) {
-            return Some(Record::Kernel(k));
+        if self.saw_end {
+            if !trim_line(line).is_empty() {
+                self.after_end += 1;
+            }
+            return None;
         }
-        let tag: std::borrow::Cow<str> = match peek_tag(line) {
-            Some(t) => t.into(),
-            None => match serde_json::from_slice::<serde_json::Value>(line) {
-                Ok(v) => match v.get("t").and_then(|t| t.as_str()) {
-                    Some(t) => t.to_owned().into(),
-                    None => {
-                        self.bad_lines += 1;
-                        return None;
-                    }
-                },
-                Err(_) => {
-                    self.bad_lines += 1;
+        match classify(line, self.max_line) {
+            Line::Blank => None,
+            other => self.accept(other),
+        }
+    }
+
+    /// Take a classified line (see [`classify`]) into the file's structure: a header first,
+    /// nothing after the end record, the end record's counts equal to what was read. The record,
+    /// when it is one to hand out.
+    pub(crate) fn accept(&mut self, line: Line) -> Option<Record> {
+        let rec = match line {
+            Line::Long => {
+                self.long_lines += 1;
+                return None;
+            }
+            Line::Blank => return None,
+            _ if self.saw_end => {
+                self.after_end += 1;
+                return None;
+            }
+            Line::Bad => {
+                self.bad_lines += 1;
+                return None;
+            }
+            Line::Unknown(tag) => {
+                *self.unknown_types.entry(tag.into()).or_insert(0) += 1;
+                return None;
+            }
+            Line::Rec(rec) => rec,
+        };
+        self.records += 1;
+        match &rec {
+            Record::Kernel(_) => self.counts.kernels += 1,
+            Record::Header(h) => {
+                self.headers += 1;
+                if !self.check_header(h) {
                     return None;
                 }
-            },
-        };
-        let parsed = parse_known(&tag, line);
-        match parsed {
-            Some(Ok(rec)) => {
-                if let Record::End(_) = &rec {
-                    self.saw_end = true;
-                }
-                if let Record::Header(h) = &rec {
-                    self.header_version = Some(h.version);
-                    if h.version > FORMAT_VERSION {
-                        self.warnings.push(format!(
-                            "{}: trace format v{} is newer than this reader (v{FORMAT_VERSION}); reading what it knows",
-                            self.source, h.version
-                        ));
-                    }
-                }
-                Some(rec)
             }
-            Some(Err(_)) => {
-                self.bad_lines += 1;
-                None
+            Record::End(e) => {
+                self.saw_end = true;
+                self.check_counts(&e.counts);
             }
-            None => {
-                *self.unknown_types.entry(tag.into_owned()).or_insert(0) += 1;
-                None
-            }
+            other => self.counts.add(other),
         }
+        if self.records == 1 && self.headers == 0 {
+            self.warnings.push(format!(
+                "{}: no header record at the start of the file (not written by gpufl, or its start was cut?): its records are read as format v{FORMAT_VERSION}",
+                self.source
+            ));
+        }
+        Some(rec)
+    }
+
+    /// Problems of a header; false when the file is not a gpufl trace (nothing more is read).
+    fn check_header(&mut self, h: &Header) -> bool {
+        if h.format != FORMAT_NAME {
+            self.warnings.push(format!(
+                "{}: not a gpufl trace: its header says format '{}' (expected '{FORMAT_NAME}'); the rest of the file was not read",
+                self.source, h.format
+            ));
+            self.stop = true;
+            return false;
+        }
+        if self.headers > 1 {
+            self.warnings.push(format!(
+                "{}: a second header record (record {}): files concatenated?",
+                self.source, self.records
+            ));
+        }
+        self.header_version = Some(h.version);
+        if h.version == 0 {
+            self.warnings.push(format!(
+                "{}: header version 0 is not a trace format version (versions start at 1): read as v{FORMAT_VERSION}",
+                self.source
+            ));
+        } else if h.version > FORMAT_VERSION {
+            self.warnings.push(format!(
+                "{}: trace format v{} is newer than this reader (v{FORMAT_VERSION}); reading what it knows",
+                self.source, h.version
+            ));
+        }
+        true
+    }
+
+    /// Compare the end record's counts with the records read from this file.
+    fn check_counts(&mut self, end: &Counts) {
+        let read = &self.counts;
+        let fields = [
+            ("kernels", end.kernels, read.kernels),
+            ("memcpys", end.memcpys, read.memcpys),
+            ("memsets", end.memsets, read.memsets),
+            ("syncs", end.syncs, read.syncs),
+            ("apis", end.apis, read.apis),
+            ("stacks", end.stacks, read.stacks),
+            ("dropped", end.dropped, read.dropped),
+        ];
+        let diff: Vec<String> = fields
+            .iter()
+            .filter(|f| f.1 != f.2)
+            .map(|(name, said, got)| format!("{name} {said} (read {got})"))
+            .collect();
+        if !diff.is_empty() {
+            self.warnings.push(format!(
+                "{}: the end record's counts disagree with the records read: {} (records lost or duplicated?)",
+                self.source,
+                diff.join(", ")
+            ));
+        }
+    }
+}
+
+/// One line of a trace on its own, before the file's structure is checked ([`State::accept`]):
+/// what the line is depends on its bytes and the line limit only, so lines can be classified on
+/// any thread.
+pub(crate) enum Line {
+    Rec(Record),
+    /// Nothing but whitespace.
+    Blank,
+    /// Longer than the limit per line.
+    Long,
+    /// Not a valid record.
+    Bad,
+    /// A record of a type this version does not know.
+    Unknown(Box<str>),
+}
+
+/// What a line (without its newline) is.
+pub(crate) fn classify(line: &[u8], max_line: usize) -> Line {
+    if line.len() > max_line {
+        return Line::Long;
+    }
+    let line = trim_line(line);
+    if line.is_empty() {
+        return Line::Blank;
+    }
+    // Kernels are most of a trace: parse the writer's exact shape by hand (serde_json otherwise).
+    if let Some(k) = crate::fastpath::kernel(line) {
+        return Line::Rec(Record::Kernel(k));
+    }
+    let tag: std::borrow::Cow<str> = match peek_tag(line) {
+        Some(t) => t.into(),
+        None => match serde_json::from_slice::<serde_json::Value>(line) {
+            Ok(v) => match v.get("t").and_then(|t| t.as_str()) {
+                Some(t) => t.to_owned().into(),
+                None => return Line::Bad,
+            },
+            Err(_) => return Line::Bad,
+        },
+    };
+    match parse_known(&tag, line) {
+        Some(Ok(rec)) => Line::Rec(rec),
+        Some(Err(_)) => Line::Bad,
+        None => Line::Unknown(tag.into()),
     }
 }
 
@@ -261,11 +632,19 @@ impl Iterator for TraceReader {
     type Item = Record;
 
     fn next(&mut self) -> Option<Record> {
-        while !self.done {
+        while !self.done && !self.st.stop {
             // Fast path: a whole line inside the input's buffer is parsed where it lies.
             match self.input.fill_buf() {
                 Ok(b) if !b.is_empty() => {
                     if let Some(nl) = memchr::memchr(b'\n', b) {
+                        if nl == 0 {
+                            // A run of empty lines (never written; hostile input can hold a
+                            // billion of them): skipped at once, not one by one.
+                            let n = b.iter().take_while(|&&c| c == b'\n').count();
+                            self.line_no += n as u64;
+                            self.input.consume(n);
+                            continue;
+                        }
                         self.line_no += 1;
                         let rec = self.st.parse_line(&b[..nl]);
                         self.input.consume(nl + 1);
@@ -353,16 +732,28 @@ pub struct SessionReader {
     files: std::vec::IntoIter<PathBuf>,
     current: Option<TraceReader>,
     warnings: Vec<String>,
+    limits: ReadLimits,
+    /// Decompressed bytes of the files finished so far.
+    decoded: u64,
+    seen: BlockSet,
 }
 
 impl SessionReader {
-    /// Open a session directory (see [`crate::session`]).
+    /// Open a session directory (see [`crate::session`]), reading within [`ReadLimits::from_env`].
     pub fn open(dir: &Path) -> Result<Self, TraceError> {
+        Self::open_with(dir, ReadLimits::from_env())
+    }
+
+    /// [`SessionReader::open`] within the given limits (the session limit covers every file).
+    pub fn open_with(dir: &Path, limits: ReadLimits) -> Result<Self, TraceError> {
         let files = crate::session::trace_files(dir)?;
         Ok(SessionReader {
             files: files.into_iter(),
             current: None,
             warnings: Vec::new(),
+            limits,
+            decoded: 0,
+            seen: BlockSet::default(),
         })
     }
 
@@ -385,15 +776,14 @@ impl Iterator for SessionReader {
                 if let Some(r) = cur.next() {
                     return Some(r);
                 }
-                let done = self
-                    .current
-                    .take()
-                    .map(|c| c.warnings())
-                    .unwrap_or_default();
-                self.warnings.extend(done);
+                if let Some(c) = self.current.take() {
+                    self.decoded += c.decompressed_bytes();
+                    self.warnings.extend(c.warnings());
+                }
             }
             let path = self.files.next()?;
-            match TraceReader::open(&path) {
+            let budget = self.limits.max_session_bytes.saturating_sub(self.decoded);
+            match TraceReader::open_in_session(&path, self.limits, budget, self.seen.clone()) {
                 Ok(r) => self.current = Some(r),
                 Err(e) => self.warnings.push(e.to_string()),
             }

@@ -1450,5 +1450,7 @@ fn stream_role_from_a_newer_recorder_reads_as_other() {
 
 #[path = "format/damaged.rs"]
 mod damaged;
+#[path = "format/limits.rs"]
+mod limits;
 #[path = "format/telemetry.rs"]
 mod telemetry;

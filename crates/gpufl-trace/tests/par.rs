@@ -1,7 +1,9 @@
 //! The parallel reader yields exactly the records and warnings of the sequential one, with 1, 2, 4
-//! and 7 threads: on every session of testdata/, on a generated multi-block trace, and on damaged
+//! and 7 threads: on every session of testdata/, on a generated multi-block trace, on damaged
 //! copies of it (truncated, flipped bytes, a line split across two blocks, garbage after the last
-//! block, plain NDJSON).
+//! block, plain NDJSON), and within the reader's limits (blocks too large to hold or over the
+//! limit, decompression bombs, the per-file, per-session and per-line caps, duplicate blocks and
+//! files, header and end-record problems).
 
 use gpufl_trace::*;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,48 @@ fn par_bytes(bytes: &[u8], threads: usize) -> Result<(Vec<Record>, Vec<String>),
         ParTraceReader::from_bytes(bytes.to_vec(), "t", threads).map_err(|e| e.to_string())?;
     let recs: Vec<Record> = r.by_ref().collect();
     Ok((recs, r.warnings()))
+}
+
+fn seq_with(bytes: &[u8], limits: ReadLimits) -> Result<(Vec<Record>, Vec<String>), String> {
+    let mut r =
+        TraceReader::from_bytes_with(bytes.to_vec(), "t", limits).map_err(|e| e.to_string())?;
+    let recs: Vec<Record> = r.by_ref().collect();
+    Ok((recs, r.warnings()))
+}
+
+fn par_with(
+    bytes: &[u8],
+    limits: ReadLimits,
+    threads: usize,
+) -> Result<(Vec<Record>, Vec<String>), String> {
+    let shared: SharedBytes = std::sync::Arc::new(bytes.to_vec());
+    let mut r = ParTraceReader::from_shared_with(shared, "t", limits, threads)
+        .map_err(|e| e.to_string())?;
+    let recs: Vec<Record> = r.by_ref().collect();
+    Ok((recs, r.warnings()))
+}
+
+/// Both readers agree on `bytes` within `limits` with every thread count; returns the
+/// sequential result.
+fn same_with(
+    bytes: &[u8],
+    limits: ReadLimits,
+    what: &str,
+) -> Result<(Vec<Record>, Vec<String>), String> {
+    let want = seq_with(bytes, limits);
+    for t in THREADS {
+        let got = par_with(bytes, limits, t);
+        match (&want, &got) {
+            (Ok((wr, ww)), Ok((gr, gw))) => {
+                assert_eq!(gr.len(), wr.len(), "{what}, {t} threads: record count");
+                assert!(gr == wr, "{what}, {t} threads: records differ");
+                assert_eq!(gw, ww, "{what}, {t} threads: warnings");
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b, "{what}, {t} threads: error"),
+            _ => panic!("{what}, {t} threads: {want:?} vs {got:?}"),
+        }
+    }
+    want
 }
 
 /// Both readers agree on `bytes` with every thread count; returns the sequential result.
@@ -67,6 +111,9 @@ fn testdata_sessions_read_the_same_on_any_number_of_threads() {
         }
         for f in session::trace_files(&dir).unwrap() {
             same(&std::fs::read(&f).unwrap(), &f.display().to_string()).unwrap();
+            let mut r = ParTraceReader::open(&f, 2).unwrap();
+            r.by_ref().for_each(drop);
+            assert!(!r.is_sequential(), "{}: read in parallel", f.display());
         }
     }
 }
@@ -153,6 +200,10 @@ fn generated(n: usize, per_block: usize) -> Vec<u8> {
 fn generated_multi_block_trace_reads_the_same() {
     let bytes = generated(20_000, 700);
     let (recs, warnings) = same(&bytes, "generated").unwrap();
+    // Read in parallel to its end, not handed to the sequential reader.
+    let mut r = ParTraceReader::from_bytes(bytes.clone(), "t", 3).unwrap();
+    assert_eq!(r.by_ref().count(), recs.len());
+    assert!(!r.is_sequential());
     assert!(recs.len() > 20_000, "{}", recs.len());
     assert!(warnings.is_empty(), "{warnings:?}");
 }
@@ -244,4 +295,233 @@ fn thread_count_from_the_environment_value() {
     assert_eq!(threads_from(Some("0")), cores);
     assert_eq!(threads_from(Some("many")), cores);
     assert_eq!(threads_from(Some("100000")), MAX_THREADS);
+}
+
+/// Limits small enough for the generated traces to meet them.
+fn small_limits() -> Vec<(ReadLimits, &'static str)> {
+    let d = ReadLimits::default();
+    vec![
+        (
+            ReadLimits {
+                max_block_bytes: 40_000,
+                ..d
+            },
+            "block limit",
+        ),
+        (
+            ReadLimits {
+                max_session_bytes: 300_000,
+                ..d
+            },
+            "session limit",
+        ),
+        (
+            ReadLimits { max_ratio: 2, ..d },
+            "ratio (the 64 MiB floor holds)",
+        ),
+        (
+            ReadLimits {
+                max_line_bytes: 180,
+                ..d
+            },
+            "line limit",
+        ),
+        (
+            ReadLimits {
+                max_line_bytes: 1,
+                ..d
+            },
+            "every line too long",
+        ),
+    ]
+}
+
+#[test]
+fn limits_are_met_where_the_sequential_reader_meets_them() {
+    let bytes = generated(6_000, 250);
+    for (limits, what) in small_limits() {
+        let (_, w) = same_with(&bytes, limits, what).unwrap();
+        assert!(w.is_empty() == what.starts_with("ratio"), "{what}: {w:?}");
+        let mut twice = bytes.clone();
+        twice.extend_from_slice(&bytes);
+        same_with(&twice, limits, &format!("{what}, twice")).unwrap();
+        same_with(&bytes[..bytes.len() / 2], limits, &format!("{what}, cut")).unwrap();
+    }
+}
+
+/// A zstd frame of `total` bytes of `byte` in RLE blocks; with `declare`, the header states the
+/// content size.
+fn rle_frame(byte: u8, total: u64, declare: bool) -> Vec<u8> {
+    let mut f = vec![0x28, 0xb5, 0x2f, 0xfd];
+    if declare {
+        f.extend([0xc0, 0x38]);
+        f.extend(total.to_le_bytes());
+    } else {
+        f.extend([0x00, 0x38]);
+    }
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(128 << 10);
+        left -= n;
+        let hdr = u32::from(left == 0) | (1 << 1) | ((n as u32) << 3);
+        f.extend(&hdr.to_le_bytes()[..3]);
+        f.push(byte);
+    }
+    f
+}
+
+#[test]
+fn large_blocks_and_decompression_bombs_read_the_same() {
+    let bytes = generated(2_000, 300);
+    for (total, declare) in [
+        (1u64 << 20, true),
+        (1 << 20, false),
+        (20 << 20, true),
+        (20 << 20, false),
+        (300 << 20, true),
+        (300 << 20, false),
+    ] {
+        // Newlines (blank lines) and spaces (one long blank line), after a good trace or alone.
+        for byte in [b'\n', b' '] {
+            let mut b = bytes.clone();
+            b.extend(rle_frame(byte, total, declare));
+            b.extend_from_slice(&bytes[bytes.len() / 2..]);
+            let what = format!("{total} bytes of {byte}, declared {declare}");
+            same(&b, &what).unwrap();
+            same(&rle_frame(byte, total, declare), &what).ok();
+        }
+    }
+}
+
+/// A trace of header `h` and `n` kernels, in blocks of 50, closed with an end record.
+fn with_header(h: &Header, n: usize, extra_block: Option<&str>) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), h).unwrap();
+    let name = w.intern_str("k").unwrap();
+    for i in 0..n {
+        w.write(&Record::Kernel(Kernel {
+            name,
+            start: 1000 + i as u64 * 10,
+            end: 1005 + i as u64 * 10,
+            ..Kernel::default()
+        }))
+        .unwrap();
+        if i % 50 == 49 {
+            w.end_block().unwrap();
+        }
+    }
+    let mut b = w.finish(0, "exit").unwrap();
+    if let Some(text) = extra_block {
+        b.extend(zstd::encode_all(text.as_bytes(), 1).unwrap());
+    }
+    b
+}
+
+#[test]
+fn header_and_end_problems_read_the_same() {
+    let good = Header::default();
+    let v0 = Header {
+        version: 0,
+        ..Header::default()
+    };
+    let other = Header {
+        format: "not-gpufl".into(),
+        ..Header::default()
+    };
+    let head = serde_json::to_string(&Record::Header(Box::new(other.clone()))).unwrap();
+    let cases = [
+        with_header(&good, 300, None),
+        with_header(&v0, 300, None),
+        with_header(&other, 300, None),
+        // A second header (another format) in a later block: reading stops there.
+        with_header(&good, 300, Some(&format!("{head}\n"))),
+        // Records after the end record, blank and long lines among them.
+        with_header(
+            &good,
+            300,
+            Some("{\"t\":\"notice\",\"level\":\"info\",\"message\":\"late\"}\n\n   \nnot json\n"),
+        ),
+    ];
+    for (i, b) in cases.iter().enumerate() {
+        same(b, &format!("case {i}")).unwrap();
+        let mut twice = b.clone();
+        twice.extend_from_slice(b);
+        same(&twice, &format!("case {i}, twice")).unwrap();
+        // No header: the first block dropped.
+        let first = gpufl_trace_first_frame_len(b);
+        same(&b[first..], &format!("case {i}, no header")).unwrap();
+    }
+}
+
+/// The length of the first zstd frame of `b`.
+fn gpufl_trace_first_frame_len(b: &[u8]) -> usize {
+    let mut d = zstd::stream::read::Decoder::new(b).unwrap().single_frame();
+    std::io::copy(&mut d, &mut std::io::sink()).unwrap();
+    let rest = d.finish();
+    let rest = std::io::BufRead::fill_buf(&mut std::io::BufReader::new(rest))
+        .unwrap()
+        .len();
+    b.len() - rest
+}
+
+/// A session directory of these trace files.
+fn session_of(files: &[Vec<u8>], tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpufl-par-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, b) in files.iter().enumerate() {
+        std::fs::write(dir.join(format!("trace-{i:04}.ndjson.zst")), b).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn sessions_read_the_same_within_their_limits() {
+    let a = generated(3_000, 200);
+    let b = generated(2_000, 150);
+    let mut cut = b.clone();
+    cut.truncate(b.len() * 2 / 3);
+    let dir = session_of(&[a.clone(), b, a.clone(), cut, a], "limits");
+    let mut all = small_limits();
+    all.push((ReadLimits::default(), "defaults"));
+    for (limits, what) in all {
+        let mut seq = SessionReader::open_with(&dir, limits).unwrap();
+        let want: Vec<Record> = seq.by_ref().collect();
+        let want_w = seq.warnings();
+        for t in THREADS {
+            let mut par = ParSessionReader::open_with(&dir, limits, t).unwrap();
+            let got: Vec<Record> = par.by_ref().collect();
+            assert!(got == want, "{what}, {t} threads: records differ");
+            assert_eq!(par.warnings(), want_w, "{what}, {t} threads");
+        }
+        if what == "defaults" {
+            assert!(
+                want_w
+                    .iter()
+                    .any(|w| w.contains("identical to an earlier block")),
+                "{what}: {want_w:?}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn files_read_the_same_from_disk() {
+    let a = generated(3_000, 200);
+    let mut damaged = a.clone();
+    let at = damaged.len() / 2;
+    damaged[at] ^= 0x5a;
+    let dir = session_of(&[a, damaged], "disk");
+    for f in session::trace_files(&dir).unwrap() {
+        let mut seq = TraceReader::open(&f).unwrap();
+        let want: Vec<Record> = seq.by_ref().collect();
+        for t in THREADS {
+            let mut par = ParTraceReader::open(&f, t).unwrap();
+            let got: Vec<Record> = par.by_ref().collect();
+            assert!(got == want, "{}, {t} threads", f.display());
+            assert_eq!(par.warnings(), seq.warnings());
+            assert_eq!(par.decompressed_bytes(), seq.decompressed_bytes());
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

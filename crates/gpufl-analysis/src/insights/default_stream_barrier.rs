@@ -149,13 +149,14 @@ fn default_streams(cx: &Ctx) -> HashMap<(u32, u32), bool> {
     let m = cx.m;
     // Distinct (ctx, stream) pairs: records come in runs of one stream, so skip repeats cheaply.
     let mut pairs: Vec<(u32, u32)> = Vec::new();
+    let mut seen: HashSet<(u32, u32)> = HashSet::new();
     let mut last = None;
     let kernels = (0..m.kernel_count()).map(|i| (m.kernels.ctx.get(i), m.kernels.stream.get(i)));
     let copies = (0..m.copy_count()).map(|i| (m.copies.ctx.get(i), m.copies.stream.get(i)));
     for p in kernels.chain(copies) {
         if last != Some(p) {
             last = Some(p);
-            if !pairs.contains(&p) {
+            if seen.insert(p) {
                 pairs.push(p);
             }
         }

@@ -18,9 +18,9 @@ impl B {
 }
 
 fn roll<'a>(a: &'a Analysis, path: &[&str]) -> &'a ScopeRollup {
-    a.scopes
-        .iter()
-        .find(|s| s.path == path)
+    (0..a.scopes.len())
+        .find(|&i| gpufl_analysis::rollup_path(&a.scopes, i) == path)
+        .map(|i| &a.scopes[i])
         .unwrap_or_else(|| panic!("no scope {path:?} in {:?}", a.scopes))
 }
 
@@ -41,13 +41,15 @@ fn nested_scopes_roll_up_syncs_kernels_and_gpu_busy() {
         b.scope(1, t0 + 5_000, "step", true);
     }
     let a = b.analyze();
-    let names: Vec<Vec<String>> = a.scopes.iter().map(|s| s.path.clone()).collect();
+    let names: Vec<Vec<&str>> = (0..a.scopes.len())
+        .map(|i| gpufl_analysis::rollup_path(&a.scopes, i))
+        .collect();
     assert_eq!(
         names,
         vec![
-            vec!["step".to_string()],
-            vec!["step".into(), "forward".into()],
-            vec!["step".into(), "backward".into()],
+            vec!["step"],
+            vec!["step", "forward"],
+            vec!["step", "backward"]
         ]
     );
     let step = roll(&a, &["step"]);
@@ -136,4 +138,40 @@ fn sessions_without_scopes_have_no_scope_output() {
     assert!(a.insights.iter().all(|i| i.scope.is_none()));
     let json = serde_json::to_string(&a).unwrap();
     assert!(!json.contains("\"scope"), "{json}");
+}
+
+#[test]
+fn scopes_nested_deeper_than_the_limit_fold_into_their_ancestor() {
+    let mut b = B::new();
+    let n = gpufl_analysis::MAX_SCOPE_DEPTH as u64 + 44;
+    for i in 0..n {
+        b.scope(1, 10 + i, "level", false);
+    }
+    b.kernel(500, 600);
+    for i in 0..n {
+        b.scope(1, 1_000 + i, "level", true);
+    }
+    // A second, shallow scope after the deep chain closed is tracked again.
+    b.scope(1, 5_000, "after", false);
+    b.scope(1, 5_100, "after", true);
+    let a = b.analyze();
+    let m = b.model();
+    assert_eq!(m.scopes().len(), gpufl_analysis::MAX_SCOPE_DEPTH + 1);
+    let deepest = m.innermost_scope(1, 550).unwrap();
+    assert_eq!(
+        m.scopes()[deepest].depth as usize,
+        gpufl_analysis::MAX_SCOPE_DEPTH - 1
+    );
+    assert_eq!(m.scope_path(deepest).len(), gpufl_analysis::MAX_SCOPE_DEPTH);
+    // The folded scopes' time is in the deepest tracked one: it closes with the 44th close.
+    let s = &m.scopes()[deepest];
+    assert_eq!((s.start, s.end), (10 + 255, 1_000 + 44));
+    assert!(
+        a.warnings
+            .iter()
+            .any(|w| w.contains("44 scope instance(s) nested deeper than 256 levels")),
+        "{:?}",
+        a.warnings
+    );
+    assert_eq!(roll(&a, &["after"]).count, 1);
 }

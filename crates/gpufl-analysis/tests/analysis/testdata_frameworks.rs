@@ -129,7 +129,8 @@ fn nvtx_registered_strings_and_cross_thread_ranges() {
     let names: Vec<Vec<&str>> = a
         .scopes
         .iter()
-        .map(|s| s.path.iter().map(String::as_str).collect())
+        .enumerate()
+        .map(|(i, _)| gpufl_analysis::rollup_path(&a.scopes, i))
         .collect();
     assert_eq!(
         names,

@@ -7,9 +7,9 @@ use super::*;
 fn testdata_scopes_roll_the_item_syncs_up_to_train_step_forward() {
     let a = session("pytorch_scopes-735-");
     let get = |path: &[&str]| {
-        a.scopes
-            .iter()
-            .find(|s| s.path.iter().map(String::as_str).eq(path.iter().copied()))
+        (0..a.scopes.len())
+            .find(|&i| gpufl_analysis::rollup_path(&a.scopes, i) == path)
+            .map(|i| &a.scopes[i])
             .unwrap_or_else(|| panic!("no scope {path:?} in {:#?}", a.scopes))
     };
     let step = get(&["train_step"]);
