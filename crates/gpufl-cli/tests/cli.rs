@@ -344,7 +344,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
     }
     for k in 0..=20u64 {
         let busy = k < 10;
-        w.write(&Record::Telemetry(Telemetry {
+        w.write(&Record::Telemetry(Box::new(Telemetry {
             ts: t0 + k * 100 * MS,
             dev: 0,
             gpu_util: Some(if busy { 100 } else { 10 }),
@@ -361,7 +361,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
             ecc_uncorr: Some(u64::from(k >= 15)),
             pcie_tx_kbs: (k > 0).then_some(1_000),
             pcie_rx_kbs: (k > 0).then_some(if busy { 2_000_000 } else { 50 }),
-        }))
+        })))
         .unwrap();
     }
     w.finish(1_795_000_002_100_000_000, "exit").unwrap();
