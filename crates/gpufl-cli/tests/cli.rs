@@ -345,7 +345,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
     }
     for k in 0..=20u64 {
         let busy = k < 10;
-        w.write(&Record::Telemetry(Telemetry {
+        w.write(&Record::Telemetry(Box::new(Telemetry {
             ts: t0 + k * 100 * MS,
             dev: 0,
             gpu_util: Some(if busy { 100 } else { 10 }),
@@ -362,7 +362,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
             ecc_uncorr: Some(u64::from(k >= 15)),
             pcie_tx_kbs: (k > 0).then_some(1_000),
             pcie_rx_kbs: (k > 0).then_some(if busy { 2_000_000 } else { 50 }),
-        }))
+        })))
         .unwrap();
     }
     w.finish(1_795_000_002_100_000_000, "exit").unwrap();
@@ -672,4 +672,32 @@ fn trigger_refuses_processes_that_are_not_recording() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--seconds must be"));
+}
+
+/// `--threads N` and GPUFL_THREADS change how a session is read, never what is reported.
+#[test]
+fn report_is_the_same_on_any_number_of_threads() {
+    for prefix in [
+        "pytorch_train_sync-1304",
+        "matmul_loop-878",
+        "hf_trainer-1609",
+    ] {
+        let dir = session(prefix);
+        let (code, want, err) = run(gpufl()
+            .env("GPUFL_THREADS", "1")
+            .args(["report", "--json"])
+            .arg(&dir));
+        assert_eq!(code, 0, "{err}");
+        for t in ["2", "4", "16"] {
+            let (code, got, err) = run(gpufl()
+                .env_remove("GPUFL_THREADS")
+                .args(["report", "--json", "--threads", t])
+                .arg(&dir));
+            assert_eq!(code, 0, "{err}");
+            assert!(got == want, "{prefix}: --threads {t} reports differently");
+            let (_, got, _) = run(gpufl().env("GPUFL_THREADS", t).args(["info"]).arg(&dir));
+            let (_, want_info, _) = run(gpufl().env("GPUFL_THREADS", "1").args(["info"]).arg(&dir));
+            assert_eq!(got, want_info, "{prefix}: info with GPUFL_THREADS={t}");
+        }
+    }
 }

@@ -34,7 +34,7 @@ pub enum Record {
     Scope(Scope),
     Range(Range),
     Window(Window),
-    Telemetry(Telemetry),
+    Telemetry(Box<Telemetry>),
     Overhead(Overhead),
     Dropped(Dropped),
     Notice(Notice),
