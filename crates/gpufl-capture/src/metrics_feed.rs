@@ -163,6 +163,8 @@ pub struct Feed {
     line_index: HashMap<String, u32>,
     /// Per line index: (ns, count).
     line_tally: Vec<(u64, u64)>,
+    /// CUDA ordinal → UUID, from the session header.
+    uuids: Vec<(u32, String)>,
 }
 
 impl Default for Feed {
@@ -193,6 +195,7 @@ impl Feed {
             line_names: Vec::new(),
             line_index: HashMap::new(),
             line_tally: Vec::new(),
+            uuids: Vec::new(),
         }
     }
 
@@ -226,6 +229,11 @@ impl Feed {
             ..Status::default()
         };
         f
+    }
+
+    /// The session's GPUs (their UUIDs label the per-GPU figures).
+    pub fn set_gpus(&mut self, gpus: &[gpufl_trace::Gpu]) {
+        self.uuids = gpus.iter().map(|g| (g.index, g.uuid.clone())).collect();
     }
 
     pub fn is_on(&self) -> bool {
@@ -370,6 +378,7 @@ impl Feed {
             .iter()
             .map(|g| GpuStatus {
                 dev: g.dev,
+                uuid: String::new(),
                 busy_s: g.busy.total() as f64 / 1e9,
                 kernels: g.kernels,
                 copies: g.copies,
@@ -396,6 +405,11 @@ impl Feed {
             gpus[i].syncs += n;
         }
         gpus.sort_by_key(|g| g.dev);
+        for g in &mut gpus {
+            if let Some((_, u)) = self.uuids.iter().find(|(d, _)| *d == g.dev) {
+                g.uuid = u.clone();
+            }
+        }
         // Top lines by time: one pass keeping the best few.
         let mut top: Vec<(u64, u64, usize)> = Vec::with_capacity(feed::TOP_LINES + 1);
         for (i, &(ns, n)) in self.line_tally.iter().enumerate() {
@@ -473,6 +487,7 @@ impl crate::sink::Sink {
     /// Turn the exporter feed on for this session.
     pub fn with_feed(mut self, header: &gpufl_trace::Header) -> Self {
         self.feed = Feed::start(&header.app_name, &header.session_id);
+        self.feed.set_gpus(&header.gpus);
         self
     }
 }

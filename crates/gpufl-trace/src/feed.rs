@@ -78,6 +78,9 @@ pub struct Status {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct GpuStatus {
     pub dev: u32,
+    /// The GPU's UUID (`GPU-…`), as NVML and dcgm-exporter name it; empty if unknown.
+    #[serde(default)]
+    pub uuid: String,
     /// Time the GPU ran this process's kernels, copies or memsets (overlaps counted once),
     /// seconds.
     pub busy_s: f64,
@@ -125,6 +128,9 @@ impl Status {
         cut(&mut self.session);
         cut(&mut self.status);
         self.gpus.truncate(MAX_GPUS);
+        for g in &mut self.gpus {
+            cut(&mut g.uuid);
+        }
         self.top.truncate(TOP_LINES);
         for l in &mut self.top {
             cut(&mut l.line);
