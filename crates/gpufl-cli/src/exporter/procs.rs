@@ -3,9 +3,8 @@
 //!
 //! Cardinality: at most [`MAX_PROCS`] processes at once (a full table refuses new ones and counts
 //! them), each with at most `feed::MAX_GPUS` GPUs and `feed::TOP_LINES` line series; a process
-//! leaves the table once its recorder has been silent for the stale period (or ended and was
-//! seen once more by a scrape… no: ended processes also leave after the stale period, so the last
-//! totals are scraped at least once).
+//! leaves the table once its recorder has been silent for the stale period. An ended process
+//! stays for that period too, so scrapes see its last totals and its `ended` status.
 
 use super::text::{Kind, Page};
 use gpufl_trace::feed::{self, Status};
