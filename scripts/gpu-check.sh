@@ -335,6 +335,8 @@ if has toggle; then
       bare) $PY $LB bare ;;
       gpufl-full) gpufl record -q -o $T -- $PY $LB $1 ;;
       gpufl-always-on) gpufl record -q --always-on -o $T -- $PY $LB $1 ;;
+      always-on-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q --always-on -o $T -- $PY $LB $1 ;;
+      always-on-runtime-sites) GPUFL_SITE_DOMAINS=runtime gpufl record -q --always-on -o $T -- $PY $LB $1 ;;
       torch-profiler) $PY $LB torch-profiler ;;
       gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o $T -- $PY $LB $1 ;;
       gpufl-no-api) gpufl record -q --api-records none -o $T -- $PY $LB $1 ;;

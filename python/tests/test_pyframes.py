@@ -358,3 +358,36 @@ def test_merged_stacks_reuse_unchanged_outer_frames_but_not_changed_ones():
     assert a == [("merged_stack", line_of("merged")), (f"{fn}.<locals>.deeper", line_of("reuse_deeper")),
                  (fn, line_of("reuse_d1"))], a
     assert b == [("merged_stack", line_of("merged")), (fn, line_of("reuse_d2"))], b
+
+
+_DEFER_SCRIPT = r"""
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.gpufl_test_capture_stack_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+lib.gpufl_test_capture_stack_json.restype = ctypes.c_ssize_t
+def inner():
+    buf = ctypes.create_string_buffer(1 << 18)
+    n = lib.gpufl_test_capture_stack_json(buf, len(buf))
+    return json.loads(buf.raw[:n].decode())
+def outer():
+    return [inner() for _ in range(3)]
+print(json.dumps([[(f["function"], f["line"]) for f in s if f["kind"] == "python"] for s in outer()]))
+"""
+
+
+def test_deferred_and_inline_resolution_name_the_same_frames():
+    """First sightings of Python frames are resolved on the writer side (fault-tolerant reads,
+    identity re-checked) by default and inline with GPUFL_PY_DEFER=0: the same frames either way."""
+    import subprocess
+    out = {}
+    for defer in ("1", "0"):
+        env = dict(os.environ, GPUFL_PY_DEFER=defer)
+        r = subprocess.run([sys.executable, "-c", _DEFER_SCRIPT, str(_lib_path())], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out[defer] = json.loads(r.stdout)
+    assert out["1"] == out["0"], out
+    stacks = out["1"]
+    assert len(stacks) == 3 and all(s == stacks[0] for s in stacks), stacks
+    assert [f for f, _ in stacks[0][:2]] == ["inner", "outer.<locals>.<listcomp>"] or \
+        [f for f, _ in stacks[0][:2]] == ["inner", "outer"], stacks[0]

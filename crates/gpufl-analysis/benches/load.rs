@@ -1,7 +1,8 @@
 //! Analysis throughput: decode a synthetic 10-million-record session held in memory (NDJSON in
 //! zstd blocks, written by `TraceWriter`), build the `Model`, run `analyze`.
 //!
-//! `cargo bench -p gpufl-analysis --bench load` (GPUFL_BENCH_RECORDS=N for another size). Before
+//! `cargo bench -p gpufl-analysis --bench load` (GPUFL_BENCH_RECORDS=N for another size; the
+//! parallel runs use GPUFL_THREADS threads, default every core). Before
 //! criterion's runs it prints a one-shot breakdown: time per phase and memory, counted by a global
 //! allocator (model bytes per record = heap the model keeps; peak = the most heap held at once
 //! while decoding, loading and analysing, the input bytes excluded).
@@ -9,196 +10,16 @@
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
-use gpufl_analysis::{analyze, Config, Model};
+use gpufl_analysis::{analyze, analyze_on, Config, Model};
 use gpufl_trace::*;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-struct Counting;
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let p = System.alloc(l);
-        if !p.is_null() {
-            let now = CURRENT.fetch_add(l.size(), Relaxed) + l.size();
-            PEAK.fetch_max(now, Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l);
-        CURRENT.fetch_sub(l.size(), Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        let q = System.realloc(p, l, new);
-        if !q.is_null() {
-            if new >= l.size() {
-                let now = CURRENT.fetch_add(new - l.size(), Relaxed) + (new - l.size());
-                PEAK.fetch_max(now, Relaxed);
-            } else {
-                CURRENT.fetch_sub(l.size() - new, Relaxed);
-            }
-        }
-        q
-    }
-}
+mod common;
+use common::{generate, records, CURRENT, PEAK};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn records() -> usize {
-    std::env::var("GPUFL_BENCH_RECORDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000_000)
-}
-
-/// A session of `n` timed records: per 100 records, 95 kernels (20 names, 2 streams), 3 stream
-/// syncs with stacks (4 call sites) and 2 device-to-host copies; a zstd block every 50 000
-/// records (about every 0.2 s of trace time, as the recorder closes one at least every second).
-fn generate(n: usize) -> Vec<u8> {
-    let header = Header {
-        session_id: "bench-1-20261122T000000Z".into(),
-        app_name: "bench".into(),
-        gpus: vec![Gpu {
-            name: "synthetic".into(),
-            sm_count: 132,
-            cc_major: 9,
-            cc_minor: 0,
-            limits: Some(GpuLimits {
-                max_threads_per_block: 1024,
-                max_threads_per_sm: 2048,
-                max_blocks_per_sm: 32,
-                regs_per_sm: 65536,
-                regs_per_block: 65536,
-                smem_per_sm: 233_472,
-                smem_per_block: 49_152,
-                smem_per_block_optin: 232_448,
-                smem_reserved_per_block: 1024,
-                warp_size: 32,
-                l2_bytes: 52_428_800,
-                ..GpuLimits::default()
-            }),
-            ..Gpu::default()
-        }],
-        capture: CaptureStatus {
-            status: "ok".into(),
-            reason: None,
-        },
-        ..Header::default()
-    };
-    let mut w = TraceWriter::new(Vec::with_capacity(n * 12), &header).unwrap();
-    let names: Vec<StrId> = (0..20)
-        .map(|i| {
-            w.intern_str(&format!(
-                "void kernel_{i}<float, 128>(float const*, float*, int)"
-            ))
-            .unwrap()
-        })
-        .collect();
-    let module = w
-        .intern_str("/usr/lib/x86_64-linux-gnu/libcuda.so.1")
-        .unwrap();
-    let app = w.intern_str("/opt/app/bin/train").unwrap();
-    let file = w.intern_str("/opt/app/src/train.cu").unwrap();
-    let stacks: Vec<StackId> = (0..4u32)
-        .map(|i| {
-            let func = w.intern_str(&format!("step_{i}(int)")).unwrap();
-            let mut frames = vec![w
-                .intern_frame(FrameData {
-                    kind: FrameKind::Native,
-                    module: Some(module),
-                    offset: Some(0x4cb045),
-                    func: None,
-                    file: None,
-                    line: None,
-                    inlined: false,
-                    text: None,
-                })
-                .unwrap()];
-            frames.push(
-                w.intern_frame(FrameData {
-                    kind: FrameKind::Native,
-                    module: Some(app),
-                    offset: Some(0x1000 + i as u64),
-                    func: Some(func),
-                    file: Some(file),
-                    line: Some(50 + i),
-                    inlined: false,
-                    text: None,
-                })
-                .unwrap(),
-            );
-            w.intern_stack(&frames).unwrap()
-        })
-        .collect();
-    // Times, durations and correlation gaps jitter (xorshift), so the trace compresses about as
-    // well as a real one (~17 bytes per kernel record in the launch-bound PyTorch session).
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut rnd = move |m: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % m
-    };
-    let mut t: u64 = 1_795_328_337_000_000_000;
-    let mut corr = 0u32;
-    for i in 0..n {
-        corr += 1 + rnd(4) as u32;
-        t += 300 + rnd(6_000);
-        // The same 95-kernel sequence every iteration, as in a training loop.
-        let k = (i % 100) % names.len();
-        let rec = match i % 100 {
-            10 | 50 | 90 => Record::Sync(Sync {
-                kind: SyncKind::StreamSynchronize,
-                start: t,
-                end: t + 800 + rnd(20_000),
-                ctx: 1,
-                stream: Some(7),
-                corr,
-                tid: Some(4242),
-                stack: Some(stacks[(i / 100) % 2 + (i % 100 == 50) as usize * 2]),
-                ..Sync::default()
-            }),
-            30 | 70 => Record::Memcpy(Memcpy {
-                kind: CopyKind::DtoH,
-                src_kind: MemoryKind::Device,
-                dst_kind: MemoryKind::Pinned,
-                bytes: 4096 << rnd(12),
-                start: t,
-                end: t + 1_000 + rnd(50_000),
-                dev: 0,
-                ctx: 1,
-                stream: 13,
-                corr,
-            }),
-            _ => Record::Kernel(Kernel {
-                name: names[k],
-                start: t,
-                end: t + 1_000 + (k as u64 * 1_700) + rnd(4_000),
-                dev: 0,
-                ctx: 1,
-                stream: [13, 7, 7, 7, 7][k % 5],
-                corr,
-                grid: [(k as i32 + 1) * 64, 1 + (k % 3) as i32, 1],
-                block: [128 << (k % 3), 1, 1],
-                regs: 24 + (k % 6) as u16 * 8,
-                smem_static: (k % 4) as i32 * 4096,
-                smem_dynamic: [49_152, 0, 0, 0, 0, 0, 0][k % 7],
-                local_mem: [0, 0, 0, 0, 0, 24][k % 6],
-                smem_executed: Some(233_472),
-            }),
-        };
-        w.write(&rec).unwrap();
-        if i % 50_000 == 49_999 {
-            w.end_block().unwrap();
-        }
-    }
-    w.finish(0, "exit").unwrap()
-}
+static GLOBAL: common::Counting = common::Counting;
 
 fn decode(bytes: &[u8]) -> TraceReader {
     TraceReader::from_bytes(bytes.to_vec(), "bench").unwrap()
@@ -211,6 +32,15 @@ fn pipeline(bytes: &[u8]) -> (Model, usize) {
     let a = analyze(&m, &Config::default());
     let n = a.insights.len();
     (m, n)
+}
+
+/// The same on `threads` threads: the parallel reader and `analyze_on` (the input shared, not
+/// copied).
+fn pipeline_on(bytes: &std::sync::Arc<Vec<u8>>, threads: usize) -> usize {
+    let mut r = ParTraceReader::from_shared(bytes.clone(), "bench", threads).unwrap();
+    let mut m = Model::load(r.by_ref());
+    m.add_warnings(r.warnings());
+    analyze_on(&m, &Config::default(), threads).insights.len()
 }
 
 fn breakdown(bytes: &[u8], n: usize) {
@@ -283,6 +113,18 @@ fn bench(c: &mut Criterion) {
         &bytes,
         |b, bytes| b.iter(|| pipeline(bytes).1),
     );
+    // The parallel reader and analysis on 1 thread and on every core (GPUFL_THREADS to choose):
+    // the standalone `decodebench` example measures 1..N threads and the peak heap of each.
+    let shared = std::sync::Arc::new(bytes);
+    let mut threads = vec![1, gpufl_trace::default_threads()];
+    threads.dedup();
+    for t in threads {
+        g.bench_with_input(
+            BenchmarkId::new(format!("parallel {t} threads: decode+load+analyze"), n),
+            &shared,
+            |b, bytes| b.iter(|| pipeline_on(bytes, t)),
+        );
+    }
     g.finish();
 }
 

@@ -109,36 +109,75 @@ pub struct Analysis {
     pub sampling: Option<sampling::Sampling>,
 }
 
-/// Run every rule over a model.
+/// Run every rule over a model, on this thread.
 pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
+    analyze_on(m, cfg, 1)
+}
+
+/// Run every rule over a model, on up to `threads` threads (three at most: the kernel table and
+/// its rules, GPU idle time and its rules, the others); the same analysis as [`analyze`].
+pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
     let busy = DeviceBusy::new(m);
     let totals = totals::totals_with(m, &busy);
     let cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
-    let mut insights = insights::sync_attribution::run(&cx);
-    insights.extend(insights::in_loop_sync::run(&cx));
-    insights.extend(insights::host_read::run(&cx));
-    insights.extend(insights::default_stream_barrier::run(&cx));
-    insights.extend(insights::pageable_async_copy::run(&cx));
-    insights.extend(insights::blocking_copy::run(&cx));
-    insights.extend(insights::device_wide_sync::run(&cx));
-    insights.extend(insights::no_copy_compute_overlap::run(&cx));
-    let (idle_insights, gpu_idle) = insights::gpu_idle::run(&cx);
-    insights.extend(idle_insights);
-    insights.extend(insights::launch_bound::run(&cx));
-    insights.extend(insights::low_utilization::run(&cx, &gpu_idle));
-    insights.extend(insights::throttling::run(&cx));
-    insights.extend(insights::memory_pressure::run(&cx));
-    insights.extend(insights::ecc_errors::run(&cx));
+    let kernel_rules = || {
+        let kernels = kernels::table(m, &busy);
+        let mut found = insights::low_occupancy::run(&cx, &kernels);
+        found.extend(insights::register_spill::run(&cx, &kernels));
+        found.extend(insights::under_filled_grid::run(&cx, &kernels));
+        (kernels, found)
+    };
+    let idle_rules = || {
+        let (found, gpu_idle) = insights::gpu_idle::run(&cx);
+        let low = insights::low_utilization::run(&cx, &gpu_idle);
+        (found, gpu_idle, low)
+    };
+    let sync_rules = || {
+        let mut found = insights::sync_attribution::run(&cx);
+        found.extend(insights::in_loop_sync::run(&cx));
+        found.extend(insights::host_read::run(&cx));
+        found.extend(insights::default_stream_barrier::run(&cx));
+        found.extend(insights::pageable_async_copy::run(&cx));
+        found.extend(insights::blocking_copy::run(&cx));
+        found.extend(insights::device_wide_sync::run(&cx));
+        found.extend(insights::no_copy_compute_overlap::run(&cx));
+        let launch = insights::launch_bound::run(&cx);
+        let mut telemetry = insights::throttling::run(&cx);
+        telemetry.extend(insights::memory_pressure::run(&cx));
+        telemetry.extend(insights::ecc_errors::run(&cx));
+        (found, launch, telemetry)
+    };
+    let ((kernels, kernel_found), (idle_found, gpu_idle, low_util), (sync_found, launch, tele)) =
+        if threads > 1 {
+            std::thread::scope(|s| {
+                let k = s.spawn(kernel_rules);
+                let i = (threads > 2).then(|| s.spawn(idle_rules));
+                let y = sync_rules();
+                let i = match i {
+                    Some(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+                    None => idle_rules(),
+                };
+                let k = k.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+                (k, i, y)
+            })
+        } else {
+            let y = sync_rules();
+            let i = idle_rules();
+            (kernel_rules(), i, y)
+        };
+    // In the order the rules always ran (ranking keeps it among equals).
+    let mut insights = sync_found;
+    insights.extend(idle_found);
+    insights.extend(launch);
+    insights.extend(low_util);
+    insights.extend(tele);
     let origin = m.time_range().0;
     let telemetry = m
         .telemetry()
         .iter()
         .map(|s| telemetry::summarize(s, origin))
         .collect();
-    let kernels = kernels::table(m, &busy);
-    insights.extend(insights::low_occupancy::run(&cx, &kernels));
-    insights.extend(insights::register_spill::run(&cx, &kernels));
-    insights.extend(insights::under_filled_grid::run(&cx, &kernels));
+    insights.extend(kernel_found);
     insights::name_scopes(&cx, &mut insights);
     insights::mark_inferred(&cx, &mut insights);
     sampling::mark_basis(m, &mut insights);

@@ -114,6 +114,8 @@ pub struct Model {
     paused: Vec<(u64, u64)>,
     /// Always-on session (`options.mode` "always-on" in a header).
     always_on: bool,
+    /// Call sites recorded inside windows only (`options.call_sites` "windows" in a header).
+    sites_in_windows: bool,
     /// Some callsite record carried a weight.
     weighted: bool,
     /// `window` records, sorted by start after loading.
@@ -339,6 +341,7 @@ impl Model {
                     ld.stacks.clear();
                 }
                 self.always_on |= h.options.mode.as_deref() == Some("always-on");
+                self.sites_in_windows |= h.options.call_sites.as_deref() == Some("windows");
                 match &self.header {
                     None => self.header = Some(*h),
                     Some(first) if first.session_id != h.session_id => self.warnings.push(format!(
@@ -582,6 +585,12 @@ impl Model {
     /// header): GPU activity only inside [`Model::windows`].
     pub fn is_always_on(&self) -> bool {
         self.always_on
+    }
+
+    /// Whether launch and copy call sites were recorded inside the windows only (always-on
+    /// recorders from 2026-11-25), not throughout the run.
+    pub fn call_sites_in_windows(&self) -> bool {
+        self.sites_in_windows
     }
 
     /// The session's `window` records (always-on), by start.

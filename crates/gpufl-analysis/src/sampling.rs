@@ -88,6 +88,9 @@ pub struct Sampling {
     pub files: u32,
     /// Calls per user line and API, estimated from `callsite.weight`, most calls first.
     pub calls_per_line: Vec<CallsPerLine>,
+    /// When the call sites behind `calls_per_line` were recorded: "windows" (inside the windows
+    /// only: the calls of the observed time) or "always" (throughout the run).
+    pub call_sites: &'static str,
 }
 
 /// The session's sampling summary: None unless it is always-on.
@@ -108,6 +111,11 @@ pub(crate) fn summarize(m: &Model, stack_loc: &[u32], locs: &[SourceLoc]) -> Opt
         coverage: m.coverage(),
         files: m.files(),
         calls_per_line: calls_per_line(m, stack_loc, locs),
+        call_sites: if m.call_sites_in_windows() {
+            "windows"
+        } else {
+            "always"
+        },
     })
 }
 

@@ -900,12 +900,12 @@ fn model_keeps_at_most_64_devices_and_many_contexts_and_streams() {
             corr: i + 1,
             ..Kernel::default()
         }));
-        recs.push(Record::Telemetry(gpufl_trace::Telemetry {
+        recs.push(Record::Telemetry(Box::new(gpufl_trace::Telemetry {
             ts: 1_000 + 10 * i as u64,
             dev: i,
             gpu_util: Some(5),
             ..Default::default()
-        }));
+        })));
     }
     let m = Model::load(recs);
     let max = gpufl_analysis::model::MAX_DEVICES;

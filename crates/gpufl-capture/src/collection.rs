@@ -140,28 +140,11 @@ fn set_collection(
     let api_on = on && (!aon || window == 2);
     set_gpu_kinds(c, gpu_on, notices);
     enable_api_records(c, opts, api_on, notices);
+    // Always-on: call-site callbacks inside windows only (like GPU activity).
+    set_site_callbacks(c, sub, on && (!aon || window > 0));
     // SAFETY (whole function): plain CUPTI calls with valid arguments.
     unsafe {
         let flag = u32::from(on);
-        if let Some(table) = SITES.get() {
-            // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|copy
-            // restrict the call-site callbacks (default: all).
-            let (domains, kinds) = (knob("GPUFL_SITE_DOMAINS"), knob("GPUFL_SITE_KINDS"));
-            for (domain, id) in table.ids() {
-                let dom = if domain == cupti::DOMAIN_RUNTIME {
-                    "runtime"
-                } else {
-                    "driver"
-                };
-                let kind = match table.kind(domain, id) {
-                    Some(crate::sites::SiteKind::Copy) => "copy",
-                    _ => "launch",
-                };
-                if domains(dom) && kinds(kind) {
-                    (c.enable_callback)(flag, sub, domain, id);
-                }
-            }
-        }
         if opts.enable_synchronization {
             // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
             let want = knob("GPUFL_CALLBACK_DOMAINS");
@@ -177,6 +160,60 @@ fn set_collection(
             }
         }
     }
+}
+
+/// Turn the call-site callbacks (launches, copies, memsets) on or off; the driver domain's stay
+/// off while [`DRIVER_SITES`] says they are redundant.
+fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
+    let Some(table) = SITES.get() else { return };
+    // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|copy
+    // restrict the call-site callbacks (default: all).
+    let (domains, kinds) = (knob("GPUFL_SITE_DOMAINS"), knob("GPUFL_SITE_KINDS"));
+    let driver_on = DRIVER_SITES.load(Ordering::SeqCst);
+    for (domain, id) in table.ids() {
+        let dom = if domain == cupti::DOMAIN_RUNTIME {
+            "runtime"
+        } else {
+            "driver"
+        };
+        let kind = match table.kind(domain, id) {
+            Some(crate::sites::SiteKind::Copy) => "copy",
+            _ => "launch",
+        };
+        if domains(dom) && kinds(kind) {
+            let flag = u32::from(on && (domain == cupti::DOMAIN_RUNTIME || driver_on));
+            // SAFETY: plain CUPTI call with valid arguments.
+            unsafe { (c.enable_callback)(flag, sub, domain, id) };
+        }
+    }
+}
+
+/// Whether the driver domain's call-site callbacks are on. They are turned off while every driver
+/// launch or copy they see is made inside a runtime call (the runtime's callback already decided
+/// for it, so they only cost: ~2 % of a launch-bound PyTorch loop), and back on for a while every
+/// so often to look again ([`crate::sites::DriverSitePolicy`]).
+static DRIVER_SITES: AtomicBool = AtomicBool::new(true);
+
+/// Turn the driver domain's call-site callbacks on or off (writer thread). Takes effect now when
+/// call sites are being collected (not paused; in always-on, inside a window), else at the next
+/// change of collection.
+pub(crate) fn set_driver_sites(on: bool) {
+    let Some(r) = RECORDER.get() else { return };
+    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if DRIVER_SITES.swap(on, Ordering::SeqCst) == on {
+        return;
+    }
+    if PAUSED.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
+        return;
+    }
+    let aon = r.opts.mode == crate::options::Mode::AlwaysOn;
+    if aon && WINDOW.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    set_site_callbacks(r.cupti, r.subscriber.load(Ordering::SeqCst), true);
 }
 
 /// Turn the GPU activity kinds (kernels, copies, memsets, CUPTI overhead) on or off.
@@ -218,9 +255,10 @@ pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
             return None;
         }
         WINDOW.store(if detail { 2 } else { 1 }, Ordering::SeqCst);
+        set_site_callbacks(r.cupti, r.subscriber.load(Ordering::SeqCst), true);
         set_gpu_kinds(r.cupti, true, &mut ignored);
         if detail {
-            enable_api_records(r.cupti, &r.opts, true, &mut ignored);
+            window_api_records(r.cupti, &r.opts, true);
         }
         Some(r.cupti.timestamp())
     } else {
@@ -228,13 +266,54 @@ pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
         let was = WINDOW.swap(0, Ordering::SeqCst);
         if !PAUSED.load(Ordering::SeqCst) && !r.stopped.load(Ordering::SeqCst) {
             set_gpu_kinds(r.cupti, false, &mut ignored);
+            set_site_callbacks(r.cupti, r.subscriber.load(Ordering::SeqCst), false);
             if was == 2 {
-                enable_api_records(r.cupti, &r.opts, false, &mut ignored);
+                window_api_records(r.cupti, &r.opts, false);
             }
             // SAFETY: plain CUPTI call: hands the window's completed records to the writer.
             unsafe { (r.cupti.activity_flush_all)(0) };
         }
         Some(ts)
+    }
+}
+
+/// API records of a full-detail window (always-on). Selecting functions with
+/// `cuptiActivityEnableRuntimeApi` / `…DriverApi` alone, after the start, gave no records on the
+/// H100 (CUDA 13; phase apiwin): the window turns the runtime and driver API activity kinds on
+/// and then keeps only the functions the options select (every other id off).
+fn window_api_records(c: &Cupti, opts: &Options, on: bool) {
+    use crate::options::ApiRecords;
+    let (rt, drv): (Vec<u32>, Vec<u32>) = match opts.api_records {
+        ApiRecords::None => return,
+        ApiRecords::All => {
+            let mut ignored = Vec::new();
+            return enable_api_records(c, opts, on, &mut ignored);
+        }
+        ApiRecords::Default => (
+            [cbids::RUNTIME_SYNC, cbids::RUNTIME_DEFAULT].concat(),
+            [cbids::DRIVER_SYNC, cbids::DRIVER_DEFAULT].concat(),
+        ),
+        ApiRecords::Sync => (cbids::RUNTIME_SYNC.to_vec(), cbids::DRIVER_SYNC.to_vec()),
+    };
+    // Without per-function selection the kinds would record every API call: none then.
+    let (Some(frt), Some(fdrv)) = (c.activity_enable_runtime_api, c.activity_enable_driver_api)
+    else {
+        return;
+    };
+    // SAFETY: plain CUPTI calls; ids unknown to this CUPTI are rejected and ignored.
+    unsafe {
+        if !on {
+            (c.activity_disable)(cupti::KIND_RUNTIME);
+            (c.activity_disable)(cupti::KIND_DRIVER);
+            return;
+        }
+        (c.activity_enable)(cupti::KIND_RUNTIME);
+        (c.activity_enable)(cupti::KIND_DRIVER);
+        // Callback ids of both domains end well below this (CUDA 13).
+        for id in 1..1200u32 {
+            frt(id, u8::from(rt.contains(&id)));
+            fdrv(id, u8::from(drv.contains(&id)));
+        }
     }
 }
 

@@ -607,6 +607,12 @@ unsafe fn resolve_with<M: Mem>(m: &M, raw: &PyFrameRaw) -> Option<PyFrameInfo> {
     })
 }
 
+/// Whether fault-tolerant reads of this process's memory work (`process_vm_readv`), which
+/// resolving a frame away from its capture needs.
+pub fn safe_reads_available() -> bool {
+    xthread::safe_mem().is_ok()
+}
+
 /// Cheap identity check used by callers' caches to detect a code object freed
 /// and replaced at the same address: (co_firstlineno, address of co_filename).
 pub fn code_identity(raw: &PyFrameRaw) -> Option<(u32, usize)> {

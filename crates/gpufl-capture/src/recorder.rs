@@ -291,6 +291,14 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
             started_by: by.as_str().into(),
             telemetry_ms: Some(opts.telemetry_ms),
             mode: Some(opts.mode.as_str().into()),
+            call_sites: Some(
+                if opts.mode == crate::options::Mode::AlwaysOn {
+                    "windows"
+                } else {
+                    "always"
+                }
+                .into(),
+            ),
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -605,6 +613,7 @@ fn writer_thread(
     crate::crash::set_writer_thread();
     let opts = RECORDER.get().map(|r| r.opts.clone()).unwrap_or_default();
     let mut always_on = crate::always_on::Scheduler::new(&opts);
+    let mut driver_sites = crate::sites::DriverSitePolicy::new(Instant::now());
     let mut rolling = path
         .parent()
         .and_then(|dir| crate::rolling::Rolling::new(dir, opts.max_disk_bytes));
@@ -667,6 +676,12 @@ fn writer_thread(
                             message: line,
                         }));
                     }
+                    if let Some(line) = driver_sites.summary(Instant::now()) {
+                        let _ = s.write(&Record::Notice(Notice {
+                            level: "info".into(),
+                            message: line,
+                        }));
+                    }
                     let limited = crate::sites::take_rate_limited();
                     if limited > 0 {
                         let _ = s.write(&Record::Notice(Notice {
@@ -706,6 +721,7 @@ fn writer_thread(
             report(&mut sink, result);
         }
         crate::metrics_feed::tick(sink.as_mut());
+        driver_sites.tick(Instant::now());
         crate::unwind::service();
         if let Some(sig) = crate::crash::pending() {
             deferred = flush_for_signal(&mut sink, &rx, cupti, sig);

@@ -27,8 +27,9 @@ use crossbeam_queue::ArrayQueue;
 use gpufl_trace::StreamRole;
 use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Launches of one kernel function (per thread) that are all captured.
 pub const EVERY_LAUNCH_UNTIL: u32 = 4;
@@ -264,6 +265,152 @@ pub fn stream_queue() -> &'static ArrayQueue<(u32, u32, StreamRole)> {
     Q.get_or_init(|| ArrayQueue::new(256))
 }
 
+/// Seen by the call-site callbacks: a runtime launch/copy, a driver one inside a runtime call, a
+/// driver one made directly (not inside a runtime call). Set once (read first: no shared write on
+/// the hot path after that).
+static RUNTIME_SEEN: AtomicBool = AtomicBool::new(false);
+static DRIVER_NESTED_SEEN: AtomicBool = AtomicBool::new(false);
+static DRIVER_DIRECT_SEEN: AtomicBool = AtomicBool::new(false);
+
+#[inline]
+fn note(flag: &AtomicBool) {
+    if !flag.load(Ordering::Relaxed) {
+        flag.store(true, Ordering::Relaxed);
+    }
+}
+
+/// How long the driver domain's call-site callbacks stay on to look (at start, and each look
+/// again), and how long they stay off when found redundant.
+pub const DRIVER_LOOK: Duration = Duration::from_secs(2);
+pub const DRIVER_OFF: Duration = Duration::from_secs(30);
+
+/// The driver domain's call-site callbacks, decided on the writer thread: a program that launches
+/// through the runtime (PyTorch, CuPy, CUDA C++) makes every driver launch inside a runtime call,
+/// which the runtime's callback already handled, so after [`DRIVER_LOOK`] of seeing only such
+/// nested calls they are turned off for [`DRIVER_OFF`], then on again for a look; a driver launch
+/// or copy made directly (JAX/XLA, Triton, the driver API) keeps them on for good.
+pub struct DriverSitePolicy {
+    state: DriverState,
+    /// Time spent off before the current off period, and how many times turned off.
+    off_total: Duration,
+    offs: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverState {
+    /// On, looking since then.
+    Looking(Instant),
+    /// Off (redundant) since then.
+    Off(Instant),
+    /// On for good: direct driver calls seen.
+    Kept,
+}
+
+/// What the policy asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverAction {
+    None,
+    TurnOff,
+    TurnOn,
+}
+
+impl DriverSitePolicy {
+    pub fn new(now: Instant) -> DriverSitePolicy {
+        DriverSitePolicy {
+            state: DriverState::Looking(now),
+            off_total: Duration::ZERO,
+            offs: 0,
+        }
+    }
+
+    /// For the session's notices: how long the driver callbacks were off, if ever.
+    pub fn summary(&self, now: Instant) -> Option<String> {
+        let mut off = self.off_total;
+        if let DriverState::Off(since) = self.state {
+            off += now.saturating_duration_since(since);
+        }
+        (self.offs > 0).then(|| {
+            format!(
+                "call sites: driver-API callbacks off for {:.1} s ({} time(s)): every driver launch or copy they saw was inside a runtime call{}",
+                off.as_secs_f64(),
+                self.offs,
+                if self.state == DriverState::Kept {
+                    "; back on for good after a direct driver call"
+                } else {
+                    ""
+                }
+            )
+        })
+    }
+
+    pub fn state(&self) -> DriverState {
+        self.state
+    }
+
+    /// One turn: `runtime`, `nested`, `direct` — what the callbacks have seen so far.
+    pub fn step(
+        &mut self,
+        now: Instant,
+        runtime: bool,
+        nested: bool,
+        direct: bool,
+    ) -> DriverAction {
+        match self.state {
+            DriverState::Kept => DriverAction::None,
+            _ if direct => {
+                let was_off = matches!(self.state, DriverState::Off(_));
+                if let DriverState::Off(since) = self.state {
+                    self.off_total += now.saturating_duration_since(since);
+                }
+                self.state = DriverState::Kept;
+                if was_off {
+                    DriverAction::TurnOn
+                } else {
+                    DriverAction::None
+                }
+            }
+            DriverState::Looking(since) => {
+                if runtime && nested && now.saturating_duration_since(since) >= DRIVER_LOOK {
+                    self.state = DriverState::Off(now);
+                    self.offs += 1;
+                    DriverAction::TurnOff
+                } else {
+                    DriverAction::None
+                }
+            }
+            DriverState::Off(since) => {
+                if now.saturating_duration_since(since) >= DRIVER_OFF {
+                    self.off_total += now.saturating_duration_since(since);
+                    self.state = DriverState::Looking(now);
+                    DriverAction::TurnOn
+                } else {
+                    DriverAction::None
+                }
+            }
+        }
+    }
+
+    /// [`Self::step`] with what the callbacks saw, applied (writer thread). `GPUFL_DRIVER_SITES=1`
+    /// keeps the driver callbacks on.
+    pub fn tick(&mut self, now: Instant) {
+        static KEEP: OnceLock<bool> = OnceLock::new();
+        if *KEEP.get_or_init(|| std::env::var_os("GPUFL_DRIVER_SITES").is_some_and(|v| v == "1")) {
+            return;
+        }
+        let action = self.step(
+            now,
+            RUNTIME_SEEN.load(Ordering::Relaxed),
+            DRIVER_NESTED_SEEN.load(Ordering::Relaxed),
+            DRIVER_DIRECT_SEEN.load(Ordering::Relaxed),
+        );
+        match action {
+            DriverAction::TurnOff => crate::collection::set_driver_sites(false),
+            DriverAction::TurnOn => crate::collection::set_driver_sites(true),
+            DriverAction::None => {}
+        }
+    }
+}
+
 /// What the callback needs from the recorder.
 pub struct SiteCall<'a> {
     pub cupti: &'a Cupti,
@@ -298,8 +445,12 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
             if st.runtime_depth > 1 {
                 return;
             }
+            note(&RUNTIME_SEEN);
         } else if st.runtime_depth > 0 {
+            note(&DRIVER_NESTED_SEEN);
             return; // the driver call inside a runtime call: already decided
+        } else {
+            note(&DRIVER_DIRECT_SEEN);
         }
         let ctx_uid: u32 = unsafe { cupti::cb_field(data, offset_of!(D, contextUid)) };
         let ctx: *mut c_void = unsafe { cupti::cb_field(data, offset_of!(D, context)) };
@@ -461,5 +612,61 @@ mod tests {
         // Keys are counted apart.
         let (a, _) = s.observe(8, true);
         assert_eq!(s.take_weight(a), 1);
+    }
+
+    #[test]
+    fn driver_callbacks_go_off_when_nested_and_stay_on_once_direct() {
+        let t0 = Instant::now();
+        let mut p = DriverSitePolicy::new(t0);
+        // Nothing seen yet, or not long enough: keep looking.
+        assert_eq!(
+            p.step(t0 + DRIVER_LOOK, false, false, false),
+            DriverAction::None
+        );
+        assert_eq!(
+            p.step(t0 + Duration::from_millis(100), true, true, false),
+            DriverAction::None
+        );
+        // Only nested driver calls for the whole look: off.
+        let t1 = t0 + DRIVER_LOOK;
+        assert_eq!(p.step(t1, true, true, false), DriverAction::TurnOff);
+        assert_eq!(p.state(), DriverState::Off(t1));
+        // Off until the next look.
+        assert_eq!(
+            p.step(t1 + Duration::from_secs(1), true, true, false),
+            DriverAction::None
+        );
+        let t2 = t1 + DRIVER_OFF;
+        assert_eq!(p.step(t2, true, true, false), DriverAction::TurnOn);
+        assert_eq!(p.state(), DriverState::Looking(t2));
+        assert!(
+            p.summary(t2)
+                .unwrap()
+                .contains("off for 30.0 s (1 time(s))"),
+            "{:?}",
+            p.summary(t2)
+        );
+        // A direct driver call during the look: on for good.
+        assert_eq!(
+            p.step(t2 + Duration::from_millis(10), true, true, true),
+            DriverAction::None
+        );
+        assert_eq!(p.state(), DriverState::Kept);
+        assert_eq!(
+            p.step(t2 + DRIVER_OFF * 3, true, true, true),
+            DriverAction::None
+        );
+        // A program that only uses the driver (no runtime launches): never off.
+        let mut q = DriverSitePolicy::new(t0);
+        assert_eq!(
+            q.step(t0 + DRIVER_LOOK * 5, false, false, false),
+            DriverAction::None
+        );
+        assert_eq!(
+            q.step(t0 + DRIVER_LOOK * 6, false, false, true),
+            DriverAction::None
+        );
+        assert_eq!(q.state(), DriverState::Kept);
+        assert_eq!(q.summary(t0), None);
     }
 }

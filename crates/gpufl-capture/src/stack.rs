@@ -4,9 +4,11 @@
 //! memory, no allocation, no lock), reads the Python stack with [`crate::pyframes`] when the thread
 //! runs Python, and merges them: native frames up to the first interpreter frame, then the Python
 //! frames. The result is a [`Sample`] of raw entries pushed onto a bounded lock-free queue; the
-//! writer thread symbolizes each distinct address once. Python frames are resolved here (their code
-//! objects may be gone later), through a per-thread cache, so only a first sighting of a Python call
-//! site takes the global registry's lock.
+//! writer thread symbolizes each distinct address once. Python frames get an id here, through a
+//! per-thread cache keyed by code object and instruction (checked against the code object's
+//! identity); a first sighting is queued with that identity and resolved (file, function, line) on
+//! the writer thread with fault-tolerant reads, so the hot path reads no strings or line tables and
+//! takes no lock ([`resolve_pending`]; inline when the safe reader is refused, or the queue is full).
 
 use crate::pyframes::{self, PyFrameInfo, PyFrameRaw};
 use crate::unwind;
@@ -14,7 +16,7 @@ use crossbeam_queue::ArrayQueue;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// Entries kept per stack (native + Python).
@@ -121,33 +123,106 @@ pub fn take_dropped() -> u64 {
     DROPPED.swap(0, Ordering::Relaxed)
 }
 
-/// Registry of resolved Python frames: id → info. Written on first sighting of a call site.
+/// Registry of Python frames: id → what it resolved to (None: its code object was gone or
+/// changed by the time the writer resolved it). Ids are handed out by [`NEXT_PY_ID`]; the writer
+/// fills the registry from [`PENDING`] (deferred resolution), the hot path only when deferring is
+/// off or the queue is full.
 struct PyRegistry {
-    ids: HashMap<PyFrameInfo, u32>,
-    infos: Vec<PyFrameInfo>,
+    infos: HashMap<u32, Option<PyFrameInfo>>,
 }
 
 static PY_REGISTRY: Mutex<Option<PyRegistry>> = Mutex::new(None);
+/// Next Python frame id.
+static NEXT_PY_ID: AtomicU32 = AtomicU32::new(0);
+/// Capacity of the queue of Python frames waiting for the writer to resolve them.
+const PENDING_CAPACITY: usize = 4096;
 
-/// The Python frame with this id (for the writer thread).
-pub fn python_frame(id: u32) -> Option<PyFrameInfo> {
-    let reg = PY_REGISTRY.lock().ok()?;
-    reg.as_ref()?.infos.get(id as usize).cloned()
+/// A Python frame seen for the first time on the hot path: its id, raw frame and the identity of
+/// its code object there. The writer resolves it with fault-tolerant reads and keeps it only when
+/// the identity still matches (the code object may have been freed since).
+#[derive(Clone, Copy)]
+struct Pending {
+    id: u32,
+    raw: PyFrameRaw,
+    identity: (u32, usize),
 }
 
-fn register_python(info: PyFrameInfo) -> Option<u32> {
-    let mut guard = PY_REGISTRY.lock().ok()?;
-    let reg = guard.get_or_insert_with(|| PyRegistry {
-        ids: HashMap::new(),
-        infos: Vec::new(),
-    });
-    if let Some(id) = reg.ids.get(&info) {
-        return Some(*id);
+static PENDING: OnceLock<ArrayQueue<Pending>> = OnceLock::new();
+
+fn pending() -> &'static ArrayQueue<Pending> {
+    PENDING.get_or_init(|| ArrayQueue::new(PENDING_CAPACITY))
+}
+
+/// Whether first sightings of Python frames are resolved on the writer thread (default) rather
+/// than on the hot path: needs the fault-tolerant reader (`process_vm_readv` on this process);
+/// `GPUFL_PY_DEFER=0` turns it off.
+fn defer_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("GPUFL_PY_DEFER").map_or(true, |v| v != "0")
+            && pyframes::safe_reads_available()
+    })
+}
+
+fn registry_get(id: u32) -> Option<Option<PyFrameInfo>> {
+    let reg = PY_REGISTRY.lock().ok()?;
+    reg.as_ref()?.infos.get(&id).cloned()
+}
+
+fn registry_put(id: u32, info: Option<PyFrameInfo>) {
+    if let Ok(mut guard) = PY_REGISTRY.lock() {
+        guard
+            .get_or_insert_with(|| PyRegistry {
+                infos: HashMap::new(),
+            })
+            .infos
+            .insert(id, info);
     }
-    let id = reg.infos.len() as u32;
-    reg.infos.push(info.clone());
-    reg.ids.insert(info, id);
+}
+
+/// Resolve every Python frame waiting in the queue (writer thread): fault-tolerant reads, kept
+/// only when the code object's identity is still the one seen at capture. Returns how many.
+pub fn resolve_pending() -> usize {
+    let q = pending();
+    let mut n = 0;
+    while let Some(p) = q.pop() {
+        let info = (pyframes::code_identity_other(&p.raw) == Some(p.identity))
+            .then(|| pyframes::resolve_other(&p.raw))
+            .flatten();
+        registry_put(p.id, info);
+        n += 1;
+    }
+    n
+}
+
+/// The Python frame with this id (for the writer thread); resolves queued first sightings when
+/// the id is not known yet (a sample is queued after the frames it refers to).
+pub fn python_frame(id: u32) -> Option<PyFrameInfo> {
+    if let Some(info) = registry_get(id) {
+        return info;
+    }
+    resolve_pending();
+    registry_get(id).flatten()
+}
+
+/// A new id for a frame resolved now (hot path, when deferring is off or its queue is full).
+fn register_python(info: PyFrameInfo) -> Option<u32> {
+    let id = NEXT_PY_ID.fetch_add(1, Ordering::Relaxed);
+    registry_put(id, Some(info));
     Some(id)
+}
+
+/// A new id for a frame to be resolved by the writer, or None when the queue is full.
+fn defer_python(raw: &PyFrameRaw, identity: (u32, usize)) -> Option<u32> {
+    let id = NEXT_PY_ID.fetch_add(1, Ordering::Relaxed);
+    pending()
+        .push(Pending {
+            id,
+            raw: *raw,
+            identity,
+        })
+        .ok()
+        .map(|()| id)
 }
 
 #[derive(Clone, Copy)]
@@ -206,12 +281,19 @@ fn python_frame_id(raw: &PyFrameRaw, other: bool) -> Option<u32> {
             return Some(e.id);
         }
     }
-    let info = if other {
-        pyframes::resolve_other(raw)?
+    let deferred = if defer_enabled() {
+        defer_python(raw, identity)
     } else {
-        pyframes::resolve(raw)?
+        None
     };
-    let id = register_python(info)?;
+    let id = match deferred {
+        Some(id) => id,
+        None => register_python(if other {
+            pyframes::resolve_other(raw)?
+        } else {
+            pyframes::resolve(raw)?
+        })?,
+    };
     let _ = PY_CACHE.try_with(|c| {
         let mut c = c.borrow_mut();
         if c.len() >= PY_CACHE_MAX {

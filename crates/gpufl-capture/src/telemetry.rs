@@ -218,7 +218,7 @@ pub fn write(sink: &mut Sink, r: Report) -> Result<(), TraceError> {
     match r {
         Report::Samples(v) => v
             .into_iter()
-            .try_for_each(|t| sink.write(&Record::Telemetry(t))),
+            .try_for_each(|t| sink.write(&Record::Telemetry(Box::new(t)))),
         Report::Notice(level, message) => sink.write(&Record::Notice(Notice {
             level: level.into(),
             message,

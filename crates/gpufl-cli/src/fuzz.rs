@@ -600,10 +600,17 @@ fn make_input(seed: u64, corpus: &[Seed]) -> Input {
 fn run_cli_paths(dir: &Path) -> usize {
     let mut n = 0;
     let cfg = gpufl_analysis::Config::default();
-    if let Ok(r) = crate::report::load(dir, &cfg) {
+    if let Ok(r) = crate::report::load(dir, &cfg, 1) {
         let reports = [r];
         n += crate::report::render_text(&reports, false).len();
-        n += crate::report::render_json(&reports).map_or(0, |s| s.len());
+        let json = crate::report::render_json(&reports).ok();
+        n += json.as_ref().map_or(0, |s| s.len());
+        // The parallel reader and analysis make the same report.
+        let par = crate::report::load(dir, &cfg, 3).ok().map(|r| [r]);
+        let par_json = par
+            .as_ref()
+            .and_then(|r| crate::report::render_json(r).ok());
+        assert!(par_json == json, "3 threads report differently from 1");
     }
     n += crate::summary::info_text(dir).map_or(0, |s| s.len());
     for raw in [false, true] {

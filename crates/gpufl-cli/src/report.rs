@@ -5,9 +5,9 @@ use crate::term::esc;
 use anyhow::Result;
 use clap::Args;
 use gpufl_analysis::{
-    analyze, Analysis, Config, FrameFilter, FrameOrigin, Insight, Model, Severity,
+    analyze_on, Analysis, Config, FrameFilter, FrameOrigin, Insight, Model, Severity,
 };
-use gpufl_trace::SessionReader;
+use gpufl_trace::ParSessionReader;
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -34,6 +34,9 @@ pub struct ReportArgs {
     /// Colours: auto (on a terminal, unless NO_COLOR is set), always, never.
     #[arg(long, default_value = "auto")]
     color: String,
+    /// Threads to decode and analyse with (default: GPUFL_THREADS, else every available core).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
 }
 
 /// One session's report, as `--json` prints it.
@@ -58,9 +61,13 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     }
     filter.exclude.extend(args.exclude.iter().cloned());
     let cfg = Config { filter };
+    let threads = match args.threads {
+        Some(n) if n > 0 => n.min(gpufl_trace::par::MAX_THREADS),
+        _ => gpufl_trace::default_threads(),
+    };
     let mut reports = Vec::new();
     for dir in dirs {
-        reports.push(load(&dir, &cfg)?);
+        reports.push(load(&dir, &cfg, threads)?);
     }
     if args.json {
         crate::term::print(&render_json(&reports)?)?;
@@ -76,11 +83,11 @@ pub fn run(args: ReportArgs) -> Result<i32> {
 }
 
 /// Read, load and analyze one session directory.
-pub(crate) fn load(dir: &std::path::Path, cfg: &Config) -> Result<SessionReport> {
-    let mut reader = SessionReader::open(dir)?;
+pub(crate) fn load(dir: &std::path::Path, cfg: &Config, threads: usize) -> Result<SessionReport> {
+    let mut reader = ParSessionReader::open(dir, threads)?;
     let mut model = Model::load(reader.by_ref());
     model.add_warnings(reader.warnings());
-    let analysis = analyze(&model, cfg);
+    let analysis = analyze_on(&model, cfg, threads);
     let header = model.header();
     Ok(SessionReport {
         session: dir.display().to_string(),
@@ -251,10 +258,18 @@ fn render_calls(out: &mut String, s: &gpufl_analysis::Sampling) {
     } else {
         String::new()
     };
-    let _ = writeln!(
-        out,
-        "\n  Calls per line ({of}estimated from sampled call sites)"
-    );
+    if s.call_sites == "windows" {
+        let _ = writeln!(
+            out,
+            "\n  Calls per line ({of}counted in the windows only: {:.1} % of the run)",
+            s.coverage * 100.0
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "\n  Calls per line ({of}estimated from sampled call sites)"
+        );
+    }
     let _ = writeln!(
         out,
         "    {:>10} {:>8}  {:<22} line",

@@ -2,7 +2,7 @@
 
 use crate::term::{esc, esc_path};
 use anyhow::{bail, Result};
-use gpufl_trace::{session, Header, Record, SessionReader};
+use gpufl_trace::{session, Header, ParSessionReader, Record};
 use std::path::{Path, PathBuf};
 
 /// Totals of one session.
@@ -80,7 +80,7 @@ impl Summary {
 
 /// Read a session and total it.
 pub fn summarize(dir: &Path) -> Result<Summary> {
-    let mut reader = SessionReader::open(dir)?;
+    let mut reader = ParSessionReader::open(dir, gpufl_trace::default_threads())?;
     let mut s = Summary::default();
     for rec in reader.by_ref() {
         match rec {

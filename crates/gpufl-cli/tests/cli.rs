@@ -259,6 +259,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
             started_by: "test".into(),
             telemetry_ms: Some(100),
             mode: None,
+            call_sites: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -344,7 +345,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
     }
     for k in 0..=20u64 {
         let busy = k < 10;
-        w.write(&Record::Telemetry(Telemetry {
+        w.write(&Record::Telemetry(Box::new(Telemetry {
             ts: t0 + k * 100 * MS,
             dev: 0,
             gpu_util: Some(if busy { 100 } else { 10 }),
@@ -361,7 +362,7 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
             ecc_uncorr: Some(u64::from(k >= 15)),
             pcie_tx_kbs: (k > 0).then_some(1_000),
             pcie_rx_kbs: (k > 0).then_some(if busy { 2_000_000 } else { 50 }),
-        }))
+        })))
         .unwrap();
     }
     w.finish(1_795_000_002_100_000_000, "exit").unwrap();
@@ -429,7 +430,7 @@ fn report_of_a_session_with_telemetry() {
 /// A synthetic always-on session: a 100-step loop of 1 ms (4 kernel launches from
 /// `train.py:30`, sampled with weights, then a `torch.cuda.synchronize()` at `train.py:34`); GPU
 /// activity recorded only in two sampled windows and one triggered window of 5 ms each.
-fn write_always_on_session(root: &Path) -> PathBuf {
+fn write_always_on_session(root: &Path, call_sites: Option<&str>) -> PathBuf {
     use gpufl_trace::*;
     const US: u64 = 1_000;
     let name = "always_on_demo-4343-20261125T000000Z";
@@ -452,6 +453,7 @@ fn write_always_on_session(root: &Path) -> PathBuf {
             started_by: "test".into(),
             telemetry_ms: Some(0),
             mode: Some("always-on".into()),
+            call_sites: call_sites.map(String::from),
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -554,7 +556,7 @@ fn write_always_on_session(root: &Path) -> PathBuf {
 fn report_of_an_always_on_session() {
     let root = std::env::temp_dir().join(format!("gpufl-always-on-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
-    let dir = write_always_on_session(&root);
+    let dir = write_always_on_session(&root, None);
     let name = dir.file_name().unwrap().to_string_lossy().into_owned();
     let (code, text, err) = run(gpufl()
         .current_dir(&root)
@@ -604,6 +606,32 @@ fn report_of_an_always_on_session() {
 }
 
 #[test]
+fn always_on_call_sites_in_windows_are_counted_as_such() {
+    // Recorders from 2026-11-25 collect call sites inside the windows only and say so in the
+    // header (`options.call_sites`): the calls per line are the windows' count, not the run's.
+    let root = std::env::temp_dir().join(format!("gpufl-aon-sites-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = write_always_on_session(&root, Some("windows"));
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let (code, text, err) = run(gpufl()
+        .current_dir(&root)
+        .args(["report", "--color", "never", &name]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("Calls per line (counted in the windows only: 15.0 % of the run)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("estimated from sampled call sites"),
+        "{text}"
+    );
+    let (code, json, err) = run(gpufl().current_dir(&root).args(["report", "--json", &name]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["sessions"][0]["sampling"]["call_sites"], "windows");
+}
+
+#[test]
 fn dump_spells_out_range_names() {
     let dir = session("nvtx_ranges-");
     let (code, out, err) = run(gpufl().arg("dump").arg(&dir).args(["--type", "range"]));
@@ -644,4 +672,32 @@ fn trigger_refuses_processes_that_are_not_recording() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--seconds must be"));
+}
+
+/// `--threads N` and GPUFL_THREADS change how a session is read, never what is reported.
+#[test]
+fn report_is_the_same_on_any_number_of_threads() {
+    for prefix in [
+        "pytorch_train_sync-1304",
+        "matmul_loop-878",
+        "hf_trainer-1609",
+    ] {
+        let dir = session(prefix);
+        let (code, want, err) = run(gpufl()
+            .env("GPUFL_THREADS", "1")
+            .args(["report", "--json"])
+            .arg(&dir));
+        assert_eq!(code, 0, "{err}");
+        for t in ["2", "4", "16"] {
+            let (code, got, err) = run(gpufl()
+                .env_remove("GPUFL_THREADS")
+                .args(["report", "--json", "--threads", t])
+                .arg(&dir));
+            assert_eq!(code, 0, "{err}");
+            assert!(got == want, "{prefix}: --threads {t} reports differently");
+            let (_, got, _) = run(gpufl().env("GPUFL_THREADS", t).args(["info"]).arg(&dir));
+            let (_, want_info, _) = run(gpufl().env("GPUFL_THREADS", "1").args(["info"]).arg(&dir));
+            assert_eq!(got, want_info, "{prefix}: info with GPUFL_THREADS={t}");
+        }
+    }
 }

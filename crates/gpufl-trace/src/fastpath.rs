@@ -14,8 +14,9 @@ struct Cur<'a> {
 }
 
 impl Cur<'_> {
+    #[inline(always)]
     fn lit(&mut self, s: &[u8]) -> Option<()> {
-        if self.b.get(self.i..self.i + s.len())? == s {
+        if self.b.get(self.i..)?.starts_with(s) {
             self.i += s.len();
             Some(())
         } else {
@@ -24,31 +25,48 @@ impl Cur<'_> {
     }
 
     /// An unsigned JSON integer: `0` or `[1-9][0-9]*`, at most `max`.
+    #[inline(always)]
     fn unsigned(&mut self, max: u64) -> Option<u64> {
+        let b = self.b;
         let start = self.i;
+        let mut i = start;
         let mut v: u64 = 0;
-        while let Some(&c) = self.b.get(self.i) {
-            if !c.is_ascii_digit() {
+        // 19 digits cannot overflow a u64; further ones are checked.
+        let fast_end = b.len().min(start + 19);
+        while i < fast_end {
+            let d = b[i].wrapping_sub(b'0');
+            if d > 9 {
                 break;
             }
-            v = v.checked_mul(10)?.checked_add((c - b'0') as u64)?;
-            self.i += 1;
+            v = v * 10 + u64::from(d);
+            i += 1;
         }
-        let n = self.i - start;
-        if n == 0 || (n > 1 && self.b[start] == b'0') || v > max {
+        while let Some(&c) = b.get(i) {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            v = v.checked_mul(10)?.checked_add(u64::from(d))?;
+            i += 1;
+        }
+        if i == start || (i - start > 1 && b[start] == b'0') || v > max {
             return None;
         }
+        self.i = i;
         Some(v)
     }
 
+    #[inline(always)]
     fn u64(&mut self) -> Option<u64> {
         self.unsigned(u64::MAX)
     }
 
+    #[inline(always)]
     fn u32(&mut self) -> Option<u32> {
         self.unsigned(u32::MAX as u64).map(|v| v as u32)
     }
 
+    #[inline(always)]
     fn i32(&mut self) -> Option<i32> {
         if self.b.get(self.i) == Some(&b'-') {
             self.i += 1;
@@ -60,6 +78,7 @@ impl Cur<'_> {
         }
     }
 
+    #[inline(always)]
     fn dims(&mut self) -> Option<[i32; 3]> {
         self.lit(b"[")?;
         let x = self.i32()?;

@@ -2,7 +2,7 @@
 //!
 //! The gpufl trace format (v1) alone: record types, typed ids of interned strings / frames / stacks,
 //! a streaming writer (NDJSON in independent zstd blocks) and a tolerant streaming reader.
-//! No CUDA, no threads. The schema is documented in `docs/trace-format.md`.
+//! No CUDA; threads only to decode blocks in parallel ([`par`]). The schema is documented in `docs/trace-format.md`.
 
 mod blocks;
 pub mod error;
@@ -12,6 +12,7 @@ pub mod feed;
 pub mod function;
 pub mod ids;
 pub mod limits;
+pub mod par;
 pub mod reader;
 pub mod records;
 pub mod session;
@@ -24,6 +25,7 @@ pub use error::TraceError;
 pub use function::Function;
 pub use ids::{FrameId, StackId, StrId};
 pub use limits::ReadLimits;
+pub use par::{default_threads, ParSessionReader, ParTraceReader, SharedBytes};
 pub use reader::{SessionReader, TraceReader};
 pub use records::*;
 pub use symbols::Symbols;

@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use crate::blocks::{BlockSet, FrameReader, ZSTD_MAGIC};
+use crate::blocks::{BlockSet, FrameInput, FrameReader, Tally, Window, ZSTD_MAGIC};
 
 /// What a trace is read from: plain NDJSON or zstd blocks, with what decoding them cost and found.
 trait Input: BufRead {
@@ -45,7 +45,7 @@ impl<R: BufRead> BufRead for Plain<R> {
 
 impl<R: BufRead> Input for Plain<R> {}
 
-impl<R: BufRead> Input for FrameReader<R> {
+impl<R: FrameInput> Input for FrameReader<R> {
     fn decoded(&self) -> u64 {
         FrameReader::decoded(self)
     }
@@ -57,7 +57,7 @@ impl<R: BufRead> Input for FrameReader<R> {
 /// Open a file for reading only if it is a regular file: a FIFO, a device or a socket named like a
 /// trace file is refused (opening one could block forever, reading one need never end). The file is
 /// opened without blocking and checked again once open, so it cannot be swapped in between.
-fn open_regular(path: &Path) -> Result<File, TraceError> {
+pub(crate) fn open_regular(path: &Path) -> Result<File, TraceError> {
     let io = |source| TraceError::Io {
         path: path.to_path_buf(),
         source,
@@ -110,8 +110,9 @@ pub struct TraceReader {
 }
 
 /// What parsing a line updates (apart from the input, so a line can be parsed in place while the
-/// input's buffer is borrowed).
-struct State {
+/// input's buffer is borrowed). The parallel reader ([`crate::par`]) runs the same state over the
+/// lines its workers classified.
+pub(crate) struct State {
     source: String,
     warnings: Vec<String>,
     bad_lines: u64,
@@ -155,11 +156,38 @@ impl TraceReader {
         };
         let file = open_regular(path)?;
         let size = file.metadata().map_err(io)?.len();
-        let mut file = BufReader::new(file);
+        Self::from_file(file, size, path, limits, budget, seen)
+    }
+
+    /// Read a regular file opened by [`open_regular`] (at its start), `size` bytes long when opened.
+    pub(crate) fn from_file(
+        file: File,
+        size: u64,
+        path: &Path,
+        limits: ReadLimits,
+        budget: u64,
+        seen: BlockSet,
+    ) -> Result<Self, TraceError> {
+        Self::from_window(Window::new(file), size, path, limits, budget, seen)
+    }
+
+    /// [`TraceReader::from_file`] over a file already wrapped in a [`Window`] (nothing consumed).
+    pub(crate) fn from_window(
+        mut file: Window<File>,
+        size: u64,
+        path: &Path,
+        limits: ReadLimits,
+        budget: u64,
+        seen: BlockSet,
+    ) -> Result<Self, TraceError> {
+        let io = |source| TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let head = file.fill_buf().map_err(io)?;
         let input: Box<dyn Input> = if head.starts_with(&ZSTD_MAGIC) {
             let budget = limits.file_budget(size, budget);
-            Box::new(FrameReader::new(file, limits, budget, seen))
+            Box::new(FrameReader::new(file, Tally::new(limits, budget, seen)))
         } else if head.is_empty() || head[0] == b'{' {
             Box::new(Plain(file))
         } else {
@@ -187,16 +215,32 @@ impl TraceReader {
         source: impl Into<String>,
         limits: ReadLimits,
     ) -> Result<Self, TraceError> {
-        let source = source.into();
-        let input: Box<dyn Input> = if bytes.starts_with(&ZSTD_MAGIC) {
-            let budget = limits.file_budget(bytes.len() as u64, limits.max_session_bytes);
+        Self::from_memory(
+            bytes,
+            source.into(),
+            limits,
+            limits.max_session_bytes,
+            BlockSet::default(),
+        )
+    }
+
+    /// Read the bytes of a trace held in memory, as the part of a session whose budget and blocks
+    /// seen so far are given.
+    pub(crate) fn from_memory<T: AsRef<[u8]> + 'static>(
+        bytes: T,
+        source: String,
+        limits: ReadLimits,
+        budget: u64,
+        seen: BlockSet,
+    ) -> Result<Self, TraceError> {
+        let b = bytes.as_ref();
+        let input: Box<dyn Input> = if b.starts_with(&ZSTD_MAGIC) {
+            let budget = limits.file_budget(b.len() as u64, budget);
             Box::new(FrameReader::new(
                 std::io::Cursor::new(bytes),
-                limits,
-                budget,
-                BlockSet::default(),
+                Tally::new(limits, budget, seen),
             ))
-        } else if bytes.is_empty() || bytes[0] == b'{' {
+        } else if b.is_empty() || b[0] == b'{' {
             Box::new(Plain(std::io::Cursor::new(bytes)))
         } else {
             return Err(TraceError::NotATrace {
@@ -222,62 +266,14 @@ impl TraceReader {
             buf: Vec::with_capacity(1024),
             line_no: 0,
             done: false,
-            st: State {
-                source,
-                warnings: Vec::new(),
-                bad_lines: 0,
-                unknown_types: BTreeMap::new(),
-                header_version: None,
-                saw_end: false,
-                records: 0,
-                counts: Counts::default(),
-                after_end: 0,
-                headers: 0,
-                stop: false,
-                max_line: limits.max_line_bytes.max(1),
-                long_lines: 0,
-            },
+            st: State::new(source, &limits),
         }
     }
 
     /// Problems met so far (truncation, corrupt lines, unknown record types). Complete once the
     /// iterator returned `None`.
     pub fn warnings(&self) -> Vec<String> {
-        let st = &self.st;
-        let mut w = st.warnings.clone();
-        w.extend(
-            self.input
-                .warnings()
-                .into_iter()
-                .map(|m| format!("{}: {m}", st.source)),
-        );
-        if st.after_end > 0 {
-            w.push(format!(
-                "{}: skipped {} line(s) after the end record (a file concatenated with another, or written to after it was closed?)",
-                st.source, st.after_end
-            ));
-        }
-        if st.long_lines > 0 {
-            w.push(format!(
-                "{}: skipped {} line(s) longer than {}, the limit per record ({ENV_MAX_LINE_MB} raises it)",
-                st.source,
-                st.long_lines,
-                mib(st.max_line as u64)
-            ));
-        }
-        if st.bad_lines > 0 {
-            w.push(format!(
-                "{}: skipped {} line(s) that are not valid records",
-                st.source, st.bad_lines
-            ));
-        }
-        for (t, n) in &st.unknown_types {
-            w.push(format!(
-                "{}: skipped {n} record(s) of unknown type '{t}' (written by a newer gpufl?)",
-                st.source
-            ));
-        }
-        w
+        self.st.report(self.input.warnings())
     }
 
     /// Decompressed bytes read so far (0 for plain NDJSON).
@@ -320,22 +316,7 @@ impl TraceReader {
         let st = &mut self.st;
         match r {
             Ok(0) => {
-                // A clean end of input without an `end` record: the writer never finished this file
-                // (crash, kill, or still running). Closed blocks end on record boundaries, so the
-                // loss of every block after the last flushed one is invisible to the decoder.
-                if !st.saw_end {
-                    st.warnings.push(if self.line_no == 0 {
-                        format!(
-                            "{}: empty: the recorder stopped before its first block was written",
-                            st.source
-                        )
-                    } else {
-                        format!(
-                            "{}: no end record after line {}: the trace was not closed (the recorder crashed, was killed or is still running); records after the last complete block are missing",
-                            st.source, self.line_no
-                        )
-                    });
-                }
+                st.clean_end(self.line_no);
                 None
             }
             Ok(_) if self.buf.last() != Some(&b'\n') => {
@@ -375,6 +356,89 @@ fn skip_line(input: &mut dyn Input) -> std::io::Result<bool> {
 }
 
 impl State {
+    pub(crate) fn new(source: String, limits: &ReadLimits) -> State {
+        State {
+            source,
+            warnings: Vec::new(),
+            bad_lines: 0,
+            unknown_types: BTreeMap::new(),
+            header_version: None,
+            saw_end: false,
+            records: 0,
+            counts: Counts::default(),
+            after_end: 0,
+            headers: 0,
+            stop: false,
+            max_line: limits.max_line_bytes.max(1),
+            long_lines: 0,
+        }
+    }
+
+    /// The file turned out not to be a gpufl trace: nothing more is read.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop
+    }
+
+    /// Records of unknown types skipped so far, by type.
+    pub(crate) fn unknown_types(&self) -> &BTreeMap<String, u64> {
+        &self.unknown_types
+    }
+
+    /// The warnings met, then those of the input layer (`input`: skipped blocks), the skipped lines
+    /// and the unknown types.
+    pub(crate) fn report(&self, input: Vec<String>) -> Vec<String> {
+        let st = self;
+        let mut w = st.warnings.clone();
+        w.extend(input.into_iter().map(|m| format!("{}: {m}", st.source)));
+        if st.after_end > 0 {
+            w.push(format!(
+                "{}: skipped {} line(s) after the end record (a file concatenated with another, or written to after it was closed?)",
+                st.source, st.after_end
+            ));
+        }
+        if st.long_lines > 0 {
+            w.push(format!(
+                "{}: skipped {} line(s) longer than {}, the limit per record ({ENV_MAX_LINE_MB} raises it)",
+                st.source,
+                st.long_lines,
+                mib(st.max_line as u64)
+            ));
+        }
+        if st.bad_lines > 0 {
+            w.push(format!(
+                "{}: skipped {} line(s) that are not valid records",
+                st.source, st.bad_lines
+            ));
+        }
+        for (t, n) in &st.unknown_types {
+            w.push(format!(
+                "{}: skipped {n} record(s) of unknown type '{t}' (written by a newer gpufl?)",
+                st.source
+            ));
+        }
+        w
+    }
+
+    /// A clean end of input after `line_no` complete lines, no line left unfinished.
+    pub(crate) fn clean_end(&mut self, line_no: u64) {
+        // A clean end of input without an `end` record: the writer never finished this file
+        // (crash, kill, or still running). Closed blocks end on record boundaries, so the
+        // loss of every block after the last flushed one is invisible to the decoder.
+        if !self.saw_end {
+            self.warnings.push(if line_no == 0 {
+                format!(
+                    "{}: empty: the recorder stopped before its first block was written",
+                    self.source
+                )
+            } else {
+                format!(
+                    "{}: no end record after line {line_no}: the trace was not closed (the recorder crashed, was killed or is still running); records after the last complete block are missing",
+                    self.source
+                )
+            });
+        }
+    }
+
     fn read_error(&mut self, line_no: u64, e: &std::io::Error) {
         let limit = e
             .get_ref()
@@ -393,20 +457,50 @@ impl State {
         self.warnings.push(msg);
     }
 
-    /// Parse a line and check it against the file's structure: a header first, nothing after the
-    /// end record, the end record's counts equal to what was read.
+    /// Parse a line (without or with its newline) and check it against the file's structure.
     fn parse_line(&mut self, line: &[u8]) -> Option<Record> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        if line.len() > self.max_line {
+            // Checked first, as for a line that spans buffers (never held whole).
+            self.long_lines += 1;
+            return None;
+        }
         if self.saw_end {
             if !trim_line(line).is_empty() {
                 self.after_end += 1;
             }
             return None;
         }
-        if line.len() > self.max_line {
-            self.long_lines += 1;
-            return None;
+        match classify(line, self.max_line) {
+            Line::Blank => None,
+            other => self.accept(other),
         }
-        let rec = self.parse_record(line)?;
+    }
+
+    /// Take a classified line (see [`classify`]) into the file's structure: a header first,
+    /// nothing after the end record, the end record's counts equal to what was read. The record,
+    /// when it is one to hand out.
+    pub(crate) fn accept(&mut self, line: Line) -> Option<Record> {
+        let rec = match line {
+            Line::Long => {
+                self.long_lines += 1;
+                return None;
+            }
+            Line::Blank => return None,
+            _ if self.saw_end => {
+                self.after_end += 1;
+                return None;
+            }
+            Line::Bad => {
+                self.bad_lines += 1;
+                return None;
+            }
+            Line::Unknown(tag) => {
+                *self.unknown_types.entry(tag.into()).or_insert(0) += 1;
+                return None;
+            }
+            Line::Rec(rec) => rec,
+        };
         self.records += 1;
         match &rec {
             Record::Kernel(_) => self.counts.kernels += 1,
@@ -487,44 +581,50 @@ impl State {
             ));
         }
     }
+}
 
-    fn parse_record(&mut self, line: &[u8]) -> Option<Record> {
-        let line = trim_line(line);
-        if line.is_empty() {
-            return None;
-        }
-        // Kernels are most of a trace: parse the writer's exact shape by hand (serde_json otherwise).
-        if let Some(k) = crate::fastpath::kernel(line) {
-            return Some(Record::Kernel(k));
-        }
-        let tag: std::borrow::Cow<str> = match peek_tag(line) {
-            Some(t) => t.into(),
-            None => match serde_json::from_slice::<serde_json::Value>(line) {
-                Ok(v) => match v.get("t").and_then(|t| t.as_str()) {
-                    Some(t) => t.to_owned().into(),
-                    None => {
-                        self.bad_lines += 1;
-                        return None;
-                    }
-                },
-                Err(_) => {
-                    self.bad_lines += 1;
-                    return None;
-                }
+/// One line of a trace on its own, before the file's structure is checked ([`State::accept`]):
+/// what the line is depends on its bytes and the line limit only, so lines can be classified on
+/// any thread.
+pub(crate) enum Line {
+    Rec(Record),
+    /// Nothing but whitespace.
+    Blank,
+    /// Longer than the limit per line.
+    Long,
+    /// Not a valid record.
+    Bad,
+    /// A record of a type this version does not know.
+    Unknown(Box<str>),
+}
+
+/// What a line (without its newline) is.
+pub(crate) fn classify(line: &[u8], max_line: usize) -> Line {
+    if line.len() > max_line {
+        return Line::Long;
+    }
+    let line = trim_line(line);
+    if line.is_empty() {
+        return Line::Blank;
+    }
+    // Kernels are most of a trace: parse the writer's exact shape by hand (serde_json otherwise).
+    if let Some(k) = crate::fastpath::kernel(line) {
+        return Line::Rec(Record::Kernel(k));
+    }
+    let tag: std::borrow::Cow<str> = match peek_tag(line) {
+        Some(t) => t.into(),
+        None => match serde_json::from_slice::<serde_json::Value>(line) {
+            Ok(v) => match v.get("t").and_then(|t| t.as_str()) {
+                Some(t) => t.to_owned().into(),
+                None => return Line::Bad,
             },
-        };
-        let parsed = parse_known(&tag, line);
-        match parsed {
-            Some(Ok(rec)) => Some(rec),
-            Some(Err(_)) => {
-                self.bad_lines += 1;
-                None
-            }
-            None => {
-                *self.unknown_types.entry(tag.into_owned()).or_insert(0) += 1;
-                None
-            }
-        }
+            Err(_) => return Line::Bad,
+        },
+    };
+    match parse_known(&tag, line) {
+        Some(Ok(rec)) => Line::Rec(rec),
+        Some(Err(_)) => Line::Bad,
+        None => Line::Unknown(tag.into()),
     }
 }
 

@@ -34,7 +34,7 @@ pub enum Record {
     Scope(Scope),
     Range(Range),
     Window(Window),
-    Telemetry(Telemetry),
+    Telemetry(Box<Telemetry>),
     Overhead(Overhead),
     Dropped(Dropped),
     Notice(Notice),
@@ -212,6 +212,10 @@ pub struct CaptureOptions {
     /// Absent in sessions recorded before modes existed: "default".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// When call-site callbacks ran: "always", or "windows" (always-on recorders from 2026-11-25:
+    /// launch and copy call sites inside `window` records only). Absent: "always".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_sites: Option<String>,
 }
 
 /// Whether capture is running; when it is not, `reason` says why (once, clearly).

@@ -135,6 +135,7 @@ fn sample_header() -> Header {
             started_by: "test".into(),
             telemetry_ms: Some(100),
             mode: None,
+            call_sites: None,
         },
         capture: CaptureStatus {
             status: "partial".into(),
@@ -565,7 +566,7 @@ fn round_trip_every_record_type_through_a_file() {
         tid: Some(u64::MAX),
         stack: None,
     }));
-    r.rec(Record::Telemetry(telemetry::full_telemetry()));
+    r.rec(Record::Telemetry(Box::new(telemetry::full_telemetry())));
     let (file, expected) = r.finish(1_700_000_100_000_000_000, "exit");
     drop(file);
 

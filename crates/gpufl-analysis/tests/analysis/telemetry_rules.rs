@@ -24,7 +24,7 @@ fn tel(b: &mut B, dev: u32, ts: u64, f: impl FnOnce(&mut Telemetry)) {
         ..Telemetry::default()
     };
     f(&mut t);
-    b.recs.push(Record::Telemetry(t));
+    b.recs.push(Record::Telemetry(Box::new(t)));
 }
 
 /// `n` samples of device 0 every 10 ms, the first `k` with throttle reasons `bits`, the rest with

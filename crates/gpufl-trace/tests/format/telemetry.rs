@@ -37,8 +37,8 @@ fn telemetry_round_trips_with_every_field_and_with_none() {
         dev: 0,
         ..Telemetry::default()
     };
-    r.rec(Record::Telemetry(full_telemetry()));
-    r.rec(Record::Telemetry(bare.clone()));
+    r.rec(Record::Telemetry(Box::new(full_telemetry())));
+    r.rec(Record::Telemetry(Box::new(bare.clone())));
     let (_, expected) = r.finish(7, "shutdown");
     let text = String::from_utf8(zstd::decode_all(&buf.bytes()[..]).unwrap()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -52,8 +52,8 @@ fn telemetry_round_trips_with_every_field_and_with_none() {
     let got: Vec<Record> =
         TraceReader::from_reader(std::io::Cursor::new(text.clone().into_bytes()), "mem").collect();
     assert_eq!(got, expected);
-    assert_eq!(got[1], Record::Telemetry(full_telemetry()));
-    assert_eq!(got[2], Record::Telemetry(bare));
+    assert_eq!(got[1], Record::Telemetry(Box::new(full_telemetry())));
+    assert_eq!(got[2], Record::Telemetry(Box::new(bare)));
     // Telemetry is not one of the counted kinds.
     let Some(Record::End(end)) = got.last() else {
         panic!("no end record")
@@ -84,7 +84,7 @@ fn telemetry_line_decodes_field_by_field() {
     assert_eq!(
         got,
         vec![
-            Record::Telemetry(Telemetry {
+            Record::Telemetry(Box::new(Telemetry {
                 ts: 1_234_000_100_000,
                 dev: 1,
                 gpu_util: Some(97),
@@ -101,13 +101,13 @@ fn telemetry_line_decodes_field_by_field() {
                 ecc_uncorr: Some(0),
                 pcie_tx_kbs: Some(1500),
                 pcie_rx_kbs: Some(250_000),
-            }),
-            Record::Telemetry(Telemetry {
+            })),
+            Record::Telemetry(Box::new(Telemetry {
                 ts: 5,
                 dev: 0,
                 temp_c: Some(30),
                 ..Telemetry::default()
-            }),
+            })),
         ]
     );
     let w = rd.warnings();

@@ -1,0 +1,253 @@
+//! Analysis throughput on 1..N threads, as a standalone binary that can be carried to a machine
+//! without cargo: decode + `Model::load` + `analyze` of the `load` bench's synthetic session
+//! (10 M records by default), and decoding alone, with the parallel reader on each thread count
+//! asked for (and the sequential reader for comparison); peak heap per record from a counting
+//! allocator.
+//!
+//! ```text
+//! cargo build --release -p gpufl-analysis --example decodebench
+//! target/release/examples/decodebench [--records N] [--threads 1,2,4] [--repeat R]
+//!     [--sequential] [--save FILE | --input FILE] [--no-decode-only]
+//! ```
+//!
+//! One JSON object per run on stdout, a summary on stderr. `--save` writes the generated trace (so
+//! later runs can `--input` it instead of generating, ~1 min for 10 M records).
+
+use gpufl_analysis::{analyze_on, Config, Model};
+use gpufl_trace::{ParTraceReader, Record, TraceReader};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[path = "../benches/common/mod.rs"]
+mod common;
+use common::{generate, CURRENT, PEAK};
+
+#[global_allocator]
+static GLOBAL: common::Counting = common::Counting;
+
+struct Args {
+    records: usize,
+    threads: Vec<usize>,
+    repeat: usize,
+    sequential: bool,
+    decode_only: bool,
+    save: Option<String>,
+    input: Option<String>,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        records: common::records(),
+        threads: vec![1, gpufl_trace::default_threads()],
+        repeat: 3,
+        sequential: false,
+        decode_only: true,
+        save: None,
+        input: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut val = || it.next().ok_or(format!("{k} needs a value"));
+        match k.as_str() {
+            "--records" => a.records = val()?.parse().map_err(|e| format!("--records: {e}"))?,
+            "--threads" => {
+                a.threads = val()?
+                    .split(',')
+                    .map(|t| {
+                        t.trim()
+                            .parse::<usize>()
+                            .map_err(|e| format!("--threads: {e}"))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--repeat" => a.repeat = val()?.parse().map_err(|e| format!("--repeat: {e}"))?,
+            "--sequential" => a.sequential = true,
+            "--no-decode-only" => a.decode_only = false,
+            "--save" => a.save = Some(val()?),
+            "--input" => a.input = Some(val()?),
+            "--bench" => {} // passed by `cargo bench` to every target
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    a.threads.dedup();
+    Ok(a)
+}
+
+/// The reader under test.
+#[derive(Clone, Copy)]
+enum Reader {
+    Sequential,
+    Parallel(usize),
+}
+
+impl Reader {
+    fn records(self, bytes: &Arc<Vec<u8>>) -> Box<dyn Iterator<Item = Record>> {
+        match self {
+            Reader::Sequential => {
+                Box::new(TraceReader::from_bytes(bytes.to_vec(), "bench").expect("a trace"))
+            }
+            Reader::Parallel(t) => {
+                Box::new(ParTraceReader::from_shared(bytes.clone(), "bench", t).expect("a trace"))
+            }
+        }
+    }
+
+    fn name(self) -> (&'static str, usize) {
+        match self {
+            Reader::Sequential => ("sequential", 1),
+            Reader::Parallel(t) => ("parallel", t),
+        }
+    }
+}
+
+/// One run's figures.
+struct Run {
+    decode_load_s: f64,
+    analyze_s: f64,
+    total_s: f64,
+    per_s: f64,
+    peak_per_record: f64,
+}
+
+fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: bool) -> Run {
+    let (name, threads) = reader.name();
+    let decode_s = if decode_only {
+        let t = Instant::now();
+        let count = reader.records(bytes).count();
+        assert!(count >= n, "decoded {count} records, expected {n}");
+        t.elapsed().as_secs_f64()
+    } else {
+        f64::NAN
+    };
+    let base = CURRENT.load(Relaxed);
+    PEAK.store(base, Relaxed);
+    let t = Instant::now();
+    let m = Model::load(reader.records(bytes));
+    let load_s = t.elapsed().as_secs_f64();
+    let kept = CURRENT.load(Relaxed).saturating_sub(base);
+    let t = Instant::now();
+    let a = analyze_on(&m, &Config::default(), threads);
+    let analyze_s = t.elapsed().as_secs_f64();
+    let peak = PEAK.load(Relaxed).saturating_sub(base);
+    let records = m.kernel_count() + m.copy_count() + m.sync_count();
+    assert_eq!(records, n, "timed records in the model");
+    let total = load_s + analyze_s;
+    let per_s = n as f64 / total;
+    println!(
+        "{{\"reader\":\"{name}\",\"threads\":{threads},\"rep\":{rep},\"records\":{n},\
+         \"decode_only_s\":{decode_s:.4},\"decode_load_s\":{load_s:.4},\"analyze_s\":{analyze_s:.4},\
+         \"total_s\":{total:.4},\"records_per_s\":{per_s:.0},\"model_bytes_per_record\":{:.1},\
+         \"peak_bytes_per_record\":{:.1},\"insights\":{}}}",
+        kept as f64 / n as f64,
+        peak as f64 / n as f64,
+        a.insights.len()
+    );
+    eprintln!(
+        "{name:>10} {threads:>3} threads  decode {decode_s:6.3} s  decode+load {load_s:6.3} s  \
+         analyze {analyze_s:6.3} s  total {total:6.3} s  {:6.2} M records/s  peak {:5.1} B/record",
+        per_s / 1e6,
+        peak as f64 / n as f64
+    );
+    Run {
+        decode_load_s: load_s,
+        analyze_s,
+        total_s: total,
+        per_s,
+        peak_per_record: peak as f64 / n as f64,
+    }
+}
+
+/// The median of `v` (by total time).
+fn median(mut v: Vec<Run>) -> Run {
+    v.sort_by(|a, b| a.total_s.total_cmp(&b.total_s));
+    let mid = v.len() / 2;
+    v.swap_remove(mid)
+}
+
+fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("decodebench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let bytes = match &a.input {
+        Some(p) => std::fs::read(p).unwrap_or_else(|e| {
+            eprintln!("decodebench: {p}: {e}");
+            std::process::exit(2)
+        }),
+        None => {
+            let t = Instant::now();
+            let b = generate(a.records);
+            eprintln!(
+                "generated {} records in {:.1} s: {:.1} MB of zstd",
+                a.records,
+                t.elapsed().as_secs_f64(),
+                b.len() as f64 / 1e6
+            );
+            b
+        }
+    };
+    if let Some(p) = &a.save {
+        if let Err(e) = std::fs::write(p, &bytes) {
+            eprintln!("decodebench: {p}: {e}");
+            std::process::exit(2);
+        }
+    }
+    let bytes = Arc::new(bytes);
+    // The timed records (kernels, copies, syncs) of the input, counted once.
+    let n = {
+        let m =
+            Model::load(ParTraceReader::from_shared(bytes.clone(), "bench", 1).expect("a trace"));
+        m.kernel_count() + m.copy_count() + m.sync_count()
+    };
+    eprintln!(
+        "{n} timed records, {:.1} bytes/record of zstd; cores available: {}",
+        bytes.len() as f64 / n as f64,
+        std::thread::available_parallelism().map_or(1, |c| c.get())
+    );
+    let mut readers = Vec::new();
+    if a.sequential {
+        readers.push(Reader::Sequential);
+    }
+    readers.extend(a.threads.iter().map(|&t| Reader::Parallel(t)));
+    let mut rows = Vec::new();
+    for r in readers {
+        let runs: Vec<Run> = (0..a.repeat.max(1))
+            .map(|rep| run(r, &bytes, n, rep, a.decode_only))
+            .collect();
+        let most_peak = runs.iter().map(|r| r.peak_per_record).fold(0.0, f64::max);
+        rows.push((r.name(), median(runs), most_peak));
+    }
+    let one = rows
+        .iter()
+        .find(|r| r.0 == ("parallel", 1))
+        .map(|r| r.1.per_s)
+        .unwrap_or(f64::NAN);
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    eprintln!();
+    eprintln!(
+        "decode + Model::load + analyze of {n} timed records, median of {} run(s), {cores} cores:",
+        a.repeat.max(1)
+    );
+    eprintln!(
+        "| reader | threads | decode+load s | analyze s | total s | M records/s | x 1 thread | peak B/record |"
+    );
+    eprintln!("|---|---|---|---|---|---|---|---|");
+    for ((name, t), m, peak) in &rows {
+        eprintln!(
+            "| {name} | {t} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2}x | {:.1} |",
+            m.decode_load_s,
+            m.analyze_s,
+            m.total_s,
+            m.per_s / 1e6,
+            m.per_s / one,
+            peak
+        );
+    }
+    eprintln!(
+        "(issue 13: >= 5 M records/s on 1 thread, >= 3.5x that on 4 threads, peak <= 64 B/record; x 1 thread is over the parallel reader on 1 thread, which is the sequential reader)"
+    );
+}

@@ -1,0 +1,22 @@
+# Phase decodebench (sourced by scripts/gpu-check.sh; needs no GPU): analysis throughput on the
+# device machine's cores (issue 13). Runs .device-bin/decodebench (scripts/prepare-device-bin.sh
+# builds it: the `decodebench` example of gpufl-analysis, no cargo needed here) on the `load`
+# bench's synthetic session: decode + Model::load + analyze of DECODEBENCH_RECORDS (default
+# 10,000,000) timed records on 1, 2, 4, 8 and 16 threads (DECODEBENCH_THREADS), DECODEBENCH_REPEAT
+# runs each (default 3; the median is tabled), plus the sequential reader; peak heap per record
+# from a counting allocator. One JSON line per run in $OUT/decodebench.jsonl; the log and the
+# table (threads, seconds per phase, M records/s, speed-up over 1 thread, peak bytes per record)
+# in $OUT/decodebench.txt and the summary.
+DB_BIN="$BIN/decodebench"
+if [ ! -x "$DB_BIN" ]; then
+  log "(d) decodebench: skipped, $DB_BIN missing (run scripts/prepare-device-bin.sh and carry .device-bin)"
+else
+  log "(d) decodebench: ${DECODEBENCH_RECORDS:-10000000} records, threads ${DECODEBENCH_THREADS:-1,2,4,8,16}, $(nproc) cores"
+  "$DB_BIN" --records "${DECODEBENCH_RECORDS:-10000000}" --threads "${DECODEBENCH_THREADS:-1,2,4,8,16}" \
+    --repeat "${DECODEBENCH_REPEAT:-3}" --sequential \
+    >"$OUT/decodebench.jsonl" 2>"$OUT/decodebench.txt"
+  echo "rc $?" >>"$OUT/decodebench.txt"
+  lscpu 2>/dev/null | grep -E "Model name|^CPU\(s\)|Thread|Socket|NUMA node\(s\)" >>"$OUT/decodebench.txt"
+  # The table (and the lines around it) in the summary; the per-run lines stay in the file.
+  sed -n '/^decode + Model::load/,$p' "$OUT/decodebench.txt" | tee -a "$OUT/summary.txt"
+fi
