@@ -570,7 +570,7 @@ fn writer_thread(
         .map_err(TraceError::from)
         .and_then(|f| TraceWriter::new(BufWriter::with_capacity(1 << 20, f), &header));
     let mut sink = match opened {
-        Ok(w) => Some(Sink::new(w, Some(cupti))),
+        Ok(w) => Some(Sink::new(w, Some(cupti)).with_feed(&header)),
         Err(e) => {
             say(
                 false,
@@ -706,6 +706,7 @@ fn writer_thread(
                             message: cost,
                         }));
                     }
+                    crate::metrics_feed::before_end(&mut s);
                     s.finish(reason).ok()
                 });
                 let _ = ack.send(counts);
@@ -719,6 +720,7 @@ fn writer_thread(
             let result = a.tick(sink.as_mut(), Instant::now());
             report(&mut sink, result);
         }
+        crate::metrics_feed::tick(sink.as_mut());
         driver_sites.tick(Instant::now());
         crate::unwind::service();
         if let Some(sig) = crate::crash::pending() {

@@ -350,8 +350,10 @@ pub fn recorder_drain() -> &'static Mutex<Drain> {
 /// The recorder's writer thread: write queued scope events.
 pub fn drain_into(s: &mut crate::sink::Sink) -> Result<(), TraceError> {
     let mut d = recorder_drain().lock().unwrap_or_else(|e| e.into_inner());
-    if d.drain(s.writer())? > 0 {
+    let n = d.drain(s.writer())?;
+    if n > 0 {
         s.dirty = true;
+        s.feed.add_scopes(n);
     }
     Ok(())
 }
@@ -402,11 +404,18 @@ pub fn start_standalone(dir: PathBuf, path: PathBuf, header: &Header) -> Result<
     set_enabled(true);
     std::thread::Builder::new()
         .name("gpufl-scopes".into())
-        .spawn(move || standalone_thread(w, rx))?;
+        .spawn({
+            let feed = crate::metrics_feed::Feed::start(&header.app_name, &header.session_id);
+            move || standalone_thread(w, rx, feed)
+        })?;
     Ok(())
 }
 
-fn standalone_thread<W: Write>(mut w: TraceWriter<W>, rx: Receiver<StopMsg>) {
+fn standalone_thread<W: Write>(
+    mut w: TraceWriter<W>,
+    rx: Receiver<StopMsg>,
+    mut feed: crate::metrics_feed::Feed,
+) {
     let mut d = Drain::default();
     let mut last_block = Instant::now();
     let mut dirty = false;
@@ -440,6 +449,9 @@ fn standalone_thread<W: Write>(mut w: TraceWriter<W>, rx: Receiver<StopMsg>) {
         match rx.recv_timeout(Duration::from_millis(25)) {
             Ok((reason, ack)) => {
                 set_enabled(false);
+                let n = d.drain(&mut w).unwrap_or(0);
+                feed.add_scopes(n);
+                feed.send("ended");
                 let counts = d
                     .finish(&mut w)
                     .and_then(|_| {
@@ -453,8 +465,12 @@ fn standalone_thread<W: Write>(mut w: TraceWriter<W>, rx: Receiver<StopMsg>) {
             Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {}
         }
+        feed.tick("scopes-only");
         match d.drain(&mut w) {
-            Ok(n) => dirty |= n > 0,
+            Ok(n) => {
+                dirty |= n > 0;
+                feed.add_scopes(n);
+            }
             Err(_) => {
                 set_enabled(false);
                 return;

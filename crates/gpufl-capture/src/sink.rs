@@ -48,6 +48,8 @@ pub struct Sink {
     /// GPU activity records left out because their times were not filled in (work still in
     /// flight at a forced flush).
     pub incomplete: u64,
+    /// The exporter's feed (off unless the recorder turns it on).
+    pub feed: crate::metrics_feed::Feed,
 }
 
 impl Sink {
@@ -69,6 +71,7 @@ impl Sink {
             dirty: false,
             blocked_bytes: 0,
             incomplete: 0,
+            feed: crate::metrics_feed::Feed::off(),
         }
     }
 
@@ -78,6 +81,7 @@ impl Sink {
 
     pub fn write(&mut self, rec: &Record) -> Result<(), TraceError> {
         self.dirty = true;
+        self.feed.observe(rec);
         self.w.write(rec)
     }
 
@@ -183,6 +187,7 @@ impl Sink {
             }
         }
         let id = self.w.intern_stack_via(&frames, via)?;
+        self.feed.note_stack(id, &frames);
         self.frame_buf = frames;
         self.stacks.insert(key, id);
         self.dirty = true;
@@ -212,6 +217,8 @@ impl Sink {
             inlined: false,
             text,
         })?;
+        self.feed
+            .note_frame(f, Some(&info.file), Some(info.line), None);
         self.py_frames.insert(id, f);
         Ok(Some(f))
     }
@@ -240,7 +247,7 @@ impl Sink {
                     },
                     _ => None,
                 };
-                ids.push(self.w.intern_frame(FrameData {
+                let id = self.w.intern_frame(FrameData {
                     kind: FrameKind::Native,
                     module: Some(module),
                     offset: Some(f.module_offset),
@@ -249,7 +256,10 @@ impl Sink {
                     line: f.line,
                     inlined: f.inlined,
                     text,
-                })?);
+                })?;
+                self.feed
+                    .note_frame(id, f.file.as_deref(), f.line, Some(&f.module));
+                ids.push(id);
             }
             self.addr_frames.insert(addr, ids);
         }
@@ -389,6 +399,7 @@ impl Sink {
         self.addr_frames.clear();
         self.py_frames.clear();
         self.stacks.clear();
+        self.feed.forget_ids();
         let streams: Vec<_> = self
             .streams
             .iter()

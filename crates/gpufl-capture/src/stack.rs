@@ -396,7 +396,12 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
     let other = out.via_tid != 0;
     let t_other = debug.then(std::time::Instant::now);
     let mut native = [0u64; MAX_NATIVE];
-    let want_native = pn == 0 || native_due(&py[..pn], other);
+    // A launch or copy made from Python: its Python frames name the line; the native frames
+    // under them (CUPTI, the driver, the runtime, the framework's C++) are walked only with
+    // GPUFL_SITE_NATIVE=1. Cold, such a walk took 15-25 µs per capture on the H100 machine and
+    // was cut by its bound before it left CUPTI and the driver (phase trainerbench, 2026-11-25).
+    let native_for_python = purpose == Purpose::Sync || site_native_enabled();
+    let want_native = pn == 0 || (native_for_python && native_due(&py[..pn], other));
     // Unoptimized builds (the test suite's) walk some 50 times slower: same walks, wider bounds.
     let scale = if cfg!(debug_assertions) { 50 } else { 1 };
     let bound = match purpose {
@@ -637,6 +642,13 @@ fn site_key(py: &[PyFrameRaw], other: bool) -> u64 {
         h = (h ^ f.instr_offset as u32 as u64).wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// `GPUFL_SITE_NATIVE=1`: call sites made from Python also get their native frames (see
+/// [`capture_for`]).
+fn site_native_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUFL_SITE_NATIVE").is_ok_and(|v| v == "1"))
 }
 
 /// Whether this Python call site's native frames are due for a full unwind.

@@ -1,6 +1,7 @@
 //! `gpufl`: record CUDA programs and read the recordings.
 
 mod dump;
+mod exporter;
 #[cfg(test)]
 mod fuzz;
 mod kernel_table;
@@ -44,6 +45,9 @@ enum Cmd {
     /// Ask a process recorded in always-on mode for a full-detail window (everything recorded for
     /// N seconds).
     Trigger(trigger::TriggerArgs),
+    /// Serve Prometheus metrics for this node: the GPUs (NVML, dcgm-exporter's names) and the
+    /// processes gpufl records here (time blocked in syncs, the top sync line, GPU busy).
+    Exporter(exporter::ExporterArgs),
 }
 
 fn main() {
@@ -67,5 +71,6 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Dump(args) => dump::run(args),
         Cmd::Report(args) => report::run(args),
         Cmd::Trigger(args) => trigger::run(args),
+        Cmd::Exporter(args) => exporter::run(args),
     }
 }

@@ -8,6 +8,7 @@ mod blocks;
 pub mod error;
 mod fastpath;
 mod fastwrite;
+pub mod feed;
 pub mod function;
 pub mod ids;
 pub mod limits;
