@@ -122,6 +122,7 @@ fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: 
     };
     let base = CURRENT.load(Relaxed);
     PEAK.store(base, Relaxed);
+    let cpu0 = cpu_times();
     let t = Instant::now();
     let m = Model::load(reader.records(bytes));
     let load_s = t.elapsed().as_secs_f64();
@@ -129,6 +130,11 @@ fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: 
     let t = Instant::now();
     let a = analyze_on(&m, &Config::default(), threads);
     let analyze_s = t.elapsed().as_secs_f64();
+    // CPU time of the process (every thread) over decode + load + analyze.
+    let (user_s, sys_s) = match (cpu0, cpu_times()) {
+        (Some(a), Some(b)) => (b.0 - a.0, b.1 - a.1),
+        _ => (f64::NAN, f64::NAN),
+    };
     let peak = PEAK.load(Relaxed).saturating_sub(base);
     let records = m.kernel_count() + m.copy_count() + m.sync_count();
     assert_eq!(records, n, "timed records in the model");
@@ -137,7 +143,7 @@ fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: 
     println!(
         "{{\"reader\":\"{name}\",\"threads\":{threads},\"rep\":{rep},\"records\":{n},\
          \"decode_only_s\":{decode_s:.4},\"decode_load_s\":{load_s:.4},\"analyze_s\":{analyze_s:.4},\
-         \"total_s\":{total:.4},\"records_per_s\":{per_s:.0},\"model_bytes_per_record\":{:.1},\
+         \"total_s\":{total:.4},\"user_s\":{user_s:.2},\"sys_s\":{sys_s:.2},\"records_per_s\":{per_s:.0},\"model_bytes_per_record\":{:.1},\
          \"peak_bytes_per_record\":{:.1},\"insights\":{}}}",
         kept as f64 / n as f64,
         peak as f64 / n as f64,
@@ -145,7 +151,7 @@ fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: 
     );
     eprintln!(
         "{name:>10} {threads:>3} threads  decode {decode_s:6.3} s  decode+load {load_s:6.3} s  \
-         analyze {analyze_s:6.3} s  total {total:6.3} s  {:6.2} M records/s  peak {:5.1} B/record",
+         analyze {analyze_s:6.3} s  total {total:6.3} s (cpu {user_s:5.2} user {sys_s:4.2} sys)  {:6.2} M records/s  peak {:5.1} B/record",
         per_s / 1e6,
         peak as f64 / n as f64
     );
@@ -156,6 +162,17 @@ fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: 
         per_s,
         peak_per_record: peak as f64 / n as f64,
     }
+}
+
+/// User and system CPU time of this process so far, seconds (Linux: `/proc/self/stat`, in
+/// clock ticks of 1/100 s); None elsewhere.
+fn cpu_times() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces): state is the first, utime the 12th.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks = |i: usize| f.get(i)?.parse::<f64>().ok().map(|t| t / 100.0);
+    Some((ticks(11)?, ticks(12)?))
 }
 
 /// The median of `v` (by total time).

@@ -548,9 +548,16 @@ impl Sweep {
 /// call looked: records come nearly in time order, so galloping from it finds the first window
 /// ending after `s` in a few steps.
 fn hits(windows: &[(u64, u64)], at: &mut usize, s: u64, e: u64) -> bool {
+    let i = first_ending_after(windows, at, s);
+    i < windows.len() && windows[i].0 < e
+}
+
+/// The index of the first of the sorted, disjoint `windows` that ends after `s` (`len` when none
+/// does), galloping from `at`, where the previous call looked (updated).
+fn first_ending_after(windows: &[(u64, u64)], at: &mut usize, s: u64) -> usize {
     let n = windows.len();
     if n == 0 {
-        return false;
+        return 0;
     }
     let ends_after = |i: usize| windows[i].1 > s;
     let mut i = (*at).min(n - 1);
@@ -575,11 +582,28 @@ fn hits(windows: &[(u64, u64)], at: &mut usize, s: u64, e: u64) -> bool {
         i += windows[i..hi.min(n)].partition_point(|w| w.1 <= s);
     }
     *at = i.min(n - 1);
-    i < n && windows[i].0 < e
+    i
 }
 
-/// Time of `[s, e)` inside the sorted, disjoint `periods`.
-pub(crate) fn overlap(periods: &[(u64, u64)], s: u64, e: u64) -> u64 {
+/// [`overlap`] for intervals that come nearly in start order: the first period is found by
+/// galloping from `at`, where the previous call looked (updated), not by a binary search.
+pub(crate) fn overlap_from(periods: &[(u64, u64)], at: &mut usize, s: u64, e: u64) -> u64 {
+    let mut i = first_ending_after(periods, at, s);
+    let mut t = 0;
+    while let Some(&(ps, pe)) = periods.get(i) {
+        if ps >= e {
+            break;
+        }
+        t += pe.min(e) - ps.max(s);
+        i += 1;
+    }
+    t
+}
+
+/// Time of `[s, e)` inside the sorted, disjoint `periods` (by binary search: what
+/// [`overlap_from`] is checked against).
+#[cfg(test)]
+fn overlap(periods: &[(u64, u64)], s: u64, e: u64) -> u64 {
     let mut i = periods.partition_point(|p| p.1 <= s);
     let mut t = 0;
     while let Some(&(ps, pe)) = periods.get(i) {
@@ -670,6 +694,27 @@ mod tests {
         assert_eq!(overlap(&solo, 100, 150), 50);
         assert_eq!(overlap(&solo, 150, 300), 0);
         assert_eq!(overlap(&[], 0, 10), 0);
+        // Galloping from anywhere gives the binary search's sum.
+        let spans = [
+            (0, 100),
+            (40, 60),
+            (100, 150),
+            (150, 300),
+            (5, 7),
+            (90, 160),
+            (0, 0),
+        ];
+        for start in 0..solo.len() + 2 {
+            let mut at = start;
+            for &(s, e) in spans.iter().chain(spans.iter().rev()) {
+                assert_eq!(
+                    overlap_from(&solo, &mut at, s, e),
+                    overlap(&solo, s, e),
+                    "{s}..{e}"
+                );
+            }
+        }
+        assert_eq!(overlap_from(&[], &mut 3, 0, 10), 0);
         // Windows: the galloping cursor finds overlaps in any order of calls.
         let w = [(10, 20), (30, 40), (50, 60), (70, 80), (90, 100)];
         let mut at = 0;

@@ -1,36 +1,84 @@
-//! A hand-written parser for the exact shape [`crate::TraceWriter`] gives `kernel` lines (keys in
-//! schema order, no whitespace, integers only): kernels are most of a trace, and this is several
-//! times faster than serde_json. Anything else — another key order, an extra or missing key,
-//! whitespace, a number serde_json would read differently or refuse (leading zeros, `-0`, `+`,
-//! fractions, exponents, overflow) — returns None, and the caller parses the line with serde_json,
-//! so whatever this accepts is parsed exactly as serde_json would parse it.
+//! A hand-written parser for the exact shape [`crate::TraceWriter`] gives the records a trace holds
+//! by the million — `kernel`, `api`, `sync`, `memcpy` and `memset` lines (keys in schema order, no
+//! whitespace, integers and the enums' own names only): several times faster than serde_json.
+//! Anything else — another key order, an extra, repeated or missing key, whitespace, an escape in
+//! a string, an enum name serde_json would read as "other", a number serde_json would read
+//! differently or refuse (leading zeros, `-0`, `+`, fractions, exponents, overflow) — returns None,
+//! and the caller parses the line with serde_json, so whatever this accepts is parsed exactly as
+//! serde_json would parse it.
 
-use crate::ids::StrId;
-use crate::records::Kernel;
+use crate::ids::{StackId, StrId};
+use crate::records::{
+    Api, ApiDomain, CopyKind, Kernel, Memcpy, MemoryKind, Memset, Record, Sync, SyncKind,
+};
 
 struct Cur<'a> {
     b: &'a [u8],
     i: usize,
 }
 
+/// The value of eight decimal digits held one per byte (0..=9, the first digit in the lowest
+/// byte), with three multiplications instead of eight dependent ones.
+#[inline(always)]
+fn eight_digits(d: u64) -> u64 {
+    let d = (d.wrapping_mul(10 << 8 | 1) >> 8) & 0x00FF_00FF_00FF_00FF;
+    let d = (d.wrapping_mul(100 << 16 | 1) >> 16) & 0x0000_FFFF_0000_FFFF;
+    d.wrapping_mul(10_000 << 32 | 1) >> 32
+}
+
 impl Cur<'_> {
+    /// Step over the literal `s` (compared as one fixed-size block).
     #[inline(always)]
-    fn lit(&mut self, s: &[u8]) -> Option<()> {
-        if self.b.get(self.i..)?.starts_with(s) {
-            self.i += s.len();
+    fn lit<const N: usize>(&mut self, s: &[u8; N]) -> Option<()> {
+        let at = self.b.get(self.i..self.i + N)?;
+        if at == s {
+            self.i += N;
             Some(())
         } else {
             None
         }
     }
 
-    /// An unsigned JSON integer: `0` or `[1-9][0-9]*`, at most `max`.
+    /// Whether the literal `s` comes next (stepped over if so).
+    #[inline(always)]
+    fn opt_lit<const N: usize>(&mut self, s: &[u8; N]) -> bool {
+        self.lit(s).is_some()
+    }
+
+    /// An unsigned JSON integer: `0` or `[1-9][0-9]*`, at most `max`. One of fewer than eight
+    /// digits with eight bytes left is counted digit by digit (branches the CPU predicts: a field
+    /// keeps its width from line to line) and converted at once from the eight bytes, so neither
+    /// the value nor the position waits on a chain of multiplications.
     #[inline(always)]
     fn unsigned(&mut self, max: u64) -> Option<u64> {
-        let b = self.b;
         let start = self.i;
-        let mut i = start;
-        let mut v: u64 = 0;
+        if let Some(chunk) = self.b.get(start..start + 8) {
+            let chunk: &[u8; 8] = chunk.try_into().ok()?;
+            let mut n = 0;
+            while n < 8 && chunk[n].wrapping_sub(b'0') <= 9 {
+                n += 1;
+            }
+            if n < 8 {
+                if n == 0 || (n > 1 && chunk[0] == b'0') {
+                    return None;
+                }
+                let t = u64::from_le_bytes(*chunk).wrapping_sub(0x3030_3030_3030_3030);
+                let v = eight_digits(t << (64 - 8 * n));
+                if v > max {
+                    return None;
+                }
+                self.i = start + n;
+                return Some(v);
+            }
+        }
+        self.unsigned_from(start, 0, max)
+    }
+
+    /// [`Cur::unsigned`] where the digits from `start` to the cursor are already read, to `v`.
+    #[inline(always)]
+    fn unsigned_from(&mut self, start: usize, mut v: u64, max: u64) -> Option<u64> {
+        let b = self.b;
+        let mut i = self.i;
         // 19 digits cannot overflow a u64; further ones are checked.
         let fast_end = b.len().min(start + 19);
         while i < fast_end {
@@ -54,6 +102,34 @@ impl Cur<'_> {
         }
         self.i = i;
         Some(v)
+    }
+
+    /// A `u64` that nearly always has 16 digits or more (a timestamp): its first 16 digits
+    /// converted eight at a time, with three multiplications per eight instead of eight dependent
+    /// ones; the rest as [`Cur::unsigned`] reads them.
+    #[inline(always)]
+    fn u64_long(&mut self) -> Option<u64> {
+        let start = self.i;
+        if let Some(chunk) = self.b.get(start..start + 16) {
+            let lo = u64::from_le_bytes(chunk[..8].try_into().ok()?);
+            let hi = u64::from_le_bytes(chunk[8..].try_into().ok()?);
+            // Per byte: its digit value, and the high bit set where it is not a digit.
+            let (a, b) = (
+                lo.wrapping_sub(0x3030_3030_3030_3030),
+                hi.wrapping_sub(0x3030_3030_3030_3030),
+            );
+            let non = (a
+                | a.wrapping_add(0x7676_7676_7676_7676)
+                | b
+                | b.wrapping_add(0x7676_7676_7676_7676))
+                & 0x8080_8080_8080_8080;
+            if non == 0 && chunk[0] != b'0' {
+                self.i = start + 16;
+                let v = eight_digits(a) * 100_000_000 + eight_digits(b);
+                return self.unsigned_from(start, v, u64::MAX);
+            }
+        }
+        self.unsigned(u64::MAX)
     }
 
     #[inline(always)]
@@ -89,17 +165,104 @@ impl Cur<'_> {
         self.lit(b"]")?;
         Some([x, y, z])
     }
+
+    /// A string of plain bytes up to its closing quote (the opening one already passed): what one
+    /// of `names` it is. Anything else (an escape, another name) is left to serde_json.
+    #[inline(always)]
+    fn name<T: Copy>(&mut self, names: &[(&[u8], T)]) -> Option<T> {
+        let rest = self.b.get(self.i..)?;
+        let len = memchr::memchr(b'"', rest)?;
+        let s = &rest[..len];
+        let v = names.iter().find(|(n, _)| *n == s)?.1;
+        self.i += len + 1;
+        Some(v)
+    }
+
+    /// The end of the line: `}` and nothing after it.
+    #[inline(always)]
+    fn close(&mut self) -> Option<()> {
+        self.lit(b"}")?;
+        (self.i == self.b.len()).then_some(())
+    }
+}
+
+const COPY_KINDS: [(&[u8], CopyKind); 11] = [
+    (b"HtoD", CopyKind::HtoD),
+    (b"DtoH", CopyKind::DtoH),
+    (b"DtoD", CopyKind::DtoD),
+    (b"HtoH", CopyKind::HtoH),
+    (b"PtoP", CopyKind::PtoP),
+    (b"HtoA", CopyKind::HtoA),
+    (b"AtoH", CopyKind::AtoH),
+    (b"AtoA", CopyKind::AtoA),
+    (b"AtoD", CopyKind::AtoD),
+    (b"DtoA", CopyKind::DtoA),
+    (b"Unknown", CopyKind::Unknown),
+];
+
+const MEMORY_KINDS: [(&[u8], MemoryKind); 8] = [
+    (b"device", MemoryKind::Device),
+    (b"pinned", MemoryKind::Pinned),
+    (b"pageable", MemoryKind::Pageable),
+    (b"managed", MemoryKind::Managed),
+    (b"array", MemoryKind::Array),
+    (b"device_static", MemoryKind::DeviceStatic),
+    (b"managed_static", MemoryKind::ManagedStatic),
+    (b"unknown", MemoryKind::Unknown),
+];
+
+const SYNC_KINDS: [(&[u8], SyncKind); 5] = [
+    (b"stream_synchronize", SyncKind::StreamSynchronize),
+    (b"event_synchronize", SyncKind::EventSynchronize),
+    (b"context_synchronize", SyncKind::ContextSynchronize),
+    (b"stream_wait_event", SyncKind::StreamWaitEvent),
+    (b"unknown", SyncKind::Unknown),
+];
+
+const API_DOMAINS: [(&[u8], ApiDomain); 3] = [
+    (b"runtime", ApiDomain::Runtime),
+    (b"driver", ApiDomain::Driver),
+    (b"unknown", ApiDomain::Unknown),
+];
+
+/// Parse a line (without its newline) of one of the writer's exact shapes above; None otherwise
+/// (another record type, or anything unusual: serde_json's to parse).
+#[inline]
+pub(crate) fn record(line: &[u8]) -> Option<Record> {
+    let mut c = Cur { b: line, i: 0 };
+    c.lit(b"{\"t\":\"")?;
+    match line.get(c.i)? {
+        b'k' => kernel_body(&mut c).map(Record::Kernel),
+        b'a' => api_body(&mut c).map(Record::Api),
+        b's' => sync_body(&mut c).map(Record::Sync),
+        b'm' => {
+            if c.opt_lit(b"memcpy\",\"kind\":\"") {
+                memcpy_body(&mut c).map(Record::Memcpy)
+            } else {
+                memset_body(&mut c).map(Record::Memset)
+            }
+        }
+        _ => None,
+    }
 }
 
 /// Parse a `kernel` line (without its newline) of the writer's exact shape; None otherwise.
+#[cfg(test)]
 pub(crate) fn kernel(line: &[u8]) -> Option<Kernel> {
-    let mut c = Cur { b: line, i: 0 };
-    c.lit(b"{\"t\":\"kernel\",\"name\":")?;
+    match record(line)? {
+        Record::Kernel(k) => Some(k),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn kernel_body(c: &mut Cur) -> Option<Kernel> {
+    c.lit(b"kernel\",\"name\":")?;
     let name = StrId(c.u32()?);
     c.lit(b",\"start\":")?;
-    let start = c.u64()?;
+    let start = c.u64_long()?;
     c.lit(b",\"end\":")?;
-    let end = c.u64()?;
+    let end = c.u64_long()?;
     c.lit(b",\"dev\":")?;
     let dev = c.u32()?;
     c.lit(b",\"ctx\":")?;
@@ -121,13 +284,13 @@ pub(crate) fn kernel(line: &[u8]) -> Option<Kernel> {
     c.lit(b",\"local_mem\":")?;
     let local_mem = c.u32()?;
     // Optional, written last when present (recorders since the device-limits change).
-    let smem_executed = if c.lit(b",\"smem_executed\":").is_some() {
+    let smem_executed = if c.opt_lit(b",\"smem_executed\":") {
         Some(c.u32()?)
     } else {
         None
     };
-    c.lit(b"}")?;
-    (c.i == line.len()).then_some(Kernel {
+    c.close()?;
+    Some(Kernel {
         name,
         start,
         end,
@@ -142,6 +305,154 @@ pub(crate) fn kernel(line: &[u8]) -> Option<Kernel> {
         smem_dynamic,
         local_mem,
         smem_executed,
+    })
+}
+
+#[inline(always)]
+fn api_body(c: &mut Cur) -> Option<Api> {
+    c.lit(b"api\",\"domain\":\"")?;
+    let domain = c.name(&API_DOMAINS)?;
+    c.lit(b",\"name\":")?;
+    let name = StrId(c.u32()?);
+    c.lit(b",\"cbid\":")?;
+    let cbid = c.u32()?;
+    c.lit(b",\"start\":")?;
+    let start = c.u64_long()?;
+    c.lit(b",\"end\":")?;
+    let end = c.u64_long()?;
+    c.lit(b",\"tid\":")?;
+    let tid = c.u64()?;
+    c.lit(b",\"corr\":")?;
+    let corr = c.u32()?;
+    c.lit(b",\"ret\":")?;
+    let ret = c.u32()?;
+    c.close()?;
+    Some(Api {
+        domain,
+        name,
+        cbid,
+        start,
+        end,
+        tid,
+        corr,
+        ret,
+    })
+}
+
+#[inline(always)]
+fn sync_body(c: &mut Cur) -> Option<Sync> {
+    c.lit(b"sync\",\"kind\":\"")?;
+    let kind = c.name(&SYNC_KINDS)?;
+    c.lit(b",\"start\":")?;
+    let start = c.u64_long()?;
+    c.lit(b",\"end\":")?;
+    let end = c.u64_long()?;
+    c.lit(b",\"ctx\":")?;
+    let ctx = c.u32()?;
+    // Optional keys, each present or absent, in schema order.
+    let stream = if c.opt_lit(b",\"stream\":") {
+        Some(c.u32()?)
+    } else {
+        None
+    };
+    let event = if c.opt_lit(b",\"event\":") {
+        Some(c.u32()?)
+    } else {
+        None
+    };
+    c.lit(b",\"corr\":")?;
+    let corr = c.u32()?;
+    let tid = if c.opt_lit(b",\"tid\":") {
+        Some(c.u64()?)
+    } else {
+        None
+    };
+    let stack = if c.opt_lit(b",\"stack\":") {
+        Some(StackId(c.u32()?))
+    } else {
+        None
+    };
+    c.close()?;
+    Some(Sync {
+        kind,
+        start,
+        end,
+        ctx,
+        stream,
+        event,
+        corr,
+        tid,
+        stack,
+    })
+}
+
+#[inline(always)]
+fn memcpy_body(c: &mut Cur) -> Option<Memcpy> {
+    let kind = c.name(&COPY_KINDS)?;
+    c.lit(b",\"src_kind\":\"")?;
+    let src_kind = c.name(&MEMORY_KINDS)?;
+    c.lit(b",\"dst_kind\":\"")?;
+    let dst_kind = c.name(&MEMORY_KINDS)?;
+    c.lit(b",\"bytes\":")?;
+    let bytes = c.u64()?;
+    c.lit(b",\"start\":")?;
+    let start = c.u64_long()?;
+    c.lit(b",\"end\":")?;
+    let end = c.u64_long()?;
+    c.lit(b",\"dev\":")?;
+    let dev = c.u32()?;
+    c.lit(b",\"ctx\":")?;
+    let ctx = c.u32()?;
+    c.lit(b",\"stream\":")?;
+    let stream = c.u32()?;
+    c.lit(b",\"corr\":")?;
+    let corr = c.u32()?;
+    c.close()?;
+    Some(Memcpy {
+        kind,
+        src_kind,
+        dst_kind,
+        bytes,
+        start,
+        end,
+        dev,
+        ctx,
+        stream,
+        corr,
+    })
+}
+
+#[inline(always)]
+fn memset_body(c: &mut Cur) -> Option<Memset> {
+    c.lit(b"memset\",\"bytes\":")?;
+    let bytes = c.u64()?;
+    c.lit(b",\"value\":")?;
+    let value = c.u32()?;
+    c.lit(b",\"mem_kind\":\"")?;
+    let mem_kind = c.name(&MEMORY_KINDS)?;
+    c.lit(b",\"start\":")?;
+    let start = c.u64_long()?;
+    c.lit(b",\"end\":")?;
+    let end = c.u64_long()?;
+    c.lit(b",\"dev\":")?;
+    let dev = c.u32()?;
+    c.lit(b",\"ctx\":")?;
+    let ctx = c.u32()?;
+    c.lit(b",\"stream\":")?;
+    let stream = c.u32()?;
+    c.lit(b",\"corr\":")?;
+    let corr = c.u32()?;
+    c.close()?;
+    Some(Memset {
+        bytes,
+        value,
+        mem_kind,
+        start,
+        end,
+        dev,
+        ctx,
+        stream,
+        corr,
     })
 }
 
@@ -219,6 +530,167 @@ mod tests {
             )
             .map(|k| k.smem_static),
             Some(i32::MIN)
+        );
+    }
+
+    /// xorshift: the tests' own reproducible randomness.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        /// A value of every width: 0, small, around the limits of u16, u32 and u64.
+        fn num(&mut self) -> u64 {
+            match self.below(6) {
+                0 => 0,
+                1 => self.below(10),
+                2 => self.below(100_000),
+                3 => u32::MAX as u64 - self.below(3),
+                4 => u64::MAX - self.below(3),
+                _ => self.next() >> self.below(64),
+            }
+        }
+    }
+
+    /// Records of the five types the fast path reads, with every optional field present or not
+    /// and every enum value.
+    fn records(rng: &mut Rng) -> Vec<Record> {
+        let mut out = Vec::new();
+        for i in 0..400u64 {
+            let n = |r: &mut Rng| r.num();
+            let opt = |r: &mut Rng| (r.below(2) == 0).then(|| r.num() as u32);
+            let i32s = |r: &mut Rng| r.num() as i32;
+            let kinds = [
+                MemoryKind::Pageable,
+                MemoryKind::Pinned,
+                MemoryKind::Device,
+                MemoryKind::Array,
+                MemoryKind::Managed,
+                MemoryKind::DeviceStatic,
+                MemoryKind::ManagedStatic,
+                MemoryKind::Unknown,
+            ];
+            let mk = |r: &mut Rng| kinds[r.below(kinds.len() as u64) as usize];
+            out.push(Record::Kernel(Kernel {
+                name: StrId(n(rng) as u32),
+                start: n(rng),
+                end: n(rng),
+                dev: n(rng) as u32,
+                ctx: n(rng) as u32,
+                stream: n(rng) as u32,
+                corr: n(rng) as u32,
+                grid: [i32s(rng), i32s(rng), i32s(rng)],
+                block: [i32s(rng), i32s(rng), i32s(rng)],
+                regs: n(rng) as u16,
+                smem_static: i32s(rng),
+                smem_dynamic: i32s(rng),
+                local_mem: n(rng) as u32,
+                smem_executed: opt(rng),
+            }));
+            out.push(Record::Api(Api {
+                domain: [ApiDomain::Runtime, ApiDomain::Driver, ApiDomain::Unknown][i as usize % 3],
+                name: StrId(n(rng) as u32),
+                cbid: n(rng) as u32,
+                start: n(rng),
+                end: n(rng),
+                tid: n(rng),
+                corr: n(rng) as u32,
+                ret: n(rng) as u32,
+            }));
+            out.push(Record::Sync(Sync {
+                kind: [
+                    SyncKind::EventSynchronize,
+                    SyncKind::StreamWaitEvent,
+                    SyncKind::StreamSynchronize,
+                    SyncKind::ContextSynchronize,
+                    SyncKind::Unknown,
+                ][i as usize % 5],
+                start: n(rng),
+                end: n(rng),
+                ctx: n(rng) as u32,
+                stream: opt(rng),
+                event: opt(rng),
+                corr: n(rng) as u32,
+                tid: (rng.below(2) == 0).then(|| rng.num()),
+                stack: opt(rng).map(StackId),
+            }));
+            out.push(Record::Memcpy(Memcpy {
+                kind: COPY_KINDS[i as usize % COPY_KINDS.len()].1,
+                src_kind: mk(rng),
+                dst_kind: mk(rng),
+                bytes: n(rng),
+                start: n(rng),
+                end: n(rng),
+                dev: n(rng) as u32,
+                ctx: n(rng) as u32,
+                stream: n(rng) as u32,
+                corr: n(rng) as u32,
+            }));
+            out.push(Record::Memset(Memset {
+                bytes: n(rng),
+                value: n(rng) as u32,
+                mem_kind: mk(rng),
+                start: n(rng),
+                end: n(rng),
+                dev: n(rng) as u32,
+                ctx: n(rng) as u32,
+                stream: n(rng) as u32,
+                corr: n(rng) as u32,
+            }));
+        }
+        out
+    }
+
+    #[test]
+    fn written_records_of_every_fast_type_parse_like_serde() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for rec in records(&mut rng) {
+            let line = serde_json::to_string(&rec).unwrap();
+            assert_eq!(record(line.as_bytes()).as_ref(), Some(&rec), "{line}");
+        }
+    }
+
+    /// Whatever the fast path accepts of a damaged line, serde_json reads the same: bytes
+    /// replaced (by digits, signs, quotes, brackets, letters, spaces), removed or repeated.
+    #[test]
+    fn damaged_lines_are_parsed_like_serde_or_left_to_it() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let alphabet = b"0123456789-+.eE,:\"{}[] \\aDHtoxkn\x00\xff";
+        let (mut accepted, mut left) = (0, 0);
+        for rec in records(&mut rng) {
+            let line = serde_json::to_string(&rec).unwrap().into_bytes();
+            for _ in 0..40 {
+                let mut l = line.clone();
+                for _ in 0..1 + rng.below(2) {
+                    let at = rng.below(l.len() as u64) as usize;
+                    match rng.below(3) {
+                        0 => l[at] = alphabet[rng.below(alphabet.len() as u64) as usize],
+                        1 => {
+                            l.remove(at);
+                        }
+                        _ => l.insert(at, l[at]),
+                    }
+                }
+                match record(&l) {
+                    Some(fast) => {
+                        accepted += 1;
+                        let slow = serde_json::from_slice::<Record>(&l).ok();
+                        assert_eq!(Some(fast), slow, "{}", String::from_utf8_lossy(&l));
+                    }
+                    None => left += 1,
+                }
+            }
+        }
+        // Both outcomes are exercised.
+        assert!(
+            accepted > 1000 && left > 1000,
+            "{accepted} accepted, {left} left"
         );
     }
 }

@@ -607,9 +607,10 @@ pub(crate) fn classify(line: &[u8], max_line: usize) -> Line {
     if line.is_empty() {
         return Line::Blank;
     }
-    // Kernels are most of a trace: parse the writer's exact shape by hand (serde_json otherwise).
-    if let Some(k) = crate::fastpath::kernel(line) {
-        return Line::Rec(Record::Kernel(k));
+    // Kernels, API calls, syncs and copies are most of a trace: parse the writer's exact shape
+    // by hand (serde_json otherwise).
+    if let Some(rec) = crate::fastpath::record(line) {
+        return Line::Rec(rec);
     }
     let tag: std::borrow::Cow<str> = match peek_tag(line) {
         Some(t) => t.into(),

@@ -28,7 +28,7 @@ use super::kernel_site::MIN_BUSY_PCT;
 use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
 use super::{fmt_duration, Ctx, Insight, RuleData};
 use crate::intervals::merge;
-use crate::kernels::{overlap, solo_periods, KernelRow, KernelTable, Variant};
+use crate::kernels::{overlap_from, solo_periods, KernelRow, KernelTable, Variant};
 use crate::occupancy::SmLimits;
 use crate::views::LaunchConfig;
 use serde::Serialize;
@@ -238,13 +238,15 @@ fn alone_times(cx: &Ctx, table: &KernelTable, flags: &mut [Flag]) {
             (dev, solo_periods(m, dev, &w))
         })
         .collect();
+    // Where each device's last lookup was: kernels come nearly in start order.
+    let mut at = vec![0usize; solo.len()];
     for (i, l) in k.launch.iter().enumerate() {
         let Some(fi) = flag_of(i, l) else { continue };
         let dev = k.dev.get(i);
-        let Some((_, periods)) = solo.iter().find(|s| s.0 == dev) else {
+        let Some(d) = solo.iter().position(|s| s.0 == dev) else {
             continue;
         };
-        flags[fi].alone_ns += overlap(periods, k.start.get(i), k.end.get(i));
+        flags[fi].alone_ns += overlap_from(&solo[d].1, &mut at[d], k.start.get(i), k.end.get(i));
     }
 }
 
