@@ -1,5 +1,8 @@
 # Phase trainerbench (sourced by scripts/gpu-check.sh): the cost of recording on a HuggingFace Trainer
 # run (bench/trainer_bench.py).
+# Modes: bare, bare-again, gpufl-default, gpufl-always-on, torch-profiler, gpufl-no-sites,
+# gpufl-kernels-only, gpufl-subscribed (CUPTI subscribed, nothing collected, no telemetry),
+# gpufl-no-telemetry.
 # 1. One process per mode, TRAINER_ROUNDS (default 8; 0 skips) interleaved rounds, the order of the
 #    modes reversed every other round; bare and bare-again are two unrecorded processes per round
 #    (the noise control). ~20 s a process on the H100 machine (imports dominate).
@@ -17,6 +20,8 @@ run_trainer() { # mode args...
     gpufl-always-on) gpufl record -q --always-on -o "$TB/always-on" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$TB/nosites" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-kernels-only) env $KOPTS -o "$TB/kern" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-subscribed) env GPUFL_ACTIVITY_KINDS=none GPUFL_TELEMETRY_MS=0 $KOPTS -o "$TB/sub" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-no-telemetry) GPUFL_TELEMETRY_MS=0 gpufl record -q -o "$TB/notel" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     torch-profiler) $PY bench/trainer_bench.py --mode $m "$@" --profiler ;;
   esac
 }
