@@ -1,9 +1,10 @@
 //! Always-on mode (`GPUFL_MODE=always-on`, `gpufl record --always-on`): what a recorder left on in
 //! production collects, and when.
 //!
-//! All the time: every synchronization with its stack, call-site captures (sampled, each with the
-//! number of calls it stands for), scopes, NVML telemetry. GPU activity records (kernels, copies,
-//! memsets) only inside **windows**, written as `window` records:
+//! All the time: every synchronization with its stack, scopes, NVML telemetry. GPU activity records
+//! (kernels, copies, memsets) and the call-site captures of launches and copies (sampled, each with
+//! the number of calls it stands for; their callbacks cost ~4 % of a launch-bound loop while on)
+//! only inside **windows**, written as `window` records:
 //!
 //! - **Sampled windows**, [`WINDOW_MS`] long, every `period`: CUPTI's kernel tracing costs about
 //!   [`COST_PER_RECORD_NS`] of the launching thread's time per record while it is on (3 µs a kernel
