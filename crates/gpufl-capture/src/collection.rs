@@ -181,17 +181,22 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
             _ => "launch",
         };
         if domains(dom) && kinds(kind) {
-            let flag = u32::from(on && (domain == cupti::DOMAIN_RUNTIME || driver_on));
+            let flag = u32::from(
+                on && (domain == cupti::DOMAIN_RUNTIME
+                    || driver_on
+                    || crate::sites::driver_direct(id)),
+            );
             // SAFETY: plain CUPTI call with valid arguments.
             unsafe { (c.enable_callback)(flag, sub, domain, id) };
         }
     }
 }
 
-/// Whether the driver domain's call-site callbacks are on. They are turned off while every driver
-/// launch or copy they see is made inside a runtime call (the runtime's callback already decided
-/// for it, so they only cost: ~2 % of a launch-bound PyTorch loop), and back on for a while every
-/// so often to look again ([`crate::sites::DriverSitePolicy`]).
+/// Whether the driver domain's call-site callbacks are on. They are turned off when the driver
+/// launches and copies they see are made inside runtime calls (the runtime's callback already
+/// decided for those, so they only cost: ~2 % of a launch-bound PyTorch loop), except for driver
+/// functions seen called directly, and back on for a while every so often to look again
+/// ([`crate::sites::DriverSitePolicy`]).
 static DRIVER_SITES: AtomicBool = AtomicBool::new(true);
 
 /// Turn the driver domain's call-site callbacks on or off (writer thread). Takes effect now when

@@ -265,12 +265,13 @@ pub fn stream_queue() -> &'static ArrayQueue<(u32, u32, StreamRole)> {
     Q.get_or_init(|| ArrayQueue::new(256))
 }
 
-/// Seen by the call-site callbacks: a runtime launch/copy, a driver one inside a runtime call, a
-/// driver one made directly (not inside a runtime call). Set once (read first: no shared write on
-/// the hot path after that).
+/// Seen by the call-site callbacks: a runtime launch/copy, a driver one inside a runtime call.
+/// Set once (read first: no shared write on the hot path after that).
 static RUNTIME_SEEN: AtomicBool = AtomicBool::new(false);
 static DRIVER_NESTED_SEEN: AtomicBool = AtomicBool::new(false);
-static DRIVER_DIRECT_SEEN: AtomicBool = AtomicBool::new(false);
+/// Driver callback ids seen called directly (not inside a runtime call), one bit each.
+static DRIVER_DIRECT: [AtomicU64; MAX_CBID.div_ceil(64)] =
+    [const { AtomicU64::new(0) }; MAX_CBID.div_ceil(64)];
 
 #[inline]
 fn note(flag: &AtomicBool) {
@@ -279,16 +280,42 @@ fn note(flag: &AtomicBool) {
     }
 }
 
+fn note_direct(cbid: u32) {
+    let Some(word) = DRIVER_DIRECT.get(cbid as usize / 64) else {
+        return;
+    };
+    let bit = 1u64 << (cbid % 64);
+    if word.load(Ordering::Relaxed) & bit == 0 {
+        word.fetch_or(bit, Ordering::Relaxed);
+    }
+}
+
+/// Whether driver function `cbid` has been seen called directly: its call-site callback stays on
+/// while the driver domain's others are off ([`DriverSitePolicy`]).
+pub fn driver_direct(cbid: u32) -> bool {
+    DRIVER_DIRECT
+        .get(cbid as usize / 64)
+        .is_some_and(|w| w.load(Ordering::Relaxed) & (1u64 << (cbid % 64)) != 0)
+}
+
+fn driver_direct_count() -> u32 {
+    DRIVER_DIRECT
+        .iter()
+        .map(|w| w.load(Ordering::Relaxed).count_ones())
+        .sum()
+}
+
 /// How long the driver domain's call-site callbacks stay on to look (at start, and each look
 /// again), and how long they stay off when found redundant.
 pub const DRIVER_LOOK: Duration = Duration::from_secs(2);
 pub const DRIVER_OFF: Duration = Duration::from_secs(30);
 
-/// The driver domain's call-site callbacks, decided on the writer thread: a program that launches
-/// through the runtime (PyTorch, CuPy, CUDA C++) makes every driver launch inside a runtime call,
-/// which the runtime's callback already handled, so after [`DRIVER_LOOK`] of seeing only such
-/// nested calls they are turned off for [`DRIVER_OFF`], then on again for a look; a driver launch
-/// or copy made directly (JAX/XLA, Triton, the driver API) keeps them on for good.
+/// The driver domain's call-site callbacks, decided on the writer thread. A program that launches
+/// through the runtime (PyTorch, CuPy, CUDA C++) makes its driver launches inside runtime calls,
+/// which the runtime's callback already handled, so after [`DRIVER_LOOK`] with such nested calls
+/// seen the driver callbacks are turned off for [`DRIVER_OFF`], then on again for a look — except
+/// those of driver functions seen called directly (NVRTC/jiterator kernels, Triton, JAX/XLA, the
+/// driver API), which stay on ([`driver_direct`]).
 pub struct DriverSitePolicy {
     state: DriverState,
     /// Time spent off before the current off period, and how many times turned off.
@@ -302,8 +329,6 @@ pub enum DriverState {
     Looking(Instant),
     /// Off (redundant) since then.
     Off(Instant),
-    /// On for good: direct driver calls seen.
-    Kept,
 }
 
 /// What the policy asks for.
@@ -323,52 +348,34 @@ impl DriverSitePolicy {
         }
     }
 
+    pub fn state(&self) -> DriverState {
+        self.state
+    }
+
     /// For the session's notices: how long the driver callbacks were off, if ever.
     pub fn summary(&self, now: Instant) -> Option<String> {
         let mut off = self.off_total;
         if let DriverState::Off(since) = self.state {
             off += now.saturating_duration_since(since);
         }
+        let kept = driver_direct_count();
         (self.offs > 0).then(|| {
             format!(
-                "call sites: driver-API callbacks off for {:.1} s ({} time(s)): every driver launch or copy they saw was inside a runtime call{}",
+                "call sites: driver-API callbacks off for {:.1} s ({} time(s)): the driver launches and copies they saw were inside runtime calls{}",
                 off.as_secs_f64(),
                 self.offs,
-                if self.state == DriverState::Kept {
-                    "; back on for good after a direct driver call"
+                if kept > 0 {
+                    format!("; {kept} driver function(s) seen called directly kept on")
                 } else {
-                    ""
+                    String::new()
                 }
             )
         })
     }
 
-    pub fn state(&self) -> DriverState {
-        self.state
-    }
-
-    /// One turn: `runtime`, `nested`, `direct` — what the callbacks have seen so far.
-    pub fn step(
-        &mut self,
-        now: Instant,
-        runtime: bool,
-        nested: bool,
-        direct: bool,
-    ) -> DriverAction {
+    /// One turn: `runtime`, `nested` — what the callbacks have seen so far.
+    pub fn step(&mut self, now: Instant, runtime: bool, nested: bool) -> DriverAction {
         match self.state {
-            DriverState::Kept => DriverAction::None,
-            _ if direct => {
-                let was_off = matches!(self.state, DriverState::Off(_));
-                if let DriverState::Off(since) = self.state {
-                    self.off_total += now.saturating_duration_since(since);
-                }
-                self.state = DriverState::Kept;
-                if was_off {
-                    DriverAction::TurnOn
-                } else {
-                    DriverAction::None
-                }
-            }
             DriverState::Looking(since) => {
                 if runtime && nested && now.saturating_duration_since(since) >= DRIVER_LOOK {
                     self.state = DriverState::Off(now);
@@ -401,7 +408,6 @@ impl DriverSitePolicy {
             now,
             RUNTIME_SEEN.load(Ordering::Relaxed),
             DRIVER_NESTED_SEEN.load(Ordering::Relaxed),
-            DRIVER_DIRECT_SEEN.load(Ordering::Relaxed),
         );
         match action {
             DriverAction::TurnOff => crate::collection::set_driver_sites(false),
@@ -450,7 +456,7 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
             note(&DRIVER_NESTED_SEEN);
             return; // the driver call inside a runtime call: already decided
         } else {
-            note(&DRIVER_DIRECT_SEEN);
+            note_direct(call.cbid);
         }
         let ctx_uid: u32 = unsafe { cupti::cb_field(data, offset_of!(D, contextUid)) };
         let ctx: *mut c_void = unsafe { cupti::cb_field(data, offset_of!(D, context)) };
@@ -615,29 +621,27 @@ mod tests {
     }
 
     #[test]
-    fn driver_callbacks_go_off_when_nested_and_stay_on_once_direct() {
+    fn driver_callbacks_go_off_when_nested_and_come_back_to_look() {
         let t0 = Instant::now();
         let mut p = DriverSitePolicy::new(t0);
         // Nothing seen yet, or not long enough: keep looking.
+        assert_eq!(p.step(t0 + DRIVER_LOOK, false, false), DriverAction::None);
+        assert_eq!(p.step(t0 + DRIVER_LOOK, true, false), DriverAction::None);
         assert_eq!(
-            p.step(t0 + DRIVER_LOOK, false, false, false),
+            p.step(t0 + Duration::from_millis(100), true, true),
             DriverAction::None
         );
-        assert_eq!(
-            p.step(t0 + Duration::from_millis(100), true, true, false),
-            DriverAction::None
-        );
-        // Only nested driver calls for the whole look: off.
+        // Nested driver calls seen through the whole look: off.
         let t1 = t0 + DRIVER_LOOK;
-        assert_eq!(p.step(t1, true, true, false), DriverAction::TurnOff);
+        assert_eq!(p.step(t1, true, true), DriverAction::TurnOff);
         assert_eq!(p.state(), DriverState::Off(t1));
         // Off until the next look.
         assert_eq!(
-            p.step(t1 + Duration::from_secs(1), true, true, false),
+            p.step(t1 + Duration::from_secs(1), true, true),
             DriverAction::None
         );
         let t2 = t1 + DRIVER_OFF;
-        assert_eq!(p.step(t2, true, true, false), DriverAction::TurnOn);
+        assert_eq!(p.step(t2, true, true), DriverAction::TurnOn);
         assert_eq!(p.state(), DriverState::Looking(t2));
         assert!(
             p.summary(t2)
@@ -646,27 +650,23 @@ mod tests {
             "{:?}",
             p.summary(t2)
         );
-        // A direct driver call during the look: on for good.
-        assert_eq!(
-            p.step(t2 + Duration::from_millis(10), true, true, true),
-            DriverAction::None
-        );
-        assert_eq!(p.state(), DriverState::Kept);
-        assert_eq!(
-            p.step(t2 + DRIVER_OFF * 3, true, true, true),
-            DriverAction::None
-        );
         // A program that only uses the driver (no runtime launches): never off.
         let mut q = DriverSitePolicy::new(t0);
         assert_eq!(
-            q.step(t0 + DRIVER_LOOK * 5, false, false, false),
+            q.step(t0 + DRIVER_LOOK * 5, false, false),
             DriverAction::None
         );
-        assert_eq!(
-            q.step(t0 + DRIVER_LOOK * 6, false, false, true),
-            DriverAction::None
-        );
-        assert_eq!(q.state(), DriverState::Kept);
         assert_eq!(q.summary(t0), None);
+    }
+
+    #[test]
+    fn driver_functions_called_directly_are_remembered_one_by_one() {
+        assert!(!driver_direct(301));
+        note_direct(301);
+        note_direct(301);
+        assert!(driver_direct(301));
+        assert!(!driver_direct(300) && !driver_direct(302));
+        note_direct(u32::MAX); // out of range: ignored
+        assert!(!driver_direct(u32::MAX));
     }
 }
