@@ -109,6 +109,14 @@ fn capture_here(out: &mut [u64], skip: usize, bound: Bound) -> (usize, bool) {
     }
 }
 
+/// Set up the calling thread's unwinding state now (its stack bounds, rule cache), so its first
+/// capture does not pay for it: on a process's main thread `pthread_getattr_np` parses
+/// `/proc/self/maps`, milliseconds in a large process. Called where the recorder starts (the
+/// thread making the first CUDA call, usually the main one).
+pub fn prepare_thread() {
+    imp::prepare_thread();
+}
+
 /// Build the module list now if none exists yet (so that no capture on the hot path pays for the
 /// first build), and carry out a rebuild that a bounded walk asked for. Called at the recorder's
 /// start and from its writer thread.
@@ -130,6 +138,7 @@ pub fn module_of(addr: u64) -> Option<(String, Range<u64>)> {
 
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 mod imp {
+    pub(super) fn prepare_thread() {}
     pub(super) fn invalidate() {}
     pub(super) fn service() {}
     pub(super) fn module_of(_addr: u64) -> Option<(String, std::ops::Range<u64>)> {
@@ -279,6 +288,18 @@ mod imp {
             libc::pthread_attr_destroy(&mut attr);
             (rc == 0 && size > 0).then(|| (addr as u64, addr as u64 + size as u64))
         }
+    }
+
+    pub(super) fn prepare_thread() {
+        let _ = std::panic::catch_unwind(|| {
+            let _ = STATE.try_with(|cell| {
+                if let Ok(mut guard) = cell.try_borrow_mut() {
+                    if guard.is_none() {
+                        *guard = ThreadState::new();
+                    }
+                }
+            });
+        });
     }
 
     pub(super) fn capture_from(
