@@ -156,7 +156,10 @@ fn decode(trace: &[u8]) -> Decoded {
                         anns.clear();
                     }
                     if flags & 2 != 0 {
-                        assert!(cleared, "a packet needs incremental state before it was cleared");
+                        assert!(
+                            cleared,
+                            "a packet needs incremental state before it was cleared"
+                        );
                     }
                 }
                 12 => {
@@ -247,7 +250,11 @@ fn decode(trace: &[u8]) -> Decoded {
                             },
                             47 | 48 => match v {
                                 V::Fixed(x) => {
-                                    if f == 47 { e.flows.push(x) } else { e.terms.push(x) }
+                                    if f == 47 {
+                                        e.flows.push(x)
+                                    } else {
+                                        e.terms.push(x)
+                                    }
                                 }
                                 _ => panic!("flow ids are fixed64"),
                             },
@@ -359,7 +366,10 @@ fn check_session(d: &Decoded, dir: &std::path::Path, pid: u64) {
         .count();
     assert_eq!(with_stack, e.syncs_with_stack);
     for s in &syncs {
-        assert!(d.tracks[&s.ev.track].thread.is_some(), "syncs on thread tracks");
+        assert!(
+            d.tracks[&s.ev.track].thread.is_some(),
+            "syncs on thread tracks"
+        );
     }
     // Telemetry as counters, on counter tracks.
     let ctr: Vec<&Ev> = d.counters.iter().filter(|c| mine(c.track)).collect();
@@ -399,7 +409,10 @@ fn check_flows(d: &Decoded) {
         }
     }
     for i in &d.instants {
-        assert!(i.flows.is_empty() && i.terms.is_empty(), "flows on slices only");
+        assert!(
+            i.flows.is_empty() && i.terms.is_empty(),
+            "flows on slices only"
+        );
     }
     assert_eq!(
         src.keys().collect::<std::collections::BTreeSet<_>>(),
@@ -446,11 +459,7 @@ fn flows_link_launches_of_every_shape() {
         .iter()
         .flat_map(|s| s.ev.flows.iter().map(move |&f| (f, s)))
         .map(|(f, s)| {
-            let t = d
-                .slices
-                .iter()
-                .find(|t| t.ev.terms.contains(&f))
-                .unwrap();
+            let t = d.slices.iter().find(|t| t.ev.terms.contains(&f)).unwrap();
             (
                 f & 0xffff_ffff,
                 (s.ev.cat.as_deref().unwrap(), t.ev.cat.as_deref().unwrap()),
@@ -477,7 +486,9 @@ fn flows_link_launches_of_every_shape() {
     let open = d
         .slices
         .iter()
-        .find(|s| s.ev.name.as_deref() == Some("step \"1\"") && s.ev.cat.as_deref() == Some("scope"))
+        .find(|s| {
+            s.ev.name.as_deref() == Some("step \"1\"") && s.ev.cat.as_deref() == Some("scope")
+        })
         .unwrap();
     assert_eq!(open.ev.args.get("unclosed"), Some(&Ann::U(1)));
     assert!(d
@@ -496,7 +507,11 @@ fn several_sessions_in_one_file_one_process_each() {
         testdata("nvtx_ranges"),
     ];
     let d = decode(&perfetto(&dirs));
-    let procs: Vec<u64> = d.tracks.values().filter_map(|t| t.process.as_ref().map(|p| p.0)).collect();
+    let procs: Vec<u64> = d
+        .tracks
+        .values()
+        .filter_map(|t| t.process.as_ref().map(|p| p.0))
+        .collect();
     assert_eq!(procs.len(), 4);
     assert_eq!(counts(procs.iter()).len(), 4, "distinct pids: {procs:?}");
     check_flows(&d);
@@ -514,12 +529,30 @@ fn a_bad_session_is_a_clear_error() {
     let tmp = std::env::temp_dir().join(format!("gpufl-export-bad-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let err = gpufl_export::find_sessions(&[tmp.clone()]).unwrap_err();
-    assert!(err.to_string().contains("is not a gpufl session directory"), "{err}");
+    assert!(
+        err.to_string().contains("is not a gpufl session directory"),
+        "{err}"
+    );
     std::fs::write(tmp.join("trace-0000.ndjson.zst"), b"garbage").unwrap();
     // A session whose only file is not a trace: exported empty, the reader's warning in the notes.
     let mut out = Vec::new();
-    let s = export(&[tmp.clone()], &mut out, &Options { format: Format::Perfetto, ..Options::default() }).unwrap();
-    assert!(s.sessions[0].notes.iter().any(|n| n.contains("not a gpufl trace")), "{:?}", s.sessions[0].notes);
+    let s = export(
+        &[tmp.clone()],
+        &mut out,
+        &Options {
+            format: Format::Perfetto,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        s.sessions[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("not a gpufl trace")),
+        "{:?}",
+        s.sessions[0].notes
+    );
     decode(&out);
     std::fs::remove_dir_all(&tmp).ok();
 }

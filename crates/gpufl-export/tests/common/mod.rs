@@ -172,7 +172,9 @@ pub fn synthetic() -> PathBuf {
     };
     let file = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
     let mut w = TraceWriter::new(file, &header).unwrap();
-    let k1 = w.intern_str("void k<\"q\">(int)\n\t\u{0}\u{202e}evil").unwrap();
+    let k1 = w
+        .intern_str("void k<\"q\">(int)\n\t\u{0}\u{202e}evil")
+        .unwrap();
     let k2 = w.intern_str("graph_kernel").unwrap();
     let launch = w.intern_str("cudaLaunchKernel").unwrap();
     let malloc = w.intern_str("cudaMalloc").unwrap();
