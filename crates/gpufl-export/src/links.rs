@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-/// Chunks of 65,536 correlation ids (5 bits each: 40 KiB a chunk); 1024 chunks cover ids up to
-/// 67 M and cost at most 40 MiB.
+/// Chunks of 65,536 correlation ids (one byte each: 64 KiB a chunk); 1024 chunks cover ids up to
+/// 67 M and cost at most 64 MiB.
 pub const MAX_CHUNKS: usize = 1024;
 
 const GPU: u8 = 1;

@@ -386,7 +386,7 @@ impl Walker<'_> {
                 open.push((tid, name, start, th.open.len() as u64));
             }
         }
-        open.sort_by(|a, b| (a.0, a.2).cmp(&(b.0, b.2)));
+        open.sort_by_key(|a| (a.0, a.2));
         for (tid, name, start, depth) in open {
             self.stats.unclosed_scopes += 1;
             let track = self.thread(Some(tid));

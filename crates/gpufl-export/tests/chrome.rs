@@ -61,6 +61,9 @@ fn schema(e: &Value) -> String {
     ph
 }
 
+/// A slice on a thread: start, end (ns), category.
+type Span<'a> = (i128, i128, &'a str);
+
 /// ts in ns (relative to the base), from the µs with three decimals.
 fn ns(v: &Value) -> i128 {
     (v.as_f64().unwrap() * 1000.0).round() as i128
@@ -163,7 +166,7 @@ fn check(doc: &Value, dirs: &[std::path::PathBuf]) {
             _ => {}
         }
     }
-    let mut by_thread: HashMap<(u64, u64), Vec<(i128, i128, &str)>> = HashMap::new();
+    let mut by_thread: HashMap<(u64, u64), Vec<Span>> = HashMap::new();
     for s in &slices {
         let t = ns(&s["ts"]);
         by_thread

@@ -528,7 +528,7 @@ fn several_sessions_in_one_file_one_process_each() {
 fn a_bad_session_is_a_clear_error() {
     let tmp = std::env::temp_dir().join(format!("gpufl-export-bad-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    let err = gpufl_export::find_sessions(&[tmp.clone()]).unwrap_err();
+    let err = gpufl_export::find_sessions(std::slice::from_ref(&tmp)).unwrap_err();
     assert!(
         err.to_string().contains("is not a gpufl session directory"),
         "{err}"
@@ -537,7 +537,7 @@ fn a_bad_session_is_a_clear_error() {
     // A session whose only file is not a trace: exported empty, the reader's warning in the notes.
     let mut out = Vec::new();
     let s = export(
-        &[tmp.clone()],
+        std::slice::from_ref(&tmp),
         &mut out,
         &Options {
             format: Format::Perfetto,
