@@ -595,8 +595,8 @@ fn make_input(seed: u64, corpus: &[Seed]) -> Input {
     Input { files, how }
 }
 
-/// Run what the CLI runs on a session directory: report (text and JSON), info, dump (resolved
-/// and raw). Returns the bytes of output (so nothing is optimized away).
+/// Run what the CLI runs on a session directory: report (text and JSON), info, export (both
+/// formats), dump (resolved and raw). Returns the bytes of output (so nothing is optimized away).
 fn run_cli_paths(dir: &Path) -> usize {
     let mut n = 0;
     let cfg = gpufl_analysis::Config::default();
@@ -613,6 +613,23 @@ fn run_cli_paths(dir: &Path) -> usize {
         assert!(par_json == json, "3 threads report differently from 1");
     }
     n += crate::summary::info_text(dir).map_or(0, |s| s.len());
+    // Export: both formats; the Chrome JSON of any input parses (exact escaping, no stray bytes).
+    for format in [gpufl_export::Format::Perfetto, gpufl_export::Format::Chrome] {
+        let opts = gpufl_export::Options {
+            format,
+            ..gpufl_export::Options::default()
+        };
+        let mut out = Vec::new();
+        if gpufl_export::export(&[dir.to_path_buf()], &mut out, &opts).is_ok()
+            && format == gpufl_export::Format::Chrome
+        {
+            assert!(
+                serde_json::from_slice::<serde::de::IgnoredAny>(&out).is_ok(),
+                "the Chrome export is not JSON"
+            );
+        }
+        n += out.len();
+    }
     for raw in [false, true] {
         let args = crate::dump::DumpArgs {
             session: dir.to_path_buf(),

@@ -1,6 +1,7 @@
 //! `gpufl`: record CUDA programs and read the recordings.
 
 mod dump;
+mod export;
 mod exporter;
 #[cfg(test)]
 mod fuzz;
@@ -48,6 +49,9 @@ enum Cmd {
     /// Serve Prometheus metrics for this node: the GPUs (NVML, dcgm-exporter's names) and the
     /// processes gpufl records here (time blocked in syncs, the top sync line, GPU busy).
     Exporter(exporter::ExporterArgs),
+    /// Write sessions as a timeline: Perfetto's protobuf trace or Chrome's JSON trace events
+    /// (threads, GPU streams, launch → kernel flows, scopes, telemetry counters, insights).
+    Export(export::ExportArgs),
 }
 
 fn main() {
@@ -72,5 +76,6 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Report(args) => report::run(args),
         Cmd::Trigger(args) => trigger::run(args),
         Cmd::Exporter(args) => exporter::run(args),
+        Cmd::Export(args) => export::run(args),
     }
 }

@@ -1,0 +1,469 @@
+//! Second pass over a session: every record streamed to a [`Sink`] as tracks, slices, instants,
+//! flows and counters. Memory is bounded whatever the session's size: the state kept is the
+//! interning tables of the reader (as every gpufl command), the open scopes of each thread (at
+//! most [`MAX_DEPTH`] per thread, [`MAX_THREADS`] threads), the thread and stream sets (capped,
+//! the rest going to one "other" track) and the first pass's flow bits.
+
+use crate::links::End;
+use crate::scan::{Clock, Scan};
+use crate::sink::{Arg, Cat, Event, Metric, Sink, Track};
+use crate::ExportError;
+use gpufl_trace::{ParSessionReader, Record, StackId, Symbols};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// Host threads with their own track per session; further threads share "other threads".
+pub const MAX_THREADS: usize = 4096;
+/// GPU streams with their own track per session.
+pub const MAX_STREAMS: usize = 4096;
+/// Open scopes kept per thread (deeper ones are counted, not shown).
+pub const MAX_DEPTH: usize = 256;
+/// Frames of a stack given as an argument.
+pub const MAX_FRAMES: usize = 256;
+
+/// What the second pass wrote.
+#[derive(Default, Debug, Clone)]
+pub struct WalkStats {
+    pub events: u64,
+    pub flows: u64,
+    pub counters: u64,
+    /// Scopes never closed, ended at the session's last time.
+    pub unclosed_scopes: u64,
+    /// Scope closes without an open scope, or past the depth cap.
+    pub lost_scopes: u64,
+}
+
+#[derive(Default)]
+struct ThreadScopes {
+    open: Vec<(String, u64)>,
+    deeper: u64,
+}
+
+/// A flow id unique in the export: session number and correlation id.
+pub fn flow_id(sess: u32, corr: u32) -> u64 {
+    ((sess as u64 + 1) << 32) | corr as u64
+}
+
+/// An enumeration's trace-format spelling.
+fn spelling<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "unknown".into(),
+    }
+}
+
+struct Walker<'a> {
+    sess: u32,
+    sink: &'a mut dyn Sink,
+    clock: Clock,
+    sym: Symbols,
+    threads: HashSet<u64>,
+    streams: HashSet<(u32, u32)>,
+    scopes: HashMap<u64, ThreadScopes>,
+    stats: WalkStats,
+}
+
+impl Walker<'_> {
+    fn thread(&mut self, tid: Option<u64>) -> Track {
+        let Some(tid) = tid else {
+            return Track::OtherThreads;
+        };
+        if self.threads.contains(&tid) {
+            return Track::Thread(tid);
+        }
+        if self.threads.len() < MAX_THREADS {
+            self.threads.insert(tid);
+            return Track::Thread(tid);
+        }
+        Track::OtherThreads
+    }
+
+    fn stream(&mut self, dev: u32, stream: u32) -> Track {
+        if self.streams.contains(&(dev, stream)) || self.streams.len() < MAX_STREAMS {
+            self.streams.insert((dev, stream));
+            return Track::Stream { dev, stream };
+        }
+        Track::OtherStreams
+    }
+
+    fn stack(&self, id: StackId) -> Vec<String> {
+        match self.sym.stack(id) {
+            Some(frames) => frames
+                .iter()
+                .take(MAX_FRAMES)
+                .map(|&f| self.sym.describe_frame(f))
+                .collect(),
+            None => vec![format!("<unknown stack {}>", id.0)],
+        }
+    }
+
+    fn emit(&mut self, e: &Event) -> Result<(), ExportError> {
+        self.stats.events += 1;
+        if e.flow_in.is_some() {
+            self.stats.flows += 1;
+        }
+        self.sink.event(self.sess, e)?;
+        Ok(())
+    }
+
+    fn slice(&self, start: u64, end: u64) -> (u64, u64) {
+        let a = self.clock.unix(start);
+        (a, self.clock.unix(end.max(start)).saturating_sub(a))
+    }
+
+    fn gpu_flow(&mut self, links: &mut crate::links::Links, corr: u32) -> Option<u64> {
+        (links.take_gpu(corr) == End::Target).then(|| flow_id(self.sess, corr))
+    }
+
+    fn record(&mut self, rec: Record, scan: &mut Scan) -> Result<(), ExportError> {
+        if self.sym.observe(&rec) {
+            return Ok(());
+        }
+        match rec {
+            Record::Header(h) => self.clock = Clock::from_header(&h),
+            Record::Kernel(k) => {
+                let (ts, dur) = self.slice(k.start, k.end);
+                let track = self.stream(k.dev, k.stream);
+                let flow_in = self.gpu_flow(&mut scan.links, k.corr);
+                let grid = format!("{}×{}×{}", k.grid[0], k.grid[1], k.grid[2]);
+                let block = format!("{}×{}×{}", k.block[0], k.block[1], k.block[2]);
+                let name = self.sym.str(k.name).to_string();
+                let args = [
+                    ("corr", Arg::U(k.corr as u64)),
+                    ("grid", Arg::S(&grid)),
+                    ("block", Arg::S(&block)),
+                    ("regs", Arg::U(k.regs as u64)),
+                    (
+                        "smem",
+                        Arg::U(k.smem_static.max(0) as u64 + k.smem_dynamic.max(0) as u64),
+                    ),
+                    ("local_mem", Arg::U(k.local_mem as u64)),
+                ];
+                self.emit(&Event {
+                    track,
+                    ts,
+                    dur: Some(dur),
+                    name: &name,
+                    cat: Cat::Kernel,
+                    args: &args,
+                    flow_out: None,
+                    flow_in,
+                })?;
+            }
+            Record::Memcpy(c) => {
+                let (ts, dur) = self.slice(c.start, c.end);
+                let track = self.stream(c.dev, c.stream);
+                let flow_in = self.gpu_flow(&mut scan.links, c.corr);
+                let kind = spelling(&c.kind);
+                let name = format!("memcpy {kind}");
+                let (src, dst) = (spelling(&c.src_kind), spelling(&c.dst_kind));
+                let args = [
+                    ("corr", Arg::U(c.corr as u64)),
+                    ("bytes", Arg::U(c.bytes)),
+                    ("src_kind", Arg::S(&src)),
+                    ("dst_kind", Arg::S(&dst)),
+                ];
+                self.emit(&Event {
+                    track,
+                    ts,
+                    dur: Some(dur),
+                    name: &name,
+                    cat: Cat::Memcpy,
+                    args: &args,
+                    flow_out: None,
+                    flow_in,
+                })?;
+            }
+            Record::Memset(s) => {
+                let (ts, dur) = self.slice(s.start, s.end);
+                let track = self.stream(s.dev, s.stream);
+                let flow_in = self.gpu_flow(&mut scan.links, s.corr);
+                let kind = spelling(&s.mem_kind);
+                let args = [
+                    ("corr", Arg::U(s.corr as u64)),
+                    ("bytes", Arg::U(s.bytes)),
+                    ("value", Arg::U(s.value as u64)),
+                    ("mem_kind", Arg::S(&kind)),
+                ];
+                self.emit(&Event {
+                    track,
+                    ts,
+                    dur: Some(dur),
+                    name: "memset",
+                    cat: Cat::Memset,
+                    args: &args,
+                    flow_out: None,
+                    flow_in,
+                })?;
+            }
+            Record::Sync(s) => {
+                let (ts, dur) = self.slice(s.start, s.end);
+                let track = self.thread(s.tid);
+                let kind = spelling(&s.kind);
+                let name = format!("sync {kind}");
+                let stack = s.stack.map(|id| self.stack(id)).unwrap_or_default();
+                let mut args = vec![("corr", Arg::U(s.corr as u64)), ("kind", Arg::S(&kind))];
+                if let Some(st) = s.stream {
+                    args.push(("stream", Arg::U(st as u64)));
+                }
+                if s.stack.is_some() {
+                    args.push(("stack", Arg::List(&stack)));
+                }
+                self.emit(&Event {
+                    track,
+                    ts,
+                    dur: Some(dur),
+                    name: &name,
+                    cat: Cat::Sync,
+                    args: &args,
+                    flow_out: None,
+                    flow_in: None,
+                })?;
+            }
+            Record::Api(a) => {
+                let (ts, dur) = self.slice(a.start, a.end);
+                let track = self.thread(Some(a.tid));
+                let flow_out = (scan.links.take_api(a.corr) == End::Source)
+                    .then(|| flow_id(self.sess, a.corr));
+                let name = self.sym.str(a.name).to_string();
+                let domain = spelling(&a.domain);
+                let args = [
+                    ("corr", Arg::U(a.corr as u64)),
+                    ("domain", Arg::S(&domain)),
+                    ("cbid", Arg::U(a.cbid as u64)),
+                    ("ret", Arg::U(a.ret as u64)),
+                ];
+                self.emit(&Event {
+                    track,
+                    ts,
+                    dur: Some(dur),
+                    name: &name,
+                    cat: Cat::Api,
+                    args: &args,
+                    flow_out,
+                    flow_in: None,
+                })?;
+            }
+            Record::Callsite(c) => {
+                let ts = self.clock.unix(c.ts);
+                let track = self.thread(Some(c.tid));
+                let flow_out = (scan.links.take_site(c.corr) == End::Source)
+                    .then(|| flow_id(self.sess, c.corr));
+                let name = format!("launch site: {}", self.sym.str(c.api));
+                let stack = self.stack(c.stack);
+                let args = [
+                    ("corr", Arg::U(c.corr as u64)),
+                    ("weight", Arg::U(c.weight.unwrap_or(1))),
+                    ("stack", Arg::List(&stack)),
+                ];
+                self.emit(&Event {
+                    track,
+                    ts,
+                    dur: Some(0),
+                    name: &name,
+                    cat: Cat::Callsite,
+                    args: &args,
+                    flow_out,
+                    flow_in: None,
+                })?;
+            }
+            Record::Scope(s) => {
+                let ts = self.clock.unix(s.ts);
+                if !self.scopes.contains_key(&s.tid) && self.scopes.len() >= MAX_THREADS {
+                    self.stats.lost_scopes += 1;
+                    return Ok(());
+                }
+                let th = self.scopes.entry(s.tid).or_default();
+                if !s.end {
+                    if th.open.len() < MAX_DEPTH {
+                        th.open.push((self.sym.str(s.name).to_string(), ts));
+                    } else {
+                        th.deeper += 1;
+                    }
+                } else if th.deeper > 0 {
+                    th.deeper -= 1;
+                    self.stats.lost_scopes += 1;
+                } else if let Some((name, start)) = th.open.pop() {
+                    let source = spelling(&s.source);
+                    let depth = th.open.len() as u64;
+                    let track = self.thread(Some(s.tid));
+                    let args = [("source", Arg::S(&source)), ("depth", Arg::U(depth))];
+                    self.emit(&Event {
+                        track,
+                        ts: start,
+                        dur: Some(ts.saturating_sub(start)),
+                        name: &name,
+                        cat: Cat::Scope,
+                        args: &args,
+                        flow_out: None,
+                        flow_in: None,
+                    })?;
+                } else {
+                    self.stats.lost_scopes += 1;
+                }
+            }
+            Record::Range(r) => {
+                let (ts, dur) = self.slice(r.start, r.end);
+                let name = self.sym.str(r.name).to_string();
+                let mut args = vec![("id", Arg::U(r.id)), ("tid", Arg::U(r.tid))];
+                if let Some(t) = r.end_tid {
+                    args.push(("end_tid", Arg::U(t)));
+                }
+                self.emit(&Event {
+                    track: Track::Ranges,
+                    ts,
+                    dur: Some(dur),
+                    name: &name,
+                    cat: Cat::Range,
+                    args: &args,
+                    flow_out: None,
+                    flow_in: None,
+                })?;
+            }
+            Record::Window(w) => {
+                let (ts, dur) = self.slice(w.start, w.end);
+                let name = format!("window ({})", w.reason);
+                self.emit(&Event {
+                    track: Track::Capture,
+                    ts,
+                    dur: Some(dur),
+                    name: &name,
+                    cat: Cat::Capture,
+                    args: &[],
+                    flow_out: None,
+                    flow_in: None,
+                })?;
+            }
+            Record::Capture(c) => {
+                let ts = self.clock.unix(c.ts);
+                let name = if c.recording {
+                    "recording resumed"
+                } else {
+                    "recording paused"
+                };
+                self.emit(&Event {
+                    track: Track::Capture,
+                    ts,
+                    dur: None,
+                    name,
+                    cat: Cat::Capture,
+                    args: &[],
+                    flow_out: None,
+                    flow_in: None,
+                })?;
+            }
+            Record::Telemetry(t) => {
+                let ts = self.clock.unix(t.ts);
+                let samples = [
+                    (Metric::GpuUtil, t.gpu_util.map(f64::from)),
+                    (Metric::MemUtil, t.mem_util.map(f64::from)),
+                    (Metric::MemUsed, t.mem_used.map(|v| v as f64)),
+                    (Metric::Temp, t.temp_c.map(f64::from)),
+                    (Metric::Power, t.power_mw.map(|v| v as f64 / 1000.0)),
+                    (Metric::SmClock, t.sm_mhz.map(f64::from)),
+                    (Metric::MemClock, t.mem_mhz.map(f64::from)),
+                    (Metric::PcieTx, t.pcie_tx_kbs.map(|v| v as f64)),
+                    (Metric::PcieRx, t.pcie_rx_kbs.map(|v| v as f64)),
+                ];
+                for (m, v) in samples {
+                    if let Some(v) = v {
+                        self.stats.counters += 1;
+                        self.sink.counter(self.sess, t.dev, m, ts, v)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Scopes still open end at the session's last time.
+    fn close_scopes(&mut self, end: u64) -> Result<(), ExportError> {
+        let mut open: Vec<(u64, String, u64, u64)> = Vec::new();
+        for (&tid, th) in &mut self.scopes {
+            while let Some((name, start)) = th.open.pop() {
+                open.push((tid, name, start, th.open.len() as u64));
+            }
+        }
+        open.sort_by_key(|a| (a.0, a.2));
+        for (tid, name, start, depth) in open {
+            self.stats.unclosed_scopes += 1;
+            let track = self.thread(Some(tid));
+            let args = [("depth", Arg::U(depth)), ("unclosed", Arg::U(1))];
+            self.emit(&Event {
+                track,
+                ts: start,
+                dur: Some(end.saturating_sub(start)),
+                name: &name,
+                cat: Cat::Scope,
+                args: &args,
+                flow_out: None,
+                flow_in: None,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn insights(&mut self, scan: &Scan) -> Result<(), ExportError> {
+        let t0 = scan.range.map_or(0, |r| r.0);
+        for (rank, i) in scan.insights.iter().enumerate() {
+            let sev = spelling(&i.severity).to_uppercase();
+            let name = format!("{sev} {}", i.title);
+            let mut loc = i.location.short();
+            if let Some(f) = &i.location.function {
+                loc = format!("{loc} in {f}");
+            }
+            let args = [
+                ("rank", Arg::U(rank as u64 + 1)),
+                ("rule", Arg::S(i.rule)),
+                ("severity", Arg::S(&sev)),
+                ("location", Arg::S(&loc)),
+                ("detail", Arg::S(&i.detail)),
+                ("fix", Arg::S(&i.fix)),
+                ("count", Arg::U(i.count)),
+                ("impact_ns", Arg::U(i.impact_ns)),
+                ("share_of_wall", Arg::F(i.share_of_wall)),
+            ];
+            self.emit(&Event {
+                track: Track::Insights,
+                ts: t0,
+                dur: None,
+                name: &name,
+                cat: Cat::Insight,
+                args: &args,
+                flow_out: None,
+                flow_in: None,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Pass 2 over `dir`, session number `sess` of the export.
+pub fn walk(
+    dir: &Path,
+    scan: &mut Scan,
+    sess: u32,
+    sink: &mut dyn Sink,
+    threads: usize,
+) -> Result<WalkStats, ExportError> {
+    let reader = ParSessionReader::open(dir, threads)?;
+    let mut w = Walker {
+        sess,
+        sink,
+        clock: Clock::default(),
+        sym: Symbols::default(),
+        threads: HashSet::new(),
+        streams: HashSet::new(),
+        scopes: HashMap::new(),
+        stats: WalkStats::default(),
+    };
+    w.insights(scan)?;
+    for rec in reader {
+        w.record(rec, scan)?;
+    }
+    let end = scan.range.map_or(0, |r| r.1);
+    w.close_scopes(end)?;
+    Ok(w.stats)
+}
