@@ -182,6 +182,40 @@ def test_steady_state_capture_reuses_the_waiting_threads_stack():
     assert warm <= cold
 
 
+def persistent_capture():
+    """Capture on one native thread kept from call to call (its cache of stacks survives)."""
+    LIB.gpufl_test_capture_on_persistent_native_thread.argtypes = [ctypes.c_char_p,
+                                                                    ctypes.c_size_t]
+    LIB.gpufl_test_capture_on_persistent_native_thread.restype = ctypes.c_ssize_t
+    buf = ctypes.create_string_buffer(1 << 18)
+    time.sleep(0.005)  # past the 2 ms in which a thread reuses the frames it read last
+    n = LIB.gpufl_test_capture_on_persistent_native_thread(buf, len(buf))  # @persistent
+    assert n >= 0, n
+    return json.loads(buf.raw[:n].decode("utf-8"))
+
+
+def backward_like():
+    return persistent_capture()  # @backward_like
+
+
+@supported
+def test_a_kept_stack_is_checked_all_the_way_out():
+    # The same innermost frames (persistent_capture <- backward_like, at the same instructions and
+    # addresses) called from two lines: a stack cached by its innermost frames alone would give
+    # the first line for the second call.
+    first = backward_like()  # @first_call
+    second = backward_like()  # @second_call
+    again = backward_like()  # @third_call
+    direct = persistent_capture()  # @direct_call
+    expect = [("persistent_capture", line_of("persistent")),
+              ("backward_like", line_of("backward_like"))]
+    test = "test_a_kept_stack_is_checked_all_the_way_out"
+    for cap, marker in ((first, "first_call"), (second, "second_call"), (again, "third_call")):
+        assert cap["via_tid"] == threading.get_native_id(), cap
+        assert py_frames(cap)[:3] == expect + [(test, line_of(marker))], json.dumps(cap, indent=1)
+    assert py_frames(direct)[:2] == [expect[0], (test, line_of("direct_call"))]
+
+
 @pytest.mark.skipif(sys.version_info[:2] in SUPPORTED, reason="checks unsupported interpreters")
 def test_unsupported_interpreter_is_left_alone():
     cap = native_capture()

@@ -257,6 +257,24 @@ pub unsafe extern "C" fn gpufl_test_capture_on_native_thread(
     .unwrap_or(-1)
 }
 
+/// Test entry point: as [`gpufl_test_capture_on_native_thread`], on one native thread kept from
+/// call to call (what it keeps between captures is exercised).
+///
+/// # Safety
+/// `buf` points at `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_test_capture_on_persistent_native_thread(
+    buf: *mut c_char,
+    len: usize,
+) -> isize {
+    std::panic::catch_unwind(|| {
+        let json = crate::stack::capture_on_persistent_native_thread_json();
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_out(&json, buf, len) }
+    })
+    .unwrap_or(-1)
+}
+
 /// Test/benchmark entry point: on one new native thread (no Python), a cold capture and then
 /// `iters` warm ones through the callback's capture code; writes [cold ns, mean warm ns, via_tid]
 /// into `out` (3 doubles). The caller waits in C with the GIL released.

@@ -755,6 +755,44 @@ pub fn capture_on_native_thread_json() -> String {
         .unwrap_or_else(|| "{}".into())
 }
 
+/// A capture on one long-lived native thread (started at the first call, kept for later ones),
+/// described as in [`capture_on_native_thread_json`]: successive calls exercise what that thread
+/// keeps between captures (the main thread's addresses read speculatively, the cached stacks).
+pub fn capture_on_persistent_native_thread_json() -> String {
+    use std::sync::mpsc;
+    type Chan = (mpsc::Sender<()>, mpsc::Receiver<String>);
+    static WORKER: OnceLock<Option<Mutex<Chan>>> = OnceLock::new();
+    let worker = WORKER.get_or_init(|| {
+        let (req_tx, req_rx) = mpsc::channel::<()>();
+        let (resp_tx, resp_rx) = mpsc::channel::<String>();
+        std::thread::Builder::new()
+            .name("gpufl-test-native".into())
+            .spawn(move || {
+                while req_rx.recv().is_ok() {
+                    let mut s = Sample::empty();
+                    capture_into(&mut s, pyframes::python_version().is_some());
+                    let (via_tid, frames) = describe(&s, false);
+                    let json = serde_json::json!({"via_tid": via_tid, "frames": frames});
+                    if resp_tx.send(json.to_string()).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new((req_tx, resp_rx)))
+    });
+    let Some(chan) = worker else {
+        return "{}".into();
+    };
+    let Ok(chan) = chan.lock() else {
+        return "{}".into();
+    };
+    if chan.0.send(()).is_err() {
+        return "{}".into();
+    }
+    chan.1.recv().unwrap_or_else(|_| "{}".into())
+}
+
 /// On one new native thread: a first (cold) capture, then `iters` more; returns [cold ns, mean warm
 /// ns, via_tid of the last] (benchmark and test of the cross-thread path's steady-state cost).
 pub fn cross_thread_cost(iters: u32) -> [f64; 3] {
