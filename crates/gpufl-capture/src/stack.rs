@@ -840,30 +840,37 @@ impl CostTable {
         }
     }
 
-    /// "N captures, median X ns, p99 Y ns, max Z ns".
-    fn summary(&self) -> Option<String> {
+    /// The timed captures' durations, ns, and the count of all captures.
+    fn values(&self) -> (Vec<u32>, usize) {
         let n = self.n.load(Ordering::Relaxed);
-        if n == 0 {
-            return None;
-        }
-        let mut v: Vec<u32> = self.ns[..n.min(COST_SLOTS)]
+        let v = self.ns[..n.min(COST_SLOTS)]
             .iter()
             .map(|a| a.load(Ordering::Relaxed))
             .collect();
-        v.sort_unstable();
-        let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-        let timed = if n > v.len() {
-            format!(" (first {} timed)", v.len())
-        } else {
-            String::new()
-        };
-        Some(format!(
-            "{n} captures, median {} ns, p99 {} ns, max {} ns{timed}",
-            q(0.5),
-            q(0.99),
-            v[v.len() - 1],
-        ))
+        (v, n)
     }
+}
+
+/// "N captures, median X ns, p99 Y ns, max Z ns, K over 10 µs" for `n` captures of which `v` (any
+/// order) were timed.
+fn cost_line(mut v: Vec<u32>, n: usize) -> Option<String> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    let over = v.len() - v.partition_point(|&x| x <= 10_000);
+    let timed = if n > v.len() {
+        format!(" (first {} timed)", v.len())
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{n} captures, median {} ns, p99 {} ns, max {} ns, {over} over 10 µs{timed}",
+        q(0.5),
+        q(0.99),
+        v[v.len() - 1],
+    ))
 }
 
 static SITE_COST: CostTable = CostTable::new();
@@ -878,19 +885,45 @@ pub fn record_cost(purpose: Purpose, ns: u64) {
     }
 }
 
-/// "stack capture cost: call sites N captures, median X ns, p99 Y ns, max Z ns; synchronizations
-/// …", if any capture happened.
+/// "stack capture cost: call sites N captures, median X ns, p99 Y ns, max Z ns, K over 10 µs;
+/// synchronizations …; both …", if any capture happened.
 pub fn cost_summary() -> Option<String> {
-    let parts: Vec<String> = [("call sites", &SITE_COST), ("synchronizations", &SYNC_COST)]
-        .iter()
-        .filter_map(|(what, t)| t.summary().map(|s| format!("{what} {s}")))
-        .collect();
-    (!parts.is_empty()).then(|| format!("stack capture cost: {}", parts.join("; ")))
+    let (sites, n_sites) = SITE_COST.values();
+    let (syncs, n_syncs) = SYNC_COST.values();
+    let both: Vec<u32> = sites.iter().chain(&syncs).copied().collect();
+    let parts: Vec<String> = [
+        ("call sites", sites, n_sites),
+        ("synchronizations", syncs, n_syncs),
+    ]
+    .into_iter()
+    .filter_map(|(what, v, n)| cost_line(v, n).map(|s| format!("{what} {s}")))
+    .collect();
+    let all = (parts.len() > 1)
+        .then(|| cost_line(both, n_sites + n_syncs))
+        .flatten()
+        .map(|s| format!("; both {s}"))
+        .unwrap_or_default();
+    (!parts.is_empty()).then(|| format!("stack capture cost: {}{all}", parts.join("; ")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cost_line_quantiles_and_slow_count() {
+        // 200 captures: 196 of 1 µs, 4 slow ones; p99 is the one at index round(199 × 0.99) = 197
+        // of the sorted values, the second slow one.
+        let mut v = vec![1_000u32; 196];
+        v.extend([10_000, 10_001, 30_000, 90_000]);
+        v.reverse();
+        let s = cost_line(v, 250).unwrap();
+        assert_eq!(
+            s,
+            "250 captures, median 1000 ns, p99 10001 ns, max 90000 ns, 3 over 10 µs (first 200 timed)"
+        );
+        assert_eq!(cost_line(Vec::new(), 0), None);
+    }
 
     #[inline(never)]
     fn nested_capture(out: &mut Sample) {
