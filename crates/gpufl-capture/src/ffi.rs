@@ -275,6 +275,14 @@ pub unsafe extern "C" fn gpufl_test_capture_on_persistent_native_thread(
     .unwrap_or(-1)
 }
 
+/// Benchmark entry point: mean ns of one `process_vm_readv` of `iovecs` pieces (1..=32) of this
+/// process's memory, over `iters` calls (-1: refused).
+#[no_mangle]
+pub extern "C" fn gpufl_test_readv_cost(iovecs: u32, iters: u32) -> f64 {
+    std::panic::catch_unwind(|| crate::pyframes::xthread::readv_cost(iovecs as usize, iters))
+        .unwrap_or(-1.0)
+}
+
 /// Test/benchmark entry point: on one new native thread (no Python), a cold capture and then
 /// `iters` warm ones through the callback's capture code; writes [cold ns, mean warm ns, via_tid]
 /// into `out` (3 doubles). The caller waits in C with the GIL released.

@@ -28,7 +28,7 @@
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
 use std::sync::OnceLock;
 
-mod xthread;
+pub mod xthread;
 pub use xthread::unavailable_reason as cross_thread_unavailable;
 pub use xthread::{capture_other_thread, capture_other_thread_with, Resolver};
 pub use xthread::{choose, is_idle_wait_file, rank_key, Candidate};

@@ -484,6 +484,17 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
 /// call, and reading them again costs a few `process_vm_readv` calls (µs) per capture.
 pub const OTHER_REUSE_NS: u64 = 2_000_000;
 
+/// [`OTHER_REUSE_NS`], or `GPUFL_XTHREAD_REUSE_US` (µs; 0: read every time).
+fn other_reuse_ns() -> u64 {
+    static N: OnceLock<u64> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("GPUFL_XTHREAD_REUSE_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(OTHER_REUSE_NS, |us| us.saturating_mul(1000))
+    })
+}
+
 /// The Python frames this thread last read from another thread: (when, frames, ids, via tid).
 struct OtherCache {
     at: Option<std::time::Instant>,
@@ -515,7 +526,7 @@ fn reuse_other(
         .try_with(|c| {
             let c = c.try_borrow().ok()?;
             let at = c.at?;
-            if c.n == 0 || now.saturating_duration_since(at).as_nanos() as u64 >= OTHER_REUSE_NS {
+            if c.n == 0 || now.saturating_duration_since(at).as_nanos() as u64 >= other_reuse_ns() {
                 return None;
             }
             py[..c.n].copy_from_slice(&c.raw[..c.n]);
@@ -697,7 +708,11 @@ fn debug_cost_push(cost_ns: u64, line: std::fmt::Arguments) {
 
 /// The breakdown collected with `GPUFL_DEBUG_COST=1`.
 pub fn debug_cost_lines() -> Vec<String> {
-    DEBUG_COST.lock().map(|v| v.clone()).unwrap_or_default()
+    let mut v = DEBUG_COST.lock().map(|v| v.clone()).unwrap_or_default();
+    if debug_cost_enabled() {
+        v.push(pyframes::xthread::stats_line());
+    }
+    v
 }
 
 /// Capture the calling thread's stack with [`capture_into`] and describe it as JSON (for tests and

@@ -357,9 +357,11 @@ fn look(m: &SafeMem, rt: &Runtime, c: &mut Cache, ts: usize, tb: &mut [u8]) -> O
     let known = c.slots.iter().position(|e| e.ts == ts);
     if let Some(i) = known {
         if still_valid(m, rt, tb, &c.slots[i]) {
+            count(2);
             return Some(i);
         }
     }
+    count(3);
     if !m.read_into(ts, tb) {
         return None;
     }
@@ -483,9 +485,11 @@ fn capture_with_cache(
     // thread): when it is so, no other candidate needs looking at (one read when its stack is
     // unchanged, instead of reads of every thread).
     if let Some((i, tid)) = main_fast(m, rt, c, tb, own, holder, main_id) {
+        count(0);
         let n = emit(c, i, out, resolver);
         return (n > 0).then_some((n, tid));
     }
+    count(1);
     let mut ts = read_usize(m, interp + l.interp_threads_head)?;
     let mut best: Option<(Candidate, usize, u64)> = None;
     let mut seen = 0usize;
@@ -531,6 +535,50 @@ fn capture_with_cache(
     };
     let n = emit(c, i, out, resolver);
     (n > 0).then_some((n, tid))
+}
+
+/// What cross-thread captures did, counted for `GPUFL_DEBUG_COST=1`: [main thread taken without a
+/// full look, full looks, stacks proven unchanged by one read, stacks walked anew].
+pub static STATS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+fn count(i: usize) {
+    STATS[i].fetch_add(1, Ordering::Relaxed);
+}
+
+/// "cross-thread: main thread directly A, full looks B, stacks unchanged C, walked D".
+pub fn stats_line() -> String {
+    let v: Vec<u64> = STATS.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+    format!(
+        "cross-thread: main thread directly {}, full looks {}, stacks unchanged {}, walked {}",
+        v[0], v[1], v[2], v[3]
+    )
+}
+
+/// Mean cost of one `process_vm_readv` of `iovecs` (1..=34) 72-byte pieces of this thread's
+/// stack, ns over `iters` calls (benchmark of the system call the cross-thread path makes).
+pub fn readv_cost(iovecs: usize, iters: u32) -> f64 {
+    let Ok(m) = safe_mem() else {
+        return -1.0;
+    };
+    let src = [7u8; FRAME_BYTES * CHAIN_CHECK];
+    let k = iovecs.clamp(1, CHAIN_CHECK + 2).min(CHAIN_CHECK);
+    let mut dst = [0u8; FRAME_BYTES * CHAIN_CHECK];
+    let t = std::time::Instant::now();
+    for _ in 0..iters {
+        let mut reads: [(usize, &mut [u8]); CHAIN_CHECK] =
+            std::array::from_fn(|_| (0, &mut [][..]));
+        for (i, (r, chunk)) in reads
+            .iter_mut()
+            .zip(dst.chunks_mut(FRAME_BYTES))
+            .enumerate()
+        {
+            *r = (src.as_ptr() as usize + i * FRAME_BYTES, chunk);
+        }
+        if !m.read_many(std::hint::black_box(&mut reads[..k])) {
+            return -1.0;
+        }
+    }
+    t.elapsed().as_nanos() as f64 / iters.max(1) as f64
 }
 
 /// The interpreter's main thread state and its OS thread id, as last seen by a full look (0: not
