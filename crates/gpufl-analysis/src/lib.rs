@@ -27,6 +27,7 @@
 //! occupancy from [`occupancy`]).
 
 mod access;
+pub mod diff;
 pub mod error;
 pub mod insights;
 pub mod intervals;
