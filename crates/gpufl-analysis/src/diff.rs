@@ -688,11 +688,12 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
     })
 }
 
-/// `+12.3 %`, `-4.0 %`, or `new` for a change from 0.
+/// `+12.3 %`, `-4.0 %`, `×15.1` (from +1000 %), or `from 0` for a change from 0.
 pub fn pct_text(p: Option<f64>) -> String {
     match p {
+        Some(p) if p >= 1000.0 => format!("×{:.1}", 1.0 + p / 100.0),
         Some(p) => format!("{p:+.1} %"),
-        None => "new".to_string(),
+        None => "from 0".to_string(),
     }
 }
 
