@@ -218,7 +218,8 @@ fn total_row(out: &mut String, what: &str, d: &Delta, time: bool) {
     } else {
         pct_text(d.pct)
     };
-    let _ = writeln!(out, "    {what:<18} {b:>12} {n:>12} {delta:>13} {pct:>10}");
+    let row = format!("    {what:<18} {b:>12} {n:>12} {delta:>13} {pct:>10}");
+    let _ = writeln!(out, "{}", row.trim_end());
 }
 
 fn rate_text(r: &FDelta, unit: &str) -> String {
