@@ -71,7 +71,7 @@ fn parse_pct(s: &str) -> std::result::Result<f64, String> {
 
 /// One side of the comparison, as `--json` prints it.
 #[derive(Serialize)]
-struct Side {
+pub(crate) struct Side {
     session: String,
     command: Vec<String>,
     warnings: Vec<String>,
@@ -102,7 +102,7 @@ fn one_session(p: &Path) -> Result<PathBuf> {
     Ok(found.remove(0))
 }
 
-fn load(p: &Path, cfg: &Config, threads: usize) -> Result<(Side, Profile)> {
+pub(crate) fn load(p: &Path, cfg: &Config, threads: usize) -> Result<(Side, Profile)> {
     let dir = one_session(p)?;
     let mut reader = ParSessionReader::open(&dir, threads)?;
     let mut model = Model::load(reader.by_ref());
@@ -227,7 +227,7 @@ fn rate_text(r: &FDelta, unit: &str) -> String {
 }
 
 /// The text comparison. Every string from a trace is escaped for the terminal ([`esc`]).
-fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> String {
+pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> String {
     let mut out = String::new();
     let o = &mut out;
     let cap = |n: usize| if limit == 0 { n } else { n.min(limit) };
