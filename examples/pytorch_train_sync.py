@@ -37,16 +37,16 @@ def build(device="cuda", width=WIDTH, batch=BATCH):
     return model, opt, x, y
 
 
-def train_step(model, opt, x, y):
+def train_step(model, opt, x, y, extra_sync=False):
     opt.zero_grad(set_to_none=True)
     loss = F.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
     torch.cuda.synchronize()  # gpufl-example: in-loop sync
-    return loss
+    return extra_item(loss) if extra_sync else loss
 
 
-def main(steps=50, warmup=5, after_warmup=None, width=WIDTH, batch=BATCH):
+def main(steps=50, warmup=5, after_warmup=None, width=WIDTH, batch=BATCH, extra_sync=False):
     """Build, run `warmup` then `steps` train steps; return the last loss.
 
     after_warmup, if given, is called once between warmup and the measured steps
@@ -55,18 +55,27 @@ def main(steps=50, warmup=5, after_warmup=None, width=WIDTH, batch=BATCH):
         raise ValueError("need steps >= 1 and warmup >= 0")
     model, opt, x, y = build(width=width, batch=batch)
     for _ in range(warmup):
-        train_step(model, opt, x, y)
+        train_step(model, opt, x, y, extra_sync)
     if after_warmup is not None:
         after_warmup()
     loss = None
     for _ in range(steps):
-        loss = train_step(model, opt, x, y)
+        loss = train_step(model, opt, x, y, extra_sync)
     return loss.item()
+
+
+def extra_item(loss):
+    """--extra-sync (off by default): one more host read per step, the planted change of the
+    `gpufl diff` pair (scripts/gpu-phases/diffpair.sh): a device-to-host copy and a stream sync."""
+    loss.item()  # gpufl-example: planted extra sync (--extra-sync)
+    return loss
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--extra-sync", action="store_true",
+                    help="read the loss on the host every step (one more sync per step)")
     args = ap.parse_args()
-    print(f"final loss {main(args.steps, args.warmup):.6f}")
+    print(f"final loss {main(args.steps, args.warmup, extra_sync=args.extra_sync):.6f}")

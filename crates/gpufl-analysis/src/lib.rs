@@ -25,8 +25,12 @@
 //! `ecc-errors` (with a per-device telemetry summary); and the kernel rules `low-occupancy`,
 //! `register-spill` and `under-filled-grid`, over the kernel table ([`kernels`], with theoretical
 //! occupancy from [`occupancy`]).
+//!
+//! [`diff`] compares two analysed sessions (`gpufl diff`): a [`diff::Profile`] of each, then a
+//! typed [`diff::Diff`] of totals, kernels, sync and copy time per line, and insights.
 
 mod access;
+pub mod diff;
 pub mod error;
 pub mod insights;
 pub mod intervals;

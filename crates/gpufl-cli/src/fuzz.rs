@@ -595,8 +595,9 @@ fn make_input(seed: u64, corpus: &[Seed]) -> Input {
     Input { files, how }
 }
 
-/// Run what the CLI runs on a session directory: report (text and JSON), info, export (both
-/// formats), dump (resolved and raw). Returns the bytes of output (so nothing is optimized away).
+/// Run what the CLI runs on a session directory: report (text and JSON), info, diff (with
+/// itself), export (both formats), dump (resolved and raw). Returns the bytes of output (so
+/// nothing is optimized away).
 fn run_cli_paths(dir: &Path) -> usize {
     let mut n = 0;
     let cfg = gpufl_analysis::Config::default();
@@ -613,6 +614,20 @@ fn run_cli_paths(dir: &Path) -> usize {
         assert!(par_json == json, "3 threads report differently from 1");
     }
     n += crate::summary::info_text(dir).map_or(0, |s| s.len());
+    // Diff: a session against itself shows nothing and regresses nothing, at any threshold.
+    if let Ok((side, p)) = crate::diff::load(dir, &cfg, 1) {
+        let opts = gpufl_analysis::diff::Options {
+            threshold_pct: 0.0,
+            fail_on_regression_pct: Some(0.0),
+        };
+        let d = gpufl_analysis::diff::diff(&p, &p, &opts).expect("valid options");
+        assert!(
+            d.is_unchanged() && !d.regressed(),
+            "a session differs from itself"
+        );
+        n += crate::diff::render_text(&side, &side, &d, 0).len();
+        n += serde_json::to_string(&d).map_or(0, |s| s.len());
+    }
     // Export: both formats; the Chrome JSON of any input parses (exact escaping, no stray bytes).
     for format in [gpufl_export::Format::Perfetto, gpufl_export::Format::Chrome] {
         let opts = gpufl_export::Options {

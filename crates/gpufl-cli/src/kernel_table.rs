@@ -58,7 +58,7 @@ fn occupancy(r: &KernelRow) -> String {
 }
 
 /// A name of at most `n` characters.
-fn clip(s: &str, n: usize) -> String {
+pub(crate) fn clip(s: &str, n: usize) -> String {
     match s.char_indices().nth(n) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_string(),
@@ -67,7 +67,7 @@ fn clip(s: &str, n: usize) -> String {
 
 /// The kernel's signature without `void ` and its parameter list (the first `(` outside template
 /// brackets): tells template instantiations apart where the short names are the same.
-fn signature(name: &str) -> &str {
+pub(crate) fn signature(name: &str) -> &str {
     let n = name.strip_prefix("void ").unwrap_or(name);
     let mut depth = 0i32;
     for (i, c) in n.char_indices() {

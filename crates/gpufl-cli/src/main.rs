@@ -1,5 +1,6 @@
 //! `gpufl`: record CUDA programs and read the recordings.
 
+mod diff;
 mod dump;
 mod export;
 mod exporter;
@@ -52,6 +53,9 @@ enum Cmd {
     /// Write sessions as a timeline: Perfetto's protobuf trace or Chrome's JSON trace events
     /// (threads, GPU streams, launch → kernel flows, scopes, telemetry counters, insights).
     Export(export::ExportArgs),
+    /// Compare two sessions: wall, GPU busy, kernels, sync and copy time per line, insights new /
+    /// gone / changed. Exit status 3 with --fail-on-regression when something regressed beyond it.
+    Diff(diff::DiffArgs),
 }
 
 fn main() {
@@ -77,5 +81,6 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Trigger(args) => trigger::run(args),
         Cmd::Exporter(args) => exporter::run(args),
         Cmd::Export(args) => export::run(args),
+        Cmd::Diff(args) => diff::run(args),
     }
 }

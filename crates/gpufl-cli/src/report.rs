@@ -51,20 +51,8 @@ pub(crate) struct SessionReport {
 
 pub fn run(args: ReportArgs) -> Result<i32> {
     let dirs = expand_sessions(&args.sessions)?;
-    let mut filter = FrameFilter::default();
-    filter.include.extend(args.include.iter().cloned());
-    filter.include.extend(args.user_path.iter().cloned());
-    if let Ok(v) = std::env::var("GPUFL_USER_PATHS") {
-        filter
-            .include
-            .extend(v.split(':').filter(|p| !p.is_empty()).map(str::to_string));
-    }
-    filter.exclude.extend(args.exclude.iter().cloned());
-    let cfg = Config { filter };
-    let threads = match args.threads {
-        Some(n) if n > 0 => n.min(gpufl_trace::par::MAX_THREADS),
-        _ => gpufl_trace::default_threads(),
-    };
+    let cfg = config(&args.include, &args.exclude, &args.user_path);
+    let threads = threads(args.threads);
     let mut reports = Vec::new();
     for dir in dirs {
         reports.push(load(&dir, &cfg, threads)?);
@@ -80,6 +68,28 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     };
     crate::term::print(&render_text(&reports, color))?;
     Ok(0)
+}
+
+/// The analysis settings of `--include`, `--exclude`, `--user-path` and GPUFL_USER_PATHS.
+pub(crate) fn config(include: &[String], exclude: &[String], user_path: &[String]) -> Config {
+    let mut filter = FrameFilter::default();
+    filter.include.extend(include.iter().cloned());
+    filter.include.extend(user_path.iter().cloned());
+    if let Ok(v) = std::env::var("GPUFL_USER_PATHS") {
+        filter
+            .include
+            .extend(v.split(':').filter(|p| !p.is_empty()).map(str::to_string));
+    }
+    filter.exclude.extend(exclude.iter().cloned());
+    Config { filter }
+}
+
+/// `--threads N`, else GPUFL_THREADS, else every available core.
+pub(crate) fn threads(arg: Option<usize>) -> usize {
+    match arg {
+        Some(n) if n > 0 => n.min(gpufl_trace::par::MAX_THREADS),
+        _ => gpufl_trace::default_threads(),
+    }
 }
 
 /// Read, load and analyze one session directory.
@@ -139,7 +149,7 @@ impl Style {
     }
 }
 
-fn secs(ns: u64) -> String {
+pub(crate) fn secs(ns: u64) -> String {
     let s = ns as f64 / 1e9;
     if s >= 1.0 {
         format!("{s:.2} s")
