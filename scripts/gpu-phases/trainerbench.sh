@@ -30,10 +30,17 @@ if [ "${TRAINER_ROUNDS:-8}" -gt 0 ]; then
   for round in $(seq ${TRAINER_ROUNDS:-8}); do
     echo "{\"round\": $round}"
     order=$TMODES; [ $((round % 2)) = 0 ] && order=$(echo $TMODES | tr ' ' '\n' | tac | tr '\n' ' ')
-    for m in $order; do run_trainer $m --steps ${TRAINER_STEPS:-120} --warmup ${TRAINER_WARMUP:-20}; done
+    for m in $order; do
+      run_trainer $m --steps ${TRAINER_STEPS:-120} --warmup ${TRAINER_WARMUP:-20}; rc=$?
+      # A process that failed: its status, and its session kept for a look.
+      if [ $rc != 0 ]; then
+        echo "EXIT round $round mode $m status $rc"
+        mkdir -p "$OUT/failed/$round-$m"; cp -r "$TB"/*/ "$OUT/failed/$round-$m/" 2>/dev/null
+      fi
+    done
     # Keep the last round's sessions for the notices below.
     [ "$round" -lt "${TRAINER_ROUNDS:-8}" ] && rm -rf "$TB"/*/
-  done 2>&1 | grep '^{"' | tee -a "$OUT/trainerbench.jsonl"
+  done 2>&1 | tee -a "$OUT/trainerbench.log" | grep '^{"' | tee -a "$OUT/trainerbench.jsonl"
   $PY bench/summarize.py "$OUT/trainerbench.jsonl" | tee -a "$OUT/summary.txt"
 fi
 if [ "${TRAINER_TOGGLE_PROCS:-0}" -gt 0 ]; then

@@ -478,7 +478,6 @@ fn not_one_session_or_a_bad_percentage_is_an_error() {
 /// the line marked "planted extra sync". Kept as testdata/sessions/diffpair_base-… and
 /// diffpair_new-…; ignored until they are there.
 #[test]
-#[ignore = "needs testdata/sessions/diffpair_base-* and diffpair_new-* (scripts/gpu-phases/diffpair.sh)"]
 fn planted_extra_sync_pair() {
     let (b, n) = (session("diffpair_base-"), session("diffpair_new-"));
     let (rb, rn) = (report(&b), report(&n));
