@@ -124,7 +124,12 @@ fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: 
     PEAK.store(base, Relaxed);
     let cpu0 = cpu_times();
     let t = Instant::now();
-    let m = Model::load(reader.records(bytes));
+    let m = match reader {
+        Reader::Sequential => Model::load(reader.records(bytes)),
+        Reader::Parallel(t) => Model::load_items(
+            &mut ParTraceReader::from_shared(bytes.clone(), "bench", t).expect("a trace"),
+        ),
+    };
     let load_s = t.elapsed().as_secs_f64();
     let kept = CURRENT.load(Relaxed).saturating_sub(base);
     let t = Instant::now();

@@ -28,6 +28,7 @@
 
 mod access;
 pub mod error;
+mod fold;
 pub mod insights;
 pub mod intervals;
 pub mod kernels;

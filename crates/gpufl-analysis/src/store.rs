@@ -42,6 +42,33 @@ impl<T: Copy> Col<T> {
         self.len += 1;
     }
 
+    /// Append `v`, chunk by chunk (the same chunks as pushing each element).
+    pub(crate) fn extend_from_slice(&mut self, mut v: &[T]) {
+        self.len += v.len();
+        while !v.is_empty() {
+            let c = match self.chunks.last_mut() {
+                Some(c) if c.len() < CHUNK => c,
+                _ => {
+                    let cap = if self.chunks.is_empty() {
+                        v.len().clamp(16, CHUNK)
+                    } else {
+                        CHUNK
+                    };
+                    self.chunks.push(Vec::with_capacity(cap));
+                    self.chunks.last_mut().expect("just pushed")
+                }
+            };
+            let take = (CHUNK - c.len()).min(v.len());
+            if c.capacity() - c.len() < take {
+                // Only the first chunk grows: as a Vec would, never past a whole chunk.
+                let want = (c.capacity() * 2).max(c.len() + take).min(CHUNK);
+                c.reserve_exact(want - c.len());
+            }
+            c.extend_from_slice(&v[..take]);
+            v = &v[take..];
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -134,6 +161,25 @@ mod tests {
         assert!(c.iter().enumerate().all(|(i, v)| v == i as u64));
         // Data plus at most one partly filled chunk (and the chunk table).
         assert!(c.heap_bytes() <= (3 * CHUNK) * 8 + 1024);
+    }
+
+    #[test]
+    fn col_extend_is_push_by_push() {
+        let mut a = Col::default();
+        let mut b = Col::default();
+        let mut i = 0u64;
+        for n in [3usize, 40_000, 1, CHUNK, 70_000, 0, 5] {
+            let v: Vec<u64> = (i..i + n as u64).collect();
+            i += n as u64;
+            a.extend_from_slice(&v);
+            for &x in &v {
+                b.push(x);
+            }
+        }
+        assert_eq!(a.len(), b.len());
+        assert!(a.iter().eq(b.iter()));
+        assert!(a.chunks.iter().all(|c| c.capacity() <= CHUNK));
+        assert!(a.heap_bytes() <= b.heap_bytes() + CHUNK * 8);
     }
 
     #[test]

@@ -1,0 +1,305 @@
+//! Loading the [`Model`](crate::Model) on the reader's workers: each worker folds the records of
+//! the blocks it decoded into a [`Part`] (columns with the trace file's own ids, the distinct
+//! launch configurations, the ids in order of first reference), and the caller joins the parts
+//! in file order ([`Model::absorb`](crate::Model)), so that the model is the one
+//! [`Model::load`](crate::Model::load) builds record by record: the same global ids in the same
+//! order (strings, stacks and launches are numbered in order of first reference, which the part
+//! keeps), the same columns, the same counts.
+//!
+//! A part holds the timed records and API calls only (kernels, copies, memsets,
+//! synchronizations, `api` and `overhead` records): a block with any other record (interned
+//! strings, frames, stacks, call sites, telemetry, …) is handed out record by record as before.
+//! A part also keeps the order of its records (one byte each), so that a part whose devices go
+//! beyond [`MAX_DEVICES`](crate::model::MAX_DEVICES) can be replayed record by record.
+
+use crate::store::NONE;
+use crate::views::{copy_kind_to_u8, mem_kind_to_u8, sync_kind_to_u8, LaunchConfig, OP_MEMSET};
+use gpufl_trace::{BlockFold, Record};
+use std::any::Any;
+use std::collections::{HashMap, HashSet};
+
+/// Record kinds of a part, in file order (see [`Part::order`]).
+pub(crate) const K_KERNEL: u8 = 0;
+pub(crate) const K_COPY: u8 = 1;
+pub(crate) const K_SYNC: u8 = 2;
+pub(crate) const K_API: u8 = 3;
+pub(crate) const K_OTHER: u8 = 4;
+
+/// Local ids below this are looked up in a vector, others in a hash set.
+const DENSE_IDS: u32 = 1 << 16;
+
+/// A set of ids that remembers the order in which they were first added.
+#[derive(Default)]
+pub(crate) struct FirstSeen {
+    dense: Vec<bool>,
+    sparse: HashSet<u32>,
+    pub(crate) order: Vec<u32>,
+}
+
+impl FirstSeen {
+    #[inline]
+    fn note(&mut self, id: u32) {
+        let new = if id < DENSE_IDS {
+            let i = id as usize;
+            if i >= self.dense.len() {
+                self.dense.resize(i + 1, false);
+            }
+            !std::mem::replace(&mut self.dense[i], true)
+        } else {
+            self.sparse.insert(id)
+        };
+        if new {
+            self.order.push(id);
+        }
+    }
+}
+
+/// One block's kernels, copies, memsets, synchronizations and API calls, with the trace file's
+/// ids (kernel launches: indexes into `launches`).
+#[derive(Default)]
+pub(crate) struct Part {
+    pub(crate) k_start: Vec<u64>,
+    pub(crate) k_end: Vec<u64>,
+    pub(crate) k_corr: Vec<u32>,
+    pub(crate) k_launch: Vec<u32>,
+    pub(crate) k_stream: Vec<u32>,
+    pub(crate) k_ctx: Vec<u32>,
+    pub(crate) k_dev: Vec<u32>,
+    /// Distinct (file string id of the name, configuration) pairs, in order of first use.
+    pub(crate) launches: Vec<(u32, LaunchConfig)>,
+    pub(crate) c_start: Vec<u64>,
+    pub(crate) c_end: Vec<u64>,
+    pub(crate) c_bytes: Vec<u64>,
+    pub(crate) c_corr: Vec<u32>,
+    pub(crate) c_ctx: Vec<u32>,
+    pub(crate) c_stream: Vec<u32>,
+    pub(crate) c_dev: Vec<u32>,
+    pub(crate) c_op: Vec<u8>,
+    pub(crate) c_src: Vec<u8>,
+    pub(crate) c_dst: Vec<u8>,
+    pub(crate) memsets: u64,
+    pub(crate) s_start: Vec<u64>,
+    pub(crate) s_end: Vec<u64>,
+    pub(crate) s_tid: Vec<u64>,
+    pub(crate) s_corr: Vec<u32>,
+    pub(crate) s_ctx: Vec<u32>,
+    pub(crate) s_stream: Vec<u32>,
+    pub(crate) s_event: Vec<u32>,
+    /// File stack id, or [`NONE`].
+    pub(crate) s_stack: Vec<u32>,
+    pub(crate) s_kind: Vec<u8>,
+    pub(crate) a_start: Vec<u64>,
+    pub(crate) a_end: Vec<u64>,
+    pub(crate) a_tid: Vec<u64>,
+    pub(crate) a_corr: Vec<u32>,
+    /// File string id.
+    pub(crate) a_name: Vec<u32>,
+    pub(crate) a_cbid: Vec<u32>,
+    /// File string ids in order of first reference (kernel and API names).
+    pub(crate) strs: FirstSeen,
+    /// File stack ids in order of first reference.
+    pub(crate) stacks: FirstSeen,
+    /// Devices in order of first appearance, and distinct (ctx, device) pairs likewise.
+    pub(crate) devs: Vec<u32>,
+    pub(crate) ctx_devs: Vec<(u32, u32)>,
+    /// The kind of each record (`K_*`), in file order.
+    pub(crate) order: Vec<u8>,
+    /// Earliest start, latest end (or start), records that end before they start.
+    pub(crate) first_ns: u64,
+    pub(crate) last_ns: u64,
+    pub(crate) inverted: u64,
+}
+
+impl Part {
+    #[inline]
+    fn span(&mut self, start: u64, end: u64) {
+        if end < start {
+            self.inverted += 1;
+        }
+        self.first_ns = self.first_ns.min(start);
+        self.last_ns = self.last_ns.max(end.max(start));
+    }
+}
+
+/// Builds [`Part`]s on the reader's workers.
+pub(crate) struct ModelFold;
+
+/// A worker's lookups while folding one block.
+struct Folding {
+    p: Part,
+    /// Index in `p.launches` of each (name, configuration), and the last one of each name.
+    launch_index: HashMap<(u32, LaunchConfig), u32>,
+    last_launch: Vec<u32>,
+    seen_pairs: HashSet<(u32, u32)>,
+    last_pair: Option<(u32, u32)>,
+}
+
+impl Folding {
+    #[inline]
+    fn gpu(&mut self, ctx: u32, dev: u32) {
+        if self.last_pair == Some((ctx, dev)) {
+            return;
+        }
+        self.last_pair = Some((ctx, dev));
+        if self.seen_pairs.insert((ctx, dev)) {
+            self.p.ctx_devs.push((ctx, dev));
+            if !self.p.devs.contains(&dev) {
+                self.p.devs.push(dev);
+            }
+        }
+    }
+
+    #[inline]
+    fn launch(&mut self, name: u32, cfg: LaunchConfig) -> u32 {
+        if let Some(&l) = self.last_launch.get(name as usize) {
+            if l != NONE && self.p.launches[l as usize].1 == cfg {
+                return l;
+            }
+        }
+        self.p.strs.note(name);
+        let launches = &mut self.p.launches;
+        let l = *self.launch_index.entry((name, cfg)).or_insert_with(|| {
+            launches.push((name, cfg));
+            (launches.len() - 1) as u32
+        });
+        if name < DENSE_IDS {
+            let slot = name as usize;
+            if slot >= self.last_launch.len() {
+                self.last_launch.resize(slot + 1, NONE);
+            }
+            self.last_launch[slot] = l;
+        }
+        l
+    }
+
+    fn record(&mut self, rec: Record) {
+        match rec {
+            Record::Kernel(k) => {
+                self.p.order.push(K_KERNEL);
+                self.gpu(k.ctx, k.dev);
+                self.p.span(k.start, k.end);
+                let cfg = LaunchConfig {
+                    grid: k.grid,
+                    block: k.block,
+                    regs: k.regs,
+                    smem_static: k.smem_static,
+                    smem_dynamic: k.smem_dynamic,
+                    local_mem: k.local_mem,
+                    smem_executed: k.smem_executed,
+                };
+                let l = self.launch(k.name.0, cfg);
+                let p = &mut self.p;
+                p.k_launch.push(l);
+                p.k_start.push(k.start);
+                p.k_end.push(k.end);
+                p.k_corr.push(k.corr);
+                p.k_stream.push(k.stream);
+                p.k_ctx.push(k.ctx);
+                p.k_dev.push(k.dev);
+            }
+            Record::Memcpy(r) => {
+                self.gpu(r.ctx, r.dev);
+                let ops = [
+                    copy_kind_to_u8(r.kind),
+                    mem_kind_to_u8(r.src_kind),
+                    mem_kind_to_u8(r.dst_kind),
+                ];
+                self.copy(
+                    (r.start, r.end, r.bytes),
+                    [r.corr, r.ctx, r.stream, r.dev],
+                    ops,
+                );
+            }
+            Record::Memset(r) => {
+                self.gpu(r.ctx, r.dev);
+                self.p.memsets += 1;
+                let ops = [OP_MEMSET, mem_kind_to_u8(r.mem_kind), 0];
+                self.copy(
+                    (r.start, r.end, r.bytes),
+                    [r.corr, r.ctx, r.stream, r.dev],
+                    ops,
+                );
+            }
+            Record::Sync(s) => {
+                let p = &mut self.p;
+                p.order.push(K_SYNC);
+                p.span(s.start, s.end);
+                let stack = s.stack.map_or(NONE, |id| {
+                    p.stacks.note(id.0);
+                    id.0
+                });
+                p.s_start.push(s.start);
+                p.s_end.push(s.end);
+                p.s_tid.push(s.tid.unwrap_or(u64::MAX));
+                p.s_corr.push(s.corr);
+                p.s_ctx.push(s.ctx);
+                p.s_stream.push(s.stream.unwrap_or(NONE));
+                p.s_event.push(s.event.unwrap_or(NONE));
+                p.s_stack.push(stack);
+                p.s_kind.push(sync_kind_to_u8(s.kind));
+            }
+            Record::Api(a) => {
+                let p = &mut self.p;
+                p.order.push(K_API);
+                p.span(a.start, a.end);
+                p.strs.note(a.name.0);
+                p.a_start.push(a.start);
+                p.a_end.push(a.end);
+                p.a_tid.push(a.tid);
+                p.a_corr.push(a.corr);
+                p.a_name.push(a.name.0);
+                p.a_cbid.push(a.cbid);
+            }
+            // Only what `takes` accepts comes here; the rest (overhead) changes nothing.
+            _ => self.p.order.push(K_OTHER),
+        }
+    }
+
+    fn copy(&mut self, (start, end, bytes): (u64, u64, u64), ids: [u32; 4], ops: [u8; 3]) {
+        let p = &mut self.p;
+        p.order.push(K_COPY);
+        p.span(start, end);
+        p.c_start.push(start);
+        p.c_end.push(end);
+        p.c_bytes.push(bytes);
+        p.c_corr.push(ids[0]);
+        p.c_ctx.push(ids[1]);
+        p.c_stream.push(ids[2]);
+        p.c_dev.push(ids[3]);
+        p.c_op.push(ops[0]);
+        p.c_src.push(ops[1]);
+        p.c_dst.push(ops[2]);
+    }
+}
+
+impl BlockFold for ModelFold {
+    fn takes(&self, rec: &Record) -> bool {
+        match rec {
+            Record::Kernel(_)
+            | Record::Memcpy(_)
+            | Record::Memset(_)
+            | Record::Api(_)
+            | Record::Overhead(_) => true,
+            // A stack id of `NONE` (never written) would read as no stack.
+            Record::Sync(s) => s.stack.is_none_or(|id| id.0 != NONE),
+            _ => false,
+        }
+    }
+
+    fn fold(&self, recs: &mut dyn Iterator<Item = Record>) -> Box<dyn Any + Send> {
+        let mut f = Folding {
+            p: Part {
+                first_ns: u64::MAX,
+                ..Part::default()
+            },
+            launch_index: HashMap::new(),
+            last_launch: Vec::new(),
+            seen_pairs: HashSet::new(),
+            last_pair: None,
+        };
+        for r in recs {
+            f.record(r);
+        }
+        Box::new(f.p)
+    }
+}
