@@ -303,3 +303,201 @@ impl BlockFold for ModelFold {
         Box::new(f.p)
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::{analyze, Config, Model};
+    use gpufl_trace::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Parts taken (and of them replayed record by record) on this thread.
+        pub(crate) static ABSORBED: Cell<usize> = const { Cell::new(0) };
+        pub(crate) static REPLAYED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// A trace of `blocks` blocks of kernels (names first used inside later blocks), copies,
+    /// memsets, synchronizations with and without stacks, API calls and overhead records, on
+    /// `devs` devices; a block of the middle holds a string record (read record by record).
+    fn trace(blocks: usize, devs: u32) -> Vec<u8> {
+        let header = Header {
+            session_id: "fold-1".into(),
+            pid: devs,
+            ..Header::default()
+        };
+        let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+        let file = w.intern_str("/app/x.cu").unwrap();
+        let frame = w
+            .intern_frame(FrameData {
+                kind: FrameKind::Native,
+                module: Some(file),
+                offset: Some(1),
+                func: None,
+                file: Some(file),
+                line: Some(3),
+                inlined: false,
+                text: None,
+            })
+            .unwrap();
+        let stack = w.intern_stack(&[frame]).unwrap();
+        let mut names = vec![w.intern_str("kern_a").unwrap()];
+        let api = w.intern_str("cudaLaunchKernel").unwrap();
+        w.end_block().unwrap();
+        let mut t = 1_000u64;
+        let mut corr = 0;
+        for b in 0..blocks {
+            if b == blocks / 2 {
+                names.push(w.intern_str(&format!("kern_{b}")).unwrap());
+            }
+            for i in 0..500u32 {
+                t += 100 + (i as u64 * 37) % 300;
+                corr += 1;
+                let dev = (i + b as u32) % devs;
+                let rec = match i % 10 {
+                    0 => Record::Sync(Sync {
+                        start: t,
+                        end: t + 50,
+                        ctx: 1,
+                        stream: Some(7),
+                        corr,
+                        tid: Some(9),
+                        stack: (i % 20 == 0).then_some(stack),
+                        ..Sync::default()
+                    }),
+                    1 => Record::Memcpy(Memcpy {
+                        bytes: 4096,
+                        start: t,
+                        end: t + 300,
+                        dev,
+                        ctx: 1 + dev,
+                        stream: 13,
+                        corr,
+                        ..Memcpy::default()
+                    }),
+                    2 => Record::Memset(Memset {
+                        bytes: 64,
+                        start: t + 10,
+                        end: t,
+                        dev,
+                        ctx: 1 + dev,
+                        corr,
+                        ..Memset::default()
+                    }),
+                    3 => Record::Api(Api {
+                        name: api,
+                        start: t,
+                        end: t + 20,
+                        tid: 9,
+                        corr,
+                        ..Api::default()
+                    }),
+                    _ => Record::Kernel(Kernel {
+                        name: names[(i as usize / 3) % names.len()],
+                        start: t,
+                        end: t + 400 + (i as u64 % 7) * 100,
+                        dev,
+                        ctx: 1 + dev,
+                        stream: 7 + i % 2,
+                        corr,
+                        grid: [1 + (i % 3) as i32 * 100, 1, 1],
+                        block: [128, 1, 1],
+                        regs: 32,
+                        ..Kernel::default()
+                    }),
+                };
+                w.write(&rec).unwrap();
+            }
+            w.end_block().unwrap();
+        }
+        w.finish(0, "exit").unwrap()
+    }
+
+    /// Loads `bytes` both ways, checks the models are the same; the parts folded and replayed.
+    fn same(bytes: Vec<u8>, threads: usize) -> (usize, usize) {
+        ABSORBED.with(|c| c.set(0));
+        REPLAYED.with(|c| c.set(0));
+        let one = Model::load(TraceReader::from_bytes(bytes.clone(), "t").unwrap());
+        let mut r = ParTraceReader::from_bytes(bytes, "t", threads).unwrap();
+        let par = Model::load_items(&mut r);
+        assert!(!r.is_sequential() || threads == 1);
+        for (a, b) in [
+            (format!("{:?}", one.kernels), format!("{:?}", par.kernels)),
+            (format!("{:?}", one.copies), format!("{:?}", par.copies)),
+            (format!("{:?}", one.syncs), format!("{:?}", par.syncs)),
+            (format!("{:?}", one.apis), format!("{:?}", par.apis)),
+            (format!("{:?}", one.strings), format!("{:?}", par.strings)),
+            (format!("{:?}", one.stacks), format!("{:?}", par.stacks)),
+            (format!("{:?}", one.launches), format!("{:?}", par.launches)),
+            (format!("{:?}", one.configs), format!("{:?}", par.configs)),
+        ] {
+            assert_eq!(a, b);
+        }
+        assert_eq!(one.devices(), par.devices());
+        assert_eq!(one.time_range(), par.time_range());
+        assert_eq!(one.memset_count(), par.memset_count());
+        assert_eq!(one.warnings(), par.warnings());
+        for d in 0..100 {
+            assert_eq!(one.device_of_ctx(d), par.device_of_ctx(d));
+        }
+        let cfg = Config::default();
+        let (a, b) = (analyze(&one, &cfg), analyze(&par, &cfg));
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            serde_json::to_string(&b).unwrap()
+        );
+        (ABSORBED.with(|c| c.get()), REPLAYED.with(|c| c.get()))
+    }
+
+    #[test]
+    fn folded_load_is_record_by_record_load() {
+        for threads in [1, 2, 3] {
+            let (folded, replayed) = same(trace(12, 2), threads);
+            // Every block but the first (interned records) and the middle one (a string).
+            assert_eq!(
+                folded,
+                if threads == 1 { 0 } else { 11 },
+                "{threads} threads"
+            );
+            assert_eq!(replayed, 0);
+        }
+    }
+
+    #[test]
+    fn folded_load_of_a_session_of_two_files_is_record_by_record_load() {
+        // The second file's ids restart at 0: its parts map them to the model's anew.
+        let dir = std::env::temp_dir().join(format!("gpufl-fold-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("trace-0000.ndjson.zst"), trace(9, 1)).unwrap();
+        std::fs::write(dir.join("trace-0001.ndjson.zst"), trace(4, 2)).unwrap();
+        let one = Model::load(SessionReader::open(&dir).unwrap());
+        for threads in [1, 3] {
+            ABSORBED.with(|c| c.set(0));
+            let mut r = ParSessionReader::open(&dir, threads).unwrap();
+            let par = Model::load_items(&mut r);
+            assert_eq!(
+                ABSORBED.with(|c| c.get()),
+                if threads == 1 { 0 } else { 8 + 3 }
+            );
+            assert_eq!(one.files(), 2);
+            assert_eq!(format!("{:?}", one.kernels), format!("{:?}", par.kernels));
+            assert_eq!(format!("{:?}", one.strings), format!("{:?}", par.strings));
+            assert_eq!(format!("{:?}", one.launches), format!("{:?}", par.launches));
+            assert_eq!(format!("{:?}", one.apis), format!("{:?}", par.apis));
+            assert_eq!(format!("{:?}", one.syncs), format!("{:?}", par.syncs));
+            let cfg = Config::default();
+            assert_eq!(
+                serde_json::to_string(&analyze(&one, &cfg)).unwrap(),
+                serde_json::to_string(&analyze(&par, &cfg)).unwrap()
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn folded_load_replays_a_part_with_a_device_too_many() {
+        // 70 devices: the parts that bring devices past the limit are taken record by record.
+        let (folded, replayed) = same(trace(12, 70), 3);
+        assert_eq!(folded, 11);
+        assert!(replayed > 0 && replayed < folded, "{replayed}");
+    }
+}

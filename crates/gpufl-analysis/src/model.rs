@@ -205,9 +205,12 @@ impl Model {
     /// Take a block's part: what [`Model::observe`] does with each of its records, column by
     /// column (record by record when some device of the part is one too many).
     fn absorb(&mut self, ld: &mut Loader, mut p: Part) {
-        let beyond = p.devs.iter().any(|d| {
-            self.devices.binary_search(d).is_err() && self.devices.len() >= MAX_DEVICES
-        });
+        #[cfg(test)]
+        crate::fold::tests::ABSORBED.with(|c| c.set(c.get() + 1));
+        let beyond = p
+            .devs
+            .iter()
+            .any(|d| self.devices.binary_search(d).is_err() && self.devices.len() >= MAX_DEVICES);
         if beyond {
             self.replay(ld, &p);
             return;
@@ -300,6 +303,8 @@ impl Model {
 
     /// A part record by record, in file order, as [`Model::observe`] takes the records.
     fn replay(&mut self, ld: &mut Loader, p: &Part) {
+        #[cfg(test)]
+        crate::fold::tests::REPLAYED.with(|c| c.set(c.get() + 1));
         let (mut k, mut c, mut y, mut a) = (0, 0, 0, 0);
         for &kind in &p.order {
             match kind {
