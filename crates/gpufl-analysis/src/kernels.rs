@@ -185,6 +185,12 @@ fn figures(l: Option<&SmLimits>, c: &LaunchConfig) -> (Option<Occupancy>, Option
 
 /// Build the kernel table.
 pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
+    table_on(m, busy, 1)
+}
+
+/// [`table`], the rows (each a name on a device: the union, order statistics and variants of its
+/// kernels) computed on up to `threads` threads.
+pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     let nk = m.kernel_count();
     if nk == 0 {
         return KernelTable::default();
@@ -347,14 +353,26 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
                 .sum()
         })
         .collect();
-    let mut rows: Vec<KernelRow> = Vec::new();
-    for &(g, di, slot) in &order {
+    // Each slot's kernels, in (group, device) order.
+    let mut runs: Vec<Option<&mut [(u64, u64)]>> = Vec::with_capacity(nslots);
+    let mut rest = &mut pairs[..];
+    for s in 0..nslots {
+        let (run, r) = std::mem::take(&mut rest).split_at_mut(offsets[s + 1] - offsets[s]);
+        runs.push(Some(run));
+        rest = r;
+    }
+    let tasks: Vec<std::sync::Mutex<Option<(usize, usize, &mut [(u64, u64)])>>> = order
+        .iter()
+        .map(|&(g, di, slot)| std::sync::Mutex::new(runs[slot].take().map(|r| (g, di, r))))
+        .collect();
+    drop(runs);
+    let row = |t: usize| -> Option<KernelRow> {
+        let (g, di, run) = tasks[t].lock().ok()?.take()?;
         let names = &group_names[g];
-        let Some(&dev) = devs.get(di) else { continue };
+        let &dev = devs.get(di)?;
         {
-            let run = &mut pairs[offsets[slot]..offsets[slot + 1]];
             if run.is_empty() {
-                continue;
+                return None;
             }
             // Records come nearly in start order; the union needs them exactly so.
             if !run.is_sorted() {
@@ -419,12 +437,10 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
             variants.sort_by(|a, b| {
                 (b.gpu_ns, b.launches, a.config_id).cmp(&(a.gpu_ns, a.launches, b.config_id))
             });
-            let Some(top) = variants.first() else {
-                continue;
-            };
+            let top = variants.first()?;
             let device_busy_ns = dev_busy[di];
             let name = m.str(StrId(names[0])).to_string();
-            rows.push(KernelRow {
+            Some(KernelRow {
                 library: is_library_kernel(&name),
                 stack_frame: frames.get(name.as_str()).copied(),
                 name,
@@ -445,9 +461,14 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
                 waves: top.waves,
                 name_ids: names.clone(),
                 variants,
-            });
+            })
         }
-    }
+    };
+    // Rows are unique per (name, device): the order below does not depend on the threads.
+    let mut rows: Vec<KernelRow> = crate::work::pieces(tasks.len(), threads, row)
+        .into_iter()
+        .flatten()
+        .collect();
     rows.sort_by(|a, b| {
         b.total_ns
             .cmp(&a.total_ns)

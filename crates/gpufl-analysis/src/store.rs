@@ -81,6 +81,21 @@ impl<T: Copy> Col<T> {
         self.chunks.iter().flat_map(|c| c.iter().copied())
     }
 
+    /// Elements `a..b` (`a <= b <= len`).
+    pub(crate) fn iter_range(&self, a: usize, b: usize) -> impl Iterator<Item = T> + Clone + '_ {
+        let first = a >> CHUNK_BITS;
+        let last = b.div_ceil(CHUNK).min(self.chunks.len());
+        self.chunks[first.min(last)..last]
+            .iter()
+            .enumerate()
+            .flat_map(move |(j, c)| {
+                let base = (first + j) << CHUNK_BITS;
+                let lo = a.saturating_sub(base).min(c.len());
+                let hi = b.saturating_sub(base).min(c.len());
+                c[lo..hi].iter().copied()
+            })
+    }
+
     /// Bytes of heap memory held (capacity, not length).
     pub(crate) fn heap_bytes(&self) -> usize {
         self.chunks.iter().map(|c| c.capacity()).sum::<usize>() * std::mem::size_of::<T>()
@@ -178,6 +193,16 @@ mod tests {
         }
         assert_eq!(a.len(), b.len());
         assert!(a.iter().eq(b.iter()));
+        for (x, y) in [
+            (0, 0),
+            (0, 3),
+            (2, 40_000),
+            (65_000, 70_000),
+            (0, a.len()),
+            (a.len(), a.len()),
+        ] {
+            assert!(a.iter_range(x, y).eq((x..y).map(|i| i as u64)), "{x}..{y}");
+        }
         assert!(a.chunks.iter().all(|c| c.capacity() <= CHUNK));
         assert!(a.heap_bytes() <= b.heap_bytes() + CHUNK * 8);
     }
