@@ -14,7 +14,7 @@
 
 use crate::store::NONE;
 use crate::views::{copy_kind_to_u8, mem_kind_to_u8, sync_kind_to_u8, LaunchConfig, OP_MEMSET};
-use gpufl_trace::{BlockFold, Record};
+use gpufl_trace::{BlockFold, Counts, Record};
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
 
@@ -286,9 +286,49 @@ impl BlockFold for ModelFold {
         }
     }
 
-    fn fold(&self, recs: &mut dyn Iterator<Item = Record>) -> Box<dyn Any + Send> {
+    fn fold(&self, counts: &Counts, recs: &mut dyn Iterator<Item = Record>) -> Box<dyn Any + Send> {
+        let n = |c: u64| usize::try_from(c).unwrap_or(0);
+        let (k, c, s, a) = (
+            n(counts.kernels),
+            n(counts.memcpys.saturating_add(counts.memsets)),
+            n(counts.syncs),
+            n(counts.apis),
+        );
         let mut f = Folding {
             p: Part {
+                k_start: Vec::with_capacity(k),
+                k_end: Vec::with_capacity(k),
+                k_corr: Vec::with_capacity(k),
+                k_launch: Vec::with_capacity(k),
+                k_stream: Vec::with_capacity(k),
+                k_ctx: Vec::with_capacity(k),
+                k_dev: Vec::with_capacity(k),
+                c_start: Vec::with_capacity(c),
+                c_end: Vec::with_capacity(c),
+                c_bytes: Vec::with_capacity(c),
+                c_corr: Vec::with_capacity(c),
+                c_ctx: Vec::with_capacity(c),
+                c_stream: Vec::with_capacity(c),
+                c_dev: Vec::with_capacity(c),
+                c_op: Vec::with_capacity(c),
+                c_src: Vec::with_capacity(c),
+                c_dst: Vec::with_capacity(c),
+                s_start: Vec::with_capacity(s),
+                s_end: Vec::with_capacity(s),
+                s_tid: Vec::with_capacity(s),
+                s_corr: Vec::with_capacity(s),
+                s_ctx: Vec::with_capacity(s),
+                s_stream: Vec::with_capacity(s),
+                s_event: Vec::with_capacity(s),
+                s_stack: Vec::with_capacity(s),
+                s_kind: Vec::with_capacity(s),
+                a_start: Vec::with_capacity(a),
+                a_end: Vec::with_capacity(a),
+                a_tid: Vec::with_capacity(a),
+                a_corr: Vec::with_capacity(a),
+                a_name: Vec::with_capacity(a),
+                a_cbid: Vec::with_capacity(a),
+                order: Vec::with_capacity(k + c + s + a),
                 first_ns: u64::MAX,
                 ..Part::default()
             },

@@ -121,9 +121,11 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
 pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
     let busy = DeviceBusy::new_on(m, threads);
     let totals = totals::totals_with(m, &busy);
-    let cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
-    // The kernel table's rows on the threads the other two groups leave.
+    // The kernel rules' passes on the threads the other two groups leave.
     let inner = if threads > 3 { threads - 2 } else { 1 };
+    let mut cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
+    cx.threads = inner;
+    let cx = cx;
     let kernel_rules = || {
         let kernels = kernels::table_on(m, &busy, inner);
         let mut found = insights::low_occupancy::run(&cx, &kernels);

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Rows per piece of a pass over the columns (a piece's transient memory is bounded by it).
-pub(crate) const PIECE_ROWS: usize = 1 << 20;
+pub(crate) const PIECE_ROWS: usize = 1 << 18;
 
 /// The pieces of `n` rows: `(start, end)` ranges of at most [`PIECE_ROWS`] rows, in order.
 pub(crate) fn row_pieces(n: usize) -> Vec<(usize, usize)> {

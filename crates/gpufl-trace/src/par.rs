@@ -50,8 +50,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 pub trait BlockFold: Send + Sync {
     /// Whether a record may be folded (asked of every record of a block before folding it).
     fn takes(&self, rec: &Record) -> bool;
-    /// Fold a block's records, in file order.
-    fn fold(&self, recs: &mut dyn Iterator<Item = Record>) -> Box<dyn Any + Send>;
+    /// Fold a block's records, in file order (`counts`: theirs, to size what the fold builds).
+    fn fold(&self, counts: &Counts, recs: &mut dyn Iterator<Item = Record>) -> Box<dyn Any + Send>;
 }
 
 /// What a reader with a [`BlockFold`] hands out: a record, or a block's records folded.
@@ -221,7 +221,7 @@ fn process(
                 Line::Rec(r) => Some(r),
                 _ => None,
             });
-            b.folded = Some((f.fold(&mut recs), n, counts));
+            b.folded = Some((f.fold(&counts, &mut recs), n, counts));
         }
         _ => b.items = items,
     }
