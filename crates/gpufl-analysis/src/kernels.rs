@@ -183,7 +183,10 @@ fn figures(l: Option<&SmLimits>, c: &LaunchConfig) -> (Option<Occupancy>, Option
     (o, w)
 }
 
-/// Marks a slot whose kernels were in start order (see [`Union`]).
+/// A slot's work for one thread: its name group, device index, busy time and durations.
+type SlotRun<'a> = (usize, usize, u64, &'a mut [u64]);
+
+/// `index` of a slot whose kernels came in start order (its union needs no second pass).
 const NOT_LISTED: usize = usize::MAX;
 
 /// The union of a slot's kernel intervals, swept while they come in start order.
@@ -440,7 +443,7 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
         runs.push(Some(run));
         rest = r;
     }
-    let tasks: Vec<std::sync::Mutex<Option<(usize, usize, u64, &mut [u64])>>> = order
+    let tasks: Vec<std::sync::Mutex<Option<SlotRun>>> = order
         .iter()
         .map(|&(g, di, slot)| {
             let busy = unions[slot].busy_ns();
