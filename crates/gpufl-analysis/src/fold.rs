@@ -541,3 +541,59 @@ pub(crate) mod tests {
         assert!(replayed > 0 && replayed < folded, "{replayed}");
     }
 }
+
+#[cfg(test)]
+mod threads_tests {
+    use crate::{analyze_on, Config, Model};
+    use gpufl_trace::*;
+
+    #[test]
+    fn analysis_on_many_threads_is_the_one_thread_analysis() {
+        // More kernels than one piece of a pass (work::PIECE_ROWS), on two devices, a few out of
+        // start order (a slot swept again), small grids (under-filled-grid's passes run).
+        let header = Header {
+            gpus: vec![Gpu {
+                index: 0,
+                sm_count: 132,
+                ..Gpu::default()
+            }],
+            ..Header::default()
+        };
+        let mut recs = vec![Record::Header(Box::new(header))];
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            recs.push(Record::Str(StrRecord {
+                id: StrId(i as u32),
+                s: name.to_string(),
+            }));
+        }
+        let mut t = 1_000u64;
+        for i in 0..600_000u64 {
+            t += 30_000 + (i * 7919) % 900;
+            let start = if i % 100_003 == 7 { t - 200_000 } else { t };
+            recs.push(Record::Kernel(Kernel {
+                name: StrId((i % 3) as u32),
+                start,
+                end: start + 20_000 + (i % 11) * 700,
+                dev: (i % 5 == 0) as u32,
+                ctx: 1,
+                stream: 7 + (i % 2) as u32,
+                corr: i as u32,
+                grid: [4 + (i % 3) as i32, 1, 1],
+                block: [128, 1, 1],
+                regs: 32,
+                ..Kernel::default()
+            }));
+        }
+        let m = Model::load(recs);
+        let cfg = Config::default();
+        let one = serde_json::to_string(&analyze_on(&m, &cfg, 1)).unwrap();
+        for t in [2, 4, 7] {
+            assert_eq!(
+                one,
+                serde_json::to_string(&analyze_on(&m, &cfg, t)).unwrap(),
+                "{t} threads"
+            );
+        }
+        assert!(one.contains("under-filled-grid"), "the rule ran");
+    }
+}
