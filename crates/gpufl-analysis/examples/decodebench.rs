@@ -124,9 +124,15 @@ fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: 
     PEAK.store(base, Relaxed);
     let cpu0 = cpu_times();
     let t = Instant::now();
-    let m = Model::load(reader.records(bytes));
+    let m = match reader {
+        Reader::Sequential => Model::load(reader.records(bytes)),
+        Reader::Parallel(t) => Model::load_items(
+            &mut ParTraceReader::from_shared(bytes.clone(), "bench", t).expect("a trace"),
+        ),
+    };
     let load_s = t.elapsed().as_secs_f64();
     let kept = CURRENT.load(Relaxed).saturating_sub(base);
+    let load_peak = PEAK.load(Relaxed).saturating_sub(base);
     let t = Instant::now();
     let a = analyze_on(&m, &Config::default(), threads);
     let analyze_s = t.elapsed().as_secs_f64();
@@ -144,8 +150,9 @@ fn run(reader: Reader, bytes: &Arc<Vec<u8>>, n: usize, rep: usize, decode_only: 
         "{{\"reader\":\"{name}\",\"threads\":{threads},\"rep\":{rep},\"records\":{n},\
          \"decode_only_s\":{decode_s:.4},\"decode_load_s\":{load_s:.4},\"analyze_s\":{analyze_s:.4},\
          \"total_s\":{total:.4},\"user_s\":{user_s:.2},\"sys_s\":{sys_s:.2},\"records_per_s\":{per_s:.0},\"model_bytes_per_record\":{:.1},\
-         \"peak_bytes_per_record\":{:.1},\"insights\":{}}}",
+         \"load_peak_bytes_per_record\":{:.1},\"peak_bytes_per_record\":{:.1},\"insights\":{}}}",
         kept as f64 / n as f64,
+        load_peak as f64 / n as f64,
         peak as f64 / n as f64,
         a.insights.len()
     );

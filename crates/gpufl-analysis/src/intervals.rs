@@ -1,6 +1,8 @@
 //! Interval arithmetic over GPU activity: union length (busy time) and the idle gap after an instant.
 
 use crate::model::Model;
+use crate::store::Col;
+use crate::work::{pieces, row_pieces};
 
 /// Length of the union of half-open intervals `[start, end)`, which may overlap (kernels on
 /// concurrent streams, copies under kernels). Sorts `intervals` in place; empty or inverted intervals
@@ -41,23 +43,50 @@ pub struct DeviceBusy {
 impl DeviceBusy {
     /// Build from a model's kernels, copies and memsets.
     pub fn new(m: &Model) -> DeviceBusy {
+        Self::new_on(m, 1)
+    }
+
+    /// [`DeviceBusy::new`] on up to `threads` threads: each piece of the kernels and of the
+    /// copies is merged alone, then the pieces' unions are merged (a union of unions: the same
+    /// intervals).
+    pub fn new_on(m: &Model, threads: usize) -> DeviceBusy {
         let mut devs = Vec::new();
         let k = &m.kernels;
         let c = &m.copies;
-        let kernels = k.start.iter().zip(k.end.iter()).zip(k.dev.iter());
-        let copies = c.start.iter().zip(c.end.iter()).zip(c.dev.iter());
+        let (kp, cp) = (row_pieces(k.start.len()), row_pieces(c.start.len()));
+        let all = m.devices().len() == 1;
         for &dev in m.devices() {
-            let mut iv: Vec<(u64, u64)> = Vec::with_capacity(k.start.len() + c.start.len());
-            let all = m.devices().len() == 1;
-            iv.extend(
-                kernels
-                    .clone()
-                    .chain(copies.clone())
-                    .filter(|&(_, d)| all || d == dev)
-                    .map(|(se, _)| se),
-            );
-            let n = merge(&mut iv).len();
-            iv.truncate(n);
+            let piece = |i: usize| {
+                let mut iv: Vec<(u64, u64)> = Vec::new();
+                let mut add = |start: &Col<u64>, end: &Col<u64>, d: &Col<u32>, (a, b)| {
+                    iv.reserve(b - a);
+                    iv.extend(
+                        start
+                            .iter_range(a, b)
+                            .zip(end.iter_range(a, b))
+                            .zip(d.iter_range(a, b))
+                            .filter(|&(_, d)| all || d == dev)
+                            .map(|(se, _)| se),
+                    );
+                };
+                match kp.get(i) {
+                    Some(&r) => add(&k.start, &k.end, &k.dev, r),
+                    None => add(&c.start, &c.end, &c.dev, cp[i - kp.len()]),
+                }
+                let n = merge(&mut iv).len();
+                iv.truncate(n);
+                iv.shrink_to_fit();
+                iv
+            };
+            let parts = pieces(kp.len() + cp.len(), threads, piece);
+            let mut iv: Vec<(u64, u64)> = if parts.len() == 1 {
+                parts.into_iter().flatten().collect()
+            } else {
+                let mut iv: Vec<(u64, u64)> = parts.into_iter().flatten().collect();
+                let n = merge(&mut iv).len();
+                iv.truncate(n);
+                iv
+            };
             iv.shrink_to_fit();
             devs.push((dev, iv));
         }

@@ -143,19 +143,19 @@ impl KernelTable {
 /// `(median, p99)` of the first fields, as the other rules compute them (median of an even count:
 /// the lower middle plus half the gap; p99 nearest rank); `(0, 0)` when empty. Reorders `v`;
 /// linear time (order statistics, no full sort).
-fn median_p99(v: &mut [(u64, u64)]) -> (u64, u64) {
+fn median_p99(v: &mut [u64]) -> (u64, u64) {
     let n = v.len();
     if n == 0 {
         return (0, 0);
     }
     let rank = (n * 99).div_ceil(100).max(1);
-    let p99 = v.select_nth_unstable(rank - 1).1 .0;
-    let hi = v.select_nth_unstable(n / 2).1 .0;
+    let p99 = *v.select_nth_unstable(rank - 1).1;
+    let hi = *v.select_nth_unstable(n / 2).1;
     let med = if n % 2 == 1 {
         hi
     } else {
         // The lower middle is the largest of the part before the upper one.
-        let lo = v[..n / 2].iter().map(|p| p.0).max().unwrap_or(hi);
+        let lo = v[..n / 2].iter().copied().max().unwrap_or(hi);
         lo + (hi - lo) / 2
     };
     (med, p99)
@@ -183,8 +183,68 @@ fn figures(l: Option<&SmLimits>, c: &LaunchConfig) -> (Option<Occupancy>, Option
     (o, w)
 }
 
+/// A slot's work for one thread: its name group, device index, busy time and durations.
+type SlotRun<'a> = (usize, usize, u64, &'a mut [u64]);
+
+/// `index` of a slot whose kernels came in start order (its union needs no second pass).
+const NOT_LISTED: usize = usize::MAX;
+
+/// The union of a slot's kernel intervals, swept while they come in start order.
+#[derive(Clone, Copy, Default)]
+struct Union {
+    busy: u64,
+    cur_s: u64,
+    cur_e: u64,
+    /// The last non-empty interval's start.
+    last: u64,
+    open: bool,
+    /// A non-empty interval came before one that started earlier: the sweep is void.
+    unsorted: bool,
+}
+
+impl Union {
+    /// Sweep `[st, en)` (empty ones count for nothing, wherever they come).
+    #[inline]
+    fn add(&mut self, st: u64, en: u64) {
+        if en <= st || self.unsorted {
+            return;
+        }
+        if st < self.last {
+            self.unsorted = true;
+            return;
+        }
+        self.last = st;
+        if self.open && st <= self.cur_e {
+            self.cur_e = self.cur_e.max(en);
+        } else {
+            if self.open {
+                self.busy += self.cur_e - self.cur_s;
+            }
+            (self.cur_s, self.cur_e, self.open) = (st, en, true);
+        }
+    }
+
+    fn sorted(&self) -> bool {
+        !self.unsorted
+    }
+
+    fn busy_ns(&self) -> u64 {
+        if self.open {
+            self.busy + (self.cur_e - self.cur_s)
+        } else {
+            self.busy
+        }
+    }
+}
+
 /// Build the kernel table.
 pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
+    table_on(m, busy, 1)
+}
+
+/// [`table`], the rows (each a name on a device: the union, order statistics and variants of its
+/// kernels) computed on up to `threads` threads.
+pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     let nk = m.kernel_count();
     if nk == 0 {
         return KernelTable::default();
@@ -291,9 +351,15 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
         Vec::new()
     };
     let mut per_launch_map: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
+    // Each slot's union of its kernels' intervals, in the same pass while its kernels come in
+    // start order (as the recorder nearly always writes them); recomputed below when not.
+    let mut unions: Vec<Union> = vec![Union::default(); nslots];
     for i in 0..nk {
-        offsets[slot_of(i) + 1] += 1;
-        let d = k.end.get(i).saturating_sub(k.start.get(i));
+        let slot = slot_of(i);
+        offsets[slot + 1] += 1;
+        let (st, en) = (k.start.get(i), k.end.get(i));
+        unions[slot].add(st, en);
+        let d = en.saturating_sub(st);
         let (l, di) = (k.launch.get(i), dev_index(k.dev.get(i)));
         let e = if launch_dense {
             &mut per_launch[l as usize * ndev + di]
@@ -316,11 +382,33 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
     for s in 0..nslots {
         offsets[s + 1] += offsets[s];
     }
-    let mut pairs: Vec<(u64, u64)> = vec![(0, 0); nk];
+    let unsorted: Vec<usize> = (0..nslots).filter(|&s| !unions[s].sorted()).collect();
+    if !unsorted.is_empty() {
+        let mut index = vec![NOT_LISTED; nslots];
+        for (j, &s) in unsorted.iter().enumerate() {
+            index[s] = j;
+        }
+        let mut runs: Vec<Vec<(u64, u64)>> = vec![Vec::new(); unsorted.len()];
+        for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
+            if let Some(r) = runs.get_mut(index[slot_of(i)]) {
+                r.push((st, en));
+            }
+        }
+        for (run, &s) in runs.iter_mut().zip(&unsorted) {
+            run.sort_unstable();
+            let mut u = Union::default();
+            for &(st, en) in run.iter() {
+                u.add(st, en);
+            }
+            unions[s] = u;
+        }
+    }
+    // The kernels' durations, slot by slot (8 bytes per kernel).
+    let mut durs: Vec<u64> = vec![0; nk];
     let mut fill = offsets.clone();
     for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
         let s = slot_of(i);
-        pairs[fill[s]] = (st, en);
+        durs[fill[s]] = en.saturating_sub(st);
         fill[s] += 1;
     }
     drop(fill);
@@ -347,42 +435,31 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
                 .sum()
         })
         .collect();
-    let mut rows: Vec<KernelRow> = Vec::new();
-    for &(g, di, slot) in &order {
+    // Each slot's kernels, in (group, device) order.
+    let mut runs: Vec<Option<&mut [u64]>> = Vec::with_capacity(nslots);
+    let mut rest = &mut durs[..];
+    for s in 0..nslots {
+        let (run, r) = std::mem::take(&mut rest).split_at_mut(offsets[s + 1] - offsets[s]);
+        runs.push(Some(run));
+        rest = r;
+    }
+    let tasks: Vec<std::sync::Mutex<Option<SlotRun>>> = order
+        .iter()
+        .map(|&(g, di, slot)| {
+            let busy = unions[slot].busy_ns();
+            std::sync::Mutex::new(runs[slot].take().map(|r| (g, di, busy, r)))
+        })
+        .collect();
+    drop(runs);
+    let row = |t: usize| -> Option<KernelRow> {
+        let (g, di, busy_ns, run) = tasks[t].lock().ok()?.take()?;
         let names = &group_names[g];
-        let Some(&dev) = devs.get(di) else { continue };
+        let &dev = devs.get(di)?;
         {
-            let run = &mut pairs[offsets[slot]..offsets[slot + 1]];
             if run.is_empty() {
-                continue;
+                return None;
             }
-            // Records come nearly in start order; the union needs them exactly so.
-            if !run.is_sorted() {
-                run.sort_unstable();
-            }
-            let (mut busy_ns, mut cur_s, mut cur_e) = (0u64, 0u64, 0u64);
-            let mut open = false;
-            for &(st, en) in run.iter() {
-                if en <= st {
-                    continue;
-                }
-                if open && st <= cur_e {
-                    cur_e = cur_e.max(en);
-                } else {
-                    if open {
-                        busy_ns += cur_e - cur_s;
-                    }
-                    (cur_s, cur_e, open) = (st, en, true);
-                }
-            }
-            if open {
-                busy_ns += cur_e - cur_s;
-            }
-            // Durations in place of the pairs, then two order statistics.
-            for p in run.iter_mut() {
-                *p = (p.1.saturating_sub(p.0), 0);
-            }
-            let total_ns = run.iter().fold(0u64, |a, p| a.saturating_add(p.0));
+            let total_ns = run.iter().fold(0u64, |a, &d| a.saturating_add(d));
             let (p50_ns, p99_ns) = median_p99(run);
             let launches = run.len() as u64;
             let dev_limits = limits.iter().find(|d| d.device == dev).map(|d| &d.limits);
@@ -419,12 +496,10 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
             variants.sort_by(|a, b| {
                 (b.gpu_ns, b.launches, a.config_id).cmp(&(a.gpu_ns, a.launches, b.config_id))
             });
-            let Some(top) = variants.first() else {
-                continue;
-            };
+            let top = variants.first()?;
             let device_busy_ns = dev_busy[di];
             let name = m.str(StrId(names[0])).to_string();
-            rows.push(KernelRow {
+            Some(KernelRow {
                 library: is_library_kernel(&name),
                 stack_frame: frames.get(name.as_str()).copied(),
                 name,
@@ -445,9 +520,14 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
                 waves: top.waves,
                 name_ids: names.clone(),
                 variants,
-            });
+            })
         }
-    }
+    };
+    // Rows are unique per (name, device): the order below does not depend on the threads.
+    let mut rows: Vec<KernelRow> = crate::work::pieces(tasks.len(), threads, row)
+        .into_iter()
+        .flatten()
+        .collect();
     rows.sort_by(|a, b| {
         b.total_ns
             .cmp(&a.total_ns)
@@ -738,10 +818,7 @@ mod tests {
 
     #[test]
     fn percentiles_by_order_statistics() {
-        let p = |v: &[u64]| {
-            let mut pairs: Vec<(u64, u64)> = v.iter().map(|&d| (d, 0)).collect();
-            median_p99(&mut pairs)
-        };
+        let p = |v: &[u64]| median_p99(&mut v.to_vec());
         assert_eq!(p(&[]), (0, 0));
         assert_eq!(p(&[5]), (5, 5));
         assert_eq!(p(&[3, 1]), (2, 3));

@@ -32,6 +32,7 @@
 mod access;
 pub mod diff;
 pub mod error;
+mod fold;
 pub mod insights;
 pub mod intervals;
 pub mod kernels;
@@ -45,6 +46,7 @@ pub mod telemetry;
 pub mod totals;
 pub mod userframe;
 pub mod views;
+mod work;
 
 pub use error::AnalysisError;
 pub use insights::gpu_idle::{ClassTotal, DeviceIdle, Gap, IdleByClass, IdleClass, UtilChunk};
@@ -121,11 +123,15 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
 /// Run every rule over a model, on up to `threads` threads (three at most: the kernel table and
 /// its rules, GPU idle time and its rules, the others); the same analysis as [`analyze`].
 pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
-    let busy = DeviceBusy::new(m);
+    let busy = DeviceBusy::new_on(m, threads);
     let totals = totals::totals_with(m, &busy);
-    let cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
+    // The kernel rules' passes on the threads the other two groups leave.
+    let inner = if threads > 3 { threads - 2 } else { 1 };
+    let mut cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
+    cx.threads = inner;
+    let cx = cx;
     let kernel_rules = || {
-        let kernels = kernels::table(m, &busy);
+        let kernels = kernels::table_on(m, &busy, inner);
         let mut found = insights::low_occupancy::run(&cx, &kernels);
         found.extend(insights::register_spill::run(&cx, &kernels));
         found.extend(insights::under_filled_grid::run(&cx, &kernels));

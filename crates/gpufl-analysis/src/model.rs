@@ -1,10 +1,11 @@
 //! The [`Model`]: a compact, columnar copy of one recorded session, built by streaming records.
 
+use crate::fold::{ModelFold, Part, K_API, K_COPY, K_KERNEL, K_SYNC};
 use crate::store::{Col, IdMap, NONE};
 use crate::views::*;
-use gpufl_trace::Kernel;
-use gpufl_trace::{FrameId, FrameKind, Header, Record, StackId, StrId, StreamRole};
+use gpufl_trace::{FrameId, FrameKind, Header, Item, Items, Record, StackId, StrId, StreamRole};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A frame with global string ids.
 #[derive(Debug, Clone, Copy)]
@@ -177,6 +178,212 @@ impl Model {
         m
     }
 
+    /// [`Model::load`] from a reader that decodes on several threads: its workers also fold the
+    /// blocks' records into parts of the model (see [`gpufl_trace::BlockFold`]), which are joined
+    /// here in file order. The same model as [`Model::load`] over the reader's records.
+    pub fn load_items(reader: &mut impl Items) -> Model {
+        reader.set_fold(Arc::new(ModelFold));
+        let mut m = Model {
+            first_ns: u64::MAX,
+            ..Model::default()
+        };
+        let mut ld = Loader::default();
+        while let Some(item) = reader.next_item() {
+            match item {
+                Item::Record(rec) => m.observe(&mut ld, rec),
+                Item::Folded(part) => {
+                    if let Ok(p) = part.downcast::<Part>() {
+                        m.absorb(&mut ld, *p);
+                    }
+                }
+            }
+        }
+        m.finish();
+        m
+    }
+
+    /// Take a block's part: what [`Model::observe`] does with each of its records, column by
+    /// column (record by record when some device of the part is one too many).
+    fn absorb(&mut self, ld: &mut Loader, mut p: Part) {
+        #[cfg(test)]
+        crate::fold::tests::ABSORBED.with(|c| c.set(c.get() + 1));
+        let beyond = p
+            .devs
+            .iter()
+            .any(|d| self.devices.binary_search(d).is_err() && self.devices.len() >= MAX_DEVICES);
+        if beyond {
+            self.replay(ld, &p);
+            return;
+        }
+        for &d in &p.devs {
+            if let Err(i) = self.devices.binary_search(&d) {
+                if self.devices.len() >= MAX_DEVICES {
+                    // Not reached: checked above.
+                    self.replay(ld, &p);
+                    return;
+                }
+                self.devices.insert(i, d);
+            }
+        }
+        for &(ctx, dev) in &p.ctx_devs {
+            self.ctx_dev.entry(ctx).or_insert(dev);
+        }
+        self.last_ctx_dev = None;
+        // Ids in order of first reference: numbered as record by record.
+        for &s in &p.strs.order {
+            self.str_ref(ld, StrId(s));
+        }
+        for &s in &p.stacks.order {
+            self.stack_ref(ld, StackId(s));
+        }
+        if p.inverted > 0 {
+            self.inverted += p.inverted;
+        }
+        if p.first_ns <= p.last_ns {
+            self.first_ns = self.first_ns.min(p.first_ns);
+            self.last_ns = self.last_ns.max(p.last_ns);
+        }
+        let map: Vec<u32> = p
+            .launches
+            .iter()
+            .map(|&(name, cfg)| {
+                let name = self.str_ref(ld, StrId(name));
+                self.launch_ref(ld, name, cfg)
+            })
+            .collect();
+        for l in p.k_launch.iter_mut() {
+            *l = map[*l as usize];
+        }
+        let k = &mut self.kernels;
+        k.start.extend_from_slice(&p.k_start);
+        k.end.extend_from_slice(&p.k_end);
+        k.corr.extend_from_slice(&p.k_corr);
+        k.launch.extend_from_slice(&p.k_launch);
+        k.stream.extend_from_slice(&p.k_stream);
+        k.ctx.extend_from_slice(&p.k_ctx);
+        k.dev.extend_from_slice(&p.k_dev);
+        let c = &mut self.copies;
+        c.start.extend_from_slice(&p.c_start);
+        c.end.extend_from_slice(&p.c_end);
+        c.bytes.extend_from_slice(&p.c_bytes);
+        c.corr.extend_from_slice(&p.c_corr);
+        c.ctx.extend_from_slice(&p.c_ctx);
+        c.stream.extend_from_slice(&p.c_stream);
+        c.dev.extend_from_slice(&p.c_dev);
+        c.op.extend_from_slice(&p.c_op);
+        c.src.extend_from_slice(&p.c_src);
+        c.dst.extend_from_slice(&p.c_dst);
+        self.memsets += p.memsets;
+        for s in p.s_stack.iter_mut() {
+            if *s != NONE {
+                *s = ld.stacks.get(*s).unwrap_or(NONE);
+            }
+        }
+        let y = &mut self.syncs;
+        y.start.extend_from_slice(&p.s_start);
+        y.end.extend_from_slice(&p.s_end);
+        y.tid.extend_from_slice(&p.s_tid);
+        y.corr.extend_from_slice(&p.s_corr);
+        y.ctx.extend_from_slice(&p.s_ctx);
+        y.stream.extend_from_slice(&p.s_stream);
+        y.event.extend_from_slice(&p.s_event);
+        y.stack.extend_from_slice(&p.s_stack);
+        y.kind.extend_from_slice(&p.s_kind);
+        for n in p.a_name.iter_mut() {
+            *n = ld.strs.get(*n).unwrap_or(NONE);
+        }
+        let a = &mut self.apis;
+        a.start.extend_from_slice(&p.a_start);
+        a.end.extend_from_slice(&p.a_end);
+        a.tid.extend_from_slice(&p.a_tid);
+        a.corr.extend_from_slice(&p.a_corr);
+        a.name.extend_from_slice(&p.a_name);
+        a.cbid.extend_from_slice(&p.a_cbid);
+    }
+
+    /// A part record by record, in file order, as [`Model::observe`] takes the records.
+    fn replay(&mut self, ld: &mut Loader, p: &Part) {
+        #[cfg(test)]
+        crate::fold::tests::REPLAYED.with(|c| c.set(c.get() + 1));
+        let (mut k, mut c, mut y, mut a) = (0, 0, 0, 0);
+        for &kind in &p.order {
+            match kind {
+                K_KERNEL => {
+                    let i = k;
+                    k += 1;
+                    if !self.gpu(p.k_ctx[i], p.k_dev[i]) {
+                        continue;
+                    }
+                    self.span(p.k_start[i], p.k_end[i]);
+                    let (name, cfg) = p.launches[p.k_launch[i] as usize];
+                    let name = self.str_ref(ld, StrId(name));
+                    let launch = self.launch_ref(ld, name, cfg);
+                    let c = &mut self.kernels;
+                    c.launch.push(launch);
+                    c.start.push(p.k_start[i]);
+                    c.end.push(p.k_end[i]);
+                    c.corr.push(p.k_corr[i]);
+                    c.stream.push(p.k_stream[i]);
+                    c.ctx.push(p.k_ctx[i]);
+                    c.dev.push(p.k_dev[i]);
+                }
+                K_COPY => {
+                    let i = c;
+                    c += 1;
+                    if !self.gpu(p.c_ctx[i], p.c_dev[i]) {
+                        continue;
+                    }
+                    self.span(p.c_start[i], p.c_end[i]);
+                    if p.c_op[i] == OP_MEMSET {
+                        self.memsets += 1;
+                    }
+                    self.push_copy(
+                        p.c_start[i],
+                        p.c_end[i],
+                        p.c_bytes[i],
+                        [p.c_corr[i], p.c_ctx[i], p.c_stream[i], p.c_dev[i]],
+                        [p.c_op[i], p.c_src[i], p.c_dst[i]],
+                    );
+                }
+                K_SYNC => {
+                    let i = y;
+                    y += 1;
+                    self.span(p.s_start[i], p.s_end[i]);
+                    let s = p.s_stack[i];
+                    let stack = if s == NONE {
+                        NONE
+                    } else {
+                        self.stack_ref(ld, StackId(s))
+                    };
+                    let c = &mut self.syncs;
+                    c.start.push(p.s_start[i]);
+                    c.end.push(p.s_end[i]);
+                    c.tid.push(p.s_tid[i]);
+                    c.corr.push(p.s_corr[i]);
+                    c.ctx.push(p.s_ctx[i]);
+                    c.stream.push(p.s_stream[i]);
+                    c.event.push(p.s_event[i]);
+                    c.stack.push(stack);
+                    c.kind.push(p.s_kind[i]);
+                }
+                K_API => {
+                    let i = a;
+                    a += 1;
+                    self.span(p.a_start[i], p.a_end[i]);
+                    let name = self.str_ref(ld, StrId(p.a_name[i]));
+                    let c = &mut self.apis;
+                    c.start.push(p.a_start[i]);
+                    c.end.push(p.a_end[i]);
+                    c.tid.push(p.a_tid[i]);
+                    c.corr.push(p.a_corr[i]);
+                    c.name.push(name);
+                    c.cbid.push(p.a_cbid[i]);
+                }
+                _ => {}
+            }
+        }
+    }
+
     fn observe(&mut self, ld: &mut Loader, rec: Record) {
         match rec {
             Record::Kernel(k) => {
@@ -185,7 +392,16 @@ impl Model {
                 }
                 self.span(k.start, k.end);
                 let name = self.str_ref(ld, k.name);
-                let launch = self.launch_ref(ld, name, &k);
+                let cfg = LaunchConfig {
+                    grid: k.grid,
+                    block: k.block,
+                    regs: k.regs,
+                    smem_static: k.smem_static,
+                    smem_dynamic: k.smem_dynamic,
+                    local_mem: k.local_mem,
+                    smem_executed: k.smem_executed,
+                };
+                let launch = self.launch_ref(ld, name, cfg);
                 let c = &mut self.kernels;
                 c.launch.push(launch);
                 c.start.push(k.start);
@@ -365,16 +581,7 @@ impl Model {
     }
 
     /// The index in `launches` of the kernel's (name, configuration), adding either the first time.
-    fn launch_ref(&mut self, ld: &mut Loader, name: u32, k: &Kernel) -> u32 {
-        let cfg = LaunchConfig {
-            grid: k.grid,
-            block: k.block,
-            regs: k.regs,
-            smem_static: k.smem_static,
-            smem_dynamic: k.smem_dynamic,
-            local_mem: k.local_mem,
-            smem_executed: k.smem_executed,
-        };
+    fn launch_ref(&mut self, ld: &mut Loader, name: u32, cfg: LaunchConfig) -> u32 {
         let slot = name as usize;
         if let Some(&l) = ld.last_launch.get(slot) {
             if let Some(&(_, c)) = self.launches.get(l as usize) {

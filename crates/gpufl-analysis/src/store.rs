@@ -42,6 +42,33 @@ impl<T: Copy> Col<T> {
         self.len += 1;
     }
 
+    /// Append `v`, chunk by chunk (the same chunks as pushing each element).
+    pub(crate) fn extend_from_slice(&mut self, mut v: &[T]) {
+        self.len += v.len();
+        while !v.is_empty() {
+            let c = match self.chunks.last_mut() {
+                Some(c) if c.len() < CHUNK => c,
+                _ => {
+                    let cap = if self.chunks.is_empty() {
+                        v.len().clamp(16, CHUNK)
+                    } else {
+                        CHUNK
+                    };
+                    self.chunks.push(Vec::with_capacity(cap));
+                    self.chunks.last_mut().expect("just pushed")
+                }
+            };
+            let take = (CHUNK - c.len()).min(v.len());
+            if c.capacity() - c.len() < take {
+                // Only the first chunk grows: as a Vec would, never past a whole chunk.
+                let want = (c.capacity() * 2).max(c.len() + take).min(CHUNK);
+                c.reserve_exact(want - c.len());
+            }
+            c.extend_from_slice(&v[..take]);
+            v = &v[take..];
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -52,6 +79,21 @@ impl<T: Copy> Col<T> {
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = T> + Clone + '_ {
         self.chunks.iter().flat_map(|c| c.iter().copied())
+    }
+
+    /// Elements `a..b` (`a <= b <= len`).
+    pub(crate) fn iter_range(&self, a: usize, b: usize) -> impl Iterator<Item = T> + Clone + '_ {
+        let first = a >> CHUNK_BITS;
+        let last = b.div_ceil(CHUNK).min(self.chunks.len());
+        self.chunks[first.min(last)..last]
+            .iter()
+            .enumerate()
+            .flat_map(move |(j, c)| {
+                let base = (first + j) << CHUNK_BITS;
+                let lo = a.saturating_sub(base).min(c.len());
+                let hi = b.saturating_sub(base).min(c.len());
+                c[lo..hi].iter().copied()
+            })
     }
 
     /// Bytes of heap memory held (capacity, not length).
@@ -134,6 +176,35 @@ mod tests {
         assert!(c.iter().enumerate().all(|(i, v)| v == i as u64));
         // Data plus at most one partly filled chunk (and the chunk table).
         assert!(c.heap_bytes() <= (3 * CHUNK) * 8 + 1024);
+    }
+
+    #[test]
+    fn col_extend_is_push_by_push() {
+        let mut a = Col::default();
+        let mut b = Col::default();
+        let mut i = 0u64;
+        for n in [3usize, 40_000, 1, CHUNK, 70_000, 0, 5] {
+            let v: Vec<u64> = (i..i + n as u64).collect();
+            i += n as u64;
+            a.extend_from_slice(&v);
+            for &x in &v {
+                b.push(x);
+            }
+        }
+        assert_eq!(a.len(), b.len());
+        assert!(a.iter().eq(b.iter()));
+        for (x, y) in [
+            (0, 0),
+            (0, 3),
+            (2, 40_000),
+            (65_000, 70_000),
+            (0, a.len()),
+            (a.len(), a.len()),
+        ] {
+            assert!(a.iter_range(x, y).eq((x..y).map(|i| i as u64)), "{x}..{y}");
+        }
+        assert!(a.chunks.iter().all(|c| c.capacity() <= CHUNK));
+        assert!(a.heap_bytes() <= b.heap_bytes() + CHUNK * 8);
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub(crate) fn threads(arg: Option<usize>) -> usize {
 /// Read, load and analyze one session directory.
 pub(crate) fn load(dir: &std::path::Path, cfg: &Config, threads: usize) -> Result<SessionReport> {
     let mut reader = ParSessionReader::open(dir, threads)?;
-    let mut model = Model::load(reader.by_ref());
+    let mut model = Model::load_items(&mut reader);
     model.add_warnings(reader.warnings());
     let analysis = analyze_on(&model, cfg, threads);
     let header = model.header();

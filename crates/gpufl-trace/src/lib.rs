@@ -25,7 +25,9 @@ pub use error::TraceError;
 pub use function::Function;
 pub use ids::{FrameId, StackId, StrId};
 pub use limits::ReadLimits;
-pub use par::{default_threads, ParSessionReader, ParTraceReader, SharedBytes};
+pub use par::{
+    default_threads, BlockFold, Item, Items, ParSessionReader, ParTraceReader, SharedBytes,
+};
 pub use reader::{SessionReader, TraceReader};
 pub use records::*;
 pub use symbols::Symbols;

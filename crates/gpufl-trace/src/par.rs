@@ -30,11 +30,46 @@ use crate::blocks::{
 use crate::error::TraceError;
 use crate::limits::ReadLimits;
 use crate::reader::{classify, open_regular, Line, State, TraceReader};
-use crate::records::Record;
+use crate::records::{Counts, Record};
+use std::any::Any;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::{BufRead, Seek};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+/// Work a reader's decoding workers do on a block's records, in place of handing them out one by
+/// one (set with [`Items::set_fold`], read with [`Items::next_item`]): a consumer that builds
+/// something from the records (the analysis's model) builds a part of it per block on the
+/// workers and joins the parts in file order.
+///
+/// A block is folded only when it was decoded by a worker, ends at a line end, and every one of
+/// its lines is a valid record that [`BlockFold::takes`] (never a header or an end record: those
+/// check the file's structure); every other block's records come one by one, as without a fold.
+/// The reader takes a folded block's records into its checks (counts, records after the end
+/// record) as it would take them one by one, so warnings and errors are the same.
+pub trait BlockFold: Send + Sync {
+    /// Whether a record may be folded (asked of every record of a block before folding it).
+    fn takes(&self, rec: &Record) -> bool;
+    /// Fold a block's records, in file order (`counts`: theirs, to size what the fold builds).
+    fn fold(&self, counts: &Counts, recs: &mut dyn Iterator<Item = Record>) -> Box<dyn Any + Send>;
+}
+
+/// What a reader with a [`BlockFold`] hands out: a record, or a block's records folded.
+pub enum Item {
+    Record(Record),
+    Folded(Box<dyn Any + Send>),
+}
+
+/// Readers that can fold blocks on their workers ([`ParTraceReader`], [`ParSessionReader`]).
+pub trait Items {
+    /// Fold the blocks read from now on with `fold` (where the reader decodes on workers).
+    fn set_fold(&mut self, fold: Arc<dyn BlockFold>);
+    /// The next record or folded block, in file order.
+    fn next_item(&mut self) -> Option<Item>;
+}
+
+/// A folded block: the fold's part, its records and their counts.
+type Part = (Box<dyn Any + Send>, u64, Counts);
 
 /// The environment variable that sets the number of threads readers and the analysis use.
 pub const THREADS_ENV: &str = "GPUFL_THREADS";
@@ -100,8 +135,9 @@ struct Block {
     ends_line: bool,
     /// Line ends in the block.
     lines: u64,
-    /// Its lines but the blank ones, in order.
+    /// Its lines but the blank ones, in order (empty when folded).
     items: Vec<Line>,
+    folded: Option<Part>,
 }
 
 impl Block {
@@ -115,6 +151,7 @@ impl Block {
             ends_line: false,
             lines: 0,
             items: Vec::new(),
+            folded: None,
         }
     }
 }
@@ -134,7 +171,12 @@ impl Scratch {
     }
 }
 
-fn process(frame: &Frame, limits: &ReadLimits, sc: &mut Scratch) -> Block {
+fn process(
+    frame: &Frame,
+    limits: &ReadLimits,
+    fold: Option<&dyn BlockFold>,
+    sc: &mut Scratch,
+) -> Block {
     let bytes = frame.bytes();
     let limit = usize::try_from(limits.max_block_bytes).unwrap_or(usize::MAX);
     if !decode_whole(&mut sc.dctx, bytes, limit, &mut sc.decoded) {
@@ -154,22 +196,58 @@ fn process(frame: &Frame, limits: &ReadLimits, sc: &mut Scratch) -> Block {
         }
         at = nl + 1;
     }
-    Block {
+    let ends_line = at == data.len();
+    let mut b = Block {
         whole: true,
         frame_len: bytes.len(),
         hash: block_hash(bytes),
         size: data.len(),
         unrepeatable: unrepeatable(data),
-        ends_line: at == data.len(),
+        ends_line,
         lines,
-        items,
+        items: Vec::new(),
+        folded: None,
+    };
+    match fold {
+        Some(f) if ends_line && foldable(f, &items) => {
+            let mut counts = Counts::default();
+            for l in &items {
+                if let Line::Rec(r) = l {
+                    counts.add(r);
+                }
+            }
+            let n = items.len() as u64;
+            let mut recs = items.into_iter().filter_map(|l| match l {
+                Line::Rec(r) => Some(r),
+                _ => None,
+            });
+            b.folded = Some((f.fold(&counts, &mut recs), n, counts));
+        }
+        _ => b.items = items,
     }
+    b
+}
+
+/// Whether every line is a record `fold` takes, none a header or an end record.
+fn foldable(fold: &dyn BlockFold, items: &[Line]) -> bool {
+    items.iter().all(|l| match l {
+        Line::Rec(Record::Header(_) | Record::End(_)) => false,
+        Line::Rec(r) => fold.takes(r),
+        _ => false,
+    })
 }
 
 /// [`process`], a panic taken as a block not decoded whole (the sequential reader then meets it
 /// on the caller's thread, as it would have without workers).
-fn process_caught(frame: &Frame, limits: &ReadLimits, sc: &mut Scratch) -> Block {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| process(frame, limits, sc))) {
+fn process_caught(
+    frame: &Frame,
+    limits: &ReadLimits,
+    fold: Option<&dyn BlockFold>,
+    sc: &mut Scratch,
+) -> Block {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        process(frame, limits, fold, sc)
+    })) {
         Ok(b) => b,
         Err(_) => {
             *sc = Scratch::new();
@@ -187,6 +265,7 @@ struct Queue {
 
 struct Shared {
     limits: ReadLimits,
+    fold: OnceLock<Arc<dyn BlockFold>>,
     q: Mutex<Queue>,
     cv: Condvar,
 }
@@ -213,7 +292,7 @@ fn work(sh: Arc<Shared>) {
                 q = sh.cv.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let b = process_caught(&frame, &sh.limits, &mut sc);
+        let b = process_caught(&frame, &sh.limits, sh.fold.get().map(|f| &**f), &mut sc);
         drop(frame);
         let mut q = sh.lock();
         q.done.insert(k, b);
@@ -302,6 +381,8 @@ struct Pipe {
     st: State,
     line_no: u64,
     cur: std::vec::IntoIter<Line>,
+    /// The folded block to hand out next.
+    pending: Option<Part>,
     /// Records handed out so far.
     handed: u64,
     done: bool,
@@ -340,7 +421,7 @@ impl Pipe {
             }
             if let Some((i, f)) = q.jobs.pop_front() {
                 drop(q);
-                let b = process_caught(&f, &sh.limits, &mut self.sc);
+                let b = process_caught(&f, &sh.limits, sh.fold.get().map(|f| &**f), &mut self.sc);
                 drop(f);
                 if i == k {
                     return b;
@@ -381,6 +462,7 @@ impl Pipe {
                 Some(true) => {
                     self.line_no += b.lines;
                     self.cur = b.items.into_iter();
+                    self.pending = b.folded;
                     return true;
                 }
             }
@@ -587,6 +669,7 @@ impl ParTraceReader {
         let threads = threads.clamp(1, MAX_THREADS);
         let sh = Arc::new(Shared {
             limits,
+            fold: OnceLock::new(),
             q: Mutex::new(Queue {
                 jobs: VecDeque::new(),
                 done: BTreeMap::new(),
@@ -619,6 +702,7 @@ impl ParTraceReader {
             st: State::new(source.clone(), &limits),
             line_no: 0,
             cur: Vec::new().into_iter(),
+            pending: None,
             handed: 0,
             done: false,
             source,
@@ -686,16 +770,31 @@ impl ParTraceReader {
     }
 }
 
-impl Iterator for ParTraceReader {
-    type Item = Record;
+impl Items for ParTraceReader {
+    fn set_fold(&mut self, fold: Arc<dyn BlockFold>) {
+        if let Mode::Par(p) = &self.mode {
+            let _ = p.sh.fold.set(fold);
+        }
+    }
 
-    fn next(&mut self) -> Option<Record> {
+    fn next_item(&mut self) -> Option<Item> {
         loop {
             let p = match &mut self.mode {
-                Mode::Seq(r) => return r.next(),
+                Mode::Seq(r) => return r.next().map(Item::Record),
                 Mode::Failed(..) | Mode::Gone => return None,
                 Mode::Par(p) => p,
             };
+            if let Some((part, n, counts)) = p.pending.take() {
+                if p.st.stopped() {
+                    p.finish();
+                    return None;
+                }
+                if p.st.accept_folded(n, &counts) {
+                    p.handed += n;
+                    return Some(Item::Folded(part));
+                }
+                continue;
+            }
             if let Some(item) = p.cur.next() {
                 if p.st.stopped() {
                     p.cur = Vec::new().into_iter();
@@ -704,7 +803,7 @@ impl Iterator for ParTraceReader {
                 }
                 if let Some(r) = p.st.accept(item) {
                     p.handed += 1;
-                    return Some(r);
+                    return Some(Item::Record(r));
                 }
                 continue;
             }
@@ -721,6 +820,21 @@ impl Iterator for ParTraceReader {
     }
 }
 
+impl Iterator for ParTraceReader {
+    type Item = Record;
+
+    /// The next record (a reader given a fold hands folded blocks out through
+    /// [`Items::next_item`] only: read it with that).
+    fn next(&mut self) -> Option<Record> {
+        loop {
+            match self.next_item()? {
+                Item::Record(r) => return Some(r),
+                Item::Folded(_) => debug_assert!(false, "a folding reader read record by record"),
+            }
+        }
+    }
+}
+
 /// Reads every trace file of a session directory in order, each on several threads: the records
 /// and warnings of [`SessionReader`](crate::SessionReader).
 pub struct ParSessionReader {
@@ -732,6 +846,7 @@ pub struct ParSessionReader {
     decoded: u64,
     seen: BlockSet,
     threads: usize,
+    fold: Option<Arc<dyn BlockFold>>,
 }
 
 impl ParSessionReader {
@@ -752,6 +867,7 @@ impl ParSessionReader {
             decoded: 0,
             seen: BlockSet::default(),
             threads,
+            fold: None,
         })
     }
 
@@ -765,13 +881,18 @@ impl ParSessionReader {
     }
 }
 
-impl Iterator for ParSessionReader {
-    type Item = Record;
+impl Items for ParSessionReader {
+    fn set_fold(&mut self, fold: Arc<dyn BlockFold>) {
+        if let Some(c) = self.current.as_mut() {
+            c.set_fold(fold.clone());
+        }
+        self.fold = Some(fold);
+    }
 
-    fn next(&mut self) -> Option<Record> {
+    fn next_item(&mut self) -> Option<Item> {
         loop {
             if let Some(cur) = self.current.as_mut() {
-                if let Some(r) = cur.next() {
+                if let Some(r) = cur.next_item() {
                     return Some(r);
                 }
                 if let Some(c) = self.current.take() {
@@ -788,8 +909,28 @@ impl Iterator for ParSessionReader {
                 self.seen.clone(),
                 self.threads,
             ) {
-                Ok(r) => self.current = Some(r),
+                Ok(mut r) => {
+                    if let Some(f) = &self.fold {
+                        r.set_fold(f.clone());
+                    }
+                    self.current = Some(r)
+                }
                 Err(e) => self.warnings.push(e.to_string()),
+            }
+        }
+    }
+}
+
+impl Iterator for ParSessionReader {
+    type Item = Record;
+
+    /// The next record (a reader given a fold hands folded blocks out through
+    /// [`Items::next_item`] only: read it with that).
+    fn next(&mut self) -> Option<Record> {
+        loop {
+            match self.next_item()? {
+                Item::Record(r) => return Some(r),
+                Item::Folded(_) => debug_assert!(false, "a folding reader read record by record"),
             }
         }
     }

@@ -477,6 +477,33 @@ impl State {
         }
     }
 
+    /// Take `n` records folded by a worker (see [`crate::par::BlockFold`]: none a header or an
+    /// end record, `counts` theirs) as [`State::accept`] takes them one by one; false when they
+    /// are not to be handed out (they come after the end record).
+    pub(crate) fn accept_folded(&mut self, n: u64, counts: &Counts) -> bool {
+        if self.saw_end {
+            self.after_end += n;
+            return false;
+        }
+        let first = self.records == 0;
+        self.records += n;
+        let c = &mut self.counts;
+        c.kernels += counts.kernels;
+        c.memcpys += counts.memcpys;
+        c.memsets += counts.memsets;
+        c.syncs += counts.syncs;
+        c.apis += counts.apis;
+        c.stacks += counts.stacks;
+        c.dropped += counts.dropped;
+        if first && n > 0 && self.headers == 0 {
+            self.warnings.push(format!(
+                "{}: no header record at the start of the file (not written by gpufl, or its start was cut?): its records are read as format v{FORMAT_VERSION}",
+                self.source
+            ));
+        }
+        true
+    }
+
     /// Take a classified line (see [`classify`]) into the file's structure: a header first,
     /// nothing after the end record, the end record's counts equal to what was read. The record,
     /// when it is one to hand out.

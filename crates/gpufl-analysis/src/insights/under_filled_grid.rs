@@ -31,6 +31,7 @@ use crate::intervals::merge;
 use crate::kernels::{overlap_from, solo_periods, KernelRow, KernelTable, Variant};
 use crate::occupancy::SmLimits;
 use crate::views::LaunchConfig;
+use crate::work::{pieces, row_pieces};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -215,20 +216,40 @@ fn alone_times(cx: &Ctx, table: &KernelTable, flags: &mut [Flag]) {
         let dev = k.dev.get(i);
         v.iter().find(|x| x.0 == dev).map(|x| x.1)
     };
-    let mut windows: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
-    for (i, l) in k.launch.iter().enumerate() {
-        if flag_of(i, l).is_none() {
-            continue;
-        }
-        let dev = k.dev.get(i);
-        let w = match windows.iter_mut().find(|w| w.0 == dev) {
-            Some(w) => w,
-            None => {
-                windows.push((dev, Vec::new()));
-                windows.last_mut().expect("just pushed")
+    // Pieces of the kernels on the kernel rules' threads (each merged alone, then together:
+    // the same union).
+    let kp = row_pieces(k.launch.len());
+    let piece_windows = |p: usize| {
+        let (a, b) = kp[p];
+        let mut windows: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
+        for (i, l) in (a..b).zip(k.launch.iter_range(a, b)) {
+            if flag_of(i, l).is_none() {
+                continue;
             }
-        };
-        w.1.push((k.start.get(i), k.end.get(i)));
+            let dev = k.dev.get(i);
+            let w = match windows.iter_mut().find(|w| w.0 == dev) {
+                Some(w) => w,
+                None => {
+                    windows.push((dev, Vec::new()));
+                    windows.last_mut().expect("just pushed")
+                }
+            };
+            w.1.push((k.start.get(i), k.end.get(i)));
+        }
+        for w in &mut windows {
+            let n = merge(&mut w.1).len();
+            w.1.truncate(n);
+        }
+        windows
+    };
+    let mut windows: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
+    for part in pieces(kp.len(), cx.threads, piece_windows) {
+        for (dev, iv) in part {
+            match windows.iter_mut().find(|w| w.0 == dev) {
+                Some(w) => w.1.extend(iv),
+                None => windows.push((dev, iv)),
+            }
+        }
     }
     let solo: Vec<(u32, Vec<(u64, u64)>)> = windows
         .into_iter()
@@ -238,15 +259,26 @@ fn alone_times(cx: &Ctx, table: &KernelTable, flags: &mut [Flag]) {
             (dev, solo_periods(m, dev, &w))
         })
         .collect();
-    // Where each device's last lookup was: kernels come nearly in start order.
-    let mut at = vec![0usize; solo.len()];
-    for (i, l) in k.launch.iter().enumerate() {
-        let Some(fi) = flag_of(i, l) else { continue };
-        let dev = k.dev.get(i);
-        let Some(d) = solo.iter().position(|s| s.0 == dev) else {
-            continue;
-        };
-        flags[fi].alone_ns += overlap_from(&solo[d].1, &mut at[d], k.start.get(i), k.end.get(i));
+    let nflags = flags.len();
+    let piece_alone = |p: usize| {
+        let (a, b) = kp[p];
+        let mut alone = vec![0u64; nflags];
+        // Where each device's last lookup was: kernels come nearly in start order.
+        let mut at = vec![0usize; solo.len()];
+        for (i, l) in (a..b).zip(k.launch.iter_range(a, b)) {
+            let Some(fi) = flag_of(i, l) else { continue };
+            let dev = k.dev.get(i);
+            let Some(d) = solo.iter().position(|s| s.0 == dev) else {
+                continue;
+            };
+            alone[fi] += overlap_from(&solo[d].1, &mut at[d], k.start.get(i), k.end.get(i));
+        }
+        alone
+    };
+    for part in pieces(kp.len(), cx.threads, piece_alone) {
+        for (f, t) in flags.iter_mut().zip(part) {
+            f.alone_ns += t;
+        }
     }
 }
 
