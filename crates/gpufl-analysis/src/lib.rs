@@ -27,6 +27,7 @@
 //! occupancy from [`occupancy`]).
 
 mod access;
+pub mod comm;
 pub mod error;
 pub mod insights;
 pub mod intervals;
@@ -34,6 +35,7 @@ pub mod kernels;
 pub mod model;
 pub mod occupancy;
 pub mod pipeline;
+pub mod run;
 pub mod sampling;
 pub mod scopes;
 mod store;
@@ -51,6 +53,7 @@ pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelTable};
 pub use model::{Model, Window, WindowReason};
 pub use occupancy::{Limiter, Occupancy, SmLimits};
+pub use run::{analyze_run, RunAnalysis, RunMember};
 pub use sampling::{Basis, BasisKind, CallsPerLine, Sampling};
 pub use scopes::{rollup_path, RangeRollup, RangeSpan, ScopeRollup, ScopeSpan, MAX_SCOPE_DEPTH};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
