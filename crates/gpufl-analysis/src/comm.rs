@@ -22,7 +22,10 @@ pub const COMM_SUBSTRINGS: [&str; 6] = [
 /// Whether a kernel name is a communication library's.
 pub fn is_comm_kernel(name: &str) -> bool {
     let n = name.trim_start();
-    let n = n.strip_prefix("void ").unwrap_or(n).trim_start_matches("::");
+    let n = n
+        .strip_prefix("void ")
+        .unwrap_or(n)
+        .trim_start_matches("::");
     if COMM_PREFIXES.iter().any(|p| n.starts_with(p)) {
         return true;
     }

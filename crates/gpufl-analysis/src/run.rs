@@ -184,7 +184,11 @@ pub fn analyze_run(members: &[RunMember], cfg: &Config) -> RunAnalysis {
         .map(|(pos, r)| {
             collective_wait::Rank::new(
                 members[r.member].model,
-                if unique { r.rank.unwrap_or(pos as u32) } else { pos as u32 },
+                if unique {
+                    r.rank.unwrap_or(pos as u32)
+                } else {
+                    pos as u32
+                },
                 r.session.clone(),
             )
         })

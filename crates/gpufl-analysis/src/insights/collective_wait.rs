@@ -23,7 +23,7 @@
 //!   [`MIN_WAIT_PCT`] % of their time waiting for it, and the wait is ≥ [`MIN_WINDOW_PCT`] % of
 //!   the window. A balanced run (ranks arriving in turn within a few µs) raises nothing.
 //! - **Host line:** for each collective the late rank reached ≥ [`MIN_LATE_NS`] late, its
-//!   longest stretch without any CUDA call (API records of every thread of the process) between
+//!   longest stretch without any CUDA call (API and sync records of every thread of the process) between
 //!   its previous communication kernel's launch and this one's: the time the host spent in code
 //!   that makes no CUDA call. The location is the first CUDA call after that stretch (its call
 //!   site; the line the host reached late), the call before it is named in the detail; the one
@@ -260,19 +260,16 @@ pub(crate) fn run(
     hosts.dedup();
     let method = if hosts.len() == 1 {
         for p in ps.iter_mut() {
-            p.offset = p
-                .m
-                .header()
-                .map_or(0, |h| h.clock.unix_ns as i128 - h.clock.trace_ns as i128);
+            p.offset =
+                p.m.header()
+                    .map_or(0, |h| h.clock.unix_ns as i128 - h.clock.trace_ns as i128);
         }
         ClockMethod::SameHost
     } else {
         for pi in 1..ps.len() {
             let mut d: Vec<i128> = colls
                 .iter()
-                .map(|c| {
-                    ps[0].m.kernel(c.k[0]).end as i128 - ps[pi].m.kernel(c.k[pi]).end as i128
-                })
+                .map(|c| ps[0].m.kernel(c.k[0]).end as i128 - ps[pi].m.kernel(c.k[pi]).end as i128)
                 .collect();
             ps[pi].offset = median_of(&mut d);
         }
@@ -295,9 +292,9 @@ pub(crate) fn run(
     let (mut first, mut last) = (i128::MAX, i128::MIN);
     for c in &colls {
         let se: Vec<(i128, i128)> = (0..np).map(|pi| at(pi, c.k[pi])).collect();
-        let (lo, hi) = se
-            .iter()
-            .fold((i128::MAX, i128::MIN), |(a, b), &(_, e)| (a.min(e), b.max(e)));
+        let (lo, hi) = se.iter().fold((i128::MAX, i128::MIN), |(a, b), &(_, e)| {
+            (a.min(e), b.max(e))
+        });
         spreads.push(hi - lo);
         first = first.min(se.iter().map(|x| x.0).min().unwrap_or(first));
         last = last.max(hi);
@@ -372,13 +369,38 @@ pub(crate) fn run(
     let (t0, t1) = m.time_range();
     let cx = Ctx::new(m, cfg, &busy, t1.saturating_sub(t0));
     let locator = Locator::new(&cx);
-    let mut calls: Vec<(u64, u64, usize)> = (0..m.api_count() as usize)
+    // Host calls of every thread: API records (index i), then synchronizations (index
+    // `api_count + i`: a sync may have no API record of its own).
+    let na = m.api_count() as usize;
+    let mut calls: Vec<(u64, u64, usize)> = (0..na)
         .map(|i| {
             let a = m.api(i);
             (a.start, a.end.max(a.start), i)
         })
+        .chain((0..m.sync_count()).map(|i| {
+            let s = m.sync(i);
+            (s.start, s.end.max(s.start), na + i)
+        }))
         .collect();
     calls.sort_unstable();
+    // The line of a host call, and how it was found.
+    let call_loc = |c: usize| -> (u32, LocationSource, Option<(u64, u64)>) {
+        if c < na {
+            let a = m.api(c);
+            let (loc, src) = locator.locate(a.corr, None, Some(&a), a.start);
+            (loc, src, Some((a.tid, a.start)))
+        } else {
+            let i = c - na;
+            let loc = cx.sync_loc.get(i).copied().unwrap_or(NONE);
+            let s = m.sync(i);
+            let src = if loc == NONE {
+                LocationSource::None
+            } else {
+                LocationSource::Sync
+            };
+            (loc, src, s.tid.map(|t| (t, s.start)))
+        }
+    };
     // Launch start of each of the late rank's communication kernels (its kernel start when the
     // launch has no API record).
     let launch_at = |k: usize| -> u64 {
@@ -417,17 +439,17 @@ pub(crate) fn run(
     let gap_median = (!stretch.is_empty()).then(|| pct(&stretch, 50));
     let host_bound = gap_median.is_some_and(|g| g * 2 >= median_late);
     let mut by_loc: HashMap<u32, (u64, Vec<(u32, u32)>, LocationSource)> = HashMap::new();
+    // Per location of the call that ended a stretch: the stretch time, votes for the call before.
+    let mut where_at: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
     if host_bound {
         for &(after, before, d) in &gaps {
-            let a = m.api(after);
-            let (loc, src) = locator.locate(a.corr, None, Some(&a), a.start);
+            let (loc, src, at) = call_loc(after);
+            where_at.push((loc, at));
             let e = by_loc.entry(loc).or_insert((0, Vec::new(), src));
             e.0 += d;
             e.2 = e.2.max(src);
             if let Some(b) = before {
-                let b = m.api(b);
-                let (bl, _) = locator.locate(b.corr, None, Some(&b), b.start);
-                e.1.push((0, bl));
+                e.1.push((0, call_loc(b).0));
             }
         }
     }
@@ -442,13 +464,11 @@ pub(crate) fn run(
                 .filter(|&b| b != NONE && b != loc)
                 .map(|b| locator.source_loc(b));
             // The scope open where the stretch ended, on the calling thread.
-            let scope = gaps
+            let scope = where_at
                 .iter()
-                .map(|g| m.api(g.0))
-                .find(|a| {
-                    locator.locate(a.corr, None, Some(a), a.start).0 == loc
-                })
-                .and_then(|a| m.innermost_scope(a.tid, a.start.saturating_sub(1)))
+                .find(|w| w.0 == loc)
+                .and_then(|w| w.1)
+                .and_then(|(tid, ts)| m.innermost_scope(tid, ts.saturating_sub(1)))
                 .map(|i| m.scope_path(i));
             (loc, before, src, scope)
         }
@@ -468,7 +488,16 @@ pub(crate) fn run(
             let loc = super::timeline::most_frequent_per_key(votes)
                 .first()
                 .map_or(NONE, |v| v.1);
-            (loc, None, if loc == NONE { LocationSource::None } else { src }, None)
+            (
+                loc,
+                None,
+                if loc == NONE {
+                    LocationSource::None
+                } else {
+                    src
+                },
+                None,
+            )
         }
     };
     let location = locator.source_loc(loc);
