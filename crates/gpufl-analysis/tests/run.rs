@@ -75,7 +75,7 @@ fn straggler_rank_and_its_line_are_named() {
         vec![0, 1],
         "each rank's GPU is the one with its kernels"
     );
-    assert!(run.ranks.iter().all(|r| r.comm_kernels == STEPS));
+    assert!(run.ranks.iter().all(|r| r.comm_kernels == 2 * STEPS));
     let f = run
         .without_cuda_work
         .as_ref()
@@ -87,7 +87,7 @@ fn straggler_rank_and_its_line_are_named() {
     let clock = run.clock.as_ref().unwrap();
     assert_eq!(clock.method, ClockMethod::SameHost);
     assert_eq!(clock.end_spread_ns, Some(0));
-    assert_eq!(clock.collectives, STEPS);
+    assert_eq!(clock.collectives, 2 * STEPS);
 
     let cw: Vec<_> = run
         .insights
@@ -101,7 +101,12 @@ fn straggler_rank_and_its_line_are_named() {
     };
     assert_eq!(d.late_rank, 1);
     assert_eq!(d.waiting_ranks, vec![0]);
+    // Late by 4 ms at each step's first bucket; at the second, last by the rest of its
+    // backward pass only (under MIN_LATE_NS).
     assert_eq!(d.late_collectives, STEPS);
+    assert_eq!(d.last_collectives, 2 * STEPS);
+    assert_eq!(d.collectives, 2 * STEPS);
+    assert!(d.lateness_share > 0.99);
     assert_eq!(d.op.as_deref(), Some("AllReduce"));
     // Rank 1 starts 4 ms late each step: its forward is 4 ms late, the rest of its step the same.
     assert_eq!(d.median_late_ns, STRAGGLE_US * 1000);
@@ -120,7 +125,8 @@ fn straggler_rank_and_its_line_are_named() {
     );
     assert!(i.title.contains("ddp_train.py:61"), "{}", i.title);
     assert!(
-        i.detail.contains("before ddp_train.py:61") && i.detail.contains("after ddp_train.py:67"),
+        i.detail
+            .contains("between ddp_train.py:67 (`losses.append(loss.item())`) and the next CUDA call at ddp_train.py:61 (`out = model(x)`)"),
         "{}",
         i.detail
     );
@@ -131,7 +137,7 @@ fn straggler_rank_and_its_line_are_named() {
 fn balanced_twin_raises_no_collective_wait() {
     let (run, _) = run_of(Plan::balanced(), "balanced");
     assert_eq!(run.ranks.len(), 2);
-    assert_eq!(run.clock.as_ref().unwrap().collectives, STEPS);
+    assert_eq!(run.clock.as_ref().unwrap().collectives, 2 * STEPS);
     assert!(
         run.insights.iter().all(|i| i.rule != "collective-wait"),
         "{:#?}",

@@ -18,10 +18,14 @@
 //!   other ranks (positive when it arrives last). The **late rank** has the largest sum of
 //!   positive lateness. Each other rank's **wait** at a collective: the part of its kernel before
 //!   the late rank's start (at most the kernel's duration).
-//! - **Fires** when the late rank arrives last at ≥ [`MIN_LAST_PCT`] % of the collectives, its
-//!   median lateness is ≥ [`MIN_LATE_NS`], the other ranks' communication kernels spend ≥
-//!   [`MIN_WAIT_PCT`] % of their time waiting for it, and the wait is ≥ [`MIN_WINDOW_PCT`] % of
-//!   the window. A balanced run (ranks arriving in turn within a few µs) raises nothing.
+//! - **Late collectives:** those the late rank reaches ≥ [`MIN_LATE_NS`] after every other rank
+//!   (with DDP's gradient buckets, typically the first collective of each step: the later ones
+//!   queue behind it on the waiting ranks, so the late rank is late there by little).
+//! - **Fires** with at least [`MIN_LATE_COLLECTIVES`] late collectives, the late rank holding ≥
+//!   [`MIN_DOMINANCE_PCT`] % of all ranks' summed lateness (not ranks taking turns), the other
+//!   ranks' communication kernels spending ≥ [`MIN_WAIT_PCT`] % of their time waiting for it,
+//!   and that wait ≥ [`MIN_WINDOW_PCT`] % of the window. A balanced run (ranks arriving in turn
+//!   within tens of µs) raises nothing.
 //! - **Host line:** for each collective the late rank reached ≥ [`MIN_LATE_NS`] late, its
 //!   longest stretch without any CUDA call (API and sync records of every thread of the process) between
 //!   its previous communication kernel's launch and this one's: the time the host spent in code
@@ -46,10 +50,12 @@ use serde::Serialize;
 use std::collections::HashMap;
 
 pub(crate) const RULE: &str = "collective-wait";
-/// The late rank must arrive last at this share of the collectives, percent.
-pub const MIN_LAST_PCT: u64 = 50;
-/// Least median lateness of the late rank, ns.
+/// A collective the late rank reaches this much after every other rank is a late one, ns.
 pub const MIN_LATE_NS: u64 = 200_000;
+/// Fewest late collectives for an insight.
+pub const MIN_LATE_COLLECTIVES: u64 = 3;
+/// The late rank's share of all ranks' summed lateness, percent.
+pub const MIN_DOMINANCE_PCT: u64 = 80;
 /// Least share of the other ranks' communication kernel time spent waiting, percent.
 pub const MIN_WAIT_PCT: u64 = 50;
 /// Least share of the window the waiting takes, percent.
@@ -103,12 +109,14 @@ pub struct Data {
     pub op: Option<String>,
     pub kernel: String,
     pub collectives: u64,
-    /// Collectives the late rank reached last.
+    /// Collectives the late rank reached last, and ≥ [`MIN_LATE_NS`] after the others.
+    pub last_collectives: u64,
     pub late_collectives: u64,
-    /// Median and 90th percentile (nearest rank) of its lateness over all matched collectives
-    /// (0 where it was not last), ns.
+    /// Median and 90th percentile (nearest rank) of its lateness over the late collectives, ns.
     pub median_late_ns: u64,
     pub p90_late_ns: u64,
+    /// Its share of all ranks' summed lateness, 0..1.
+    pub lateness_share: f64,
     /// The other ranks' time waiting in communication kernels, summed, and their whole
     /// communication kernel time, ns.
     pub wait_ns: u64,
@@ -167,6 +175,13 @@ fn median_of(v: &mut [i128]) -> i128 {
     } else {
         v[v.len() / 2]
     }
+}
+
+/// ` (`text`)` for a line's text, or nothing.
+fn quoted(text: &Option<String>) -> String {
+    text.as_deref()
+        .map(|t| format!(" (`{}`)", t.trim()))
+        .unwrap_or_default()
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -347,14 +362,24 @@ pub(crate) fn run(
             late_colls.push(ci);
         }
     }
-    let mut sorted = lateness.clone();
+    let mut sorted: Vec<u64> = lateness
+        .iter()
+        .copied()
+        .filter(|&x| x >= MIN_LATE_NS)
+        .collect();
     sorted.sort_unstable();
     let median_late = pct(&sorted, 50);
     let n = colls.len() as u64;
     let window = (last - first).max(0) as u64;
     let impact = wait / (np as u64 - 1);
-    let fires = last_count * 100 >= MIN_LAST_PCT * n
-        && median_late >= MIN_LATE_NS
+    let all_late: i128 = late_sum.iter().sum();
+    let dominance = if all_late > 0 {
+        late_sum[l] as f64 / all_late as f64
+    } else {
+        0.0
+    };
+    let fires = sorted.len() as u64 >= MIN_LATE_COLLECTIVES
+        && late_sum[l] * 100 >= all_late * MIN_DOMINANCE_PCT as i128
         && comm > 0
         && (wait as u128) * 100 >= (comm as u128) * MIN_WAIT_PCT as u128
         && (impact as u128) * 100 >= (window as u128) * MIN_WINDOW_PCT as u128;
@@ -540,18 +565,24 @@ pub(crate) fn run(
     };
     let host_txt = match (host_bound, gap_median) {
         (true, Some(g)) => {
-            let before = before_loc
-                .as_ref()
-                .map(|b| format!(" after {}", b.short()))
-                .unwrap_or_default();
-            let at = if loc == NONE {
-                String::new()
-            } else {
-                format!(" before {}", location.short())
+            let between = match (&before_loc, loc == NONE) {
+                (Some(b), false) => format!(
+                    ": between {}{} and the next CUDA call at {}{}",
+                    b.short(),
+                    quoted(&b.text),
+                    location.short(),
+                    quoted(&location.text)
+                ),
+                (None, false) => format!(
+                    ": up to the CUDA call at {}{}",
+                    location.short(),
+                    quoted(&location.text)
+                ),
+                _ => String::new(),
             };
             format!(
-                " Rank {}'s host made no CUDA call for {} (median) before the step's work{at}{before}: \
-                 the time goes to code between those lines that makes no CUDA call{}.",
+                " Rank {}'s host made no CUDA call for {} (median) before each late collective{between} \
+                 — the time goes to code run between those calls that makes none{}.",
                 lr.rank,
                 fmt_duration(g),
                 location_note(src, "that call")
@@ -571,13 +602,16 @@ pub(crate) fn run(
     };
     let detail = format!(
         "{what} kernels on rank{} {waiting_txt} spend {:.0}% of their time ({} of {}) waiting for rank {}, \
-         which starts them last in {last_count} of {n} collectives, median {} (p90 {}) after the next-latest rank.{host_txt} \
+         which starts them last in {last_count} of {n} collectives and at least {} late in {}: median {} (p90 {}) \
+         after the next-latest rank.{host_txt} \
          ({clock_txt}; the same collective on each rank matched by order of its kernel name.)",
         if waiting.len() == 1 { "" } else { "s" },
         share(wait, comm) * 100.0,
         fmt_duration(wait),
         fmt_duration(comm),
         lr.rank,
+        fmt_duration(MIN_LATE_NS),
+        sorted.len(),
         fmt_duration(median_late),
         fmt_duration(pct(&sorted, 90)),
     );
@@ -613,9 +647,11 @@ pub(crate) fn run(
             op: op.map(str::to_string),
             kernel,
             collectives: n,
-            late_collectives: last_count,
+            last_collectives: last_count,
+            late_collectives: sorted.len() as u64,
             median_late_ns: median_late,
             p90_late_ns: pct(&sorted, 90),
+            lateness_share: dominance,
             wait_ns: wait,
             comm_ns: comm,
             wait_share: share(wait, comm),

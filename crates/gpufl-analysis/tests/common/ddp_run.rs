@@ -8,8 +8,10 @@
 //!   [`JITTER_US`] late;
 //! - `D+0..60`: 6 forward launches from `main` at `FORWARD_LINE` (kernels 50 µs each);
 //! - `D+100..160`: 6 backward launches from the autograd thread (80 µs each);
-//! - `D+170`: the all-reduce launch (24 blocks on a 132-SM GPU); its kernel starts when the rank's
-//!   backward is done and ends 100 µs after the last rank's start, on every rank;
+//! - two gradient buckets, as DDP all-reduces them: `D+135` (after the third backward launch)
+//!   and `D+170`, all-reduce launches (24 blocks on a 132-SM GPU) on the communication stream;
+//!   each kernel starts when its gradients are ready (and the previous bucket is done) and ends
+//!   100 µs after the last rank's start, on every rank;
 //! - `D+200, D+210`: two optimizer launches (20 µs kernels after the all-reduce);
 //! - `D+220`: `loss.item()` at `ITEM_LINE`, a StreamSynchronize until the optimizer is done;
 //! - the next step starts 30 µs after the last rank's sync returns.
@@ -130,7 +132,7 @@ fn header(app: &str, pid: u32, rank: Option<u32>, host: &str, trace0: u64) -> He
     }
 }
 
-pub const RUN_ID: &str = "run-torchrun-4100-20261118T044000Z";
+pub const RUN_ID: &str = "run-torchrun-4099-20261118T110640Z";
 
 /// Host-side plan of one step of one rank, in wall-clock ns.
 struct Step {
@@ -207,8 +209,9 @@ pub fn write_run_dir(root: &Path, plan: Plan) -> PathBuf {
                 delay: delay(r),
             })
             .collect();
-        // Arrival of each rank at the collective: when its backward pass is done on the GPU.
-        let mut arrive = [0u64; 2];
+        // Per rank: when each bucket's gradients are ready on the GPU, and its launch.
+        let mut ready = [[0u64; 2]; 2];
+        let mut bucket_launch = [[0u64; 2]; 2];
         let mut per_rank: Vec<Vec<Ev>> = vec![Vec::new(), Vec::new()];
         for r in 0..2 {
             let st = &steps[r];
@@ -244,30 +247,41 @@ pub fn write_run_dir(root: &Path, plan: Plan) -> PathBuf {
                     7,
                     [264, 1, 1],
                 ));
+                if i == 2 || i == 5 {
+                    let b = (i / 3) as usize;
+                    bucket_launch[r][b] = t + (135 + 35 * b as u64) * US;
+                    ready[r][b] = (bucket_launch[r][b] + 10 * US).max(gpu_free);
+                }
             }
-            let l = t + 170 * US;
-            arrive[r] = (l + 10 * US).max(gpu_free);
-            ev.push(Ev::launch(
-                11,
-                l,
-                BACKWARD_LINE,
-                plan.comm_kernel,
-                arrive[r],
-                0,
-                20,
-                [24, 1, 1],
-            ));
         }
-        let done = arrive[0].max(arrive[1]) + 100 * US;
+        // The buckets' collectives: each starts on a rank when its gradients are ready and its
+        // previous bucket is done, and ends on every rank 100 µs after the last rank's start.
+        let mut done = [0u64; 2];
+        for b in 0..2 {
+            let mut starts = [0u64; 2];
+            for r in 0..2 {
+                starts[r] = ready[r][b].max(if b > 0 { done[b - 1] } else { 0 });
+            }
+            done[b] = starts[0].max(starts[1]) + 100 * US;
+            for r in 0..2 {
+                per_rank[r].push(Ev::launch(
+                    11,
+                    bucket_launch[r][b],
+                    BACKWARD_LINE,
+                    plan.comm_kernel,
+                    starts[r],
+                    done[b],
+                    20,
+                    [24, 1, 1],
+                ));
+            }
+        }
+        let done = done[1];
         let mut sync_end = [0u64; 2];
         for r in 0..2 {
             let st = &steps[r];
             let t = st.base + st.delay;
             let ev = &mut per_rank[r];
-            // The collective ends together.
-            if let Some(Ev::Launch { k_end, .. }) = ev.last_mut() {
-                *k_end = done;
-            }
             let mut gpu_free = done;
             for i in 0..2 {
                 let l = t + (200 + i * 10) * US;
