@@ -162,6 +162,10 @@ impl<'a> Rank<'a> {
     }
 }
 
+/// Per location of the call that ended a host stretch: the stretch time, votes `(0, location)`
+/// for the call before it, and the least precise way a location was found.
+type LocVotes = (u64, Vec<(u32, u32)>, LocationSource);
+
 /// One matched collective: per participant, its kernel (index into the model's kernels).
 struct Coll {
     name: usize,
@@ -463,7 +467,7 @@ pub(crate) fn run(
     stretch.sort_unstable();
     let gap_median = (!stretch.is_empty()).then(|| pct(&stretch, 50));
     let host_bound = gap_median.is_some_and(|g| g * 2 >= median_late);
-    let mut by_loc: HashMap<u32, (u64, Vec<(u32, u32)>, LocationSource)> = HashMap::new();
+    let mut by_loc: HashMap<u32, LocVotes> = HashMap::new();
     // Per location of the call that ended a stretch: the stretch time, votes for the call before.
     let mut where_at: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
     if host_bound {

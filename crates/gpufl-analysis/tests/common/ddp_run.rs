@@ -407,9 +407,8 @@ fn write_rank(sd: &Path, h: &Header, rank: u32, evs: &[Ev], skew: u64) {
             w.intern_stack(&[f]).unwrap()
         })
     };
-    let mut corr = 0u32;
-    for e in evs {
-        corr += 1;
+    for (i, e) in evs.iter().enumerate() {
+        let corr = i as u32 + 1;
         match *e {
             Ev::Launch {
                 tid,
