@@ -224,3 +224,23 @@ fn ranks_on_two_hosts_are_aligned_on_the_collectives() {
         .expect("collective-wait");
     assert_eq!((d.late_rank, d.median_late_ns), (1, STRAGGLE_US * 1000));
 }
+
+#[test]
+fn a_watchdog_polling_during_the_stretch_does_not_split_it() {
+    // PyTorch's NCCL watchdog polls events from its own thread whatever the host does.
+    let plan = Plan {
+        watchdog: true,
+        ..Plan::straggler()
+    };
+    let (run, _) = run_of(plan, "watchdog");
+    let i = run
+        .insights
+        .iter()
+        .find(|i| i.rule == "collective-wait")
+        .expect("collective-wait");
+    let Some(RuleData::CollectiveWait(d)) = &i.data else {
+        panic!("no data")
+    };
+    assert_eq!(d.host_gap_median_ns, Some((STRAGGLE_US + 30) * 1000));
+    assert_eq!(i.location.line, Some(FORWARD_LINE));
+}

@@ -27,7 +27,8 @@
 //!   and that wait ≥ [`MIN_WINDOW_PCT`] % of the window. A balanced run (ranks arriving in turn
 //!   within tens of µs) raises nothing.
 //! - **Host line:** for each collective the late rank reached ≥ [`MIN_LATE_NS`] late, its
-//!   longest stretch without any CUDA call (API and sync records of every thread of the process) between
+//!   longest stretch without any CUDA call (API and sync records of every thread of the process,
+//!   status polls such as `cudaEventQuery` left out) between
 //!   its previous communication kernel's launch and this one's: the time the host spent in code
 //!   that makes no CUDA call. The location is the first CUDA call after that stretch (its call
 //!   site; the line the host reached late), the call before it is named in the detail; the one
@@ -401,11 +402,12 @@ pub(crate) fn run(
     // Host calls of every thread: API records (index i), then synchronizations (index
     // `api_count + i`: a sync may have no API record of its own).
     let na = m.api_count() as usize;
+    // Status polls (`cudaEventQuery`, `cuStreamQuery`…) are left out: watchdog and proxy threads
+    // (PyTorch's NCCL watchdog) issue them on their own schedule, whatever the host is doing.
     let mut calls: Vec<(u64, u64, usize)> = (0..na)
-        .map(|i| {
-            let a = m.api(i);
-            (a.start, a.end.max(a.start), i)
-        })
+        .map(|i| (i, m.api(i)))
+        .filter(|(_, a)| !m.str(a.name).contains("Query"))
+        .map(|(i, a)| (a.start, a.end.max(a.start), i))
         .chain((0..m.sync_count()).map(|i| {
             let s = m.sync(i);
             (s.start, s.end.max(s.start), na + i)

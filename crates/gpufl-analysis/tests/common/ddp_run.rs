@@ -50,6 +50,8 @@ pub struct Plan {
     pub comm_kernel: &'static str,
     /// The two ranks on two hosts.
     pub two_hosts: bool,
+    /// A watchdog thread polls an event (`cudaEventQuery`) 2 ms into each step.
+    pub watchdog: bool,
 }
 
 impl Plan {
@@ -58,6 +60,7 @@ impl Plan {
             straggle: true,
             comm_kernel: NCCL_KERNEL,
             two_hosts: false,
+            watchdog: false,
         }
     }
     pub fn balanced() -> Plan {
@@ -217,6 +220,11 @@ pub fn write_run_dir(root: &Path, plan: Plan) -> PathBuf {
             let st = &steps[r];
             let t = st.base + st.delay;
             let ev = &mut per_rank[r];
+            if plan.watchdog {
+                ev.push(Ev::Poll {
+                    at: st.base + 2_000 * US,
+                });
+            }
             let mut gpu_free = t;
             for i in 0..6 {
                 let l = t + i * 10 * US;
@@ -345,6 +353,9 @@ enum Ev {
         start: u64,
         end: u64,
     },
+    Poll {
+        at: u64,
+    },
 }
 
 impl Ev {
@@ -379,6 +390,7 @@ fn write_rank(sd: &Path, h: &Header, rank: u32, evs: &[Ev], skew: u64) {
     // Wall-clock ns → this rank's trace clock.
     let tr = |t: u64| t - UNIX0 + TRACE0 + skew;
     let launch = w.intern_str("cudaLaunchKernel").unwrap();
+    let query = w.intern_str("cudaEventQuery").unwrap();
     let file = w.intern_str(SCRIPT).unwrap();
     let main = w.intern_str("main").unwrap();
     let mut stacks = std::collections::HashMap::new();
@@ -454,6 +466,19 @@ fn write_rank(sd: &Path, h: &Header, rank: u32, evs: &[Ev], skew: u64) {
                     block: [256, 1, 1],
                     regs: 32,
                     ..Kernel::default()
+                }))
+                .unwrap();
+            }
+            Ev::Poll { at } => {
+                w.write(&Record::Api(Api {
+                    domain: ApiDomain::Runtime,
+                    name: query,
+                    cbid: 18,
+                    start: tr(at),
+                    end: tr(at + 2 * US),
+                    tid: 99 + 100 * rank as u64,
+                    corr,
+                    ret: 600,
                 }))
                 .unwrap();
             }
