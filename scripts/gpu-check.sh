@@ -413,7 +413,7 @@ if has bench; then
   done 2>&1 | grep '^{' | tee -a "$OUT/bench.jsonl"
   $PY bench/summarize.py "$OUT/bench.jsonl" | tee -a "$OUT/summary.txt"
   for d in "$B"/*/*/; do gpufl dump "$d" --type notice 2>/dev/null | grep -h -e "stack capture" -e "telemetry:" ; done | tee -a "$OUT/summary.txt"
-  for m in full nosites noapi kern; do [ -d "$B/$m" ] || continue; f=$(ls "$B"/$m/*/trace-0000.ndjson.zst | head -1)
+  for m in full nosites noapi kern; do [ -d "$B/$m" ] || continue; f=$(ls "$B"/$m/*/*/trace-0000.ndjson.zst | head -1)
     gpufl info "$(dirname "$f")" | grep -E "kernels|api records" | tee -a "$OUT/summary.txt"
     k=$(gpufl info "$(dirname "$f")" | grep -o '[0-9]* kernels' | head -1 | cut -d' ' -f1)
     b=$(stat -c %s "$f")

@@ -90,6 +90,10 @@ pub struct KernelRow {
     pub waves: Option<f64>,
     /// A vendor library's kernel ([`LIBRARY_PATTERNS`]).
     pub library: bool,
+    /// A communication library's kernel ([`crate::comm::is_comm_kernel`]): no kernel rule reports
+    /// it (absent when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub comm: bool,
     /// Stack frame per thread from the module's cubin (`function` records), bytes: register
     /// spills, local arrays and call overhead, which `launch.local_mem` (CUPTI's) leaves out.
     /// None when the trace has no `function` record for the name.
@@ -501,6 +505,7 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
             let name = m.str(StrId(names[0])).to_string();
             Some(KernelRow {
                 library: is_library_kernel(&name),
+                comm: crate::comm::is_comm_kernel(&name),
                 stack_frame: frames.get(name.as_str()).copied(),
                 name,
                 device: dev,

@@ -24,12 +24,15 @@
 //! a second opinion when recorded); from GPU telemetry, `throttling`, `memory-pressure` and
 //! `ecc-errors` (with a per-device telemetry summary); and the kernel rules `low-occupancy`,
 //! `register-spill` and `under-filled-grid`, over the kernel table ([`kernels`], with theoretical
-//! occupancy from [`occupancy`]).
+//! occupancy from [`occupancy`]; communication kernels, [`comm`], left out). Over the sessions of
+//! a run (one per rank), [`analyze_run`] summarizes the ranks side by side and runs the cross-rank
+//! rule `collective-wait`.
 //!
 //! [`diff`] compares two analysed sessions (`gpufl diff`): a [`diff::Profile`] of each, then a
 //! typed [`diff::Diff`] of totals, kernels, sync and copy time per line, and insights.
 
 mod access;
+pub mod comm;
 pub mod diff;
 pub mod error;
 mod fold;
@@ -39,6 +42,7 @@ pub mod kernels;
 pub mod model;
 pub mod occupancy;
 pub mod pipeline;
+pub mod run;
 pub mod sampling;
 pub mod scopes;
 mod store;
@@ -57,6 +61,7 @@ pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelTable};
 pub use model::{Model, Window, WindowReason};
 pub use occupancy::{Limiter, Occupancy, SmLimits};
+pub use run::{analyze_run, RunAnalysis, RunMember};
 pub use sampling::{Basis, BasisKind, CallsPerLine, Sampling};
 pub use scopes::{rollup_path, RangeRollup, RangeSpan, ScopeRollup, ScopeSpan, MAX_SCOPE_DEPTH};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};

@@ -266,6 +266,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
 }
 
 fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64) -> Header {
+    let job = procinfo::Job::from_env();
     Header {
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
@@ -285,6 +286,10 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
         driver_version: None,
         cupti_version: None,
         python_version: None,
+        rank: job.rank,
+        local_rank: job.local_rank,
+        world_size: job.world_size,
+        run_id: job.run_id,
         options: CaptureOptions {
             enable_synchronization: opts.enable_synchronization,
             enable_stack_trace: opts.enable_stack_trace,

@@ -4,6 +4,7 @@
 use crate::{summary, term};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use gpufl_trace::run::RunRecord;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,7 +12,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 #[derive(Args)]
 pub struct RecordArgs {
-    /// Directory for the session directories (one per recorded process).
+    /// Directory for the run directories: each `gpufl record` makes one,
+    /// `run-<app>-<pid>-<UTC start>`, with its run record (run.json) and one session directory
+    /// per recorded process (the command and its children).
     #[arg(short = 'o', long = "output", default_value = "gpufl-sessions")]
     output: PathBuf,
     /// Do not capture CPU stacks at synchronizations (totals only, lowest overhead).
@@ -80,7 +83,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         .with_context(|| format!("{} does not exist", lib.display()))?;
     std::fs::create_dir_all(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
-    let out_dir = args.output.canonicalize()?;
+    let (out_dir, mut run) = make_run_dir(&args.output.canonicalize()?, &args.command)?;
     let before: std::collections::HashSet<PathBuf> = gpufl_trace::session::find_sessions(&out_dir)
         .into_iter()
         .collect();
@@ -89,6 +92,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     cmd.args(&args.command[1..])
         .env("CUDA_INJECTION64_PATH", &lib)
         .env("GPUFL_LOG_PATH", &out_dir)
+        .env("GPUFL_RUN_ID", &run.run_id)
         .env(
             "GPUFL_ENABLE_STACK_TRACE",
             if args.no_stacks { "0" } else { "1" },
@@ -142,6 +146,17 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         Some(c) => c,
         None => 128 + killed_by.unwrap_or(0),
     };
+    run.end_unix_ns = Some(unix_ns());
+    run.exit_code = status.code();
+    run.signal = killed_by.map(|s| gpufl_trace::signals::signal_name(s).to_string());
+    if let Err(e) = gpufl_trace::run::write_run(&out_dir, &run) {
+        if !args.quiet {
+            term::eprint_line(&format!(
+                "gpufl: cannot update the run record: {}",
+                term::esc(&e.to_string())
+            ));
+        }
+    }
     if let (Some(sig), false) = (killed_by, args.quiet) {
         term::eprint_line(&format!(
             "gpufl: {} killed by {}{}",
@@ -200,6 +215,79 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         die_like(sig);
     }
     Ok(code)
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// The application a command runs, for the run directory's name: the program's file name; for an
+/// interpreter (`python3 train.py`, `python -m torch.distributed.run`), the script's or module's.
+fn app_of(command: &[OsString]) -> String {
+    let base = |s: &OsString| {
+        Path::new(s)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let Some(prog) = command.first().map(base) else {
+        return "app".into();
+    };
+    if prog.starts_with("python") {
+        let mut it = command[1..].iter().map(|a| a.to_string_lossy());
+        while let Some(a) = it.next() {
+            if a == "-m" {
+                return it.next().map(|m| m.into_owned()).unwrap_or(prog);
+            }
+            if !a.starts_with('-') {
+                let b = base(&OsString::from(a.as_ref()));
+                return b.strip_suffix(".py").map(str::to_string).unwrap_or(b);
+            }
+        }
+    }
+    prog
+}
+
+/// Create this run's directory under `out` and write its run record (the end is added when the
+/// command exits).
+fn make_run_dir(out: &Path, command: &[OsString]) -> Result<(PathBuf, RunRecord)> {
+    let start = unix_ns();
+    let pid = std::process::id();
+    let name = gpufl_trace::run::run_dir_name(&app_of(command), pid, start);
+    let mut dir = out.join(&name);
+    let mut n = 1;
+    while let Err(e) = std::fs::create_dir(&dir) {
+        if e.kind() != std::io::ErrorKind::AlreadyExists || n > 100 {
+            return Err(e).with_context(|| format!("cannot create {}", dir.display()));
+        }
+        n += 1;
+        dir = out.join(format!("{name}.{n}"));
+    }
+    let run = RunRecord {
+        format: gpufl_trace::run::RUN_FORMAT.into(),
+        version: gpufl_trace::run::RUN_VERSION,
+        run_id: dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or(name),
+        gpufl_version: env!("CARGO_PKG_VERSION").into(),
+        host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into()),
+        command: command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        pid,
+        start_unix_ns: start,
+        ..RunRecord::default()
+    };
+    gpufl_trace::run::write_run(&dir, &run)
+        .with_context(|| format!("cannot write the run record in {}", dir.display()))?;
+    Ok((dir, run))
 }
 
 /// End this process the way the recorded command ended: by the same signal (default action, no

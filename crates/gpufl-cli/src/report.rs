@@ -37,36 +37,60 @@ pub struct ReportArgs {
     /// Threads to decode and analyse with (default: GPUFL_THREADS, else every available core).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// For a run (the sessions of one `gpufl record` of several processes): print the run view
+    /// only (ranks side by side, cross-rank insights), not each session's report after it.
+    #[arg(long)]
+    run_only: bool,
+    /// Never print the run view: one report per session, as for unrelated sessions.
+    #[arg(long, conflicts_with = "run_only")]
+    no_run: bool,
 }
 
 /// One session's report, as `--json` prints it.
 #[derive(Serialize)]
 pub(crate) struct SessionReport {
-    session: String,
+    pub(crate) session: String,
     command: Vec<String>,
     gpus: Vec<String>,
     #[serde(flatten)]
-    analysis: Analysis,
+    pub(crate) analysis: Analysis,
 }
 
 pub fn run(args: ReportArgs) -> Result<i32> {
     let dirs = expand_sessions(&args.sessions)?;
     let cfg = config(&args.include, &args.exclude, &args.user_path);
     let threads = threads(args.threads);
+    let run_dirs = crate::report_run::run_dirs(&args.sessions);
     let mut reports = Vec::new();
+    let mut models = Vec::new();
     for dir in dirs {
-        reports.push(load(&dir, &cfg, threads)?);
+        let (r, m) = load_with_model(&dir, &cfg, threads)?;
+        reports.push(r);
+        models.push(m);
     }
+    if !args.no_run && crate::report_run::is_run(&run_dirs, &models) {
+        let run = crate::report_run::analyze(&run_dirs, &reports, &models, &cfg);
+        drop(models);
+        if args.json {
+            crate::term::print(&crate::report_run::render_json(&run, &reports)?)?;
+            return Ok(0);
+        }
+        let color = color_of(&args.color);
+        let st = Style { color };
+        crate::term::print(&crate::report_run::render_text(
+            &run,
+            &reports,
+            args.run_only,
+            &st,
+        ))?;
+        return Ok(0);
+    }
+    drop(models);
     if args.json {
         crate::term::print(&render_json(&reports)?)?;
         return Ok(0);
     }
-    let color = match args.color.as_str() {
-        "always" => true,
-        "never" => false,
-        _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-    };
-    crate::term::print(&render_text(&reports, color))?;
+    crate::term::print(&render_text(&reports, color_of(&args.color)))?;
     Ok(0)
 }
 
@@ -92,21 +116,40 @@ pub(crate) fn threads(arg: Option<usize>) -> usize {
     }
 }
 
+fn color_of(arg: &str) -> bool {
+    match arg {
+        "always" => true,
+        "never" => false,
+        _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    }
+}
+
 /// Read, load and analyze one session directory.
+#[cfg(test)]
 pub(crate) fn load(dir: &std::path::Path, cfg: &Config, threads: usize) -> Result<SessionReport> {
+    load_with_model(dir, cfg, threads).map(|(r, _)| r)
+}
+
+/// Read, load and analyze one session directory; the model too (for the run view).
+pub(crate) fn load_with_model(
+    dir: &std::path::Path,
+    cfg: &Config,
+    threads: usize,
+) -> Result<(SessionReport, Model)> {
     let mut reader = ParSessionReader::open(dir, threads)?;
     let mut model = Model::load_items(&mut reader);
     model.add_warnings(reader.warnings());
     let analysis = analyze_on(&model, cfg, threads);
     let header = model.header();
-    Ok(SessionReport {
+    let report = SessionReport {
         session: dir.display().to_string(),
         command: header.map(|h| h.command_line.clone()).unwrap_or_default(),
         gpus: header
             .map(|h| h.gpus.iter().map(|g| g.name.clone()).collect())
             .unwrap_or_default(),
         analysis,
-    })
+    };
+    Ok((report, model))
 }
 
 /// The `--json` output.
@@ -128,19 +171,19 @@ pub(crate) fn render_text(reports: &[SessionReport], color: bool) -> String {
     out
 }
 
-struct Style {
-    color: bool,
+pub(crate) struct Style {
+    pub(crate) color: bool,
 }
 
 impl Style {
-    fn paint(&self, code: &str, s: &str) -> String {
+    pub(crate) fn paint(&self, code: &str, s: &str) -> String {
         if self.color {
             format!("\x1b[{code}m{s}\x1b[0m")
         } else {
             s.to_string()
         }
     }
-    fn severity(&self, s: Severity) -> String {
+    pub(crate) fn severity(&self, s: Severity) -> String {
         match s {
             Severity::High => self.paint("1;31", "HIGH  "),
             Severity::Medium => self.paint("1;33", "MEDIUM"),
@@ -160,7 +203,7 @@ pub(crate) fn secs(ns: u64) -> String {
     }
 }
 
-fn render(out: &mut String, r: &SessionReport, st: &Style) {
+pub(crate) fn render(out: &mut String, r: &SessionReport, st: &Style) {
     use std::fmt::Write;
     let a = &r.analysis;
     let t = &a.totals;
@@ -435,7 +478,7 @@ fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
     }
 }
 
-fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
+pub(crate) fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
     use std::fmt::Write;
     let _ = writeln!(
         out,

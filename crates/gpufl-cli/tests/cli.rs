@@ -169,12 +169,39 @@ fn record_passes_output_and_exit_code_through_without_a_gpu() {
     } else {
         cmd.arg("--lib").arg("/bin/true"); // only its existence matters without CUDA
     }
-    cmd.args(["--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
+    // The command (and every process it starts) sees its run directory and run id.
+    cmd.args([
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; echo \"$GPUFL_RUN_ID $GPUFL_LOG_PATH\" > \"$GPUFL_LOG_PATH/seen\"; exit 7",
+    ]);
     let (code, out, err) = run(&mut cmd);
     assert_eq!(code, 7);
     assert_eq!(out, "out\n");
     assert!(err.starts_with("err\n"), "{err}");
     assert!(err.contains("no session recorded"), "{err}");
+    // One run directory, named after the command, with its run record.
+    let runs: Vec<PathBuf> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run_dir = &runs[0];
+    let name = run_dir.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("run-sh-"), "{name}");
+    let rec = gpufl_trace::run::read_run(run_dir)
+        .unwrap()
+        .expect("run.json");
+    assert_eq!(rec.run_id, name);
+    assert_eq!(rec.command[0], "sh");
+    assert_eq!(rec.exit_code, Some(7));
+    assert!(rec.end_unix_ns.unwrap() >= rec.start_unix_ns);
+    let seen = std::fs::read_to_string(run_dir.join("seen")).unwrap();
+    assert_eq!(
+        seen.trim(),
+        format!("{name} {}", run_dir.canonicalize().unwrap().display())
+    );
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 

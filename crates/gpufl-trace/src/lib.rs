@@ -15,6 +15,7 @@ pub mod limits;
 pub mod par;
 pub mod reader;
 pub mod records;
+pub mod run;
 pub mod session;
 pub mod signals;
 pub mod symbols;

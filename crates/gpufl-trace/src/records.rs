@@ -101,6 +101,21 @@ pub struct Header {
     /// Python interpreter version ("3.12") when Python frames can be captured in this process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python_version: Option<String>,
+    /// Rank of the process in a distributed job, when its launcher set one (`RANK`,
+    /// `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `SLURM_PROCID`; docs/trace-format.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// Rank among the job's processes on this host (`LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_RANK`,
+    /// `SLURM_LOCALID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    /// Processes in the job (`WORLD_SIZE`, `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`, `SLURM_NTASKS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u32>,
+    /// Id of the `gpufl record` run the process belongs to (`GPUFL_RUN_ID`, set by `gpufl record`
+    /// for the command and every process it starts; the run directory's `run.json` has it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
     pub options: CaptureOptions,
     pub capture: CaptureStatus,
 }

@@ -82,18 +82,30 @@ pub fn is_session_dir(dir: &Path) -> bool {
     trace_files(dir).is_ok()
 }
 
-/// Session directories directly under `root` (or `root` itself if it is one), sorted by name.
+/// Session directories directly under `root` (or `root` itself if it is one), and those of the
+/// run directories directly under it (a subdirectory with a `run.json`: `gpufl record`'s output
+/// directory holds one per run), sorted by path.
 pub fn find_sessions(root: &Path) -> Vec<PathBuf> {
     if is_session_dir(root) {
         return vec![root.to_path_buf()];
     }
-    let mut out: Vec<PathBuf> = std::fs::read_dir(root)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.is_dir() && is_session_dir(p))
-        .collect();
+    let subdirs = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect()
+    };
+    let mut out = Vec::new();
+    for p in subdirs(root) {
+        if is_session_dir(&p) {
+            out.push(p);
+        } else if crate::run::is_run_dir(&p) {
+            out.extend(subdirs(&p).into_iter().filter(|s| is_session_dir(s)));
+        }
+    }
     out.sort();
     out
 }

@@ -127,6 +127,10 @@ fn sample_header() -> Header {
         driver_version: Some(13000),
         cupti_version: Some(26),
         python_version: Some("3.12".into()),
+        rank: Some(1),
+        local_rank: Some(1),
+        world_size: Some(2),
+        run_id: Some("train-4100-20231114T221319Z".into()),
         options: CaptureOptions {
             enable_synchronization: true,
             enable_stack_trace: true,
@@ -588,6 +592,11 @@ fn round_trip_every_record_type_through_a_file() {
     assert_eq!(hdr.version, FORMAT_VERSION);
     assert_eq!(hdr.python_version.as_deref(), Some("3.12"));
     assert_eq!(hdr.options.telemetry_ms, Some(100));
+    assert_eq!(
+        (hdr.rank, hdr.local_rank, hdr.world_size),
+        (Some(1), Some(1), Some(2))
+    );
+    assert_eq!(hdr.run_id.as_deref(), Some("train-4100-20231114T221319Z"));
 
     // Every type is present.
     let types: HashSet<&str> = got.iter().map(|r| r.type_name()).collect();
@@ -665,6 +674,10 @@ fn optional_fields_absent_round_trip_and_are_not_written() {
         "driver_version",
         "cupti_version",
         "python_version",
+        "\"rank\"",
+        "local_rank",
+        "world_size",
+        "run_id",
         "reason\":null",
         "\"module\"",
         "\"inlined\"",
@@ -1192,6 +1205,65 @@ fn session_reader_reads_files_in_order() {
     assert_eq!(find_sessions(&sdir), vec![sdir.clone()]);
     assert!(find_sessions(&root.join("empty")).is_empty());
     assert!(find_sessions(&root.join("does-not-exist")).is_empty());
+}
+
+#[test]
+fn run_directories_hold_sessions_and_a_run_record() {
+    use gpufl_trace::run::{read_run, run_dir_name, write_run, RunRecord, RUN_FILE, RUN_FORMAT};
+    let root = TempDir::new("runs");
+    let t = 1_700_000_000_000_000_000;
+    let run_dir = root.join(&run_dir_name("torchrun", 4100, t));
+    assert_eq!(
+        run_dir.file_name().unwrap().to_string_lossy(),
+        "run-torchrun-4100-20231114T221320Z"
+    );
+    std::fs::create_dir(&run_dir).unwrap();
+    // No run record yet: None, not an error.
+    assert_eq!(read_run(&run_dir).unwrap(), None);
+    let mut rec = RunRecord {
+        format: RUN_FORMAT.into(),
+        version: 1,
+        run_id: "run-torchrun-4100-20231114T221320Z".into(),
+        command: vec!["torchrun".into(), "train.py".into()],
+        start_unix_ns: t,
+        ..RunRecord::default()
+    };
+    write_run(&run_dir, &rec).unwrap();
+    assert_eq!(read_run(&run_dir).unwrap().as_ref(), Some(&rec));
+    rec.exit_code = Some(3);
+    write_run(&run_dir, &rec).unwrap();
+    assert_eq!(read_run(&run_dir).unwrap().unwrap().exit_code, Some(3));
+    // Only run.json is left behind (the temporary file was renamed).
+    let names: Vec<String> = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec![RUN_FILE.to_string()]);
+
+    // Sessions of the run, and one session beside it (an older gpufl's layout).
+    let a = run_dir.join(session_dir_name("train", 4101, t));
+    let b = run_dir.join(session_dir_name("train", 4102, t));
+    let old = root.join(&session_dir_name("old", 7, t));
+    for d in [&a, &b, &old] {
+        std::fs::create_dir(d).unwrap();
+        write_trace_file(&d.join(FIRST_TRACE_FILE), "train", 0, 1);
+    }
+    // A directory of sessions without run.json is not looked into (only run directories are).
+    let plain = root.join("plain");
+    std::fs::create_dir_all(plain.join("x")).unwrap();
+    write_trace_file(&plain.join("x").join(FIRST_TRACE_FILE), "x", 0, 1);
+    assert_eq!(
+        find_sessions(root.path()),
+        vec![old.clone(), a.clone(), b.clone()]
+    );
+    assert_eq!(find_sessions(&run_dir), vec![a.clone(), b.clone()]);
+
+    // Not a run record: an error that says so.
+    std::fs::write(run_dir.join(RUN_FILE), r#"{"format":"other","version":1}"#).unwrap();
+    assert!(read_run(&run_dir).is_err());
+    std::fs::write(run_dir.join(RUN_FILE), "garbage").unwrap();
+    let e = read_run(&run_dir).unwrap_err().to_string();
+    assert!(e.contains("not a run record"), "{e}");
 }
 
 #[test]

@@ -20,9 +20,12 @@ pub(super) fn worth(impact_ns: u64, row: &KernelRow) -> bool {
 }
 
 /// Whether a kernel takes at least [`MIN_BUSY_PCT`] % of its device's busy time (a framework
-/// runtime's own kernels never do: [`crate::kernels::is_runtime_kernel`]).
+/// runtime's own kernels never do: [`crate::kernels::is_runtime_kernel`]; nor do communication
+/// kernels, whose time is mostly waiting for other ranks and whose grid follows the library's
+/// channels: [`crate::comm::is_comm_kernel`], rule `collective-wait` reads them).
 pub(super) fn matters(row: &KernelRow) -> bool {
     !crate::kernels::is_runtime_kernel(&row.name)
+        && !row.comm
         && row.device_busy_ns > 0
         && row.busy_ns as u128 * 100 >= row.device_busy_ns as u128 * MIN_BUSY_PCT as u128
 }

@@ -99,6 +99,8 @@ struct Acc {
     short_gpu_ns: u64,
     /// Index into the fired list, or NONE.
     fired: u32,
+    /// A communication kernel ([`crate::comm::is_comm_kernel`]): never a candidate.
+    comm: bool,
     busy_share: f64,
 }
 
@@ -199,8 +201,12 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         }
     }
     drop(slot_of_name);
+    for a in accs.iter_mut() {
+        a.comm = crate::comm::is_comm_kernel(m.str(gpufl_trace::StrId(a.name)));
+    }
     let candidate = |a: &Acc| {
-        a.launches >= MIN_LAUNCHES
+        !a.comm
+            && a.launches >= MIN_LAUNCHES
             && a.short * 100 >= a.launches * MIN_SHORT_PCT
             && a.last > a.first
     };
@@ -338,6 +344,7 @@ fn acc_index(slot_of_name: &mut [u32], accs: &mut Vec<Acc>, name: u32, dev: u32)
             gpu_ns: 0,
             short_gpu_ns: 0,
             fired: NONE,
+            comm: false,
             busy_share: 0.0,
         });
         (accs.len() - 1) as u32

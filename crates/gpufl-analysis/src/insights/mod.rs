@@ -3,6 +3,7 @@
 
 pub mod attribution;
 pub(crate) mod blocking_copy;
+pub mod collective_wait;
 pub(crate) mod default_stream_barrier;
 pub(crate) mod device_wide_sync;
 pub(crate) mod ecc_errors;
@@ -224,6 +225,7 @@ pub enum RuleData {
     RegisterSpill(register_spill::Data),
     UnderFilledGrid(under_filled_grid::Data),
     HostRead(host_read::Data),
+    CollectiveWait(collective_wait::Data),
 }
 
 /// `part / whole` clamped to 0..1 (0 for an empty whole).

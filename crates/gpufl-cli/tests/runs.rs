@@ -1,0 +1,145 @@
+//! `gpufl report` over a run directory: the synthetic 2-rank DDP run of
+//! `crates/gpufl-analysis/tests/common/ddp_run.rs` (a straggler on rank 1, and its balanced twin).
+
+#[path = "../../gpufl-analysis/tests/common/ddp_run.rs"]
+mod ddp_run;
+
+use ddp_run::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn gpufl() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpufl"))
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().expect("run gpufl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+struct Root(PathBuf);
+impl Root {
+    fn new(tag: &str) -> Root {
+        let p = std::env::temp_dir().join(format!("gpufl-runs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Root(p)
+    }
+}
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn report(root: &Path, args: &[&str]) -> String {
+    let (code, out, err) = run(gpufl().current_dir(root).arg("report").args(args));
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+#[test]
+fn run_report_names_the_straggler_and_its_line() {
+    let root = Root::new("straggler");
+    write_run_dir(&root.0, Plan::straggler());
+    let text = report(&root.0, &["--color", "never", RUN_ID]);
+    // The run: its command, the ranks side by side, the launcher folded into one line.
+    assert!(
+        text.starts_with(&format!("gpufl run · {RUN_ID}\n")),
+        "{text}"
+    );
+    assert!(text.contains("torchrun --nproc_per_node=2"), "{text}");
+    assert!(
+        text.contains("3 processes: 2 with CUDA work, 1 without"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 process without CUDA work: torchrun (pid 4100)"),
+        "{text}"
+    );
+    // The cross-rank insight: rank 1, 4 ms late, the stretch before its forward launch.
+    let cw = text
+        .lines()
+        .find(|l| l.contains("[collective-wait]"))
+        .unwrap_or_else(|| panic!("no collective-wait: {text}"));
+    assert!(
+        cw.contains("rank 1 arrives 4.00ms late at AllReduce"),
+        "{cw}"
+    );
+    assert!(cw.contains("@ ddp_train.py:61"), "{cw}");
+    // No communication kernel is called under-filled in any rank's report.
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains("[under-filled-grid]") && l.contains("nccl")),
+        "{text}"
+    );
+    // Then each rank's own report, in rank order.
+    let r0 = text.find("── rank 0 ──").expect("rank 0 detail");
+    let r1 = text.find("── rank 1 ──").expect("rank 1 detail");
+    assert!(r0 < r1);
+    insta::assert_snapshot!("run_report_text_ddp_straggler", text);
+
+    // --run-only: the run view alone.
+    let only = report(&root.0, &["--color", "never", "--run-only", RUN_ID]);
+    assert!(only.contains("[collective-wait]") && !only.contains("── rank 0 ──"));
+    // The output directory (holding the run directory) reads the same way.
+    assert_eq!(
+        report(&root.0, &["--color", "never", "."]).lines().nth(1),
+        text.lines().nth(1)
+    );
+    // --no-run: one report per session, as before runs existed.
+    let plain = report(&root.0, &["--color", "never", "--no-run", RUN_ID]);
+    assert!(!plain.contains("collective-wait") && plain.matches("gpufl report · ").count() == 3);
+
+    // JSON: the run (its record, ranks, clock, insights), then every session.
+    let json = report(&root.0, &["--json", RUN_ID]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let r = &v["run"];
+    assert_eq!(r["runs"][0]["record"]["run_id"], RUN_ID);
+    assert_eq!(r["runs"][0]["record"]["exit_code"], 0);
+    assert_eq!(r["ranks"][1]["rank"], 1);
+    assert_eq!(r["ranks"][1]["gpu"]["index"], 1);
+    assert_eq!(r["clock"]["method"], "same_host");
+    assert_eq!(r["insights"][0]["data"]["late_rank"], 1);
+    assert_eq!(r["insights"][0]["location"]["line"], FORWARD_LINE);
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 3);
+    insta::assert_snapshot!("run_report_json_ddp_straggler", json);
+}
+
+#[test]
+fn balanced_run_has_no_cross_rank_insight() {
+    let root = Root::new("balanced");
+    write_run_dir(&root.0, Plan::balanced());
+    let text = report(&root.0, &["--color", "never", "--run-only", RUN_ID]);
+    assert!(text.contains("No cross-rank insights."), "{text}");
+    assert!(!text.contains("collective-wait"), "{text}");
+    assert!(text.contains("60 collectives matched"), "{text}");
+}
+
+#[test]
+fn sessions_without_a_run_record_still_read_as_before() {
+    // A directory of sessions without run.json and without ranks: no run view.
+    let root = Root::new("plain");
+    let dir = write_run_dir(&root.0, Plan::straggler());
+    std::fs::remove_file(dir.join("run.json")).unwrap();
+    let launcher = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("torchrun-")
+        })
+        .unwrap();
+    let text = report(&root.0, &["--color", "never", launcher.to_str().unwrap()]);
+    assert!(text.starts_with("gpufl report · "), "{text}");
+    // Sessions with ranks make a run even without run.json.
+    let text = report(&root.0, &["--color", "never", "--run-only", RUN_ID]);
+    assert!(text.contains("[collective-wait]"), "{text}");
+}
