@@ -305,7 +305,7 @@ impl Tally {
         frame_len: usize,
         hash: u64,
         size: usize,
-        unrepeatable: impl FnOnce() -> bool,
+        unrepeatable: impl FnOnce() -> Repeat,
     ) -> Option<bool> {
         let size = size as u64;
         if size > self.limits.max_block_bytes || self.decoded + size > self.budget {
@@ -318,9 +318,16 @@ impl Tally {
 
     /// Whether a whole block with this key is to be read: false for a block seen earlier in the
     /// session that holds a record that cannot repeat (counted as a duplicate).
-    fn first_or_repeat(&mut self, key: (u64, u64), unrepeatable: impl FnOnce() -> bool) -> bool {
+    fn first_or_repeat(&mut self, key: (u64, u64), unrepeatable: impl FnOnce() -> Repeat) -> bool {
         let first = self.seen.lock().map_or(true, |mut s| s.insert(key));
-        if !first && unrepeatable() {
+        // `blocks` counts this block already: 1 is the first block of this file.
+        let opens_file = self.blocks == 1;
+        let skip = match unrepeatable() {
+            Repeat::Never => true,
+            Repeat::Header => !opens_file,
+            Repeat::Free => false,
+        };
+        if !first && skip {
             self.duplicates += 1;
             return false;
         }
@@ -587,20 +594,39 @@ impl<R: FrameInput> FrameReader<R> {
 }
 
 /// Whether a block's content can only have been written once: it holds a timed record (`start`,
-/// `ts`), an interned definition or a header. A block of untimed records only (`dropped`,
-/// `notice`, `stream`, `function`) may legitimately repeat byte for byte.
-pub(crate) fn unrepeatable(block: &[u8]) -> bool {
-    const MARKS: [&[u8]; 6] = [
+/// `ts`) or an interned definition ([`Repeat::Never`]), or a header ([`Repeat::Header`]: the first
+/// block of each file of a rolling session is its header and stream records, the same in every
+/// file, so a header block repeats legitimately at the start of a file and nowhere else). A block
+/// of untimed records only (`dropped`, `notice`, `stream`, `function`) may repeat byte for byte.
+pub(crate) fn unrepeatable(block: &[u8]) -> Repeat {
+    const MARKS: [&[u8]; 5] = [
         b"\"start\":",
         b"\"ts\":",
         b"{\"t\":\"str\"",
         b"{\"t\":\"frame\"",
         b"{\"t\":\"stack\"",
-        b"{\"t\":\"header\"",
     ];
-    MARKS
+    if MARKS
         .iter()
         .any(|m| memchr::memmem::find(block, m).is_some())
+    {
+        Repeat::Never
+    } else if memchr::memmem::find(block, b"{\"t\":\"header\"").is_some() {
+        Repeat::Header
+    } else {
+        Repeat::Free
+    }
+}
+
+/// What [`unrepeatable`] found in a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Repeat {
+    /// Timed records or interned definitions: written once.
+    Never,
+    /// A header and untimed records: repeats only as the first block of a file.
+    Header,
+    /// Untimed records only.
+    Free,
 }
 
 impl<R: FrameInput> BufRead for FrameReader<R> {

@@ -24,8 +24,8 @@
 //! the block it needs next is not ready, so at most N threads are busy.
 
 use crate::blocks::{
-    block_hash, decode_whole, frame_len, new_dctx, unrepeatable, BlockSet, FrameInput, Tally,
-    Window, WHOLE_MAX_COMPRESSED, ZSTD_MAGIC,
+    block_hash, decode_whole, frame_len, new_dctx, unrepeatable, BlockSet, FrameInput, Repeat,
+    Tally, Window, WHOLE_MAX_COMPRESSED, ZSTD_MAGIC,
 };
 use crate::error::TraceError;
 use crate::limits::ReadLimits;
@@ -130,7 +130,7 @@ struct Block {
     hash: u64,
     /// Decoded bytes.
     size: usize,
-    unrepeatable: bool,
+    unrepeatable: Repeat,
     /// Empty, or ends with a line end.
     ends_line: bool,
     /// Line ends in the block.
@@ -147,7 +147,7 @@ impl Block {
             frame_len: 0,
             hash: 0,
             size: 0,
-            unrepeatable: false,
+            unrepeatable: Repeat::Free,
             ends_line: false,
             lines: 0,
             items: Vec::new(),

@@ -525,3 +525,77 @@ fn files_read_the_same_from_disk() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A file of a rolling session as the recorder writes it after a rotation: its header and stream
+/// records closed as a first block (the same bytes in every file), then timed records.
+fn rolled_file(h: &Header, first_start: u64, n: usize) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), h).unwrap();
+    w.write(&Record::Stream(StreamInfo {
+        ctx: 1,
+        stream: 7,
+        role: StreamRole::default(),
+    }))
+    .unwrap();
+    w.end_block().unwrap();
+    let name = w.intern_str("k").unwrap();
+    for i in 0..n as u64 {
+        w.write(&Record::Kernel(Kernel {
+            name,
+            start: first_start + i * 10,
+            end: first_start + i * 10 + 5,
+            ..Kernel::default()
+        }))
+        .unwrap();
+    }
+    w.finish(0, "rotated").unwrap()
+}
+
+#[test]
+fn the_header_block_that_opens_each_rolled_file_is_not_a_duplicate() {
+    let h = Header {
+        format: FORMAT_NAME.into(),
+        version: FORMAT_VERSION,
+        session_id: "roll".into(),
+        ..Header::default()
+    };
+    let (a, b) = (rolled_file(&h, 1_000, 40), rolled_file(&h, 9_000, 30));
+    // The two files' first blocks are the same bytes.
+    let (la, lb) = (
+        gpufl_trace_first_frame_len(&a),
+        gpufl_trace_first_frame_len(&b),
+    );
+    assert_eq!(a[..la], b[..lb]);
+    let dir = session_of(&[a.clone(), b], "rolled");
+    let mut seq = SessionReader::open(&dir).unwrap();
+    let recs: Vec<Record> = seq.by_ref().collect();
+    assert_eq!(seq.warnings(), Vec::<String>::new());
+    let headers = recs
+        .iter()
+        .filter(|r| matches!(r, Record::Header(_)))
+        .count();
+    let kernels = recs
+        .iter()
+        .filter(|r| matches!(r, Record::Kernel(_)))
+        .count();
+    assert_eq!((headers, kernels), (2, 70));
+    for t in THREADS {
+        let mut par = ParSessionReader::open(&dir, t).unwrap();
+        let got: Vec<Record> = par.by_ref().collect();
+        assert!(got == recs, "{t} threads");
+        assert_eq!(par.warnings(), Vec::<String>::new(), "{t} threads");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    // The same file twice is still a duplicate past its first block.
+    let dir = session_of(&[a.clone(), a], "rolled-copy");
+    let mut seq = SessionReader::open(&dir).unwrap();
+    let kernels = seq
+        .by_ref()
+        .filter(|r| matches!(r, Record::Kernel(_)))
+        .count();
+    assert_eq!(kernels, 40);
+    assert!(seq
+        .warnings()
+        .iter()
+        .any(|w| w.contains("identical to an earlier block")));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
