@@ -23,7 +23,7 @@ aon_long_wait() {
   echo "long run: $(cat "$AL/long.exit" 2>/dev/null || echo 'no exit status: killed?'); wall $(( $(date +%s) - $(cat "$AL/started") )) s; bound $(cat "$AL/bound_mb") MB" | tee -a "$OUT/summary.txt"
   sort -n -k2 "$AL/du.log" | tail -1 | awk '{printf "largest session size seen: %.2f MB\n", $2/1048576}' | tee -a "$OUT/summary.txt"
   echo "size samples: $(wc -l < "$AL/du.log") (first $(head -1 "$AL/du.log"), last $(tail -1 "$AL/du.log"))" | tee -a "$OUT/summary.txt"
-  ls -la "$d" | tee -a "$OUT/summary.txt"
+  ls -la "$d" "$d"/*/ | tee -a "$OUT/summary.txt"
   tail -2 "$AL/long.out" | tee -a "$OUT/summary.txt"; tail -5 "$AL/long.err" | tee -a "$OUT/summary.txt"
   gpufl info "$d" 2>&1 | tee -a "$OUT/summary.txt"
   gpufl report --color never "$d" 2>&1 | head -40 | tee -a "$OUT/summary.txt"
