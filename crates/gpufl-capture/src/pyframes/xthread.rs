@@ -228,6 +228,29 @@ struct Cached {
     ids_ready: bool,
 }
 
+impl Cached {
+    /// An entry for thread state `ts` whose `cframe` was read, before its walk.
+    fn new(ts: usize, cframe: usize) -> Cached {
+        Cached {
+            ts,
+            cframe,
+            chain_len: 0,
+            chain: [0; CHAIN_CHECK],
+            prevs: [0; CHAIN_CHECK],
+            instrs: [0; CHAIN_CHECK],
+            ranges: [(0, 0); MAX_RANGES],
+            n_ranges: 0,
+            check_len: 0,
+            offs: [0; CHAIN_CHECK],
+            idle: false,
+            n: 0,
+            frames: [PyFrameRaw::default(); MAX_FRAMES],
+            ids: [u32::MAX; MAX_FRAMES],
+            ids_ready: false,
+        }
+    }
+}
+
 struct Cache {
     slots: Vec<Cached>,
     next: usize,
@@ -435,23 +458,7 @@ fn look(m: &SafeMem, rt: &Runtime, c: &mut Cache, ts: usize, tb: &mut [u8]) -> O
     if !plausible(frame) {
         return None;
     }
-    let mut e = Cached {
-        ts,
-        cframe,
-        chain_len: 0,
-        chain: [0; CHAIN_CHECK],
-        prevs: [0; CHAIN_CHECK],
-        instrs: [0; CHAIN_CHECK],
-        ranges: [(0, 0); MAX_RANGES],
-        n_ranges: 0,
-        check_len: 0,
-        offs: [0; CHAIN_CHECK],
-        idle: false,
-        n: 0,
-        frames: [PyFrameRaw::default(); MAX_FRAMES],
-        ids: [u32::MAX; MAX_FRAMES],
-        ids_ready: false,
-    };
+    let mut e = Cached::new(ts, cframe);
     walk(m, rt, frame, &mut e);
     plan_ranges(&mut e);
     e.idle = innermost_idle(m, rt, &e.frames[..e.n]);
@@ -747,23 +754,8 @@ mod tests {
     }
 
     fn chain_of(addrs: &[usize]) -> Cached {
-        let mut e = Cached {
-            ts: 0,
-            cframe: 0,
-            chain_len: addrs.len(),
-            chain: [0; CHAIN_CHECK],
-            prevs: [0; CHAIN_CHECK],
-            instrs: [0; CHAIN_CHECK],
-            ranges: [(0, 0); MAX_RANGES],
-            n_ranges: 0,
-            check_len: 0,
-            offs: [0; CHAIN_CHECK],
-            idle: false,
-            n: 0,
-            frames: [PyFrameRaw::default(); MAX_FRAMES],
-            ids: [u32::MAX; MAX_FRAMES],
-            ids_ready: false,
-        };
+        let mut e = Cached::new(0, 0);
+        e.chain_len = addrs.len();
         e.chain[..addrs.len()].copy_from_slice(addrs);
         plan_ranges(&mut e);
         e
