@@ -2,7 +2,6 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use gpufl_analysis::{Config, FrameFilter};
 use gpufl_export::{export, find_sessions, Format, Options, DEFAULT_INSIGHTS_MAX_RECORDS};
 use std::path::PathBuf;
 
@@ -43,17 +42,8 @@ pub struct ExportArgs {
 
 pub fn run(args: ExportArgs) -> Result<i32> {
     let dirs = find_sessions(&args.sessions)?;
-    let mut filter = FrameFilter::default();
-    filter.include.extend(args.user_path.iter().cloned());
-    if let Ok(v) = std::env::var("GPUFL_USER_PATHS") {
-        filter
-            .include
-            .extend(v.split(':').filter(|p| !p.is_empty()).map(str::to_string));
-    }
-    let threads = match args.threads {
-        Some(n) if n > 0 => n.min(gpufl_trace::par::MAX_THREADS),
-        _ => gpufl_trace::default_threads(),
-    };
+    let config = crate::report::config(&[], &[], &args.user_path);
+    let threads = crate::report::threads(args.threads);
     let opts = Options {
         format: match args.format {
             FormatArg::Perfetto => Format::Perfetto,
@@ -61,7 +51,7 @@ pub fn run(args: ExportArgs) -> Result<i32> {
         },
         insights_max_records: args.insights_max_records,
         threads,
-        config: Config { filter },
+        config,
     };
     let file = std::fs::File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;

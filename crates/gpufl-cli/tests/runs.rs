@@ -143,3 +143,35 @@ fn sessions_without_a_run_record_still_read_as_before() {
     let text = report(&root.0, &["--color", "never", "--run-only", RUN_ID]);
     assert!(text.contains("[collective-wait]"), "{text}");
 }
+
+#[test]
+fn a_run_exports_to_one_file_with_its_ranks_named() {
+    let root = Root::new("export");
+    write_run_dir(&root.0, Plan::straggler());
+    let out = root.0.join("run.json.trace");
+    let (code, _, err) = run(gpufl()
+        .current_dir(&root.0)
+        .args(["export", "--format", "chrome", "-q", "-o"])
+        .arg(&out)
+        .arg(RUN_ID));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    let mut names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    names.sort();
+    // Every process of the run in one file: the launcher (no rank) and both ranks.
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("rank 0/2 · ")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.starts_with("rank 1/2 · ")),
+        "{names:?}"
+    );
+    assert_eq!(names.iter().filter(|n| n.starts_with("rank ")).count(), 2);
+}

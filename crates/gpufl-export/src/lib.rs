@@ -96,6 +96,16 @@ pub fn find_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ExportError> {
     Ok(out)
 }
 
+/// "rank R/N · " for a session of a multi-rank job (the launcher's variables in its header), so
+/// the ranks of a run exported to one file are told apart; empty otherwise.
+fn rank_label(h: &gpufl_trace::Header) -> String {
+    match (h.rank, h.world_size) {
+        (Some(r), Some(n)) => format!("rank {r}/{n} · "),
+        (Some(r), None) => format!("rank {r} · "),
+        _ => String::new(),
+    }
+}
+
 /// The first header of a session (for the Chrome format's time base).
 fn first_start(dir: &Path) -> Option<u64> {
     let mut r = gpufl_trace::SessionReader::open(dir).ok()?;
@@ -132,8 +142,12 @@ pub fn export<W: Write>(dirs: &[PathBuf], out: W, opts: &Options) -> Result<Summ
             Some(h) => (
                 h.pid,
                 format!(
-                    "{} (pid {}, {}) {}",
-                    h.app_name, h.pid, h.host, h.session_id
+                    "{}{} (pid {}, {}) {}",
+                    rank_label(h),
+                    h.app_name,
+                    h.pid,
+                    h.host,
+                    h.session_id
                 ),
                 h.gpus.iter().map(|g| (g.index, g.name.clone())).collect(),
             ),
