@@ -26,7 +26,8 @@ for out in sorted(glob.glob(f"{cr}/*-*.out")):
     end = name.split("-")[0]
     txt = open(out).read()
     st = re.search(r"START (\d+)", txt); en = re.search(r"END (\d+)", txt)
-    sess = glob.glob(f"{cr}/{name}/*/")
+    # Session directories (inside the run directory gpufl record makes).
+    sess = sorted(os.path.dirname(t) + "/" for t in glob.glob(f"{cr}/{name}/**/trace-0000*", recursive=True))
     info = subprocess.run(["gpufl", "info", sess[0]], capture_output=True, text=True) if sess else None
     ok = bool(info and info.returncode == 0)
     span = re.search(r"records span ([\d.]+) \.\. ([\d.]+)", info.stdout) if ok else None
@@ -46,7 +47,7 @@ log "(x2) DataLoader with 4 forked workers"
 $PY examples/dataloader_workers.py > "$CR/dl-bare.out" 2>&1; b=$?
 gpufl record -o "$CR/dl" -- $PY examples/dataloader_workers.py > "$CR/dl.out" 2>&1; r=$?
 echo "exit bare $b, recorded $r; bare: $(grep dataloader: "$CR/dl-bare.out"); recorded: $(grep dataloader: "$CR/dl.out")" | tee -a "$OUT/summary.txt"
-echo "sessions: $(ls -d "$CR"/dl/*/ | wc -l)" | tee -a "$OUT/summary.txt"
-gpufl info "$CR"/dl/*/ 2>&1 | grep -E "command|kernels|span" | tee -a "$OUT/summary.txt"
+echo "sessions: $(find "$CR/dl" -name 'trace-0000*' | wc -l)" | tee -a "$OUT/summary.txt"
+gpufl info "$CR"/dl 2>&1 | grep -E "command|kernels|span" | tee -a "$OUT/summary.txt"
 grep -h "^gpufl" "$CR/dl.out" | tee -a "$OUT/summary.txt"
 rm -rf "$CR"
