@@ -193,14 +193,11 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             ));
             for dir in new {
                 match summary::summarize(&dir) {
-                    Ok(s) => term::eprint_line(&format!(
-                        "gpufl:   {}: {}",
-                        term::esc(
-                            &dir.file_name()
-                                .map(|n| n.to_string_lossy())
-                                .unwrap_or_default()
-                        ),
-                        term::esc(&s.one_line())
+                    Ok(s) => term::eprint_line(&summary::record_line(
+                        &dir.file_name()
+                            .map(|n| n.to_string_lossy())
+                            .unwrap_or_default(),
+                        &s,
                     )),
                     Err(e) => term::eprint_line(&format!(
                         "gpufl:   {}: unreadable: {}",

@@ -2,7 +2,7 @@
 
 use crate::term::{esc, esc_path};
 use anyhow::{bail, Result};
-use gpufl_trace::{session, Header, ParSessionReader, Record};
+use gpufl_trace::{run, session, Header, ParSessionReader, Record};
 use std::path::{Path, PathBuf};
 
 /// Totals of one session.
@@ -140,18 +140,230 @@ pub fn expand_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// `gpufl info`. Every string from a trace is escaped for the terminal ([`esc`]).
+/// `gpufl info`. Every string from a trace is escaped for the terminal ([`esc`]). The sessions of a
+/// run (a run directory with `run.json`, or sessions sharing a `run_id` of which two or more have a
+/// rank) come after a summary of the run ([`run_text`]).
 pub fn info(paths: &[PathBuf]) -> Result<i32> {
-    for dir in expand_sessions(paths)? {
-        crate::term::print(&info_text(&dir)?)?;
+    let dirs = expand_sessions(paths)?;
+    let mut sums = Vec::with_capacity(dirs.len());
+    for d in &dirs {
+        sums.push(summarize(d)?);
+    }
+    // Each session's run: its run directory, else the run id of its header.
+    let keys: Vec<Option<RunKey>> = dirs
+        .iter()
+        .zip(&sums)
+        .map(|(d, s)| match d.parent().filter(|p| run::is_run_dir(p)) {
+            Some(p) => Some(RunKey::Dir(p.to_path_buf())),
+            None => s
+                .header
+                .as_ref()
+                .and_then(|h| h.run_id.clone())
+                .map(RunKey::Id),
+        })
+        .collect();
+    let is_run = |k: &RunKey| match k {
+        RunKey::Dir(_) => true,
+        RunKey::Id(_) => {
+            keys.iter()
+                .zip(&sums)
+                .filter(|(o, s)| {
+                    o.as_ref() == Some(k) && s.header.as_ref().is_some_and(|h| h.rank.is_some())
+                })
+                .count()
+                >= 2
+        }
+    };
+    let mut done = vec![false; dirs.len()];
+    for i in 0..dirs.len() {
+        if done[i] {
+            continue;
+        }
+        let members: Vec<usize> = match &keys[i] {
+            Some(k) if is_run(k) => (i..dirs.len())
+                .filter(|&j| keys[j].as_ref() == Some(k))
+                .collect(),
+            _ => vec![i],
+        };
+        if let Some(k) = keys[i].as_ref().filter(|k| is_run(k)) {
+            let procs: Vec<(&Path, &Summary)> = members
+                .iter()
+                .map(|&j| (dirs[j].as_path(), &sums[j]))
+                .collect();
+            crate::term::print(&run_text(k, &procs))?;
+        }
+        for j in members {
+            done[j] = true;
+            crate::term::print(&info_text_of(&dirs[j], &sums[j]))?;
+        }
     }
     Ok(0)
 }
 
-/// What `gpufl info` prints for one session.
-pub fn info_text(dir: &Path) -> Result<String> {
+/// What makes sessions one run for `gpufl info`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RunKey {
+    /// The run directory holding them (with `run.json`).
+    Dir(PathBuf),
+    /// The `run_id` of their headers (no run directory).
+    Id(String),
+}
+
+/// A session's rank as `rank R/N (local L)`, when its header has one.
+pub fn rank_label(h: &Header) -> Option<String> {
+    let r = h.rank?;
+    let mut s = match h.world_size {
+        Some(n) => format!("rank {r}/{n}"),
+        None => format!("rank {r}"),
+    };
+    if let Some(l) = h.local_rank {
+        s += &format!(" (local {l})");
+    }
+    Some(s)
+}
+
+/// A Unix time in ns as `YYYY-mm-dd HH:MM:SS UTC`.
+fn utc(unix_ns: u64) -> String {
+    let c = session::utc_compact(unix_ns / 1_000_000_000);
+    match (
+        c.get(0..4),
+        c.get(4..6),
+        c.get(6..8),
+        c.get(9..11),
+        c.get(11..13),
+        c.get(13..15),
+    ) {
+        (Some(y), Some(m), Some(d), Some(hh), Some(mm), Some(ss)) if c.len() == 16 => {
+            format!("{y}-{m}-{d} {hh}:{mm}:{ss} UTC")
+        }
+        _ => c,
+    }
+}
+
+/// The run summary of `gpufl info`: the run record (id, command, host, start, duration, how it
+/// ended), then one line per process (rank, pid, app, kernels, syncs), ranks first.
+pub fn run_text(key: &RunKey, procs: &[(&Path, &Summary)]) -> String {
     use std::fmt::Write;
-    let s = summarize(dir)?;
+    let mut o = String::new();
+    match key {
+        RunKey::Dir(dir) => {
+            let name = dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            match run::read_run(dir) {
+                Ok(Some(r)) => {
+                    let _ = writeln!(o, "run {}  ({})", esc(&r.run_id), esc_path(dir));
+                    let _ = writeln!(o, "  command: {}", esc(&r.command.join(" ")));
+                    let ended = match (r.exit_code, &r.signal) {
+                        (_, Some(sig)) => format!("killed by {}", esc(sig)),
+                        (Some(c), None) => format!("exit {c}"),
+                        (None, None) => {
+                            "no end recorded (still running, or gpufl record was killed)".into()
+                        }
+                    };
+                    let took = r
+                        .end_unix_ns
+                        .map(|e| {
+                            format!(
+                                "  ran {:.2} s",
+                                e.saturating_sub(r.start_unix_ns) as f64 / 1e9
+                            )
+                        })
+                        .unwrap_or_default();
+                    let _ = writeln!(
+                        o,
+                        "  host {}  started {}{took}  {ended}",
+                        esc(&r.host),
+                        utc(r.start_unix_ns)
+                    );
+                }
+                Ok(None) => {
+                    let _ = writeln!(o, "run {}  ({})", esc(&name), esc_path(dir));
+                }
+                Err(e) => {
+                    let _ = writeln!(o, "run {}  ({})", esc(&name), esc_path(dir));
+                    let _ = writeln!(
+                        o,
+                        "  warning: run record unreadable: {}",
+                        esc(&e.to_string())
+                    );
+                }
+            }
+        }
+        RunKey::Id(id) => {
+            let _ = writeln!(o, "run {}", esc(id));
+            let mut hosts: Vec<&str> = procs
+                .iter()
+                .filter_map(|(_, s)| s.header.as_ref().map(|h| h.host.as_str()))
+                .collect();
+            hosts.sort_unstable();
+            hosts.dedup();
+            let _ = writeln!(
+                o,
+                "  no run record (run.json): from the sessions' headers; host {}",
+                esc(&hosts.join(", "))
+            );
+        }
+    }
+    let mut order: Vec<&(&Path, &Summary)> = procs.iter().collect();
+    order.sort_by_key(|(_, s)| {
+        let h = s.header.as_ref();
+        (
+            h.and_then(|h| h.rank).map_or(u64::MAX, u64::from),
+            h.map_or(u32::MAX, |h| h.pid),
+        )
+    });
+    let _ = writeln!(
+        o,
+        "  {} process{}:",
+        procs.len(),
+        if procs.len() == 1 { "" } else { "es" }
+    );
+    for (dir, s) in order {
+        let (label, pid, app) = match &s.header {
+            Some(h) => (
+                rank_label(h).unwrap_or_else(|| "no rank".into()),
+                h.pid.to_string(),
+                esc(&h.app_name).into_owned(),
+            ),
+            None => (
+                "no header".into(),
+                "?".into(),
+                esc_path(Path::new(dir.file_name().unwrap_or_default())),
+            ),
+        };
+        let _ = writeln!(
+            o,
+            "    {label:<18}  pid {pid:<7}  {app}  {} kernels, {} syncs",
+            s.kernels, s.syncs
+        );
+    }
+    o.push('\n');
+    o
+}
+
+/// A session's line in `gpufl record`'s summary: its name, its rank when its header has one, its
+/// totals.
+pub fn record_line(name: &str, s: &Summary) -> String {
+    let rank = s
+        .header
+        .as_ref()
+        .and_then(rank_label)
+        .map(|r| format!("{r} · "))
+        .unwrap_or_default();
+    format!("gpufl:   {}: {rank}{}", esc(name), esc(&s.one_line()))
+}
+
+/// What `gpufl info` prints for one session.
+#[cfg(test)]
+pub fn info_text(dir: &Path) -> Result<String> {
+    Ok(info_text_of(dir, &summarize(dir)?))
+}
+
+/// What `gpufl info` prints for one session, from its totals.
+pub fn info_text_of(dir: &Path, s: &Summary) -> String {
+    use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "{}", esc_path(dir));
     if let Some(h) = &s.header {
@@ -225,7 +437,7 @@ pub fn info_text(dir: &Path) -> Result<String> {
     for w in &s.warnings {
         let _ = writeln!(o, "  warning: {}", esc(w));
     }
-    Ok(o)
+    o
 }
 
 /// The device limits of `gpufl info`, on one line.
@@ -250,4 +462,31 @@ fn limits_line(l: &gpufl_trace::GpuLimits) -> String {
         s += &format!(", memory {:.2} TB/s", bw as f64 / 1e12);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_line_names_the_rank_when_the_header_has_one() {
+        let mut s = Summary {
+            header: Some(Header {
+                rank: Some(1),
+                local_rank: Some(0),
+                world_size: Some(4),
+                ..Header::default()
+            }),
+            ended: Some("exit".into()),
+            ..Summary::default()
+        };
+        let line = record_line("train-7-20261118T110640Z", &s);
+        assert!(
+            line.starts_with("gpufl:   train-7-20261118T110640Z: rank 1/4 (local 0) · 0.00 s, "),
+            "{line}"
+        );
+        s.header.as_mut().unwrap().rank = None;
+        let line = record_line("a\u{1b}[2J", &s);
+        assert!(line.starts_with("gpufl:   a\\u{1b}[2J: 0.00 s, "), "{line}");
+    }
 }

@@ -175,3 +175,89 @@ fn a_run_exports_to_one_file_with_its_ranks_named() {
     );
     assert_eq!(names.iter().filter(|n| n.starts_with("rank ")).count(), 2);
 }
+
+#[test]
+fn info_on_a_run_directory_summarizes_the_run_first() {
+    let root = Root::new("info");
+    write_run_dir(&root.0, Plan::straggler());
+    let (code, text, err) = run(gpufl().current_dir(&root.0).args(["info", RUN_ID]));
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    // The run first: its id and directory, its command, host, start, duration and exit.
+    assert_eq!(lines[0], format!("run {RUN_ID}  ({RUN_ID})"), "{text}");
+    assert_eq!(
+        lines[1],
+        format!("  command: torchrun --nproc_per_node=2 {SCRIPT}"),
+        "{text}"
+    );
+    assert!(lines[2].starts_with("  host node01  started "), "{text}");
+    assert!(lines[2].ends_with(" UTC  ran 2.00 s  exit 0"), "{text}");
+    assert_eq!(lines[3], "  3 processes:", "{text}");
+    // One line per process: the ranks in rank order, then the launcher, which has no rank.
+    let procs = &lines[4..7];
+    assert!(
+        procs[0].starts_with("    rank 0/2 (local 0)  pid 4101     ddp_train  "),
+        "{text}"
+    );
+    assert!(
+        procs[1].starts_with("    rank 1/2 (local 1)  pid 4102     ddp_train  "),
+        "{text}"
+    );
+    assert_eq!(
+        procs[2], "    no rank             pid 4100     torchrun  0 kernels, 0 syncs",
+        "{text}"
+    );
+    for p in &procs[..2] {
+        let kernels: u64 = p
+            .split("ddp_train  ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no kernel count: {p}"));
+        assert!(kernels > 0, "{p}");
+        assert!(p.ends_with(" syncs") && !p.ends_with(" 0 syncs"), "{p}");
+    }
+    // Then every session's own info, as before.
+    assert_eq!(text.matches("\n  command: ").count(), 4, "{text}");
+    assert!(
+        text.contains(&format!("  command: python3 {SCRIPT} --straggle-ms 4")),
+        "{text}"
+    );
+    let run_at = text.find(&format!("run {RUN_ID}")).unwrap();
+    let first_session = text.find("/ddp_train-4101-").expect("rank 0's session");
+    assert!(run_at < first_session);
+
+    // The output directory holding the run reads the same way.
+    let (code, from_root, err) = run(gpufl().current_dir(&root.0).args(["info", "."]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        from_root.starts_with(&format!("run {RUN_ID}  (./{RUN_ID})\n")),
+        "{from_root}"
+    );
+    assert_eq!(
+        from_root.lines().skip(1).take(6).collect::<Vec<_>>(),
+        lines[1..7],
+        "{from_root}"
+    );
+
+    // Without run.json, the sessions' run id and ranks still make a run.
+    std::fs::remove_file(root.0.join(RUN_ID).join("run.json")).unwrap();
+    let (code, text, err) = run(gpufl().current_dir(&root.0).args(["info", RUN_ID]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.starts_with(&format!("run {RUN_ID}\n  no run record")),
+        "{text}"
+    );
+    assert!(text.contains("    rank 1/2 (local 1)  pid 4102 "), "{text}");
+    // A single session is not a run.
+    let one = root.0.join(RUN_ID).join(
+        std::fs::read_dir(root.0.join(RUN_ID))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .find(|n| n.to_string_lossy().starts_with("ddp_train-4101-"))
+            .unwrap(),
+    );
+    let (code, text, err) = run(gpufl().arg("info").arg(&one));
+    assert_eq!(code, 0, "{err}");
+    assert!(!text.starts_with("run "), "{text}");
+}
