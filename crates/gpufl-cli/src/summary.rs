@@ -144,10 +144,22 @@ pub fn expand_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 /// run (a run directory with `run.json`, or sessions sharing a `run_id` of which two or more have a
 /// rank) come after a summary of the run ([`run_text`]).
 pub fn info(paths: &[PathBuf]) -> Result<i32> {
-    let dirs = expand_sessions(paths)?;
-    let mut sums = Vec::with_capacity(dirs.len());
-    for d in &dirs {
-        sums.push(summarize(d)?);
+    let all = expand_sessions(paths)?;
+    // A session that cannot be read does not hide the others: they are printed, then its error
+    // ends the command (as the first such error).
+    let mut first_err = None;
+    let mut dirs = Vec::with_capacity(all.len());
+    let mut sums = Vec::with_capacity(all.len());
+    for d in all {
+        match summarize(&d) {
+            Ok(s) => {
+                dirs.push(d);
+                sums.push(s);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
     }
     // Each session's run: its run directory, else the run id of its header.
     let keys: Vec<Option<RunKey>> = dirs
@@ -197,7 +209,10 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
             crate::term::print(&info_text_of(&dirs[j], &sums[j]))?;
         }
     }
-    Ok(0)
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(0),
+    }
 }
 
 /// What makes sessions one run for `gpufl info`.
