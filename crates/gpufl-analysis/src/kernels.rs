@@ -563,9 +563,24 @@ pub(crate) fn solo_periods(m: &Model, dev: u32, windows: &[(u64, u64)]) -> Vec<(
                 (e > s && (all || d == dev) && hits(windows, &mut at, s, e)).then_some((s, e))
             })
     };
-    if picked().map(|p| p.0).is_sorted() {
-        // Kernels in start order, as the recorder nearly always writes them: no sort.
-        return solo_in_start_order(picked());
+    // Kernels in start order, as the recorder nearly always writes them: swept as they come, in
+    // one pass over the columns chunk by chunk (sorted below only when a start goes back).
+    let mut sweep = StartOrder::default();
+    let mut at = 0;
+    let mut in_order = true;
+    'chunks: for ((ss, es), ds) in k.start.chunks().zip(k.end.chunks()).zip(k.dev.chunks()) {
+        for ((&s, &e), &d) in ss.iter().zip(es).zip(ds) {
+            if e > s && (all || d == dev) && hits(windows, &mut at, s, e) {
+                if s < sweep.last_start {
+                    in_order = false;
+                    break 'chunks;
+                }
+                sweep.add(s, e);
+            }
+        }
+    }
+    if in_order {
+        return sweep.finish();
     }
     let (mut starts, mut ends): (Vec<u64>, Vec<u64>) = picked().unzip();
     starts.sort_unstable();
@@ -587,25 +602,36 @@ pub(crate) fn solo_periods(m: &Model, dev: u32, windows: &[(u64, u64)]) -> Vec<(
 
 /// [`solo_periods`] of non-empty intervals given in start order: the ends come in order from a
 /// heap of the running kernels' ends (as many as run at once), the same events as sorting them.
-fn solo_in_start_order(spans: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
-    use std::cmp::Reverse;
-    let mut running = std::collections::BinaryHeap::new();
-    let mut sw = Sweep::default();
-    for (s, e) in spans {
-        while let Some(&Reverse(x)) = running.peek() {
+#[derive(Default)]
+struct StartOrder {
+    running: std::collections::BinaryHeap<std::cmp::Reverse<u64>>,
+    sw: Sweep,
+    last_start: u64,
+}
+
+impl StartOrder {
+    #[inline]
+    fn add(&mut self, s: u64, e: u64) {
+        use std::cmp::Reverse;
+        self.last_start = s;
+        while let Some(&Reverse(x)) = self.running.peek() {
             if x > s {
                 break;
             }
-            running.pop();
-            sw.event(x, -1);
+            self.running.pop();
+            self.sw.event(x, -1);
         }
-        sw.event(s, 1);
-        running.push(Reverse(e));
+        self.sw.event(s, 1);
+        self.running.push(Reverse(e));
     }
-    while let Some(Reverse(x)) = running.pop() {
-        sw.event(x, -1);
+
+    fn finish(mut self) -> Vec<(u64, u64)> {
+        use std::cmp::Reverse;
+        while let Some(Reverse(x)) = self.running.pop() {
+            self.sw.event(x, -1);
+        }
+        self.sw.out
     }
-    sw.out
 }
 
 /// The sweep of [`solo_periods`]: periods with exactly one kernel running.

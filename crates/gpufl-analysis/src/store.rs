@@ -96,6 +96,12 @@ impl<T: Copy> Col<T> {
             })
     }
 
+    /// The elements in their chunks, in order: columns of the same length have chunks of the
+    /// same lengths (every chunk but the last is full).
+    pub(crate) fn chunks(&self) -> impl Iterator<Item = &[T]> + '_ {
+        self.chunks.iter().map(|c| c.as_slice())
+    }
+
     /// Bytes of heap memory held (capacity, not length).
     pub(crate) fn heap_bytes(&self) -> usize {
         self.chunks.iter().map(|c| c.capacity()).sum::<usize>() * std::mem::size_of::<T>()

@@ -27,7 +27,8 @@ pub use function::Function;
 pub use ids::{FrameId, StackId, StrId};
 pub use limits::ReadLimits;
 pub use par::{
-    default_threads, BlockFold, Item, Items, ParSessionReader, ParTraceReader, SharedBytes,
+    default_threads, BlockFold, BlockFolding, Item, Items, ParSessionReader, ParTraceReader,
+    SharedBytes,
 };
 pub use reader::{SessionReader, TraceReader};
 pub use records::*;

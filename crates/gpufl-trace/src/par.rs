@@ -19,9 +19,10 @@
 //! twice the decoding; the recorder's files never take that way. Plain NDJSON is read by the
 //! sequential reader.
 //!
-//! With `threads` = 1 the sequential reader reads the file. With N > 1, N − 1 workers decode
-//! ahead (at most 2N blocks beyond the one being handed out) and the caller decodes too whenever
-//! the block it needs next is not ready, so at most N threads are busy.
+//! With N threads, N − 1 workers decode ahead (at most 2N blocks beyond the one being handed out)
+//! and the caller decodes too whenever the block it needs next is not ready, so at most N threads
+//! are busy; with N = 1 the caller decodes every block itself, one at a time, as it needs it
+//! (blocks decoded whole, and folded, are faster to load than records one by one).
 
 use crate::blocks::{
     block_hash, decode_whole, frame_len, new_dctx, unrepeatable, BlockSet, FrameInput, Repeat,
@@ -48,10 +49,19 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 /// The reader takes a folded block's records into its checks (counts, records after the end
 /// record) as it would take them one by one, so warnings and errors are the same.
 pub trait BlockFold: Send + Sync {
-    /// Whether a record may be folded (asked of every record of a block before folding it).
+    /// Whether a record may be folded (asked of every record of a block before it is folded).
     fn takes(&self, rec: &Record) -> bool;
-    /// Fold a block's records, in file order (`counts`: theirs, to size what the fold builds).
-    fn fold(&self, counts: &Counts, recs: &mut dyn Iterator<Item = Record>) -> Box<dyn Any + Send>;
+    /// Start folding a block of `bytes` decoded bytes: its records are pushed as they are parsed,
+    /// in file order (a block found not to fold after all is dropped half-folded).
+    fn start(&self, bytes: usize) -> Box<dyn BlockFolding>;
+}
+
+/// One block being folded (see [`BlockFold::start`]).
+pub trait BlockFolding {
+    /// Fold the block's next record (one that [`BlockFold::takes`]).
+    fn push(&mut self, rec: Record);
+    /// The block's fold, once its every record was pushed.
+    fn finish(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
 /// What a reader with a [`BlockFold`] hands out: a record, or a block's records folded.
@@ -184,6 +194,23 @@ fn process(
     }
     let data = &sc.decoded;
     let max_line = limits.max_line_bytes.max(1);
+    let mut b = Block {
+        whole: true,
+        frame_len: bytes.len(),
+        hash: block_hash(bytes),
+        size: data.len(),
+        unrepeatable: unrepeatable(data),
+        ends_line: false,
+        lines: 0,
+        items: Vec::new(),
+        folded: None,
+    };
+    if let Some((part, lines)) = fold.and_then(|f| fold_lines(f, data, max_line)) {
+        b.ends_line = true;
+        b.lines = lines;
+        b.folded = Some(part);
+        return b;
+    }
     // Trace lines are ~150-250 bytes (kernels, most of a trace): one allocation for most blocks.
     let mut items = Vec::with_capacity(data.len() / 160 + 1);
     let mut at = 0;
@@ -196,45 +223,36 @@ fn process(
         }
         at = nl + 1;
     }
-    let ends_line = at == data.len();
-    let mut b = Block {
-        whole: true,
-        frame_len: bytes.len(),
-        hash: block_hash(bytes),
-        size: data.len(),
-        unrepeatable: unrepeatable(data),
-        ends_line,
-        lines,
-        items: Vec::new(),
-        folded: None,
-    };
-    match fold {
-        Some(f) if ends_line && foldable(f, &items) => {
-            let mut counts = Counts::default();
-            for l in &items {
-                if let Line::Rec(r) = l {
-                    counts.add(r);
-                }
-            }
-            let n = items.len() as u64;
-            let mut recs = items.into_iter().filter_map(|l| match l {
-                Line::Rec(r) => Some(r),
-                _ => None,
-            });
-            b.folded = Some((f.fold(&counts, &mut recs), n, counts));
-        }
-        _ => b.items = items,
-    }
+    b.ends_line = at == data.len();
+    b.lines = lines;
+    b.items = items;
     b
 }
 
-/// Whether every line is a record `fold` takes, none a header or an end record.
-fn foldable(fold: &dyn BlockFold, items: &[Line]) -> bool {
-    items.iter().all(|l| match l {
-        Line::Rec(Record::Header(_) | Record::End(_)) => false,
-        Line::Rec(r) => fold.takes(r),
-        _ => false,
-    })
+/// A block's records folded as they are parsed, and its line ends; `None` when the block does not
+/// fold: it does not end at a line end, or some line is not a valid record that `fold` takes (or
+/// is a header or an end record). Blank lines are skipped, as when the records come one by one.
+fn fold_lines(fold: &dyn BlockFold, data: &[u8], max_line: usize) -> Option<(Part, u64)> {
+    if data.last().is_some_and(|&c| c != b'\n') {
+        return None;
+    }
+    let mut folding = fold.start(data.len());
+    let mut counts = Counts::default();
+    let (mut n, mut lines, mut at) = (0u64, 0u64, 0);
+    for nl in memchr::memchr_iter(b'\n', data) {
+        lines += 1;
+        match classify(&data[at..nl], max_line) {
+            Line::Blank => {}
+            Line::Rec(r) if !matches!(r, Record::Header(_) | Record::End(_)) && fold.takes(&r) => {
+                counts.add(&r);
+                n += 1;
+                folding.push(r);
+            }
+            _ => return None,
+        }
+        at = nl + 1;
+    }
+    Some(((folding.finish(), n, counts), lines))
 }
 
 /// [`process`], a panic taken as a block not decoded whole (the sequential reader then meets it
@@ -585,7 +603,7 @@ impl ParTraceReader {
         let size = file.metadata().map_err(io)?.len();
         let mut win = Window::new(file);
         let zstd = win.fill_buf().map_err(io)?.starts_with(&ZSTD_MAGIC);
-        if threads <= 1 || !zstd {
+        if !zstd {
             return Ok(ParTraceReader {
                 mode: Mode::Seq(Box::new(TraceReader::from_window(
                     win, size, path, limits, budget, seen,
@@ -634,7 +652,7 @@ impl ParTraceReader {
         let source = source.into();
         let held = Held(bytes);
         let b = held.as_ref();
-        if threads <= 1 || !b.starts_with(&ZSTD_MAGIC) {
+        if !b.starts_with(&ZSTD_MAGIC) {
             return Ok(ParTraceReader {
                 mode: Mode::Seq(Box::new(TraceReader::from_memory(
                     held,
@@ -752,7 +770,7 @@ impl ParTraceReader {
 
     /// Whether the file went to the sequential reader after a block the parallel path does not
     /// take (see the module's documentation; never for the recorder's files), or was read by it
-    /// from the start (one thread, plain NDJSON).
+    /// from the start (plain NDJSON).
     pub fn is_sequential(&self) -> bool {
         !matches!(self.mode, Mode::Par(_))
     }
