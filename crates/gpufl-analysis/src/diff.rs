@@ -171,7 +171,7 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
             total_ns: 0,
         });
         k.launches += r.launches;
-        k.total_ns += r.total_ns;
+        k.total_ns = k.total_ns.saturating_add(r.total_ns);
     }
     // User location per stack, computed once per distinct stack.
     let mut by_stack: HashMap<u32, SourceLoc> = HashMap::new();
@@ -199,7 +199,7 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
         let l = line(&mut lines, loc_of(s.stack));
         l.syncs += 1;
         if s.kind.blocks_host() {
-            l.sync_blocked_ns += s.duration_ns();
+            l.sync_blocked_ns = l.sync_blocked_ns.saturating_add(s.duration_ns());
         }
     }
     for c in m.copies() {
@@ -212,8 +212,8 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
             .map(|(s, _)| s);
         let l = line(&mut lines, loc_of(stack));
         l.copies += 1;
-        l.copy_ns += c.end.saturating_sub(c.start);
-        l.copy_bytes += c.bytes;
+        l.copy_ns = l.copy_ns.saturating_add(c.end.saturating_sub(c.start));
+        l.copy_bytes = l.copy_bytes.saturating_add(c.bytes);
     }
     let mut seen: HashMap<String, u32> = HashMap::new();
     let insights = a

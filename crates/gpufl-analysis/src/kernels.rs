@@ -371,7 +371,7 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
             per_launch_map.entry((l, di as u32)).or_default()
         };
         e.0 += 1;
-        e.1 += d;
+        e.1 = e.1.saturating_add(d);
     }
     let launch_stats = |l: u32, di: usize| -> (u64, u64) {
         if launch_dense {

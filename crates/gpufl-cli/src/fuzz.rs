@@ -773,6 +773,18 @@ fn fuzz() {
     fuzz_for(secs, seed, env_u64("GPUFL_FUZZ_INPUTS"));
 }
 
+/// Inputs the random runs found panicking, replayed on every run: 1795605398800036 (odd numbers
+/// and duplicated lines: kernel and sync durations near u64::MAX overflowed sums in
+/// `launch-bound`, the kernel table, attribution and `info`'s totals in debug builds) and
+/// 1795605804801381 (the same in `gpufl diff`'s per-line copy bytes).
+#[test]
+fn former_findings_stay_fixed() {
+    // Each seed names one input (GPUFL_FUZZ_INPUTS=1 with that seed).
+    for seed in [1_795_605_398_800_036u64, 1_795_605_804_801_381] {
+        fuzz_for(60, seed, Some(1));
+    }
+}
+
 #[test]
 fn inputs_are_reproducible_from_their_seed() {
     let corpus = corpus();

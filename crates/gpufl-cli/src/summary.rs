@@ -87,7 +87,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
             Record::Header(h) if s.header.is_none() => s.header = Some(*h),
             Record::Kernel(k) => {
                 s.kernels += 1;
-                s.kernel_ns += k.end.saturating_sub(k.start);
+                s.kernel_ns = s.kernel_ns.saturating_add(k.end.saturating_sub(k.start));
                 s.span(k.start, k.end);
             }
             Record::Memcpy(m) => {
@@ -101,7 +101,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
             Record::Sync(y) => {
                 s.syncs += 1;
                 if y.kind.blocks_host() {
-                    s.sync_ns += y.end.saturating_sub(y.start);
+                    s.sync_ns = s.sync_ns.saturating_add(y.end.saturating_sub(y.start));
                 }
                 s.syncs_with_stack += y.stack.is_some() as u64;
                 s.span(y.start, y.end);

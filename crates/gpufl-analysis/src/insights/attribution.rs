@@ -40,18 +40,18 @@ impl Shares {
 
     fn add(&mut self, cx: &Ctx, loc: u32, via: bool, ns: u64) {
         if loc == NONE {
-            self.unlocated_ns += ns;
+            self.unlocated_ns = self.unlocated_ns.saturating_add(ns);
             return;
         }
         let l = &cx.locs[loc as usize];
         if l.is_unattributed() {
-            self.driver_internal_ns += ns;
+            self.driver_internal_ns = self.driver_internal_ns.saturating_add(ns);
         } else if l.origin == crate::userframe::FrameOrigin::DriverInternal {
-            self.library_ns += ns;
+            self.library_ns = self.library_ns.saturating_add(ns);
         } else if via {
-            self.inferred_ns += ns;
+            self.inferred_ns = self.inferred_ns.saturating_add(ns);
         } else {
-            self.user_ns += ns;
+            self.user_ns = self.user_ns.saturating_add(ns);
         }
     }
 }

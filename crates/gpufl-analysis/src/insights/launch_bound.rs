@@ -189,7 +189,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         let ai = acc_index(&mut slot_of_name, &mut accs, name, dev);
         acc_of.push(ai);
         let acc = &mut accs[ai as usize];
-        acc.gpu_ns += d;
+        acc.gpu_ns = acc.gpu_ns.saturating_add(d);
         acc.first = acc.first.min(s);
         acc.last = acc.last.max(e.max(s));
         if api_of[i] != NONE {
