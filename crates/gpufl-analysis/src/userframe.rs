@@ -158,37 +158,9 @@ pub struct FrameFilter {
     pub exclude: Vec<String>,
 }
 
-/// The built-in excludes of [`FrameFilter::default`].
-pub const BUILTIN_EXCLUDES: &[&str] = &[
-    // CUDA, CUPTI and the recorder itself.
-    "libcuda.so",
-    "libcudart",
-    "libcupti",
-    "libgpufl_capture",
-    "/usr/local/cuda",
-    // nvcc's generated host stubs of `kernel<<<…>>>` (`__device_stub__…` in a temporary
-    // `tmpxft_…cudafe1.stub.c`): the launch's user frame is the line with the `<<<…>>>`.
-    "cudafe1.stub.c",
-    "tmpxft_",
-    // The C runtime, loader and C++ runtime (and system headers inlined into user code).
-    "libc.so",
-    "libc-2.",
-    "ld-linux",
-    "libstdc++",
-    "libgcc_s",
-    "/usr/include/",
-    // The Python interpreter (shared library or executable), its stdlib, installed packages.
-    "libpython",
-    "*/bin/python*",
-    "*/lib/python3.*",
-    "*/lib64/python3.*",
-    "site-packages",
-    "dist-packages",
-    "<frozen ",
-    // PyTorch's C++.
-    "libtorch",
-    "libc10",
-];
+/// The built-in excludes of [`FrameFilter::default`]: frames that are not the user's code
+/// ([`gpufl_trace::userpaths::NOT_USER_CODE`], shared with the recorder's metrics feed).
+pub const BUILTIN_EXCLUDES: &[&str] = gpufl_trace::userpaths::NOT_USER_CODE;
 
 impl Default for FrameFilter {
     /// No includes; the [`BUILTIN_EXCLUDES`]. Frames without a source file are never user frames

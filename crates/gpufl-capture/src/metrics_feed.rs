@@ -37,32 +37,8 @@ pub const NO_STACK: &str = "<no stack>";
 pub const DRIVER_INTERNAL: &str = "<driver-internal>";
 pub const OTHER: &str = "<other>";
 
-/// Frames that are not the user's code: the built-in excludes of `gpufl report`
-/// (gpufl-analysis `userframe::BUILTIN_EXCLUDES`), as substrings.
-const NOT_USER: &[&str] = &[
-    "libcuda.so",
-    "libcudart",
-    "libcupti",
-    "libgpufl_capture",
-    "/usr/local/cuda",
-    "cudafe1.stub.c",
-    "tmpxft_",
-    "libc.so",
-    "libc-2.",
-    "ld-linux",
-    "libstdc++",
-    "libgcc_s",
-    "/usr/include/",
-    "libpython",
-    "/bin/python",
-    "/lib/python3.",
-    "/lib64/python3.",
-    "site-packages",
-    "dist-packages",
-    "<frozen ",
-    "libtorch",
-    "libc10",
-];
+/// Frames that are not the user's code: the built-in excludes of `gpufl report`, as substrings.
+const NOT_USER: &[&str] = gpufl_trace::userpaths::NOT_USER_CODE;
 
 /// Whether a frame with this file and module is the user's: it has a source file and neither
 /// names a library.

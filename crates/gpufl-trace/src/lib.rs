@@ -20,6 +20,7 @@ pub mod session;
 pub mod signals;
 pub mod symbols;
 pub mod telemetry;
+pub mod userpaths;
 pub mod writer;
 
 pub use error::TraceError;
