@@ -687,7 +687,7 @@ fn native_due(py: &[PyFrameRaw], other: bool) -> bool {
 }
 
 /// `GPUFL_DEBUG_COST=1`: keep a breakdown of the first captures' cost (for benchmarks).
-fn debug_cost_enabled() -> bool {
+pub(crate) fn debug_cost_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("GPUFL_DEBUG_COST").is_ok_and(|v| v == "1"))
 }

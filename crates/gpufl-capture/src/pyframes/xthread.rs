@@ -611,12 +611,14 @@ fn capture_with_cache(
     (n > 0).then_some((n, tid))
 }
 
-/// What cross-thread captures did, counted for `GPUFL_DEBUG_COST=1`: [main thread taken without a
+/// What cross-thread captures did, counted only with `GPUFL_DEBUG_COST=1`: [main thread taken without a
 /// full look, full looks, stacks proven unchanged by one read, stacks walked anew].
 pub static STATS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 
 fn count(i: usize) {
-    STATS[i].fetch_add(1, Ordering::Relaxed);
+    if crate::stack::debug_cost_enabled() {
+        STATS[i].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// "cross-thread: main thread directly A, full looks B, stacks unchanged C, walked D".
