@@ -667,6 +667,11 @@ fn env_u64(name: &str) -> Option<u64> {
 
 /// Runs inputs until the time is up; panics listing the seeds of inputs that panicked.
 fn fuzz_for(secs: u64, first_seed: u64, max_inputs: Option<u64>) {
+    // One run at a time: runs share the process's temporary directory (each removes it first)
+    // and the counting allocator's and watchdog's globals, so two tests fuzzing at once rewrote
+    // each other's inputs under them.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let corpus = corpus();
     assert!(!corpus.is_empty(), "no testdata sessions");
     let tmp = std::env::temp_dir().join(format!("gpufl-fuzz-{}", std::process::id()));
