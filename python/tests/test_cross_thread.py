@@ -221,3 +221,66 @@ def test_unsupported_interpreter_is_left_alone():
     cap = native_capture()
     assert cap["via_tid"] == 0
     assert all(f["kind"] == "native" for f in cap["frames"])
+
+
+DIRECT_SCRIPT = r'''
+import ctypes, json, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+lib.gpufl_test_capture_on_persistent_native_thread.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+lib.gpufl_test_capture_on_persistent_native_thread.restype = ctypes.c_ssize_t
+lib.gpufl_test_xthread_stats.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+
+def capture():
+    buf = ctypes.create_string_buffer(1 << 18)
+    n = lib.gpufl_test_capture_on_persistent_native_thread(buf, len(buf))
+    return [(f["function"], f["line"]) for f in json.loads(buf.raw[:n])["frames"]
+            if f["kind"] == "python"]
+
+def step(k):
+    return capture()
+
+def first_line():
+    out = []
+    for k in range(5):
+        out.append(step(k))
+    return out
+
+def second_line():
+    out = []
+    for k in range(5):
+        out.append(step(k))
+    return out
+
+got = [first_line(), second_line(), first_line()]
+stats = (ctypes.c_uint64 * 5)()
+lib.gpufl_test_xthread_stats(stats, 5)
+print(json.dumps({"frames": got, "stats": list(stats)}))
+'''
+
+
+def direct_run(direct):
+    import subprocess
+    env = dict(os.environ, GPUFL_DEBUG_COST="1", GPUFL_XTHREAD_REUSE_US="0",
+               GPUFL_XTHREAD_DIRECT="1" if direct else "0")
+    out = subprocess.run([sys.executable, "-c", DIRECT_SCRIPT, str(LIB_PATH)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@supported
+def test_the_main_threads_unchanged_stack_is_proven_without_a_system_call():
+    # The main thread blocked in a C call (ctypes, GIL released) from two lines in turn; a native
+    # thread captures 5 times per call. With direct checks on, the repeats are proven unchanged by
+    # loads alone (counter 4), and every capture names the line it came from, as with them off.
+    on, off = direct_run(True), direct_run(False)
+    assert on["frames"] == off["frames"]
+    for caps in on["frames"]:
+        assert all(c == caps[0] for c in caps), caps
+    first, second, again = (caps[0] for caps in on["frames"])
+    assert [f[0] for f in first[:3]] == ["capture", "step", "first_line"], first
+    assert [f[0] for f in second[:3]] == ["capture", "step", "second_line"], second
+    assert first == again
+    print(f"cross-thread counters, direct checks on {on['stats']}, off {off['stats']}")
+    assert on["stats"][4] >= 10, on["stats"]
+    assert off["stats"][4] == 0 and off["stats"][2] >= 10, off["stats"]

@@ -3,10 +3,12 @@
 # (CRASH_AT, seconds of training), under gpufl record; the same ends without gpufl for the exit
 # status. Per run: exit status with and without gpufl, whether the session decodes, the run's last
 # second against the last record on disk, kernels recorded. Then a DataLoader with 4 forked
-# workers. ~3 minutes.
-log "(x) crash safety: examples/crash_train.py ended by abort / segv / term / kill"
+# workers. ~3 minutes. CRASH_ENDS (default "abort segv term kill"; "none": the DataLoader part only).
 CR="$S/crash"; mkdir -p "$CR"
-for end in abort segv term kill; do
+ENDS=${CRASH_ENDS:-abort segv term kill}; [ "$ENDS" = none ] && ENDS=""
+if [ -n "$ENDS" ]; then
+log "(x) crash safety: examples/crash_train.py ended by $ENDS"
+for end in $ENDS; do
   $PY examples/crash_train.py --end $end --at 1 >"$CR/bare-$end.out" 2>/dev/null; echo "bare $end $?" >>"$CR/status"
   for at in ${CRASH_AT:-1.5 4 8}; do
     gpufl record -q -o "$CR/$end-$at" -- $PY examples/crash_train.py --end $end --at $at \
@@ -43,6 +45,7 @@ for out in sorted(glob.glob(f"{cr}/*-*.out")):
     print(f"{name:12s} {status[name]:>5s} {bare[end]:>5s} {str(ok):>7s} {run_s:6.2f} {span_s:7.2f} {lost:6.2f} {kern.group(1) if kern else '-':>8s} {notice}")
 PYEOF
 grep -h "killed by" "$CR"/*.err | sort | uniq -c | tee -a "$OUT/summary.txt"
+fi
 log "(x2) DataLoader with 4 forked workers"
 $PY examples/dataloader_workers.py > "$CR/dl-bare.out" 2>&1; b=$?
 gpufl record -o "$CR/dl" -- $PY examples/dataloader_workers.py > "$CR/dl.out" 2>&1; r=$?

@@ -20,6 +20,10 @@ int main(void) {
 #else
     P(PyThreadState, cframe);
 #endif
+    P(PyThreadState, datastack_chunk);
+    P(_PyStackChunk, previous);
+    P(_PyStackChunk, size);
+    P(_PyStackChunk, data);
     P(PyThreadState, thread_id);
     P(PyThreadState, native_thread_id);
     P(PyInterpreterState, threads.head);

@@ -283,6 +283,26 @@ pub extern "C" fn gpufl_test_readv_cost(iovecs: u32, iters: u32) -> f64 {
         .unwrap_or(-1.0)
 }
 
+/// Test entry point: the cross-thread counters (kept only with `GPUFL_DEBUG_COST=1`) into `out`
+/// (`n` of them at most: main thread directly, full looks, unchanged by a read, walked,
+/// unchanged without a system call); returns how many were written.
+///
+/// # Safety
+/// `out` points at `n` writable u64.
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_test_xthread_stats(out: *mut u64, n: usize) -> usize {
+    let stats = &crate::pyframes::xthread::STATS;
+    let k = n.min(stats.len());
+    if out.is_null() {
+        return 0;
+    }
+    for (i, a) in stats.iter().take(k).enumerate() {
+        // SAFETY: i < k ≤ n, within the caller's buffer.
+        unsafe { *out.add(i) = a.load(std::sync::atomic::Ordering::Relaxed) };
+    }
+    k
+}
+
 /// Test/benchmark entry point: on one new native thread (no Python), a cold capture and then
 /// `iters` warm ones through the callback's capture code; writes [cold ns, mean warm ns, via_tid]
 /// into `out` (3 doubles). The caller waits in C with the GIL released.

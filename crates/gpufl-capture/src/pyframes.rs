@@ -131,6 +131,7 @@ struct Layout {
     ts_native_thread_id: usize, // PyThreadState.native_thread_id (gettid())
     interp_threads_head: usize, // PyInterpreterState.threads.head
     rt_main_thread: usize,      // _PyRuntimeState.main_thread (pthread_t)
+    ts_datastack_chunk: usize,  // PyThreadState.datastack_chunk (_PyStackChunk *)
 }
 
 /// CPython 3.11 (Include/cpython/pystate.h, Include/internal/pycore_frame.h,
@@ -179,6 +180,8 @@ const LAYOUT_311: Layout = Layout {
     ts_native_thread_id: 160,
     interp_threads_head: 16,
     rt_main_thread: 80,
+    // scripts/probe/pyoffsets.c against the 3.11.2 headers.
+    ts_datastack_chunk: 296,
 };
 
 /// CPython 3.12 (same headers as 3.11).
@@ -228,6 +231,8 @@ const LAYOUT_312: Layout = Layout {
     ts_native_thread_id: 144,
     interp_threads_head: 72,
     rt_main_thread: 64,
+    // scripts/probe/pyoffsets.c against the device's 3.12.3 headers.
+    ts_datastack_chunk: 232,
 };
 
 type GetTstateFn = unsafe extern "C" fn() -> *mut c_void;
@@ -248,6 +253,8 @@ struct Runtime {
     gil_holder: Option<GetTstateFn>,
     /// Address of `_PyRuntime`.
     py_runtime: usize,
+    /// `_Py_IsFinalizing` (a load of `_PyRuntime._finalizing`), when exported.
+    is_finalizing: Option<IsInitializedFn>,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, &'static str>> = OnceLock::new();
@@ -354,6 +361,12 @@ fn detect() -> Result<Runtime, &'static str> {
         interp_head,
         gil_holder,
         py_runtime: sym(h, c"_PyRuntime") as usize,
+        is_finalizing: {
+            let p = sym(h, c"_Py_IsFinalizing");
+            // SAFETY: `int _Py_IsFinalizing(void)` of CPython 3.11/3.12: a load of a global.
+            (!p.is_null())
+                .then(|| unsafe { std::mem::transmute::<*mut c_void, IsInitializedFn>(p) })
+        },
     })
 }
 

@@ -205,6 +205,8 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         header.python_version = Some(format!("{maj}.{min}"));
         if let Some(why) = pyframes::cross_thread_unavailable().filter(|_| python) {
             notices.push(why.to_string());
+        } else if python {
+            pyframes::xthread::prepare();
         }
     } else if opts.enable_stack_trace {
         if let Some(why) = pyframes::unavailable_reason() {
@@ -961,6 +963,7 @@ extern "C" fn at_exit() {
 
 extern "C" fn in_forked_child() {
     DISABLED.store(true, Ordering::SeqCst);
+    crate::pyframes::xthread::FORK_GEN.fetch_add(1, Ordering::SeqCst);
     crate::scopes::set_enabled(false);
 }
 

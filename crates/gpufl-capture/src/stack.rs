@@ -471,7 +471,12 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
                  ({n} frames{}{}), merge+resolve {}ns ({pn} python frames)",
                 (a - start).as_nanos(),
                 (b - a).as_nanos(),
-                if other { "used" } else { "none" },
+                if other {
+                    let (r, c) = pyframes::xthread::DEBUG_READ.get();
+                    format!("used; last check read {r}ns, getppid before it {c}ns")
+                } else {
+                    "none".to_string()
+                },
                 (c - b).as_nanos(),
                 if want_native { "" } else { ", elided" },
                 if cut { ", cut" } else { "" },
