@@ -1,5 +1,5 @@
-//! Loading the [`Model`](crate::Model) on the reader's workers: each worker folds the records of
-//! the blocks it decoded into a [`Part`] (columns with the trace file's own ids, the distinct
+//! Loading the [`Model`](crate::Model) on the reader's workers: each worker folds the runs of
+//! records of the blocks it decoded into [`Part`]s (columns with the trace file's own ids, the distinct
 //! launch configurations, the ids in order of first reference), and the caller joins the parts
 //! in file order ([`Model::absorb`](crate::Model)), so that the model is the one
 //! [`Model::load`](crate::Model::load) builds record by record: the same global ids in the same
@@ -7,8 +7,9 @@
 //! keeps), the same columns, the same counts.
 //!
 //! A part holds the timed records and API calls only (kernels, copies, memsets,
-//! synchronizations, `api` and `overhead` records): a block with any other record (interned
-//! strings, frames, stacks, call sites, telemetry, …) is handed out record by record as before.
+//! synchronizations, `api` and `overhead` records): any other record (interned strings, frames,
+//! stacks, call sites, telemetry, …) ends a run and is handed out by itself, between the parts of
+//! its block, and the records of a run shorter than 64 come one by one.
 //! A part also keeps the order of its records (one byte each), so that a part whose devices go
 //! beyond [`MAX_DEVICES`](crate::model::MAX_DEVICES) can be replayed record by record.
 
@@ -54,7 +55,7 @@ impl FirstSeen {
     }
 }
 
-/// One block's kernels, copies, memsets, synchronizations and API calls, with the trace file's
+/// One run's kernels, copies, memsets, synchronizations and API calls, with the trace file's
 /// ids (kernel launches: indexes into `launches`).
 #[derive(Default)]
 pub(crate) struct Part {
@@ -124,7 +125,7 @@ impl Part {
 /// Builds [`Part`]s on the reader's workers.
 pub(crate) struct ModelFold;
 
-/// A worker's lookups while folding one block.
+/// A worker's lookups while folding one run.
 struct Folding {
     p: Part,
     /// Index in `p.launches` of each (name, configuration), and the last one of each name.
@@ -359,7 +360,8 @@ pub(crate) mod tests {
 
     /// A trace of `blocks` blocks of kernels (names first used inside later blocks), copies,
     /// memsets, synchronizations with and without stacks, API calls and overhead records, on
-    /// `devs` devices; a block of the middle holds a string record (read record by record).
+    /// `devs` devices; the block of the middle holds a string record halfway (two runs folded),
+    /// the next one a string record after its 10th record (those 10 come one by one, then a run).
     fn trace(blocks: usize, devs: u32) -> Vec<u8> {
         let header = Header {
             session_id: "fold-1".into(),
@@ -387,10 +389,10 @@ pub(crate) mod tests {
         let mut t = 1_000u64;
         let mut corr = 0;
         for b in 0..blocks {
-            if b == blocks / 2 {
-                names.push(w.intern_str(&format!("kern_{b}")).unwrap());
-            }
             for i in 0..500u32 {
+                if (b == blocks / 2 && i == 250) || (b == blocks / 2 + 1 && i == 10) {
+                    names.push(w.intern_str(&format!("kern_{b}")).unwrap());
+                }
                 t += 100 + (i as u64 * 37) % 300;
                 corr += 1;
                 let dev = (i + b as u32) % devs;
@@ -493,9 +495,9 @@ pub(crate) mod tests {
     fn folded_load_is_record_by_record_load() {
         for threads in [1, 2, 3] {
             let (folded, replayed) = same(trace(12, 2), threads);
-            // Every block but the first (interned records) and the middle one (a string), on one
+            // Every block but the first (interned records), the middle one in two runs, on one
             // thread as on several (the caller folds them).
-            assert_eq!(folded, 11, "{threads} threads");
+            assert_eq!(folded, 11 + 2, "{threads} threads");
             assert_eq!(replayed, 0);
         }
     }
@@ -512,7 +514,7 @@ pub(crate) mod tests {
             ABSORBED.with(|c| c.set(0));
             let mut r = ParSessionReader::open(&dir, threads).unwrap();
             let par = Model::load_items(&mut r);
-            assert_eq!(ABSORBED.with(|c| c.get()), 8 + 3);
+            assert_eq!(ABSORBED.with(|c| c.get()), (8 + 2) + (3 + 2));
             assert_eq!(one.files(), 2);
             assert_eq!(format!("{:?}", one.kernels), format!("{:?}", par.kernels));
             assert_eq!(format!("{:?}", one.strings), format!("{:?}", par.strings));
@@ -532,7 +534,7 @@ pub(crate) mod tests {
     fn folded_load_replays_a_part_with_a_device_too_many() {
         // 70 devices: the parts that bring devices past the limit are taken record by record.
         let (folded, replayed) = same(trace(12, 70), 3);
-        assert_eq!(folded, 11);
+        assert_eq!(folded, 13);
         assert!(replayed > 0 && replayed < folded, "{replayed}");
     }
 }

@@ -179,7 +179,7 @@ impl Model {
     }
 
     /// [`Model::load`] from a reader that decodes on several threads: its workers also fold the
-    /// blocks' records into parts of the model (see [`gpufl_trace::BlockFold`]), which are joined
+    /// runs of the blocks' records into parts of the model (see [`gpufl_trace::BlockFold`]), which are joined
     /// here in file order. The same model as [`Model::load`] over the reader's records.
     pub fn load_items(reader: &mut impl Items) -> Model {
         reader.set_fold(Arc::new(ModelFold));

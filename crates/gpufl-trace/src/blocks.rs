@@ -181,7 +181,7 @@ pub(crate) fn frame_len(bytes: &[u8]) -> Option<usize> {
 /// Whether the streaming decoder accepts the window the frame at the start of `frame` asks for
 /// (see [`WINDOW_LOG_MAX`]); a frame of one segment uses its content size as its window, and one
 /// decoded whole is below [`HOLD_BYTES`].
-fn window_ok(frame: &[u8]) -> bool {
+pub(crate) fn window_ok(frame: &[u8]) -> bool {
     let Some(&fhd) = frame.get(4) else {
         return false;
     };

@@ -58,11 +58,11 @@ impl Cur<'_> {
             while n < 8 && chunk[n].wrapping_sub(b'0') <= 9 {
                 n += 1;
             }
+            let t = u64::from_le_bytes(*chunk).wrapping_sub(0x3030_3030_3030_3030);
             if n < 8 {
                 if n == 0 || (n > 1 && chunk[0] == b'0') {
                     return None;
                 }
-                let t = u64::from_le_bytes(*chunk).wrapping_sub(0x3030_3030_3030_3030);
                 let v = eight_digits(t << (64 - 8 * n));
                 if v > max {
                     return None;
@@ -70,6 +70,10 @@ impl Cur<'_> {
                 self.i = start + n;
                 return Some(v);
             }
+            // Eight digits or more (correlation ids past 10 M): the first eight at once, the rest
+            // (and the checks) as they come.
+            self.i = start + 8;
+            return self.unsigned_from(start, eight_digits(t), max);
         }
         self.unsigned_from(start, 0, max)
     }
@@ -501,6 +505,10 @@ mod tests {
             LINE.replace("\"corr\":812", "\"corr\":4294967296"), // u32 overflow
             LINE.replace("\"start\":1234000100000", "\"start\":18446744073709551616"),
             LINE.replace("\"dev\":0", "\"dev\":00"), // leading zero
+            LINE.replace("\"corr\":812", "\"corr\":00000812"), // leading zeros, 8 digits
+            LINE.replace("\"corr\":812", "\"corr\":0000000000812"),
+            LINE.replace("\"corr\":812", "\"corr\":99999999999"), // 11 digits
+            LINE.replace("\"regs\":64", "\"regs\":10000000"),     // 8 digits over u16
             LINE.replace("\"dev\":0", "\"dev\":-0"),
             LINE.replace("\"smem_static\":0", "\"smem_static\":-0"),
             LINE.replace("\"smem_static\":0", "\"smem_static\":-2147483649"),
@@ -522,6 +530,16 @@ mod tests {
         ];
         for v in &variants {
             assert_eq!(kernel(v.as_bytes()), None, "{v}");
+        }
+        for (corr, want) in [
+            ("12345678", 12_345_678),
+            ("123456789", 123_456_789),
+            ("4294967295", u32::MAX),
+            ("10000000", 10_000_000),
+        ] {
+            let v = LINE.replace("\"corr\":812", &format!("\"corr\":{corr}"));
+            assert_eq!(kernel(v.as_bytes()).map(|k| k.corr), Some(want), "{v}");
+            assert_eq!(kernel(v.as_bytes()), serde(&v));
         }
         assert_eq!(
             kernel(

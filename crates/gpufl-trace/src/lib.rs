@@ -15,6 +15,7 @@ pub mod limits;
 pub mod par;
 pub mod reader;
 pub mod records;
+mod ring;
 pub mod run;
 pub mod session;
 pub mod signals;

@@ -3,10 +3,11 @@
 //! what is cheap to carry in order: the line count, the structure checks of [`State`] (header,
 //! `end` record and its counts), the limits' byte counts and the blocks seen ([`Tally`]). So the
 //! caller's thread delimits the blocks (`ZSTD_findFrameCompressedSize` walks the block headers
-//! without decoding) and hands them to worker threads, which decode each whole
-//! ([`decode_whole`]) and classify its lines ([`classify`]); the caller takes the blocks back in
-//! file order and runs them through the same [`Tally`] and [`State`] as the sequential
-//! [`TraceReader`].
+//! without decoding) and hands them to worker threads, which decode each through a ring buffer of
+//! its window's size ([`Ring`]: what `decode_whole` decodes, checksum checked, never more than
+//! ~0.8 MiB held for the recorder's blocks) and classify its lines ([`classify`]) as they are
+//! decoded; the caller takes the blocks back in file order and runs them through the same
+//! [`Tally`] and [`State`] as the sequential [`TraceReader`].
 //!
 //! **Same records, warnings and errors as [`TraceReader`].** Whatever the parallel path does not
 //! take exactly as the sequential reader would — a block that is not an ordinary frame lying whole
@@ -19,19 +20,22 @@
 //! twice the decoding; the recorder's files never take that way. Plain NDJSON is read by the
 //! sequential reader.
 //!
-//! With N threads, N − 1 workers decode ahead (at most 2N blocks beyond the one being handed out)
-//! and the caller decodes too whenever the block it needs next is not ready, so at most N threads
-//! are busy; with N = 1 the caller decodes every block itself, one at a time, as it needs it
-//! (blocks decoded whole, and folded, are faster to load than records one by one).
+//! With N threads, N − 1 workers decode ahead (at most 2N blocks beyond the one being handed out,
+//! and never more than [`MAX_AHEAD`]) and the caller decodes too whenever the block it needs next
+//! is not ready, so at most N threads are busy; with N = 1 the caller decodes every block itself,
+//! one at a time, as it needs it (blocks decoded whole, and folded, are faster to load than records
+//! one by one). Decoding contexts and their rings come from a pool: no more of them than blocks
+//! decoded at once, so what a reader holds is bounded whatever its number of threads.
 
 use crate::blocks::{
-    block_hash, decode_whole, frame_len, new_dctx, unrepeatable, BlockSet, FrameInput, Repeat,
-    Tally, Window, WHOLE_MAX_COMPRESSED, ZSTD_MAGIC,
+    block_hash, frame_len, BlockSet, FrameInput, Repeat, Tally, Window, WHOLE_MAX_COMPRESSED,
+    ZSTD_MAGIC,
 };
 use crate::error::TraceError;
 use crate::limits::ReadLimits;
 use crate::reader::{classify, open_regular, Line, State, TraceReader};
 use crate::records::{Counts, Record};
+use crate::ring::Ring;
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::{BufRead, Seek};
@@ -43,28 +47,32 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 /// something from the records (the analysis's model) builds a part of it per block on the
 /// workers and joins the parts in file order.
 ///
-/// A block is folded only when it was decoded by a worker, ends at a line end, and every one of
-/// its lines is a valid record that [`BlockFold::takes`] (never a header or an end record: those
-/// check the file's structure); every other block's records come one by one, as without a fold.
-/// The reader takes a folded block's records into its checks (counts, records after the end
-/// record) as it would take them one by one, so warnings and errors are the same.
+/// Runs of a block's records are folded: records one after the other, every one a valid record
+/// that [`BlockFold::takes`] (never a header or an end record: those check the file's structure),
+/// at least 64 of them (a shorter run comes record by record: a part costs more than that), in a
+/// block read in parallel (on one thread too: the caller decodes it); every other line comes one
+/// by one, as without a fold, in its place between the runs. The reader takes a run's records
+/// into its checks (counts, records after the end record) as it would take them one by one, so
+/// warnings and errors are the same, and a consumer that joins the folded runs in order, each as
+/// its records one by one, builds what it would build from the records.
 pub trait BlockFold: Send + Sync {
-    /// Whether a record may be folded (asked of every record of a block before it is folded).
+    /// Whether a record may be folded.
     fn takes(&self, rec: &Record) -> bool;
-    /// Start folding a block of `bytes` decoded bytes: its records are pushed as they are parsed,
-    /// in file order (a block found not to fold after all is dropped half-folded).
+    /// Start folding a run of at most about `bytes` decoded bytes (a hint): its records are
+    /// pushed as they are parsed, in file order (a run of a block that turns out not to be
+    /// read in parallel after all is dropped half-folded).
     fn start(&self, bytes: usize) -> Box<dyn BlockFolding>;
 }
 
-/// One block being folded (see [`BlockFold::start`]).
+/// One run of records being folded (see [`BlockFold::start`]).
 pub trait BlockFolding {
-    /// Fold the block's next record (one that [`BlockFold::takes`]).
+    /// Fold the run's next record (one that [`BlockFold::takes`]).
     fn push(&mut self, rec: Record);
-    /// The block's fold, once its every record was pushed.
+    /// The run's fold, once its every record was pushed.
     fn finish(self: Box<Self>) -> Box<dyn Any + Send>;
 }
 
-/// What a reader with a [`BlockFold`] hands out: a record, or a block's records folded.
+/// What a reader with a [`BlockFold`] hands out: a record, or a run of records folded.
 pub enum Item {
     Record(Record),
     Folded(Box<dyn Any + Send>),
@@ -74,11 +82,11 @@ pub enum Item {
 pub trait Items {
     /// Fold the blocks read from now on with `fold` (where the reader decodes on workers).
     fn set_fold(&mut self, fold: Arc<dyn BlockFold>);
-    /// The next record or folded block, in file order.
+    /// The next record or folded run of records, in file order.
     fn next_item(&mut self) -> Option<Item>;
 }
 
-/// A folded block: the fold's part, its records and their counts.
+/// A folded run: the fold's part, its records and their counts.
 type Part = (Box<dyn Any + Send>, u64, Counts);
 
 /// The environment variable that sets the number of threads readers and the analysis use.
@@ -86,6 +94,12 @@ pub const THREADS_ENV: &str = "GPUFL_THREADS";
 
 /// The most threads a reader starts, whatever it is asked for.
 pub const MAX_THREADS: usize = 256;
+
+/// The most blocks a reader delimits beyond the one it is handing out, whatever its number of
+/// threads (2 per thread below that): what it holds at once (compressed bytes, a block being
+/// decoded in a ring of its window's size, or decoded and folded) stays bounded, and 16 threads
+/// keep their 2 blocks each.
+pub const MAX_AHEAD: u64 = 32;
 
 /// Threads to read with: `GPUFL_THREADS` when it is a positive integer, else the available cores.
 pub fn default_threads() -> usize {
@@ -145,9 +159,14 @@ struct Block {
     ends_line: bool,
     /// Line ends in the block.
     lines: u64,
-    /// Its lines but the blank ones, in order (empty when folded).
-    items: Vec<Line>,
-    folded: Option<Part>,
+    /// Its lines but the blank ones, in order, runs of them folded.
+    segs: Vec<Seg>,
+}
+
+/// A line of a block, or a run of its records folded.
+enum Seg {
+    Line(Line),
+    Run(Part),
 }
 
 impl Block {
@@ -160,23 +179,79 @@ impl Block {
             unrepeatable: Repeat::Free,
             ends_line: false,
             lines: 0,
-            items: Vec::new(),
-            folded: None,
+            segs: Vec::new(),
         }
     }
 }
 
-/// A thread's zstd context and decoding buffer, reused from block to block.
-struct Scratch {
-    dctx: zstd::zstd_safe::DCtx<'static>,
-    decoded: Vec<u8>,
+/// A zstd context and its ring ([`Ring`]), taken from the reader's pool for a block at a time:
+/// there are never more than blocks being decoded at once, whatever the number of threads.
+type Scratch = Ring;
+
+/// Records of a run held before a fold is started for it: shorter runs (between records the fold
+/// does not take) come one by one, without the cost of a part.
+const RUN_MIN: usize = 64;
+
+/// The segments of a block being read: lines, and runs of records folded.
+struct Runs<'a> {
+    fold: Option<&'a dyn BlockFold>,
+    /// Bytes the block may decode to (a hint for a fold's columns).
+    bound: usize,
+    held: Vec<Record>,
+    folding: Option<(Box<dyn BlockFolding>, u64, Counts)>,
+    segs: Vec<Seg>,
 }
 
-impl Scratch {
-    fn new() -> Self {
-        Scratch {
-            dctx: new_dctx(),
-            decoded: Vec::new(),
+impl Runs<'_> {
+    /// The next line of the block, `at` bytes into it.
+    #[inline]
+    fn line(&mut self, l: Line, at: usize) {
+        match l {
+            Line::Blank => {}
+            Line::Rec(r) if self.folds(&r) => self.push(r, at),
+            l => {
+                self.end_run();
+                self.segs.push(Seg::Line(l));
+            }
+        }
+    }
+
+    #[inline]
+    fn folds(&self, r: &Record) -> bool {
+        self.fold
+            .is_some_and(|f| !matches!(r, Record::Header(_) | Record::End(_)) && f.takes(r))
+    }
+
+    #[inline]
+    fn push(&mut self, r: Record, at: usize) {
+        if let Some((f, n, counts)) = self.folding.as_mut() {
+            counts.add(&r);
+            *n += 1;
+            f.push(r);
+            return;
+        }
+        self.held.push(r);
+        if self.held.len() >= RUN_MIN {
+            if let Some(fold) = self.fold {
+                let mut f = fold.start(self.bound.saturating_sub(at));
+                let mut counts = Counts::default();
+                let n = self.held.len() as u64;
+                for r in self.held.drain(..) {
+                    counts.add(&r);
+                    f.push(r);
+                }
+                self.folding = Some((f, n, counts));
+            }
+        }
+    }
+
+    /// The run read so far, folded (or its records one by one when it is short).
+    fn end_run(&mut self) {
+        if let Some((f, n, counts)) = self.folding.take() {
+            self.segs.push(Seg::Run((f.finish(), n, counts)));
+        }
+        for r in self.held.drain(..) {
+            self.segs.push(Seg::Line(Line::Rec(r)));
         }
     }
 }
@@ -189,88 +264,55 @@ fn process(
 ) -> Block {
     let bytes = frame.bytes();
     let limit = usize::try_from(limits.max_block_bytes).unwrap_or(usize::MAX);
-    if !decode_whole(&mut sc.dctx, bytes, limit, &mut sc.decoded) {
-        return Block::not_whole();
-    }
-    let data = &sc.decoded;
     let max_line = limits.max_line_bytes.max(1);
-    let mut b = Block {
+    let bound = zstd::zstd_safe::decompress_bound(bytes)
+        .ok()
+        .and_then(|b| usize::try_from(b).ok())
+        .unwrap_or(0)
+        .min(limit);
+    let mut runs = Runs {
+        fold,
+        bound,
+        held: Vec::new(),
+        folding: None,
+        // Trace lines are ~150-250 bytes: one allocation for most blocks read line by line.
+        segs: Vec::with_capacity(if fold.is_some() { 4 } else { bound / 160 + 1 }),
+    };
+    let Some(d) = sc.lines(bytes, limit, |line, at| {
+        runs.line(classify(line, max_line), at)
+    }) else {
+        return Block::not_whole();
+    };
+    runs.end_run();
+    Block {
         whole: true,
         frame_len: bytes.len(),
         hash: block_hash(bytes),
-        size: data.len(),
-        unrepeatable: unrepeatable(data),
-        ends_line: false,
-        lines: 0,
-        items: Vec::new(),
-        folded: None,
+        size: d.size,
+        unrepeatable: d.repeat,
+        ends_line: d.ends_line,
+        lines: d.lines,
+        segs: runs.segs,
+    }
+}
+
+/// [`process`] with a context from the pool (returned to it after), a panic taken as a block not
+/// decoded whole (the sequential reader then meets it on the caller's thread, as it would have
+/// without workers).
+fn process_caught(sh: &Shared, frame: &Frame) -> Block {
+    let Some(mut sc) = sh.scratch() else {
+        return Block::not_whole();
     };
-    if let Some((part, lines)) = fold.and_then(|f| fold_lines(f, data, max_line)) {
-        b.ends_line = true;
-        b.lines = lines;
-        b.folded = Some(part);
-        return b;
-    }
-    // Trace lines are ~150-250 bytes (kernels, most of a trace): one allocation for most blocks.
-    let mut items = Vec::with_capacity(data.len() / 160 + 1);
-    let mut at = 0;
-    let mut lines = 0;
-    for nl in memchr::memchr_iter(b'\n', data) {
-        lines += 1;
-        match classify(&data[at..nl], max_line) {
-            Line::Blank => {}
-            l => items.push(l),
-        }
-        at = nl + 1;
-    }
-    b.ends_line = at == data.len();
-    b.lines = lines;
-    b.items = items;
-    b
-}
-
-/// A block's records folded as they are parsed, and its line ends; `None` when the block does not
-/// fold: it does not end at a line end, or some line is not a valid record that `fold` takes (or
-/// is a header or an end record). Blank lines are skipped, as when the records come one by one.
-fn fold_lines(fold: &dyn BlockFold, data: &[u8], max_line: usize) -> Option<(Part, u64)> {
-    if data.last().is_some_and(|&c| c != b'\n') {
-        return None;
-    }
-    let mut folding = fold.start(data.len());
-    let mut counts = Counts::default();
-    let (mut n, mut lines, mut at) = (0u64, 0u64, 0);
-    for nl in memchr::memchr_iter(b'\n', data) {
-        lines += 1;
-        match classify(&data[at..nl], max_line) {
-            Line::Blank => {}
-            Line::Rec(r) if !matches!(r, Record::Header(_) | Record::End(_)) && fold.takes(&r) => {
-                counts.add(&r);
-                n += 1;
-                folding.push(r);
-            }
-            _ => return None,
-        }
-        at = nl + 1;
-    }
-    Some(((folding.finish(), n, counts), lines))
-}
-
-/// [`process`], a panic taken as a block not decoded whole (the sequential reader then meets it
-/// on the caller's thread, as it would have without workers).
-fn process_caught(
-    frame: &Frame,
-    limits: &ReadLimits,
-    fold: Option<&dyn BlockFold>,
-    sc: &mut Scratch,
-) -> Block {
+    let fold = sh.fold.get().map(|f| &**f);
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        process(frame, limits, fold, sc)
+        process(frame, &sh.limits, fold, &mut sc)
     })) {
-        Ok(b) => b,
-        Err(_) => {
-            *sc = Scratch::new();
-            Block::not_whole()
+        Ok(b) => {
+            sh.lock_pool().push(sc);
+            b
         }
+        // The context is dropped, not reused.
+        Err(_) => Block::not_whole(),
     }
 }
 
@@ -286,9 +328,26 @@ struct Shared {
     fold: OnceLock<Arc<dyn BlockFold>>,
     q: Mutex<Queue>,
     cv: Condvar,
+    /// Contexts not in use.
+    pool: Mutex<Vec<Scratch>>,
+    /// Contexts made so far.
+    made: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
+    fn lock_pool(&self) -> MutexGuard<'_, Vec<Scratch>> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A context from the pool, or a new one.
+    fn scratch(&self) -> Option<Scratch> {
+        if let Some(sc) = self.lock_pool().pop() {
+            return Some(sc);
+        }
+        self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ring::new()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // Nothing is left half-done behind the lock (processing happens outside it).
         self.q.lock().unwrap_or_else(|e| e.into_inner())
@@ -296,7 +355,6 @@ impl Shared {
 }
 
 fn work(sh: Arc<Shared>) {
-    let mut sc = Scratch::new();
     loop {
         let (k, frame) = {
             let mut q = sh.lock();
@@ -310,7 +368,7 @@ fn work(sh: Arc<Shared>) {
                 q = sh.cv.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let b = process_caught(&frame, &sh.limits, sh.fold.get().map(|f| &**f), &mut sc);
+        let b = process_caught(&sh, &frame);
         drop(frame);
         let mut q = sh.lock();
         q.done.insert(k, b);
@@ -394,13 +452,12 @@ struct Pipe {
     /// The next block to hand out.
     next: u64,
     window: u64,
-    sc: Scratch,
+    /// The most blocks delimited beyond the one being handed out, so far.
+    most_ahead: u64,
     tally: Tally,
     st: State,
     line_no: u64,
-    cur: std::vec::IntoIter<Line>,
-    /// The folded block to hand out next.
-    pending: Option<Part>,
+    cur: std::vec::IntoIter<Seg>,
     /// Records handed out so far.
     handed: u64,
     done: bool,
@@ -422,6 +479,7 @@ impl Pipe {
                     let mut q = self.sh.lock();
                     q.jobs.push_back((self.delimited, Arc::new(f)));
                     self.delimited += 1;
+                    self.most_ahead = self.most_ahead.max(self.delimited - self.next);
                     self.sh.cv.notify_one();
                 }
                 other => self.tail = Some(other),
@@ -439,7 +497,7 @@ impl Pipe {
             }
             if let Some((i, f)) = q.jobs.pop_front() {
                 drop(q);
-                let b = process_caught(&f, &sh.limits, sh.fold.get().map(|f| &**f), &mut self.sc);
+                let b = process_caught(&sh, &f);
                 drop(f);
                 if i == k {
                     return b;
@@ -479,8 +537,7 @@ impl Pipe {
                 Some(true) if !b.ends_line => return false,
                 Some(true) => {
                     self.line_no += b.lines;
-                    self.cur = b.items.into_iter();
-                    self.pending = b.folded;
+                    self.cur = b.segs.into_iter();
                     return true;
                 }
             }
@@ -694,6 +751,8 @@ impl ParTraceReader {
                 stop: false,
             }),
             cv: Condvar::new(),
+            pool: Mutex::new(Vec::new()),
+            made: std::sync::atomic::AtomicUsize::new(0),
         });
         let mut workers = Vec::new();
         for _ in 1..threads {
@@ -714,13 +773,12 @@ impl ParTraceReader {
             delimited: 0,
             tail: None,
             next: 0,
-            window: 2 * threads as u64,
-            sc: Scratch::new(),
+            window: (2 * threads as u64).min(MAX_AHEAD),
+            most_ahead: 0,
             tally: Tally::new(limits, file_budget, seen.clone()),
             st: State::new(source.clone(), &limits),
             line_no: 0,
             cur: Vec::new().into_iter(),
-            pending: None,
             handed: 0,
             done: false,
             source,
@@ -802,26 +860,25 @@ impl Items for ParTraceReader {
                 Mode::Failed(..) | Mode::Gone => return None,
                 Mode::Par(p) => p,
             };
-            if let Some((part, n, counts)) = p.pending.take() {
-                if p.st.stopped() {
-                    p.finish();
-                    return None;
-                }
-                if p.st.accept_folded(n, &counts) {
-                    p.handed += n;
-                    return Some(Item::Folded(part));
-                }
-                continue;
-            }
-            if let Some(item) = p.cur.next() {
+            if let Some(seg) = p.cur.next() {
                 if p.st.stopped() {
                     p.cur = Vec::new().into_iter();
                     p.finish();
                     return None;
                 }
-                if let Some(r) = p.st.accept(item) {
-                    p.handed += 1;
-                    return Some(Item::Record(r));
+                match seg {
+                    Seg::Line(l) => {
+                        if let Some(r) = p.st.accept(l) {
+                            p.handed += 1;
+                            return Some(Item::Record(r));
+                        }
+                    }
+                    Seg::Run((part, n, counts)) => {
+                        if p.st.accept_folded(n, &counts) {
+                            p.handed += n;
+                            return Some(Item::Folded(part));
+                        }
+                    }
                 }
                 continue;
             }
@@ -841,7 +898,7 @@ impl Items for ParTraceReader {
 impl Iterator for ParTraceReader {
     type Item = Record;
 
-    /// The next record (a reader given a fold hands folded blocks out through
+    /// The next record (a reader given a fold hands folded runs out through
     /// [`Items::next_item`] only: read it with that).
     fn next(&mut self) -> Option<Record> {
         loop {
@@ -942,13 +999,73 @@ impl Items for ParSessionReader {
 impl Iterator for ParSessionReader {
     type Item = Record;
 
-    /// The next record (a reader given a fold hands folded blocks out through
+    /// The next record (a reader given a fold hands folded runs out through
     /// [`Items::next_item`] only: read it with that).
     fn next(&mut self) -> Option<Record> {
         loop {
             match self.next_item()? {
                 Item::Record(r) => return Some(r),
                 Item::Folded(_) => debug_assert!(false, "a folding reader read record by record"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{Header, Kernel};
+    use crate::TraceWriter;
+
+    /// A trace of `blocks` blocks of `per` kernels each.
+    fn trace(blocks: u64, per: u64) -> Vec<u8> {
+        let mut w = TraceWriter::new(Vec::new(), &Header::default()).unwrap();
+        for b in 0..blocks {
+            for i in 0..per {
+                let t = (b * per + i) * 1_000;
+                w.write(&Record::Kernel(Kernel {
+                    start: t,
+                    end: t + 500,
+                    corr: (b * per + i) as u32,
+                    ..Kernel::default()
+                }))
+                .unwrap();
+            }
+            w.end_block().unwrap();
+        }
+        w.finish(0, "exit").unwrap()
+    }
+
+    /// The most blocks the reader delimited ahead and the contexts it made, reading `bytes` on
+    /// `threads` threads (the records checked against the sequential reader's).
+    fn held(bytes: &[u8], threads: usize) -> (u64, usize) {
+        let want: Vec<String> = TraceReader::from_bytes(bytes.to_vec(), "t")
+            .unwrap()
+            .map(|r| format!("{r:?}"))
+            .collect();
+        let mut r = ParTraceReader::from_bytes(bytes.to_vec(), "t", threads).unwrap();
+        let got: Vec<String> = r.by_ref().map(|r| format!("{r:?}")).collect();
+        assert!(got == want, "{threads} threads: records differ");
+        match &r.mode {
+            Mode::Par(p) => (
+                p.most_ahead,
+                p.sh.made.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            _ => panic!("read by the sequential reader"),
+        }
+    }
+
+    #[test]
+    fn blocks_held_at_once_are_bounded_whatever_the_threads() {
+        let bytes = trace(120, 40);
+        for threads in [1, 3, 16, 100, MAX_THREADS] {
+            let (ahead, made) = held(&bytes, threads);
+            let window = (2 * threads as u64).min(MAX_AHEAD);
+            assert!(ahead <= window, "{threads} threads: {ahead} blocks ahead");
+            // A context per block being decoded at once, never more than the window.
+            assert!(made as u64 <= window, "{threads} threads: {made} contexts");
+            if threads >= 16 {
+                assert_eq!(window, MAX_AHEAD);
             }
         }
     }
