@@ -33,6 +33,7 @@
 
 mod access;
 pub mod comm;
+mod corrs;
 pub mod diff;
 pub mod error;
 mod fold;
