@@ -15,6 +15,7 @@
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
 use crate::occupancy::{occupancy, waves, BlockUse, Occupancy, SmLimits};
+use crate::store::NONE;
 use crate::views::LaunchConfig;
 use gpufl_trace::StrId;
 use serde::Serialize;
@@ -546,185 +547,130 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     }
 }
 
-/// Within `windows` (sorted, disjoint), the periods when exactly one kernel ran on device `dev`
-/// (every device when the session has one), sorted and disjoint: a launch's time inside them is
-/// the time it had the GPU's SMs to itself. Only kernels overlapping a window are looked at
-/// (transient memory: 16 bytes for each).
-pub(crate) fn solo_periods(m: &Model, dev: u32, windows: &[(u64, u64)]) -> Vec<(u64, u64)> {
+/// Each target's time alone on its device: the time its kernels ran with no other kernel on the
+/// device (the device's SMs to themselves). `devs`: the devices to look at; `target(launch, dev)`:
+/// the index (below `targets`) whose time a kernel of that (name, configuration) pair and device
+/// adds to, [`NONE`] for none (its kernels still count as the others running). Empty and inverted
+/// kernels run for no time.
+///
+/// One pass over the kernel columns, chunk by chunk, sweeping each device's kernels while they
+/// come in start order (as the recorder nearly always writes them; see [`AloneSweep`]). A device
+/// whose starts go back is swept again from its kernels sorted by start (4 bytes per kernel).
+pub(crate) fn alone_times(
+    m: &Model,
+    devs: &[u32],
+    targets: usize,
+    target: impl Fn(u32, u32) -> u32,
+) -> Vec<u64> {
     let k = &m.kernels;
-    let all = m.devices().len() == 1;
-    let picked = || {
-        let mut at = 0;
-        k.start
-            .iter()
-            .zip(k.end.iter())
-            .zip(k.dev.iter())
-            .filter_map(move |((s, e), d)| {
-                (e > s && (all || d == dev) && hits(windows, &mut at, s, e)).then_some((s, e))
-            })
-    };
-    // Kernels in start order, as the recorder nearly always writes them: swept as they come, in
-    // one pass over the columns chunk by chunk (sorted below only when a start goes back).
-    let mut sweep = StartOrder::default();
-    let mut at = 0;
-    let mut in_order = true;
-    'chunks: for ((ss, es), ds) in k.start.chunks().zip(k.end.chunks()).zip(k.dev.chunks()) {
-        for ((&s, &e), &d) in ss.iter().zip(es).zip(ds) {
-            if e > s && (all || d == dev) && hits(windows, &mut at, s, e) {
-                if s < sweep.last_start {
-                    in_order = false;
-                    break 'chunks;
+    let mut sweeps: Vec<AloneSweep> = devs.iter().map(|_| AloneSweep::new(targets)).collect();
+    // With one device in the model and among `devs`, every kernel is its.
+    let one = devs.len() == 1 && m.devices() == devs;
+    let cols = k.start.chunks().zip(k.end.chunks());
+    for ((ss, es), (ls, ds)) in cols.zip(k.launch.chunks().zip(k.dev.chunks())) {
+        for (j, (&s, &e)) in ss.iter().zip(es).enumerate() {
+            if e <= s {
+                continue;
+            }
+            let (l, dev) = (ls[j], ds[j]);
+            let d = if one {
+                0
+            } else {
+                match devs.iter().position(|&x| x == dev) {
+                    Some(d) => d,
+                    None => continue,
                 }
-                sweep.add(s, e);
+            };
+            let sw = &mut sweeps[d];
+            if sw.out_of_order {
+                continue;
+            }
+            if s < sw.last_start {
+                sw.out_of_order = true;
+                continue;
+            }
+            sw.add(s, e, target(l, dev));
+        }
+    }
+    let mut alone = vec![0u64; targets];
+    for (d, mut sw) in sweeps.into_iter().enumerate() {
+        if sw.out_of_order {
+            let dev = devs[d];
+            let mut idx: Vec<u32> = (0..k.start.len() as u32)
+                .filter(|&i| {
+                    let i = i as usize;
+                    k.end.get(i) > k.start.get(i) && (one || k.dev.get(i) == dev)
+                })
+                .collect();
+            idx.sort_unstable_by_key(|&i| k.start.get(i as usize));
+            sw = AloneSweep::new(targets);
+            for i in idx {
+                let i = i as usize;
+                sw.add(k.start.get(i), k.end.get(i), target(k.launch.get(i), dev));
             }
         }
-    }
-    if in_order {
-        return sweep.finish();
-    }
-    let (mut starts, mut ends): (Vec<u64>, Vec<u64>) = picked().unzip();
-    starts.sort_unstable();
-    ends.sort_unstable();
-    let mut sw = Sweep::default();
-    let (mut i, mut j) = (0, 0);
-    while j < ends.len() {
-        // Ends before starts at the same instant: touching kernels do not overlap.
-        if i < starts.len() && starts[i] < ends[j] {
-            i += 1;
-            sw.event(starts[i - 1], 1);
-        } else {
-            j += 1;
-            sw.event(ends[j - 1], -1);
+        for (a, t) in alone.iter_mut().zip(sw.finish()) {
+            *a += t;
         }
     }
-    sw.out
+    alone
 }
 
-/// [`solo_periods`] of non-empty intervals given in start order: the ends come in order from a
-/// heap of the running kernels' ends (as many as run at once), the same events as sorting them.
-#[derive(Default)]
-struct StartOrder {
-    running: std::collections::BinaryHeap<std::cmp::Reverse<u64>>,
-    sw: Sweep,
+/// The sweep of [`alone_times`] over one device's non-empty kernels in start order. Between two
+/// consecutive starts the kernels running are those started so far that have not ended: exactly
+/// one runs from when the second-latest end has passed until the latest end, and it is the
+/// kernel of the latest end. So the two latest ends so far are all the state (no heap of the
+/// running kernels' ends).
+struct AloneSweep {
     last_start: u64,
+    /// The latest end so far, its kernel's target, and the second-latest end.
+    top: u64,
+    who: u32,
+    second: u64,
+    out_of_order: bool,
+    alone: Vec<u64>,
 }
 
-impl StartOrder {
+impl AloneSweep {
+    fn new(targets: usize) -> AloneSweep {
+        AloneSweep {
+            last_start: 0,
+            top: 0,
+            who: NONE,
+            second: 0,
+            out_of_order: false,
+            alone: vec![0; targets],
+        }
+    }
+
+    /// Time alone from the last start up to `t` (no start in between).
     #[inline]
-    fn add(&mut self, s: u64, e: u64) {
-        use std::cmp::Reverse;
+    fn upto(&mut self, t: u64) {
+        let d = t
+            .min(self.top)
+            .saturating_sub(self.last_start.max(self.second));
+        if d > 0 && self.who != NONE {
+            self.alone[self.who as usize] += d;
+        }
+    }
+
+    /// A kernel `[s, e)`, `e > s`, starting no earlier than the previous one.
+    #[inline]
+    fn add(&mut self, s: u64, e: u64, target: u32) {
+        self.upto(s);
         self.last_start = s;
-        while let Some(&Reverse(x)) = self.running.peek() {
-            if x > s {
-                break;
-            }
-            self.running.pop();
-            self.sw.event(x, -1);
+        if e > self.top {
+            self.second = self.top;
+            (self.top, self.who) = (e, target);
+        } else if e > self.second {
+            self.second = e;
         }
-        self.sw.event(s, 1);
-        self.running.push(Reverse(e));
     }
 
-    fn finish(mut self) -> Vec<(u64, u64)> {
-        use std::cmp::Reverse;
-        while let Some(Reverse(x)) = self.running.pop() {
-            self.sw.event(x, -1);
-        }
-        self.sw.out
+    fn finish(mut self) -> Vec<u64> {
+        self.upto(u64::MAX);
+        self.alone
     }
-}
-
-/// The sweep of [`solo_periods`]: periods with exactly one kernel running.
-#[derive(Default)]
-struct Sweep {
-    out: Vec<(u64, u64)>,
-    active: u64,
-    since: u64,
-}
-
-impl Sweep {
-    fn event(&mut self, t: u64, delta: i64) {
-        if self.active == 1 && t > self.since {
-            match self.out.last_mut() {
-                Some(last) if last.1 == self.since => last.1 = t,
-                _ => self.out.push((self.since, t)),
-            }
-        }
-        self.active = (self.active as i64 + delta) as u64;
-        self.since = t;
-    }
-}
-
-/// Whether `[s, e)` overlaps one of the sorted, disjoint `windows`. `at` is where the previous
-/// call looked: records come nearly in time order, so galloping from it finds the first window
-/// ending after `s` in a few steps.
-fn hits(windows: &[(u64, u64)], at: &mut usize, s: u64, e: u64) -> bool {
-    let i = first_ending_after(windows, at, s);
-    i < windows.len() && windows[i].0 < e
-}
-
-/// The index of the first of the sorted, disjoint `windows` that ends after `s` (`len` when none
-/// does), galloping from `at`, where the previous call looked (updated).
-fn first_ending_after(windows: &[(u64, u64)], at: &mut usize, s: u64) -> usize {
-    let n = windows.len();
-    if n == 0 {
-        return 0;
-    }
-    let ends_after = |i: usize| windows[i].1 > s;
-    let mut i = (*at).min(n - 1);
-    if ends_after(i) {
-        // Back: the first window ending after s is at or before i.
-        let mut step = 1;
-        let mut lo = i;
-        while lo > 0 && ends_after(lo - 1) {
-            lo = lo.saturating_sub(step);
-            step *= 2;
-        }
-        // windows[lo..=i]: the answer is the first index there that ends after s.
-        i = lo + windows[lo..=i].partition_point(|w| w.1 <= s);
-    } else {
-        let mut step = 1;
-        let mut hi = i;
-        while hi < n && !ends_after(hi) {
-            i = hi;
-            hi = hi.saturating_add(step).min(n);
-            step *= 2;
-        }
-        i += windows[i..hi.min(n)].partition_point(|w| w.1 <= s);
-    }
-    *at = i.min(n - 1);
-    i
-}
-
-/// [`overlap`] for intervals that come nearly in start order: the first period is found by
-/// galloping from `at`, where the previous call looked (updated), not by a binary search.
-pub(crate) fn overlap_from(periods: &[(u64, u64)], at: &mut usize, s: u64, e: u64) -> u64 {
-    let mut i = first_ending_after(periods, at, s);
-    let mut t = 0;
-    while let Some(&(ps, pe)) = periods.get(i) {
-        if ps >= e {
-            break;
-        }
-        t += pe.min(e) - ps.max(s);
-        i += 1;
-    }
-    t
-}
-
-/// Time of `[s, e)` inside the sorted, disjoint `periods` (by binary search: what
-/// [`overlap_from`] is checked against).
-#[cfg(test)]
-fn overlap(periods: &[(u64, u64)], s: u64, e: u64) -> u64 {
-    let mut i = periods.partition_point(|p| p.1 <= s);
-    let mut t = 0;
-    while let Some(&(ps, pe)) = periods.get(i) {
-        if ps >= e {
-            break;
-        }
-        t += pe.min(e) - ps.max(s);
-        i += 1;
-    }
-    t
 }
 
 #[cfg(test)]
@@ -745,8 +691,31 @@ mod tests {
         ));
     }
 
+    /// Time alone of each kernel by brute force: over every elementary interval between two
+    /// instants where a kernel starts or ends, who runs there.
+    fn naive_alone(spans: &[(u64, u64, u32)], dev: u32) -> Vec<u64> {
+        let on: Vec<usize> = (0..spans.len())
+            .filter(|&i| spans[i].2 == dev && spans[i].1 > spans[i].0)
+            .collect();
+        let mut ts: Vec<u64> = on.iter().flat_map(|&i| [spans[i].0, spans[i].1]).collect();
+        ts.sort_unstable();
+        ts.dedup();
+        let mut alone = vec![0; spans.len()];
+        for w in ts.windows(2) {
+            let running: Vec<usize> = on
+                .iter()
+                .copied()
+                .filter(|&i| spans[i].0 <= w[0] && spans[i].1 >= w[1])
+                .collect();
+            if let [i] = running[..] {
+                alone[i] += w[1] - w[0];
+            }
+        }
+        alone
+    }
+
     #[test]
-    fn solo_periods_in_start_order_match_the_sorted_sweep() {
+    fn time_alone_in_start_order_shuffled_and_by_device_matches_brute_force() {
         use gpufl_trace::{Kernel, Record};
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut rnd = |m: u64| {
@@ -755,96 +724,108 @@ mod tests {
             seed ^= seed << 17;
             seed % m
         };
-        for round in 0..40 {
+        for round in 0..60 {
+            let devices = 1 + round % 3;
             let mut t = 0;
-            let mut spans: Vec<(u64, u64)> = (0..200)
+            // (start, end, device); some empty and inverted, many touching and overlapping.
+            let mut spans: Vec<(u64, u64, u32)> = (0..150)
                 .map(|_| {
                     t += rnd(if round % 2 == 0 { 50 } else { 3 });
-                    (t, t + 1 + rnd(if round % 3 == 0 { 400 } else { 40 }))
+                    let len = rnd(if round % 3 == 0 { 400 } else { 40 });
+                    let end = if rnd(20) == 0 {
+                        t.saturating_sub(len)
+                    } else {
+                        t + len
+                    };
+                    (t, end, rnd(devices) as u32)
                 })
                 .collect();
-            let kernels = |spans: &[(u64, u64)]| {
-                let recs: Vec<Record> = spans
-                    .iter()
-                    .map(|&(start, end)| {
-                        Record::Kernel(Kernel {
-                            start,
-                            end,
-                            ..Kernel::default()
-                        })
+            if round % 4 == 1 {
+                // Starts that go back: the sorted path.
+                for _ in 0..5 {
+                    let (a, b) = (rnd(150) as usize, rnd(150) as usize);
+                    spans.swap(a, b);
+                }
+            }
+            // Each kernel its own (name, configuration) pair: the launch index is the record's.
+            let recs: Vec<Record> = spans
+                .iter()
+                .enumerate()
+                .map(|(i, &(start, end, dev))| {
+                    Record::Kernel(Kernel {
+                        start,
+                        end,
+                        dev,
+                        grid: [i as i32 + 1, 1, 1],
+                        ..Kernel::default()
                     })
-                    .collect();
-                Model::load(recs)
-            };
-            let in_order = solo_periods(&kernels(&spans), 0, &[(0, u64::MAX)]);
-            // The same kernels out of start order take the sorting path.
-            spans.swap(0, 199);
-            let sorted = solo_periods(&kernels(&spans), 0, &[(0, u64::MAX)]);
-            assert_eq!(in_order, sorted, "round {round}");
-            assert!(!in_order.is_empty());
+                })
+                .collect();
+            let m = Model::load(recs);
+            assert_eq!(m.launches.len(), spans.len());
+            let devs: Vec<u32> = m.devices().to_vec();
+            // Every kernel a target, on every device; then the odd ones only, on the last device.
+            let all = alone_times(&m, &devs, spans.len(), |l, _| l);
+            let mut want = vec![0; spans.len()];
+            for &d in &devs {
+                for (w, a) in want.iter_mut().zip(naive_alone(&spans, d)) {
+                    *w += a;
+                }
+            }
+            assert_eq!(all, want, "round {round}");
+            assert!(all.iter().any(|&a| a > 0));
+            let last = *devs.last().expect("kernels");
+            let odd = alone_times(
+                &m,
+                &[last],
+                spans.len(),
+                |l, _| {
+                    if l % 2 == 1 {
+                        l
+                    } else {
+                        NONE
+                    }
+                },
+            );
+            let want = naive_alone(&spans, last);
+            for (i, (&got, &w)) in odd.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    got,
+                    if i % 2 == 1 { w } else { 0 },
+                    "round {round}, kernel {i}"
+                );
+            }
         }
     }
 
     #[test]
-    fn solo_periods_and_their_overlap_with_a_launch() {
+    fn time_alone_of_overlapping_touching_and_empty_kernels() {
         use gpufl_trace::{Kernel, Record};
-        let k = |start, end, stream| {
+        let k = |start, end, x| {
             Record::Kernel(Kernel {
                 start,
                 end,
-                stream,
+                grid: [x, 1, 1],
                 ..Kernel::default()
             })
         };
-        // A [0,100) alone until B [40,60) joins; C [100,150) touches A's end; D [200,200) is empty.
-        let m = Model::load([k(0, 100, 1), k(40, 60, 2), k(100, 150, 1), k(200, 200, 1)]);
-        let solo = solo_periods(&m, 0, &[(0, u64::MAX)]);
-        assert_eq!(solo, vec![(0, 40), (60, 150)]);
-        assert_eq!(overlap(&solo, 0, 100), 80);
-        assert_eq!(overlap(&solo, 40, 60), 0);
-        assert_eq!(overlap(&solo, 100, 150), 50);
-        assert_eq!(overlap(&solo, 150, 300), 0);
-        assert_eq!(overlap(&[], 0, 10), 0);
-        // Galloping from anywhere gives the binary search's sum.
-        let spans = [
-            (0, 100),
-            (40, 60),
-            (100, 150),
-            (150, 300),
-            (5, 7),
-            (90, 160),
-            (0, 0),
-        ];
-        for start in 0..solo.len() + 2 {
-            let mut at = start;
-            for &(s, e) in spans.iter().chain(spans.iter().rev()) {
-                assert_eq!(
-                    overlap_from(&solo, &mut at, s, e),
-                    overlap(&solo, s, e),
-                    "{s}..{e}"
-                );
-            }
-        }
-        assert_eq!(overlap_from(&[], &mut 3, 0, 10), 0);
-        // Windows: the galloping cursor finds overlaps in any order of calls.
-        let w = [(10, 20), (30, 40), (50, 60), (70, 80), (90, 100)];
-        let mut at = 0;
-        for (s, e, want) in [
-            (95, 96, true),
-            (0, 10, false),
-            (35, 36, true),
-            (41, 50, false),
-            (41, 51, true),
-            (100, 200, false),
-            (0, 1000, true),
-            (60, 70, false),
-            (15, 16, true),
-        ] {
-            assert_eq!(hits(&w, &mut at, s, e), want, "{s}..{e}");
-            assert_eq!(overlap(&w, s, e) > 0, want, "{s}..{e}");
-        }
-        // A window inside C only: A and B do not overlap it and are left out.
-        assert_eq!(solo_periods(&m, 0, &[(120, 130)]), vec![(100, 150)]);
+        // A [0,100) alone until B [40,60) joins; C [100,150) touches A's end; D [200,200) is
+        // empty; E [120,110) is inverted.
+        let m = Model::load([
+            k(0, 100, 1),
+            k(40, 60, 2),
+            k(100, 150, 3),
+            k(200, 200, 4),
+            k(120, 110, 5),
+        ]);
+        assert_eq!(alone_times(&m, &[0], 5, |l, _| l), vec![80, 0, 50, 0, 0]);
+        // Two targets may share a kernel's time: here A and C add to target 0.
+        assert_eq!(
+            alone_times(&m, &[0], 1, |l, _| if l == 0 || l == 2 { 0 } else { NONE }),
+            vec![130]
+        );
+        // A device without kernels.
+        assert_eq!(alone_times(&m, &[7], 5, |l, _| l), vec![0; 5]);
     }
 
     #[test]
