@@ -17,6 +17,7 @@ use crate::model::Model;
 use crate::occupancy::{occupancy, waves, BlockUse, Occupancy, SmLimits};
 use crate::store::NONE;
 use crate::views::LaunchConfig;
+use crate::work::{pieces, PIECE_ROWS};
 use gpufl_trace::StrId;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -154,8 +155,12 @@ fn median_p99(v: &mut [u64]) -> (u64, u64) {
         return (0, 0);
     }
     let rank = (n * 99).div_ceil(100).max(1);
-    let p99 = *v.select_nth_unstable(rank - 1).1;
     let hi = *v.select_nth_unstable(n / 2).1;
+    // The p99 is at or above the upper middle: among the upper part only.
+    let p99 = match (rank - 1).checked_sub(n / 2 + 1) {
+        None => hi,
+        Some(j) => *v[n / 2 + 1..].select_nth_unstable(j).1,
+    };
     let med = if n % 2 == 1 {
         hi
     } else {
@@ -194,51 +199,143 @@ type SlotRun<'a> = (usize, usize, u64, &'a mut [u64]);
 /// `index` of a slot whose kernels came in start order (its union needs no second pass).
 const NOT_LISTED: usize = usize::MAX;
 
-/// The union of a slot's kernel intervals, swept while they come in start order.
-#[derive(Clone, Copy, Default)]
-struct Union {
-    busy: u64,
-    cur_s: u64,
-    cur_e: u64,
-    /// The last non-empty interval's start.
+/// One slot's kernels in a piece of the kernels (or in all pieces so far).
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotCount {
+    n: u64,
+    /// Whether a non-empty kernel came; the first and last such start, the latest end.
+    any: bool,
+    first: u64,
     last: u64,
-    open: bool,
-    /// A non-empty interval came before one that started earlier: the sweep is void.
+    top: u64,
+    /// A non-empty kernel started before the one before it.
     unsorted: bool,
 }
 
-impl Union {
-    /// Sweep `[st, en)` (empty ones count for nothing, wherever they come).
+impl SlotCount {
     #[inline]
-    fn add(&mut self, st: u64, en: u64) {
-        if en <= st || self.unsorted {
+    fn add(&mut self, s: u64, e: u64) {
+        self.n += 1;
+        if e <= s {
             return;
         }
-        if st < self.last {
+        if !self.any {
+            (self.any, self.first) = (true, s);
+        } else if s < self.last {
             self.unsorted = true;
+        }
+        self.last = s;
+        self.top = self.top.max(e);
+    }
+
+    /// `next`, the same slot's count in the next piece, after this one.
+    fn follow(&mut self, next: &SlotCount) {
+        self.n += next.n;
+        if !next.any {
             return;
         }
-        self.last = st;
-        if self.open && st <= self.cur_e {
-            self.cur_e = self.cur_e.max(en);
+        self.unsorted |= next.unsorted || (self.any && next.first < self.last);
+        if !self.any {
+            (self.any, self.first) = (true, next.first);
+        }
+        self.last = next.last;
+        self.top = self.top.max(next.top);
+    }
+}
+
+/// One piece's counts: per slot, and (launches, GPU ns) per (name, configuration) pair and device.
+struct PieceCount {
+    slots: Vec<SlotCount>,
+    per_launch: Vec<(u64, u64)>,
+    per_launch_map: HashMap<(u32, u32), (u64, u64)>,
+}
+
+/// The kernel columns and how a kernel finds its slot.
+struct KernelCols<'a, D: Fn(u32) -> usize> {
+    k: &'a crate::model::Kernels,
+    dense: bool,
+    ndev: usize,
+    launch_group: &'a [u32],
+    /// Each kernel's slot when not `dense`.
+    kslot: &'a [u32],
+    dev_index: &'a D,
+}
+
+impl<D: Fn(u32) -> usize> KernelCols<'_, D> {
+    #[inline]
+    fn slot(&self, i: usize, l: u32, d: u32) -> usize {
+        if self.dense {
+            self.launch_group[l as usize] as usize * self.ndev + (self.dev_index)(d)
         } else {
-            if self.open {
-                self.busy += self.cur_e - self.cur_s;
+            self.kslot[i] as usize
+        }
+    }
+
+    /// Each slice of kernels `a..b` (chunk by chunk), with the index of its first.
+    fn each(
+        &self,
+        (a, b): (usize, usize),
+        mut f: impl FnMut(usize, &[u32], &[u32], &[u64], &[u64]),
+    ) {
+        let k = self.k;
+        let mut i = a;
+        let cols = k.launch.slices(a, b).zip(k.dev.slices(a, b));
+        for ((ls, ds), (ss, es)) in cols.zip(k.start.slices(a, b).zip(k.end.slices(a, b))) {
+            f(i, ls, ds, ss, es);
+            i += ls.len();
+        }
+    }
+
+    /// Count kernels `a..b`: per slot, and per (name, configuration) pair and device (a table of
+    /// `launch_cells` when given, else a map).
+    fn count(&self, r: (usize, usize), nslots: usize, launch_cells: Option<usize>) -> PieceCount {
+        let mut pc = PieceCount {
+            slots: vec![SlotCount::default(); nslots],
+            per_launch: vec![(0, 0); launch_cells.unwrap_or(0)],
+            per_launch_map: HashMap::new(),
+        };
+        let ndev = self.ndev;
+        self.each(r, |i0, ls, ds, ss, es| {
+            for j in 0..ls.len() {
+                let (l, d, s, e) = (ls[j], ds[j], ss[j], es[j]);
+                let di = (self.dev_index)(d);
+                let slot = if self.dense {
+                    self.launch_group[l as usize] as usize * ndev + di
+                } else {
+                    self.kslot[i0 + j] as usize
+                };
+                pc.slots[slot].add(s, e);
+                let x = match launch_cells {
+                    Some(_) => &mut pc.per_launch[l as usize * ndev + di],
+                    None => pc.per_launch_map.entry((l, di as u32)).or_default(),
+                };
+                x.0 += 1;
+                x.1 = x.1.saturating_add(e.saturating_sub(s));
             }
-            (self.cur_s, self.cur_e, self.open) = (st, en, true);
-        }
+        });
+        pc
     }
 
-    fn sorted(&self) -> bool {
-        !self.unsorted
-    }
-
-    fn busy_ns(&self) -> u64 {
-        if self.open {
-            self.busy + (self.cur_e - self.cur_s)
-        } else {
-            self.busy
-        }
+    /// Write the durations of kernels `a..b` into their slots' regions (`dst`, one per slot, in
+    /// order), and return each slot's busy time among them: its non-empty kernels' parts past the
+    /// latest end before them (`top`: that end before the piece, per slot; meaningful when the
+    /// slot's kernels come in start order).
+    fn scatter(&self, r: (usize, usize), dst: &mut [&mut [u64]], mut top: Vec<u64>) -> Vec<u64> {
+        let mut fill = vec![0usize; dst.len()];
+        let mut busy = vec![0u64; dst.len()];
+        self.each(r, |i0, ls, ds, ss, es| {
+            for j in 0..ls.len() {
+                let (s, e) = (ss[j], es[j]);
+                let slot = self.slot(i0 + j, ls[j], ds[j]);
+                dst[slot][fill[slot]] = e.saturating_sub(s);
+                fill[slot] += 1;
+                if e > s {
+                    busy[slot] += e.saturating_sub(s.max(top[slot]));
+                    top[slot] = top[slot].max(e);
+                }
+            }
+        });
+        busy
     }
 }
 
@@ -250,6 +347,22 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
 /// [`table`], the rows (each a name on a device: the union, order statistics and variants of its
 /// kernels) computed on up to `threads` threads.
 pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
+    table_in_pieces(
+        m,
+        busy,
+        threads,
+        (threads > 1).then_some((PIECE_ROWS, true)),
+    )
+}
+
+/// [`table_on`], its counting and scattering passes in pieces of `rows` kernels when given
+/// (and, when `bounded`, their per-slot figures stay small beside the kernels), else in one.
+fn table_in_pieces(
+    m: &Model,
+    busy: &DeviceBusy,
+    threads: usize,
+    piece_rows: Option<(usize, bool)>,
+) -> KernelTable {
     let nk = m.kernel_count();
     if nk == 0 {
         return KernelTable::default();
@@ -297,9 +410,16 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     drop(group_of_id);
     drop(name_group);
     let ndev = devs.len().max(1);
-    // `devs` is sorted.
-    let dev_index = |d: u32| devs.binary_search(&d).unwrap_or(0);
-    // Slots: (name group, device). Counting sort of the kernels' (start, end) by slot: one
+    // `devs` is sorted; with one device, every kernel is its.
+    let single = devs.len() <= 1;
+    let dev_index = |d: u32| {
+        if single {
+            0
+        } else {
+            devs.binary_search(&d).unwrap_or(0)
+        }
+    };
+    // Slots: (name group, device). Counting sort of the kernels' durations by slot: one
     // sequential pass to count, one to scatter, no gathers. Slots are numbered densely
     // (group × devices + device) unless that is far more than the kernels (many names on many
     // devices: a hostile trace), then only the (group, device) pairs present are numbered.
@@ -325,13 +445,6 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     } else {
         present.len()
     };
-    let slot_of = |i: usize| -> usize {
-        if dense {
-            launch_group[k.launch.get(i) as usize] as usize * ndev + dev_index(k.dev.get(i))
-        } else {
-            kslot[i] as usize
-        }
-    };
     // The slots in (group, device) order.
     let order: Vec<(usize, usize, usize)> = if dense {
         (0..group_names.len())
@@ -346,33 +459,53 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
         v
     };
     drop(present);
-    let mut offsets: Vec<usize> = vec![0; nslots + 1];
     // (launches, GPU ns) per (name, configuration) pair and device: dense, or only the pairs
     // present when dense would be far more than the kernels.
     let launch_dense = cells(m.launches.len());
-    let mut per_launch: Vec<(u64, u64)> = if launch_dense {
-        vec![(0, 0); m.launches.len() * ndev]
+    let launch_cells = if launch_dense {
+        m.launches.len() * ndev
     } else {
-        Vec::new()
+        0
     };
+    let cols = KernelCols {
+        k,
+        dense,
+        ndev,
+        launch_group: &launch_group,
+        kslot: &kslot,
+        dev_index: &dev_index,
+    };
+    // Pieces of the kernels, counted and then scattered on up to `threads` threads (what one pass
+    // in order computes: each piece's kernels land after those of the pieces before it), when
+    // their per-slot figures stay small beside the kernels; one piece otherwise.
+    let kp: Vec<(usize, usize)> = match piece_rows {
+        Some((r, bounded))
+            if r > 0 && (!bounded || (nslots + launch_cells) * nk.div_ceil(r) <= nk / 4) =>
+        {
+            (0..nk).step_by(r).map(|a| (a, (a + r).min(nk))).collect()
+        }
+        _ => vec![(0, nk)],
+    };
+    let counts: Vec<PieceCount> = pieces(kp.len(), threads, |p| {
+        cols.count(kp[p], nslots, launch_dense.then_some(launch_cells))
+    });
+    let mut per_launch: Vec<(u64, u64)> = vec![(0, 0); launch_cells];
     let mut per_launch_map: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
-    // Each slot's union of its kernels' intervals, in the same pass while its kernels come in
-    // start order (as the recorder nearly always writes them); recomputed below when not.
-    let mut unions: Vec<Union> = vec![Union::default(); nslots];
-    for i in 0..nk {
-        let slot = slot_of(i);
-        offsets[slot + 1] += 1;
-        let (st, en) = (k.start.get(i), k.end.get(i));
-        unions[slot].add(st, en);
-        let d = en.saturating_sub(st);
-        let (l, di) = (k.launch.get(i), dev_index(k.dev.get(i)));
-        let e = if launch_dense {
-            &mut per_launch[l as usize * ndev + di]
-        } else {
-            per_launch_map.entry((l, di as u32)).or_default()
-        };
-        e.0 += 1;
-        e.1 = e.1.saturating_add(d);
+    let mut slots: Vec<SlotCount> = vec![SlotCount::default(); nslots];
+    // Each piece's latest end before it, per slot (where its union sweep starts from).
+    let mut before: Vec<Vec<u64>> = Vec::with_capacity(kp.len());
+    for pc in &counts {
+        before.push(slots.iter().map(|s| s.top).collect());
+        for (a, b) in slots.iter_mut().zip(&pc.slots) {
+            a.follow(b);
+        }
+        for (a, b) in per_launch.iter_mut().zip(&pc.per_launch) {
+            (a.0, a.1) = (a.0 + b.0, a.1.saturating_add(b.1));
+        }
+        for (&key, b) in &pc.per_launch_map {
+            let a = per_launch_map.entry(key).or_default();
+            (a.0, a.1) = (a.0 + b.0, a.1.saturating_add(b.1));
+        }
     }
     let launch_stats = |l: u32, di: usize| -> (u64, u64) {
         if launch_dense {
@@ -384,10 +517,43 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
                 .unwrap_or_default()
         }
     };
+    let mut offsets: Vec<usize> = vec![0; nslots + 1];
     for s in 0..nslots {
-        offsets[s + 1] += offsets[s];
+        offsets[s + 1] = offsets[s] + slots[s].n as usize;
     }
-    let unsorted: Vec<usize> = (0..nslots).filter(|&s| !unions[s].sorted()).collect();
+    // The kernels' durations, slot by slot (8 bytes per kernel): each (slot, piece) a region.
+    let mut durs: Vec<u64> = vec![0; nk];
+    let mut regions: Vec<Vec<&mut [u64]>> =
+        (0..kp.len()).map(|_| Vec::with_capacity(nslots)).collect();
+    {
+        let mut rest = &mut durs[..];
+        for s in 0..nslots {
+            for (p, pc) in counts.iter().enumerate() {
+                let (r, t) = std::mem::take(&mut rest).split_at_mut(pc.slots[s].n as usize);
+                regions[p].push(r);
+                rest = t;
+            }
+        }
+    }
+    drop(counts);
+    let regions: Vec<std::sync::Mutex<Vec<&mut [u64]>>> =
+        regions.into_iter().map(std::sync::Mutex::new).collect();
+    // Scatter, and each slot's busy time: the union of its kernels, from each kernel's part past
+    // the latest end before it, while they come in start order.
+    let parts: Vec<Vec<u64>> = pieces(kp.len(), threads, |p| {
+        let mut dst = std::mem::take(&mut *regions[p].lock().unwrap_or_else(|e| e.into_inner()));
+        cols.scatter(kp[p], &mut dst, before[p].clone())
+    });
+    drop(regions);
+    drop(before);
+    let mut busy_of: Vec<u64> = vec![0; nslots];
+    for part in parts {
+        for (a, b) in busy_of.iter_mut().zip(part) {
+            *a += b;
+        }
+    }
+    // Slots whose kernels do not come in start order: their unions from their intervals sorted.
+    let unsorted: Vec<usize> = (0..nslots).filter(|&s| slots[s].unsorted).collect();
     if !unsorted.is_empty() {
         let mut index = vec![NOT_LISTED; nslots];
         for (j, &s) in unsorted.iter().enumerate() {
@@ -395,28 +561,14 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
         }
         let mut runs: Vec<Vec<(u64, u64)>> = vec![Vec::new(); unsorted.len()];
         for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
-            if let Some(r) = runs.get_mut(index[slot_of(i)]) {
+            if let Some(r) = runs.get_mut(index[cols.slot(i, k.launch.get(i), k.dev.get(i))]) {
                 r.push((st, en));
             }
         }
         for (run, &s) in runs.iter_mut().zip(&unsorted) {
-            run.sort_unstable();
-            let mut u = Union::default();
-            for &(st, en) in run.iter() {
-                u.add(st, en);
-            }
-            unions[s] = u;
+            busy_of[s] = crate::intervals::union_ns(run);
         }
     }
-    // The kernels' durations, slot by slot (8 bytes per kernel).
-    let mut durs: Vec<u64> = vec![0; nk];
-    let mut fill = offsets.clone();
-    for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
-        let s = slot_of(i);
-        durs[fill[s]] = en.saturating_sub(st);
-        fill[s] += 1;
-    }
-    drop(fill);
     // (name, configuration) pairs of each name group.
     let mut group_launches: Vec<Vec<u32>> = vec![Vec::new(); group_names.len()];
     for (l, &g) in launch_group.iter().enumerate() {
@@ -451,7 +603,7 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     let tasks: Vec<std::sync::Mutex<Option<SlotRun>>> = order
         .iter()
         .map(|&(g, di, slot)| {
-            let busy = unions[slot].busy_ns();
+            let busy = busy_of[slot];
             std::sync::Mutex::new(runs[slot].take().map(|r| (g, di, busy, r)))
         })
         .collect();
@@ -829,6 +981,59 @@ mod tests {
     }
 
     #[test]
+    fn table_counted_in_pieces_is_the_table_counted_in_one() {
+        use gpufl_trace::{Kernel, Record};
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for round in 0..12 {
+            let devices = 1 + round % 3;
+            let names = [1, 3, 40][round as usize % 3];
+            let mut t = 0;
+            let mut recs: Vec<Record> = (0..3000)
+                .map(|_| {
+                    t += rnd(if round % 2 == 0 { 500 } else { 5 });
+                    let len = rnd(2000);
+                    // Some empty and inverted kernels.
+                    let end = match rnd(30) {
+                        0 => t,
+                        1 => t.saturating_sub(len),
+                        _ => t + len,
+                    };
+                    Record::Kernel(Kernel {
+                        name: gpufl_trace::StrId(rnd(names) as u32),
+                        start: t,
+                        end,
+                        dev: rnd(devices) as u32,
+                        grid: [1 + rnd(3) as i32, 1, 1],
+                        ..Kernel::default()
+                    })
+                })
+                .collect();
+            if round % 4 == 3 {
+                // Kernels out of start order: those slots take the sorting path.
+                for _ in 0..20 {
+                    let (a, b) = (rnd(3000) as usize, rnd(3000) as usize);
+                    recs.swap(a, b);
+                }
+            }
+            let m = Model::load(recs);
+            let busy = DeviceBusy::new(&m);
+            let one = table_in_pieces(&m, &busy, 1, None);
+            assert!(!one.rows.is_empty());
+            // Pieces of any size, on one thread and on several; boundaries inside runs of a slot.
+            for (rows, threads) in [(1, 1), (7, 3), (64, 2), (999, 4), (2999, 2), (5000, 3)] {
+                let got = table_in_pieces(&m, &busy, threads, Some((rows, false)));
+                assert_eq!(got, one, "round {round}, pieces of {rows}");
+            }
+        }
+    }
+
+    #[test]
     fn percentiles_by_order_statistics() {
         let p = |v: &[u64]| median_p99(&mut v.to_vec());
         assert_eq!(p(&[]), (0, 0));
@@ -838,5 +1043,24 @@ mod tests {
         // 1..=200 shuffled: median (100 + 101) / 2 → 100 (integer); p99: rank 198.
         let v: Vec<u64> = (0..200u64).map(|i| (i * 73) % 200 + 1).collect();
         assert_eq!(p(&v), (100, 198));
+        // Against a full sort, on random lengths and values (with repeats).
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for n in (1..300).chain([999, 1000, 1001, 4096]) {
+            let v: Vec<u64> = (0..n)
+                .map(|_| rnd(if n % 2 == 0 { 50 } else { 1 << 40 }))
+                .collect();
+            let mut sorted = v.clone();
+            sorted.sort_unstable();
+            let n = n as usize;
+            let (lo, hi) = (sorted[(n - 1) / 2], sorted[n / 2]);
+            let rank = (n * 99).div_ceil(100).max(1);
+            assert_eq!(p(&v), (lo + (hi - lo) / 2, sorted[rank - 1]), "{n}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 use super::gpu_idle::{LocationSource, UNKNOWN_FILE};
 use super::Ctx;
 use crate::model::Model;
-use crate::store::NONE;
+use crate::store::{Col, NONE};
 use crate::userframe::{FrameOrigin, SourceLoc};
 use crate::views::ApiRec;
 use std::cell::OnceCell;
@@ -51,6 +51,229 @@ pub(super) fn device_timelines(m: &Model, memsets: bool) -> Vec<(u32, Vec<u32>)>
         v.sort_by_key(|&op| op_start(m, op));
     }
     out
+}
+
+/// Per device (as [`Model::devices`]): whether its kernels come in start order and its copies
+/// (memsets included when asked) too, as the recorder writes them. Then [`StartOrdered`] walks
+/// the device's ops in [`device_timelines`]'s order without building or sorting a list.
+pub(super) fn in_start_order(m: &Model, memsets: bool) -> Vec<bool> {
+    let devs = m.devices();
+    let single = devs.len() == 1;
+    let mut ok = vec![true; devs.len()];
+    if single {
+        let sorted = |c: &Col<u64>| {
+            let mut prev = 0u64;
+            c.chunks().all(|ch| {
+                let first = ch.first().is_none_or(|&s| s >= prev);
+                prev = ch.last().copied().unwrap_or(prev);
+                first && ch.windows(2).all(|w| w[0] <= w[1])
+            })
+        };
+        ok[0] = sorted(&m.kernels.start)
+            && if memsets || m.memset_count() == 0 {
+                sorted(&m.copies.start)
+            } else {
+                // Memsets left out: the copies' starts in order once those are skipped.
+                let c = &m.copies;
+                let mut prev = 0u64;
+                c.start.iter().zip(c.op.iter()).all(|(s, op)| {
+                    let skip = op == crate::views::OP_MEMSET;
+                    let fine = skip || s >= prev;
+                    if !skip {
+                        prev = s;
+                    }
+                    fine
+                })
+            };
+        return ok;
+    }
+    let mut last = vec![0u64; devs.len()];
+    for (s, d) in m.kernels.start.iter().zip(m.kernels.dev.iter()) {
+        if let Ok(i) = devs.binary_search(&d) {
+            ok[i] &= s >= last[i];
+            last[i] = s;
+        }
+    }
+    last.fill(0);
+    let c = &m.copies;
+    for ((s, d), op) in c.start.iter().zip(c.dev.iter()).zip(c.op.iter()) {
+        if !memsets && op == crate::views::OP_MEMSET {
+            continue;
+        }
+        if let Ok(i) = devs.binary_search(&d) {
+            ok[i] &= s >= last[i];
+            last[i] = s;
+        }
+    }
+    ok
+}
+
+/// The latest end of one device's ops (an op's end never before its start; memsets included when
+/// asked), 0 without ops: a pass over the columns, chunk by chunk.
+pub(super) fn last_end(m: &Model, dev: u32, memsets: bool) -> u64 {
+    let single = m.devices().len() == 1;
+    let mut last = 0u64;
+    let k = &m.kernels;
+    for ((ss, es), ds) in k.start.chunks().zip(k.end.chunks()).zip(k.dev.chunks()) {
+        for ((&s, &e), &d) in ss.iter().zip(es).zip(ds) {
+            if single || d == dev {
+                last = last.max(e.max(s));
+            }
+        }
+    }
+    let c = &m.copies;
+    let cols = c.start.iter().zip(c.end.iter());
+    for ((s, e), (d, op)) in cols.zip(c.dev.iter().zip(c.op.iter())) {
+        if (single || d == dev) && (memsets || op != crate::views::OP_MEMSET) {
+            last = last.max(e.max(s));
+        }
+    }
+    last
+}
+
+/// The ops of one device, `(op, start, end)` in start order (ties: kernels first, each in record
+/// order: the order of [`device_timelines`]), merging its kernels and its copies as they come,
+/// when [`in_start_order`] says both do.
+#[derive(Clone)]
+pub(super) struct StartOrdered<'m> {
+    kernels: Rows<'m>,
+    copies: Rows<'m>,
+    nk: usize,
+}
+
+impl<'m> StartOrdered<'m> {
+    pub(super) fn new(m: &'m Model, dev: u32, memsets: bool) -> StartOrdered<'m> {
+        // None: every op (the model has one device).
+        let dev = (m.devices().len() > 1).then_some(dev);
+        let (k, c) = (&m.kernels, &m.copies);
+        let skip_memsets = !memsets && m.memset_count() > 0;
+        StartOrdered {
+            kernels: Rows::new(&k.start, &k.end, &k.dev, None, dev),
+            copies: Rows::new(&c.start, &c.end, &c.dev, skip_memsets.then_some(&c.op), dev),
+            nk: k.start.len(),
+        }
+    }
+}
+
+impl Iterator for StartOrdered<'_> {
+    type Item = (u32, u64, u64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(u32, u64, u64)> {
+        let take_kernel = match (self.kernels.peek(), self.copies.peek()) {
+            (None, None) => return None,
+            (Some(ks), Some(cs)) => ks <= cs,
+            (k, _) => k.is_some(),
+        };
+        if take_kernel {
+            self.kernels.take().map(|(i, s, e)| (i as u32, s, e))
+        } else {
+            self.copies
+                .take()
+                .map(|(i, s, e)| ((self.nk + i) as u32, s, e))
+        }
+    }
+}
+
+/// A walk over the rows of a table's (start, end) columns, chunk by chunk, keeping those of one
+/// device (all when None) and, when `op` is given, leaving memsets out.
+#[derive(Clone)]
+struct Rows<'m> {
+    starts: &'m Col<u64>,
+    ends: &'m Col<u64>,
+    devs: &'m Col<u32>,
+    ops: Option<&'m Col<u8>>,
+    dev: Option<u32>,
+    /// The current chunk's number and slices, and the position in it.
+    chunk: usize,
+    s: &'m [u64],
+    e: &'m [u64],
+    d: &'m [u32],
+    o: &'m [u8],
+    pos: usize,
+}
+
+impl<'m> Rows<'m> {
+    fn new(
+        starts: &'m Col<u64>,
+        ends: &'m Col<u64>,
+        devs: &'m Col<u32>,
+        ops: Option<&'m Col<u8>>,
+        dev: Option<u32>,
+    ) -> Rows<'m> {
+        let mut r = Rows {
+            starts,
+            ends,
+            devs,
+            ops,
+            dev,
+            chunk: 0,
+            s: &[],
+            e: &[],
+            d: &[],
+            o: &[],
+            pos: 0,
+        };
+        r.load(0);
+        r.settle();
+        r
+    }
+
+    /// Chunk `c`'s slices (empty past the last).
+    fn load(&mut self, c: usize) {
+        self.chunk = c;
+        self.pos = 0;
+        self.s = self.starts.chunk(c);
+        self.e = self.ends.chunk(c);
+        self.d = if self.dev.is_some() {
+            self.devs.chunk(c)
+        } else {
+            &[]
+        };
+        self.o = self.ops.map_or(&[], |o| o.chunk(c));
+    }
+
+    /// On to the next row kept (or past the end).
+    #[inline]
+    fn settle(&mut self) {
+        loop {
+            while self.pos < self.s.len() {
+                let p = self.pos;
+                let other_dev = self.dev.is_some_and(|d| self.d[p] != d);
+                let memset = !self.o.is_empty() && self.o[p] == crate::views::OP_MEMSET;
+                if !other_dev && !memset {
+                    return;
+                }
+                self.pos += 1;
+            }
+            if self.s.is_empty() {
+                return;
+            }
+            self.load(self.chunk + 1);
+        }
+    }
+
+    /// The start of the current row.
+    #[inline]
+    fn peek(&self) -> Option<u64> {
+        self.s.get(self.pos).copied()
+    }
+
+    /// The current row (its index, start and end), moving past it.
+    #[inline]
+    fn take(&mut self) -> Option<(usize, u64, u64)> {
+        let p = self.pos;
+        let row = (
+            (self.chunk << crate::store::CHUNK_BITS) + p,
+            *self.s.get(p)?,
+            self.e[p],
+        );
+        self.pos += 1;
+        if self.dev.is_some() || !self.o.is_empty() || self.pos >= self.s.len() {
+            self.settle();
+        }
+        Some(row)
+    }
 }
 
 /// Start of an op of a timeline.
