@@ -648,3 +648,88 @@ pub(super) fn median_p99<T: Copy + Ord + Into<u64>>(v: &mut [T]) -> (u64, u64) {
     let rank = (n * 99).div_ceil(100).max(1);
     (med, at(rank - 1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufl_trace::{Kernel, Memcpy, Memset, Record};
+
+    #[test]
+    fn ops_merged_as_they_come_are_the_sorted_timelines() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for round in 0..40 {
+            let devices = 1 + round % 3;
+            // Kernels in start order, copies and memsets (one table) too, with frequent ties
+            // across the two; interleaved in the file at random.
+            let mut t = [0u64; 2];
+            let mut recs = Vec::new();
+            for _ in 0..300 {
+                let kind = rnd(3) as usize;
+                let at = &mut t[kind.min(1)];
+                *at += rnd(if round % 2 == 0 { 4 } else { 100 });
+                let (start, end, dev) = (*at, *at + rnd(50), rnd(devices) as u32);
+                recs.push(match kind {
+                    0 => Record::Kernel(Kernel {
+                        start,
+                        end,
+                        dev,
+                        ..Kernel::default()
+                    }),
+                    1 => Record::Memcpy(Memcpy {
+                        start,
+                        end,
+                        dev,
+                        ..Memcpy::default()
+                    }),
+                    _ => Record::Memset(Memset {
+                        start,
+                        end,
+                        dev,
+                        ..Memset::default()
+                    }),
+                });
+            }
+            let unsorted = round % 5 == 4;
+            if unsorted {
+                // A kernel of device 0 after later ones: its starts go back.
+                recs.push(Record::Kernel(Kernel::default()));
+            }
+            let m = Model::load(recs);
+            for memsets in [true, false] {
+                let ordered = in_start_order(&m, memsets);
+                let timelines = device_timelines(&m, memsets);
+                for (di, &dev) in m.devices().iter().enumerate() {
+                    let ops = &timelines[di].1;
+                    let sorted = ops
+                        .windows(2)
+                        .all(|w| op_start(&m, w[0]) <= op_start(&m, w[1]));
+                    assert!(sorted);
+                    if !ordered[di] {
+                        assert!(unsorted, "round {round}");
+                        continue;
+                    }
+                    let want: Vec<(u32, u64, u64)> = ops
+                        .iter()
+                        .map(|&op| {
+                            let (s, e) = op_span(&m, op);
+                            (op, s, e)
+                        })
+                        .collect();
+                    let got: Vec<(u32, u64, u64)> = StartOrdered::new(&m, dev, memsets).collect();
+                    assert_eq!(got, want, "round {round}, device {dev}, memsets {memsets}");
+                    let last = want.iter().map(|o| o.2.max(o.1)).max().unwrap_or(0);
+                    assert_eq!(last_end(&m, dev, memsets), last);
+                }
+                if unsorted {
+                    assert!(ordered.iter().any(|&o| !o), "round {round}");
+                }
+            }
+        }
+    }
+}
