@@ -288,8 +288,6 @@ pub(crate) fn in_function(loc: &SourceLoc) -> String {
 /// location of each synchronization (computed once per distinct stack).
 pub(crate) struct Ctx<'a> {
     pub m: &'a Model,
-    /// Threads a rule may split its passes over the kernels across (the kernel rules').
-    pub threads: usize,
     pub wall_ns: u64,
     pub busy: &'a DeviceBusy,
     /// Distinct user locations.
@@ -343,7 +341,6 @@ impl<'a> Ctx<'a> {
         api_by_corr.sort_unstable();
         Ctx {
             m,
-            threads: 1,
             wall_ns,
             busy,
             locs,
