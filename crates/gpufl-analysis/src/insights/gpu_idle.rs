@@ -39,7 +39,7 @@ pub(super) use super::timeline::{
     device_timelines, issuing_api, location_note, median_p99, most_frequent_per_key, op_corr,
     op_end, op_start, ApiCursor, BusyIndex, Locator,
 };
-use super::timeline::{in_start_order, last_end, op_span, push_capped, StartOrdered};
+use super::timeline::{op_span, order_and_last_end, push_capped, StartOrdered};
 use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
 use crate::model::Model;
 use crate::store::NONE;
@@ -559,8 +559,8 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
     }
     // Each device's ops in start order: its kernels and copies merged as they come, or, for a
     // device whose records do not come in start order, sorted.
-    let ordered = in_start_order(m, true);
-    let timelines = if ordered.iter().all(|&o| o) {
+    let ext = order_and_last_end(m, true);
+    let timelines = if ext.iter().all(|x| x.0) {
         Vec::new()
     } else {
         device_timelines(m, true)
@@ -571,8 +571,8 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
     let mut devices = Vec::new();
     for (di, &dev) in m.devices().iter().enumerate() {
         let (g, l, b) = (&mut groups[..], &locator, &blocked);
-        let last = last_end(m, dev, true);
-        let d = if ordered[di] {
+        let (ordered, last) = ext[di];
+        let d = if ordered {
             scan_device(
                 cx,
                 (l, b, g),
@@ -598,7 +598,8 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
 }
 
 /// The gaps of one device, its ops `(op, start, end)` given in start order (ties: kernels first,
-/// each in record order), `last` the latest end of an op ([`last_end`]); None without ops.
+/// each in record order), `last` the latest end of an op ([`order_and_last_end`]); None without
+/// ops.
 fn scan_device(
     cx: &Ctx,
     (locator, blocked, groups): (&Locator, &BlockedIndex, &mut [Group]),

@@ -54,86 +54,60 @@ pub(super) fn device_timelines(m: &Model, memsets: bool) -> Vec<(u32, Vec<u32>)>
 }
 
 /// Per device (as [`Model::devices`]): whether its kernels come in start order and its copies
-/// (memsets included when asked) too, as the recorder writes them. Then [`StartOrdered`] walks
-/// the device's ops in [`device_timelines`]'s order without building or sorting a list.
-pub(super) fn in_start_order(m: &Model, memsets: bool) -> Vec<bool> {
+/// (memsets included when asked) too, as the recorder writes them (then [`StartOrdered`] walks
+/// its ops in [`device_timelines`]'s order without building or sorting a list), and the latest end
+/// of its ops (an op's end never before its start; 0 without ops). One pass over the columns.
+pub(super) fn order_and_last_end(m: &Model, memsets: bool) -> Vec<(bool, u64)> {
     let devs = m.devices();
     let single = devs.len() == 1;
-    let mut ok = vec![true; devs.len()];
-    if single {
-        let sorted = |c: &Col<u64>| {
-            let mut prev = 0u64;
-            c.chunks().all(|ch| {
-                let first = ch.first().is_none_or(|&s| s >= prev);
-                prev = ch.last().copied().unwrap_or(prev);
-                first && ch.windows(2).all(|w| w[0] <= w[1])
-            })
-        };
-        ok[0] = sorted(&m.kernels.start)
-            && if memsets || m.memset_count() == 0 {
-                sorted(&m.copies.start)
-            } else {
-                // Memsets left out: the copies' starts in order once those are skipped.
-                let c = &m.copies;
-                let mut prev = 0u64;
-                c.start.iter().zip(c.op.iter()).all(|(s, op)| {
-                    let skip = op == crate::views::OP_MEMSET;
-                    let fine = skip || s >= prev;
-                    if !skip {
-                        prev = s;
+    // Per device: in order so far, the last start, the latest end.
+    let mut st: Vec<(bool, u64, u64)> = vec![(true, 0, 0); devs.len()];
+    let mut table = |starts: &Col<u64>, ends: &Col<u64>, dv: &Col<u32>, skip: Option<&Col<u8>>| {
+        st.iter_mut().for_each(|x| x.1 = 0);
+        let cols = starts.chunks().zip(ends.chunks()).zip(dv.chunks());
+        for (c, ((ss, es), ds)) in cols.enumerate() {
+            let ops = skip.map_or(&[][..], |o| o.chunk(c));
+            if single && ops.is_empty() {
+                // The common case: one device, nothing to skip.
+                let x = &mut st[0];
+                let (mut ok, mut prev, mut last) = (x.0, x.1, x.2);
+                for (&s, &e) in ss.iter().zip(es) {
+                    ok &= s >= prev;
+                    prev = s;
+                    last = last.max(e.max(s));
+                }
+                *x = (ok, prev, last);
+                continue;
+            }
+            for (j, ((&s, &e), &d)) in ss.iter().zip(es).zip(ds).enumerate() {
+                if ops.get(j) == Some(&crate::views::OP_MEMSET) {
+                    continue;
+                }
+                let i = if single {
+                    0
+                } else {
+                    match devs.binary_search(&d) {
+                        Ok(i) => i,
+                        Err(_) => continue,
                     }
-                    fine
-                })
-            };
-        return ok;
-    }
-    let mut last = vec![0u64; devs.len()];
-    for (s, d) in m.kernels.start.iter().zip(m.kernels.dev.iter()) {
-        if let Ok(i) = devs.binary_search(&d) {
-            ok[i] &= s >= last[i];
-            last[i] = s;
-        }
-    }
-    last.fill(0);
-    let c = &m.copies;
-    for ((s, d), op) in c.start.iter().zip(c.dev.iter()).zip(c.op.iter()) {
-        if !memsets && op == crate::views::OP_MEMSET {
-            continue;
-        }
-        if let Ok(i) = devs.binary_search(&d) {
-            ok[i] &= s >= last[i];
-            last[i] = s;
-        }
-    }
-    ok
-}
-
-/// The latest end of one device's ops (an op's end never before its start; memsets included when
-/// asked), 0 without ops: a pass over the columns, chunk by chunk.
-pub(super) fn last_end(m: &Model, dev: u32, memsets: bool) -> u64 {
-    let single = m.devices().len() == 1;
-    let mut last = 0u64;
-    let k = &m.kernels;
-    for ((ss, es), ds) in k.start.chunks().zip(k.end.chunks()).zip(k.dev.chunks()) {
-        for ((&s, &e), &d) in ss.iter().zip(es).zip(ds) {
-            if single || d == dev {
-                last = last.max(e.max(s));
+                };
+                let x = &mut st[i];
+                x.0 &= s >= x.1;
+                x.1 = s;
+                x.2 = x.2.max(e.max(s));
             }
         }
-    }
-    let c = &m.copies;
-    let cols = c.start.iter().zip(c.end.iter());
-    for ((s, e), (d, op)) in cols.zip(c.dev.iter().zip(c.op.iter())) {
-        if (single || d == dev) && (memsets || op != crate::views::OP_MEMSET) {
-            last = last.max(e.max(s));
-        }
-    }
-    last
+    };
+    let (k, c) = (&m.kernels, &m.copies);
+    table(&k.start, &k.end, &k.dev, None);
+    let skip = (!memsets && m.memset_count() > 0).then_some(&c.op);
+    table(&c.start, &c.end, &c.dev, skip);
+    st.into_iter().map(|(ok, _, last)| (ok, last)).collect()
 }
 
 /// The ops of one device, `(op, start, end)` in start order (ties: kernels first, each in record
 /// order: the order of [`device_timelines`]), merging its kernels and its copies as they come,
-/// when [`in_start_order`] says both do.
+/// when [`order_and_last_end`] says both do.
 #[derive(Clone)]
 pub(super) struct StartOrdered<'m> {
     kernels: Rows<'m>,
@@ -702,7 +676,8 @@ mod tests {
             }
             let m = Model::load(recs);
             for memsets in [true, false] {
-                let ordered = in_start_order(&m, memsets);
+                let ext = order_and_last_end(&m, memsets);
+                let ordered: Vec<bool> = ext.iter().map(|x| x.0).collect();
                 let timelines = device_timelines(&m, memsets);
                 for (di, &dev) in m.devices().iter().enumerate() {
                     let ops = &timelines[di].1;
@@ -724,7 +699,7 @@ mod tests {
                     let got: Vec<(u32, u64, u64)> = StartOrdered::new(&m, dev, memsets).collect();
                     assert_eq!(got, want, "round {round}, device {dev}, memsets {memsets}");
                     let last = want.iter().map(|o| o.2.max(o.1)).max().unwrap_or(0);
-                    assert_eq!(last_end(&m, dev, memsets), last);
+                    assert_eq!(ext[di].1, last);
                 }
                 if unsorted {
                     assert!(ordered.iter().any(|&o| !o), "round {round}");
