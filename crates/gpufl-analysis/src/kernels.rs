@@ -149,23 +149,23 @@ impl KernelTable {
 /// `(median, p99)` of the first fields, as the other rules compute them (median of an even count:
 /// the lower middle plus half the gap; p99 nearest rank); `(0, 0)` when empty. Reorders `v`;
 /// linear time (order statistics, no full sort).
-fn median_p99(v: &mut [u64]) -> (u64, u64) {
+fn median_p99<T: Copy + Ord + Into<u64>>(v: &mut [T]) -> (u64, u64) {
     let n = v.len();
     if n == 0 {
         return (0, 0);
     }
     let rank = (n * 99).div_ceil(100).max(1);
-    let hi = *v.select_nth_unstable(n / 2).1;
+    let hi: u64 = (*v.select_nth_unstable(n / 2).1).into();
     // The p99 is at or above the upper middle: among the upper part only.
     let p99 = match (rank - 1).checked_sub(n / 2 + 1) {
         None => hi,
-        Some(j) => *v[n / 2 + 1..].select_nth_unstable(j).1,
+        Some(j) => (*v[n / 2 + 1..].select_nth_unstable(j).1).into(),
     };
     let med = if n % 2 == 1 {
         hi
     } else {
         // The lower middle is the largest of the part before the upper one.
-        let lo = v[..n / 2].iter().copied().max().unwrap_or(hi);
+        let lo = v[..n / 2].iter().map(|&x| x.into()).max().unwrap_or(hi);
         lo + (hi - lo) / 2
     };
     (med, p99)
@@ -194,7 +194,77 @@ fn figures(l: Option<&SmLimits>, c: &LaunchConfig) -> (Option<Occupancy>, Option
 }
 
 /// A slot's work for one thread: its name group, device index, busy time and durations.
-type SlotRun<'a> = (usize, usize, u64, &'a mut [u64]);
+type SlotRun<'a> = (usize, usize, u64, Durs<'a>);
+
+/// Kernel durations, ns: 4 bytes each when every kernel's fits (a kernel of 4.3 s or more is
+/// rare), 8 otherwise.
+#[derive(Debug)]
+enum Durs<'a> {
+    Narrow(&'a mut [u32]),
+    Wide(&'a mut [u64]),
+}
+
+impl Default for Durs<'_> {
+    fn default() -> Self {
+        Durs::Narrow(&mut [])
+    }
+}
+
+impl<'a> Durs<'a> {
+    fn of(narrow: bool, n: &'a mut [u32], w: &'a mut [u64]) -> Durs<'a> {
+        if narrow {
+            Durs::Narrow(n)
+        } else {
+            Durs::Wide(w)
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Durs::Narrow(v) => v.len(),
+            Durs::Wide(v) => v.len(),
+        }
+    }
+
+    fn split_at_mut(self, n: usize) -> (Durs<'a>, Durs<'a>) {
+        match self {
+            Durs::Narrow(v) => {
+                let (a, b) = v.split_at_mut(n);
+                (Durs::Narrow(a), Durs::Narrow(b))
+            }
+            Durs::Wide(v) => {
+                let (a, b) = v.split_at_mut(n);
+                (Durs::Wide(a), Durs::Wide(b))
+            }
+        }
+    }
+
+    /// Set duration `i` (`d` fits when the durations are narrow).
+    #[inline]
+    fn set(&mut self, i: usize, d: u64) {
+        match self {
+            Durs::Narrow(v) => v[i] = d as u32,
+            Durs::Wide(v) => v[i] = d,
+        }
+    }
+
+    /// Their sum (saturating), and their median and p99 ([`median_p99`]; reorders them).
+    fn figures(&mut self) -> (u64, u64, u64) {
+        let sum = |a: u64, d: u64| a.saturating_add(d);
+        match self {
+            Durs::Narrow(v) => {
+                let total = v.iter().fold(0u64, |a, &d| sum(a, d as u64));
+                let (p50, p99) = median_p99(v);
+                (total, p50, p99)
+            }
+            Durs::Wide(v) => {
+                let total = v.iter().fold(0u64, |a, &d| sum(a, d));
+                let (p50, p99) = median_p99(v);
+                (total, p50, p99)
+            }
+        }
+    }
+}
 
 /// `index` of a slot whose kernels came in start order (its union needs no second pass).
 const NOT_LISTED: usize = usize::MAX;
@@ -246,6 +316,8 @@ impl SlotCount {
 /// One piece's counts: per slot, and (launches, GPU ns) per (name, configuration) pair and device.
 struct PieceCount {
     slots: Vec<SlotCount>,
+    /// The longest kernel, ns.
+    max_dur: u64,
     per_launch: Vec<(u64, u64)>,
     per_launch_map: HashMap<(u32, u32), (u64, u64)>,
 }
@@ -291,6 +363,7 @@ impl<D: Fn(u32) -> usize> KernelCols<'_, D> {
     fn count(&self, r: (usize, usize), nslots: usize, launch_cells: Option<usize>) -> PieceCount {
         let mut pc = PieceCount {
             slots: vec![SlotCount::default(); nslots],
+            max_dur: 0,
             per_launch: vec![(0, 0); launch_cells.unwrap_or(0)],
             per_launch_map: HashMap::new(),
         };
@@ -309,8 +382,10 @@ impl<D: Fn(u32) -> usize> KernelCols<'_, D> {
                     Some(_) => &mut pc.per_launch[l as usize * ndev + di],
                     None => pc.per_launch_map.entry((l, di as u32)).or_default(),
                 };
+                let d = e.saturating_sub(s);
                 x.0 += 1;
-                x.1 = x.1.saturating_add(e.saturating_sub(s));
+                x.1 = x.1.saturating_add(d);
+                pc.max_dur = pc.max_dur.max(d);
             }
         });
         pc
@@ -320,14 +395,14 @@ impl<D: Fn(u32) -> usize> KernelCols<'_, D> {
     /// order), and return each slot's busy time among them: its non-empty kernels' parts past the
     /// latest end before them (`top`: that end before the piece, per slot; meaningful when the
     /// slot's kernels come in start order).
-    fn scatter(&self, r: (usize, usize), dst: &mut [&mut [u64]], mut top: Vec<u64>) -> Vec<u64> {
+    fn scatter(&self, r: (usize, usize), dst: &mut [Durs], mut top: Vec<u64>) -> Vec<u64> {
         let mut fill = vec![0usize; dst.len()];
         let mut busy = vec![0u64; dst.len()];
         self.each(r, |i0, ls, ds, ss, es| {
             for j in 0..ls.len() {
                 let (s, e) = (ss[j], es[j]);
                 let slot = self.slot(i0 + j, ls[j], ds[j]);
-                dst[slot][fill[slot]] = e.saturating_sub(s);
+                dst[slot].set(fill[slot], e.saturating_sub(s));
                 fill[slot] += 1;
                 if e > s {
                     busy[slot] += e.saturating_sub(s.max(top[slot]));
@@ -521,12 +596,13 @@ fn table_in_pieces(
     for s in 0..nslots {
         offsets[s + 1] = offsets[s] + slots[s].n as usize;
     }
-    // The kernels' durations, slot by slot (8 bytes per kernel): each (slot, piece) a region.
-    let mut durs: Vec<u64> = vec![0; nk];
-    let mut regions: Vec<Vec<&mut [u64]>> =
-        (0..kp.len()).map(|_| Vec::with_capacity(nslots)).collect();
+    // The kernels' durations, slot by slot (4 or 8 bytes per kernel): each (slot, piece) a region.
+    let narrow = counts.iter().all(|pc| pc.max_dur <= u32::MAX as u64);
+    let mut narrow_durs: Vec<u32> = vec![0; if narrow { nk } else { 0 }];
+    let mut wide_durs: Vec<u64> = vec![0; if narrow { 0 } else { nk }];
+    let mut regions: Vec<Vec<Durs>> = (0..kp.len()).map(|_| Vec::with_capacity(nslots)).collect();
     {
-        let mut rest = &mut durs[..];
+        let mut rest = Durs::of(narrow, &mut narrow_durs, &mut wide_durs);
         for s in 0..nslots {
             for (p, pc) in counts.iter().enumerate() {
                 let (r, t) = std::mem::take(&mut rest).split_at_mut(pc.slots[s].n as usize);
@@ -536,7 +612,7 @@ fn table_in_pieces(
         }
     }
     drop(counts);
-    let regions: Vec<std::sync::Mutex<Vec<&mut [u64]>>> =
+    let regions: Vec<std::sync::Mutex<Vec<Durs>>> =
         regions.into_iter().map(std::sync::Mutex::new).collect();
     // Scatter, and each slot's busy time: the union of its kernels, from each kernel's part past
     // the latest end before it, while they come in start order.
@@ -593,8 +669,8 @@ fn table_in_pieces(
         })
         .collect();
     // Each slot's kernels, in (group, device) order.
-    let mut runs: Vec<Option<&mut [u64]>> = Vec::with_capacity(nslots);
-    let mut rest = &mut durs[..];
+    let mut runs: Vec<Option<Durs>> = Vec::with_capacity(nslots);
+    let mut rest = Durs::of(narrow, &mut narrow_durs, &mut wide_durs);
     for s in 0..nslots {
         let (run, r) = std::mem::take(&mut rest).split_at_mut(offsets[s + 1] - offsets[s]);
         runs.push(Some(run));
@@ -613,11 +689,11 @@ fn table_in_pieces(
         let names = &group_names[g];
         let &dev = devs.get(di)?;
         {
-            if run.is_empty() {
+            let mut run = run;
+            if run.len() == 0 {
                 return None;
             }
-            let total_ns = run.iter().fold(0u64, |a, &d| a.saturating_add(d));
-            let (p50_ns, p99_ns) = median_p99(run);
+            let (total_ns, p50_ns, p99_ns) = run.figures();
             let launches = run.len() as u64;
             let dev_limits = limits.iter().find(|d| d.device == dev).map(|d| &d.limits);
             let mut variants: Vec<Variant> = group_launches[g]
@@ -1021,10 +1097,43 @@ mod tests {
                     recs.swap(a, b);
                 }
             }
-            let m = Model::load(recs);
+            if round % 6 == 5 {
+                // A kernel of more than 2^32 ns: durations kept in 8 bytes.
+                if let Record::Kernel(k) = &mut recs[1500] {
+                    k.end = k.start + (5 << 30);
+                }
+            }
+            // Names: ids 0 and 1 are one string (two trace files interning it), the others their
+            // own.
+            let strs = (0..names as u32).map(|i| {
+                Record::Str(gpufl_trace::StrRecord {
+                    id: gpufl_trace::StrId(i),
+                    s: format!("kernel_{}", i.max(1)),
+                })
+            });
+            let m = Model::load(strs.chain(recs.iter().cloned()));
             let busy = DeviceBusy::new(&m);
             let one = table_in_pieces(&m, &busy, 1, None);
             assert!(!one.rows.is_empty());
+            // Each row's figures from its kernels, sorted.
+            for row in &one.rows {
+                let mut d: Vec<u64> = m
+                    .kernels()
+                    .filter(|k| m.str(k.name) == row.name && k.dev == row.device)
+                    .map(|k| k.end.saturating_sub(k.start))
+                    .collect();
+                d.sort_unstable();
+                let n = d.len();
+                let med = d[(n - 1) / 2] + (d[n / 2] - d[(n - 1) / 2]) / 2;
+                let p99 = d[(n * 99).div_ceil(100).max(1) - 1];
+                let total: u64 = d.iter().sum();
+                assert_eq!(
+                    (row.launches, row.total_ns, row.p50_ns, row.p99_ns),
+                    (n as u64, total, med, p99),
+                    "round {round}, {}",
+                    row.name
+                );
+            }
             // Pieces of any size, on one thread and on several; boundaries inside runs of a slot.
             for (rows, threads) in [(1, 1), (7, 3), (64, 2), (999, 4), (2999, 2), (5000, 3)] {
                 let got = table_in_pieces(&m, &busy, threads, Some((rows, false)));
