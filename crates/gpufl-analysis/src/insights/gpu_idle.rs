@@ -39,7 +39,7 @@ pub(super) use super::timeline::{
     device_timelines, issuing_api, location_note, median_p99, most_frequent_per_key, op_corr,
     op_end, op_start, ApiCursor, BusyIndex, Locator,
 };
-use super::timeline::{op_span, order_and_last_end, push_capped, StartOrdered};
+use super::timeline::{order_and_last_end, push_capped, Listed, OpWalk, StartOrdered};
 use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
 use crate::model::Model;
 use crate::store::NONE;
@@ -573,19 +573,11 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
         let (g, l, b) = (&mut groups[..], &locator, &blocked);
         let (ordered, last) = ext[di];
         let d = if ordered {
-            scan_device(
-                cx,
-                (l, b, g),
-                (dev, last),
-                &mut StartOrdered::new(m, dev, true),
-            )
+            scan_device(cx, (l, b, g), (dev, last), StartOrdered::new(m, dev, true))
         } else {
             let ops = timelines.get(di).map_or(&[][..], |t| &t.1[..]);
-            let mut ops = ops.iter().map(|&op| {
-                let (s, e) = op_span(m, op);
-                (op, s, e)
-            });
-            scan_device(cx, (l, b, g), (dev, last), &mut ops)
+            let ops = ops.iter();
+            scan_device(cx, (l, b, g), (dev, last), Listed { m, ops })
         };
         devices.extend(d);
     }
@@ -604,11 +596,11 @@ fn scan_device(
     cx: &Ctx,
     (locator, blocked, groups): (&Locator, &BlockedIndex, &mut [Group]),
     (dev, last): (u32, u64),
-    ops: &mut impl Iterator<Item = (u32, u64, u64)>,
+    ops: impl OpWalk + Clone,
 ) -> Option<DeviceIdle> {
     let m = cx.m;
     let origin = m.time_range().0;
-    let (_, first, first_end) = ops.next()?;
+    let (_, first, _) = ops.clone().next()?;
     let span = last - first;
     let mut scan = DeviceScan {
         cx,
@@ -622,9 +614,10 @@ fn scan_device(
         gaps: 0,
         idle: 0,
     };
-    let (mut cs, mut ce) = (first, first_end.max(first));
+    // The first op only extends `ce` (its start is `first`).
+    let (mut cs, mut ce) = (first, first);
     let (mut busy, mut paused, mut unobserved) = (0u64, 0u64, 0u64);
-    for (op, s, e) in ops {
+    ops.walk(|op, s, e| {
         let e = e.max(s);
         if s > ce {
             scan.util.add(cs, ce);
@@ -643,7 +636,7 @@ fn scan_device(
         } else {
             ce = ce.max(e);
         }
-    }
+    });
     scan.util.add(cs, ce);
     busy += ce - cs;
     let mut top: Vec<TopGap> = scan.top.into_iter().map(|r| r.0).collect();

@@ -149,6 +149,66 @@ impl Iterator for StartOrdered<'_> {
     }
 }
 
+/// Ops `(op, start, end)` in start order, handed to a function: one by one, or for
+/// [`StartOrdered`] a run of kernels at a time where it can.
+pub(super) trait OpWalk: Iterator<Item = (u32, u64, u64)> + Sized {
+    fn walk(self, mut f: impl FnMut(u32, u64, u64)) {
+        for (op, s, e) in self {
+            f(op, s, e);
+        }
+    }
+}
+
+/// A device's ops as [`device_timelines`] lists them (sorted), with their spans.
+#[derive(Clone)]
+pub(super) struct Listed<'m> {
+    pub(super) m: &'m Model,
+    pub(super) ops: std::slice::Iter<'m, u32>,
+}
+
+impl Iterator for Listed<'_> {
+    type Item = (u32, u64, u64);
+
+    fn next(&mut self) -> Option<(u32, u64, u64)> {
+        let &op = self.ops.next()?;
+        let (s, e) = op_span(self.m, op);
+        Some((op, s, e))
+    }
+}
+
+impl OpWalk for Listed<'_> {}
+
+impl OpWalk for StartOrdered<'_> {
+    /// With one device, the kernels up to the next copy are handed over straight from their
+    /// chunk (no merge step per kernel).
+    fn walk(mut self, mut f: impl FnMut(u32, u64, u64)) {
+        loop {
+            let lim = self.copies.peek().unwrap_or(u64::MAX);
+            let k = &mut self.kernels;
+            if k.dev.is_none() && k.pos < k.s.len() {
+                let base = (k.chunk << crate::store::CHUNK_BITS) + k.pos;
+                let (ss, es) = (&k.s[k.pos..], &k.e[k.pos..]);
+                let mut j = 0;
+                while j < ss.len() && ss[j] <= lim {
+                    f((base + j) as u32, ss[j], es[j]);
+                    j += 1;
+                }
+                k.pos += j;
+                if k.pos >= k.s.len() {
+                    k.settle();
+                }
+                if j > 0 {
+                    continue;
+                }
+            }
+            match self.next() {
+                Some((op, s, e)) => f(op, s, e),
+                None => return,
+            }
+        }
+    }
+}
+
 /// A walk over the rows of a table's (start, end) columns, chunk by chunk, keeping those of one
 /// device (all when None) and, when `op` is given, leaving memsets out.
 #[derive(Clone)]
@@ -629,6 +689,41 @@ mod tests {
     use gpufl_trace::{Kernel, Memcpy, Memset, Record};
 
     #[test]
+    fn runs_of_kernels_across_chunks_are_the_sorted_timeline() {
+        // More kernels than a column chunk holds, copies among them, one device.
+        let recs = (0..70_000u64).map(|i| {
+            let (start, end) = (i / 2 * 10, i / 2 * 10 + 15);
+            if i % 997 == 0 {
+                Record::Memcpy(Memcpy {
+                    start,
+                    end,
+                    ..Memcpy::default()
+                })
+            } else {
+                Record::Kernel(Kernel {
+                    start,
+                    end,
+                    ..Kernel::default()
+                })
+            }
+        });
+        let m = Model::load(recs);
+        assert!(order_and_last_end(&m, true)[0].0);
+        let want: Vec<(u32, u64, u64)> = device_timelines(&m, true)[0]
+            .1
+            .iter()
+            .map(|&op| {
+                let (s, e) = op_span(&m, op);
+                (op, s, e)
+            })
+            .collect();
+        let mut walked = Vec::new();
+        StartOrdered::new(&m, 0, true).walk(|op, s, e| walked.push((op, s, e)));
+        assert_eq!(walked.len(), 70_000);
+        assert!(walked == want);
+    }
+
+    #[test]
     fn ops_merged_as_they_come_are_the_sorted_timelines() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut rnd = |m: u64| {
@@ -698,6 +793,17 @@ mod tests {
                         .collect();
                     let got: Vec<(u32, u64, u64)> = StartOrdered::new(&m, dev, memsets).collect();
                     assert_eq!(got, want, "round {round}, device {dev}, memsets {memsets}");
+                    // Runs of kernels handed over at once: the same ops, in the same order.
+                    let mut walked = Vec::new();
+                    StartOrdered::new(&m, dev, memsets).walk(|op, s, e| walked.push((op, s, e)));
+                    assert_eq!(
+                        walked, want,
+                        "round {round}, device {dev}, memsets {memsets}"
+                    );
+                    let mut listed = Vec::new();
+                    let ops = ops.iter();
+                    Listed { m: &m, ops }.walk(|op, s, e| listed.push((op, s, e)));
+                    assert_eq!(listed, want);
                     let last = want.iter().map(|o| o.2.max(o.1)).max().unwrap_or(0);
                     assert_eq!(ext[di].1, last);
                 }
