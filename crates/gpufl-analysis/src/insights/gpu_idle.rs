@@ -39,7 +39,7 @@ pub(super) use super::timeline::{
     device_timelines, issuing_api, location_note, median_p99, most_frequent_per_key, op_corr,
     op_end, op_start, ApiCursor, BusyIndex, Locator,
 };
-use super::timeline::{order_and_last_end, push_capped, Listed, OpWalk, StartOrdered};
+use super::timeline::{order_and_last_start, push_capped, Listed, OpWalk, StartOrdered};
 use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
 use crate::model::Model;
 use crate::store::NONE;
@@ -559,7 +559,7 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
     }
     // Each device's ops in start order: its kernels and copies merged as they come, or, for a
     // device whose records do not come in start order, sorted.
-    let ext = order_and_last_end(m, true);
+    let ext = order_and_last_start(m, true);
     let timelines = if ext.iter().all(|x| x.0) {
         Vec::new()
     } else {
@@ -571,7 +571,11 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
     let mut devices = Vec::new();
     for (di, &dev) in m.devices().iter().enumerate() {
         let (g, l, b) = (&mut groups[..], &locator, &blocked);
-        let (ordered, last) = ext[di];
+        // The latest end of an op (never before its start): the device's last busy interval's
+        // end, or the latest start when an empty op starts after it.
+        let (ordered, last_start) = ext[di];
+        let busy_end = cx.busy.intervals(Some(dev)).last().map_or(0, |iv| iv.1);
+        let last = last_start.max(busy_end);
         let d = if ordered {
             scan_device(cx, (l, b, g), (dev, last), StartOrdered::new(m, dev, true))
         } else {
@@ -590,7 +594,7 @@ pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
 }
 
 /// The gaps of one device, its ops `(op, start, end)` given in start order (ties: kernels first,
-/// each in record order), `last` the latest end of an op ([`order_and_last_end`]); None without
+/// each in record order), `last` the latest end of an op (never before its start); None without
 /// ops.
 fn scan_device(
     cx: &Ctx,

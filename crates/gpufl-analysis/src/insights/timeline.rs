@@ -55,31 +55,30 @@ pub(super) fn device_timelines(m: &Model, memsets: bool) -> Vec<(u32, Vec<u32>)>
 
 /// Per device (as [`Model::devices`]): whether its kernels come in start order and its copies
 /// (memsets included when asked) too, as the recorder writes them (then [`StartOrdered`] walks
-/// its ops in [`device_timelines`]'s order without building or sorting a list), and the latest end
-/// of its ops (an op's end never before its start; 0 without ops). One pass over the columns.
-pub(super) fn order_and_last_end(m: &Model, memsets: bool) -> Vec<(bool, u64)> {
+/// its ops in [`device_timelines`]'s order without building or sorting a list), and the latest
+/// start of its ops (0 without ops). One pass over the start columns.
+pub(super) fn order_and_last_start(m: &Model, memsets: bool) -> Vec<(bool, u64)> {
     let devs = m.devices();
     let single = devs.len() == 1;
-    // Per device: in order so far, the last start, the latest end.
+    // Per device: in order so far, the last start, the latest start.
     let mut st: Vec<(bool, u64, u64)> = vec![(true, 0, 0); devs.len()];
-    let mut table = |starts: &Col<u64>, ends: &Col<u64>, dv: &Col<u32>, skip: Option<&Col<u8>>| {
+    let mut table = |starts: &Col<u64>, dv: &Col<u32>, skip: Option<&Col<u8>>| {
         st.iter_mut().for_each(|x| x.1 = 0);
-        let cols = starts.chunks().zip(ends.chunks()).zip(dv.chunks());
-        for (c, ((ss, es), ds)) in cols.enumerate() {
+        for (c, ss) in starts.chunks().enumerate() {
             let ops = skip.map_or(&[][..], |o| o.chunk(c));
             if single && ops.is_empty() {
                 // The common case: one device, nothing to skip.
                 let x = &mut st[0];
                 let (mut ok, mut prev, mut last) = (x.0, x.1, x.2);
-                for (&s, &e) in ss.iter().zip(es) {
+                for &s in ss {
                     ok &= s >= prev;
                     prev = s;
-                    last = last.max(e.max(s));
+                    last = last.max(s);
                 }
                 *x = (ok, prev, last);
                 continue;
             }
-            for (j, ((&s, &e), &d)) in ss.iter().zip(es).zip(ds).enumerate() {
+            for (j, (&s, &d)) in ss.iter().zip(dv.chunk(c)).enumerate() {
                 if ops.get(j) == Some(&crate::views::OP_MEMSET) {
                     continue;
                 }
@@ -94,20 +93,20 @@ pub(super) fn order_and_last_end(m: &Model, memsets: bool) -> Vec<(bool, u64)> {
                 let x = &mut st[i];
                 x.0 &= s >= x.1;
                 x.1 = s;
-                x.2 = x.2.max(e.max(s));
+                x.2 = x.2.max(s);
             }
         }
     };
     let (k, c) = (&m.kernels, &m.copies);
-    table(&k.start, &k.end, &k.dev, None);
+    table(&k.start, &k.dev, None);
     let skip = (!memsets && m.memset_count() > 0).then_some(&c.op);
-    table(&c.start, &c.end, &c.dev, skip);
+    table(&c.start, &c.dev, skip);
     st.into_iter().map(|(ok, _, last)| (ok, last)).collect()
 }
 
 /// The ops of one device, `(op, start, end)` in start order (ties: kernels first, each in record
 /// order: the order of [`device_timelines`]), merging its kernels and its copies as they come,
-/// when [`order_and_last_end`] says both do.
+/// when [`order_and_last_start`] says both do.
 #[derive(Clone)]
 pub(super) struct StartOrdered<'m> {
     kernels: Rows<'m>,
@@ -708,7 +707,7 @@ mod tests {
             }
         });
         let m = Model::load(recs);
-        assert!(order_and_last_end(&m, true)[0].0);
+        assert!(order_and_last_start(&m, true)[0].0);
         let want: Vec<(u32, u64, u64)> = device_timelines(&m, true)[0]
             .1
             .iter()
@@ -742,7 +741,14 @@ mod tests {
                 let kind = rnd(3) as usize;
                 let at = &mut t[kind.min(1)];
                 *at += rnd(if round % 2 == 0 { 4 } else { 100 });
-                let (start, end, dev) = (*at, *at + rnd(50), rnd(devices) as u32);
+                // Some empty and inverted ops.
+                let len = rnd(50);
+                let end = if rnd(10) == 0 {
+                    at.saturating_sub(len)
+                } else {
+                    *at + len
+                };
+                let (start, dev) = (*at, rnd(devices) as u32);
                 recs.push(match kind {
                     0 => Record::Kernel(Kernel {
                         start,
@@ -771,7 +777,7 @@ mod tests {
             }
             let m = Model::load(recs);
             for memsets in [true, false] {
-                let ext = order_and_last_end(&m, memsets);
+                let ext = order_and_last_start(&m, memsets);
                 let ordered: Vec<bool> = ext.iter().map(|x| x.0).collect();
                 let timelines = device_timelines(&m, memsets);
                 for (di, &dev) in m.devices().iter().enumerate() {
@@ -804,8 +810,16 @@ mod tests {
                     let ops = ops.iter();
                     Listed { m: &m, ops }.walk(|op, s, e| listed.push((op, s, e)));
                     assert_eq!(listed, want);
-                    let last = want.iter().map(|o| o.2.max(o.1)).max().unwrap_or(0);
+                    let last = want.iter().map(|o| o.1).max().unwrap_or(0);
                     assert_eq!(ext[di].1, last);
+                    if memsets {
+                        // gpu-idle's latest end: the busy intervals' (kernels, copies and
+                        // memsets) or a later start.
+                        let busy = crate::DeviceBusy::new(&m);
+                        let end = busy.intervals(Some(dev)).last().map_or(0, |iv| iv.1);
+                        let want_end = want.iter().map(|o| o.2.max(o.1)).max();
+                        assert_eq!(Some(last.max(end)), want_end, "round {round}");
+                    }
                 }
                 if unsorted {
                     assert!(ordered.iter().any(|&o| !o), "round {round}");
