@@ -32,6 +32,37 @@ pub(crate) fn merge(iv: &mut [(u64, u64)]) -> &[(u64, u64)] {
     &iv[..n]
 }
 
+/// What [`merge`] makes of rows `a..b` of a table's (start, end) columns (those of device `dev`
+/// only, unless `all`), swept as they come: None as soon as a non-empty interval starts before
+/// the one before it (then they need sorting).
+fn merged_in_start_order(
+    start: &Col<u64>,
+    end: &Col<u64>,
+    (devs, dev, all): (&Col<u32>, u32, bool),
+    (a, b): (usize, usize),
+) -> Option<Vec<(u64, u64)>> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut cur: Option<(u64, u64)> = None;
+    let cols = start.slices(a, b).zip(end.slices(a, b));
+    for ((ss, es), ds) in cols.zip(devs.slices(a, b)) {
+        for ((&s, &e), &d) in ss.iter().zip(es).zip(ds) {
+            if e <= s || !(all || d == dev) {
+                continue;
+            }
+            match &mut cur {
+                Some(c) if s < c.0 => return None,
+                Some(c) if s <= c.1 => c.1 = c.1.max(e),
+                _ => {
+                    out.extend(cur);
+                    cur = Some((s, e));
+                }
+            }
+        }
+    }
+    out.extend(cur);
+    Some(out)
+}
+
 /// When each device was busy: the merged kernel, copy and memset intervals of every device.
 #[derive(Debug, Default)]
 pub struct DeviceBusy {
@@ -47,8 +78,8 @@ impl DeviceBusy {
     }
 
     /// [`DeviceBusy::new`] on up to `threads` threads: each piece of the kernels and of the
-    /// copies is merged alone, then the pieces' unions are merged (a union of unions: the same
-    /// intervals).
+    /// copies is merged alone (swept as it comes while in start order, else sorted), then the
+    /// pieces' unions are merged (a union of unions: the same intervals).
     pub fn new_on(m: &Model, threads: usize) -> DeviceBusy {
         let mut devs = Vec::new();
         let k = &m.kernels;
@@ -57,22 +88,23 @@ impl DeviceBusy {
         let all = m.devices().len() == 1;
         for &dev in m.devices() {
             let piece = |i: usize| {
-                let mut iv: Vec<(u64, u64)> = Vec::new();
-                let mut add = |start: &Col<u64>, end: &Col<u64>, d: &Col<u32>, (a, b)| {
-                    iv.reserve(b - a);
-                    iv.extend(
-                        start
-                            .iter_range(a, b)
-                            .zip(end.iter_range(a, b))
-                            .zip(d.iter_range(a, b))
-                            .filter(|&(_, d)| all || d == dev)
-                            .map(|(se, _)| se),
-                    );
+                let (start, end, d, r) = match kp.get(i) {
+                    Some(&r) => (&k.start, &k.end, &k.dev, r),
+                    None => (&c.start, &c.end, &c.dev, cp[i - kp.len()]),
                 };
-                match kp.get(i) {
-                    Some(&r) => add(&k.start, &k.end, &k.dev, r),
-                    None => add(&c.start, &c.end, &c.dev, cp[i - kp.len()]),
+                if let Some(iv) = merged_in_start_order(start, end, (d, dev, all), r) {
+                    return iv;
                 }
+                let (a, b) = r;
+                let mut iv: Vec<(u64, u64)> = Vec::with_capacity(b - a);
+                iv.extend(
+                    start
+                        .iter_range(a, b)
+                        .zip(end.iter_range(a, b))
+                        .zip(d.iter_range(a, b))
+                        .filter(|&(_, d)| all || d == dev)
+                        .map(|(se, _)| se),
+                );
                 let n = merge(&mut iv).len();
                 iv.truncate(n);
                 iv.shrink_to_fit();
@@ -163,6 +195,66 @@ mod tests {
         // Stream A: [0,60) [100,160); stream B: [30,90) [150,200).
         let mut iv = [(0, 60), (100, 160), (30, 90), (150, 200)];
         assert_eq!(union_ns(&mut iv), 90 + 100);
+    }
+
+    #[test]
+    fn merged_as_they_come_or_sorted_is_merge() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for round in 0..50 {
+            let n = 1 + rnd(3000) as usize;
+            let mut t = 0;
+            let mut rows: Vec<(u64, u64, u32)> = (0..n)
+                .map(|_| {
+                    t += rnd(if round % 2 == 0 { 3 } else { 60 });
+                    let len = rnd(80);
+                    let e = if rnd(15) == 0 {
+                        t.saturating_sub(len)
+                    } else {
+                        t + len
+                    };
+                    (t, e, rnd(2) as u32)
+                })
+                .collect();
+            if round % 5 == 4 {
+                let (a, b) = (rnd(n as u64) as usize, rnd(n as u64) as usize);
+                rows.swap(a, b);
+            }
+            let (mut s, mut e, mut d) = (Col::default(), Col::default(), Col::default());
+            for &(x, y, z) in &rows {
+                s.push(x);
+                e.push(y);
+                d.push(z);
+            }
+            for (dev, all) in [(0, true), (0, false), (1, false)] {
+                let (a, b) = (
+                    rnd(n as u64) as usize / 2,
+                    n - rnd(n as u64 / 2 + 1) as usize,
+                );
+                let mut want: Vec<(u64, u64)> = rows[a..b]
+                    .iter()
+                    .filter(|r| all || r.2 == dev)
+                    .map(|r| (r.0, r.1))
+                    .collect();
+                let k = merge(&mut want).len();
+                want.truncate(k);
+                match merged_in_start_order(&s, &e, (&d, dev, all), (a, b)) {
+                    Some(got) => assert_eq!(got, want, "round {round}"),
+                    // Only a start that goes back falls back to sorting.
+                    None => assert!(rows[a..b]
+                        .iter()
+                        .filter(|r| r.1 > r.0 && (all || r.2 == dev))
+                        .collect::<Vec<_>>()
+                        .windows(2)
+                        .any(|w| w[1].0 < w[0].0)),
+                }
+            }
+        }
     }
 
     #[test]

@@ -15,7 +15,9 @@
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
 use crate::occupancy::{occupancy, waves, BlockUse, Occupancy, SmLimits};
+use crate::store::NONE;
 use crate::views::LaunchConfig;
+use crate::work::{pieces, PIECE_ROWS};
 use gpufl_trace::StrId;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -147,19 +149,23 @@ impl KernelTable {
 /// `(median, p99)` of the first fields, as the other rules compute them (median of an even count:
 /// the lower middle plus half the gap; p99 nearest rank); `(0, 0)` when empty. Reorders `v`;
 /// linear time (order statistics, no full sort).
-fn median_p99(v: &mut [u64]) -> (u64, u64) {
+fn median_p99<T: Copy + Ord + Into<u64>>(v: &mut [T]) -> (u64, u64) {
     let n = v.len();
     if n == 0 {
         return (0, 0);
     }
     let rank = (n * 99).div_ceil(100).max(1);
-    let p99 = *v.select_nth_unstable(rank - 1).1;
-    let hi = *v.select_nth_unstable(n / 2).1;
+    let hi: u64 = (*v.select_nth_unstable(n / 2).1).into();
+    // The p99 is at or above the upper middle: among the upper part only.
+    let p99 = match (rank - 1).checked_sub(n / 2 + 1) {
+        None => hi,
+        Some(j) => (*v[n / 2 + 1..].select_nth_unstable(j).1).into(),
+    };
     let med = if n % 2 == 1 {
         hi
     } else {
         // The lower middle is the largest of the part before the upper one.
-        let lo = v[..n / 2].iter().copied().max().unwrap_or(hi);
+        let lo = v[..n / 2].iter().map(|&x| x.into()).max().unwrap_or(hi);
         lo + (hi - lo) / 2
     };
     (med, p99)
@@ -188,56 +194,223 @@ fn figures(l: Option<&SmLimits>, c: &LaunchConfig) -> (Option<Occupancy>, Option
 }
 
 /// A slot's work for one thread: its name group, device index, busy time and durations.
-type SlotRun<'a> = (usize, usize, u64, &'a mut [u64]);
+type SlotRun<'a> = (usize, usize, u64, Durs<'a>);
+
+/// Kernel durations, ns: 4 bytes each when every kernel's fits (a kernel of 4.3 s or more is
+/// rare), 8 otherwise.
+#[derive(Debug)]
+enum Durs<'a> {
+    Narrow(&'a mut [u32]),
+    Wide(&'a mut [u64]),
+}
+
+impl Default for Durs<'_> {
+    fn default() -> Self {
+        Durs::Narrow(&mut [])
+    }
+}
+
+impl<'a> Durs<'a> {
+    fn of(narrow: bool, n: &'a mut [u32], w: &'a mut [u64]) -> Durs<'a> {
+        if narrow {
+            Durs::Narrow(n)
+        } else {
+            Durs::Wide(w)
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Durs::Narrow(v) => v.len(),
+            Durs::Wide(v) => v.len(),
+        }
+    }
+
+    fn split_at_mut(self, n: usize) -> (Durs<'a>, Durs<'a>) {
+        match self {
+            Durs::Narrow(v) => {
+                let (a, b) = v.split_at_mut(n);
+                (Durs::Narrow(a), Durs::Narrow(b))
+            }
+            Durs::Wide(v) => {
+                let (a, b) = v.split_at_mut(n);
+                (Durs::Wide(a), Durs::Wide(b))
+            }
+        }
+    }
+
+    /// Set duration `i` (`d` fits when the durations are narrow).
+    #[inline]
+    fn set(&mut self, i: usize, d: u64) {
+        match self {
+            Durs::Narrow(v) => v[i] = d as u32,
+            Durs::Wide(v) => v[i] = d,
+        }
+    }
+
+    /// Their sum (saturating), and their median and p99 ([`median_p99`]; reorders them).
+    fn figures(&mut self) -> (u64, u64, u64) {
+        let sum = |a: u64, d: u64| a.saturating_add(d);
+        match self {
+            Durs::Narrow(v) => {
+                let total = v.iter().fold(0u64, |a, &d| sum(a, d as u64));
+                let (p50, p99) = median_p99(v);
+                (total, p50, p99)
+            }
+            Durs::Wide(v) => {
+                let total = v.iter().fold(0u64, |a, &d| sum(a, d));
+                let (p50, p99) = median_p99(v);
+                (total, p50, p99)
+            }
+        }
+    }
+}
 
 /// `index` of a slot whose kernels came in start order (its union needs no second pass).
 const NOT_LISTED: usize = usize::MAX;
 
-/// The union of a slot's kernel intervals, swept while they come in start order.
-#[derive(Clone, Copy, Default)]
-struct Union {
-    busy: u64,
-    cur_s: u64,
-    cur_e: u64,
-    /// The last non-empty interval's start.
+/// One slot's kernels in a piece of the kernels (or in all pieces so far).
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotCount {
+    n: u64,
+    /// Whether a non-empty kernel came; the first and last such start, the latest end.
+    any: bool,
+    first: u64,
     last: u64,
-    open: bool,
-    /// A non-empty interval came before one that started earlier: the sweep is void.
+    top: u64,
+    /// A non-empty kernel started before the one before it.
     unsorted: bool,
 }
 
-impl Union {
-    /// Sweep `[st, en)` (empty ones count for nothing, wherever they come).
+impl SlotCount {
     #[inline]
-    fn add(&mut self, st: u64, en: u64) {
-        if en <= st || self.unsorted {
+    fn add(&mut self, s: u64, e: u64) {
+        self.n += 1;
+        if e <= s {
             return;
         }
-        if st < self.last {
+        if !self.any {
+            (self.any, self.first) = (true, s);
+        } else if s < self.last {
             self.unsorted = true;
+        }
+        self.last = s;
+        self.top = self.top.max(e);
+    }
+
+    /// `next`, the same slot's count in the next piece, after this one.
+    fn follow(&mut self, next: &SlotCount) {
+        self.n += next.n;
+        if !next.any {
             return;
         }
-        self.last = st;
-        if self.open && st <= self.cur_e {
-            self.cur_e = self.cur_e.max(en);
+        self.unsorted |= next.unsorted || (self.any && next.first < self.last);
+        if !self.any {
+            (self.any, self.first) = (true, next.first);
+        }
+        self.last = next.last;
+        self.top = self.top.max(next.top);
+    }
+}
+
+/// One piece's counts: per slot, and (launches, GPU ns) per (name, configuration) pair and device.
+struct PieceCount {
+    slots: Vec<SlotCount>,
+    /// The longest kernel, ns.
+    max_dur: u64,
+    per_launch: Vec<(u64, u64)>,
+    per_launch_map: HashMap<(u32, u32), (u64, u64)>,
+}
+
+/// The kernel columns and how a kernel finds its slot.
+struct KernelCols<'a, D: Fn(u32) -> usize> {
+    k: &'a crate::model::Kernels,
+    dense: bool,
+    ndev: usize,
+    launch_group: &'a [u32],
+    /// Each kernel's slot when not `dense`.
+    kslot: &'a [u32],
+    dev_index: &'a D,
+}
+
+impl<D: Fn(u32) -> usize> KernelCols<'_, D> {
+    #[inline]
+    fn slot(&self, i: usize, l: u32, d: u32) -> usize {
+        if self.dense {
+            self.launch_group[l as usize] as usize * self.ndev + (self.dev_index)(d)
         } else {
-            if self.open {
-                self.busy += self.cur_e - self.cur_s;
+            self.kslot[i] as usize
+        }
+    }
+
+    /// Each slice of kernels `a..b` (chunk by chunk), with the index of its first.
+    fn each(
+        &self,
+        (a, b): (usize, usize),
+        mut f: impl FnMut(usize, &[u32], &[u32], &[u64], &[u64]),
+    ) {
+        let k = self.k;
+        let mut i = a;
+        let cols = k.launch.slices(a, b).zip(k.dev.slices(a, b));
+        for ((ls, ds), (ss, es)) in cols.zip(k.start.slices(a, b).zip(k.end.slices(a, b))) {
+            f(i, ls, ds, ss, es);
+            i += ls.len();
+        }
+    }
+
+    /// Count kernels `a..b`: per slot, and per (name, configuration) pair and device (a table of
+    /// `launch_cells` when given, else a map).
+    fn count(&self, r: (usize, usize), nslots: usize, launch_cells: Option<usize>) -> PieceCount {
+        let mut pc = PieceCount {
+            slots: vec![SlotCount::default(); nslots],
+            max_dur: 0,
+            per_launch: vec![(0, 0); launch_cells.unwrap_or(0)],
+            per_launch_map: HashMap::new(),
+        };
+        let ndev = self.ndev;
+        self.each(r, |i0, ls, ds, ss, es| {
+            for j in 0..ls.len() {
+                let (l, d, s, e) = (ls[j], ds[j], ss[j], es[j]);
+                let di = (self.dev_index)(d);
+                let slot = if self.dense {
+                    self.launch_group[l as usize] as usize * ndev + di
+                } else {
+                    self.kslot[i0 + j] as usize
+                };
+                pc.slots[slot].add(s, e);
+                let x = match launch_cells {
+                    Some(_) => &mut pc.per_launch[l as usize * ndev + di],
+                    None => pc.per_launch_map.entry((l, di as u32)).or_default(),
+                };
+                let d = e.saturating_sub(s);
+                x.0 += 1;
+                x.1 = x.1.saturating_add(d);
+                pc.max_dur = pc.max_dur.max(d);
             }
-            (self.cur_s, self.cur_e, self.open) = (st, en, true);
-        }
+        });
+        pc
     }
 
-    fn sorted(&self) -> bool {
-        !self.unsorted
-    }
-
-    fn busy_ns(&self) -> u64 {
-        if self.open {
-            self.busy + (self.cur_e - self.cur_s)
-        } else {
-            self.busy
-        }
+    /// Write the durations of kernels `a..b` into their slots' regions (`dst`, one per slot, in
+    /// order), and return each slot's busy time among them: its non-empty kernels' parts past the
+    /// latest end before them (`top`: that end before the piece, per slot; meaningful when the
+    /// slot's kernels come in start order).
+    fn scatter(&self, r: (usize, usize), dst: &mut [Durs], mut top: Vec<u64>) -> Vec<u64> {
+        let mut fill = vec![0usize; dst.len()];
+        let mut busy = vec![0u64; dst.len()];
+        self.each(r, |i0, ls, ds, ss, es| {
+            for j in 0..ls.len() {
+                let (s, e) = (ss[j], es[j]);
+                let slot = self.slot(i0 + j, ls[j], ds[j]);
+                dst[slot].set(fill[slot], e.saturating_sub(s));
+                fill[slot] += 1;
+                if e > s {
+                    busy[slot] += e.saturating_sub(s.max(top[slot]));
+                    top[slot] = top[slot].max(e);
+                }
+            }
+        });
+        busy
     }
 }
 
@@ -249,6 +422,22 @@ pub fn table(m: &Model, busy: &DeviceBusy) -> KernelTable {
 /// [`table`], the rows (each a name on a device: the union, order statistics and variants of its
 /// kernels) computed on up to `threads` threads.
 pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
+    table_in_pieces(
+        m,
+        busy,
+        threads,
+        (threads > 1).then_some((PIECE_ROWS, true)),
+    )
+}
+
+/// [`table_on`], its counting and scattering passes in pieces of `rows` kernels when given
+/// (and, when `bounded`, their per-slot figures stay small beside the kernels), else in one.
+fn table_in_pieces(
+    m: &Model,
+    busy: &DeviceBusy,
+    threads: usize,
+    piece_rows: Option<(usize, bool)>,
+) -> KernelTable {
     let nk = m.kernel_count();
     if nk == 0 {
         return KernelTable::default();
@@ -296,9 +485,16 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     drop(group_of_id);
     drop(name_group);
     let ndev = devs.len().max(1);
-    // `devs` is sorted.
-    let dev_index = |d: u32| devs.binary_search(&d).unwrap_or(0);
-    // Slots: (name group, device). Counting sort of the kernels' (start, end) by slot: one
+    // `devs` is sorted; with one device, every kernel is its.
+    let single = devs.len() <= 1;
+    let dev_index = |d: u32| {
+        if single {
+            0
+        } else {
+            devs.binary_search(&d).unwrap_or(0)
+        }
+    };
+    // Slots: (name group, device). Counting sort of the kernels' durations by slot: one
     // sequential pass to count, one to scatter, no gathers. Slots are numbered densely
     // (group × devices + device) unless that is far more than the kernels (many names on many
     // devices: a hostile trace), then only the (group, device) pairs present are numbered.
@@ -324,13 +520,6 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     } else {
         present.len()
     };
-    let slot_of = |i: usize| -> usize {
-        if dense {
-            launch_group[k.launch.get(i) as usize] as usize * ndev + dev_index(k.dev.get(i))
-        } else {
-            kslot[i] as usize
-        }
-    };
     // The slots in (group, device) order.
     let order: Vec<(usize, usize, usize)> = if dense {
         (0..group_names.len())
@@ -345,33 +534,53 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
         v
     };
     drop(present);
-    let mut offsets: Vec<usize> = vec![0; nslots + 1];
     // (launches, GPU ns) per (name, configuration) pair and device: dense, or only the pairs
     // present when dense would be far more than the kernels.
     let launch_dense = cells(m.launches.len());
-    let mut per_launch: Vec<(u64, u64)> = if launch_dense {
-        vec![(0, 0); m.launches.len() * ndev]
+    let launch_cells = if launch_dense {
+        m.launches.len() * ndev
     } else {
-        Vec::new()
+        0
     };
+    let cols = KernelCols {
+        k,
+        dense,
+        ndev,
+        launch_group: &launch_group,
+        kslot: &kslot,
+        dev_index: &dev_index,
+    };
+    // Pieces of the kernels, counted and then scattered on up to `threads` threads (what one pass
+    // in order computes: each piece's kernels land after those of the pieces before it), when
+    // their per-slot figures stay small beside the kernels; one piece otherwise.
+    let kp: Vec<(usize, usize)> = match piece_rows {
+        Some((r, bounded))
+            if r > 0 && (!bounded || (nslots + launch_cells) * nk.div_ceil(r) <= nk / 4) =>
+        {
+            (0..nk).step_by(r).map(|a| (a, (a + r).min(nk))).collect()
+        }
+        _ => vec![(0, nk)],
+    };
+    let counts: Vec<PieceCount> = pieces(kp.len(), threads, |p| {
+        cols.count(kp[p], nslots, launch_dense.then_some(launch_cells))
+    });
+    let mut per_launch: Vec<(u64, u64)> = vec![(0, 0); launch_cells];
     let mut per_launch_map: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
-    // Each slot's union of its kernels' intervals, in the same pass while its kernels come in
-    // start order (as the recorder nearly always writes them); recomputed below when not.
-    let mut unions: Vec<Union> = vec![Union::default(); nslots];
-    for i in 0..nk {
-        let slot = slot_of(i);
-        offsets[slot + 1] += 1;
-        let (st, en) = (k.start.get(i), k.end.get(i));
-        unions[slot].add(st, en);
-        let d = en.saturating_sub(st);
-        let (l, di) = (k.launch.get(i), dev_index(k.dev.get(i)));
-        let e = if launch_dense {
-            &mut per_launch[l as usize * ndev + di]
-        } else {
-            per_launch_map.entry((l, di as u32)).or_default()
-        };
-        e.0 += 1;
-        e.1 = e.1.saturating_add(d);
+    let mut slots: Vec<SlotCount> = vec![SlotCount::default(); nslots];
+    // Each piece's latest end before it, per slot (where its union sweep starts from).
+    let mut before: Vec<Vec<u64>> = Vec::with_capacity(kp.len());
+    for pc in &counts {
+        before.push(slots.iter().map(|s| s.top).collect());
+        for (a, b) in slots.iter_mut().zip(&pc.slots) {
+            a.follow(b);
+        }
+        for (a, b) in per_launch.iter_mut().zip(&pc.per_launch) {
+            (a.0, a.1) = (a.0 + b.0, a.1.saturating_add(b.1));
+        }
+        for (&key, b) in &pc.per_launch_map {
+            let a = per_launch_map.entry(key).or_default();
+            (a.0, a.1) = (a.0 + b.0, a.1.saturating_add(b.1));
+        }
     }
     let launch_stats = |l: u32, di: usize| -> (u64, u64) {
         if launch_dense {
@@ -383,10 +592,44 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
                 .unwrap_or_default()
         }
     };
+    let mut offsets: Vec<usize> = vec![0; nslots + 1];
     for s in 0..nslots {
-        offsets[s + 1] += offsets[s];
+        offsets[s + 1] = offsets[s] + slots[s].n as usize;
     }
-    let unsorted: Vec<usize> = (0..nslots).filter(|&s| !unions[s].sorted()).collect();
+    // The kernels' durations, slot by slot (4 or 8 bytes per kernel): each (slot, piece) a region.
+    let narrow = counts.iter().all(|pc| pc.max_dur <= u32::MAX as u64);
+    let mut narrow_durs: Vec<u32> = vec![0; if narrow { nk } else { 0 }];
+    let mut wide_durs: Vec<u64> = vec![0; if narrow { 0 } else { nk }];
+    let mut regions: Vec<Vec<Durs>> = (0..kp.len()).map(|_| Vec::with_capacity(nslots)).collect();
+    {
+        let mut rest = Durs::of(narrow, &mut narrow_durs, &mut wide_durs);
+        for s in 0..nslots {
+            for (p, pc) in counts.iter().enumerate() {
+                let (r, t) = std::mem::take(&mut rest).split_at_mut(pc.slots[s].n as usize);
+                regions[p].push(r);
+                rest = t;
+            }
+        }
+    }
+    drop(counts);
+    let regions: Vec<std::sync::Mutex<Vec<Durs>>> =
+        regions.into_iter().map(std::sync::Mutex::new).collect();
+    // Scatter, and each slot's busy time: the union of its kernels, from each kernel's part past
+    // the latest end before it, while they come in start order.
+    let parts: Vec<Vec<u64>> = pieces(kp.len(), threads, |p| {
+        let mut dst = std::mem::take(&mut *regions[p].lock().unwrap_or_else(|e| e.into_inner()));
+        cols.scatter(kp[p], &mut dst, before[p].clone())
+    });
+    drop(regions);
+    drop(before);
+    let mut busy_of: Vec<u64> = vec![0; nslots];
+    for part in parts {
+        for (a, b) in busy_of.iter_mut().zip(part) {
+            *a += b;
+        }
+    }
+    // Slots whose kernels do not come in start order: their unions from their intervals sorted.
+    let unsorted: Vec<usize> = (0..nslots).filter(|&s| slots[s].unsorted).collect();
     if !unsorted.is_empty() {
         let mut index = vec![NOT_LISTED; nslots];
         for (j, &s) in unsorted.iter().enumerate() {
@@ -394,28 +637,14 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
         }
         let mut runs: Vec<Vec<(u64, u64)>> = vec![Vec::new(); unsorted.len()];
         for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
-            if let Some(r) = runs.get_mut(index[slot_of(i)]) {
+            if let Some(r) = runs.get_mut(index[cols.slot(i, k.launch.get(i), k.dev.get(i))]) {
                 r.push((st, en));
             }
         }
         for (run, &s) in runs.iter_mut().zip(&unsorted) {
-            run.sort_unstable();
-            let mut u = Union::default();
-            for &(st, en) in run.iter() {
-                u.add(st, en);
-            }
-            unions[s] = u;
+            busy_of[s] = crate::intervals::union_ns(run);
         }
     }
-    // The kernels' durations, slot by slot (8 bytes per kernel).
-    let mut durs: Vec<u64> = vec![0; nk];
-    let mut fill = offsets.clone();
-    for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
-        let s = slot_of(i);
-        durs[fill[s]] = en.saturating_sub(st);
-        fill[s] += 1;
-    }
-    drop(fill);
     // (name, configuration) pairs of each name group.
     let mut group_launches: Vec<Vec<u32>> = vec![Vec::new(); group_names.len()];
     for (l, &g) in launch_group.iter().enumerate() {
@@ -440,8 +669,8 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
         })
         .collect();
     // Each slot's kernels, in (group, device) order.
-    let mut runs: Vec<Option<&mut [u64]>> = Vec::with_capacity(nslots);
-    let mut rest = &mut durs[..];
+    let mut runs: Vec<Option<Durs>> = Vec::with_capacity(nslots);
+    let mut rest = Durs::of(narrow, &mut narrow_durs, &mut wide_durs);
     for s in 0..nslots {
         let (run, r) = std::mem::take(&mut rest).split_at_mut(offsets[s + 1] - offsets[s]);
         runs.push(Some(run));
@@ -450,7 +679,7 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     let tasks: Vec<std::sync::Mutex<Option<SlotRun>>> = order
         .iter()
         .map(|&(g, di, slot)| {
-            let busy = unions[slot].busy_ns();
+            let busy = busy_of[slot];
             std::sync::Mutex::new(runs[slot].take().map(|r| (g, di, busy, r)))
         })
         .collect();
@@ -460,11 +689,11 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
         let names = &group_names[g];
         let &dev = devs.get(di)?;
         {
-            if run.is_empty() {
+            let mut run = run;
+            if run.len() == 0 {
                 return None;
             }
-            let total_ns = run.iter().fold(0u64, |a, &d| a.saturating_add(d));
-            let (p50_ns, p99_ns) = median_p99(run);
+            let (total_ns, p50_ns, p99_ns) = run.figures();
             let launches = run.len() as u64;
             let dev_limits = limits.iter().find(|d| d.device == dev).map(|d| &d.limits);
             let mut variants: Vec<Variant> = group_launches[g]
@@ -546,185 +775,130 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
     }
 }
 
-/// Within `windows` (sorted, disjoint), the periods when exactly one kernel ran on device `dev`
-/// (every device when the session has one), sorted and disjoint: a launch's time inside them is
-/// the time it had the GPU's SMs to itself. Only kernels overlapping a window are looked at
-/// (transient memory: 16 bytes for each).
-pub(crate) fn solo_periods(m: &Model, dev: u32, windows: &[(u64, u64)]) -> Vec<(u64, u64)> {
+/// Each target's time alone on its device: the time its kernels ran with no other kernel on the
+/// device (the device's SMs to themselves). `devs`: the devices to look at; `target(launch, dev)`:
+/// the index (below `targets`) whose time a kernel of that (name, configuration) pair and device
+/// adds to, [`NONE`] for none (its kernels still count as the others running). Empty and inverted
+/// kernels run for no time.
+///
+/// One pass over the kernel columns, chunk by chunk, sweeping each device's kernels while they
+/// come in start order (as the recorder nearly always writes them; see [`AloneSweep`]). A device
+/// whose starts go back is swept again from its kernels sorted by start (4 bytes per kernel).
+pub(crate) fn alone_times(
+    m: &Model,
+    devs: &[u32],
+    targets: usize,
+    target: impl Fn(u32, u32) -> u32,
+) -> Vec<u64> {
     let k = &m.kernels;
-    let all = m.devices().len() == 1;
-    let picked = || {
-        let mut at = 0;
-        k.start
-            .iter()
-            .zip(k.end.iter())
-            .zip(k.dev.iter())
-            .filter_map(move |((s, e), d)| {
-                (e > s && (all || d == dev) && hits(windows, &mut at, s, e)).then_some((s, e))
-            })
-    };
-    // Kernels in start order, as the recorder nearly always writes them: swept as they come, in
-    // one pass over the columns chunk by chunk (sorted below only when a start goes back).
-    let mut sweep = StartOrder::default();
-    let mut at = 0;
-    let mut in_order = true;
-    'chunks: for ((ss, es), ds) in k.start.chunks().zip(k.end.chunks()).zip(k.dev.chunks()) {
-        for ((&s, &e), &d) in ss.iter().zip(es).zip(ds) {
-            if e > s && (all || d == dev) && hits(windows, &mut at, s, e) {
-                if s < sweep.last_start {
-                    in_order = false;
-                    break 'chunks;
+    let mut sweeps: Vec<AloneSweep> = devs.iter().map(|_| AloneSweep::new(targets)).collect();
+    // With one device in the model and among `devs`, every kernel is its.
+    let one = devs.len() == 1 && m.devices() == devs;
+    let cols = k.start.chunks().zip(k.end.chunks());
+    for ((ss, es), (ls, ds)) in cols.zip(k.launch.chunks().zip(k.dev.chunks())) {
+        for (j, (&s, &e)) in ss.iter().zip(es).enumerate() {
+            if e <= s {
+                continue;
+            }
+            let (l, dev) = (ls[j], ds[j]);
+            let d = if one {
+                0
+            } else {
+                match devs.iter().position(|&x| x == dev) {
+                    Some(d) => d,
+                    None => continue,
                 }
-                sweep.add(s, e);
+            };
+            let sw = &mut sweeps[d];
+            if sw.out_of_order {
+                continue;
+            }
+            if s < sw.last_start {
+                sw.out_of_order = true;
+                continue;
+            }
+            sw.add(s, e, target(l, dev));
+        }
+    }
+    let mut alone = vec![0u64; targets];
+    for (d, mut sw) in sweeps.into_iter().enumerate() {
+        if sw.out_of_order {
+            let dev = devs[d];
+            let mut idx: Vec<u32> = (0..k.start.len() as u32)
+                .filter(|&i| {
+                    let i = i as usize;
+                    k.end.get(i) > k.start.get(i) && (one || k.dev.get(i) == dev)
+                })
+                .collect();
+            idx.sort_unstable_by_key(|&i| k.start.get(i as usize));
+            sw = AloneSweep::new(targets);
+            for i in idx {
+                let i = i as usize;
+                sw.add(k.start.get(i), k.end.get(i), target(k.launch.get(i), dev));
             }
         }
-    }
-    if in_order {
-        return sweep.finish();
-    }
-    let (mut starts, mut ends): (Vec<u64>, Vec<u64>) = picked().unzip();
-    starts.sort_unstable();
-    ends.sort_unstable();
-    let mut sw = Sweep::default();
-    let (mut i, mut j) = (0, 0);
-    while j < ends.len() {
-        // Ends before starts at the same instant: touching kernels do not overlap.
-        if i < starts.len() && starts[i] < ends[j] {
-            i += 1;
-            sw.event(starts[i - 1], 1);
-        } else {
-            j += 1;
-            sw.event(ends[j - 1], -1);
+        for (a, t) in alone.iter_mut().zip(sw.finish()) {
+            *a += t;
         }
     }
-    sw.out
+    alone
 }
 
-/// [`solo_periods`] of non-empty intervals given in start order: the ends come in order from a
-/// heap of the running kernels' ends (as many as run at once), the same events as sorting them.
-#[derive(Default)]
-struct StartOrder {
-    running: std::collections::BinaryHeap<std::cmp::Reverse<u64>>,
-    sw: Sweep,
+/// The sweep of [`alone_times`] over one device's non-empty kernels in start order. Between two
+/// consecutive starts the kernels running are those started so far that have not ended: exactly
+/// one runs from when the second-latest end has passed until the latest end, and it is the
+/// kernel of the latest end. So the two latest ends so far are all the state (no heap of the
+/// running kernels' ends).
+struct AloneSweep {
     last_start: u64,
+    /// The latest end so far, its kernel's target, and the second-latest end.
+    top: u64,
+    who: u32,
+    second: u64,
+    out_of_order: bool,
+    alone: Vec<u64>,
 }
 
-impl StartOrder {
+impl AloneSweep {
+    fn new(targets: usize) -> AloneSweep {
+        AloneSweep {
+            last_start: 0,
+            top: 0,
+            who: NONE,
+            second: 0,
+            out_of_order: false,
+            alone: vec![0; targets],
+        }
+    }
+
+    /// Time alone from the last start up to `t` (no start in between).
     #[inline]
-    fn add(&mut self, s: u64, e: u64) {
-        use std::cmp::Reverse;
+    fn upto(&mut self, t: u64) {
+        let d = t
+            .min(self.top)
+            .saturating_sub(self.last_start.max(self.second));
+        if d > 0 && self.who != NONE {
+            self.alone[self.who as usize] += d;
+        }
+    }
+
+    /// A kernel `[s, e)`, `e > s`, starting no earlier than the previous one.
+    #[inline]
+    fn add(&mut self, s: u64, e: u64, target: u32) {
+        self.upto(s);
         self.last_start = s;
-        while let Some(&Reverse(x)) = self.running.peek() {
-            if x > s {
-                break;
-            }
-            self.running.pop();
-            self.sw.event(x, -1);
+        if e > self.top {
+            self.second = self.top;
+            (self.top, self.who) = (e, target);
+        } else if e > self.second {
+            self.second = e;
         }
-        self.sw.event(s, 1);
-        self.running.push(Reverse(e));
     }
 
-    fn finish(mut self) -> Vec<(u64, u64)> {
-        use std::cmp::Reverse;
-        while let Some(Reverse(x)) = self.running.pop() {
-            self.sw.event(x, -1);
-        }
-        self.sw.out
+    fn finish(mut self) -> Vec<u64> {
+        self.upto(u64::MAX);
+        self.alone
     }
-}
-
-/// The sweep of [`solo_periods`]: periods with exactly one kernel running.
-#[derive(Default)]
-struct Sweep {
-    out: Vec<(u64, u64)>,
-    active: u64,
-    since: u64,
-}
-
-impl Sweep {
-    fn event(&mut self, t: u64, delta: i64) {
-        if self.active == 1 && t > self.since {
-            match self.out.last_mut() {
-                Some(last) if last.1 == self.since => last.1 = t,
-                _ => self.out.push((self.since, t)),
-            }
-        }
-        self.active = (self.active as i64 + delta) as u64;
-        self.since = t;
-    }
-}
-
-/// Whether `[s, e)` overlaps one of the sorted, disjoint `windows`. `at` is where the previous
-/// call looked: records come nearly in time order, so galloping from it finds the first window
-/// ending after `s` in a few steps.
-fn hits(windows: &[(u64, u64)], at: &mut usize, s: u64, e: u64) -> bool {
-    let i = first_ending_after(windows, at, s);
-    i < windows.len() && windows[i].0 < e
-}
-
-/// The index of the first of the sorted, disjoint `windows` that ends after `s` (`len` when none
-/// does), galloping from `at`, where the previous call looked (updated).
-fn first_ending_after(windows: &[(u64, u64)], at: &mut usize, s: u64) -> usize {
-    let n = windows.len();
-    if n == 0 {
-        return 0;
-    }
-    let ends_after = |i: usize| windows[i].1 > s;
-    let mut i = (*at).min(n - 1);
-    if ends_after(i) {
-        // Back: the first window ending after s is at or before i.
-        let mut step = 1;
-        let mut lo = i;
-        while lo > 0 && ends_after(lo - 1) {
-            lo = lo.saturating_sub(step);
-            step *= 2;
-        }
-        // windows[lo..=i]: the answer is the first index there that ends after s.
-        i = lo + windows[lo..=i].partition_point(|w| w.1 <= s);
-    } else {
-        let mut step = 1;
-        let mut hi = i;
-        while hi < n && !ends_after(hi) {
-            i = hi;
-            hi = hi.saturating_add(step).min(n);
-            step *= 2;
-        }
-        i += windows[i..hi.min(n)].partition_point(|w| w.1 <= s);
-    }
-    *at = i.min(n - 1);
-    i
-}
-
-/// [`overlap`] for intervals that come nearly in start order: the first period is found by
-/// galloping from `at`, where the previous call looked (updated), not by a binary search.
-pub(crate) fn overlap_from(periods: &[(u64, u64)], at: &mut usize, s: u64, e: u64) -> u64 {
-    let mut i = first_ending_after(periods, at, s);
-    let mut t = 0;
-    while let Some(&(ps, pe)) = periods.get(i) {
-        if ps >= e {
-            break;
-        }
-        t += pe.min(e) - ps.max(s);
-        i += 1;
-    }
-    t
-}
-
-/// Time of `[s, e)` inside the sorted, disjoint `periods` (by binary search: what
-/// [`overlap_from`] is checked against).
-#[cfg(test)]
-fn overlap(periods: &[(u64, u64)], s: u64, e: u64) -> u64 {
-    let mut i = periods.partition_point(|p| p.1 <= s);
-    let mut t = 0;
-    while let Some(&(ps, pe)) = periods.get(i) {
-        if ps >= e {
-            break;
-        }
-        t += pe.min(e) - ps.max(s);
-        i += 1;
-    }
-    t
 }
 
 #[cfg(test)]
@@ -745,8 +919,31 @@ mod tests {
         ));
     }
 
+    /// Time alone of each kernel by brute force: over every elementary interval between two
+    /// instants where a kernel starts or ends, who runs there.
+    fn naive_alone(spans: &[(u64, u64, u32)], dev: u32) -> Vec<u64> {
+        let on: Vec<usize> = (0..spans.len())
+            .filter(|&i| spans[i].2 == dev && spans[i].1 > spans[i].0)
+            .collect();
+        let mut ts: Vec<u64> = on.iter().flat_map(|&i| [spans[i].0, spans[i].1]).collect();
+        ts.sort_unstable();
+        ts.dedup();
+        let mut alone = vec![0; spans.len()];
+        for w in ts.windows(2) {
+            let running: Vec<usize> = on
+                .iter()
+                .copied()
+                .filter(|&i| spans[i].0 <= w[0] && spans[i].1 >= w[1])
+                .collect();
+            if let [i] = running[..] {
+                alone[i] += w[1] - w[0];
+            }
+        }
+        alone
+    }
+
     #[test]
-    fn solo_periods_in_start_order_match_the_sorted_sweep() {
+    fn time_alone_in_start_order_shuffled_and_by_device_matches_brute_force() {
         use gpufl_trace::{Kernel, Record};
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut rnd = |m: u64| {
@@ -755,96 +952,194 @@ mod tests {
             seed ^= seed << 17;
             seed % m
         };
-        for round in 0..40 {
+        for round in 0..60 {
+            let devices = 1 + round % 3;
             let mut t = 0;
-            let mut spans: Vec<(u64, u64)> = (0..200)
+            // (start, end, device); some empty and inverted, many touching and overlapping.
+            let mut spans: Vec<(u64, u64, u32)> = (0..150)
                 .map(|_| {
                     t += rnd(if round % 2 == 0 { 50 } else { 3 });
-                    (t, t + 1 + rnd(if round % 3 == 0 { 400 } else { 40 }))
+                    let len = rnd(if round % 3 == 0 { 400 } else { 40 });
+                    let end = if rnd(20) == 0 {
+                        t.saturating_sub(len)
+                    } else {
+                        t + len
+                    };
+                    (t, end, rnd(devices) as u32)
                 })
                 .collect();
-            let kernels = |spans: &[(u64, u64)]| {
-                let recs: Vec<Record> = spans
-                    .iter()
-                    .map(|&(start, end)| {
-                        Record::Kernel(Kernel {
-                            start,
-                            end,
-                            ..Kernel::default()
-                        })
+            if round % 4 == 1 {
+                // Starts that go back: the sorted path.
+                for _ in 0..5 {
+                    let (a, b) = (rnd(150) as usize, rnd(150) as usize);
+                    spans.swap(a, b);
+                }
+            }
+            // Each kernel its own (name, configuration) pair: the launch index is the record's.
+            let recs: Vec<Record> = spans
+                .iter()
+                .enumerate()
+                .map(|(i, &(start, end, dev))| {
+                    Record::Kernel(Kernel {
+                        start,
+                        end,
+                        dev,
+                        grid: [i as i32 + 1, 1, 1],
+                        ..Kernel::default()
                     })
-                    .collect();
-                Model::load(recs)
-            };
-            let in_order = solo_periods(&kernels(&spans), 0, &[(0, u64::MAX)]);
-            // The same kernels out of start order take the sorting path.
-            spans.swap(0, 199);
-            let sorted = solo_periods(&kernels(&spans), 0, &[(0, u64::MAX)]);
-            assert_eq!(in_order, sorted, "round {round}");
-            assert!(!in_order.is_empty());
+                })
+                .collect();
+            let m = Model::load(recs);
+            assert_eq!(m.launches.len(), spans.len());
+            let devs: Vec<u32> = m.devices().to_vec();
+            // Every kernel a target, on every device; then the odd ones only, on the last device.
+            let all = alone_times(&m, &devs, spans.len(), |l, _| l);
+            let mut want = vec![0; spans.len()];
+            for &d in &devs {
+                for (w, a) in want.iter_mut().zip(naive_alone(&spans, d)) {
+                    *w += a;
+                }
+            }
+            assert_eq!(all, want, "round {round}");
+            assert!(all.iter().any(|&a| a > 0));
+            let last = *devs.last().expect("kernels");
+            let odd = alone_times(
+                &m,
+                &[last],
+                spans.len(),
+                |l, _| {
+                    if l % 2 == 1 {
+                        l
+                    } else {
+                        NONE
+                    }
+                },
+            );
+            let want = naive_alone(&spans, last);
+            for (i, (&got, &w)) in odd.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    got,
+                    if i % 2 == 1 { w } else { 0 },
+                    "round {round}, kernel {i}"
+                );
+            }
         }
     }
 
     #[test]
-    fn solo_periods_and_their_overlap_with_a_launch() {
+    fn time_alone_of_overlapping_touching_and_empty_kernels() {
         use gpufl_trace::{Kernel, Record};
-        let k = |start, end, stream| {
+        let k = |start, end, x| {
             Record::Kernel(Kernel {
                 start,
                 end,
-                stream,
+                grid: [x, 1, 1],
                 ..Kernel::default()
             })
         };
-        // A [0,100) alone until B [40,60) joins; C [100,150) touches A's end; D [200,200) is empty.
-        let m = Model::load([k(0, 100, 1), k(40, 60, 2), k(100, 150, 1), k(200, 200, 1)]);
-        let solo = solo_periods(&m, 0, &[(0, u64::MAX)]);
-        assert_eq!(solo, vec![(0, 40), (60, 150)]);
-        assert_eq!(overlap(&solo, 0, 100), 80);
-        assert_eq!(overlap(&solo, 40, 60), 0);
-        assert_eq!(overlap(&solo, 100, 150), 50);
-        assert_eq!(overlap(&solo, 150, 300), 0);
-        assert_eq!(overlap(&[], 0, 10), 0);
-        // Galloping from anywhere gives the binary search's sum.
-        let spans = [
-            (0, 100),
-            (40, 60),
-            (100, 150),
-            (150, 300),
-            (5, 7),
-            (90, 160),
-            (0, 0),
-        ];
-        for start in 0..solo.len() + 2 {
-            let mut at = start;
-            for &(s, e) in spans.iter().chain(spans.iter().rev()) {
+        // A [0,100) alone until B [40,60) joins; C [100,150) touches A's end; D [200,200) is
+        // empty; E [120,110) is inverted.
+        let m = Model::load([
+            k(0, 100, 1),
+            k(40, 60, 2),
+            k(100, 150, 3),
+            k(200, 200, 4),
+            k(120, 110, 5),
+        ]);
+        assert_eq!(alone_times(&m, &[0], 5, |l, _| l), vec![80, 0, 50, 0, 0]);
+        // Two targets may share a kernel's time: here A and C add to target 0.
+        assert_eq!(
+            alone_times(&m, &[0], 1, |l, _| if l == 0 || l == 2 { 0 } else { NONE }),
+            vec![130]
+        );
+        // A device without kernels.
+        assert_eq!(alone_times(&m, &[7], 5, |l, _| l), vec![0; 5]);
+    }
+
+    #[test]
+    fn table_counted_in_pieces_is_the_table_counted_in_one() {
+        use gpufl_trace::{Kernel, Record};
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for round in 0..12 {
+            let devices = 1 + round % 3;
+            let names = [1, 3, 40][round as usize % 3];
+            let mut t = 0;
+            let mut recs: Vec<Record> = (0..3000)
+                .map(|_| {
+                    t += rnd(if round % 2 == 0 { 500 } else { 5 });
+                    let len = rnd(2000);
+                    // Some empty and inverted kernels.
+                    let end = match rnd(30) {
+                        0 => t,
+                        1 => t.saturating_sub(len),
+                        _ => t + len,
+                    };
+                    Record::Kernel(Kernel {
+                        name: gpufl_trace::StrId(rnd(names) as u32),
+                        start: t,
+                        end,
+                        dev: rnd(devices) as u32,
+                        grid: [1 + rnd(3) as i32, 1, 1],
+                        ..Kernel::default()
+                    })
+                })
+                .collect();
+            if round % 4 == 3 {
+                // Kernels out of start order: those slots take the sorting path.
+                for _ in 0..20 {
+                    let (a, b) = (rnd(3000) as usize, rnd(3000) as usize);
+                    recs.swap(a, b);
+                }
+            }
+            if round % 6 == 5 {
+                // A kernel of more than 2^32 ns: durations kept in 8 bytes.
+                if let Record::Kernel(k) = &mut recs[1500] {
+                    k.end = k.start + (5 << 30);
+                }
+            }
+            // Names: ids 0 and 1 are one string (two trace files interning it), the others their
+            // own.
+            let strs = (0..names as u32).map(|i| {
+                Record::Str(gpufl_trace::StrRecord {
+                    id: gpufl_trace::StrId(i),
+                    s: format!("kernel_{}", i.max(1)),
+                })
+            });
+            let m = Model::load(strs.chain(recs.iter().cloned()));
+            let busy = DeviceBusy::new(&m);
+            let one = table_in_pieces(&m, &busy, 1, None);
+            assert!(!one.rows.is_empty());
+            // Each row's figures from its kernels, sorted.
+            for row in &one.rows {
+                let mut d: Vec<u64> = m
+                    .kernels()
+                    .filter(|k| m.str(k.name) == row.name && k.dev == row.device)
+                    .map(|k| k.end.saturating_sub(k.start))
+                    .collect();
+                d.sort_unstable();
+                let n = d.len();
+                let med = d[(n - 1) / 2] + (d[n / 2] - d[(n - 1) / 2]) / 2;
+                let p99 = d[(n * 99).div_ceil(100).max(1) - 1];
+                let total: u64 = d.iter().sum();
                 assert_eq!(
-                    overlap_from(&solo, &mut at, s, e),
-                    overlap(&solo, s, e),
-                    "{s}..{e}"
+                    (row.launches, row.total_ns, row.p50_ns, row.p99_ns),
+                    (n as u64, total, med, p99),
+                    "round {round}, {}",
+                    row.name
                 );
             }
+            // Pieces of any size, on one thread and on several; boundaries inside runs of a slot.
+            for (rows, threads) in [(1, 1), (7, 3), (64, 2), (999, 4), (2999, 2), (5000, 3)] {
+                let got = table_in_pieces(&m, &busy, threads, Some((rows, false)));
+                assert_eq!(got, one, "round {round}, pieces of {rows}");
+            }
         }
-        assert_eq!(overlap_from(&[], &mut 3, 0, 10), 0);
-        // Windows: the galloping cursor finds overlaps in any order of calls.
-        let w = [(10, 20), (30, 40), (50, 60), (70, 80), (90, 100)];
-        let mut at = 0;
-        for (s, e, want) in [
-            (95, 96, true),
-            (0, 10, false),
-            (35, 36, true),
-            (41, 50, false),
-            (41, 51, true),
-            (100, 200, false),
-            (0, 1000, true),
-            (60, 70, false),
-            (15, 16, true),
-        ] {
-            assert_eq!(hits(&w, &mut at, s, e), want, "{s}..{e}");
-            assert_eq!(overlap(&w, s, e) > 0, want, "{s}..{e}");
-        }
-        // A window inside C only: A and B do not overlap it and are left out.
-        assert_eq!(solo_periods(&m, 0, &[(120, 130)]), vec![(100, 150)]);
     }
 
     #[test]
@@ -857,5 +1152,24 @@ mod tests {
         // 1..=200 shuffled: median (100 + 101) / 2 → 100 (integer); p99: rank 198.
         let v: Vec<u64> = (0..200u64).map(|i| (i * 73) % 200 + 1).collect();
         assert_eq!(p(&v), (100, 198));
+        // Against a full sort, on random lengths and values (with repeats).
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for n in (1..300).chain([999, 1000, 1001, 4096]) {
+            let v: Vec<u64> = (0..n)
+                .map(|_| rnd(if n % 2 == 0 { 50 } else { 1 << 40 }))
+                .collect();
+            let mut sorted = v.clone();
+            sorted.sort_unstable();
+            let n = n as usize;
+            let (lo, hi) = (sorted[(n - 1) / 2], sorted[n / 2]);
+            let rank = (n * 99).div_ceil(100).max(1);
+            assert_eq!(p(&v), (lo + (hi - lo) / 2, sorted[rank - 1]), "{n}");
+        }
     }
 }

@@ -33,6 +33,7 @@
 
 mod access;
 pub mod comm;
+mod corrs;
 pub mod diff;
 pub mod error;
 mod fold;
@@ -80,6 +81,15 @@ pub struct Config {
     pub filter: FrameFilter,
 }
 
+/// What one task of [`analyze_on`] returns.
+enum Part {
+    Idle(Vec<Insight>, Vec<DeviceIdle>, Vec<Insight>),
+    Found(Vec<Insight>),
+    Attribution(insights::attribution::Attribution),
+    Scopes(Vec<scopes::ScopeRollup>, Vec<scopes::RangeRollup>),
+    Sampling(Option<sampling::Sampling>),
+}
+
 /// Result of [`analyze`].
 #[derive(Serialize, Clone, Debug)]
 pub struct Analysis {
@@ -125,63 +135,64 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
     analyze_on(m, cfg, 1)
 }
 
-/// Run every rule over a model, on up to `threads` threads (three at most: the kernel table and
-/// its rules, GPU idle time and its rules, the others); the same analysis as [`analyze`].
+/// Run every rule over a model, on up to `threads` threads; the same analysis as [`analyze`].
+/// The device busy intervals, then the kernel table, are computed piece by piece on every
+/// thread; then the rules run as tasks on the threads, the longest first: GPU idle time and low
+/// utilization, in-loop-sync, the kernel rules, the attribution, the other rules, the scopes,
+/// the sampling summary. Their insights are concatenated in the order the rules always ran.
 pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
+    let threads = threads.max(1);
     let busy = DeviceBusy::new_on(m, threads);
     let totals = totals::totals_with(m, &busy);
-    // The kernel rules' passes on the threads the other two groups leave.
-    let inner = if threads > 3 { threads - 2 } else { 1 };
-    let mut cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
-    cx.threads = inner;
-    let cx = cx;
-    let kernel_rules = || {
-        let kernels = kernels::table_on(m, &busy, inner);
-        let mut found = insights::low_occupancy::run(&cx, &kernels);
-        found.extend(insights::register_spill::run(&cx, &kernels));
-        found.extend(insights::under_filled_grid::run(&cx, &kernels));
-        (kernels, found)
+    let kernels = kernels::table_on(m, &busy, threads);
+    let cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
+    let task = |i: usize| -> Part {
+        match i {
+            0 => {
+                let (found, gpu_idle) = insights::gpu_idle::run(&cx);
+                let low = insights::low_utilization::run(&cx, &gpu_idle);
+                Part::Idle(found, gpu_idle, low)
+            }
+            1 => Part::Found(insights::in_loop_sync::run(&cx)),
+            2 => {
+                let mut found = insights::low_occupancy::run(&cx, &kernels);
+                found.extend(insights::register_spill::run(&cx, &kernels));
+                found.extend(insights::under_filled_grid::run(&cx, &kernels));
+                Part::Found(found)
+            }
+            3 => Part::Attribution(insights::attribution::attribute(&cx)),
+            4 => {
+                let mut found = insights::host_read::run(&cx);
+                found.extend(insights::default_stream_barrier::run(&cx));
+                found.extend(insights::pageable_async_copy::run(&cx));
+                found.extend(insights::blocking_copy::run(&cx));
+                found.extend(insights::device_wide_sync::run(&cx));
+                found.extend(insights::no_copy_compute_overlap::run(&cx));
+                Part::Found(found)
+            }
+            5 => Part::Found(insights::sync_attribution::run(&cx)),
+            6 => Part::Found(insights::launch_bound::run(&cx)),
+            7 => {
+                let mut found = insights::throttling::run(&cx);
+                found.extend(insights::memory_pressure::run(&cx));
+                found.extend(insights::ecc_errors::run(&cx));
+                Part::Found(found)
+            }
+            8 => Part::Scopes(scopes::rollup(m, &busy), scopes::range_rollup(m, &busy)),
+            _ => Part::Sampling(sampling::summarize(m, &cx.stack_loc, &cx.locs)),
+        }
     };
-    let idle_rules = || {
-        let (found, gpu_idle) = insights::gpu_idle::run(&cx);
-        let low = insights::low_utilization::run(&cx, &gpu_idle);
-        (found, gpu_idle, low)
+    let parts = <[Part; 10]>::try_from(work::pieces(10, threads, task));
+    let Ok(
+        [Part::Idle(idle_found, gpu_idle, low_util), Part::Found(in_loop), Part::Found(kernel_found), Part::Attribution(attribution), Part::Found(others), Part::Found(sync_attr), Part::Found(launch), Part::Found(tele), Part::Scopes(scopes, ranges), Part::Sampling(sampling)],
+    ) = parts
+    else {
+        unreachable!("one result per task, in task order")
     };
-    let sync_rules = || {
-        let mut found = insights::sync_attribution::run(&cx);
-        found.extend(insights::in_loop_sync::run(&cx));
-        found.extend(insights::host_read::run(&cx));
-        found.extend(insights::default_stream_barrier::run(&cx));
-        found.extend(insights::pageable_async_copy::run(&cx));
-        found.extend(insights::blocking_copy::run(&cx));
-        found.extend(insights::device_wide_sync::run(&cx));
-        found.extend(insights::no_copy_compute_overlap::run(&cx));
-        let launch = insights::launch_bound::run(&cx);
-        let mut telemetry = insights::throttling::run(&cx);
-        telemetry.extend(insights::memory_pressure::run(&cx));
-        telemetry.extend(insights::ecc_errors::run(&cx));
-        (found, launch, telemetry)
-    };
-    let ((kernels, kernel_found), (idle_found, gpu_idle, low_util), (sync_found, launch, tele)) =
-        if threads > 1 {
-            std::thread::scope(|s| {
-                let k = s.spawn(kernel_rules);
-                let i = (threads > 2).then(|| s.spawn(idle_rules));
-                let y = sync_rules();
-                let i = match i {
-                    Some(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
-                    None => idle_rules(),
-                };
-                let k = k.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-                (k, i, y)
-            })
-        } else {
-            let y = sync_rules();
-            let i = idle_rules();
-            (kernel_rules(), i, y)
-        };
     // In the order the rules always ran (ranking keeps it among equals).
-    let mut insights = sync_found;
+    let mut insights = sync_attr;
+    insights.extend(in_loop);
+    insights.extend(others);
     insights.extend(idle_found);
     insights.extend(launch);
     insights.extend(low_util);
@@ -197,10 +208,6 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
     insights::mark_inferred(&cx, &mut insights);
     sampling::mark_basis(m, &mut insights);
     insights::rank(&mut insights);
-    let sampling = sampling::summarize(m, &cx.stack_loc, &cx.locs);
-    let attribution = insights::attribution::attribute(&cx);
-    let scopes = scopes::rollup(m, &busy);
-    let ranges = scopes::range_rollup(m, &busy);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
     let unattributed = totals.syncs - totals.syncs_with_stack;

@@ -911,6 +911,11 @@ impl Model {
         self.ctx_dev.get(&ctx).copied()
     }
 
+    /// Whether the recorder wrote the role of any stream (`stream` records).
+    pub(crate) fn has_stream_roles(&self) -> bool {
+        !self.stream_roles.is_empty()
+    }
+
     /// The role of a stream, if the recorder wrote it (`stream` records).
     pub fn stream_role(&self, ctx: u32, stream: u32) -> Option<StreamRole> {
         self.stream_roles.get(&(ctx, stream)).copied()

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 /// Elements per chunk of a [`Col`]: 64 Ki (512 KiB for a `u64` column).
-const CHUNK_BITS: u32 = 16;
+pub(crate) const CHUNK_BITS: u32 = 16;
 const CHUNK: usize = 1 << CHUNK_BITS;
 
 /// An append-only column stored in fixed-size chunks. The first chunk grows like a `Vec` (small
@@ -100,6 +100,27 @@ impl<T: Copy> Col<T> {
     /// same lengths (every chunk but the last is full).
     pub(crate) fn chunks(&self) -> impl Iterator<Item = &[T]> + '_ {
         self.chunks.iter().map(|c| c.as_slice())
+    }
+
+    /// Elements `a..b` (`a <= b <= len`) as slices, chunk by chunk: columns of the same length
+    /// give slices of the same lengths.
+    pub(crate) fn slices(&self, a: usize, b: usize) -> impl Iterator<Item = &[T]> + '_ {
+        let first = a >> CHUNK_BITS;
+        let last = b.div_ceil(CHUNK).min(self.chunks.len());
+        self.chunks[first.min(last)..last]
+            .iter()
+            .enumerate()
+            .map(move |(j, c)| {
+                let base = (first + j) << CHUNK_BITS;
+                let lo = a.saturating_sub(base).min(c.len());
+                let hi = b.saturating_sub(base).min(c.len());
+                &c[lo..hi]
+            })
+    }
+
+    /// Chunk `c` (empty past the last): elements `c << CHUNK_BITS ..`.
+    pub(crate) fn chunk(&self, c: usize) -> &[T] {
+        self.chunks.get(c).map_or(&[], |c| c.as_slice())
     }
 
     /// Bytes of heap memory held (capacity, not length).

@@ -74,6 +74,16 @@ pub(crate) fn attribute(cx: &Ctx) -> Attribution {
         let via = m.syncs.stack.get(i) != NONE && cx.stack_is_via(m.syncs.stack.get(i));
         a.sync.add(cx, loc, via, s.duration_ns());
     }
+    if m.callsites.is_empty() {
+        // No call-site stack: no kernel is located (not even by its function's sampled launches).
+        let k = &m.kernels;
+        for (ss, es) in k.start.chunks().zip(k.end.chunks()) {
+            for (&s, &e) in ss.iter().zip(es) {
+                a.gpu.unlocated_ns = a.gpu.unlocated_ns.saturating_add(e.saturating_sub(s));
+            }
+        }
+        return a;
+    }
     let locator = Locator::new(cx);
     for (i, name) in m.kernel_names().enumerate() {
         let corr = m.kernels.corr.get(i);

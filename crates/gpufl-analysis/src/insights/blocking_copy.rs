@@ -26,7 +26,7 @@
 
 use super::pageable_async_copy::{
     api_name, bandwidth_gbps, call_ns, copy_calls, op_span, plural, where_, window, CopyCall,
-    KernelCorrs, Names, Window,
+    Names, Window,
 };
 use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
 use crate::store::NONE;
@@ -229,11 +229,10 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         let name = api_name(cx, c.corr).unwrap_or("cudaMemcpyAsync");
         g.names.add(&format!("{name} + sync"));
     }
-    let kc = KernelCorrs::new(cx);
     groups
         .into_iter()
         .map(|(loc, mut g)| {
-            let w = window(cx, &kc, &mut g.ops);
+            let w = window(cx, &mut g.ops);
             insight(cx, loc, g, w)
         })
         .collect()

@@ -33,9 +33,7 @@
 //!   takes the location of the sampled launches of the same kernel on the same stream when they all
 //!   agree; operations left without a location are left out.
 
-use super::pageable_async_copy::{
-    api_name, op_span, plural, where_, window, KernelCorrs, Names, Window,
-};
+use super::pageable_async_copy::{api_name, op_span, plural, where_, window, Names, Window};
 use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
 use gpufl_trace::{CopyKind, StreamRole};
 use serde::Serialize;
@@ -147,16 +145,29 @@ fn same_engine(a: OpKind, b: OpKind) -> bool {
 /// Legacy default streams: (ctx, stream) → whether known from a `stream` record.
 fn default_streams(cx: &Ctx) -> HashMap<(u32, u32), bool> {
     let m = cx.m;
-    // Distinct (ctx, stream) pairs: records come in runs of one stream, so skip repeats cheaply.
+    // Distinct (ctx, stream) pairs: records come in runs of one stream, so skip repeats cheaply,
+    // and sessions have few streams, so look for the others in a short list first. Without any
+    // `stream` record no pair has a role: the pairs are not needed.
     let mut pairs: Vec<(u32, u32)> = Vec::new();
-    let mut seen: HashSet<(u32, u32)> = HashSet::new();
-    let mut last = None;
-    let kernels = (0..m.kernel_count()).map(|i| (m.kernels.ctx.get(i), m.kernels.stream.get(i)));
-    let copies = (0..m.copy_count()).map(|i| (m.copies.ctx.get(i), m.copies.stream.get(i)));
-    for p in kernels.chain(copies) {
-        if last != Some(p) {
+    if m.has_stream_roles() {
+        const SHORT: usize = 16;
+        let mut seen: HashSet<(u32, u32)> = HashSet::new();
+        let mut last = None;
+        let kernels = m.kernels.ctx.iter().zip(m.kernels.stream.iter());
+        let copies = m.copies.ctx.iter().zip(m.copies.stream.iter());
+        for p in kernels.chain(copies) {
+            if last == Some(p) {
+                continue;
+            }
             last = Some(p);
-            if seen.insert(p) {
+            if pairs.len() <= SHORT {
+                if !pairs.contains(&p) {
+                    pairs.push(p);
+                    if pairs.len() > SHORT {
+                        seen.extend(pairs.iter().copied());
+                    }
+                }
+            } else if seen.insert(p) {
                 pairs.push(p);
             }
         }
@@ -396,12 +407,11 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             g.recorded |= defaults[&(o.ctx, o.stream)];
         }
     }
-    let kc = KernelCorrs::new(cx);
     groups
         .into_iter()
         .filter(|(_, g)| g.others_wait + g.own_wait >= MIN_WAIT_NS)
         .map(|(loc, mut g)| {
-            let w = window(cx, &kc, &mut g.ops);
+            let w = window(cx, &mut g.ops);
             insight(cx, loc, g, w)
         })
         .collect()

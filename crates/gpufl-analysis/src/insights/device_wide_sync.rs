@@ -29,7 +29,7 @@
 //!   extra. **Severity:** on the impact's share of the session's wall time.
 
 use super::default_stream_barrier::{gpu_ops, OpKind};
-use super::pageable_async_copy::{plural, where_, window, KernelCorrs, Window};
+use super::pageable_async_copy::{plural, where_, window, Window};
 use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
 use crate::store::NONE;
 use gpufl_trace::{CopyKind, SyncKind};
@@ -221,12 +221,11 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             g.unknown += ex.2 as u64;
         }
     }
-    let kc = KernelCorrs::new(cx);
     groups
         .into_iter()
         .filter(|(_, g)| g.extra >= MIN_EXTRA_NS)
         .map(|(loc, mut g)| {
-            let w = window(cx, &kc, &mut g.ops);
+            let w = window(cx, &mut g.ops);
             insight(cx, loc, g, w)
         })
         .collect()

@@ -39,7 +39,7 @@ pub(super) use super::timeline::{
     device_timelines, issuing_api, location_note, median_p99, most_frequent_per_key, op_corr,
     op_end, op_start, ApiCursor, BusyIndex, Locator,
 };
-use super::timeline::{op_span, push_capped};
+use super::timeline::{order_and_last_start, push_capped, Listed, OpWalk, StartOrdered};
 use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
 use crate::model::Model;
 use crate::store::NONE;
@@ -553,96 +553,125 @@ impl DeviceScan<'_> {
 pub(crate) fn run(cx: &Ctx) -> (Vec<Insight>, Vec<DeviceIdle>) {
     let m = cx.m;
     let locator = Locator::new(cx);
-    let timelines = device_timelines(m, true);
-    if timelines.iter().all(|(_, ops)| ops.is_empty()) {
+    // Every device of the model has an op (memsets included).
+    if m.devices().is_empty() {
         return (Vec::new(), Vec::new());
     }
+    // Each device's ops in start order: its kernels and copies merged as they come, or, for a
+    // device whose records do not come in start order, sorted.
+    let ext = order_and_last_start(m, true);
+    let timelines = if ext.iter().all(|x| x.0) {
+        Vec::new()
+    } else {
+        device_timelines(m, true)
+    };
     let blocked = BlockedIndex::new(cx, &locator);
     let n = cx.locs.len() + 1;
     let mut groups: Vec<Group> = (0..4 * n).map(|_| Group::default()).collect();
-    let origin = m.time_range().0;
     let mut devices = Vec::new();
-    for (dev, ops) in &timelines {
-        let Some(&first_op) = ops.first() else {
-            continue;
+    for (di, &dev) in m.devices().iter().enumerate() {
+        let (g, l, b) = (&mut groups[..], &locator, &blocked);
+        // The latest end of an op (never before its start): the device's last busy interval's
+        // end, or the latest start when an empty op starts after it.
+        let (ordered, last_start) = ext[di];
+        let busy_end = cx.busy.intervals(Some(dev)).last().map_or(0, |iv| iv.1);
+        let last = last_start.max(busy_end);
+        let d = if ordered {
+            scan_device(cx, (l, b, g), (dev, last), StartOrdered::new(m, dev, true))
+        } else {
+            let ops = timelines.get(di).map_or(&[][..], |t| &t.1[..]);
+            let ops = ops.iter();
+            scan_device(cx, (l, b, g), (dev, last), Listed { m, ops })
         };
-        let first = op_start(m, first_op);
-        let last = ops.iter().map(|&op| op_end(m, op)).max().unwrap_or(first);
-        let span = last - first;
-        let mut scan = DeviceScan {
-            cx,
-            apis: ApiCursor::new(cx),
-            locator: &locator,
-            blocked: &blocked,
-            groups: &mut groups,
-            util: Util::new(first, span),
-            by_class: IdleByClass::default(),
-            top: BinaryHeap::new(),
-            gaps: 0,
-            idle: 0,
-        };
-        let (mut cs, mut ce) = (first, op_end(m, first_op));
-        let (mut busy, mut paused, mut unobserved) = (0u64, 0u64, 0u64);
-        for &op in &ops[1..] {
-            let (s, e) = op_span(m, op);
-            let e = e.max(s);
-            if s > ce {
-                scan.util.add(cs, ce);
-                busy += ce - cs;
-                if m.unobserved_in(ce, s) > 0 {
-                    scan.util.add_paused(ce, s);
-                    if m.paused_in(ce, s) > 0 {
-                        paused += s - ce;
-                    } else {
-                        unobserved += s - ce;
-                    }
-                } else {
-                    scan.gap(ce, s, op);
-                }
-                (cs, ce) = (s, e);
-            } else {
-                ce = ce.max(e);
-            }
-        }
-        scan.util.add(cs, ce);
-        busy += ce - cs;
-        let mut top: Vec<TopGap> = scan.top.into_iter().map(|r| r.0).collect();
-        top.sort_unstable_by(|a, b| b.cmp(a));
-        let top_gaps = top
-            .into_iter()
-            .map(|(len, Reverse(gs), class, loc, src)| Gap {
-                start_offset_ns: gs - origin,
-                duration_ns: len,
-                class,
-                location: (loc != NONE).then(|| locator.source_loc(loc)),
-                location_source: src,
-            })
-            .collect();
-        let utilization = scan.util.chunks(origin);
-        let chunk_idle = scan.util.chunk_idle(|b| blocked.label(cx, b));
-        devices.push(DeviceIdle {
-            device: *dev,
-            active_start_offset_ns: first - origin,
-            active_ns: span,
-            busy_ns: busy,
-            idle_ns: scan.idle,
-            paused_ns: paused,
-            unobserved_ns: unobserved,
-            gaps: scan.gaps,
-            by_class: scan.by_class,
-            top_gaps,
-            low_utilization_chunks: utilization.iter().filter(|c| c.low).count() as u32,
-            utilization,
-            chunk_idle,
-        });
+        devices.extend(d);
     }
-    drop(timelines);
     // Thresholds are shares of the observed time: paused and unobserved intervals say nothing.
     let active: u64 = devices
         .iter()
         .map(|d| d.active_ns - d.paused_ns - d.unobserved_ns)
         .sum();
     (insights(cx, &locator, &blocked, &groups, active), devices)
+}
+
+/// The gaps of one device, its ops `(op, start, end)` given in start order (ties: kernels first,
+/// each in record order), `last` the latest end of an op (never before its start); None without
+/// ops.
+fn scan_device(
+    cx: &Ctx,
+    (locator, blocked, groups): (&Locator, &BlockedIndex, &mut [Group]),
+    (dev, last): (u32, u64),
+    ops: impl OpWalk + Clone,
+) -> Option<DeviceIdle> {
+    let m = cx.m;
+    let origin = m.time_range().0;
+    let (_, first, _) = ops.clone().next()?;
+    let span = last - first;
+    let mut scan = DeviceScan {
+        cx,
+        apis: ApiCursor::new(cx),
+        locator,
+        blocked,
+        groups,
+        util: Util::new(first, span),
+        by_class: IdleByClass::default(),
+        top: BinaryHeap::new(),
+        gaps: 0,
+        idle: 0,
+    };
+    // The first op only extends `ce` (its start is `first`).
+    let (mut cs, mut ce) = (first, first);
+    let (mut busy, mut paused, mut unobserved) = (0u64, 0u64, 0u64);
+    ops.walk(|op, s, e| {
+        let e = e.max(s);
+        if s > ce {
+            scan.util.add(cs, ce);
+            busy += ce - cs;
+            if m.unobserved_in(ce, s) > 0 {
+                scan.util.add_paused(ce, s);
+                if m.paused_in(ce, s) > 0 {
+                    paused += s - ce;
+                } else {
+                    unobserved += s - ce;
+                }
+            } else {
+                scan.gap(ce, s, op);
+            }
+            (cs, ce) = (s, e);
+        } else {
+            ce = ce.max(e);
+        }
+    });
+    scan.util.add(cs, ce);
+    busy += ce - cs;
+    let mut top: Vec<TopGap> = scan.top.into_iter().map(|r| r.0).collect();
+    top.sort_unstable_by(|a, b| b.cmp(a));
+    let top_gaps = top
+        .into_iter()
+        .map(|(len, Reverse(gs), class, loc, src)| Gap {
+            start_offset_ns: gs - origin,
+            duration_ns: len,
+            class,
+            location: (loc != NONE).then(|| locator.source_loc(loc)),
+            location_source: src,
+        })
+        .collect();
+    let utilization = scan.util.chunks(origin);
+    let chunk_idle = scan.util.chunk_idle(|b| blocked.label(cx, b));
+    Some(DeviceIdle {
+        device: dev,
+        active_start_offset_ns: first - origin,
+        active_ns: span,
+        busy_ns: busy,
+        idle_ns: scan.idle,
+        paused_ns: paused,
+        unobserved_ns: unobserved,
+        gaps: scan.gaps,
+        by_class: scan.by_class,
+        top_gaps,
+        low_utilization_chunks: utilization.iter().filter(|c| c.low).count() as u32,
+        utilization,
+        chunk_idle,
+    })
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -40,10 +40,10 @@ const FIX: &str = "Move the sync outside the loop (after it, if you only need th
 capture the loop body into a CUDA graph (cudaGraphLaunch / torch.cuda.graphs): replay amortizes launch \
 overhead and host-side coordination.";
 
-/// Kernel correlation ids (sorted, distinct) and start times (sorted), built once, on first need.
+/// Kernel start times (sorted), built once, on first need (the correlation ids are the
+/// analysis's: [`Ctx::kernel_corrs`]).
 struct KernelIndex<'a> {
     cx: &'a Ctx<'a>,
-    corrs: OnceLock<Vec<u32>>,
     starts: OnceLock<Vec<u64>>,
     /// (corr, running sum of weights) of the launch call sites (always-on sessions).
     launch_weights: OnceLock<Vec<(u32, u64)>>,
@@ -66,27 +66,12 @@ fn is_launch(name: &str) -> bool {
 }
 
 impl KernelIndex<'_> {
-    fn corrs(&self) -> &[u32] {
-        self.corrs.get_or_init(|| {
-            let mut v: Vec<u32> = self.cx.m.kernels.corr.iter().collect();
-            v.sort();
-            v.dedup();
-            v
-        })
-    }
-
     fn starts(&self) -> &[u64] {
         self.starts.get_or_init(|| {
             let mut v: Vec<u64> = self.cx.m.kernels.start.iter().collect();
             v.sort();
             v
         })
-    }
-
-    /// Distinct kernel correlation ids in `(a, b)`.
-    fn between_corr(&self, a: u32, b: u32) -> u64 {
-        let c = self.corrs();
-        (c.partition_point(|&x| x < b) - c.partition_point(|&x| x <= a)) as u64
     }
 
     /// Launches estimated from the sampled launch call sites with a correlation id in `(a, b)`:
@@ -140,7 +125,6 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     }
     let idx = KernelIndex {
         cx,
-        corrs: OnceLock::new(),
         starts: OnceLock::new(),
         launch_weights: OnceLock::new(),
     };
@@ -160,18 +144,22 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
         |i: u32| s.corr.get(i as usize),
     );
     syncs.sort_by_key(|&i| (start(i), corr(i)));
-    let corr_usable = idx.corrs().last().is_some_and(|&c| c != 0)
+    let kcorrs = cx.kernel_corrs();
+    let corr_usable = !kcorrs.is_empty()
         && syncs.iter().all(|&i| corr(i) != 0)
         && syncs.windows(2).all(|w| corr(w[0]) < corr(w[1]));
-    let count = |w: &[u32]| {
+    // The syncs' ids increase: each count gallops on from the previous one.
+    let mut cursor = kcorrs.cursor();
+    let mut count = |w: &[u32]| {
         if corr_usable {
-            idx.between_corr(corr(w[0]), corr(w[1]))
+            // Distinct kernel correlation ids in `(a, b)`.
+            cursor.between(corr(w[0]), corr(w[1])) as u64
         } else {
             idx.between_time(end(w[0]), end(w[1]))
         }
     };
     let (mut between, counted): (Vec<u64>, Counted) = if !cx.m.is_always_on() {
-        (syncs.windows(2).map(count).collect(), Counted::All)
+        (syncs.windows(2).map(&mut count).collect(), Counted::All)
     } else {
         // Always-on: kernels are recorded inside windows only; count the pairs whose time between
         // lies in observed time, else estimate from the launch call sites' weights.
@@ -179,7 +167,7 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
         let seen: Vec<u64> = syncs
             .windows(2)
             .filter(|w| cx.m.unobserved_in(end(w[0]), end(w[1])) == 0)
-            .map(count)
+            .map(&mut count)
             .collect();
         let ids_usable = syncs.iter().all(|&i| corr(i) != 0)
             && syncs.windows(2).all(|w| corr(w[0]) < corr(w[1]));

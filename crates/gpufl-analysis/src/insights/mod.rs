@@ -24,6 +24,7 @@ pub(crate) mod timeline;
 pub(crate) mod under_filled_grid;
 pub(crate) mod utilization;
 
+use crate::corrs::KernelCorrs;
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
 use crate::store::NONE;
@@ -32,6 +33,7 @@ use crate::Config;
 use gpufl_trace::{StackId, SyncKind};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// How much an insight matters.
 #[derive(Serialize, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
@@ -286,8 +288,6 @@ pub(crate) fn in_function(loc: &SourceLoc) -> String {
 /// location of each synchronization (computed once per distinct stack).
 pub(crate) struct Ctx<'a> {
     pub m: &'a Model,
-    /// Threads a rule may split its passes over the kernels across (the kernel rules').
-    pub threads: usize,
     pub wall_ns: u64,
     pub busy: &'a DeviceBusy,
     /// Distinct user locations.
@@ -300,6 +300,8 @@ pub(crate) struct Ctx<'a> {
     api_by_corr: Vec<(u32, u32)>,
     /// Per location (index into `locs`): stacks read from another thread.
     pub loc_via: Vec<LocVia>,
+    /// The kernels' distinct correlation ids, on first need.
+    kernel_corrs: OnceLock<Option<Vec<u32>>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -339,7 +341,6 @@ impl<'a> Ctx<'a> {
         api_by_corr.sort_unstable();
         Ctx {
             m,
-            threads: 1,
             wall_ns,
             busy,
             locs,
@@ -347,7 +348,19 @@ impl<'a> Ctx<'a> {
             stack_loc,
             api_by_corr,
             loc_via,
+            kernel_corrs: OnceLock::new(),
         }
+    }
+
+    /// The kernels' distinct non-zero correlation ids, sorted (built on the first call, shared by
+    /// the rules).
+    pub fn kernel_corrs(&self) -> KernelCorrs<'_> {
+        let col = &self.m.kernels.corr;
+        KernelCorrs::of(
+            col,
+            self.kernel_corrs
+                .get_or_init(|| crate::corrs::sorted_copy(col)),
+        )
     }
 
     /// Whether model stack `stack` carries Python frames read from another thread.

@@ -169,25 +169,6 @@ impl Names {
 /// Fewest operations of a line for its span to be the severity window (see [`Window`]).
 pub const MIN_LOOP_OPS: usize = 3;
 
-/// Kernel correlation ids, sorted and distinct (API call order), to count launches between calls.
-pub(super) struct KernelCorrs(Vec<u32>);
-
-impl KernelCorrs {
-    pub fn new(cx: &Ctx) -> KernelCorrs {
-        let mut v: Vec<u32> = cx.m.kernels.corr.iter().filter(|&c| c != 0).collect();
-        v.sort_unstable();
-        v.dedup();
-        KernelCorrs(v)
-    }
-
-    /// Kernel launches strictly between two calls.
-    fn between(&self, a: u32, b: u32) -> usize {
-        let c = &self.0;
-        c.partition_point(|&x| x < b)
-            .saturating_sub(c.partition_point(|&x| x <= a))
-    }
-}
-
 /// What severity is measured against, as in-loop-sync: the span of the line's operations (first
 /// call's start to last operation's end) when the line is a loop — at least [`MIN_LOOP_OPS`]
 /// operations with a median of at least one kernel launch between consecutive ones (iterations,
@@ -202,7 +183,7 @@ pub(super) struct Window {
 }
 
 /// The severity window of a line's operations, given as (corr, start, end).
-pub(super) fn window(cx: &Ctx, kc: &KernelCorrs, ops: &mut [(u32, u64, u64)]) -> Window {
+pub(super) fn window(cx: &Ctx, ops: &mut [(u32, u64, u64)]) -> Window {
     let wall = Window {
         ns: cx.gpu_wall_ns(),
         is_loop: false,
@@ -212,6 +193,7 @@ pub(super) fn window(cx: &Ctx, kc: &KernelCorrs, ops: &mut [(u32, u64, u64)]) ->
         return wall;
     }
     ops.sort_unstable();
+    let mut kc = cx.kernel_corrs().cursor();
     let mut between: Vec<usize> = ops.windows(2).map(|w| kc.between(w[0].0, w[1].0)).collect();
     between.sort_unstable();
     let n = between.len();
@@ -306,11 +288,10 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         g.names.add(name);
         g.ops.push(op_span(cx, c.corr, c.start, c.end));
     }
-    let kc = KernelCorrs::new(cx);
     groups
         .into_iter()
         .map(|(loc, mut g)| {
-            let w = window(cx, &kc, &mut g.ops);
+            let w = window(cx, &mut g.ops);
             insight(cx, loc, g, w)
         })
         .collect()

@@ -5,7 +5,7 @@
 use super::gpu_idle::{LocationSource, UNKNOWN_FILE};
 use super::Ctx;
 use crate::model::Model;
-use crate::store::NONE;
+use crate::store::{Col, NONE};
 use crate::userframe::{FrameOrigin, SourceLoc};
 use crate::views::ApiRec;
 use std::cell::OnceCell;
@@ -51,6 +51,262 @@ pub(super) fn device_timelines(m: &Model, memsets: bool) -> Vec<(u32, Vec<u32>)>
         v.sort_by_key(|&op| op_start(m, op));
     }
     out
+}
+
+/// Per device (as [`Model::devices`]): whether its kernels come in start order and its copies
+/// (memsets included when asked) too, as the recorder writes them (then [`StartOrdered`] walks
+/// its ops in [`device_timelines`]'s order without building or sorting a list), and the latest
+/// start of its ops (0 without ops). One pass over the start columns.
+pub(super) fn order_and_last_start(m: &Model, memsets: bool) -> Vec<(bool, u64)> {
+    let devs = m.devices();
+    let single = devs.len() == 1;
+    // Per device: in order so far, the last start, the latest start.
+    let mut st: Vec<(bool, u64, u64)> = vec![(true, 0, 0); devs.len()];
+    let mut table = |starts: &Col<u64>, dv: &Col<u32>, skip: Option<&Col<u8>>| {
+        st.iter_mut().for_each(|x| x.1 = 0);
+        for (c, ss) in starts.chunks().enumerate() {
+            let ops = skip.map_or(&[][..], |o| o.chunk(c));
+            if single && ops.is_empty() {
+                // The common case: one device, nothing to skip.
+                let x = &mut st[0];
+                let (mut ok, mut prev, mut last) = (x.0, x.1, x.2);
+                for &s in ss {
+                    ok &= s >= prev;
+                    prev = s;
+                    last = last.max(s);
+                }
+                *x = (ok, prev, last);
+                continue;
+            }
+            for (j, (&s, &d)) in ss.iter().zip(dv.chunk(c)).enumerate() {
+                if ops.get(j) == Some(&crate::views::OP_MEMSET) {
+                    continue;
+                }
+                let i = if single {
+                    0
+                } else {
+                    match devs.binary_search(&d) {
+                        Ok(i) => i,
+                        Err(_) => continue,
+                    }
+                };
+                let x = &mut st[i];
+                x.0 &= s >= x.1;
+                x.1 = s;
+                x.2 = x.2.max(s);
+            }
+        }
+    };
+    let (k, c) = (&m.kernels, &m.copies);
+    table(&k.start, &k.dev, None);
+    let skip = (!memsets && m.memset_count() > 0).then_some(&c.op);
+    table(&c.start, &c.dev, skip);
+    st.into_iter().map(|(ok, _, last)| (ok, last)).collect()
+}
+
+/// The ops of one device, `(op, start, end)` in start order (ties: kernels first, each in record
+/// order: the order of [`device_timelines`]), merging its kernels and its copies as they come,
+/// when [`order_and_last_start`] says both do.
+#[derive(Clone)]
+pub(super) struct StartOrdered<'m> {
+    kernels: Rows<'m>,
+    copies: Rows<'m>,
+    nk: usize,
+}
+
+impl<'m> StartOrdered<'m> {
+    pub(super) fn new(m: &'m Model, dev: u32, memsets: bool) -> StartOrdered<'m> {
+        // None: every op (the model has one device).
+        let dev = (m.devices().len() > 1).then_some(dev);
+        let (k, c) = (&m.kernels, &m.copies);
+        let skip_memsets = !memsets && m.memset_count() > 0;
+        StartOrdered {
+            kernels: Rows::new(&k.start, &k.end, &k.dev, None, dev),
+            copies: Rows::new(&c.start, &c.end, &c.dev, skip_memsets.then_some(&c.op), dev),
+            nk: k.start.len(),
+        }
+    }
+}
+
+impl Iterator for StartOrdered<'_> {
+    type Item = (u32, u64, u64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(u32, u64, u64)> {
+        let take_kernel = match (self.kernels.peek(), self.copies.peek()) {
+            (None, None) => return None,
+            (Some(ks), Some(cs)) => ks <= cs,
+            (k, _) => k.is_some(),
+        };
+        if take_kernel {
+            self.kernels.take().map(|(i, s, e)| (i as u32, s, e))
+        } else {
+            self.copies
+                .take()
+                .map(|(i, s, e)| ((self.nk + i) as u32, s, e))
+        }
+    }
+}
+
+/// Ops `(op, start, end)` in start order, handed to a function: one by one, or for
+/// [`StartOrdered`] a run of kernels at a time where it can.
+pub(super) trait OpWalk: Iterator<Item = (u32, u64, u64)> + Sized {
+    fn walk(self, mut f: impl FnMut(u32, u64, u64)) {
+        for (op, s, e) in self {
+            f(op, s, e);
+        }
+    }
+}
+
+/// A device's ops as [`device_timelines`] lists them (sorted), with their spans.
+#[derive(Clone)]
+pub(super) struct Listed<'m> {
+    pub(super) m: &'m Model,
+    pub(super) ops: std::slice::Iter<'m, u32>,
+}
+
+impl Iterator for Listed<'_> {
+    type Item = (u32, u64, u64);
+
+    fn next(&mut self) -> Option<(u32, u64, u64)> {
+        let &op = self.ops.next()?;
+        let (s, e) = op_span(self.m, op);
+        Some((op, s, e))
+    }
+}
+
+impl OpWalk for Listed<'_> {}
+
+impl OpWalk for StartOrdered<'_> {
+    /// With one device, the kernels up to the next copy are handed over straight from their
+    /// chunk (no merge step per kernel).
+    fn walk(mut self, mut f: impl FnMut(u32, u64, u64)) {
+        loop {
+            let lim = self.copies.peek().unwrap_or(u64::MAX);
+            let k = &mut self.kernels;
+            if k.dev.is_none() && k.pos < k.s.len() {
+                let base = (k.chunk << crate::store::CHUNK_BITS) + k.pos;
+                let (ss, es) = (&k.s[k.pos..], &k.e[k.pos..]);
+                let mut j = 0;
+                while j < ss.len() && ss[j] <= lim {
+                    f((base + j) as u32, ss[j], es[j]);
+                    j += 1;
+                }
+                k.pos += j;
+                if k.pos >= k.s.len() {
+                    k.settle();
+                }
+                if j > 0 {
+                    continue;
+                }
+            }
+            match self.next() {
+                Some((op, s, e)) => f(op, s, e),
+                None => return,
+            }
+        }
+    }
+}
+
+/// A walk over the rows of a table's (start, end) columns, chunk by chunk, keeping those of one
+/// device (all when None) and, when `op` is given, leaving memsets out.
+#[derive(Clone)]
+struct Rows<'m> {
+    starts: &'m Col<u64>,
+    ends: &'m Col<u64>,
+    devs: &'m Col<u32>,
+    ops: Option<&'m Col<u8>>,
+    dev: Option<u32>,
+    /// The current chunk's number and slices, and the position in it.
+    chunk: usize,
+    s: &'m [u64],
+    e: &'m [u64],
+    d: &'m [u32],
+    o: &'m [u8],
+    pos: usize,
+}
+
+impl<'m> Rows<'m> {
+    fn new(
+        starts: &'m Col<u64>,
+        ends: &'m Col<u64>,
+        devs: &'m Col<u32>,
+        ops: Option<&'m Col<u8>>,
+        dev: Option<u32>,
+    ) -> Rows<'m> {
+        let mut r = Rows {
+            starts,
+            ends,
+            devs,
+            ops,
+            dev,
+            chunk: 0,
+            s: &[],
+            e: &[],
+            d: &[],
+            o: &[],
+            pos: 0,
+        };
+        r.load(0);
+        r.settle();
+        r
+    }
+
+    /// Chunk `c`'s slices (empty past the last).
+    fn load(&mut self, c: usize) {
+        self.chunk = c;
+        self.pos = 0;
+        self.s = self.starts.chunk(c);
+        self.e = self.ends.chunk(c);
+        self.d = if self.dev.is_some() {
+            self.devs.chunk(c)
+        } else {
+            &[]
+        };
+        self.o = self.ops.map_or(&[], |o| o.chunk(c));
+    }
+
+    /// On to the next row kept (or past the end).
+    #[inline]
+    fn settle(&mut self) {
+        loop {
+            while self.pos < self.s.len() {
+                let p = self.pos;
+                let other_dev = self.dev.is_some_and(|d| self.d[p] != d);
+                let memset = !self.o.is_empty() && self.o[p] == crate::views::OP_MEMSET;
+                if !other_dev && !memset {
+                    return;
+                }
+                self.pos += 1;
+            }
+            if self.s.is_empty() {
+                return;
+            }
+            self.load(self.chunk + 1);
+        }
+    }
+
+    /// The start of the current row.
+    #[inline]
+    fn peek(&self) -> Option<u64> {
+        self.s.get(self.pos).copied()
+    }
+
+    /// The current row (its index, start and end), moving past it.
+    #[inline]
+    fn take(&mut self) -> Option<(usize, u64, u64)> {
+        let p = self.pos;
+        let row = (
+            (self.chunk << crate::store::CHUNK_BITS) + p,
+            *self.s.get(p)?,
+            self.e[p],
+        );
+        self.pos += 1;
+        if self.dev.is_some() || !self.o.is_empty() || self.pos >= self.s.len() {
+            self.settle();
+        }
+        Some(row)
+    }
 }
 
 /// Start of an op of a timeline.
@@ -424,4 +680,151 @@ pub(super) fn median_p99<T: Copy + Ord + Into<u64>>(v: &mut [T]) -> (u64, u64) {
     };
     let rank = (n * 99).div_ceil(100).max(1);
     (med, at(rank - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufl_trace::{Kernel, Memcpy, Memset, Record};
+
+    #[test]
+    fn runs_of_kernels_across_chunks_are_the_sorted_timeline() {
+        // More kernels than a column chunk holds, copies among them, one device.
+        let recs = (0..70_000u64).map(|i| {
+            let (start, end) = (i / 2 * 10, i / 2 * 10 + 15);
+            if i % 997 == 0 {
+                Record::Memcpy(Memcpy {
+                    start,
+                    end,
+                    ..Memcpy::default()
+                })
+            } else {
+                Record::Kernel(Kernel {
+                    start,
+                    end,
+                    ..Kernel::default()
+                })
+            }
+        });
+        let m = Model::load(recs);
+        assert!(order_and_last_start(&m, true)[0].0);
+        let want: Vec<(u32, u64, u64)> = device_timelines(&m, true)[0]
+            .1
+            .iter()
+            .map(|&op| {
+                let (s, e) = op_span(&m, op);
+                (op, s, e)
+            })
+            .collect();
+        let mut walked = Vec::new();
+        StartOrdered::new(&m, 0, true).walk(|op, s, e| walked.push((op, s, e)));
+        assert_eq!(walked.len(), 70_000);
+        assert!(walked == want);
+    }
+
+    #[test]
+    fn ops_merged_as_they_come_are_the_sorted_timelines() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for round in 0..40 {
+            let devices = 1 + round % 3;
+            // Kernels in start order, copies and memsets (one table) too, with frequent ties
+            // across the two; interleaved in the file at random.
+            let mut t = [0u64; 2];
+            let mut recs = Vec::new();
+            for _ in 0..300 {
+                let kind = rnd(3) as usize;
+                let at = &mut t[kind.min(1)];
+                *at += rnd(if round % 2 == 0 { 4 } else { 100 });
+                // Some empty and inverted ops.
+                let len = rnd(50);
+                let end = if rnd(10) == 0 {
+                    at.saturating_sub(len)
+                } else {
+                    *at + len
+                };
+                let (start, dev) = (*at, rnd(devices) as u32);
+                recs.push(match kind {
+                    0 => Record::Kernel(Kernel {
+                        start,
+                        end,
+                        dev,
+                        ..Kernel::default()
+                    }),
+                    1 => Record::Memcpy(Memcpy {
+                        start,
+                        end,
+                        dev,
+                        ..Memcpy::default()
+                    }),
+                    _ => Record::Memset(Memset {
+                        start,
+                        end,
+                        dev,
+                        ..Memset::default()
+                    }),
+                });
+            }
+            let unsorted = round % 5 == 4;
+            if unsorted {
+                // A kernel of device 0 after later ones: its starts go back.
+                recs.push(Record::Kernel(Kernel::default()));
+            }
+            let m = Model::load(recs);
+            for memsets in [true, false] {
+                let ext = order_and_last_start(&m, memsets);
+                let ordered: Vec<bool> = ext.iter().map(|x| x.0).collect();
+                let timelines = device_timelines(&m, memsets);
+                for (di, &dev) in m.devices().iter().enumerate() {
+                    let ops = &timelines[di].1;
+                    let sorted = ops
+                        .windows(2)
+                        .all(|w| op_start(&m, w[0]) <= op_start(&m, w[1]));
+                    assert!(sorted);
+                    if !ordered[di] {
+                        assert!(unsorted, "round {round}");
+                        continue;
+                    }
+                    let want: Vec<(u32, u64, u64)> = ops
+                        .iter()
+                        .map(|&op| {
+                            let (s, e) = op_span(&m, op);
+                            (op, s, e)
+                        })
+                        .collect();
+                    let got: Vec<(u32, u64, u64)> = StartOrdered::new(&m, dev, memsets).collect();
+                    assert_eq!(got, want, "round {round}, device {dev}, memsets {memsets}");
+                    // Runs of kernels handed over at once: the same ops, in the same order.
+                    let mut walked = Vec::new();
+                    StartOrdered::new(&m, dev, memsets).walk(|op, s, e| walked.push((op, s, e)));
+                    assert_eq!(
+                        walked, want,
+                        "round {round}, device {dev}, memsets {memsets}"
+                    );
+                    let mut listed = Vec::new();
+                    let ops = ops.iter();
+                    Listed { m: &m, ops }.walk(|op, s, e| listed.push((op, s, e)));
+                    assert_eq!(listed, want);
+                    let last = want.iter().map(|o| o.1).max().unwrap_or(0);
+                    assert_eq!(ext[di].1, last);
+                    if memsets {
+                        // gpu-idle's latest end: the busy intervals' (kernels, copies and
+                        // memsets) or a later start.
+                        let busy = crate::DeviceBusy::new(&m);
+                        let end = busy.intervals(Some(dev)).last().map_or(0, |iv| iv.1);
+                        let want_end = want.iter().map(|o| o.2.max(o.1)).max();
+                        assert_eq!(Some(last.max(end)), want_end, "round {round}");
+                    }
+                }
+                if unsorted {
+                    assert!(ordered.iter().any(|&o| !o), "round {round}");
+                }
+            }
+        }
+    }
 }

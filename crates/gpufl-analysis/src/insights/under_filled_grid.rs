@@ -27,11 +27,10 @@ use super::gpu_idle::{LocationSource, Locator};
 use super::kernel_site::MIN_BUSY_PCT;
 use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
 use super::{fmt_duration, Ctx, Insight, RuleData};
-use crate::intervals::merge;
-use crate::kernels::{overlap_from, solo_periods, KernelRow, KernelTable, Variant};
+use crate::kernels::{alone_times as kernel_alone_times, KernelRow, KernelTable, Variant};
 use crate::occupancy::SmLimits;
+use crate::store::NONE;
 use crate::views::LaunchConfig;
-use crate::work::{pieces, row_pieces};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -187,98 +186,40 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
     out
 }
 
-/// Fill in each flag's time alone on its device: one pass over the kernels, with the solo
-/// periods of each device that has a flag.
+/// Fill in each flag's time alone on its device ([`alone_times`]: one pass over the kernels).
 fn alone_times(cx: &Ctx, table: &KernelTable, flags: &mut [Flag]) {
     let m = cx.m;
     // Flags of each (name, configuration) pair of the model, with their device.
-    let mut by_launch: Vec<Vec<(u32, usize)>> = vec![Vec::new(); m.launches.len()];
-    let mut want: HashMap<(u32, u32), Vec<(u32, usize)>> = HashMap::new();
+    let mut by_launch: Vec<Vec<(u32, u32)>> = vec![Vec::new(); m.launches.len()];
+    let mut want: HashMap<(u32, u32), Vec<(u32, u32)>> = HashMap::new();
+    let mut devs: Vec<u32> = Vec::new();
     for (i, f) in flags.iter().enumerate() {
         let row = &table.rows[f.row];
         for &id in &row.name_ids {
             want.entry((id, f.v.config_id))
                 .or_default()
-                .push((row.device, i));
+                .push((row.device, i as u32));
+        }
+        if !devs.contains(&row.device) {
+            devs.push(row.device);
         }
     }
+    devs.sort_unstable();
     for (l, key) in m.launches.iter().enumerate() {
         if let Some(v) = want.get(key) {
             by_launch[l] = v.clone();
         }
     }
     drop(want);
-    // The flagged launches' intervals per device, merged: solo periods are only needed there,
-    // so only the kernels overlapping them are sorted.
-    let k = &m.kernels;
-    let flag_of = |i: usize, l: u32| -> Option<usize> {
-        let v = by_launch.get(l as usize)?;
-        let dev = k.dev.get(i);
-        v.iter().find(|x| x.0 == dev).map(|x| x.1)
+    let flag_of = |l: u32, dev: u32| -> u32 {
+        by_launch
+            .get(l as usize)
+            .and_then(|v| v.iter().find(|x| x.0 == dev))
+            .map_or(NONE, |x| x.1)
     };
-    // Pieces of the kernels on the kernel rules' threads (each merged alone, then together:
-    // the same union).
-    let kp = row_pieces(k.launch.len());
-    let piece_windows = |p: usize| {
-        let (a, b) = kp[p];
-        let mut windows: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
-        for (i, l) in (a..b).zip(k.launch.iter_range(a, b)) {
-            if flag_of(i, l).is_none() {
-                continue;
-            }
-            let dev = k.dev.get(i);
-            let w = match windows.iter_mut().find(|w| w.0 == dev) {
-                Some(w) => w,
-                None => {
-                    windows.push((dev, Vec::new()));
-                    windows.last_mut().expect("just pushed")
-                }
-            };
-            w.1.push((k.start.get(i), k.end.get(i)));
-        }
-        for w in &mut windows {
-            let n = merge(&mut w.1).len();
-            w.1.truncate(n);
-        }
-        windows
-    };
-    let mut windows: Vec<(u32, Vec<(u64, u64)>)> = Vec::new();
-    for part in pieces(kp.len(), cx.threads, piece_windows) {
-        for (dev, iv) in part {
-            match windows.iter_mut().find(|w| w.0 == dev) {
-                Some(w) => w.1.extend(iv),
-                None => windows.push((dev, iv)),
-            }
-        }
-    }
-    let solo: Vec<(u32, Vec<(u64, u64)>)> = windows
-        .into_iter()
-        .map(|(dev, mut w)| {
-            let n = merge(&mut w).len();
-            w.truncate(n);
-            (dev, solo_periods(m, dev, &w))
-        })
-        .collect();
-    let nflags = flags.len();
-    let piece_alone = |p: usize| {
-        let (a, b) = kp[p];
-        let mut alone = vec![0u64; nflags];
-        // Where each device's last lookup was: kernels come nearly in start order.
-        let mut at = vec![0usize; solo.len()];
-        for (i, l) in (a..b).zip(k.launch.iter_range(a, b)) {
-            let Some(fi) = flag_of(i, l) else { continue };
-            let dev = k.dev.get(i);
-            let Some(d) = solo.iter().position(|s| s.0 == dev) else {
-                continue;
-            };
-            alone[fi] += overlap_from(&solo[d].1, &mut at[d], k.start.get(i), k.end.get(i));
-        }
-        alone
-    };
-    for part in pieces(kp.len(), cx.threads, piece_alone) {
-        for (f, t) in flags.iter_mut().zip(part) {
-            f.alone_ns += t;
-        }
+    let alone = kernel_alone_times(m, &devs, flags.len(), flag_of);
+    for (f, t) in flags.iter_mut().zip(alone) {
+        f.alone_ns = t;
     }
 }
 
