@@ -128,8 +128,23 @@ impl Cur<'_> {
                 | b.wrapping_add(0x7676_7676_7676_7676))
                 & 0x8080_8080_8080_8080;
             if non == 0 && chunk[0] != b'0' {
-                self.i = start + 16;
                 let v = eight_digits(a) * 100_000_000 + eight_digits(b);
+                // Nineteen digits (every timestamp from 2001 to 2286): the last three at once
+                // when a non-digit follows them (19 digits cannot overflow a u64).
+                if let Some(&[x, y, z, after]) = self.b.get(start + 16..start + 20) {
+                    let (x, y, z) = (
+                        x.wrapping_sub(b'0'),
+                        y.wrapping_sub(b'0'),
+                        z.wrapping_sub(b'0'),
+                    );
+                    if x <= 9 && y <= 9 && z <= 9 && after.wrapping_sub(b'0') > 9 {
+                        self.i = start + 19;
+                        return Some(
+                            v * 1000 + u64::from(x) * 100 + u64::from(y) * 10 + u64::from(z),
+                        );
+                    }
+                }
+                self.i = start + 16;
                 return self.unsigned_from(start, v, u64::MAX);
             }
         }
@@ -496,6 +511,48 @@ mod tests {
         assert_eq!(kernel(with.as_bytes()).unwrap().smem_executed, Some(233472));
         assert_eq!(kernel(with.as_bytes()), serde(&with));
         assert_eq!(kernel(LINE.as_bytes()).unwrap().smem_executed, None);
+    }
+
+    /// Timestamps of 15 to 21 digits, with the digits after the sixteenth followed by what ends
+    /// a number or by what serde_json would refuse: parsed like serde_json or left to it.
+    #[test]
+    fn long_timestamps_parse_like_serde() {
+        let tails = ["", "0", "00", "7", "12", "345", "999", "1234", "98765"];
+        let afters = [",", ".5,", "e3,", "x,"];
+        for head in [
+            "179532833700318",
+            "1795328337003189",
+            "9999999999999999",
+            "1000000000000000",
+        ] {
+            for tail in tails {
+                for after in afters {
+                    let ts = format!("{head}{tail}");
+                    let line = LINE.replacen(
+                        &format!("\"start\":{}", start_of(LINE)),
+                        &format!("\"start\":{ts}"),
+                        1,
+                    );
+                    let line = line.replacen(&format!("{ts},"), &format!("{ts}{after}"), 1);
+                    let fast = kernel(line.as_bytes());
+                    if fast.is_some() {
+                        assert_eq!(fast, serde(&line), "{line}");
+                    } else {
+                        // Left to serde_json: only what a fast parse cannot take.
+                        assert!(
+                            after != "," || serde(&line).is_none() || ts.len() > 19,
+                            "{line}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn start_of(line: &str) -> &str {
+        let at = line.find("\"start\":").unwrap() + 8;
+        let end = at + line[at..].find(',').unwrap();
+        &line[at..end]
     }
 
     #[test]
