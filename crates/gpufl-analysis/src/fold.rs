@@ -129,7 +129,7 @@ pub(crate) struct ModelFold {
     /// Where the workers leave the chunks the caller's columns will fill (see [`Spares`]).
     pub(crate) spares: Arc<Spares>,
     /// The caller's thread: a block it folds itself makes no spare chunks (touching them there
-    /// costs what the join's page faults would).
+    /// costs what the join's page faults would); a worker makes them later.
     pub(crate) caller: ThreadId,
 }
 
@@ -141,8 +141,9 @@ struct Folding {
     last_launch: Vec<u32>,
     seen_pairs: HashSet<(u32, u32)>,
     last_pair: Option<(u32, u32)>,
-    /// Where to make the chunks the part will fill, when folding on a worker.
-    spares: Option<Arc<Spares>>,
+    /// Where to make (on a worker) or count (on the caller) the chunks the part will fill.
+    spares: Arc<Spares>,
+    worker: bool,
 }
 
 impl Folding {
@@ -342,7 +343,8 @@ impl BlockFold for ModelFold {
             last_launch: Vec::new(),
             seen_pairs: HashSet::new(),
             last_pair: None,
-            spares: (std::thread::current().id() != self.caller).then(|| self.spares.clone()),
+            spares: self.spares.clone(),
+            worker: std::thread::current().id() != self.caller,
         })
     }
 }
@@ -353,21 +355,22 @@ impl BlockFolding for Folding {
     }
 
     fn finish(self: Box<Self>) -> Box<dyn Any + Send> {
-        if let Some(spares) = &self.spares {
-            let p = &self.p;
-            let (k, c, s, a) = (
-                p.k_start.len(),
-                p.c_start.len(),
-                p.s_start.len(),
-                p.a_start.len(),
-            );
-            // The part's elements of each type, column by column (see `Model::absorb`).
-            spares.provide([
+        let p = &self.p;
+        let (k, c, s, a) = (
+            p.k_start.len(),
+            p.c_start.len(),
+            p.s_start.len(),
+            p.a_start.len(),
+        );
+        // The part's elements of each type, column by column (see `Model::absorb`).
+        self.spares.provide(
+            [
                 2 * k + 3 * c + 3 * s + 3 * a,
                 5 * k + 4 * c + 5 * s + 3 * a,
                 3 * c + s,
-            ]);
-        }
+            ],
+            self.worker,
+        );
         Box::new(self.p)
     }
 }
@@ -570,7 +573,7 @@ pub(crate) mod tests {
         assert!(one.kernels.start.len() > 1 << crate::store::CHUNK_BITS);
         for threads in [1, 3] {
             let spares = Arc::new(Spares::default());
-            spares.provide([1 << 30; 3]);
+            spares.provide([1 << 30; 3], true);
             SPARES_TAKEN.with(|c| c.set(0));
             let mut r = ParTraceReader::from_bytes(bytes.clone(), "t", threads).unwrap();
             let par = Model::load_items_with(&mut r, spares.clone());
@@ -625,6 +628,9 @@ pub(crate) mod tests {
         }
         let _part = f.finish();
         assert_eq!(fold.spares.lock().u64s_len(), 0);
+        // A worker's next part makes them.
+        fold.spares.provide([0; 3], true);
+        assert_eq!(fold.spares.lock().u64s_len(), 2);
     }
 
     #[test]

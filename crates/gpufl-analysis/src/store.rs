@@ -155,6 +155,9 @@ impl<T: Copy> Col<T> {
 /// each; the element types of the model's columns).
 const SPARE_BYTES: usize = 8 << 20;
 
+/// Bytes of the element types of [`SpareLists`].
+const SIZES: [usize; 3] = [8, 4, 1];
+
 /// Empty chunks of full capacity, their pages touched (faulted in) by the threads that made them:
 /// the reader's workers make them while they fold, so that the caller's join of their parts
 /// into the model's columns is a copy into memory already mapped instead of a page fault every 4
@@ -180,22 +183,27 @@ pub(crate) struct SpareLists {
 
 /// An element type of the model's columns (`u64`, `u32`, `u8`).
 pub(crate) trait Spare: Copy + Default {
+    /// Index of the type in [`SpareLists::owed`].
+    const KIND: usize;
     fn list(l: &mut SpareLists) -> &mut Vec<Vec<Self>>;
 }
 
 impl Spare for u64 {
+    const KIND: usize = 0;
     fn list(l: &mut SpareLists) -> &mut Vec<Vec<u64>> {
         &mut l.u64s
     }
 }
 
 impl Spare for u32 {
+    const KIND: usize = 1;
     fn list(l: &mut SpareLists) -> &mut Vec<Vec<u32>> {
         &mut l.u32s
     }
 }
 
 impl Spare for u8 {
+    const KIND: usize = 2;
     fn list(l: &mut SpareLists) -> &mut Vec<Vec<u8>> {
         &mut l.u8s
     }
@@ -214,9 +222,13 @@ impl Spares {
         self.lists.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A spare chunk; else a chunk the column allocates itself is taken off what is owed.
     fn take<T: Spare>(&self) -> Option<Vec<T>> {
         let mut l = self.lock();
         let c = T::list(&mut l).pop();
+        if c.is_none() {
+            l.owed[T::KIND] = l.owed[T::KIND].saturating_sub(CHUNK);
+        }
         #[cfg(test)]
         if c.is_some() {
             l.taken += 1;
@@ -224,32 +236,30 @@ impl Spares {
         c
     }
 
-    /// A part of `elems` `u64`, `u32` and `u8` elements is to be joined: make the chunks they
-    /// will fill (as many as whole chunks' worth of elements were brought so far), within
-    /// [`SPARE_BYTES`] per type.
-    pub(crate) fn provide(&self, elems: [usize; 3]) {
-        let mut make = [0; 3];
+    /// A part of `elems` `u64`, `u32` and `u8` elements is to be joined: on a worker (`make`),
+    /// make the chunks they and the parts before them will fill (as many as whole chunks' worth
+    /// of elements were brought so far and not allocated by the columns themselves), within
+    /// [`SPARE_BYTES`] per type; on the caller's thread, only count them (a worker makes them).
+    pub(crate) fn provide(&self, elems: [usize; 3], make: bool) {
+        let mut todo = [0; 3];
         {
             let mut l = self.lock();
             let held = [l.u64s.len(), l.u32s.len(), l.u8s.len()];
-            let sizes = [8, 4, 1];
             for t in 0..3 {
-                l.owed[t] += elems[t];
-                let room = (SPARE_BYTES / (CHUNK * sizes[t])).saturating_sub(held[t]);
-                make[t] = (l.owed[t] / CHUNK).min(room);
-                // Past the bound, what is owed is forgotten (those chunks are allocated as
-                // they are needed).
-                l.owed[t] = if make[t] < l.owed[t] / CHUNK {
-                    0
-                } else {
-                    l.owed[t] - make[t] * CHUNK
-                };
+                let cap = SPARE_BYTES / (CHUNK * SIZES[t]);
+                // Past the bound, what is owed is forgotten (those chunks are allocated as they
+                // are needed).
+                l.owed[t] = (l.owed[t] + elems[t]).min(cap * CHUNK);
+                if make {
+                    todo[t] = (l.owed[t] / CHUNK).min(cap.saturating_sub(held[t]));
+                    l.owed[t] -= todo[t] * CHUNK;
+                }
             }
         }
-        if make == [0; 3] {
+        if todo == [0; 3] {
             return;
         }
-        let (a, b, c) = (touched::<u64>(make[0]), touched(make[1]), touched(make[2]));
+        let (a, b, c) = (touched::<u64>(todo[0]), touched(todo[1]), touched(todo[2]));
         let mut l = self.lock();
         l.u64s.extend(a);
         l.u32s.extend(b);
@@ -389,7 +399,10 @@ mod tests {
     fn col_extend_spared_is_extend() {
         let spares = Spares::default();
         // A part's worth of elements: chunks of every type made, within the bound.
-        spares.provide([CHUNK * 3 + 5, CHUNK * 1000, CHUNK]);
+        // Counted on the caller's thread, made on a worker.
+        spares.provide([CHUNK * 2, 0, 0], false);
+        assert!(spares.lock().u64s.is_empty());
+        spares.provide([CHUNK + 5, CHUNK * 1000, CHUNK], true);
         {
             let l = spares.lock();
             assert_eq!((l.u64s.len(), l.u8s.len()), (3, 1));
