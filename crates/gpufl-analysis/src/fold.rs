@@ -13,11 +13,13 @@
 //! A part also keeps the order of its records (one byte each), so that a part whose devices go
 //! beyond [`MAX_DEVICES`](crate::model::MAX_DEVICES) can be replayed record by record.
 
-use crate::store::NONE;
+use crate::store::{Spares, NONE};
 use crate::views::{copy_kind_to_u8, mem_kind_to_u8, sync_kind_to_u8, LaunchConfig, OP_MEMSET};
 use gpufl_trace::{BlockFold, BlockFolding, Record};
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::thread::ThreadId;
 
 /// Record kinds of a part, in file order (see [`Part::order`]).
 pub(crate) const K_KERNEL: u8 = 0;
@@ -123,7 +125,13 @@ impl Part {
 }
 
 /// Builds [`Part`]s on the reader's workers.
-pub(crate) struct ModelFold;
+pub(crate) struct ModelFold {
+    /// Where the workers leave the chunks the caller's columns will fill (see [`Spares`]).
+    pub(crate) spares: Arc<Spares>,
+    /// The caller's thread: a block it folds itself makes no spare chunks (touching them there
+    /// costs what the join's page faults would); a worker makes them later.
+    pub(crate) caller: ThreadId,
+}
 
 /// A worker's lookups while folding one run.
 struct Folding {
@@ -133,6 +141,9 @@ struct Folding {
     last_launch: Vec<u32>,
     seen_pairs: HashSet<(u32, u32)>,
     last_pair: Option<(u32, u32)>,
+    /// Where to make (on a worker) or count (on the caller) the chunks the part will fill.
+    spares: Arc<Spares>,
+    worker: bool,
 }
 
 impl Folding {
@@ -332,6 +343,8 @@ impl BlockFold for ModelFold {
             last_launch: Vec::new(),
             seen_pairs: HashSet::new(),
             last_pair: None,
+            spares: self.spares.clone(),
+            worker: std::thread::current().id() != self.caller,
         })
     }
 }
@@ -342,20 +355,41 @@ impl BlockFolding for Folding {
     }
 
     fn finish(self: Box<Self>) -> Box<dyn Any + Send> {
+        let p = &self.p;
+        let (k, c, s, a) = (
+            p.k_start.len(),
+            p.c_start.len(),
+            p.s_start.len(),
+            p.a_start.len(),
+        );
+        // The part's elements of each type, column by column (see `Model::absorb`).
+        self.spares.provide(
+            [
+                2 * k + 3 * c + 3 * s + 3 * a,
+                5 * k + 4 * c + 5 * s + 3 * a,
+                3 * c + s,
+            ],
+            self.worker,
+        );
         Box::new(self.p)
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::ModelFold;
+    use crate::store::Spares;
     use crate::{analyze, Config, Model};
     use gpufl_trace::*;
     use std::cell::Cell;
+    use std::sync::Arc;
 
     thread_local! {
         /// Parts taken (and of them replayed record by record) on this thread.
         pub(crate) static ABSORBED: Cell<usize> = const { Cell::new(0) };
         pub(crate) static REPLAYED: Cell<usize> = const { Cell::new(0) };
+        /// Spare chunks the columns took while joining parts (see `store::Spares`).
+        pub(crate) static SPARES_TAKEN: Cell<usize> = const { Cell::new(0) };
     }
 
     /// A trace of `blocks` blocks of kernels (names first used inside later blocks), copies,
@@ -528,6 +562,75 @@ pub(crate) mod tests {
             );
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn folded_load_into_spare_chunks_is_record_by_record_load() {
+        // More kernels than a chunk of a column: the columns' later chunks come from the spares,
+        // on one thread as on several.
+        let bytes = trace(300, 2);
+        let one = Model::load(TraceReader::from_bytes(bytes.clone(), "t").unwrap());
+        assert!(one.kernels.start.len() > 1 << crate::store::CHUNK_BITS);
+        for threads in [1, 3] {
+            let spares = Arc::new(Spares::default());
+            spares.provide([1 << 30; 3], true);
+            SPARES_TAKEN.with(|c| c.set(0));
+            let mut r = ParTraceReader::from_bytes(bytes.clone(), "t", threads).unwrap();
+            let par = Model::load_items_with(&mut r, spares.clone());
+            assert!(SPARES_TAKEN.with(|c| c.get()) >= 2, "{threads} threads");
+            // What was left is dropped.
+            assert!(spares.lock().u64s_len() == 0);
+            for (a, b) in [
+                (format!("{:?}", one.kernels), format!("{:?}", par.kernels)),
+                (format!("{:?}", one.copies), format!("{:?}", par.copies)),
+                (format!("{:?}", one.syncs), format!("{:?}", par.syncs)),
+                (format!("{:?}", one.apis), format!("{:?}", par.apis)),
+                (format!("{:?}", one.launches), format!("{:?}", par.launches)),
+            ] {
+                assert!(a == b, "{threads} threads");
+            }
+        }
+    }
+
+    #[test]
+    fn parts_folded_on_a_worker_provide_spare_chunks() {
+        // A fold started on another thread than the caller's makes the chunks its part fills.
+        let spares = Arc::new(Spares::default());
+        let caller = std::thread::spawn(|| std::thread::current().id())
+            .join()
+            .unwrap();
+        let fold = ModelFold {
+            spares: spares.clone(),
+            caller,
+        };
+        let mut f = fold.start(1 << 20);
+        for i in 0..70_000u64 {
+            f.push(Record::Kernel(Kernel {
+                start: i,
+                end: i + 1,
+                ..Kernel::default()
+            }));
+        }
+        let _part = f.finish();
+        // 2 u64 and 5 u32 columns of 70 000 kernels: 2 and 5 whole chunks' worth.
+        assert_eq!(spares.lock().u64s_len(), 2);
+        // The caller's own folds make none.
+        let fold = ModelFold {
+            spares: Arc::new(Spares::default()),
+            caller: std::thread::current().id(),
+        };
+        let mut f = fold.start(1 << 20);
+        for i in 0..70_000u64 {
+            f.push(Record::Kernel(Kernel {
+                start: i,
+                ..Kernel::default()
+            }));
+        }
+        let _part = f.finish();
+        assert_eq!(fold.spares.lock().u64s_len(), 0);
+        // A worker's next part makes them.
+        fold.spares.provide([0; 3], true);
+        assert_eq!(fold.spares.lock().u64s_len(), 2);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The [`Model`]: a compact, columnar copy of one recorded session, built by streaming records.
 
 use crate::fold::{ModelFold, Part, K_API, K_COPY, K_KERNEL, K_SYNC};
-use crate::store::{Col, IdMap, NONE};
+use crate::store::{Col, IdMap, Spares, NONE};
 use crate::views::*;
 use gpufl_trace::{FrameId, FrameKind, Header, Item, Items, Record, StackId, StrId, StreamRole};
 use std::collections::HashMap;
@@ -182,7 +182,15 @@ impl Model {
     /// runs of the blocks' records into parts of the model (see [`gpufl_trace::BlockFold`]), which are joined
     /// here in file order. The same model as [`Model::load`] over the reader's records.
     pub fn load_items(reader: &mut impl Items) -> Model {
-        reader.set_fold(Arc::new(ModelFold));
+        Self::load_items_with(reader, Arc::new(Spares::default()))
+    }
+
+    /// [`Model::load_items`], the columns' chunks taken from `spares` while it has some.
+    pub(crate) fn load_items_with(reader: &mut impl Items, spares: Arc<Spares>) -> Model {
+        reader.set_fold(Arc::new(ModelFold {
+            spares: spares.clone(),
+            caller: std::thread::current().id(),
+        }));
         let mut m = Model {
             first_ns: u64::MAX,
             ..Model::default()
@@ -193,18 +201,21 @@ impl Model {
                 Item::Record(rec) => m.observe(&mut ld, rec),
                 Item::Folded(part) => {
                     if let Ok(p) = part.downcast::<Part>() {
-                        m.absorb(&mut ld, *p);
+                        m.absorb(&mut ld, *p, &spares);
                     }
                 }
             }
         }
+        #[cfg(test)]
+        crate::fold::tests::SPARES_TAKEN.with(|c| c.set(c.get() + spares.lock().taken));
+        spares.clear();
         m.finish();
         m
     }
 
     /// Take a block's part: what [`Model::observe`] does with each of its records, column by
     /// column (record by record when some device of the part is one too many).
-    fn absorb(&mut self, ld: &mut Loader, mut p: Part) {
+    fn absorb(&mut self, ld: &mut Loader, mut p: Part, spares: &Spares) {
         #[cfg(test)]
         crate::fold::tests::ABSORBED.with(|c| c.set(c.get() + 1));
         let beyond = p
@@ -255,24 +266,24 @@ impl Model {
             *l = map[*l as usize];
         }
         let k = &mut self.kernels;
-        k.start.extend_from_slice(&p.k_start);
-        k.end.extend_from_slice(&p.k_end);
-        k.corr.extend_from_slice(&p.k_corr);
-        k.launch.extend_from_slice(&p.k_launch);
-        k.stream.extend_from_slice(&p.k_stream);
-        k.ctx.extend_from_slice(&p.k_ctx);
-        k.dev.extend_from_slice(&p.k_dev);
+        k.start.extend_spared(&p.k_start, spares);
+        k.end.extend_spared(&p.k_end, spares);
+        k.corr.extend_spared(&p.k_corr, spares);
+        k.launch.extend_spared(&p.k_launch, spares);
+        k.stream.extend_spared(&p.k_stream, spares);
+        k.ctx.extend_spared(&p.k_ctx, spares);
+        k.dev.extend_spared(&p.k_dev, spares);
         let c = &mut self.copies;
-        c.start.extend_from_slice(&p.c_start);
-        c.end.extend_from_slice(&p.c_end);
-        c.bytes.extend_from_slice(&p.c_bytes);
-        c.corr.extend_from_slice(&p.c_corr);
-        c.ctx.extend_from_slice(&p.c_ctx);
-        c.stream.extend_from_slice(&p.c_stream);
-        c.dev.extend_from_slice(&p.c_dev);
-        c.op.extend_from_slice(&p.c_op);
-        c.src.extend_from_slice(&p.c_src);
-        c.dst.extend_from_slice(&p.c_dst);
+        c.start.extend_spared(&p.c_start, spares);
+        c.end.extend_spared(&p.c_end, spares);
+        c.bytes.extend_spared(&p.c_bytes, spares);
+        c.corr.extend_spared(&p.c_corr, spares);
+        c.ctx.extend_spared(&p.c_ctx, spares);
+        c.stream.extend_spared(&p.c_stream, spares);
+        c.dev.extend_spared(&p.c_dev, spares);
+        c.op.extend_spared(&p.c_op, spares);
+        c.src.extend_spared(&p.c_src, spares);
+        c.dst.extend_spared(&p.c_dst, spares);
         self.memsets += p.memsets;
         for s in p.s_stack.iter_mut() {
             if *s != NONE {
@@ -280,25 +291,25 @@ impl Model {
             }
         }
         let y = &mut self.syncs;
-        y.start.extend_from_slice(&p.s_start);
-        y.end.extend_from_slice(&p.s_end);
-        y.tid.extend_from_slice(&p.s_tid);
-        y.corr.extend_from_slice(&p.s_corr);
-        y.ctx.extend_from_slice(&p.s_ctx);
-        y.stream.extend_from_slice(&p.s_stream);
-        y.event.extend_from_slice(&p.s_event);
-        y.stack.extend_from_slice(&p.s_stack);
-        y.kind.extend_from_slice(&p.s_kind);
+        y.start.extend_spared(&p.s_start, spares);
+        y.end.extend_spared(&p.s_end, spares);
+        y.tid.extend_spared(&p.s_tid, spares);
+        y.corr.extend_spared(&p.s_corr, spares);
+        y.ctx.extend_spared(&p.s_ctx, spares);
+        y.stream.extend_spared(&p.s_stream, spares);
+        y.event.extend_spared(&p.s_event, spares);
+        y.stack.extend_spared(&p.s_stack, spares);
+        y.kind.extend_spared(&p.s_kind, spares);
         for n in p.a_name.iter_mut() {
             *n = ld.strs.get(*n).unwrap_or(NONE);
         }
         let a = &mut self.apis;
-        a.start.extend_from_slice(&p.a_start);
-        a.end.extend_from_slice(&p.a_end);
-        a.tid.extend_from_slice(&p.a_tid);
-        a.corr.extend_from_slice(&p.a_corr);
-        a.name.extend_from_slice(&p.a_name);
-        a.cbid.extend_from_slice(&p.a_cbid);
+        a.start.extend_spared(&p.a_start, spares);
+        a.end.extend_spared(&p.a_end, spares);
+        a.tid.extend_spared(&p.a_tid, spares);
+        a.corr.extend_spared(&p.a_corr, spares);
+        a.name.extend_spared(&p.a_name, spares);
+        a.cbid.extend_spared(&p.a_cbid, spares);
     }
 
     /// A part record by record, in file order, as [`Model::observe`] takes the records.

@@ -3,6 +3,7 @@
 //! from a trace file's local ids to the model's global ids.
 
 use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 
 /// Elements per chunk of a [`Col`]: 64 Ki (512 KiB for a `u64` column).
 pub(crate) const CHUNK_BITS: u32 = 16;
@@ -43,18 +44,38 @@ impl<T: Copy> Col<T> {
     }
 
     /// Append `v`, chunk by chunk (the same chunks as pushing each element).
-    pub(crate) fn extend_from_slice(&mut self, mut v: &[T]) {
+    #[cfg(test)]
+    pub(crate) fn extend_from_slice(&mut self, v: &[T]) {
+        self.extend_with(v, || Vec::with_capacity(CHUNK));
+    }
+
+    /// Append `v` as `extend_from_slice` does, its whole chunks after the first taken from
+    /// `spares` while it has some (their pages already touched by another thread): the same
+    /// chunks, the same elements.
+    pub(crate) fn extend_spared(&mut self, v: &[T], spares: &Spares)
+    where
+        T: Spare,
+    {
+        self.extend_with(v, || {
+            spares
+                .take::<T>()
+                .unwrap_or_else(|| Vec::with_capacity(CHUNK))
+        });
+    }
+
+    /// Append `v`; `whole` gives an empty chunk of capacity [`CHUNK`] after the first.
+    fn extend_with(&mut self, mut v: &[T], mut whole: impl FnMut() -> Vec<T>) {
         self.len += v.len();
         while !v.is_empty() {
             let c = match self.chunks.last_mut() {
                 Some(c) if c.len() < CHUNK => c,
                 _ => {
-                    let cap = if self.chunks.is_empty() {
-                        v.len().clamp(16, CHUNK)
+                    let c = if self.chunks.is_empty() {
+                        Vec::with_capacity(v.len().clamp(16, CHUNK))
                     } else {
-                        CHUNK
+                        whole()
                     };
-                    self.chunks.push(Vec::with_capacity(cap));
+                    self.chunks.push(c);
                     self.chunks.last_mut().expect("just pushed")
                 }
             };
@@ -128,6 +149,146 @@ impl<T: Copy> Col<T> {
         self.chunks.iter().map(|c| c.capacity()).sum::<usize>() * std::mem::size_of::<T>()
             + self.chunks.capacity() * std::mem::size_of::<Vec<T>>()
     }
+}
+
+/// Most spare chunks of each element type held at once (8 MiB of `u64`, `u32` or `u8` chunks
+/// each; the element types of the model's columns).
+const SPARE_BYTES: usize = 8 << 20;
+
+/// Bytes of the element types of [`SpareLists`].
+const SIZES: [usize; 3] = [8, 4, 1];
+
+/// Empty chunks of full capacity, their pages touched (faulted in) by the threads that made them:
+/// the reader's workers make them while they fold, so that the caller's join of their parts
+/// into the model's columns is a copy into memory already mapped instead of a page fault every 4
+/// KiB (most of the join's time before). A heuristic only: the columns are the same with or
+/// without them; a column takes a chunk here when there is one, else allocates it.
+#[derive(Default)]
+pub(crate) struct Spares {
+    lists: Mutex<SpareLists>,
+}
+
+/// The spare chunks of each element type, and the elements parts brought for which no chunk was
+/// made yet.
+#[derive(Default)]
+pub(crate) struct SpareLists {
+    u64s: Vec<Vec<u64>>,
+    u32s: Vec<Vec<u32>>,
+    u8s: Vec<Vec<u8>>,
+    owed: [usize; 3],
+    #[cfg(test)]
+    /// Chunks taken (for the tests).
+    pub(crate) taken: usize,
+}
+
+/// An element type of the model's columns (`u64`, `u32`, `u8`).
+pub(crate) trait Spare: Copy + Default {
+    /// Index of the type in [`SpareLists::owed`].
+    const KIND: usize;
+    fn list(l: &mut SpareLists) -> &mut Vec<Vec<Self>>;
+}
+
+impl Spare for u64 {
+    const KIND: usize = 0;
+    fn list(l: &mut SpareLists) -> &mut Vec<Vec<u64>> {
+        &mut l.u64s
+    }
+}
+
+impl Spare for u32 {
+    const KIND: usize = 1;
+    fn list(l: &mut SpareLists) -> &mut Vec<Vec<u32>> {
+        &mut l.u32s
+    }
+}
+
+impl Spare for u8 {
+    const KIND: usize = 2;
+    fn list(l: &mut SpareLists) -> &mut Vec<Vec<u8>> {
+        &mut l.u8s
+    }
+}
+
+#[cfg(test)]
+impl SpareLists {
+    pub(crate) fn u64s_len(&self) -> usize {
+        self.u64s.len()
+    }
+}
+
+impl Spares {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SpareLists> {
+        // Nothing is left half-done behind the lock.
+        self.lists.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A spare chunk; else a chunk the column allocates itself is taken off what is owed.
+    fn take<T: Spare>(&self) -> Option<Vec<T>> {
+        let mut l = self.lock();
+        let c = T::list(&mut l).pop();
+        if c.is_none() {
+            l.owed[T::KIND] = l.owed[T::KIND].saturating_sub(CHUNK);
+        }
+        #[cfg(test)]
+        if c.is_some() {
+            l.taken += 1;
+        }
+        c
+    }
+
+    /// A part of `elems` `u64`, `u32` and `u8` elements is to be joined: on a worker (`make`),
+    /// make the chunks they and the parts before them will fill (as many as whole chunks' worth
+    /// of elements were brought so far and not allocated by the columns themselves), within
+    /// [`SPARE_BYTES`] per type; on the caller's thread, only count them (a worker makes them).
+    pub(crate) fn provide(&self, elems: [usize; 3], make: bool) {
+        let mut todo = [0; 3];
+        {
+            let mut l = self.lock();
+            let held = [l.u64s.len(), l.u32s.len(), l.u8s.len()];
+            for t in 0..3 {
+                let cap = SPARE_BYTES / (CHUNK * SIZES[t]);
+                // Past the bound, what is owed is forgotten (those chunks are allocated as they
+                // are needed).
+                l.owed[t] = (l.owed[t] + elems[t]).min(cap * CHUNK);
+                if make {
+                    todo[t] = (l.owed[t] / CHUNK).min(cap.saturating_sub(held[t]));
+                    l.owed[t] -= todo[t] * CHUNK;
+                }
+            }
+        }
+        if todo == [0; 3] {
+            return;
+        }
+        let (a, b, c) = (touched::<u64>(todo[0]), touched(todo[1]), touched(todo[2]));
+        let mut l = self.lock();
+        l.u64s.extend(a);
+        l.u32s.extend(b);
+        l.u8s.extend(c);
+    }
+
+    /// Drop the chunks left.
+    pub(crate) fn clear(&self) {
+        let mut l = self.lock();
+        *l = SpareLists {
+            #[cfg(test)]
+            taken: l.taken,
+            ..SpareLists::default()
+        };
+    }
+}
+
+/// `n` empty chunks of capacity [`CHUNK`], an element written in each of their pages.
+fn touched<T: Spare>(n: usize) -> Vec<Vec<T>> {
+    let step = (4096 / std::mem::size_of::<T>()).max(1);
+    (0..n)
+        .map(|_| {
+            let mut c = Vec::<T>::with_capacity(CHUNK);
+            for e in c.spare_capacity_mut().iter_mut().step_by(step) {
+                e.write(T::default());
+            }
+            std::hint::black_box(c)
+        })
+        .collect()
 }
 
 /// "No value" for optional `u32` columns and unmapped ids.
@@ -232,6 +393,41 @@ mod tests {
         }
         assert!(a.chunks.iter().all(|c| c.capacity() <= CHUNK));
         assert!(a.heap_bytes() <= b.heap_bytes() + CHUNK * 8);
+    }
+
+    #[test]
+    fn col_extend_spared_is_extend() {
+        let spares = Spares::default();
+        // A part's worth of elements: chunks of every type made, within the bound.
+        // Counted on the caller's thread, made on a worker.
+        spares.provide([CHUNK * 2, 0, 0], false);
+        assert!(spares.lock().u64s.is_empty());
+        spares.provide([CHUNK + 5, CHUNK * 1000, CHUNK], true);
+        {
+            let l = spares.lock();
+            assert_eq!((l.u64s.len(), l.u8s.len()), (3, 1));
+            assert_eq!(l.u32s.len(), SPARE_BYTES / (CHUNK * 4));
+            assert_eq!(l.owed, [5, 0, 0]);
+            assert!(l.u64s.iter().all(|c| c.is_empty() && c.capacity() == CHUNK));
+        }
+        let mut a = Col::default();
+        let mut b = Col::default();
+        let mut i = 0u64;
+        for n in [3usize, 40_000, 1, CHUNK, 70_000, 0, 5, CHUNK * 2 + 9] {
+            let v: Vec<u64> = (i..i + n as u64).collect();
+            i += n as u64;
+            a.extend_spared(&v, &spares);
+            b.extend_from_slice(&v);
+        }
+        assert_eq!(a.len(), b.len());
+        assert!(a.iter().eq(b.iter()));
+        assert!(a.chunks().map(|c| c.len()).eq(b.chunks().map(|c| c.len())));
+        assert_eq!(a.heap_bytes(), b.heap_bytes());
+        // Every whole chunk after the first came from the spares while there were some.
+        assert_eq!(spares.lock().taken, 3);
+        assert!(spares.lock().u64s.is_empty());
+        spares.clear();
+        assert_eq!(spares.lock().u32s.len(), 0);
     }
 
     #[test]
