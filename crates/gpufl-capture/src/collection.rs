@@ -355,6 +355,11 @@ fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<Str
             [cbids::DRIVER_SYNC, cbids::DRIVER_DEFAULT].concat(),
         ),
     };
+    // Benchmark knob: GPUFL_API_DOMAINS=runtime|driver keeps the selected functions of those
+    // domains only (default both).
+    let want = knob("GPUFL_API_DOMAINS");
+    let rt = if want("runtime") { rt } else { Vec::new() };
+    let drv = if want("driver") { drv } else { Vec::new() };
     let (Some(frt), Some(fdrv)) = (c.activity_enable_runtime_api, c.activity_enable_driver_api)
     else {
         if on {

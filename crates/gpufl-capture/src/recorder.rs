@@ -709,6 +709,15 @@ fn writer_thread(
                             ),
                         }));
                     }
+                    if s.discarded_api > 0 {
+                        let _ = s.write(&Record::Notice(Notice {
+                            level: "info".into(),
+                            message: format!(
+                                "GPUFL_API_DISCARD=1: {} API records dropped unwritten (benchmark knob)",
+                                s.discarded_api
+                            ),
+                        }));
+                    }
                     if let Some(cost) = stack::cost_summary() {
                         let _ = s.write(&Record::Notice(Notice {
                             level: "info".into(),

@@ -50,6 +50,11 @@ pub struct Sink {
     pub incomplete: u64,
     /// The exporter's feed (off unless the recorder turns it on).
     pub feed: crate::metrics_feed::Feed,
+    /// Benchmark knob `GPUFL_API_DISCARD=1`: API records CUPTI delivers are counted and dropped
+    /// instead of written (what CUPTI's API records cost the program without the writer's work).
+    discard_api: bool,
+    /// API records dropped by `discard_api`.
+    pub discarded_api: u64,
 }
 
 impl Sink {
@@ -72,6 +77,8 @@ impl Sink {
             blocked_bytes: 0,
             incomplete: 0,
             feed: crate::metrics_feed::Feed::off(),
+            discard_api: std::env::var("GPUFL_API_DISCARD").is_ok_and(|v| v == "1"),
+            discarded_api: 0,
         }
     }
 
@@ -346,6 +353,10 @@ impl Sink {
             Decoded::Memcpy(m) => self.write(&Record::Memcpy(m)),
             Decoded::Memset(m) => self.write(&Record::Memset(m)),
             Decoded::Sync(s) => self.write(&Record::Sync(s)),
+            Decoded::Api(_) if self.discard_api => {
+                self.discarded_api += 1;
+                Ok(())
+            }
             Decoded::Api(mut a) => {
                 let dom = if a.domain == ApiDomain::Runtime {
                     cupti::DOMAIN_RUNTIME
