@@ -6,7 +6,8 @@
 
 use crate::cupti::{self, sys};
 use gpufl_trace::{
-    Api, ApiDomain, CopyKind, Kernel, Memcpy, MemoryKind, Memset, Overhead, StrId, Sync, SyncKind,
+    Api, ApiDomain, CopyKind, GraphNode, Kernel, Memcpy, MemoryKind, Memset, Overhead, StrId, Sync,
+    SyncKind,
 };
 use std::ffi::{c_char, c_void, CStr};
 use std::mem::offset_of;
@@ -48,6 +49,11 @@ macro_rules! field {
     };
 }
 
+/// The graph node of a GPU record: CUPTI leaves `graphId` 0 for work no graph launch ran.
+fn graph_node(graph: u32, node: u64) -> Option<GraphNode> {
+    (graph != 0).then_some(GraphNode(graph, node))
+}
+
 /// Decode one record.
 ///
 /// # Safety
@@ -85,6 +91,7 @@ pub unsafe fn decode(rec: *const c_void) -> Decoded {
                     local_mem: field!(b, K, localMemoryPerThread, u32),
                     // Same offset in CUpti_ActivityKernel9 (CUDA 12.0) through Kernel13 (13.4).
                     smem_executed: Some(field!(b, K, sharedMemoryExecuted, u32)),
+                    graph: graph_node(field!(b, K, graphId, u32), field!(b, K, graphNodeId, u64)),
                 },
             }
         }
@@ -101,6 +108,7 @@ pub unsafe fn decode(rec: *const c_void) -> Decoded {
                 ctx: field!(b, M, contextId, u32),
                 stream: field!(b, M, streamId, u32),
                 corr: field!(b, M, correlationId, u32),
+                graph: graph_node(field!(b, M, graphId, u32), field!(b, M, graphNodeId, u64)),
             })
         }
         cupti::KIND_MEMSET => {
@@ -115,6 +123,7 @@ pub unsafe fn decode(rec: *const c_void) -> Decoded {
                 ctx: field!(b, M, contextId, u32),
                 stream: field!(b, M, streamId, u32),
                 corr: field!(b, M, correlationId, u32),
+                graph: graph_node(field!(b, M, graphId, u32), field!(b, M, graphNodeId, u64)),
             })
         }
         cupti::KIND_SYNCHRONIZATION => {
@@ -331,8 +340,47 @@ mod tests {
             dynamicSharedMemory,
             localMemoryPerThread,
             sharedMemoryExecuted,
+            graphNodeId,
+            graphId,
             name
         );
+    }
+
+    #[test]
+    fn graph_ids_are_decoded_where_a_graph_ran_the_work() {
+        type K = sys::CUpti_ActivityKernel9;
+        let name = c"k";
+        let mut rec = synthetic_kernel_record(name, 1000, 3500, 99);
+        match unsafe { decode(rec.as_ptr()) } {
+            Decoded::Kernel { kernel, .. } => assert_eq!(kernel.graph, None),
+            _ => panic!("not decoded as a kernel"),
+        }
+        rec.put(offset_of!(K, graphId), &12u32.to_ne_bytes())
+            .put(offset_of!(K, graphNodeId), &(7u64 << 40 | 3).to_ne_bytes());
+        match unsafe { decode(rec.as_ptr()) } {
+            Decoded::Kernel { kernel, .. } => {
+                assert_eq!(kernel.graph, Some(GraphNode(12, 7 << 40 | 3)))
+            }
+            _ => panic!("not decoded as a kernel"),
+        }
+        type M = sys::CUpti_ActivityMemcpy6;
+        let mut rec = SyntheticRecord::new::<M>(cupti::KIND_MEMCPY);
+        rec.put(offset_of!(M, start), &5u64.to_ne_bytes())
+            .put(offset_of!(M, end), &9u64.to_ne_bytes())
+            .put(offset_of!(M, graphId), &4u32.to_ne_bytes())
+            .put(offset_of!(M, graphNodeId), &77u64.to_ne_bytes());
+        match unsafe { decode(rec.as_ptr()) } {
+            Decoded::Memcpy(m) => assert_eq!(m.graph, Some(GraphNode(4, 77))),
+            _ => panic!("not decoded as a copy"),
+        }
+        type S = sys::CUpti_ActivityMemset4;
+        let mut rec = SyntheticRecord::new::<S>(cupti::KIND_MEMSET);
+        rec.put(offset_of!(S, graphId), &6u32.to_ne_bytes())
+            .put(offset_of!(S, graphNodeId), &8u64.to_ne_bytes());
+        match unsafe { decode(rec.as_ptr()) } {
+            Decoded::Memset(m) => assert_eq!(m.graph, Some(GraphNode(6, 8))),
+            _ => panic!("not decoded as a memset"),
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use crate::ids::{StackId, StrId};
 use crate::records::{
-    Api, ApiDomain, CopyKind, Kernel, Memcpy, MemoryKind, Memset, Record, Sync, SyncKind,
+    Api, ApiDomain, CopyKind, GraphNode, Kernel, Memcpy, MemoryKind, Memset, Record, Sync, SyncKind,
 };
 
 struct Cur<'a> {
@@ -197,6 +197,20 @@ impl Cur<'_> {
         Some(v)
     }
 
+    /// An optional `,"graph":[g,n]` (written last when present): None when it is damaged,
+    /// Some(None) when absent.
+    #[inline]
+    fn graph(&mut self) -> Option<Option<GraphNode>> {
+        if !self.opt_lit(b",\"graph\":[") {
+            return Some(None);
+        }
+        let g = self.u32()?;
+        self.lit(b",")?;
+        let n = self.u64()?;
+        self.lit(b"]")?;
+        Some(Some(GraphNode(g, n)))
+    }
+
     /// The end of the line: `}` and nothing after it.
     #[inline(always)]
     fn close(&mut self) -> Option<()> {
@@ -308,6 +322,7 @@ fn kernel_body(c: &mut Cur) -> Option<Kernel> {
     } else {
         None
     };
+    let graph = c.graph()?;
     c.close()?;
     Some(Kernel {
         name,
@@ -324,6 +339,7 @@ fn kernel_body(c: &mut Cur) -> Option<Kernel> {
         smem_dynamic,
         local_mem,
         smem_executed,
+        graph,
     })
 }
 
@@ -426,6 +442,7 @@ fn memcpy_body(c: &mut Cur) -> Option<Memcpy> {
     let stream = c.u32()?;
     c.lit(b",\"corr\":")?;
     let corr = c.u32()?;
+    let graph = c.graph()?;
     c.close()?;
     Some(Memcpy {
         kind,
@@ -438,6 +455,7 @@ fn memcpy_body(c: &mut Cur) -> Option<Memcpy> {
         ctx,
         stream,
         corr,
+        graph,
     })
 }
 
@@ -461,6 +479,7 @@ fn memset_body(c: &mut Cur) -> Option<Memset> {
     let stream = c.u32()?;
     c.lit(b",\"corr\":")?;
     let corr = c.u32()?;
+    let graph = c.graph()?;
     c.close()?;
     Some(Memset {
         bytes,
@@ -472,6 +491,7 @@ fn memset_body(c: &mut Cur) -> Option<Memset> {
         ctx,
         stream,
         corr,
+        graph,
     })
 }
 
@@ -635,6 +655,10 @@ mod tests {
 
     /// Records of the five types the fast path reads, with every optional field present or not
     /// and every enum value.
+    fn graph(rng: &mut Rng) -> Option<GraphNode> {
+        (rng.below(3) == 0).then(|| GraphNode(rng.num() as u32, rng.num()))
+    }
+
     fn records(rng: &mut Rng) -> Vec<Record> {
         let mut out = Vec::new();
         for i in 0..400u64 {
@@ -667,6 +691,7 @@ mod tests {
                 smem_dynamic: i32s(rng),
                 local_mem: n(rng) as u32,
                 smem_executed: opt(rng),
+                graph: graph(rng),
             }));
             out.push(Record::Api(Api {
                 domain: [ApiDomain::Runtime, ApiDomain::Driver, ApiDomain::Unknown][i as usize % 3],
@@ -706,6 +731,7 @@ mod tests {
                 ctx: n(rng) as u32,
                 stream: n(rng) as u32,
                 corr: n(rng) as u32,
+                graph: graph(rng),
             }));
             out.push(Record::Memset(Memset {
                 bytes: n(rng),
@@ -717,6 +743,7 @@ mod tests {
                 ctx: n(rng) as u32,
                 stream: n(rng) as u32,
                 corr: n(rng) as u32,
+                graph: graph(rng),
             }));
         }
         out

@@ -34,6 +34,11 @@ pub(crate) fn kernel(out: &mut Vec<u8>, k: &Kernel) {
     if let Some(v) = k.smem_executed {
         num(out, b",\"smem_executed\":", v);
     }
+    if let Some(g) = k.graph {
+        num(out, b",\"graph\":[", g.0);
+        num(out, b",", g.1);
+        out.push(b']');
+    }
     out.push(b'}');
 }
 
@@ -96,6 +101,7 @@ mod tests {
                 smem_dynamic: -(n() as i32),
                 local_mem: n() as u32,
                 smem_executed: (n() % 3 != 0).then(|| n() as u32),
+                graph: (n() % 3 == 0).then(|| crate::records::GraphNode(n() as u32, n())),
             };
             let mut fast = Vec::new();
             kernel(&mut fast, &k);

@@ -333,7 +333,16 @@ pub struct Kernel {
     /// gpufl recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub smem_executed: Option<u32>,
+    /// The CUDA graph node this kernel ran as, when a graph launch ran it (then `corr` is the
+    /// graph launch's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphNode>,
 }
+
+/// The CUDA graph node a kernel, copy or memset ran as: CUPTI's `graphId` (the graph's unique id)
+/// and `graphNodeId` (the node's), written as `[graph, node]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub struct GraphNode(pub u32, pub u64);
 
 /// Direction of a copy, as CUPTI names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -383,6 +392,9 @@ pub struct Memcpy {
     pub ctx: u32,
     pub stream: u32,
     pub corr: u32,
+    /// The CUDA graph node this operation ran as, when a graph launch ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphNode>,
 }
 
 /// A memset executed by the GPU.
@@ -397,6 +409,9 @@ pub struct Memset {
     pub ctx: u32,
     pub stream: u32,
     pub corr: u32,
+    /// The CUDA graph node this operation ran as, when a graph launch ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphNode>,
 }
 
 /// Kind of host–device synchronization (CUPTI's synchronization types 1–4).

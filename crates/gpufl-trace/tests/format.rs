@@ -319,6 +319,7 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         smem_dynamic: 49_152,
         local_mem: (i % 2) as u32 * 64,
         smem_executed: (!i.is_multiple_of(3)).then_some(233_472),
+        graph: None,
     }));
     r.rec(Record::Function(Function {
         name: kname,
@@ -337,6 +338,7 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         ctx: 1,
         stream: 7,
         corr: 200 + i as u32,
+        graph: None,
     }));
     r.rec(Record::Memset(Memset {
         bytes: 4096,
@@ -348,6 +350,7 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         ctx: 1,
         stream: 7,
         corr: 300 + i as u32,
+        graph: None,
     }));
     // A sync with a stack (python frame on top of two native frames, one inlined).
     let libcudart = r.str("/usr/lib/x86_64-linux-gnu/libcudart.so.12");
@@ -558,6 +561,7 @@ fn round_trip_every_record_type_through_a_file() {
         ctx: 0,
         stream: 0,
         corr: u32::MAX,
+        graph: None,
     }));
     r.rec(Record::Sync(Sync {
         kind: SyncKind::EventSynchronize,

@@ -170,6 +170,7 @@ fn generated(n: usize, per_block: usize) -> Vec<u8> {
                 ctx: 1,
                 stream: 13,
                 corr: i as u32,
+                graph: None,
             }),
             _ => Record::Kernel(Kernel {
                 name,
@@ -186,6 +187,7 @@ fn generated(n: usize, per_block: usize) -> Vec<u8> {
                 smem_dynamic: 0,
                 local_mem: 0,
                 smem_executed: (i % 2 == 0).then_some(1024),
+                graph: None,
             }),
         };
         w.write(&rec).unwrap();

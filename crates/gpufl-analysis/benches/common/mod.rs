@@ -163,6 +163,7 @@ pub fn generate(n: usize) -> Vec<u8> {
                 ctx: 1,
                 stream: 13,
                 corr,
+                graph: None,
             }),
             _ => Record::Kernel(Kernel {
                 name: names[k],
@@ -179,6 +180,7 @@ pub fn generate(n: usize) -> Vec<u8> {
                 smem_dynamic: [49_152, 0, 0, 0, 0, 0, 0][k % 7],
                 local_mem: [0, 0, 0, 0, 0, 24][k % 6],
                 smem_executed: Some(233_472),
+                graph: None,
             }),
         };
         w.write(&rec).unwrap();

@@ -91,6 +91,7 @@ fn copy(b: &mut B, c: Cp) -> u32 {
         ctx: 1,
         stream: c.stream,
         corr,
+        graph: None,
     }));
     if let Some(st) = c.at {
         callsite(b, corr, c.api, c.call.0, st);
@@ -120,6 +121,7 @@ fn memset(
         ctx: 1,
         stream,
         corr,
+        graph: None,
     }));
     if let Some(st) = at {
         callsite(b, corr, name, call.0, st);

@@ -95,6 +95,7 @@ fn launch(b: &mut B, name: &str, c: Cfg, stream: u32, start: u64, end: u64) -> u
         smem_dynamic: c.smem,
         local_mem: c.local,
         smem_executed: c.carveout,
+        graph: None,
     }));
     corr
 }

@@ -102,6 +102,7 @@ fn copy(b: &mut B, kind: CopyKind, stream: u32, start: u64, end: u64) -> u32 {
         ctx: 1,
         stream,
         corr,
+        graph: None,
     }));
     corr
 }
@@ -572,6 +573,7 @@ fn gpu_idle_blocking_copy_is_a_sync_cause() {
             ctx: 1,
             stream: 7,
             corr: c,
+            graph: None,
         }));
         t += 300 * US;
     }

@@ -283,6 +283,7 @@ pub fn synthetic() -> PathBuf {
             ctx: 1,
             stream: 7,
             corr: 6,
+            graph: None,
         }),
         api(launch, t0 + 85_000, 6),
         Record::Memset(Memset {
@@ -295,6 +296,7 @@ pub fn synthetic() -> PathBuf {
             ctx: 1,
             stream: 7,
             corr: 7,
+            graph: None,
         }),
         Record::Sync(Sync {
             kind: SyncKind::StreamSynchronize,
