@@ -287,11 +287,12 @@ impl Folding {
 impl BlockFold for ModelFold {
     fn takes(&self, rec: &Record) -> bool {
         match rec {
-            Record::Kernel(_)
-            | Record::Memcpy(_)
-            | Record::Memset(_)
-            | Record::Api(_)
-            | Record::Overhead(_) => true,
+            // Work a CUDA graph ran comes record by record (the model keeps its graph node
+            // aside; rare next to launched work).
+            Record::Kernel(k) => k.graph.is_none(),
+            Record::Memcpy(r) => r.graph.is_none(),
+            Record::Memset(r) => r.graph.is_none(),
+            Record::Api(_) | Record::Overhead(_) => true,
             // A stack id of `NONE` (never written) would read as no stack.
             Record::Sync(s) => s.stack.is_none_or(|id| id.0 != NONE),
             _ => false,

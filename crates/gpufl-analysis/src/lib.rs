@@ -55,6 +55,7 @@ mod work;
 
 pub use error::AnalysisError;
 pub use insights::gpu_idle::{ClassTotal, DeviceIdle, Gap, IdleByClass, IdleClass, UtilChunk};
+pub use insights::graphs::{GraphOp, GraphSummary};
 pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
 pub use insights::utilization::{ChunkIdle, ChunkLine};
 pub use insights::{fmt_duration, Insight, RuleData, Severity};
@@ -88,6 +89,7 @@ enum Part {
     Attribution(insights::attribution::Attribution),
     Scopes(Vec<scopes::ScopeRollup>, Vec<scopes::RangeRollup>),
     Sampling(Option<sampling::Sampling>),
+    Graphs(Vec<GraphSummary>, Vec<Insight>),
 }
 
 /// Result of [`analyze`].
@@ -128,6 +130,11 @@ pub struct Analysis {
     /// the sampled call sites (absent in default-mode sessions).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampling: Option<sampling::Sampling>,
+    /// Per CUDA graph (the kernels, copies and memsets graph launches ran): replays, time per
+    /// replay, gaps between replays and the host syncs in them, the launch line, the operations
+    /// with most time (absent without graph work).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub graphs: Vec<GraphSummary>,
 }
 
 /// Run every rule over a model, on this thread.
@@ -139,7 +146,7 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
 /// The device busy intervals, then the kernel table, are computed piece by piece on every
 /// thread; then the rules run as tasks on the threads, the longest first: GPU idle time and low
 /// utilization, in-loop-sync, the kernel rules, the attribution, the other rules, the scopes,
-/// the sampling summary. Their insights are concatenated in the order the rules always ran.
+/// the CUDA graphs, the sampling summary. Their insights are concatenated in the order the rules always ran.
 pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
     let threads = threads.max(1);
     let busy = DeviceBusy::new_on(m, threads);
@@ -179,12 +186,17 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
                 Part::Found(found)
             }
             8 => Part::Scopes(scopes::rollup(m, &busy), scopes::range_rollup(m, &busy)),
+            9 => {
+                let graphs = insights::graphs::summarize(&cx);
+                let found = insights::graph_replays::run(&cx, &graphs);
+                Part::Graphs(graphs, found)
+            }
             _ => Part::Sampling(sampling::summarize(m, &cx.stack_loc, &cx.locs)),
         }
     };
-    let parts = <[Part; 10]>::try_from(work::pieces(10, threads, task));
+    let parts = <[Part; 11]>::try_from(work::pieces(11, threads, task));
     let Ok(
-        [Part::Idle(idle_found, gpu_idle, low_util), Part::Found(in_loop), Part::Found(kernel_found), Part::Attribution(attribution), Part::Found(others), Part::Found(sync_attr), Part::Found(launch), Part::Found(tele), Part::Scopes(scopes, ranges), Part::Sampling(sampling)],
+        [Part::Idle(idle_found, gpu_idle, low_util), Part::Found(in_loop), Part::Found(kernel_found), Part::Attribution(attribution), Part::Found(others), Part::Found(sync_attr), Part::Found(launch), Part::Found(tele), Part::Scopes(scopes, ranges), Part::Graphs(graphs, graph_found), Part::Sampling(sampling)],
     ) = parts
     else {
         unreachable!("one result per task, in task order")
@@ -204,6 +216,7 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
         .map(|s| telemetry::summarize(s, origin))
         .collect();
     insights.extend(kernel_found);
+    insights.extend(graph_found);
     insights::name_scopes(&cx, &mut insights);
     insights::mark_inferred(&cx, &mut insights);
     sampling::mark_basis(m, &mut insights);
@@ -229,5 +242,6 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
         ranges,
         attribution,
         sampling,
+        graphs,
     }
 }

@@ -3,7 +3,9 @@
 use crate::fold::{ModelFold, Part, K_API, K_COPY, K_KERNEL, K_SYNC};
 use crate::store::{Col, IdMap, Spares, NONE};
 use crate::views::*;
-use gpufl_trace::{FrameId, FrameKind, Header, Item, Items, Record, StackId, StrId, StreamRole};
+use gpufl_trace::{
+    FrameId, FrameKind, GraphNode, Header, Item, Items, Record, StackId, StrId, StreamRole,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -140,6 +142,10 @@ pub struct Model {
     pub(crate) scopes: Vec<crate::scopes::ScopeSpan>,
     /// Start/end ranges, as read.
     pub(crate) ranges: Vec<crate::scopes::RangeSpan>,
+    /// Kernels a CUDA graph launch ran: (index into `kernels`, graph node), in index order.
+    pub(crate) graph_kernels: Vec<(u32, GraphNode)>,
+    /// Copies and memsets a CUDA graph launch ran: (index into `copies`, graph node), in order.
+    pub(crate) graph_copies: Vec<(u32, GraphNode)>,
 }
 
 /// Distinct device ids a session may have (far more GPUs than any machine has): records of further
@@ -421,6 +427,10 @@ impl Model {
                 c.stream.push(k.stream);
                 c.ctx.push(k.ctx);
                 c.dev.push(k.dev);
+                if let Some(g) = k.graph {
+                    let i = c.start.len() - 1;
+                    self.graph_kernels.push((i as u32, g));
+                }
             }
             Record::Memcpy(r) => {
                 if !self.gpu(r.ctx, r.dev) {
@@ -432,6 +442,7 @@ impl Model {
                     mem_kind_to_u8(r.src_kind),
                     mem_kind_to_u8(r.dst_kind),
                 );
+                self.graph_copy(r.graph);
                 self.push_copy(
                     r.start,
                     r.end,
@@ -454,6 +465,7 @@ impl Model {
                     [r.corr, r.ctx, r.stream, r.dev],
                     [OP_MEMSET, mk, 0],
                 );
+                self.graph_copy(r.graph);
             }
             Record::Sync(s) => {
                 self.span(s.start, s.end);
@@ -630,6 +642,14 @@ impl Model {
         c.op.push(kinds[0]);
         c.src.push(kinds[1]);
         c.dst.push(kinds[2]);
+    }
+
+    /// Note the graph node of the copy or memset just pushed.
+    fn graph_copy(&mut self, g: Option<GraphNode>) {
+        if let Some(g) = g {
+            let i = self.copies.start.len() - 1;
+            self.graph_copies.push((i as u32, g));
+        }
     }
 
     fn span(&mut self, start: u64, end: u64) {

@@ -34,6 +34,9 @@ mod telemetry_rules;
 // Always-on (sampled) sessions: windows, observed time, exact / estimated insights.
 #[path = "analysis/always_on.rs"]
 mod always_on;
+// CUDA graphs (issue 18): replays, graph-replay-gaps, graph kernels and launch-bound.
+#[path = "analysis/graph_rules.rs"]
+mod graph_rules;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record

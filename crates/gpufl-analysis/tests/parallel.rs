@@ -113,6 +113,8 @@ fn generated_multi_block_session_loads_and_analyses_the_same() {
                 grid: [1 + (i % 3) as i32 * 40, 1, 1],
                 block: [256, 1, 1],
                 regs: 32,
+                // Runs of graph replays here and there (not folded: they come one by one).
+                graph: (i % 3000 < 200).then_some(GraphNode(2 + i / 30_000, (i % 5) as u64)),
                 ..Kernel::default()
             })
         };
@@ -127,4 +129,14 @@ fn generated_multi_block_session_loads_and_analyses_the_same() {
         || Model::load(TraceReader::from_bytes(bytes.clone(), "g").unwrap()),
         |t| Model::load(ParTraceReader::from_bytes(bytes.clone(), "g", t).unwrap()),
     );
+    // Folded on the reader's workers: the same.
+    check(
+        "generated, folded",
+        || Model::load(TraceReader::from_bytes(bytes.clone(), "g").unwrap()),
+        |t| Model::load_items(&mut ParTraceReader::from_bytes(bytes.clone(), "g", t).unwrap()),
+    );
+    let m = Model::load(TraceReader::from_bytes(bytes.clone(), "g").unwrap());
+    let graphs = analyze(&m, &Config::default()).graphs;
+    assert_eq!(graphs.len(), 2, "{graphs:?}");
+    assert_eq!(graphs.iter().map(|g| g.nodes).sum::<u64>(), 10);
 }

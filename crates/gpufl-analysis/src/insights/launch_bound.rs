@@ -116,8 +116,9 @@ struct Fired {
     sync_votes: Vec<(u32, u32)>,
 }
 
-/// Index of each kernel's launch call in the API columns (NONE when not recorded): a merge join of
-/// the kernels sorted by correlation id with the API calls sorted by correlation id.
+/// Index of each kernel's launch call in the API columns (NONE when not recorded, and for kernels a
+/// CUDA graph launch ran): a merge join of the kernels sorted by correlation id with the API calls
+/// sorted by correlation id.
 fn kernel_apis(cx: &Ctx) -> (Vec<u32>, usize) {
     let m = cx.m;
     let mut kc: Vec<(u32, u32)> = m
@@ -130,9 +131,12 @@ fn kernel_apis(cx: &Ctx) -> (Vec<u32>, usize) {
     kc.sort_unstable();
     let mut out = vec![NONE; kc.len()];
     let apis = &cx.api_by_corr;
+    // Kernels a graph launch ran were not launched one by one: their correlation id is the graph
+    // launch's, whose host time is not theirs (left out here, as kernels without a launch record).
+    let graph = super::graphs::graph_kernel_mask(m);
     let (mut j, mut found) = (0, 0);
     for &(corr, k) in &kc {
-        if corr == 0 {
+        if corr == 0 || graph.get(k as usize).copied().unwrap_or(false) {
             continue;
         }
         while j < apis.len() && apis[j].0 < corr {

@@ -8,6 +8,8 @@ pub(crate) mod default_stream_barrier;
 pub(crate) mod device_wide_sync;
 pub(crate) mod ecc_errors;
 pub(crate) mod gpu_idle;
+pub(crate) mod graph_replays;
+pub mod graphs;
 pub(crate) mod host_read;
 pub(crate) mod in_loop_sync;
 mod kernel_site;
@@ -228,6 +230,7 @@ pub enum RuleData {
     UnderFilledGrid(under_filled_grid::Data),
     HostRead(host_read::Data),
     CollectiveWait(collective_wait::Data),
+    GraphReplayGaps(graph_replays::Data),
 }
 
 /// `part / whole` clamped to 0..1 (0 for an empty whole).

@@ -1,0 +1,348 @@
+//! CUDA graphs as units (shared by the rules and the report): the kernels, copies and memsets a
+//! graph launch ran carry their graph node (`graph` on the records) and the graph launch's
+//! correlation id, so one (graph, correlation id) pair is one *replay*. Per graph: its replays,
+//! the time of one replay (first operation's start to last one's end), the GPU busy inside it,
+//! the gaps between consecutive replays and what the launching thread did there (a host
+//! synchronization that returned inside the gap), the graph launch's line (its `callsite`
+//! record), and the nodes that take most of a replay's time.
+
+use super::timeline::{median_p99, most_frequent_per_key, BusyIndex};
+use super::Ctx;
+use crate::store::NONE;
+use crate::userframe::SourceLoc;
+use crate::views::CopyOp;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// Operations shown per graph in [`GraphSummary::top`].
+pub const TOP_OPS: usize = 5;
+
+/// One CUDA graph's replays (on one device).
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct GraphSummary {
+    /// CUPTI's graph id.
+    pub graph: u32,
+    pub device: u32,
+    /// Graph launches that ran work (distinct correlation ids).
+    pub replays: u64,
+    /// Distinct graph nodes seen.
+    pub nodes: u64,
+    /// Kernels, copies and memsets the replays ran.
+    pub ops: u64,
+    /// One replay's time, first operation's start to last one's end: median, 99th percentile
+    /// (nearest rank) and total, ns.
+    pub replay_median_ns: u64,
+    pub replay_p99_ns: u64,
+    pub replay_total_ns: u64,
+    /// GPU busy inside the replays (union of their operations), ns.
+    pub busy_ns: u64,
+    /// Gaps between consecutive replays (end of one to start of the next; 0 when they overlap):
+    /// how many, median, total, and the device's idle time inside them, ns.
+    pub gaps: u64,
+    pub gap_median_ns: u64,
+    pub gap_total_ns: u64,
+    pub gap_idle_ns: u64,
+    /// Gaps in which a host synchronization of the launching thread returned (the host waited for
+    /// the replay before launching the next), the time blocked in those syncs, and the device's
+    /// idle time in those gaps.
+    pub gaps_with_sync: u64,
+    pub sync_blocked_ns: u64,
+    pub sync_gap_idle_ns: u64,
+    /// The most frequent user line of those synchronizations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync_location: Option<SourceLoc>,
+    /// The most frequent user line of the graph launch calls (`callsite` records).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_location: Option<SourceLoc>,
+    /// Median host time of a graph launch call (`api` records), ns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_call_median_ns: Option<u64>,
+    /// The operations with the most GPU time over all replays, most first (at most [`TOP_OPS`]).
+    pub top: Vec<GraphOp>,
+}
+
+/// A kernel (by name), or copies or memsets of a kind, inside a graph's replays.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct GraphOp {
+    pub name: String,
+    /// Executions over all replays.
+    pub count: u64,
+    pub total_ns: u64,
+    /// `total_ns` over the summed duration of all the graph's operations, 0..1.
+    pub share: f64,
+}
+
+/// One operation a graph ran.
+struct Op {
+    graph: u32,
+    corr: u32,
+    start: u64,
+    end: u64,
+    dev: u32,
+    node: u64,
+    /// Kernel name string id, or NONE for a copy / memset (`label`).
+    name: u32,
+    label: &'static str,
+}
+
+/// One replay.
+struct Replay {
+    corr: u32,
+    start: u64,
+    end: u64,
+}
+
+/// Every graph of the session, the most GPU time inside replays first (ties: graph id).
+pub(crate) fn summarize(cx: &Ctx) -> Vec<GraphSummary> {
+    let m = cx.m;
+    if m.graph_kernels.is_empty() && m.graph_copies.is_empty() {
+        return Vec::new();
+    }
+    let mut ops: Vec<Op> = Vec::with_capacity(m.graph_kernels.len() + m.graph_copies.len());
+    for &(i, g) in &m.graph_kernels {
+        let k = m.kernel(i as usize);
+        ops.push(Op {
+            graph: g.0,
+            corr: k.corr,
+            start: k.start,
+            end: k.end.max(k.start),
+            dev: k.dev,
+            node: g.1,
+            name: k.name.0,
+            label: "",
+        });
+    }
+    for &(i, g) in &m.graph_copies {
+        let c = m.copy(i as usize);
+        ops.push(Op {
+            graph: g.0,
+            corr: c.corr,
+            start: c.start,
+            end: c.end.max(c.start),
+            dev: c.dev,
+            node: g.1,
+            name: NONE,
+            label: match c.op {
+                CopyOp::Memcpy { .. } => "[memcpy]",
+                CopyOp::Memset { .. } => "[memset]",
+            },
+        });
+    }
+    ops.sort_unstable_by_key(|o| (o.graph, o.dev, o.corr, o.start));
+
+    // Host synchronizations by thread, sorted by end (for "did the host wait in this gap").
+    let syncs = &m.syncs;
+    let mut sync_ends: Vec<(u64, u64, u32)> = (0..m.sync_count())
+        .map(|i| (syncs.tid.get(i), syncs.end.get(i), i as u32))
+        .collect();
+    sync_ends.sort_unstable();
+
+    let mut out = Vec::new();
+    let mut busy_by_dev: HashMap<u32, BusyIndex> = HashMap::new();
+    let single = m.devices().len() == 1;
+    let mut i = 0;
+    while i < ops.len() {
+        let (g, dev) = (ops[i].graph, ops[i].dev);
+        let j = i + ops[i..]
+            .iter()
+            .take_while(|o| o.graph == g && o.dev == dev)
+            .count();
+        let busy = busy_by_dev.entry(dev).or_insert_with(|| {
+            BusyIndex::from_merged(cx.busy.intervals((!single).then_some(dev)).to_vec())
+        });
+        out.push(one_graph(cx, &ops[i..j], busy, &sync_ends));
+        i = j;
+    }
+    out.sort_by(|a, b| b.busy_ns.cmp(&a.busy_ns).then(a.graph.cmp(&b.graph)));
+    out
+}
+
+fn one_graph(
+    cx: &Ctx,
+    ops: &[Op],
+    busy: &BusyIndex,
+    sync_ends: &[(u64, u64, u32)],
+) -> GraphSummary {
+    let m = cx.m;
+    let (graph, device) = (ops[0].graph, ops[0].dev);
+    // Replays: runs of one correlation id (ops are sorted by corr, then start).
+    let mut replays: Vec<Replay> = Vec::new();
+    let mut busy_ns = 0u64;
+    let mut k = 0;
+    while k < ops.len() {
+        let corr = ops[k].corr;
+        let n = ops[k..].iter().take_while(|o| o.corr == corr).count();
+        let run = &ops[k..k + n];
+        let (mut s, mut e, mut covered_to) = (u64::MAX, 0u64, 0u64);
+        for o in run {
+            s = s.min(o.start);
+            e = e.max(o.end);
+            // Union of the replay's operations (sorted by start).
+            let from = o.start.max(covered_to);
+            if o.end > from {
+                busy_ns = busy_ns.saturating_add(o.end - from);
+            }
+            covered_to = covered_to.max(o.end);
+        }
+        replays.push(Replay {
+            corr,
+            start: s,
+            end: e,
+        });
+        k += n;
+    }
+    replays.sort_unstable_by_key(|r| (r.start, r.end));
+    let mut spans: Vec<u64> = replays.iter().map(|r| r.end - r.start).collect();
+    let replay_total_ns = spans.iter().fold(0u64, |a, &d| a.saturating_add(d));
+    let (replay_median_ns, replay_p99_ns) = median_p99(&mut spans);
+
+    // Launch calls: their host time and line.
+    let mut launch_ns: Vec<u64> = Vec::new();
+    let mut site_votes: Vec<(u32, u32)> = Vec::new();
+    let mut tid_of: Vec<Option<u64>> = Vec::with_capacity(replays.len());
+    for r in &replays {
+        let api = (r.corr != 0).then(|| cx.api(r.corr)).flatten();
+        if let Some(a) = &api {
+            launch_ns.push(a.duration_ns());
+        }
+        tid_of.push(api.map(|a| a.tid));
+        if let Some(l) = (r.corr != 0).then(|| cx.callsite_loc(r.corr)).flatten() {
+            site_votes.push((0, l));
+        }
+    }
+
+    // Gaps, and the host synchronizations that returned inside them.
+    let mut gaps: Vec<u64> = Vec::new();
+    let (mut gap_idle_ns, mut gaps_with_sync, mut sync_blocked_ns, mut sync_gap_idle_ns) =
+        (0u64, 0u64, 0u64, 0u64);
+    let mut sync_votes: Vec<(u32, u32)> = Vec::new();
+    for w in 1..replays.len() {
+        let (prev, next) = (&replays[w - 1], &replays[w]);
+        let (a, b) = (prev.end, next.start);
+        let gap = b.saturating_sub(a);
+        gaps.push(gap);
+        if gap == 0 {
+            continue;
+        }
+        let idle = gap - busy.busy_in(a, b).min(gap);
+        gap_idle_ns = gap_idle_ns.saturating_add(idle);
+        // The thread that launched the next replay (else the previous one's); any thread when
+        // API records are off.
+        let tid = tid_of[w].or(tid_of[w - 1]);
+        if let Some(si) = sync_in(sync_ends, tid, a, b) {
+            let s = m.sync(si as usize);
+            gaps_with_sync += 1;
+            sync_blocked_ns = sync_blocked_ns.saturating_add(s.end.saturating_sub(s.start));
+            sync_gap_idle_ns = sync_gap_idle_ns.saturating_add(idle);
+            if let Some(&l) = cx.sync_loc.get(si as usize).filter(|&&l| l != NONE) {
+                sync_votes.push((0, l));
+            }
+        }
+    }
+    let gap_total_ns = gaps.iter().fold(0u64, |a, &d| a.saturating_add(d));
+    let gap_count = gaps.len() as u64;
+    let (gap_median_ns, _) = median_p99(&mut gaps);
+    let loc = |votes: Vec<(u32, u32)>| -> Option<SourceLoc> {
+        most_frequent_per_key(votes)
+            .first()
+            .and_then(|&(_, l)| cx.locs.get(l as usize).cloned())
+    };
+
+    // Nodes, and the operations with the most time.
+    let mut nodes: Vec<u64> = ops.iter().map(|o| o.node).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut per_name: HashMap<(u32, &'static str), (u64, u64)> = HashMap::new();
+    let mut all_ns = 0u64;
+    for o in ops {
+        let d = o.end - o.start;
+        all_ns = all_ns.saturating_add(d);
+        let e = per_name.entry((o.name, o.label)).or_default();
+        e.0 += 1;
+        e.1 = e.1.saturating_add(d);
+    }
+    let mut top: Vec<GraphOp> = per_name
+        .into_iter()
+        .map(|((name, label), (count, total_ns))| GraphOp {
+            name: if name == NONE {
+                label.to_string()
+            } else {
+                m.str(gpufl_trace::StrId(name)).to_string()
+            },
+            count,
+            total_ns,
+            share: super::share(total_ns, all_ns),
+        })
+        .collect();
+    top.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
+    top.truncate(TOP_OPS);
+
+    GraphSummary {
+        graph,
+        device,
+        replays: replays.len() as u64,
+        nodes: nodes.len() as u64,
+        ops: ops.len() as u64,
+        replay_median_ns,
+        replay_p99_ns,
+        replay_total_ns,
+        busy_ns,
+        gaps: gap_count,
+        gap_median_ns,
+        gap_total_ns,
+        gap_idle_ns,
+        gaps_with_sync,
+        sync_blocked_ns,
+        sync_gap_idle_ns,
+        sync_location: loc(sync_votes),
+        launch_location: loc(site_votes),
+        launch_call_median_ns: (!launch_ns.is_empty()).then(|| median_p99(&mut launch_ns).0),
+        top,
+    }
+}
+
+/// A synchronization of thread `tid` (any thread when None) that returned within `[a, b]`: the
+/// one that returned last, as an index into the syncs. `sync_ends` holds (tid, end, index), sorted.
+fn sync_in(sync_ends: &[(u64, u64, u32)], tid: Option<u64>, a: u64, b: u64) -> Option<u32> {
+    let mut best: Option<(u64, u32)> = None;
+    let mut consider = |rows: &[(u64, u64, u32)]| {
+        let from = rows.partition_point(|r| r.1 < a);
+        for r in rows[from..].iter().take_while(|r| r.1 <= b) {
+            if best.is_none_or(|(e, _)| r.1 > e) {
+                best = Some((r.1, r.2));
+            }
+        }
+    };
+    match tid {
+        Some(t) => {
+            let lo = sync_ends.partition_point(|r| r.0 < t);
+            let hi = lo + sync_ends[lo..].partition_point(|r| r.0 == t);
+            consider(&sync_ends[lo..hi]);
+        }
+        None => {
+            // Per thread: each thread's rows are sorted by end.
+            let mut lo = 0;
+            while lo < sync_ends.len() {
+                let t = sync_ends[lo].0;
+                let hi = lo + sync_ends[lo..].partition_point(|r| r.0 == t);
+                consider(&sync_ends[lo..hi]);
+                lo = hi;
+            }
+        }
+    }
+    best.map(|(_, i)| i)
+}
+
+/// Which kernels a graph launch ran, by index into the model's kernels (empty when none did).
+pub(crate) fn graph_kernel_mask(m: &crate::Model) -> Vec<bool> {
+    if m.graph_kernels.is_empty() {
+        return Vec::new();
+    }
+    let mut v = vec![false; m.kernel_count()];
+    for &(i, _) in &m.graph_kernels {
+        if let Some(x) = v.get_mut(i as usize) {
+            *x = true;
+        }
+    }
+    v
+}

@@ -1,0 +1,290 @@
+//! CUDA graphs (issue 18): replays as units (the shared graph summary), rule `graph-replay-gaps`,
+//! and graph kernels left out of `launch-bound`.
+
+use super::*;
+
+const GRAPH: u32 = 3;
+const NODES: u64 = 5;
+/// Each node's kernel, ns (a replay is NODES of them back to back).
+const NODE_NS: u64 = 20_000;
+const T1: u64 = 1;
+
+struct Plan {
+    replays: u64,
+    /// A stream sync on T1 after each replay (at graph.cu:42).
+    sync_after: bool,
+    /// Host time between the end of one replay (or of its sync) and the next launch, ns.
+    host_gap: u64,
+    /// Node kernel duration, ns.
+    node_ns: u64,
+    /// Launch call duration, ns.
+    launch_ns: u64,
+    /// Directly launched short kernels after the replays (for launch-bound).
+    direct: u64,
+}
+
+impl Plan {
+    fn new(replays: u64) -> Plan {
+        Plan {
+            replays,
+            sync_after: true,
+            host_gap: 30_000,
+            node_ns: NODE_NS,
+            launch_ns: 8_000,
+            direct: 0,
+        }
+    }
+}
+
+fn api(b: &mut B, name: &str, start: u64, end: u64) -> u32 {
+    let corr = b.next_corr();
+    let name = b.s(name);
+    b.recs.push(Record::Api(Api {
+        domain: ApiDomain::Runtime,
+        name,
+        cbid: 311,
+        start,
+        end,
+        tid: T1,
+        corr,
+        ret: 0,
+    }));
+    corr
+}
+
+fn session(p: &Plan) -> B {
+    let mut b = B::new();
+    let launch_at = b.user_stack("graph.cu", 40, "replay_loop");
+    let sync_at = b.user_stack("graph.cu", 42, "replay_loop");
+    let direct_at = b.user_stack("graph.cu", 60, "direct_loop");
+    let names: Vec<StrId> = (0..NODES)
+        .map(|n| b.s(&format!("node_kernel_{n}")))
+        .collect();
+    let mut t = 1_000_000u64;
+    for _ in 0..p.replays {
+        let corr = api(&mut b, "cudaGraphLaunch", t, t + p.launch_ns);
+        let api_name = b.s("cudaGraphLaunch");
+        b.recs.push(Record::Callsite(Callsite {
+            corr,
+            api: api_name,
+            tid: T1,
+            ts: t,
+            stack: launch_at,
+            weight: None,
+        }));
+        let mut g = t + p.launch_ns + 2_000;
+        for (n, &name) in names.iter().enumerate() {
+            b.recs.push(Record::Kernel(Kernel {
+                name,
+                start: g,
+                end: g + p.node_ns,
+                dev: 0,
+                ctx: 1,
+                stream: 9,
+                corr,
+                graph: Some(GraphNode(GRAPH, 100 + n as u64)),
+                ..Kernel::default()
+            }));
+            g += p.node_ns;
+        }
+        t = if p.sync_after {
+            let corr = b.next_corr();
+            b.recs.push(Record::Sync(Sync {
+                kind: SyncKind::StreamSynchronize,
+                start: t + p.launch_ns,
+                end: g + 1_000,
+                ctx: 1,
+                stream: Some(9),
+                corr,
+                tid: Some(T1),
+                stack: Some(sync_at),
+                ..Sync::default()
+            }));
+            g + 1_000 + p.host_gap
+        } else {
+            (t + p.launch_ns + p.host_gap).max(t + p.launch_ns)
+        };
+    }
+    // Directly launched short kernels: 2 µs each, 9 µs launch calls, back to back on the host.
+    let direct = b.s("direct_kernel");
+    for i in 0..p.direct {
+        let corr = api(&mut b, "cudaLaunchKernel", t, t + 9_000);
+        if i < 4 {
+            let api_name = b.s("cudaLaunchKernel");
+            b.recs.push(Record::Callsite(Callsite {
+                corr,
+                api: api_name,
+                tid: T1,
+                ts: t,
+                stack: direct_at,
+                weight: None,
+            }));
+        }
+        b.recs.push(Record::Kernel(Kernel {
+            name: direct,
+            start: t + 10_000,
+            end: t + 12_000,
+            dev: 0,
+            ctx: 1,
+            stream: 8,
+            corr,
+            ..Kernel::default()
+        }));
+        t += 9_500;
+    }
+    b
+}
+
+#[test]
+fn replays_are_units_with_their_launch_line_and_the_syncs_between_them() {
+    let a = session(&Plan::new(40)).analyze();
+    assert_eq!(a.graphs.len(), 1);
+    let g = &a.graphs[0];
+    assert_eq!((g.graph, g.device, g.replays), (GRAPH, 0, 40));
+    assert_eq!((g.nodes, g.ops), (NODES, 40 * NODES));
+    assert_eq!(g.replay_median_ns, NODES * NODE_NS);
+    assert_eq!(g.replay_total_ns, 40 * NODES * NODE_NS);
+    assert_eq!(g.busy_ns, 40 * NODES * NODE_NS);
+    assert_eq!((g.gaps, g.gaps_with_sync), (39, 39));
+    // Each gap: 1 µs of sync tail + 30 µs of host work + 8 µs launch + 2 µs to the first node.
+    assert_eq!(g.gap_median_ns, 41_000);
+    assert_eq!(g.gap_idle_ns, 39 * 41_000);
+    assert_eq!(g.launch_call_median_ns, Some(8_000));
+    assert_eq!(g.launch_location.as_ref().unwrap().short(), "graph.cu:40");
+    assert_eq!(g.sync_location.as_ref().unwrap().short(), "graph.cu:42");
+    assert_eq!(g.top.len(), NODES as usize);
+    assert!((g.top[0].share - 0.2).abs() < 1e-9);
+    assert_eq!(g.top[0].count, 40);
+}
+
+#[test]
+fn a_sync_after_each_replay_fires_at_the_sync_line() {
+    let a = session(&Plan::new(40)).analyze();
+    let found = rule(&a, "graph-replay-gaps");
+    assert_eq!(found.len(), 1, "{:#?}", a.insights);
+    let i = found[0];
+    assert_eq!(i.location.short(), "graph.cu:42");
+    assert!(i.title.contains("host sync after each"), "{}", i.title);
+    assert!(i.detail.contains("graph.cu:40"), "{}", i.detail);
+    assert_eq!(i.impact_ns, 39 * 41_000);
+    assert_eq!(i.count, 40);
+    // Idle is 41 of every 141 µs: MEDIUM.
+    assert_eq!(i.severity, Severity::Medium);
+    // No launch-bound advice for kernels that already are in a graph.
+    assert!(rule(&a, "launch-bound").is_empty(), "{:#?}", a.insights);
+}
+
+#[test]
+fn tiny_replays_without_syncs_fire_at_the_launch_line() {
+    let mut p = Plan::new(40);
+    p.sync_after = false;
+    p.node_ns = 4_000; // 20 µs replays
+    p.host_gap = 200_000;
+    let a = session(&p).analyze();
+    let found = rule(&a, "graph-replay-gaps");
+    assert_eq!(found.len(), 1, "{:#?}", a.insights);
+    let i = found[0];
+    assert_eq!(i.location.short(), "graph.cu:40");
+    assert!(i.title.contains("tiny replays"), "{}", i.title);
+    assert_eq!(i.severity, Severity::High);
+    assert_eq!(a.graphs[0].gaps_with_sync, 0);
+}
+
+#[test]
+fn back_to_back_replays_and_few_replays_raise_nothing() {
+    // Launched ahead: each replay's kernels start when the previous replay's end.
+    let mut p = Plan::new(40);
+    p.sync_after = false;
+    p.host_gap = 0;
+    p.launch_ns = 1_000;
+    let b = session(&p);
+    // Rewrite the kernels' times: replays back to back on the GPU.
+    let mut b2 = B::new();
+    b2.recs = b.recs.clone();
+    let mut t = 5_000_000u64;
+    for r in b2.recs.iter_mut() {
+        if let Record::Kernel(k) = r {
+            k.start = t;
+            k.end = t + NODE_NS;
+            t += NODE_NS;
+        }
+    }
+    let a = b2.analyze();
+    assert_eq!(a.graphs[0].gap_idle_ns, 0);
+    assert!(rule(&a, "graph-replay-gaps").is_empty());
+    // Four replays with gaps: below MIN_REPLAYS.
+    let a = session(&Plan::new(4)).analyze();
+    assert_eq!(a.graphs[0].replays, 4);
+    assert!(rule(&a, "graph-replay-gaps").is_empty());
+}
+
+#[test]
+fn graph_kernels_are_left_out_of_launch_bound() {
+    // Graph nodes shorter than the graph launch call (2 µs against 8 µs), and 300 direct launches
+    // of a 2 µs kernel with 9 µs launch calls: launch-bound counts the direct launches only.
+    let mut p = Plan::new(120);
+    p.node_ns = 2_000;
+    p.direct = 300;
+    let a = session(&p).analyze();
+    let found = rule(&a, "launch-bound");
+    assert_eq!(found.len(), 1, "{:#?}", a.insights);
+    let i = found[0];
+    assert_eq!(i.location.short(), "graph.cu:60");
+    match &i.data {
+        Some(RuleData::LaunchBound(d)) => {
+            assert_eq!(d.launches, 300);
+            assert!(d.kernels.iter().all(|k| k.name == "direct_kernel"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same session without graph ids: the nodes count as launches of their own.
+    let mut b = session(&p);
+    for r in b.recs.iter_mut() {
+        if let Record::Kernel(k) = r {
+            k.graph = None;
+        }
+    }
+    let a = b.analyze();
+    assert!(a.graphs.is_empty());
+    let launches: u64 = rule(&a, "launch-bound")
+        .iter()
+        .filter_map(|i| match &i.data {
+            Some(RuleData::LaunchBound(d)) => Some(d.launches),
+            _ => None,
+        })
+        .sum();
+    assert!(launches > 300, "{launches}");
+}
+
+#[test]
+fn graph_copies_count_in_their_replay() {
+    let mut b = session(&Plan::new(6));
+    // A 50 µs memset node at the start of each replay (before the first kernel).
+    let kernels: Vec<(u32, u64)> = b
+        .recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Kernel(k) if k.graph.map(|g| g.1) == Some(100) => Some((k.corr, k.start)),
+            _ => None,
+        })
+        .collect();
+    for (corr, start) in kernels {
+        b.recs.push(Record::Memset(Memset {
+            bytes: 4096,
+            start: start - 50_000,
+            end: start,
+            dev: 0,
+            ctx: 1,
+            stream: 9,
+            corr,
+            graph: Some(GraphNode(GRAPH, 99)),
+            ..Memset::default()
+        }));
+    }
+    let a = b.analyze();
+    let g = &a.graphs[0];
+    assert_eq!((g.replays, g.nodes, g.ops), (6, NODES + 1, 6 * (NODES + 1)));
+    assert_eq!(g.replay_median_ns, NODES * NODE_NS + 50_000);
+    assert_eq!((g.top[0].name.as_str(), g.top[0].count), ("[memset]", 6));
+    assert!((g.top[0].share - 50.0 / 150.0).abs() < 1e-9);
+}
