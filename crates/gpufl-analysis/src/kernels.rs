@@ -50,6 +50,10 @@ pub fn is_library_kernel(name: &str) -> bool {
     LIBRARY_PATTERNS.iter().any(|p| lower.contains(p))
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// One launch configuration of a kernel, with its share of the launches.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Variant {
@@ -70,7 +74,11 @@ pub struct KernelRow {
     /// Demangled kernel name.
     pub name: String,
     pub device: u32,
+    /// Executions (a graph replay's run of the kernel counts as one).
     pub launches: u64,
+    /// Of `launches`, the kernels CUDA graph launches ran (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub graph_runs: u64,
     /// Summed kernel durations, ns.
     pub total_ns: u64,
     pub mean_ns: u64,
@@ -739,6 +747,7 @@ fn table_in_pieces(
                 name,
                 device: dev,
                 launches,
+                graph_runs: 0,
                 total_ns,
                 mean_ns: total_ns / launches,
                 p50_ns,
@@ -768,6 +777,24 @@ fn table_in_pieces(
             .then_with(|| a.name.cmp(&b.name))
             .then_with(|| a.device.cmp(&b.device))
     });
+    // Of each row's kernels, those a CUDA graph launch ran (few rows have any).
+    if !m.graph_kernels.is_empty() {
+        let mut at: HashMap<(&str, u32), usize> = HashMap::new();
+        for (i, r) in rows.iter().enumerate() {
+            at.insert((r.name.as_str(), r.device), i);
+        }
+        let mut runs = vec![0u64; rows.len()];
+        for &(i, _) in &m.graph_kernels {
+            let kr = m.kernel(i as usize);
+            if let Some(&r) = at.get(&(m.str(kr.name), kr.dev)) {
+                runs[r] += 1;
+            }
+        }
+        drop(at);
+        for (r, n) in rows.iter_mut().zip(runs) {
+            r.graph_runs = n;
+        }
+    }
     KernelTable {
         limits,
         rows,

@@ -141,8 +141,13 @@ pub fn render(out: &mut String, t: &KernelTable) {
                 bytes(r.launch.smem_bytes()),
                 local(r.launch.local_mem, r.stack_frame),
                 occupancy(r),
-                clip(&crate::term::esc(name), 60)
+                clip(&crate::term::esc(name), 60),
             );
+            if r.graph_runs > 0 {
+                // Kernels a graph replay ran: no launch call of their own.
+                out.pop();
+                let _ = writeln!(out, " · {} in CUDA graphs", r.graph_runs);
+            }
         }
     }
 }

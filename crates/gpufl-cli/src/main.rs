@@ -9,6 +9,7 @@ mod fuzz;
 mod kernel_table;
 mod record;
 mod report;
+mod report_graphs;
 mod report_run;
 mod report_scopes;
 mod report_telemetry;

@@ -268,6 +268,7 @@ pub(crate) fn render(out: &mut String, r: &SessionReport, st: &Style) {
     if let Some(s) = &a.sampling {
         render_calls(out, s);
     }
+    crate::report_graphs::render(out, &a.graphs);
     crate::kernel_table::render(out, &a.kernels);
 }
 

@@ -258,7 +258,7 @@ pub fn fmt_duration(ns: u64) -> String {
 
 /// A function name for prose: the C++ parameter list dropped (`step(CUstream_st*, int)` →
 /// `step`), so that `in {name}()` reads well.
-pub(crate) fn short_function(name: &str) -> &str {
+pub fn short_function(name: &str) -> &str {
     let t = name.trim_end();
     if !t.ends_with(')') {
         return t;
