@@ -50,6 +50,15 @@ pub fn is_library_kernel(name: &str) -> bool {
     LIBRARY_PATTERNS.iter().any(|p| lower.contains(p))
 }
 
+/// A generated kernel's source ([`KernelRow::source`]), as recorded.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+pub struct KernelSource {
+    pub file: String,
+    pub line: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
@@ -109,6 +118,11 @@ pub struct KernelRow {
     /// None when the trace has no `function` record for the name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_frame: Option<u32>,
+    /// Where the kernel's source is, when the recorder found it (Triton kernels PyTorch Inductor
+    /// generated: the file in Inductor's cache, the line of the kernel's `def`, and what Inductor
+    /// says it was generated from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<KernelSource>,
     /// The device's busy time (union of kernels, copies, memsets), ns.
     #[serde(skip)]
     pub(crate) device_busy_ns: u64,
@@ -666,6 +680,17 @@ fn table_in_pieces(
         let e = frames.entry(m.str(StrId(id))).or_insert(b);
         *e = (*e).max(b);
     }
+    // Generated sources by name text, likewise.
+    let mut sources: HashMap<&str, KernelSource> = HashMap::new();
+    for (&id, &(file, line, note)) in &m.kernel_sources {
+        sources
+            .entry(m.str(StrId(id)))
+            .or_insert_with(|| KernelSource {
+                file: m.str(StrId(file)).to_string(),
+                line,
+                note: (note != NONE).then(|| m.str(StrId(note)).to_string()),
+            });
+    }
     let single = devs.len() == 1;
     let dev_busy: Vec<u64> = devs
         .iter()
@@ -744,6 +769,7 @@ fn table_in_pieces(
                 library: is_library_kernel(&name),
                 comm: crate::comm::is_comm_kernel(&name),
                 stack_frame: frames.get(name.as_str()).copied(),
+                source: sources.get(name.as_str()).cloned(),
                 name,
                 device: dev,
                 launches,

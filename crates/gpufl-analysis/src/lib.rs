@@ -60,7 +60,7 @@ pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
 pub use insights::utilization::{ChunkIdle, ChunkLine};
 pub use insights::{fmt_duration, Insight, RuleData, Severity};
 pub use intervals::{union_ns, DeviceBusy};
-pub use kernels::{KernelRow, KernelTable};
+pub use kernels::{KernelRow, KernelSource, KernelTable};
 pub use model::{Model, Window, WindowReason};
 pub use occupancy::{Limiter, Occupancy, SmLimits};
 pub use run::{analyze_run, RunAnalysis, RunMember};

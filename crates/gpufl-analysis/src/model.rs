@@ -36,6 +36,9 @@ pub(crate) struct Kernels {
     pub(crate) dev: Col<u32>,
 }
 
+/// Generated sources kept at most (one per kernel name; a hostile trace cannot grow the map).
+pub const MAX_KERNEL_SOURCES: usize = 100_000;
+
 /// Memcpys and memsets: 43 bytes per record (`op` is the copy kind, or [`OP_MEMSET`]).
 #[derive(Debug, Default)]
 pub(crate) struct Copies {
@@ -105,6 +108,9 @@ pub struct Model {
     /// Stack frame per thread of each function name (`function` records: the frame, else the
     /// stack with callees; the largest when several modules have the name), bytes.
     pub(crate) stack_frames: HashMap<u32, u32>,
+    /// Generated source of a function name (`function` records with a `source`): (file string,
+    /// line, note string or NONE).
+    pub(crate) kernel_sources: HashMap<u32, (u32, u32, u32)>,
     memsets: u64,
     dropped: u64,
     first_ns: u64,
@@ -505,6 +511,17 @@ impl Model {
                     let name = self.str_ref(ld, f.name);
                     let e = self.stack_frames.entry(name).or_insert(b);
                     *e = (*e).max(b);
+                }
+                if let Some(src) = f.source {
+                    let name = self.str_ref(ld, f.name);
+                    let file = self.str_ref(ld, src.file);
+                    let note = src.note.map_or(NONE, |n| self.str_ref(ld, n));
+                    // The first record of a name wins.
+                    if self.kernel_sources.len() < MAX_KERNEL_SOURCES {
+                        self.kernel_sources
+                            .entry(name)
+                            .or_insert((file, src.line, note));
+                    }
                 }
             }
             Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),

@@ -84,6 +84,7 @@ pub fn drain_into(s: &mut Sink) -> Result<(), TraceError> {
                 module: m.module,
                 frame: f.frame,
                 stack: f.stack,
+                source: None,
             }))?;
         }
     }

@@ -55,6 +55,10 @@ pub struct Sink {
     discard_api: bool,
     /// API records dropped by `discard_api`.
     pub discarded_api: u64,
+    /// Inductor's cache index, made at the first Triton kernel.
+    inductor: Option<crate::inductor::Index>,
+    /// Kernel names whose generated source was looked up.
+    sourced: std::collections::HashSet<StrId>,
 }
 
 impl Sink {
@@ -79,7 +83,16 @@ impl Sink {
             feed: crate::metrics_feed::Feed::off(),
             discard_api: std::env::var("GPUFL_API_DISCARD").is_ok_and(|v| v == "1"),
             discarded_api: 0,
+            inductor: None,
+            sourced: std::collections::HashSet::new(),
         }
+    }
+
+    /// Look generated kernels up in this index of Inductor's cache instead of the one
+    /// [`crate::inductor::Index::from_env`] finds.
+    pub fn with_inductor(mut self, ix: crate::inductor::Index) -> Sink {
+        self.inductor = Some(ix);
+        self
     }
 
     pub fn writer(&mut self) -> &mut TraceWriter<BufWriter<File>> {
@@ -345,6 +358,9 @@ impl Sink {
                         };
                         let id = self.kernel_name(bytes)?;
                         self.kernel_by_ptr.insert(name as usize, id);
+                        if bytes.starts_with(b"triton_") {
+                            self.generated_source(id, &String::from_utf8_lossy(bytes))?;
+                        }
                         id
                     }
                 };
@@ -375,6 +391,36 @@ impl Sink {
     pub(crate) fn kernel_name(&mut self, mangled: &[u8]) -> Result<StrId, TraceError> {
         self.w
             .intern_str(&demangle(&String::from_utf8_lossy(mangled)))
+    }
+
+    /// A `function` record with the source of a kernel PyTorch Inductor generated, the first time
+    /// its name is seen (see [`crate::inductor`]).
+    fn generated_source(&mut self, name: StrId, text: &str) -> Result<(), TraceError> {
+        if !self.sourced.insert(name) {
+            return Ok(());
+        }
+        let ix = self
+            .inductor
+            .get_or_insert_with(crate::inductor::Index::from_env);
+        let Some(found) = ix.lookup(text) else {
+            return Ok(());
+        };
+        let file = self.w.intern_str(&found.file.to_string_lossy())?;
+        let note = match &found.note {
+            Some(n) => Some(self.w.intern_str(n)?),
+            None => None,
+        };
+        self.write(&Record::Function(gpufl_trace::Function {
+            name,
+            module: 0,
+            frame: None,
+            stack: None,
+            source: Some(gpufl_trace::FunctionSource {
+                file,
+                line: found.line,
+                note,
+            }),
+        }))
     }
 
     fn api_name(&mut self, domain: u32, cbid: u32) -> Result<StrId, TraceError> {
@@ -524,6 +570,61 @@ mod tests {
             names,
             ["first()", "first()", "second()", "<unnamed kernel>"]
         );
+    }
+
+    #[test]
+    fn inductor_kernels_get_a_function_record_with_their_source_once() {
+        let dir = std::env::temp_dir().join(format!("gpufl-sink-ind-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("ab")).unwrap();
+        std::fs::write(
+            dir.join("ab/k.py"),
+            "@triton.jit\ndef triton_poi_fused_add_0(x):\n    pass\n",
+        )
+        .unwrap();
+        let path = dir.join("t.ndjson.zst");
+        let w = TraceWriter::new(
+            BufWriter::new(File::create(&path).unwrap()),
+            &Header::default(),
+        )
+        .unwrap();
+        let mut sink =
+            Sink::new(w, None).with_inductor(crate::inductor::Index::new(vec![dir.clone()]));
+        let a = *b"triton_poi_fused_add_0\0";
+        let b = *b"triton_poi_fused_add_0\0"; // the same name at another address
+        let c = *b"_Z5otherv\0";
+        for name in [&a[..], &a[..], &b[..], &c[..]] {
+            sink.take_decoded(Decoded::Kernel {
+                name: name.as_ptr().cast(),
+                kernel: Kernel {
+                    start: 1,
+                    end: 2,
+                    ..Kernel::default()
+                },
+            })
+            .unwrap();
+        }
+        sink.finish("test").unwrap();
+        let mut strings = HashMap::new();
+        let mut sources = Vec::new();
+        for rec in gpufl_trace::TraceReader::open(&path).unwrap() {
+            match rec {
+                Record::Str(s) => {
+                    strings.insert(s.id, s.s);
+                }
+                Record::Function(f) => {
+                    let src = f.source.unwrap();
+                    sources.push((
+                        strings[&f.name].clone(),
+                        strings[&src.file].clone(),
+                        src.line,
+                    ));
+                }
+                _ => {}
+            }
+        }
+        std::fs::remove_dir_all(&dir).ok();
+        let file = dir.join("ab/k.py").to_string_lossy().into_owned();
+        assert_eq!(sources, [("triton_poi_fused_add_0".to_string(), file, 2)]);
     }
 
     #[test]

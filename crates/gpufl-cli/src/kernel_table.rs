@@ -148,6 +148,20 @@ pub fn render(out: &mut String, t: &KernelTable) {
                 out.pop();
                 let _ = writeln!(out, " · {} in CUDA graphs", r.graph_runs);
             }
+            if let Some(src) = &r.source {
+                let note = src
+                    .note
+                    .as_deref()
+                    .map(|n| format!(" · {}", clip(&crate::term::esc(n), 160)))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "    {:>9} source {}:{}{note}",
+                    "",
+                    crate::term::esc(&src.file),
+                    src.line
+                );
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `gpufl report` on a session with CUDA graph replays (issue 18): the graphs section, the
-//! `graph-replay-gaps` insight at the sync's line, the kernel table's graph runs, JSON, and
-//! kernel names from the trace escaped in the new section.
+//! `graph-replay-gaps` insight at the sync's line, the kernel table's graph runs and a generated
+//! kernel's source, JSON, and strings from the trace escaped in the new lines.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,7 +43,7 @@ fn write_graph_session(root: &Path) -> PathBuf {
     let file_id = w.intern_str("/work/examples/replay.cu").unwrap();
     let func = w.intern_str("replay_loop(int)").unwrap();
     let module = w.intern_str("/work/build/graph_replay").unwrap();
-    let mut stack_at = |w: &mut TraceWriter<std::fs::File>, line: u32| {
+    let stack_at = |w: &mut TraceWriter<std::fs::File>, line: u32| {
         let f = w
             .intern_frame(FrameData {
                 kind: FrameKind::Native,
@@ -66,6 +66,23 @@ fn write_graph_session(root: &Path) -> PathBuf {
         w.intern_str("add\x1b[2J(float*, int)").unwrap(),
         w.intern_str("reduce(float*, int)").unwrap(),
     ];
+    // A generated kernel's source, as the recorder writes it for Inductor's Triton kernels.
+    let src_file = w.intern_str("/tmp/torchinductor_u/ab/cab.py").unwrap();
+    let note = w
+        .intern_str("Topologically Sorted Source Nodes: [relu]\x1b]0;x")
+        .unwrap();
+    w.write(&Record::Function(Function {
+        name: nodes[2],
+        module: 0,
+        frame: None,
+        stack: None,
+        source: Some(FunctionSource {
+            file: src_file,
+            line: 18,
+            note: Some(note),
+        }),
+    }))
+    .unwrap();
     let mut t = 1_000_000_000u64;
     for r in 0..40u32 {
         let corr = 2 * r + 1;
@@ -166,6 +183,12 @@ fn report_shows_the_graphs_and_their_replay_gaps() {
     assert!(!text.contains("[launch-bound]"), "{text}");
     assert!(!text.contains('\x1b'), "raw escape in the report");
     assert!(text.contains("add\\u{1b}[2J"), "{text}");
+    assert!(
+        text.contains(
+            "source /tmp/torchinductor_u/ab/cab.py:18 · Topologically Sorted Source Nodes: [relu]\\u{1b}]0;x"
+        ),
+        "{text}"
+    );
 
     let (code, json, err) = run(Command::new(env!("CARGO_BIN_EXE_gpufl")).args([
         "report",
@@ -189,5 +212,12 @@ fn report_shows_the_graphs_and_their_replay_gaps() {
         .any(|o| o["name"] == "add\x1b[2J(float*, int)"));
     let rows = v["sessions"][0]["kernels"]["rows"].as_array().unwrap();
     assert!(rows.iter().all(|r| r["graph_runs"] == 40), "{rows:?}");
+    let reduce = rows
+        .iter()
+        .find(|r| r["name"] == "reduce(float*, int)")
+        .unwrap();
+    assert_eq!(reduce["source"]["line"], 18);
+    assert_eq!(reduce["source"]["file"], "/tmp/torchinductor_u/ab/cab.py");
+    assert!(rows.iter().filter(|r| r.get("source").is_some()).count() == 1);
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -21,4 +21,20 @@ pub struct Function {
     /// its frame plus the deepest chain of callee frames).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<u32>,
+    /// Where the function's source is, when the recorder found it: compiler-generated kernels
+    /// (Triton kernels that PyTorch Inductor generated) in the compiler's cache. Such a record may
+    /// come without sizes (`module` 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<FunctionSource>,
+}
+
+/// A generated kernel's source: the file and line of its definition, and what the compiler says
+/// it was generated from (Inductor's "Topologically Sorted Source Nodes … Original ATen …"
+/// comment), all as recorded on the machine that ran the program.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct FunctionSource {
+    pub file: StrId,
+    pub line: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<StrId>,
 }

@@ -25,7 +25,7 @@ pub mod userpaths;
 pub mod writer;
 
 pub use error::TraceError;
-pub use function::Function;
+pub use function::{Function, FunctionSource};
 pub use ids::{FrameId, StackId, StrId};
 pub use limits::ReadLimits;
 pub use par::{

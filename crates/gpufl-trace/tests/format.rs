@@ -326,6 +326,7 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         module: 3 + i as u32,
         frame: Some(568 * (i % 2) as u32),
         stack: (!i.is_multiple_of(3)).then_some(568 + 16 * i as u32),
+        source: None,
     }));
     r.rec(Record::Memcpy(Memcpy {
         kind: CopyKind::HtoD,
@@ -720,12 +721,14 @@ fn function_record_reads_from_its_documented_line() {
                 module: 2,
                 frame: Some(568),
                 stack: Some(600),
+                source: None,
             }),
             Record::Function(Function {
                 name: StrId(5),
                 module: 2,
                 frame: None,
                 stack: None,
+                source: None,
             }),
         ]
     );

@@ -116,6 +116,7 @@ fn function(b: &mut B, name: &str, frame: Option<u32>, stack: Option<u32>) {
         module: 1,
         frame,
         stack,
+        source: None,
     }));
 }
 
