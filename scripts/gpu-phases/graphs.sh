@@ -76,7 +76,11 @@ if gsites and len(at_line) < len(gsites):
 check("graph kernels recorded with graph: [g, n]", len(graph_k) > 0)
 check("every graph kernel has a graph launch's correlation id",
       bool(graph_k) and all(k["corr"] in launch_corr for k in graph_k))
-check(f"graph-launch callsites at {mfile}:{line}", bool(gsites) and len(at_line) == len(gsites))
+# The C++ example launches its graph from one line only; the Python ones may also replay elsewhere
+# (torch_compile_graphs.py's final check against eager).
+every = name == "graph_replay"
+check(f"graph-launch callsites at {mfile}:{line} ({'all' if every else 'some'}: {len(at_line)} of {len(gsites)})",
+      bool(at_line) and (not every or len(at_line) == len(gsites)))
 check("graph kernels joined to a graph-launch callsite by correlation id",
       any(k["corr"] in site_corr for k in graph_k))
 check("no driver cuGraphLaunch callsite (nested in cudaGraphLaunch)",
