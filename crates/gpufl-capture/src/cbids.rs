@@ -151,4 +151,21 @@ mod tests {
         }
         assert!(sync_kind(crate::cupti::DOMAIN_RUNTIME, 211).is_none());
     }
+
+    #[test]
+    fn graph_launch_ids_are_cuptis_and_recorded_by_default() {
+        use crate::cupti::sys::CUpti_driver_api_trace_cbid_enum as Drv;
+        use crate::cupti::sys::CUpti_runtime_api_trace_cbid_enum as Rt;
+        let runtime = [
+            Rt::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 as u32,
+            Rt::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000 as u32,
+        ];
+        let driver = [
+            Drv::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch as u32,
+            Drv::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz as u32,
+        ];
+        assert_eq!((runtime, driver), ([311, 312], [514, 515]));
+        assert!(runtime.iter().all(|id| RUNTIME_DEFAULT.contains(id)));
+        assert!(driver.iter().all(|id| DRIVER_DEFAULT.contains(id)));
+    }
 }

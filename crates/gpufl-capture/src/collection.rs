@@ -162,12 +162,13 @@ fn set_collection(
     }
 }
 
-/// Turn the call-site callbacks (launches, copies, memsets) on or off; the driver domain's stay
+/// Turn the call-site callbacks (launches, graph launches, copies, memsets) on or off; the driver domain's stay
 /// off while [`DRIVER_SITES`] says they are redundant.
 fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
     let Some(table) = SITES.get() else { return };
-    // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|copy
-    // restrict the call-site callbacks (default: all).
+    // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|graph|copy
+    // (comma-separated; `graph`: cudaGraphLaunch / cuGraphLaunch) restrict the call-site
+    // callbacks (default: all).
     let (domains, kinds) = (knob("GPUFL_SITE_DOMAINS"), knob("GPUFL_SITE_KINDS"));
     let driver_on = DRIVER_SITES.load(Ordering::SeqCst);
     for (domain, id) in table.ids() {
@@ -176,10 +177,7 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
         } else {
             "driver"
         };
-        let kind = match table.kind(domain, id) {
-            Some(crate::sites::SiteKind::Copy) => "copy",
-            _ => "launch",
-        };
+        let kind = table.kind(domain, id).map_or("launch", |k| k.knob_name());
         if domains(dom) && kinds(kind) {
             let flag = u32::from(
                 on && (domain == cupti::DOMAIN_RUNTIME

@@ -1,5 +1,5 @@
-//! Call-site stacks of launches, copies and memsets (`callsite` records), and the default streams
-//! of each context (`stream` records).
+//! Call-site stacks of launches, graph launches, copies and memsets (`callsite` records), and the
+//! default streams of each context (`stream` records).
 //!
 //! Which callback ids are launches or copies is read from CUPTI's own function names at start
 //! (`cuptiGetCallbackName`), so new `_ptsz` / `_v2` variants are covered without a table of ids.
@@ -7,7 +7,9 @@
 //! Cost control on the hot path (the API-entry callback):
 //! - **Schedule.** A launch's stack is captured on the first [`EVERY_LAUNCH_UNTIL`] launches of a
 //!   kernel function by a thread, then at powers of two, then every [`LAUNCH_PERIOD`]th launch;
-//!   copies and memsets every time.
+//!   a graph launch (`cudaGraphLaunch` / `cuGraphLaunch`) likewise per executable graph (its
+//!   replays); copies and memsets every time. The kernels a graph replay runs carry the graph
+//!   launch's correlation id, so the graph launch's `callsite` is their call site.
 //! - **Budget.** Captures due by the schedule are then limited by a per-thread budget of time:
 //!   each thread earns [`BUDGET_PPM`] (1 %) of the time that passes (up to [`BURST_NS`] saved),
 //!   and each capture spends what it measurably cost. Cheap captures (a warm Python call site)
@@ -62,6 +64,20 @@ pub enum SiteKind {
     Launch(u8),
     /// A memcpy or memset.
     Copy,
+    /// A graph launch (`cudaGraphLaunch`, `cuGraphLaunch`); the executable graph handle is
+    /// parameter 0 of the call.
+    GraphLaunch,
+}
+
+impl SiteKind {
+    /// The name of the kind in the benchmark knob `GPUFL_SITE_KINDS` (`launch`, `graph`, `copy`).
+    pub fn knob_name(self) -> &'static str {
+        match self {
+            SiteKind::Launch(_) => "launch",
+            SiteKind::GraphLaunch => "graph",
+            SiteKind::Copy => "copy",
+        }
+    }
 }
 
 /// Classify an API function by its name (version suffix stripped, e.g. `cudaLaunchKernel_ptsz`).
@@ -81,13 +97,16 @@ pub fn classify(name: &str) -> Option<SiteKind> {
     if launch_first.contains(&base) {
         return Some(SiteKind::Launch(0));
     }
+    if base == "cudaGraphLaunch" || base == "cuGraphLaunch" {
+        return Some(SiteKind::GraphLaunch);
+    }
     let is_copy = ["cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset"]
         .iter()
         .any(|p| name.starts_with(p));
     is_copy.then_some(SiteKind::Copy)
 }
 
-/// Callback ids of launches / copies per domain, from CUPTI's names.
+/// Callback ids of launches / graph launches / copies per domain, from CUPTI's names.
 pub struct SiteTable {
     runtime: Box<[Option<SiteKind>]>,
     driver: Box<[Option<SiteKind>]>,
@@ -127,6 +146,22 @@ impl SiteTable {
         f(cupti::DOMAIN_RUNTIME, &self.runtime)
             .into_iter()
             .chain(f(cupti::DOMAIN_DRIVER, &self.driver))
+    }
+}
+
+/// Tag of graph-launch keys (top bits): executable graphs are counted apart from kernel functions
+/// (a launch key is a function handle with its callback id, below 2^59) and from copies (`0xc0`).
+const GRAPH_TAG: u64 = 0xa0 << 56;
+
+/// The sampler key of a call and whether every call of it is captured: a launch's kernel function
+/// or a graph launch's executable graph (`handle`, with the callback id: the runtime and driver
+/// functions count apart), on the launch schedule; copies and memsets one key per API function,
+/// every call.
+pub fn site_key(kind: SiteKind, cbid: u32, handle: u64) -> (u64, bool) {
+    match kind {
+        SiteKind::Copy => ((0xc0 << 56) | cbid as u64, true),
+        SiteKind::Launch(_) => (handle ^ ((cbid as u64) << 48), false),
+        SiteKind::GraphLaunch => (GRAPH_TAG | (handle ^ ((cbid as u64) << 44)), false),
     }
 }
 
@@ -473,22 +508,25 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
                 }
             }
         }
-        let (slot, due) = match call.kind {
-            // Copies and memsets: one key per API function.
-            SiteKind::Copy => st.sampler.observe((0xc0 << 56) | call.cbid as u64, true),
-            SiteKind::Launch(param) => {
-                let params: *const u64 =
-                    unsafe { cupti::cb_field(data, offset_of!(D, functionParams)) };
-                let func = if params.is_null() {
-                    0
-                } else {
-                    // SAFETY: every launch entry point has its function handle as parameter 0 (1
-                    // for the Ex variants), pointer-sized, in its params struct.
-                    unsafe { params.add(param as usize).read_unaligned() }
-                };
-                st.sampler.observe(func ^ ((call.cbid as u64) << 48), false)
-            }
+        let param = match call.kind {
+            SiteKind::Copy => None,
+            SiteKind::Launch(p) => Some(p),
+            SiteKind::GraphLaunch => Some(0),
         };
+        let handle = param.map_or(0, |p| {
+            let params: *const u64 =
+                unsafe { cupti::cb_field(data, offset_of!(D, functionParams)) };
+            if params.is_null() {
+                0
+            } else {
+                // SAFETY: every launch entry point has its function handle as parameter 0 (1 for
+                // the Ex variants), every graph launch its executable graph as parameter 0,
+                // pointer-sized, in its params struct.
+                unsafe { params.add(p as usize).read_unaligned() }
+            }
+        });
+        let (key, always) = site_key(call.kind, call.cbid, handle);
+        let (slot, due) = st.sampler.observe(key, always);
         if !due {
             return;
         }
@@ -530,6 +568,92 @@ mod tests {
         assert_eq!(classify("cudaLaunchHostFunc"), None);
         assert_eq!(classify("cudaMalloc"), None);
         assert_eq!(classify("cudaStreamSynchronize"), None);
+    }
+
+    #[test]
+    fn graph_launches_classify_apart_from_kernel_launches() {
+        for name in [
+            "cudaGraphLaunch",
+            "cudaGraphLaunch_ptsz",
+            "cuGraphLaunch",
+            "cuGraphLaunch_ptsz",
+        ] {
+            assert_eq!(classify(name), Some(SiteKind::GraphLaunch), "{name}");
+        }
+        // Graph calls that launch nothing.
+        for name in [
+            "cudaGraphInstantiate",
+            "cudaGraphExecUpdate",
+            "cuGraphLaunchNode",
+            "cudaGraphUpload",
+            "cudaStreamBeginCapture",
+            "cudaStreamEndCapture",
+            "cudaGraphAddKernelNode",
+        ] {
+            assert_eq!(classify(name), None, "{name}");
+        }
+        assert_eq!(SiteKind::GraphLaunch.knob_name(), "graph");
+        assert_eq!(SiteKind::Launch(1).knob_name(), "launch");
+        assert_eq!(SiteKind::Copy.knob_name(), "copy");
+    }
+
+    #[test]
+    fn each_graph_gets_the_launch_schedule_and_its_own_weights() {
+        let (exec_a, exec_b) = (0x7f00_1234_5670u64, 0x7f00_1234_9a00u64);
+        let key = |exec| site_key(SiteKind::GraphLaunch, 311, exec);
+        assert!(
+            !key(exec_a).1,
+            "graph launches are sampled, not all captured"
+        );
+        assert_ne!(key(exec_a).0, key(exec_b).0);
+        // The same handle value as a kernel function, or a copy's key, is another key.
+        assert_ne!(key(exec_a).0, site_key(SiteKind::Launch(0), 311, exec_a).0);
+        assert_ne!(key(0).0, site_key(SiteKind::Copy, 311, 0).0);
+        // The ptsz and driver functions count apart from cudaGraphLaunch.
+        assert_ne!(
+            key(exec_a).0,
+            site_key(SiteKind::GraphLaunch, 312, exec_a).0
+        );
+        assert_ne!(
+            key(exec_a).0,
+            site_key(SiteKind::GraphLaunch, 514, exec_a).0
+        );
+
+        // Graph A replayed 3000 times, graph B every third replay of A: each on its own schedule.
+        let mut s = Sampler::new();
+        let (mut due_a, mut due_b) = (Vec::new(), Vec::new());
+        let mut weight_a = Vec::new();
+        let mut b_calls = 0u32;
+        for n in 0..3000u32 {
+            let (slot, due) = s.observe(key(exec_a).0, false);
+            if due {
+                due_a.push(n);
+                weight_a.push(s.take_weight(slot));
+            }
+            if n % 3 == 0 {
+                let (slot, due) = s.observe(key(exec_b).0, false);
+                if due {
+                    due_b.push(b_calls);
+                    s.take_weight(slot);
+                }
+                b_calls += 1;
+            }
+        }
+        let schedule = |upto: u32| -> Vec<u32> {
+            (0..upto)
+                .filter(|&n| {
+                    n < EVERY_LAUNCH_UNTIL || n.is_power_of_two() || n.is_multiple_of(LAUNCH_PERIOD)
+                })
+                .collect()
+        };
+        assert_eq!(due_a, schedule(3000));
+        assert_eq!(due_b, schedule(b_calls));
+        // Replays since the graph's previous capture: 1024 stands for 1024-512, 2048 for 2048-1024.
+        let at = |n: u32| weight_a[due_a.iter().position(|&d| d == n).unwrap()];
+        assert_eq!(
+            (at(0), at(3), at(4), at(1024), at(2048)),
+            (1, 1, 1, 512, 1024)
+        );
     }
 
     #[test]

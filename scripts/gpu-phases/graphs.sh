@@ -1,0 +1,134 @@
+# Phase graphs (sourced by scripts/gpu-check.sh): CUDA graphs and torch.compile (issue 18).
+#
+# 1. Recordings, each under `gpufl record` into $S/<name>/, then info / syncs / notices / report
+#    (text into summary.txt; `gpufl report --json` into $OUT/graphs/<name>-report.json), the first
+#    5 kernel records, and a check of what the recorder wrote (below):
+#    - graph_replay: examples/graph_replay.cu (nvcc -lineinfo), 40 replays of a 5-kernel graph with
+#      a stream sync after each, beside 4 threads x 90 direct launches of `mix` (also a graph node);
+#    - torch_cuda_graph: examples/torch_cuda_graph.py --steps 200 (torch.cuda.graph training step);
+#    - torch_compile_graphs: examples/torch_compile_graphs.py --steps 100 (reduce-overhead).
+#    Each session directory is copied to $OUT/testdata/ (to trim into testdata/sessions/).
+# 2. Recorder checks (PASS/FAIL lines, from `gpufl dump`): graph kernels carry `graph: [g, n]`;
+#    the correlation id of every graph kernel is that of a cudaGraphLaunch `api` record (CUPTI
+#    gives a replayed kernel the graph launch's correlation id); graph-launch `callsite` records
+#    exist, their stacks name the user's line (graph_replay.cu's `graph-launch` marker,
+#    torch_cuda_graph.py's `graph-replay`, torch_compile_graphs.py's `compiled-call`), the join
+#    kernel -> callsite by correlation id finds some graph kernels, and no driver cuGraphLaunch
+#    callsite is written for a runtime cudaGraphLaunch (the runtime depth skips it).
+#    graph_replay only: 5 x 40 graph kernels on 5 distinct nodes of one graph, 4 x 90 direct ones
+#    without `graph`, and the graph-launch callsites' weights sum to the replays they stand for
+#    (those after the last capture excepted).
+# 3. Cost of recording a graph-heavy loop: examples/torch_cuda_graph.py --steps GRAPH_STEPS
+#    (default 2000; one replay and one .item() per step) in modes bare / gpufl-default /
+#    torch-profiler (its --profiler flag: the replay loop inside torch.profiler.profile(CPU, CUDA))
+#    / bare-again, one process per mode, GRAPH_ROUNDS (default 6; 0 skips) interleaved rounds with
+#    the order reversed every other round; each process prints {"mode", "wall_s", "wall_ms_all"}
+#    for the replay loop only; bench/summarize.py gives the paired ratios ($OUT/graphs/bench.jsonl).
+# ~4-5 minutes on the H100 machine (the bench: ~24 processes of ~6-8 s, torch import included).
+GR="$OUT/graphs"; mkdir -p "$GR" "$OUT/testdata"
+log "(graphs) CUDA graphs and torch.compile"
+rm -f build/graph_replay
+nvcc -g -O2 -lineinfo -o build/graph_replay examples/graph_replay.cu >"$GR/nvcc.txt" 2>&1 \
+  || { log "compile FAILED: graph_replay"; tail -5 "$GR/nvcc.txt" | tee -a "$OUT/summary.txt"; }
+graph_rec() { # name marker-file marker command...: record, report, dump, check, keep the session
+  local name=$1 mfile=$2 marker=$3; shift 3
+  local t0; t0=$(date +%s%N)
+  rec "$name" "$@"
+  echo "(graphs) $name: wall $(( ($(date +%s%N) - t0) / 1000000 )) ms (recording, report included)" | tee -a "$OUT/summary.txt"
+  local d; d=$(newest "$S/$name")
+  [ -n "$d" ] || { log "(graphs) $name: no session"; return; }
+  gpufl report --json "$d" >"$GR/$name-report.json" 2>"$GR/$name-report.err"
+  gpufl dump "$d" --type kernel --limit 5 2>&1 | cut -c1-600 | tee -a "$OUT/summary.txt"
+  cp -r "${d%/}" "$OUT/testdata/"
+  local line; line=$(grep -n "gpufl-example: $marker" "examples/$mfile" | head -1 | cut -d: -f1)
+  gpufl dump "$d" --type kernel,api,callsite 2>/dev/null \
+    | $PY - "$name" "$mfile" "$line" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
+import collections, json, sys
+name, mfile, line = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0)
+kernels, apis, sites = [], [], []
+for l in sys.stdin:
+    try:
+        r = json.loads(l)
+    except ValueError:
+        continue
+    {"kernel": kernels, "api": apis, "callsite": sites}.get(r.get("t"), []).append(r)
+def check(what, ok):
+    print(f"{name}: {what}:", "PASS" if ok else "FAIL")
+graph_k = [k for k in kernels if k.get("graph")]
+direct_k = [k for k in kernels if not k.get("graph")]
+launch_corr = {a["corr"] for a in apis if "GraphLaunch" in str(a.get("name"))}
+gsites = [s for s in sites if "GraphLaunch" in str(s.get("api"))]
+site_corr = {s["corr"] for s in gsites}
+graphs = collections.Counter(k["graph"][0] for k in graph_k)
+nodes = {tuple(k["graph"]) for k in graph_k}
+names = collections.Counter(k["name"] for k in graph_k)
+print(f"{name}: kernels {len(kernels)} ({len(graph_k)} in graphs, {len(direct_k)} not); "
+      f"graphs {dict(graphs)}; nodes {len(nodes)}; graph-launch api records {len(launch_corr)}; "
+      f"graph-launch callsites {len(gsites)} (apis {sorted(set(s['api'] for s in gsites))}, "
+      f"weights {sum(s.get('weight') or 1 for s in gsites)})")
+print(f"{name}: graph kernels by name: {dict(names.most_common(8))}")
+triton = [k for k in kernels if k["name"].startswith("triton")]
+if triton:
+    print(f"{name}: Triton kernels {len(triton)}, in graphs {sum(1 for k in triton if k.get('graph'))}")
+at_line = [s for s in gsites if any(f"{mfile}:{line})" in f for f in s.get("stack", []))]
+if gsites and len(at_line) < len(gsites):
+    print(f"{name}: a graph-launch callsite stack not at {mfile}:{line}:", json.dumps(gsites[0]["stack"])[:1500])
+check("graph kernels recorded with graph: [g, n]", len(graph_k) > 0)
+check("every graph kernel has a graph launch's correlation id",
+      bool(graph_k) and all(k["corr"] in launch_corr for k in graph_k))
+# The C++ example launches its graph from one line only; the Python ones may also replay elsewhere
+# (torch_compile_graphs.py's final check against eager).
+every = name == "graph_replay"
+check(f"graph-launch callsites at {mfile}:{line} ({'all' if every else 'some'}: {len(at_line)} of {len(gsites)})",
+      bool(at_line) and (not every or len(at_line) == len(gsites)))
+check("graph kernels joined to a graph-launch callsite by correlation id",
+      any(k["corr"] in site_corr for k in graph_k))
+check("no driver cuGraphLaunch callsite (nested in cudaGraphLaunch)",
+      not any(str(s.get("api")).startswith("cuGraphLaunch") for s in gsites))
+if name == "graph_replay":
+    replays, direct = 40, 4 * 90
+    check(f"{5 * replays} graph kernels on 5 nodes of one graph",
+          len(graph_k) == 5 * replays and len(nodes) == 5 and len(graphs) == 1)
+    check(f"{direct} direct kernels (mix) without graph",
+          len(direct_k) == direct and all(k["name"] == "mix" or "mix" in k["name"] for k in direct_k))
+    # Captured at replays 0-4, 8, 16, 32 (schedule): weights 1,1,1,1,1,4,8,16 = 33.
+    w = sum(s.get("weight") or 1 for s in gsites)
+    check(f"graph-launch callsite weights sum to the replays up to the last capture (33 of {replays})",
+          w == 33)
+PYEOF
+}
+graph_rec graph_replay graph_replay.cu graph-launch build/graph_replay 40 90
+graph_rec torch_cuda_graph torch_cuda_graph.py graph-replay $PY examples/torch_cuda_graph.py --steps 200
+graph_rec torch_compile_graphs torch_compile_graphs.py compiled-call $PY examples/torch_compile_graphs.py --steps 100
+
+GB="$S/graphbench"; mkdir -p "$GB"
+GMODES=${GRAPH_MODES:-"bare gpufl-default torch-profiler bare-again"}
+run_graphbench() { # mode
+  local m=$1 a="examples/torch_cuda_graph.py --steps ${GRAPH_STEPS:-2000} --mode $1"
+  case $m in
+    bare|bare-again) timeout 120 $PY $a ;;
+    gpufl-default) timeout 120 gpufl record -q -o "$GB/default" -- $PY $a ;;
+    torch-profiler) timeout 120 $PY $a --profiler ;;
+  esac
+}
+if [ "${GRAPH_ROUNDS:-6}" -gt 0 ]; then
+  log "(graphs) cost of a graph-heavy loop: torch_cuda_graph.py --steps ${GRAPH_STEPS:-2000}, ${GRAPH_ROUNDS:-6} interleaved rounds: $GMODES"
+  t0=$(date +%s)
+  for round in $(seq ${GRAPH_ROUNDS:-6}); do
+    echo "{\"round\": $round}"
+    order=$GMODES; [ $((round % 2)) = 0 ] && order=$(echo $GMODES | tr ' ' '\n' | tac | tr '\n' ' ')
+    for m in $order; do
+      run_graphbench $m; rc=$?
+      [ $rc != 0 ] && echo "EXIT round $round mode $m status $rc"
+    done
+    [ "$round" -lt "${GRAPH_ROUNDS:-6}" ] && rm -rf "$GB"/*/
+  done 2>&1 | tee -a "$GR/bench.log" | grep -e '^{"' -e '^EXIT' | tee -a "$GR/bench.jsonl"
+  echo "(graphs) bench: $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+  $PY bench/summarize.py "$GR/bench.jsonl" | tee -a "$OUT/summary.txt"
+  for d in "$GB"/*/*/; do
+    [ -d "$d" ] || continue
+    gpufl info "$d" 2>&1 | grep -E "kernels|files" | head -3 | tee -a "$OUT/summary.txt"
+    gpufl dump "$d" --type notice 2>/dev/null | grep -h -e "call-site" -e "budget" -e "dropped" | cut -c1-300 | tee -a "$OUT/summary.txt"
+  done
+fi
+rm -rf "$GB"
