@@ -137,6 +137,7 @@ pub(crate) fn summarize(cx: &Ctx) -> Vec<GraphSummary> {
         .collect();
     sync_ends.sort_unstable();
 
+    let sites = SiteCalls::new(cx);
     let mut out = Vec::new();
     let mut busy_by_dev: HashMap<u32, BusyIndex> = HashMap::new();
     let single = m.devices().len() == 1;
@@ -150,7 +151,7 @@ pub(crate) fn summarize(cx: &Ctx) -> Vec<GraphSummary> {
         let busy = busy_by_dev.entry(dev).or_insert_with(|| {
             BusyIndex::from_merged(cx.busy.intervals((!single).then_some(dev)).to_vec())
         });
-        out.push(one_graph(cx, &ops[i..j], busy, &sync_ends));
+        out.push(one_graph(cx, &ops[i..j], busy, &sync_ends, &sites));
         i = j;
     }
     out.sort_by(|a, b| b.busy_ns.cmp(&a.busy_ns).then(a.graph.cmp(&b.graph)));
@@ -162,6 +163,7 @@ fn one_graph(
     ops: &[Op],
     busy: &BusyIndex,
     sync_ends: &[(u64, u64, u32)],
+    sites: &SiteCalls,
 ) -> GraphSummary {
     let m = cx.m;
     let (graph, device) = (ops[0].graph, ops[0].dev);
@@ -202,11 +204,21 @@ fn one_graph(
     let mut tid_of: Vec<Option<u64>> = Vec::with_capacity(replays.len());
     for r in &replays {
         let api = (r.corr != 0).then(|| cx.api(r.corr)).flatten();
-        if let Some(a) = &api {
-            launch_ns.push(a.duration_ns());
+        tid_of.push(api.as_ref().map(|a| a.tid));
+        let site = (r.corr != 0).then(|| cx.callsite_loc(r.corr)).flatten();
+        // CUPTI gives graph work the correlation id of the driver's graph launch, while the call
+        // site is taken at the runtime's call around it (cudaGraphLaunch → cuGraphLaunch): the
+        // enclosing call on the same thread then holds the line and the host time.
+        let outer = match (&api, site) {
+            (Some(a), None) => sites.enclosing(a),
+            _ => None,
+        };
+        match (&outer, &api) {
+            (Some(o), _) => launch_ns.push(o.end.saturating_sub(o.start)),
+            (None, Some(a)) => launch_ns.push(a.duration_ns()),
+            _ => {}
         }
-        tid_of.push(api.map(|a| a.tid));
-        if let Some(l) = (r.corr != 0).then(|| cx.callsite_loc(r.corr)).flatten() {
+        if let Some(l) = site.or_else(|| outer.and_then(|o| cx.callsite_loc(o.corr))) {
             site_votes.push((0, l));
         }
     }
@@ -298,6 +310,47 @@ fn one_graph(
         launch_location: loc(site_votes),
         launch_call_median_ns: (!launch_ns.is_empty()).then(|| median_p99(&mut launch_ns).0),
         top,
+    }
+}
+
+/// The API calls that have a call site (`callsite` record) and an `api` record, by thread and
+/// start: (tid, start, end, corr).
+struct SiteCalls(Vec<(u64, u64, u64, u32)>);
+
+/// An API call found around another one.
+struct Outer {
+    start: u64,
+    end: u64,
+    corr: u32,
+}
+
+impl SiteCalls {
+    fn new(cx: &Ctx) -> SiteCalls {
+        let mut v: Vec<(u64, u64, u64, u32)> =
+            cx.m.callsites
+                .iter()
+                .filter_map(|c| cx.api(c.0).map(|a| (a.tid, a.start, a.end, a.corr)))
+                .collect();
+        v.sort_unstable();
+        SiteCalls(v)
+    }
+
+    /// The call with a call site that encloses `inner` on its thread (the innermost such among
+    /// the few that start last before it).
+    fn enclosing(&self, inner: &crate::views::ApiRec) -> Option<Outer> {
+        let v = &self.0;
+        let upto = v.partition_point(|r| (r.0, r.1) <= (inner.tid, inner.start));
+        v[..upto]
+            .iter()
+            .rev()
+            .take(8)
+            .take_while(|r| r.0 == inner.tid)
+            .find(|r| r.3 != inner.corr && r.2 >= inner.end)
+            .map(|r| Outer {
+                start: r.1,
+                end: r.2,
+                corr: r.3,
+            })
     }
 }
 

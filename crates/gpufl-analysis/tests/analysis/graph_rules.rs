@@ -21,6 +21,9 @@ struct Plan {
     launch_ns: u64,
     /// Directly launched short kernels after the replays (for launch-bound).
     direct: u64,
+    /// Graph work carries the correlation id of the driver's cuGraphLaunch inside the runtime's
+    /// cudaGraphLaunch (which has the call site), as CUPTI documents for graph launches.
+    driver_corr: bool,
 }
 
 impl Plan {
@@ -32,6 +35,7 @@ impl Plan {
             node_ns: NODE_NS,
             launch_ns: 8_000,
             direct: 0,
+            driver_corr: false,
         }
     }
 }
@@ -72,6 +76,11 @@ fn session(p: &Plan) -> B {
             stack: launch_at,
             weight: None,
         }));
+        let corr = if p.driver_corr {
+            api(&mut b, "cuGraphLaunch", t + 1_000, t + p.launch_ns - 1_000)
+        } else {
+            corr
+        };
         let mut g = t + p.launch_ns + 2_000;
         for (n, &name) in names.iter().enumerate() {
             b.recs.push(Record::Kernel(Kernel {
@@ -287,4 +296,17 @@ fn graph_copies_count_in_their_replay() {
     assert_eq!(g.replay_median_ns, NODES * NODE_NS + 50_000);
     assert_eq!((g.top[0].name.as_str(), g.top[0].count), ("[memset]", 6));
     assert!((g.top[0].share - 50.0 / 150.0).abs() < 1e-9);
+}
+
+#[test]
+fn graph_work_with_the_driver_launchs_id_finds_the_runtime_calls_line() {
+    let mut p = Plan::new(40);
+    p.driver_corr = true;
+    let a = session(&p).analyze();
+    let g = &a.graphs[0];
+    assert_eq!(g.replays, 40);
+    assert_eq!(g.launch_location.as_ref().unwrap().short(), "graph.cu:40");
+    // The runtime call's host time, not the driver call's inside it.
+    assert_eq!(g.launch_call_median_ns, Some(8_000));
+    assert_eq!(g.gaps_with_sync, 39);
 }
