@@ -38,6 +38,23 @@ graph_rec() { # name marker-file marker command...: record, report, dump, check,
   local d; d=$(newest "$S/$name")
   [ -n "$d" ] || { log "(graphs) $name: no session"; return; }
   gpufl report --json "$d" >"$GR/$name-report.json" 2>"$GR/$name-report.err"
+  # The analysis's graphs and the generated kernels' sources (Inductor), from the JSON report.
+  $PY - "$GR/$name-report.json" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
+import json, sys
+s = json.load(open(sys.argv[1]))["sessions"][0]
+for g in s.get("graphs", []):
+    print("graphs:", {k: g.get(k) for k in ("graph", "replays", "nodes", "replay_median_ns", "gaps",
+          "gap_idle_ns", "gaps_with_sync", "launch_call_median_ns")},
+          "launch", (g.get("launch_location") or {}).get("file"), (g.get("launch_location") or {}).get("line"),
+          "sync", (g.get("sync_location") or {}).get("file"), (g.get("sync_location") or {}).get("line"))
+rows = s.get("kernels", {}).get("rows", [])
+src = [r for r in rows if r.get("source")]
+tri = [r for r in rows if r["name"].startswith("triton")]
+print(f"kernel rows {len(rows)}, Triton {len(tri)}, with a source {len(src)}")
+for r in src[:3]:
+    print("  source:", r["name"], r["source"])
+print("insights:", [(i["rule"], i["title"][:120]) for i in s.get("insights", [])][:8])
+PYEOF
   gpufl dump "$d" --type kernel --limit 5 2>&1 | cut -c1-600 | tee -a "$OUT/summary.txt"
   cp -r "${d%/}" "$OUT/testdata/"
   local line; line=$(grep -n "gpufl-example: $marker" "examples/$mfile" | head -1 | cut -d: -f1)
