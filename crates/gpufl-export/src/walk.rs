@@ -129,7 +129,7 @@ impl Walker<'_> {
                 let grid = format!("{}×{}×{}", k.grid[0], k.grid[1], k.grid[2]);
                 let block = format!("{}×{}×{}", k.block[0], k.block[1], k.block[2]);
                 let name = self.sym.str(k.name).to_string();
-                let args = [
+                let mut args = vec![
                     ("corr", Arg::U(k.corr as u64)),
                     ("grid", Arg::S(&grid)),
                     ("block", Arg::S(&block)),
@@ -140,6 +140,7 @@ impl Walker<'_> {
                     ),
                     ("local_mem", Arg::U(k.local_mem as u64)),
                 ];
+                graph_args(&mut args, k.graph);
                 self.emit(&Event {
                     track,
                     ts,
@@ -158,12 +159,13 @@ impl Walker<'_> {
                 let kind = spelling(&c.kind);
                 let name = format!("memcpy {kind}");
                 let (src, dst) = (spelling(&c.src_kind), spelling(&c.dst_kind));
-                let args = [
+                let mut args = vec![
                     ("corr", Arg::U(c.corr as u64)),
                     ("bytes", Arg::U(c.bytes)),
                     ("src_kind", Arg::S(&src)),
                     ("dst_kind", Arg::S(&dst)),
                 ];
+                graph_args(&mut args, c.graph);
                 self.emit(&Event {
                     track,
                     ts,
@@ -180,12 +182,13 @@ impl Walker<'_> {
                 let track = self.stream(s.dev, s.stream);
                 let flow_in = self.gpu_flow(&mut scan.links, s.corr);
                 let kind = spelling(&s.mem_kind);
-                let args = [
+                let mut args = vec![
                     ("corr", Arg::U(s.corr as u64)),
                     ("bytes", Arg::U(s.bytes)),
                     ("value", Arg::U(s.value as u64)),
                     ("mem_kind", Arg::S(&kind)),
                 ];
+                graph_args(&mut args, s.graph);
                 self.emit(&Event {
                     track,
                     ts,
@@ -466,4 +469,12 @@ pub fn walk(
     let end = scan.range.map_or(0, |r| r.1);
     w.close_scopes(end)?;
     Ok(w.stats)
+}
+
+/// The CUDA graph node of GPU work a graph launch ran, as two arguments.
+fn graph_args(args: &mut Vec<(&str, Arg)>, g: Option<gpufl_trace::GraphNode>) {
+    if let Some(g) = g {
+        args.push(("graph", Arg::U(g.0 as u64)));
+        args.push(("graph_node", Arg::U(g.1)));
+    }
 }

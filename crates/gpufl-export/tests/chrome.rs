@@ -217,6 +217,17 @@ fn several_sessions_in_one_file() {
 }
 
 #[test]
+fn graph_work_carries_its_graph_node() {
+    let doc = chrome(&[synthetic()]);
+    let evs = doc["traceEvents"].as_array().unwrap();
+    let memset = evs.iter().find(|e| e["name"] == "memset").unwrap();
+    assert_eq!(memset["args"]["graph"], 7);
+    assert_eq!(memset["args"]["graph_node"], 42);
+    let kernel = evs.iter().find(|e| e["cat"] == "kernel").unwrap();
+    assert!(kernel["args"].get("graph").is_none(), "{kernel}");
+}
+
+#[test]
 fn hostile_strings_round_trip() {
     let doc = chrome(&[synthetic()]);
     let evs = doc["traceEvents"].as_array().unwrap();

@@ -296,7 +296,8 @@ pub fn synthetic() -> PathBuf {
             ctx: 1,
             stream: 7,
             corr: 7,
-            graph: None,
+            // A node of CUDA graph 7.
+            graph: Some(GraphNode(7, 42)),
         }),
         Record::Sync(Sync {
             kind: SyncKind::StreamSynchronize,
