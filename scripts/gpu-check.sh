@@ -340,6 +340,9 @@ if has toggle; then
       torch-profiler) $PY $LB torch-profiler ;;
       gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o $T -- $PY $LB $1 ;;
       gpufl-no-api) gpufl record -q --api-records none -o $T -- $PY $LB $1 ;;
+      gpufl-api-cb) GPUFL_API_FROM=callbacks gpufl record -q -o $T -- $PY $LB $1 ;;
+      gpufl-api-runtime) GPUFL_API_DOMAINS=runtime gpufl record -q -o $T -- $PY $LB $1 ;;
+      gpufl-api-discard) GPUFL_API_DISCARD=1 gpufl record -q -o $T -- $PY $LB $1 ;;
       gpufl-kernels-only) env $KO $KR $PY $LB $1 ;;
       kernels-shared-buffers) env $KO GPUFL_PER_THREAD_BUFFERS=0 $KR $PY $LB $1 ;;
       kernels-kind-only) env $KO GPUFL_ACTIVITY_KINDS=kernels $KR $PY $LB $1 ;;
@@ -399,6 +402,7 @@ if has bench; then
       gpufl-full) gpufl record -q -o "$B/full" -- $PY $LB $1 ;;
       gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$B/nosites" -- $PY $LB $1 ;;
       gpufl-no-api) gpufl record -q --api-records none -o "$B/noapi" -- $PY $LB $1 ;;
+      gpufl-api-cb) GPUFL_API_FROM=callbacks gpufl record -q -o "$B/apicb" -- $PY $LB $1 ;;
       gpufl-no-telemetry) GPUFL_TELEMETRY_MS=0 gpufl record -q -o "$B/notel" -- $PY $LB $1 ;;
       gpufl-kernels-only) GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none -o "$B/kern" -- $PY $LB $1 ;;
       torch-profiler) $PY $LB torch-profiler --profiler ;;

@@ -3,6 +3,7 @@
 # Modes: bare, bare-again, gpufl-default, gpufl-always-on, torch-profiler, gpufl-no-sites,
 # gpufl-no-api (no API records), gpufl-api-runtime (API records of the runtime's functions only),
 # gpufl-api-discard (API records collected by CUPTI, dropped by the writer unwritten),
+# gpufl-api-cb (launch api records made by the call-site callbacks, GPUFL_API_FROM=callbacks),
 # gpufl-kernels-only, gpufl-subscribed (CUPTI subscribed, nothing collected, no telemetry),
 # gpufl-no-telemetry.
 # 1. One process per mode, TRAINER_ROUNDS (default 8; 0 skips) interleaved rounds, the order of the
@@ -22,6 +23,7 @@ run_trainer() { # mode args...
     gpufl-always-on) gpufl record -q --always-on -o "$TB/always-on" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-no-api) gpufl record -q --api-records none -o "$TB/noapi" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-api-runtime) GPUFL_API_DOMAINS=runtime gpufl record -q -o "$TB/apirt" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-api-cb) GPUFL_API_FROM=callbacks gpufl record -q -o "$TB/apicb" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-api-discard) GPUFL_API_DISCARD=1 gpufl record -q -o "$TB/apidis" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$TB/nosites" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-kernels-only) env $KOPTS -o "$TB/kern" -- $PY bench/trainer_bench.py --mode $m "$@" ;;

@@ -358,6 +358,27 @@ fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<Str
     let want = knob("GPUFL_API_DOMAINS");
     let rt = if want("runtime") { rt } else { Vec::new() };
     let drv = if want("driver") { drv } else { Vec::new() };
+    // Benchmark knob GPUFL_API_FROM=callbacks: launches' api records come from the call-site
+    // callbacks (crate::sites), not from CUPTI.
+    let (rt, drv) = match SITES.get() {
+        Some(t) if crate::sites::api_from_callbacks() => {
+            let keep = |domain: u32| {
+                move |id: &u32| {
+                    !matches!(
+                        t.kind(domain, *id),
+                        Some(
+                            crate::sites::SiteKind::Launch(_) | crate::sites::SiteKind::GraphLaunch
+                        )
+                    )
+                }
+            };
+            (
+                rt.into_iter().filter(keep(cupti::DOMAIN_RUNTIME)).collect(),
+                drv.into_iter().filter(keep(cupti::DOMAIN_DRIVER)).collect(),
+            )
+        }
+        _ => (rt, drv),
+    };
     let (Some(frt), Some(fdrv)) = (c.activity_enable_runtime_api, c.activity_enable_driver_api)
     else {
         if on {

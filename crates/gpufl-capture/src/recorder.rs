@@ -709,6 +709,15 @@ fn writer_thread(
                             ),
                         }));
                     }
+                    if s.api_from_callbacks > 0 {
+                        let _ = s.write(&Record::Notice(Notice {
+                            level: "info".into(),
+                            message: format!(
+                                "GPUFL_API_FROM=callbacks: {} launch api records made by the call-site callbacks (benchmark knob)",
+                                s.api_from_callbacks
+                            ),
+                        }));
+                    }
                     if s.discarded_api > 0 {
                         let _ = s.write(&Record::Notice(Notice {
                             level: "info".into(),

@@ -55,6 +55,8 @@ pub struct Sink {
     discard_api: bool,
     /// API records dropped by `discard_api`.
     pub discarded_api: u64,
+    /// Launch `api` records made from the call-site callbacks (`GPUFL_API_FROM=callbacks`).
+    pub api_from_callbacks: u64,
     /// Inductor's cache index, made at the first Triton kernel.
     inductor: Option<crate::inductor::Index>,
     /// Kernel names whose generated source was looked up.
@@ -83,6 +85,7 @@ impl Sink {
             feed: crate::metrics_feed::Feed::off(),
             discard_api: std::env::var("GPUFL_API_DISCARD").is_ok_and(|v| v == "1"),
             discarded_api: 0,
+            api_from_callbacks: 0,
             inductor: None,
             sourced: std::collections::HashSet::new(),
         }
@@ -114,6 +117,31 @@ impl Sink {
             if self.streams.insert((ctx, stream), role).is_none() {
                 self.write(&Record::Stream(StreamInfo { ctx, stream, role }))?;
             }
+        }
+        while let Some(c) = crate::sites::api_queue().pop() {
+            let name = self.api_name(c.domain, c.cbid)?;
+            self.api_from_callbacks += 1;
+            self.write(&Record::Api(gpufl_trace::Api {
+                domain: if c.domain == cupti::DOMAIN_RUNTIME {
+                    ApiDomain::Runtime
+                } else {
+                    ApiDomain::Driver
+                },
+                name,
+                cbid: c.cbid,
+                start: c.start,
+                end: c.end,
+                tid: c.tid,
+                corr: c.corr,
+                ret: c.ret,
+            }))?;
+        }
+        let api_lost = crate::sites::take_api_dropped();
+        if api_lost > 0 {
+            self.write(&Record::Dropped(Dropped {
+                source: "api_queue".into(),
+                count: api_lost,
+            }))?;
         }
         let lost = stack::take_dropped();
         if lost > 0 {
@@ -570,6 +598,58 @@ mod tests {
             names,
             ["first()", "first()", "second()", "<unnamed kernel>"]
         );
+    }
+
+    #[test]
+    fn launch_calls_timed_by_the_callbacks_are_written_as_api_records() {
+        let path =
+            std::env::temp_dir().join(format!("gpufl-sink-api-{}.ndjson.zst", std::process::id()));
+        let w = TraceWriter::new(
+            BufWriter::new(File::create(&path).unwrap()),
+            &Header::default(),
+        )
+        .unwrap();
+        let mut sink = Sink::new(w, None);
+        let call = crate::sites::ApiCall {
+            domain: cupti::DOMAIN_RUNTIME,
+            cbid: 211,
+            start: 100,
+            end: 180,
+            tid: 7,
+            corr: 42,
+            ret: 0,
+        };
+        crate::sites::api_queue().push(call).unwrap();
+        crate::sites::api_queue()
+            .push(crate::sites::ApiCall {
+                domain: cupti::DOMAIN_DRIVER,
+                corr: 43,
+                ..call
+            })
+            .unwrap();
+        sink.drain_samples().unwrap();
+        assert_eq!(sink.api_from_callbacks, 2);
+        sink.finish("test").unwrap();
+        let apis: Vec<Api> = gpufl_trace::TraceReader::open(&path)
+            .unwrap()
+            .filter_map(|r| match r {
+                Record::Api(a) => Some(a),
+                _ => None,
+            })
+            .collect();
+        std::fs::remove_file(&path).ok();
+        assert_eq!(apis.len(), 2);
+        assert_eq!(
+            (
+                apis[0].domain,
+                apis[0].start,
+                apis[0].end,
+                apis[0].tid,
+                apis[0].corr
+            ),
+            (ApiDomain::Runtime, 100, 180, 7, 42)
+        );
+        assert_eq!((apis[1].domain, apis[1].corr), (ApiDomain::Driver, 43));
     }
 
     #[test]

@@ -272,6 +272,8 @@ struct ThreadState {
     runtime_depth: u32,
     /// Context uid whose default streams this thread already reported.
     last_ctx: u32,
+    /// Entry time of the outermost launch call in progress ([`api_from_callbacks`]).
+    call_start: u64,
 }
 
 thread_local! {
@@ -280,8 +282,50 @@ thread_local! {
             sampler: Sampler::new(),
             runtime_depth: 0,
             last_ctx: u32::MAX,
+            call_start: 0,
         })
     };
+}
+
+/// A launch call timed by the call-site callbacks: what an `api` record holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiCall {
+    pub domain: u32,
+    pub cbid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub tid: u64,
+    pub corr: u32,
+    pub ret: u32,
+}
+
+/// Benchmark knob `GPUFL_API_FROM=callbacks`: the `api` records of kernel and graph launches are
+/// made by the call-site callbacks (entry and exit times of the outermost launch call, a driver
+/// launch inside a runtime launch left out) instead of CUPTI's API activity records, which are
+/// then not asked for launches (`collection.rs`). Read once.
+pub fn api_from_callbacks() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUFL_API_FROM").is_ok_and(|v| v == "callbacks"))
+}
+
+/// Launch calls timed by the callbacks, drained by the writer.
+pub fn api_queue() -> &'static ArrayQueue<ApiCall> {
+    static Q: OnceLock<ArrayQueue<ApiCall>> = OnceLock::new();
+    Q.get_or_init(|| ArrayQueue::new(1 << 16))
+}
+
+/// Launch calls lost because [`api_queue`] was full.
+static API_DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Launch calls lost since the last call.
+pub fn take_api_dropped() -> u64 {
+    API_DROPPED.swap(0, Ordering::Relaxed)
+}
+
+fn push_api(c: ApiCall) {
+    if api_queue().push(c).is_err() {
+        API_DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Captures due by the schedule but skipped for the budget (their calls are in the next
@@ -475,9 +519,30 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         let Ok(mut st) = cell.try_borrow_mut() else {
             return;
         };
+        let timed = api_from_callbacks() && !matches!(call.kind, SiteKind::Copy);
         if site != 0 {
             if runtime {
                 st.runtime_depth = st.runtime_depth.saturating_sub(1);
+            }
+            // The exit of the outermost launch call: its api record.
+            if timed && st.runtime_depth == 0 && st.call_start != 0 {
+                let ret: *const u32 =
+                    unsafe { cupti::cb_field(data, offset_of!(D, functionReturnValue)) };
+                push_api(ApiCall {
+                    domain: call.domain,
+                    cbid: call.cbid,
+                    start: st.call_start,
+                    end: call.cupti.timestamp(),
+                    tid: crate::procinfo::gettid(),
+                    corr: unsafe { cupti::cb_field(data, offset_of!(D, correlationId)) },
+                    // SAFETY: CUPTI's pointer to the call's return value, valid at exit.
+                    ret: if ret.is_null() {
+                        0
+                    } else {
+                        unsafe { ret.read_unaligned() }
+                    },
+                });
+                st.call_start = 0;
             }
             return;
         }
@@ -492,6 +557,9 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
             return; // the driver call inside a runtime call: already decided
         } else {
             note_direct(call.cbid);
+        }
+        if timed {
+            st.call_start = call.cupti.timestamp();
         }
         let ctx_uid: u32 = unsafe { cupti::cb_field(data, offset_of!(D, contextUid)) };
         let ctx: *mut c_void = unsafe { cupti::cb_field(data, offset_of!(D, context)) };
