@@ -6,7 +6,8 @@
 # runs each (default 3; the median is tabled), plus the sequential reader; peak heap per record
 # from a counting allocator. One JSON line per run in $OUT/decodebench.jsonl; the log and the
 # table (threads, seconds per phase, M records/s, speed-up over 1 thread, peak bytes per record)
-# in $OUT/decodebench.txt and the summary.
+# in $OUT/decodebench.txt and the summary; then `--scaling` (the machine alone: T threads each
+# doing the same fixed work) in the same files.
 DB_BIN="$BIN/decodebench"
 if [ ! -x "$DB_BIN" ]; then
   log "(d) decodebench: skipped, $DB_BIN missing (run scripts/prepare-device-bin.sh and carry .device-bin)"
@@ -16,6 +17,11 @@ else
     --repeat "${DECODEBENCH_REPEAT:-3}" --sequential \
     >"$OUT/decodebench.jsonl" 2>"$OUT/decodebench.txt"
   echo "rc $?" >>"$OUT/decodebench.txt"
+  # How the machine itself scales (independent fixed work per thread: compute, memory, one
+  # sequential decoder per thread): separates the machine's limits from the reader's.
+  "$DB_BIN" --scaling --threads "${DECODEBENCH_THREADS:-1,2,4,8,16}" \
+    >>"$OUT/decodebench.jsonl" 2>>"$OUT/decodebench.txt"
+  sed -n '/^machine scaling/,/^| decode | 16/p' "$OUT/decodebench.txt" | tee -a "$OUT/summary.txt"
   lscpu 2>/dev/null | grep -E "Model name|^CPU\(s\)|Thread|Socket|NUMA node\(s\)" >>"$OUT/decodebench.txt"
   # The table (and the lines around it) in the summary; the per-run lines stay in the file.
   sed -n '/^decode + Model::load/,$p' "$OUT/decodebench.txt" | tee -a "$OUT/summary.txt"

@@ -8,6 +8,7 @@
 //! cargo build --release -p gpufl-analysis --example decodebench
 //! target/release/examples/decodebench [--records N] [--threads 1,2,4] [--repeat R]
 //!     [--sequential] [--save FILE | --input FILE] [--no-decode-only]
+//! target/release/examples/decodebench --scaling [--threads 1,2,4,8,16]   # the machine alone
 //! ```
 //!
 //! One JSON object per run on stdout, a summary on stderr. `--save` writes the generated trace (so
@@ -34,6 +35,7 @@ struct Args {
     decode_only: bool,
     save: Option<String>,
     input: Option<String>,
+    scaling: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -45,6 +47,7 @@ fn args() -> Result<Args, String> {
         decode_only: true,
         save: None,
         input: None,
+        scaling: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -63,6 +66,7 @@ fn args() -> Result<Args, String> {
             }
             "--repeat" => a.repeat = val()?.parse().map_err(|e| format!("--repeat: {e}"))?,
             "--sequential" => a.sequential = true,
+            "--scaling" => a.scaling = true,
             "--no-decode-only" => a.decode_only = false,
             "--save" => a.save = Some(val()?),
             "--input" => a.input = Some(val()?),
@@ -189,6 +193,66 @@ fn median(mut v: Vec<Run>) -> Run {
     v.swap_remove(mid)
 }
 
+/// `--scaling`: how the machine itself scales with threads, independent of gpufl's parallel
+/// reader: each of T threads does the same fixed work at once — a register-only loop (compute),
+/// 40 sums over a 64 MiB array of its own (memory bandwidth; the array's page faults included), and the sequential reader over a 1 M
+/// record trace of its own (gpufl's single-threaded decoding, T copies side by side) — and the
+/// speed-up is T × (1 thread's time) / (T threads' time): T when the cores are independent.
+fn scaling(threads: &[usize]) {
+    let trace = Arc::new(generate(1_000_000));
+    let work = |kind: &str| -> f64 {
+        match kind {
+            "compute" => {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                for i in 0..400_000_000u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x = x.wrapping_add(i);
+                }
+                std::hint::black_box(x);
+                0.0
+            }
+            "memory" => {
+                let v: Vec<u64> = (0..(8u64 << 20)).collect();
+                let mut sum = 0u64;
+                for _ in 0..40 {
+                    sum = sum.wrapping_add(std::hint::black_box(&v).iter().sum::<u64>());
+                }
+                std::hint::black_box(sum);
+                0.0
+            }
+            _ => {
+                let n = TraceReader::from_bytes((*trace).clone(), "scaling")
+                    .expect("a trace")
+                    .count();
+                n as f64
+            }
+        }
+    };
+    eprintln!("machine scaling: T threads doing the same fixed work at once (speed-up = T x 1-thread time / T-thread time)");
+    eprintln!("| work | threads | s | speed-up |");
+    eprintln!("|---|---|---|---|");
+    for kind in ["compute", "memory", "decode"] {
+        let mut one = f64::NAN;
+        for &t in threads {
+            let start = Instant::now();
+            std::thread::scope(|sc| {
+                for _ in 0..t {
+                    sc.spawn(|| work(kind));
+                }
+            });
+            let secs = start.elapsed().as_secs_f64();
+            if t == 1 {
+                one = secs;
+            }
+            let speedup = t as f64 * one / secs;
+            println!("{{\"scaling\":\"{kind}\",\"threads\":{t},\"s\":{secs:.4},\"speedup\":{speedup:.3}}}");
+            eprintln!("| {kind} | {t} | {secs:.3} | {speedup:.2}x |");
+        }
+    }
+}
+
 fn main() {
     let a = match args() {
         Ok(a) => a,
@@ -197,6 +261,14 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if a.scaling {
+        let mut t = a.threads.clone();
+        if t.first() != Some(&1) {
+            t.insert(0, 1);
+        }
+        scaling(&t);
+        return;
+    }
     let bytes = match &a.input {
         Some(p) => std::fs::read(p).unwrap_or_else(|e| {
             eprintln!("decodebench: {p}: {e}");
