@@ -36,6 +36,9 @@ pub(crate) struct Kernels {
     pub(crate) dev: Col<u32>,
 }
 
+/// Graph nodes kept at most (a hostile trace cannot grow the map).
+pub const MAX_GRAPH_NODES: usize = 1_000_000;
+
 /// Generated sources kept at most (one per kernel name; a hostile trace cannot grow the map).
 pub const MAX_KERNEL_SOURCES: usize = 100_000;
 
@@ -108,6 +111,9 @@ pub struct Model {
     /// Stack frame per thread of each function name (`function` records: the frame, else the
     /// stack with callees; the largest when several modules have the name), bytes.
     pub(crate) stack_frames: HashMap<u32, u32>,
+    /// CUDA graph nodes (`gnode` records) by node id: the model stack of the call that created it
+    /// (NONE when none), and the node it was cloned from.
+    pub(crate) graph_nodes: HashMap<u64, (u32, Option<u64>)>,
     /// Generated source of a function name (`function` records with a `source`): (file string,
     /// line, note string or NONE).
     pub(crate) kernel_sources: HashMap<u32, (u32, u32, u32)>,
@@ -505,6 +511,14 @@ impl Model {
                 let w = u32::try_from(c.weight.unwrap_or(1)).unwrap_or(u32::MAX);
                 self.weighted |= c.weight.is_some();
                 self.callsites.push((c.corr, stack, api, w));
+            }
+            Record::Gnode(g) => {
+                if self.graph_nodes.len() < MAX_GRAPH_NODES {
+                    let stack = g.stack.map_or(NONE, |id| self.stack_ref(ld, id));
+                    let from = g.from.map(|f| f.1);
+                    // The first record of a node wins.
+                    self.graph_nodes.entry(g.node).or_insert((stack, from));
+                }
             }
             Record::Function(f) => {
                 if let Some(b) = f.frame.or(f.stack) {

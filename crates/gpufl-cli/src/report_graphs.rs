@@ -68,6 +68,9 @@ pub fn render(out: &mut String, graphs: &[GraphSummary]) {
             }
             let _ = writeln!(out, "{line}");
         }
+        if g.capture_location.is_some() {
+            let _ = writeln!(out, "      captured{}", at(&g.capture_location));
+        }
         if let Some(l) = g.launch_call_median_ns {
             let _ = writeln!(
                 out,
@@ -80,8 +83,13 @@ pub fn render(out: &mut String, graphs: &[GraphSummary]) {
             .top
             .iter()
             .map(|o| {
+                let at = o
+                    .created_at
+                    .as_ref()
+                    .map(|l| format!(" from {}", esc(&l.short())))
+                    .unwrap_or_default();
                 format!(
-                    "{} {:.0} %",
+                    "{} {:.0} %{at}",
                     esc(gpufl_analysis::insights::short_function(&o.name)),
                     o.share * 100.0
                 )

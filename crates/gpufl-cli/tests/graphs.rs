@@ -83,6 +83,25 @@ fn write_graph_session(root: &Path) -> PathBuf {
         }),
     }))
     .unwrap();
+    // Captured at replay.cu:30-32 (nodes 1000-1002 of graph 1), instantiated as nodes 10-12.
+    for n in 0..3u32 {
+        let st = stack_at(&mut w, 30 + n);
+        w.write(&Record::Gnode(Gnode {
+            graph: 1,
+            node: 1000 + n as u64,
+            stack: Some(st),
+            tid: Some(11),
+            from: None,
+        }))
+        .unwrap();
+        w.write(&Record::Gnode(Gnode {
+            graph: 3,
+            node: 10 + n as u64,
+            from: Some(GraphNode(1, 1000 + n as u64)),
+            ..Gnode::default()
+        }))
+        .unwrap();
+    }
     let mut t = 1_000_000_000u64;
     for r in 0..40u32 {
         let corr = 2 * r + 1;
@@ -172,7 +191,13 @@ fn report_shows_the_graphs_and_their_replay_gaps() {
         ),
         "{text}"
     );
-    assert!(text.contains("most time: reduce 50 %"), "{text}");
+    assert!(
+        text.contains(
+            "most time: reduce 50 % from replay.cu:32, add\\u{1b}[2J 33 % from replay.cu:31"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("captured at replay.cu:3"), "{text}");
     assert!(text.contains("[graph-replay-gaps]"), "{text}");
     assert!(
         text.contains("a host sync after each @ replay.cu:42"),
@@ -204,6 +229,7 @@ fn report_shows_the_graphs_and_their_replay_gaps() {
     assert_eq!(g["gaps_with_sync"], 39);
     assert_eq!(g["launch_location"]["line"], 40);
     assert_eq!(g["sync_location"]["line"], 42);
+    assert_eq!(g["top"][0]["created_at"]["line"], 32);
     // JSON keeps the name exact.
     assert!(g["top"]
         .as_array()

@@ -741,6 +741,7 @@ fn parse_known(tag: &str, line: &[u8]) -> Option<Result<Record, serde_json::Erro
         "sync" => p(line, Record::Sync),
         "api" => p(line, Record::Api),
         "callsite" => p(line, Record::Callsite),
+        "gnode" => p(line, Record::Gnode),
         "stream" => p(line, Record::Stream),
         "capture" => p(line, Record::Capture),
         "scope" => p(line, Record::Scope),

@@ -29,6 +29,7 @@ pub enum Record {
     Sync(Sync),
     Api(Api),
     Callsite(Callsite),
+    Gnode(Gnode),
     Stream(StreamInfo),
     Capture(CaptureState),
     Scope(Scope),
@@ -56,6 +57,7 @@ impl Record {
             Record::Sync(_) => "sync",
             Record::Api(_) => "api",
             Record::Callsite(_) => "callsite",
+            Record::Gnode(_) => "gnode",
             Record::Stream(_) => "stream",
             Record::Capture(_) => "capture",
             Record::Scope(_) => "scope",
@@ -499,6 +501,27 @@ pub struct Api {
     pub corr: u32,
     /// Return code (cudaError_t / CUresult).
     pub ret: u32,
+}
+
+/// A CUDA graph node as the program made it: created (while a stream was being captured, by the
+/// launch or copy that the capture turned into the node, or by an explicit `cudaGraphAdd*Node`
+/// call) with the CPU stack of that call, or cloned from another node (instantiating a graph
+/// clones its nodes; the kernels a replay runs name the clones). Joins kernels, copies and memsets
+/// (their `graph`) to the line that put them into the graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Gnode {
+    /// CUPTI's graph id and the node's id.
+    pub graph: u32,
+    pub node: u64,
+    /// The stack of the call that created the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<StackId>,
+    /// OS thread id of that call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u64>,
+    /// The node this one is a clone of: `[graph, node]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<GraphNode>,
 }
 
 /// A CPU stack captured at an API call whose activity record did not carry it (e.g. its activity kind

@@ -407,6 +407,19 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         stack,
         weight: None,
     }));
+    r.rec(Record::Gnode(Gnode {
+        graph: 2,
+        node: 7_000 + i,
+        stack: Some(stack),
+        tid: Some(tid),
+        from: None,
+    }));
+    r.rec(Record::Gnode(Gnode {
+        graph: 3,
+        node: 9_000 + i,
+        from: Some(GraphNode(2, 7_000 + i)),
+        ..Gnode::default()
+    }));
     r.rec(Record::Stream(StreamInfo {
         ctx: 1,
         stream: 7,
@@ -610,6 +623,7 @@ fn round_trip_every_record_type_through_a_file() {
         "str",
         "frame",
         "stack",
+        "gnode",
         "kernel",
         "function",
         "memcpy",

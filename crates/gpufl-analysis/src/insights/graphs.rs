@@ -54,6 +54,10 @@ pub struct GraphSummary {
     /// The most frequent user line of the graph launch calls (`callsite` records).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launch_location: Option<SourceLoc>,
+    /// The most frequent user line among the calls that created the graph's nodes (`gnode`
+    /// records: the launches and copies a stream capture turned into nodes), when recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture_location: Option<SourceLoc>,
     /// Median host time of a graph launch call (`api` records), ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launch_call_median_ns: Option<u64>,
@@ -70,6 +74,9 @@ pub struct GraphOp {
     pub total_ns: u64,
     /// `total_ns` over the summed duration of all the graph's operations, 0..1.
     pub share: f64,
+    /// The most frequent user line of the calls that created its nodes, when recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<SourceLoc>,
 }
 
 /// One operation a graph ran.
@@ -260,22 +267,39 @@ fn one_graph(
             .and_then(|&(_, l)| cx.locs.get(l as usize).cloned())
     };
 
-    // Nodes, and the operations with the most time.
+    // Nodes, and the operations with the most time (with the line that put each into the graph).
     let mut nodes: Vec<u64> = ops.iter().map(|o| o.node).collect();
     nodes.sort_unstable();
     nodes.dedup();
-    let mut per_name: HashMap<(u32, &'static str), (u64, u64)> = HashMap::new();
+    let node_locs: HashMap<u64, u32> = nodes
+        .iter()
+        .filter_map(|&n| creation_loc(cx, n).map(|l| (n, l)))
+        .collect();
+    let mut slot: HashMap<(u32, &'static str), usize> = HashMap::new();
+    let mut per_name: Vec<((u32, &'static str), u64, u64)> = Vec::new();
+    let mut loc_votes: Vec<(u32, u32)> = Vec::new();
     let mut all_ns = 0u64;
     for o in ops {
         let d = o.end - o.start;
         all_ns = all_ns.saturating_add(d);
-        let e = per_name.entry((o.name, o.label)).or_default();
-        e.0 += 1;
-        e.1 = e.1.saturating_add(d);
+        let i = *slot.entry((o.name, o.label)).or_insert_with(|| {
+            per_name.push(((o.name, o.label), 0, 0));
+            per_name.len() - 1
+        });
+        per_name[i].1 += 1;
+        per_name[i].2 = per_name[i].2.saturating_add(d);
+        if let Some(&l) = node_locs.get(&o.node) {
+            loc_votes.push((i as u32, l));
+        }
     }
+    let loc_of: HashMap<u32, u32> = most_frequent_per_key(loc_votes).into_iter().collect();
+    let capture_location = most_frequent_per_key(node_locs.values().map(|&l| (0, l)).collect())
+        .first()
+        .and_then(|&(_, l)| cx.locs.get(l as usize).cloned());
     let mut top: Vec<GraphOp> = per_name
         .into_iter()
-        .map(|((name, label), (count, total_ns))| GraphOp {
+        .enumerate()
+        .map(|(i, ((name, label), count, total_ns))| GraphOp {
             name: if name == NONE {
                 label.to_string()
             } else {
@@ -284,6 +308,9 @@ fn one_graph(
             count,
             total_ns,
             share: super::share(total_ns, all_ns),
+            created_at: loc_of
+                .get(&(i as u32))
+                .and_then(|&l| cx.locs.get(l as usize).cloned()),
         })
         .collect();
     top.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
@@ -308,6 +335,7 @@ fn one_graph(
         sync_gap_idle_ns,
         sync_location: loc(sync_votes),
         launch_location: loc(site_votes),
+        capture_location,
         launch_call_median_ns: (!launch_ns.is_empty()).then(|| median_p99(&mut launch_ns).0),
         top,
     }
@@ -384,6 +412,20 @@ fn sync_in(sync_ends: &[(u64, u64, u32)], tid: Option<u64>, a: u64, b: u64) -> O
         }
     }
     best.map(|(_, i)| i)
+}
+
+/// Index into `locs` of the user line of the call that created `node`, following the nodes it was
+/// cloned from (at most 8 steps: instantiation clones once, a clone of a clone is rare).
+fn creation_loc(cx: &Ctx, node: u64) -> Option<u32> {
+    let mut n = node;
+    for _ in 0..8 {
+        let &(stack, from) = cx.m.graph_nodes.get(&n)?;
+        if stack != NONE {
+            return cx.stack_loc.get(stack as usize).copied();
+        }
+        n = from?;
+    }
+    None
 }
 
 /// Which kernels a graph launch ran, by index into the model's kernels (empty when none did).

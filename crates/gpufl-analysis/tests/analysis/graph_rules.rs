@@ -310,3 +310,55 @@ fn graph_work_with_the_driver_launchs_id_finds_the_runtime_calls_line() {
     assert_eq!(g.launch_call_median_ns, Some(8_000));
     assert_eq!(g.gaps_with_sync, 39);
 }
+
+#[test]
+fn each_node_is_named_by_the_line_that_captured_it() {
+    let mut b = session(&Plan::new(6));
+    // Capture: node 1000+n created by the launch at model.cu:(10+n); instantiation: node 100+n
+    // (the one the replays run) cloned from it. Node 104 has no recorded creation.
+    for n in 0..NODES - 1 {
+        let st = b.user_stack("model.cu", 10 + n as u32, "forward");
+        b.recs.push(Record::Gnode(Gnode {
+            graph: 1,
+            node: 1000 + n,
+            stack: Some(st),
+            tid: Some(T1),
+            from: None,
+        }));
+        b.recs.push(Record::Gnode(Gnode {
+            graph: GRAPH,
+            node: 100 + n,
+            from: Some(GraphNode(1, 1000 + n)),
+            ..Gnode::default()
+        }));
+    }
+    let a = b.analyze();
+    let g = &a.graphs[0];
+    let line = |name: &str| {
+        g.top
+            .iter()
+            .find(|o| o.name == name)
+            .and_then(|o| o.created_at.as_ref())
+            .map(|l| l.short())
+    };
+    assert_eq!(line("node_kernel_0").as_deref(), Some("model.cu:10"));
+    assert_eq!(line("node_kernel_3").as_deref(), Some("model.cu:13"));
+    assert_eq!(line("node_kernel_4"), None);
+    assert!(g.capture_location.is_some());
+    // A clone cycle (hostile input) ends without a line.
+    let mut b = session(&Plan::new(6));
+    b.recs.push(Record::Gnode(Gnode {
+        graph: GRAPH,
+        node: 100,
+        from: Some(GraphNode(GRAPH, 101)),
+        ..Gnode::default()
+    }));
+    b.recs.push(Record::Gnode(Gnode {
+        graph: GRAPH,
+        node: 101,
+        from: Some(GraphNode(GRAPH, 100)),
+        ..Gnode::default()
+    }));
+    let a = b.analyze();
+    assert!(a.graphs[0].top.iter().all(|o| o.created_at.is_none()));
+}
