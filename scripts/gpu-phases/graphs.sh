@@ -53,9 +53,16 @@ tri = [r for r in rows if r["name"].startswith("triton")]
 print(f"kernel rows {len(rows)}, Triton {len(tri)}, with a source {len(src)}")
 for r in src[:3]:
     print("  source:", r["name"], r["source"])
+for g in s.get("graphs", []):
+    print("graph", g["graph"], "captured at", (g.get("capture_location") or {}).get("file"),
+          (g.get("capture_location") or {}).get("line"),
+          "top:", [(o["name"][:40], (o.get("created_at") or {}).get("line")) for o in g.get("top", [])])
 print("insights:", [(i["rule"], i["title"][:120]) for i in s.get("insights", [])][:8])
 PYEOF
   gpufl dump "$d" --type kernel --limit 5 2>&1 | cut -c1-600 | tee -a "$OUT/summary.txt"
+  # Graph nodes: created (with the capturing call's stack) and cloned (instantiation).
+  echo "(graphs) $name: gnode records: $(gpufl dump "$d" --type gnode 2>/dev/null | grep -c '"stack"') created with a stack, $(gpufl dump "$d" --type gnode 2>/dev/null | grep -c '"from"') cloned" | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type gnode --limit 3 2>&1 | cut -c1-300 | tee -a "$OUT/summary.txt"
   cp -r "${d%/}" "$OUT/testdata/"
   local line; line=$(grep -n "gpufl-example: $marker" "examples/$mfile" | head -1 | cut -d: -f1)
   gpufl dump "$d" --type kernel,api,callsite 2>/dev/null \

@@ -89,6 +89,15 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
             cupti::DOMAIN_RESOURCE,
             cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING,
         );
+        // Where CUDA graph nodes come from (crate::graphnodes): with call-site stacks only.
+        if SITES.get().is_some() {
+            for id in [
+                cupti::CBID_RESOURCE_GRAPHNODE_CREATED,
+                cupti::CBID_RESOURCE_GRAPHNODE_CLONED,
+            ] {
+                (c.enable_callback)(1, sub, cupti::DOMAIN_RESOURCE, id);
+            }
+        }
         // Stack frames of the loaded modules' functions (crate::modules).
         (c.enable_callback)(
             1,

@@ -24,6 +24,8 @@ pub const DOMAIN_RESOURCE: u32 = 3;
 pub const CBID_RESOURCE_CONTEXT_DESTROY_STARTING: u32 = 2;
 pub const CBID_RESOURCE_MODULE_LOADED: u32 = 6;
 pub const CBID_RESOURCE_MODULE_UNLOAD_STARTING: u32 = 7;
+pub const CBID_RESOURCE_GRAPHNODE_CREATED: u32 = 13;
+pub const CBID_RESOURCE_GRAPHNODE_CLONED: u32 = 20;
 
 /// Activity kinds we use.
 pub const KIND_MEMCPY: u32 = 1;
@@ -73,6 +75,9 @@ pub struct Cupti {
     pub activity_flush_period: Option<unsafe extern "C" fn(u32) -> u32>,
     /// `cuptiActivityEnableHWTrace` (CUPTI 12.8+; benchmark knob `GPUFL_HW_TRACE=1`).
     pub activity_enable_hw_trace: Option<unsafe extern "C" fn(u8) -> u32>,
+    /// `cuptiGetGraphId(CUgraph, uint32_t*)` and `cuptiGetGraphNodeId(CUgraphNode, uint64_t*)`.
+    pub get_graph_id: Option<unsafe extern "C" fn(*mut c_void, *mut u32) -> u32>,
+    pub get_graph_node_id: Option<unsafe extern "C" fn(*mut c_void, *mut u64) -> u32>,
 }
 
 /// Why CUPTI could not be loaded.
@@ -138,6 +143,8 @@ impl Cupti {
             activity_set_attribute: opt!(lib, c"cuptiActivitySetAttribute"),
             activity_flush_period: opt!(lib, c"cuptiActivityFlushPeriod"),
             activity_enable_hw_trace: opt!(lib, c"cuptiActivityEnableHWTrace"),
+            get_graph_id: opt!(lib, c"cuptiGetGraphId"),
+            get_graph_node_id: opt!(lib, c"cuptiGetGraphNodeId"),
             lib,
         })
     }

@@ -16,6 +16,7 @@ pub mod cupti;
 pub mod device;
 pub mod dl;
 pub mod ffi;
+pub mod graphnodes;
 pub mod inductor;
 pub mod metrics_feed;
 pub mod modules;

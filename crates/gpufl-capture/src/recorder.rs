@@ -372,6 +372,14 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_MODULE_LOADED => unsafe {
             crate::modules::on_module_loaded(data)
         },
+        cupti::DOMAIN_RESOURCE
+            if cbid == cupti::CBID_RESOURCE_GRAPHNODE_CREATED
+                || cbid == cupti::CBID_RESOURCE_GRAPHNODE_CLONED =>
+        {
+            let Some(r) = RECORDER.get() else { return };
+            // SAFETY: CUPTI passes a CUpti_ResourceData for resource callbacks.
+            unsafe { crate::graphnodes::on_graph_node(r.cupti, r.python, cbid, data) }
+        }
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING => {
             crate::sink::MODULE_UNLOADS.fetch_add(1, Ordering::Release);
         }

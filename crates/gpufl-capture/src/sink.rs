@@ -118,6 +118,21 @@ impl Sink {
                 self.write(&Record::Stream(StreamInfo { ctx, stream, role }))?;
             }
         }
+        while let Some(c) = crate::graphnodes::clone_queue().pop() {
+            self.write(&Record::Gnode(Gnode {
+                graph: c.graph,
+                node: c.node,
+                from: Some(GraphNode(c.from_graph, c.from_node)),
+                ..Gnode::default()
+            }))?;
+        }
+        let clones_lost = crate::graphnodes::take_dropped();
+        if clones_lost > 0 {
+            self.write(&Record::Dropped(Dropped {
+                source: "graph_node_queue".into(),
+                count: clones_lost,
+            }))?;
+        }
         while let Some(c) = crate::sites::api_queue().pop() {
             let name = self.api_name(c.domain, c.cbid)?;
             self.api_from_callbacks += 1;
@@ -181,6 +196,15 @@ impl Sink {
         } else {
             None
         };
+        if let Some((graph, node)) = s.graph_node {
+            return self.write(&Record::Gnode(Gnode {
+                graph,
+                node,
+                stack,
+                tid: Some(s.tid),
+                from: None,
+            }));
+        }
         let Some((kind, _, _)) = sync else {
             // A launch, copy or memset call site.
             let Some(stack) = stack else { return Ok(()) };
@@ -650,6 +674,52 @@ mod tests {
             (ApiDomain::Runtime, 100, 180, 7, 42)
         );
         assert_eq!((apis[1].domain, apis[1].corr), (ApiDomain::Driver, 43));
+    }
+
+    #[test]
+    fn graph_nodes_are_written_with_their_creation_stack_or_origin() {
+        let path =
+            std::env::temp_dir().join(format!("gpufl-sink-gn-{}.ndjson.zst", std::process::id()));
+        let w = TraceWriter::new(
+            BufWriter::new(File::create(&path).unwrap()),
+            &Header::default(),
+        )
+        .unwrap();
+        let mut sink = Sink::new(w, None);
+        let mut s = Sample::empty();
+        s.tid = 9;
+        s.has_stack = true;
+        s.graph_node = Some((2, 77));
+        s.len = 2;
+        s.frames[0] = 0x1000;
+        s.frames[1] = 0x2000;
+        sink.take_sample(&s).unwrap();
+        crate::graphnodes::clone_queue()
+            .push(crate::graphnodes::Cloned {
+                graph: 5,
+                node: 91,
+                from_graph: 2,
+                from_node: 77,
+            })
+            .unwrap();
+        sink.drain_samples().unwrap();
+        sink.finish("test").unwrap();
+        let nodes: Vec<Gnode> = gpufl_trace::TraceReader::open(&path)
+            .unwrap()
+            .filter_map(|r| match r {
+                Record::Gnode(g) => Some(g),
+                _ => None,
+            })
+            .collect();
+        std::fs::remove_file(&path).ok();
+        assert_eq!(nodes.len(), 2, "{nodes:?}");
+        assert_eq!(
+            (nodes[0].graph, nodes[0].node, nodes[0].tid),
+            (2, 77, Some(9))
+        );
+        assert!(nodes[0].stack.is_some());
+        assert_eq!((nodes[1].node, nodes[1].from), (91, Some(GraphNode(2, 77))));
+        assert!(nodes[1].stack.is_none());
     }
 
     #[test]

@@ -74,6 +74,9 @@ pub struct Sample {
     /// stack carries (the thread inferred to drive the call, `pyframes::capture_other_thread`);
     /// 0 otherwise.
     pub via_tid: u64,
+    /// A CUDA graph node this call created (graph id, node id): the sample is the node's creation
+    /// stack (a `gnode` record), not a call site.
+    pub graph_node: Option<(u32, u64)>,
     /// Innermost first. Native return addresses, or `PY_TAG | python frame id`.
     pub frames: [u64; MAX_FRAMES],
 }
@@ -96,6 +99,7 @@ impl Sample {
             native_cut: false,
             weight: 0,
             via_tid: 0,
+            graph_node: None,
             frames: [0; MAX_FRAMES],
         }
     }

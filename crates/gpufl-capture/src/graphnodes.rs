@@ -1,0 +1,130 @@
+//! Where CUDA graph nodes come from (`gnode` records): CUPTI's resource callbacks tell when a
+//! node is created — inside the launch or copy a stream capture turns into the node, or inside
+//! an explicit `cudaGraphAdd*Node` call, on the calling thread — and when one is cloned (graph
+//! instantiation clones every node; the kernels a replay runs carry the clones' ids).
+//!
+//! A created node's stack is captured there, like a call site's (bounded: the first
+//! [`MAX_CREATED`] nodes of a session; capture happens once per node, outside the replay loop),
+//! and goes to the writer through the samples' queue; a clone goes through [`clone_queue`].
+//! Nothing here allocates or locks.
+
+use crate::cupti::{cb_field, sys, Cupti};
+use crate::stack::{self, Sample};
+use crossbeam_queue::ArrayQueue;
+use std::ffi::c_void;
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// Created nodes whose stack is captured, per session at most.
+pub const MAX_CREATED: u64 = 200_000;
+
+/// A node cloned from another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cloned {
+    pub graph: u32,
+    pub node: u64,
+    pub from_graph: u32,
+    pub from_node: u64,
+}
+
+/// Clones seen by the callbacks, drained by the writer.
+pub fn clone_queue() -> &'static ArrayQueue<Cloned> {
+    static Q: OnceLock<ArrayQueue<Cloned>> = OnceLock::new();
+    Q.get_or_init(|| ArrayQueue::new(1 << 15))
+}
+
+static CREATED: AtomicU64 = AtomicU64::new(0);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Clones lost since the last call (the queue was full).
+pub fn take_dropped() -> u64 {
+    DROPPED.swap(0, Ordering::Relaxed)
+}
+
+/// CUPTI's ids of a graph and a node (None when CUPTI cannot give them).
+fn ids(c: &Cupti, graph: *mut c_void, node: *mut c_void) -> Option<(u32, u64)> {
+    let (fg, fn_) = (c.get_graph_id?, c.get_graph_node_id?);
+    if graph.is_null() || node.is_null() {
+        return None;
+    }
+    let (mut g, mut n) = (0u32, 0u64);
+    // SAFETY: CUPTI's own handles from the callback data, valid during the callback.
+    let ok = unsafe { fg(graph, &mut g) == 0 && fn_(node, &mut n) == 0 };
+    ok.then_some((g, n))
+}
+
+/// `CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED` / `…_CLONED`.
+///
+/// # Safety
+/// `data` must be the `CUpti_ResourceData` CUPTI passed with one of those callback ids.
+pub unsafe fn on_graph_node(c: &Cupti, python: bool, cbid: u32, data: *const c_void) {
+    type R = sys::CUpti_ResourceData;
+    type G = sys::CUpti_GraphData;
+    // SAFETY: field offsets of CUpti_ResourceData; for graph callbacks the descriptor is a
+    // CUpti_GraphData (cudarc's bindings of cupti_callbacks.h).
+    let desc: *const c_void = unsafe { cb_field(data, offset_of!(R, resourceDescriptor)) };
+    if desc.is_null() {
+        return;
+    }
+    let (graph, node): (*mut c_void, *mut c_void) = unsafe {
+        (
+            cb_field(desc, offset_of!(G, graph)),
+            cb_field(desc, offset_of!(G, node)),
+        )
+    };
+    let Some((g, n)) = ids(c, graph, node) else {
+        return;
+    };
+    if cbid == crate::cupti::CBID_RESOURCE_GRAPHNODE_CLONED {
+        let (og, on): (*mut c_void, *mut c_void) = unsafe {
+            (
+                cb_field(desc, offset_of!(G, originalGraph)),
+                cb_field(desc, offset_of!(G, originalNode)),
+            )
+        };
+        // Some CUPTI versions leave the original graph unset: the node alone identifies it.
+        let from = ids(c, if og.is_null() { graph } else { og }, on);
+        if let Some((fg, fnode)) = from {
+            let clone = Cloned {
+                graph: g,
+                node: n,
+                from_graph: fg,
+                from_node: fnode,
+            };
+            if clone_queue().push(clone).is_err() {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        return;
+    }
+    if CREATED.fetch_add(1, Ordering::Relaxed) >= MAX_CREATED {
+        return;
+    }
+    let mut s = Sample::empty();
+    s.tid = crate::procinfo::gettid();
+    s.has_stack = true;
+    s.graph_node = Some((g, n));
+    stack::capture_for(&mut s, python, stack::Purpose::Site);
+    s.ts = c.timestamp();
+    s.end = s.ts;
+    stack::push(s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_ids_are_cuptis() {
+        use crate::cupti::sys::CUpti_CallbackIdResource as R;
+        assert_eq!(
+            crate::cupti::CBID_RESOURCE_GRAPHNODE_CREATED,
+            R::CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED as u32
+        );
+        assert_eq!(
+            crate::cupti::CBID_RESOURCE_GRAPHNODE_CLONED,
+            R::CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED as u32
+        );
+    }
+}
