@@ -113,8 +113,6 @@ pub unsafe fn on_graph_node(c: &Cupti, python: bool, cbid: u32, data: *const c_v
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn resource_ids_are_cuptis() {
         use crate::cupti::sys::CUpti_CallbackIdResource as R;
