@@ -3,19 +3,23 @@
 //! [`profile`] reduces one analysed session to what is compared: its totals, per kernel name
 //! (demangled, summed over devices) launches and GPU time, per source line (the user location of
 //! the stack, as the insights name it) synchronizations with the host time blocked in them and
-//! copies with their GPU time, and its insights. [`diff`] compares two profiles:
+//! copies with their GPU time, its insights, and per CUDA graph its replays. [`diff`] compares
+//! two profiles:
 //!
 //! - **Matching:** kernels by name; lines by file, line, function and library frame (the line's
 //!   text is left out: an edit elsewhere does not make a line another); insights by rule,
 //!   location, sync kind and subject (the kernel of a kernel rule, the API of a copy rule, the
 //!   idle class of `gpu-idle`), with an ordinal when one session still has two alike.
+//!   CUDA graphs (whose CUPTI ids differ between runs) by their launch line, else by the names
+//!   of their top operations; graphs sharing one are paired by operations, device, then rank.
 //! - **Status:** `new` (only in NEW), `gone` (only in BASE), `changed` (some figure moved by at
 //!   least the threshold, relative to BASE; an insight whose severity changed), else unchanged and
 //!   hidden (counted). Relative deltas are against BASE (`None` where BASE is 0).
 //! - **Regressions** (with a regression threshold): wall time, host time blocked in
 //!   synchronizations or GPU busy time grew by more than the threshold (a sync time that was 0
-//!   and is not counts), or a HIGH insight is new. Sessions of different lengths compare in
-//!   absolute terms; [`TotalsDiff::per_second`] gives the rates beside them.
+//!   and is not counts), or a HIGH insight is new. Graphs are not gated (their GPU time is
+//!   inside GPU busy time; docs/diff.md). Sessions of different lengths compare in absolute
+//!   terms; [`TotalsDiff::per_second`] gives the rates beside them.
 
 use crate::insights::{Insight, RuleData, Severity};
 use crate::model::Model;
@@ -591,6 +595,9 @@ fn graph_group(g: &GraphStat) -> GraphGroup {
     }
 }
 
+/// What one pass of [`pair_graphs`] pairs graphs by: (device, top operations), None = any.
+type PairKey = fn(&GraphStat) -> (Option<u32>, Option<&[String]>);
+
 /// Pairs of graphs of BASE and NEW, unmatched ones with one side: graphs match within a group
 /// (one launch line, or one set of top operations without a line); inside a group, first those
 /// with the same top operations on the same device, then the same top operations, then the same
@@ -621,7 +628,7 @@ fn pair_graphs<'a>(
         ns.sort_by(rank);
         let mut b_used = vec![false; bs.len()];
         let mut n_used = vec![false; ns.len()];
-        let passes: [fn(&GraphStat) -> (Option<u32>, Option<&[String]>); 4] = [
+        let passes: [PairKey; 4] = [
             |g| (Some(g.device), Some(g.ops.as_slice())),
             |g| (None, Some(g.ops.as_slice())),
             |g| (Some(g.device), None),
