@@ -3,19 +3,23 @@
 //! [`profile`] reduces one analysed session to what is compared: its totals, per kernel name
 //! (demangled, summed over devices) launches and GPU time, per source line (the user location of
 //! the stack, as the insights name it) synchronizations with the host time blocked in them and
-//! copies with their GPU time, and its insights. [`diff`] compares two profiles:
+//! copies with their GPU time, its insights, and per CUDA graph its replays. [`diff`] compares
+//! two profiles:
 //!
 //! - **Matching:** kernels by name; lines by file, line, function and library frame (the line's
 //!   text is left out: an edit elsewhere does not make a line another); insights by rule,
 //!   location, sync kind and subject (the kernel of a kernel rule, the API of a copy rule, the
 //!   idle class of `gpu-idle`), with an ordinal when one session still has two alike.
+//!   CUDA graphs (whose CUPTI ids differ between runs) by their launch line, else by the names
+//!   of their top operations; graphs sharing one are paired by operations, device, then rank.
 //! - **Status:** `new` (only in NEW), `gone` (only in BASE), `changed` (some figure moved by at
 //!   least the threshold, relative to BASE; an insight whose severity changed), else unchanged and
 //!   hidden (counted). Relative deltas are against BASE (`None` where BASE is 0).
 //! - **Regressions** (with a regression threshold): wall time, host time blocked in
 //!   synchronizations or GPU busy time grew by more than the threshold (a sync time that was 0
-//!   and is not counts), or a HIGH insight is new. Sessions of different lengths compare in
-//!   absolute terms; [`TotalsDiff::per_second`] gives the rates beside them.
+//!   and is not counts), or a HIGH insight is new. Graphs are not gated (their GPU time is
+//!   inside GPU busy time; docs/diff.md). Sessions of different lengths compare in absolute
+//!   terms; [`TotalsDiff::per_second`] gives the rates beside them.
 
 use crate::insights::{Insight, RuleData, Severity};
 use crate::model::Model;
@@ -70,6 +74,56 @@ pub struct Profile {
     /// Per source line with synchronizations or copies; by location.
     pub lines: Vec<LineStat>,
     pub insights: Vec<InsightStat>,
+    /// Per CUDA graph and device ([`Analysis::graphs`]); absent from JSON without graphs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub graphs: Vec<GraphStat>,
+}
+
+/// A CUDA graph's replays on one device, as [`diff`] matches them: by the graph launch's user
+/// line, else (no launch line) by the names of its top operations. CUPTI's graph ids differ
+/// between runs and are not matched on.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct GraphStat {
+    /// CUPTI's graph id in this session.
+    pub graph: u32,
+    pub device: u32,
+    /// The graph launch's user line; None without one (no call sites, or no user frame).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_location: Option<SourceLoc>,
+    /// The names of its top operations ([`crate::GraphSummary::top`]), sorted and deduplicated.
+    pub ops: Vec<String>,
+    pub replays: u64,
+    /// Median time of one replay (first operation's start to last one's end), ns.
+    pub replay_median_ns: u64,
+    /// Summed time of all replays, ns.
+    pub replay_total_ns: u64,
+    /// The device's idle time in the gaps between consecutive replays, ns.
+    pub gap_idle_ns: u64,
+    /// GPU busy inside the replays, ns (ranks graphs that share a launch line).
+    pub busy_ns: u64,
+}
+
+impl GraphStat {
+    fn of(g: &crate::GraphSummary) -> GraphStat {
+        let mut ops: Vec<String> = g.top.iter().map(|o| o.name.clone()).collect();
+        ops.sort();
+        ops.dedup();
+        GraphStat {
+            graph: g.graph,
+            device: g.device,
+            launch_location: g
+                .launch_location
+                .as_ref()
+                .filter(|l| !l.is_unattributed())
+                .cloned(),
+            ops,
+            replays: g.replays,
+            replay_median_ns: g.replay_median_ns,
+            replay_total_ns: g.replay_total_ns,
+            gap_idle_ns: g.gap_idle_ns,
+            busy_ns: g.busy_ns,
+        }
+    }
 }
 
 /// A kernel name's launches and GPU time.
@@ -249,6 +303,7 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
         kernels: kernels.into_values().collect(),
         lines: lines.into_values().collect(),
         insights,
+        graphs: a.graphs.iter().map(GraphStat::of).collect(),
     }
 }
 
@@ -408,6 +463,47 @@ impl InsightDelta {
     }
 }
 
+/// How two graphs were matched.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum GraphMatch {
+    /// By the graph launch's user line (file, line, function, library frame).
+    Line,
+    /// No launch line: by the names of the graph's top operations.
+    Ops,
+}
+
+/// A CUDA graph in one session, as [`GraphDelta`] shows it.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct GraphSide {
+    /// CUPTI's graph id in that session.
+    pub graph: u32,
+    pub device: u32,
+}
+
+/// A CUDA graph that appeared, went away, or whose replays changed.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct GraphDelta {
+    pub status: Status,
+    pub matched_by: GraphMatch,
+    /// The launch line (NEW's where it has the graph, else BASE's); absent for `ops`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_location: Option<SourceLoc>,
+    /// The names of its top operations (NEW's, else BASE's), sorted.
+    pub ops: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<GraphSide>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new: Option<GraphSide>,
+    pub replays: Delta,
+    /// Median time of one replay, ns.
+    pub replay_median_ns: Delta,
+    /// Summed time of all replays, ns.
+    pub replay_total_ns: Delta,
+    /// The device's idle time between consecutive replays, ns.
+    pub gap_idle_ns: Delta,
+}
+
 /// What regressed beyond the regression threshold.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Regression {
@@ -439,6 +535,12 @@ pub struct Diff {
     /// Most impact moved first.
     pub insights: Vec<InsightDelta>,
     pub insights_hidden: u64,
+    /// CUDA graphs, most replay time moved first; absent from JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub graphs: Vec<GraphDelta>,
+    /// Graphs in both sessions whose change is under the threshold; absent from JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub graphs_hidden: u64,
     /// Empty without a regression threshold.
     pub regressions: Vec<Regression>,
 }
@@ -449,11 +551,13 @@ impl Diff {
         !self.regressions.is_empty()
     }
 
-    /// Whether nothing at all is shown (totals within the threshold, no kernel, line or insight).
+    /// Whether nothing at all is shown (totals within the threshold, no kernel, line, insight
+    /// or graph).
     pub fn is_unchanged(&self) -> bool {
         self.kernels.is_empty()
             && self.lines.is_empty()
             && self.insights.is_empty()
+            && self.graphs.is_empty()
             && !self.totals_moved(self.threshold_pct)
     }
 
@@ -471,6 +575,98 @@ impl Diff {
         .iter()
         .any(|d| d.moved(th))
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What graphs are first grouped by: the launch line, else the top operations' names.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum GraphGroup {
+    Line(SourceLoc),
+    Ops(Vec<String>),
+}
+
+fn graph_group(g: &GraphStat) -> GraphGroup {
+    match &g.launch_location {
+        Some(l) => GraphGroup::Line(match_loc(l)),
+        None => GraphGroup::Ops(g.ops.clone()),
+    }
+}
+
+/// What one pass of [`pair_graphs`] pairs graphs by: (device, top operations), None = any.
+type PairKey = fn(&GraphStat) -> (Option<u32>, Option<&[String]>);
+
+/// Pairs of graphs of BASE and NEW, unmatched ones with one side: graphs match within a group
+/// (one launch line, or one set of top operations without a line); inside a group, first those
+/// with the same top operations on the same device, then the same top operations, then the same
+/// device, then any, each pass in order of GPU time inside the replays (most first). Every pass
+/// is a lookup by key: no quadratic work on a group of many graphs.
+fn pair_graphs<'a>(
+    base: &'a [GraphStat],
+    new: &'a [GraphStat],
+) -> Vec<(GraphGroup, Option<&'a GraphStat>, Option<&'a GraphStat>)> {
+    type Side<'a> = Vec<&'a GraphStat>;
+    let mut groups: BTreeMap<GraphGroup, (Side<'a>, Side<'a>)> = BTreeMap::new();
+    for g in base {
+        groups.entry(graph_group(g)).or_default().0.push(g);
+    }
+    for g in new {
+        groups.entry(graph_group(g)).or_default().1.push(g);
+    }
+    let rank = |a: &&GraphStat, b: &&GraphStat| {
+        b.busy_ns
+            .cmp(&a.busy_ns)
+            .then_with(|| b.replay_total_ns.cmp(&a.replay_total_ns))
+            .then_with(|| a.graph.cmp(&b.graph))
+            .then_with(|| a.device.cmp(&b.device))
+    };
+    let mut out = Vec::new();
+    for (key, (mut bs, mut ns)) in groups {
+        bs.sort_by(rank);
+        ns.sort_by(rank);
+        let mut b_used = vec![false; bs.len()];
+        let mut n_used = vec![false; ns.len()];
+        let passes: [PairKey; 4] = [
+            |g| (Some(g.device), Some(g.ops.as_slice())),
+            |g| (None, Some(g.ops.as_slice())),
+            |g| (Some(g.device), None),
+            |_| (None, None),
+        ];
+        for pass in passes {
+            let mut free: BTreeMap<_, std::collections::VecDeque<usize>> = BTreeMap::new();
+            for (j, n) in ns.iter().enumerate() {
+                if !n_used[j] {
+                    free.entry(pass(n)).or_default().push_back(j);
+                }
+            }
+            if free.is_empty() {
+                break;
+            }
+            for (i, b) in bs.iter().enumerate() {
+                if b_used[i] {
+                    continue;
+                }
+                if let Some(j) = free.get_mut(&pass(b)).and_then(|q| q.pop_front()) {
+                    b_used[i] = true;
+                    n_used[j] = true;
+                    out.push((key.clone(), Some(*b), Some(ns[j])));
+                }
+            }
+        }
+        for (i, b) in bs.iter().enumerate() {
+            if !b_used[i] {
+                out.push((key.clone(), Some(*b), None));
+            }
+        }
+        for (j, n) in ns.iter().enumerate() {
+            if !n_used[j] {
+                out.push((key.clone(), None, Some(*n)));
+            }
+        }
+    }
+    out
 }
 
 fn check(what: &'static str, value: f64) -> Result<(), DiffError> {
@@ -636,6 +832,54 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
             .then_with(|| a.key.cmp(&b.key))
     });
 
+    let mut graphs = Vec::new();
+    let mut graphs_hidden = 0;
+    for (key, b, n) in pair_graphs(&base.graphs, &new.graphs) {
+        let d = |f: fn(&GraphStat) -> u64| Delta::of(b.map_or(0, f), n.map_or(0, f));
+        let replays = d(|g| g.replays);
+        let replay_median_ns = d(|g| g.replay_median_ns);
+        let replay_total_ns = d(|g| g.replay_total_ns);
+        let gap_idle_ns = d(|g| g.gap_idle_ns);
+        let moved = [replays, replay_median_ns, replay_total_ns, gap_idle_ns]
+            .iter()
+            .any(|x| x.moved(th));
+        let Some(either) = n.or(b) else { continue };
+        let side = |g: &GraphStat| GraphSide {
+            graph: g.graph,
+            device: g.device,
+        };
+        match status(b.is_some(), n.is_some(), moved) {
+            Some(status) => graphs.push(GraphDelta {
+                status,
+                matched_by: match key {
+                    GraphGroup::Line(_) => GraphMatch::Line,
+                    GraphGroup::Ops(_) => GraphMatch::Ops,
+                },
+                launch_location: either.launch_location.clone(),
+                ops: either.ops.clone(),
+                base: b.map(side),
+                new: n.map(side),
+                replays,
+                replay_median_ns,
+                replay_total_ns,
+                gap_idle_ns,
+            }),
+            None => graphs_hidden += 1,
+        }
+    }
+    let moved_ns = |g: &GraphDelta| {
+        (g.replay_total_ns.delta.unsigned_abs()).saturating_add(g.gap_idle_ns.delta.unsigned_abs())
+    };
+    graphs.sort_by(|a, b| {
+        moved_ns(b)
+            .cmp(&moved_ns(a))
+            .then_with(|| a.launch_location.cmp(&b.launch_location))
+            .then_with(|| a.ops.cmp(&b.ops))
+            .then_with(|| a.status.cmp(&b.status))
+    });
+
+    // Graphs are not gated (docs/diff.md): their GPU time is inside GPU busy and their host
+    // effect inside wall time, as for kernels and lines, and matching them is heuristic.
     let mut regressions = Vec::new();
     if let Some(f) = opts.fail_on_regression_pct {
         let t = &totals;
@@ -684,6 +928,8 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
         lines_hidden,
         insights,
         insights_hidden,
+        graphs,
+        graphs_hidden,
         regressions,
     })
 }
@@ -773,6 +1019,7 @@ mod tests {
                 loc("t.py", 5, "sync()"),
                 50_000_000,
             )],
+            graphs: Vec::new(),
         }
     }
 
@@ -909,5 +1156,340 @@ mod tests {
             diff(&p, &aon, &Options::default()),
             Err(DiffError::MixedModes)
         );
+    }
+
+    /// Synthetic sessions with CUDA graph replays, analysed and reduced to profiles (as the CLI
+    /// does): each graph's replays are launched by `cudaGraphLaunch` (an `api` record) with a
+    /// `callsite` at `graph.cu:LINE` in `replay_loop`, or without a call site (no launch line).
+    mod graphs {
+        use super::super::*;
+        use gpufl_trace::*;
+
+        /// One graph of a synthetic session.
+        pub struct G {
+            /// CUPTI's graph id.
+            pub id: u32,
+            /// The launch line; None: no call site.
+            pub line: Option<u32>,
+            /// Its kernels, one node each, run back to back.
+            pub kernels: &'static [&'static str],
+            pub replays: u64,
+            /// Each node's kernel, ns.
+            pub node_ns: u64,
+        }
+
+        pub fn g(id: u32, line: Option<u32>, kernels: &'static [&'static str]) -> G {
+            G {
+                id,
+                line,
+                kernels,
+                replays: 10,
+                node_ns: 20_000,
+            }
+        }
+
+        struct B {
+            recs: Vec<Record>,
+            strs: Vec<String>,
+            frames: u32,
+            stacks: u32,
+            corr: u32,
+        }
+
+        impl B {
+            fn s(&mut self, s: &str) -> StrId {
+                if let Some(i) = self.strs.iter().position(|x| x == s) {
+                    return StrId(i as u32);
+                }
+                self.strs.push(s.to_string());
+                let id = StrId(self.strs.len() as u32 - 1);
+                self.recs.push(Record::Str(StrRecord { id, s: s.into() }));
+                id
+            }
+
+            fn user_stack(&mut self, line: u32) -> StackId {
+                let module = self.s("/opt/app/bin/app");
+                let func = self.s("replay_loop");
+                let file = self.s("/src/graph.cu");
+                let f = FrameId(self.frames);
+                self.frames += 1;
+                self.recs.push(Record::Frame(Frame {
+                    id: f,
+                    kind: FrameKind::Native,
+                    module: Some(module),
+                    offset: Some(0x1000 + line as u64),
+                    func: Some(func),
+                    file: Some(file),
+                    line: Some(line),
+                    inlined: false,
+                    text: None,
+                }));
+                let id = StackId(self.stacks);
+                self.stacks += 1;
+                self.recs.push(Record::Stack(Stack {
+                    id,
+                    frames: vec![f],
+                    via_tid: None,
+                }));
+                id
+            }
+        }
+
+        /// The graphs replayed one after another (all of one graph, then the next), 30 µs of
+        /// host time between replays, one device.
+        pub fn profile_of(graphs: &[G]) -> Profile {
+            let mut b = B {
+                recs: Vec::new(),
+                strs: Vec::new(),
+                frames: 0,
+                stacks: 0,
+                corr: 0,
+            };
+            let launch = b.s("cudaGraphLaunch");
+            let mut t = 1_000_000u64;
+            for g in graphs {
+                let at = g.line.map(|l| b.user_stack(l));
+                let names: Vec<StrId> = g.kernels.iter().map(|k| b.s(k)).collect();
+                for _ in 0..g.replays {
+                    b.corr += 1;
+                    let corr = b.corr;
+                    b.recs.push(Record::Api(Api {
+                        domain: ApiDomain::Runtime,
+                        name: launch,
+                        cbid: 311,
+                        start: t,
+                        end: t + 5_000,
+                        tid: 1,
+                        corr,
+                        ret: 0,
+                    }));
+                    if let Some(stack) = at {
+                        b.recs.push(Record::Callsite(Callsite {
+                            corr,
+                            api: launch,
+                            tid: 1,
+                            ts: t,
+                            stack,
+                            weight: None,
+                        }));
+                    }
+                    let mut k = t + 6_000;
+                    for (n, &name) in names.iter().enumerate() {
+                        b.recs.push(Record::Kernel(Kernel {
+                            name,
+                            start: k,
+                            end: k + g.node_ns,
+                            dev: 0,
+                            ctx: 1,
+                            stream: 9,
+                            corr,
+                            graph: Some(GraphNode(g.id, 100 + n as u64)),
+                            ..Kernel::default()
+                        }));
+                        k += g.node_ns;
+                    }
+                    t = k + 30_000;
+                }
+            }
+            let m = Model::load(b.recs);
+            let cfg = Config::default();
+            let a = crate::analyze(&m, &cfg);
+            profile(&m, &a, &cfg)
+        }
+    }
+
+    use graphs::{g, profile_of, G};
+
+    fn gdiff(b: &[G], n: &[G]) -> Diff {
+        let opts = Options {
+            threshold_pct: 1.0,
+            fail_on_regression_pct: Some(5.0),
+        };
+        diff(&profile_of(b), &profile_of(n), &opts).unwrap()
+    }
+
+    #[test]
+    fn a_matched_graph_whose_replays_got_slower() {
+        let b = [g(3, Some(40), &["scale", "add"])];
+        let mut slow = g(3, Some(40), &["scale", "add"]);
+        slow.node_ns = 30_000;
+        let d = gdiff(&b, &[slow]);
+        assert_eq!(d.graphs.len(), 1, "{:#?}", d.graphs);
+        let x = &d.graphs[0];
+        assert_eq!(x.status, Status::Changed);
+        assert_eq!(x.matched_by, GraphMatch::Line);
+        let l = x.launch_location.as_ref().unwrap();
+        assert_eq!((l.file.as_str(), l.line), ("/src/graph.cu", Some(40)));
+        assert_eq!(x.ops, ["add", "scale"]);
+        assert_eq!(x.replays, Delta::of(10, 10));
+        assert_eq!(x.replay_median_ns, Delta::of(40_000, 60_000));
+        assert_eq!(x.replay_median_ns.pct, Some(50.0));
+        assert_eq!(x.replay_total_ns, Delta::of(400_000, 600_000));
+        // 30 µs of host time between replays (launch to work: 6 µs more), unchanged.
+        assert_eq!(x.gap_idle_ns, Delta::of(9 * 36_000, 9 * 36_000));
+        assert_eq!(d.graphs_hidden, 0);
+        // The gate (docs/diff.md): slower replays regress through GPU busy and wall time, not
+        // as a graph of their own.
+        let r: Vec<&str> = d.regressions.iter().map(|r| r.metric).collect();
+        assert_eq!(r, ["wall", "gpu_busy"]);
+        // Against itself: counted as unchanged, not shown.
+        let same = gdiff(&b, &b);
+        assert!(
+            same.graphs.is_empty() && same.graphs_hidden == 1,
+            "{same:#?}"
+        );
+        assert!(same.is_unchanged());
+    }
+
+    #[test]
+    fn graphs_match_by_launch_line_whatever_their_graph_ids() {
+        let b = [
+            g(3, Some(40), &["scale", "add"]),
+            g(4, Some(50), &["reduce"]),
+        ];
+        // Other ids, another capture order, the graph at line 50 replayed twice as often.
+        let mut more = g(11, Some(50), &["reduce"]);
+        more.replays = 20;
+        let n = [more, g(12, Some(40), &["scale", "add"])];
+        let d = gdiff(&b, &n);
+        assert_eq!(d.graphs.len(), 1, "{:#?}", d.graphs);
+        let x = &d.graphs[0];
+        assert_eq!(x.status, Status::Changed);
+        assert_eq!(x.launch_location.as_ref().unwrap().line, Some(50));
+        assert_eq!(
+            x.base,
+            Some(GraphSide {
+                graph: 4,
+                device: 0
+            })
+        );
+        assert_eq!(
+            x.new,
+            Some(GraphSide {
+                graph: 11,
+                device: 0
+            })
+        );
+        assert_eq!(x.replays, Delta::of(10, 20));
+        assert_eq!(x.replay_median_ns, Delta::of(20_000, 20_000));
+        assert_eq!(d.graphs_hidden, 1, "line 40: ids 3 and 12, unchanged");
+    }
+
+    #[test]
+    fn graphs_sharing_a_launch_line_match_by_their_operations() {
+        // Two graphs replayed from one line (per batch size, say): their ops tell them apart,
+        // whatever their ids and order.
+        let b = [g(1, Some(40), &["small"]), g(2, Some(40), &["large"])];
+        let mut slower = g(7, Some(40), &["small"]);
+        slower.node_ns = 40_000;
+        let n = [g(6, Some(40), &["large"]), slower];
+        let d = gdiff(&b, &n);
+        assert_eq!(d.graphs.len(), 1, "{:#?}", d.graphs);
+        assert_eq!(d.graphs[0].ops, ["small"]);
+        assert_eq!(d.graphs[0].base.as_ref().unwrap().graph, 1);
+        assert_eq!(d.graphs[0].new.as_ref().unwrap().graph, 7);
+        assert_eq!(d.graphs[0].replay_median_ns, Delta::of(20_000, 40_000));
+        assert_eq!(d.graphs_hidden, 1);
+    }
+
+    #[test]
+    fn new_and_gone_graphs_and_graphs_without_a_launch_line() {
+        let b = [
+            g(1, None, &["x", "y"]),
+            g(2, Some(50), &["reduce"]),
+            g(3, None, &["z"]),
+        ];
+        // No launch line: matched by the set of its ops (another node order); line 50 gone,
+        // line 60 new; the graph of `z` gone, one of `w` new.
+        let n = [
+            g(9, None, &["y", "x"]),
+            g(8, Some(60), &["reduce"]),
+            g(5, None, &["w"]),
+        ];
+        let d = gdiff(&b, &n);
+        let mut rows: Vec<(Status, GraphMatch, Option<u32>, Vec<String>)> = d
+            .graphs
+            .iter()
+            .map(|x| {
+                (
+                    x.status,
+                    x.matched_by,
+                    x.launch_location.as_ref().and_then(|l| l.line),
+                    x.ops.clone(),
+                )
+            })
+            .collect();
+        rows.sort();
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            rows,
+            [
+                (Status::New, GraphMatch::Line, Some(60), s(&["reduce"])),
+                (Status::New, GraphMatch::Ops, None, s(&["w"])),
+                (Status::Gone, GraphMatch::Line, Some(50), s(&["reduce"])),
+                (Status::Gone, GraphMatch::Ops, None, s(&["z"])),
+            ]
+        );
+        assert_eq!(d.graphs_hidden, 1, "x, y: ids 1 and 9, unchanged");
+        let gone = d.graphs.iter().find(|x| x.status == Status::Gone).unwrap();
+        assert!(gone.new.is_none() && gone.base.is_some());
+        assert_eq!(gone.replays, Delta::of(10, 0));
+        assert_eq!(gone.replay_median_ns.pct, Some(-100.0));
+        let new = d.graphs.iter().find(|x| x.status == Status::New).unwrap();
+        assert_eq!(new.replays.pct, None);
+        // Graphs never gate by themselves: the same work in both sessions, so only the insights
+        // new at the new line (gpu-idle, graph-replay-gaps) regress.
+        let r: Vec<&str> = d.regressions.iter().map(|r| r.metric).collect();
+        assert_eq!(r, ["new_high_insight", "new_high_insight"]);
+    }
+
+    #[test]
+    fn sessions_without_graphs_have_no_graph_fields() {
+        let p = base();
+        let d = diff(&p, &p, &Options::default()).unwrap();
+        let v = serde_json::to_value(&d).unwrap();
+        assert!(
+            v.get("graphs").is_none() && v.get("graphs_hidden").is_none(),
+            "{v}"
+        );
+        assert!(serde_json::to_value(&p).unwrap().get("graphs").is_none());
+        // One side with graphs: they are new.
+        let n = profile_of(&[g(1, Some(40), &["k"])]);
+        let mut b = n.clone();
+        b.graphs.clear();
+        let d = diff(&b, &n, &Options::default()).unwrap();
+        assert_eq!(d.graphs.len(), 1);
+        assert_eq!(d.graphs[0].status, Status::New);
+        let v = serde_json::to_value(&d).unwrap();
+        assert_eq!(v["graphs"][0]["status"], "new");
+        assert_eq!(v["graphs"][0]["matched_by"], "line");
+        assert_eq!(v["graphs"][0]["new"]["graph"], 1);
+        assert!(v["graphs"][0].get("base").is_none());
+        assert!(v.get("graphs_hidden").is_none());
+    }
+
+    #[test]
+    fn many_graphs_at_one_line_pair_in_order_without_overflow() {
+        // Hostile figures: deltas at the ends of u64 saturate, the sort does not overflow.
+        let big = |graph: u32, v: u64| GraphStat {
+            graph,
+            device: graph % 3,
+            launch_location: Some(loc("t.py", 5, "g.replay()")),
+            ops: vec![format!("k{}", graph % 7)],
+            replays: v,
+            replay_median_ns: v,
+            replay_total_ns: v,
+            gap_idle_ns: v,
+            busy_ns: v,
+        };
+        let mut b = base();
+        let mut n = base();
+        b.graphs = (0..2000).map(|i| big(i, u64::MAX - i as u64)).collect();
+        n.graphs = (0..1500).map(|i| big(i + 5000, i as u64)).collect();
+        let d = diff(&b, &n, &Options::default()).unwrap();
+        let count = |s: Status| d.graphs.iter().filter(|x| x.status == s).count();
+        assert_eq!(count(Status::Changed) + d.graphs_hidden as usize, 1500);
+        assert_eq!(count(Status::Gone), 500);
+        assert_eq!(count(Status::New), 0);
     }
 }

@@ -11,7 +11,8 @@ use crate::term::{esc, esc_path};
 use anyhow::{bail, Result};
 use clap::Args;
 use gpufl_analysis::diff::{
-    self, describe, pct_text, Delta, Diff, FDelta, InsightDelta, Options, Profile, Status,
+    self, describe, pct_text, Delta, Diff, FDelta, GraphDelta, GraphMatch, InsightDelta, Options,
+    Profile, Status,
 };
 use gpufl_analysis::kernels::short_name;
 use gpufl_analysis::{analyze_on, Config, FrameOrigin, Model, Severity, SourceLoc};
@@ -331,6 +332,31 @@ pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> St
         more(o, d.kernels.len(), cap(d.kernels.len()));
     }
 
+    if !d.graphs.is_empty() || d.graphs_hidden > 0 {
+        let _ = writeln!(
+            o,
+            "\n  CUDA graphs ({}; matched by launch line, else by their top operations)",
+            counts(d.graphs.iter().map(|g| g.status), d.graphs_hidden)
+        );
+        if !d.graphs.is_empty() {
+            let _ = writeln!(
+                o,
+                "    {:<8} {:>11} {:>25} {:>12} {:>9} {:>25} {:>25}  graph",
+                "",
+                "replays",
+                "time per replay",
+                "delta",
+                "change",
+                "replay time",
+                "GPU idle between"
+            );
+            for g in d.graphs.iter().take(cap(d.graphs.len())) {
+                graph_row(o, g);
+            }
+            more(o, d.graphs.len(), cap(d.graphs.len()));
+        }
+    }
+
     let _ = writeln!(
         o,
         "\n  Lines: sync and copy time per source line ({})",
@@ -418,6 +444,47 @@ fn place(l: &SourceLoc) -> String {
         FrameOrigin::Device => esc(&l.file).into_owned(),
         _ => esc(&describe(l)).into_owned(),
     }
+}
+
+/// One graph: its figures, then the launch line (or its top operations) and CUPTI's ids.
+fn graph_row(o: &mut String, g: &GraphDelta) {
+    let (inb, inn) = (g.status != Status::New, g.status != Status::Gone);
+    let both = |d: &Delta| format!("{} → {}", side_secs(d.base, inb), side_secs(d.new, inn));
+    let what = match (&g.launch_location, g.matched_by) {
+        (Some(l), GraphMatch::Line) => place(l),
+        _ => {
+            let ops: Vec<&str> = g.ops.iter().map(|n| short_name(n)).collect();
+            format!("no launch line · {}", clip(&esc(&ops.join(", ")), 70))
+        }
+    };
+    let dev = |s: &diff::GraphSide| {
+        if s.device == 0 {
+            format!("{}", s.graph)
+        } else {
+            format!("{} on GPU {}", s.graph, s.device)
+        }
+    };
+    let ids = match (&g.base, &g.new) {
+        (Some(b), Some(n)) if b == n => format!("graph {}", dev(b)),
+        (Some(b), Some(n)) => format!("graph {} → {}", dev(b), dev(n)),
+        (Some(s), None) | (None, Some(s)) => format!("graph {}", dev(s)),
+        (None, None) => String::new(),
+    };
+    let _ = writeln!(
+        o,
+        "    {:<8} {:>11} {:>25} {:>12} {:>9} {:>25} {:>25}  {what} · {ids}",
+        g.status.as_str(),
+        format!("{} → {}", g.replays.base, g.replays.new),
+        both(&g.replay_median_ns),
+        signed_secs(g.replay_median_ns.delta),
+        if g.status == Status::Changed && g.replay_median_ns.delta != 0 {
+            pct_text(g.replay_median_ns.pct)
+        } else {
+            String::new()
+        },
+        both(&g.replay_total_ns),
+        both(&g.gap_idle_ns),
+    );
 }
 
 fn insight_row(o: &mut String, i: &InsightDelta) {

@@ -546,3 +546,205 @@ fn planted_extra_sync_pair() {
     let (_, text, _) = run(gpufl().args(["diff", "--fail-on-regression", "5%", &b, &n]));
     insta::assert_snapshot!("diff_text_diffpair", text);
 }
+
+/// A session of CUDA graph replays written to `root`: `replays` replays of a 2-node graph
+/// (CUPTI id `graph`) launched at replay.cu:40, each node `node_ns` long, 40 µs of host time
+/// between replays; with `unlined`, 5 replays of another graph (id `graph + 1`) launched without
+/// a call site. One node's name holds an escape sequence.
+fn write_graph_session(root: &Path, name: &str, graph: u32, node_ns: u64, unlined: bool) -> String {
+    use gpufl_trace::*;
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = Header {
+        session_id: name.into(),
+        app_name: "graph_replay".into(),
+        command_line: vec!["build/graph_replay".into()],
+        capture: CaptureStatus {
+            status: "ok".into(),
+            reason: None,
+        },
+        ..Header::default()
+    };
+    let file = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = TraceWriter::new(file, &header).unwrap();
+    let file_id = w.intern_str("/work/examples/replay.cu").unwrap();
+    let func = w.intern_str("replay_loop(int)").unwrap();
+    let module = w.intern_str("/work/build/graph_replay").unwrap();
+    let f = w
+        .intern_frame(FrameData {
+            kind: FrameKind::Native,
+            module: Some(module),
+            offset: Some(0x1040),
+            func: Some(func),
+            file: Some(file_id),
+            line: Some(40),
+            inlined: false,
+            text: None,
+        })
+        .unwrap();
+    let launch_at = w.intern_stack(&[f]).unwrap();
+    let launch = w.intern_str("cudaGraphLaunch").unwrap();
+    let nodes = [
+        w.intern_str("scale(float*, int)").unwrap(),
+        w.intern_str("add\x1b[2J(float*, int)").unwrap(),
+    ];
+    let other = w.intern_str("fill\x1b]0;x(float*)").unwrap();
+    let mut t = 1_000_000_000u64;
+    let mut corr = 0u32;
+    let graphs: Vec<(u32, u32, bool)> = [(graph, 20, true), (graph + 1, 5, false)]
+        .into_iter()
+        .filter(|g| g.2 || unlined)
+        .collect();
+    for (id, replays, lined) in graphs {
+        for _ in 0..replays {
+            corr += 1;
+            w.write(&Record::Api(Api {
+                domain: ApiDomain::Runtime,
+                name: launch,
+                cbid: 311,
+                start: t,
+                end: t + 6_000,
+                tid: 11,
+                corr,
+                ret: 0,
+            }))
+            .unwrap();
+            if lined {
+                w.write(&Record::Callsite(Callsite {
+                    corr,
+                    api: launch,
+                    tid: 11,
+                    ts: t,
+                    stack: launch_at,
+                    weight: None,
+                }))
+                .unwrap();
+            }
+            let mut g = t + 8_000;
+            let names: &[StrId] = if lined { &nodes } else { &[other] };
+            for (n, &k) in names.iter().enumerate() {
+                w.write(&Record::Kernel(Kernel {
+                    name: k,
+                    start: g,
+                    end: g + node_ns,
+                    dev: 0,
+                    ctx: 1,
+                    stream: 9,
+                    corr,
+                    grid: [132, 1, 1],
+                    block: [256, 1, 1],
+                    graph: Some(GraphNode(id, 10 + n as u64)),
+                    ..Kernel::default()
+                }))
+                .unwrap();
+                g += node_ns;
+            }
+            t = g + 40_000;
+        }
+    }
+    w.finish(0, "exit").unwrap();
+    dir.to_str().unwrap().to_string()
+}
+
+#[test]
+fn graphs_are_matched_by_launch_line_and_compared() {
+    let root = std::env::temp_dir().join(format!("gpufl-diff-graphs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    // The graph at replay.cu:40 is graph 3 in BASE and graph 8 in NEW, its nodes 50 % slower;
+    // BASE has a second graph without a launch line, gone in NEW.
+    let base = write_graph_session(&root, "graph_replay-1-20261126T010000Z", 3, 20_000, true);
+    let new = write_graph_session(&root, "graph_replay-2-20261126T010100Z", 8, 30_000, false);
+
+    let (code, text, err) = run(gpufl().args(["diff", "--fail-on-regression", "5%", &base, &new]));
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        text.contains("CUDA graphs (0 new, 1 gone, 1 changed, 0 unchanged or under the threshold; matched by launch line, else by their top operations)"),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.contains("replay.cu:40"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.trim_start().starts_with("changed"), "{row}");
+    for want in [
+        "20 → 20",
+        "40.0 µs → 60.0 µs",
+        "+20.0 µs",
+        "+50.0 %",
+        "800.0 µs → 1.20 ms",
+        "replay_loop(int) · graph 3 → 8",
+    ] {
+        assert!(row.contains(want), "{want:?} in {row}");
+    }
+    let gone = text
+        .lines()
+        .find(|l| l.contains("no launch line"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(gone.trim_start().starts_with("gone"), "{gone}");
+    // The operation's name from the trace, escaped.
+    assert!(
+        gone.contains("5 → 0") && gone.contains("· fill\\u{1b}]0;x · graph 4"),
+        "{gone}"
+    );
+    assert!(!text.contains('\x1b'), "raw escape in the diff");
+    // Graphs do not gate by themselves: wall and GPU busy time do.
+    let gate: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.contains("Regressions beyond 5 %"))
+        .skip(1)
+        .collect();
+    assert!(gate.iter().any(|l| l.contains("GPU busy time")), "{text}");
+    assert!(!gate.iter().any(|l| l.contains("graph")), "{text}");
+
+    let (code, json, err) = run(gpufl().args(["diff", "--json", &base, &new]));
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&json).unwrap();
+    let gs = v["graphs"].as_array().unwrap();
+    assert_eq!(gs.len(), 2, "{gs:?}");
+    let g = gs.iter().find(|g| g["status"] == "changed").unwrap();
+    assert_eq!(g["matched_by"], "line");
+    assert_eq!(g["launch_location"]["line"], 40);
+    assert_eq!(g["base"]["graph"], 3);
+    assert_eq!(g["new"]["graph"], 8);
+    assert_eq!(g["replays"]["delta"], 0);
+    assert_eq!(g["replay_median_ns"]["base"], 40_000);
+    assert_eq!(g["replay_median_ns"]["new"], 60_000);
+    assert_eq!(g["replay_median_ns"]["pct"], 50.0);
+    assert_eq!(g["replay_total_ns"]["delta"], 400_000);
+    assert!(g["gap_idle_ns"]["base"].as_u64().unwrap() > 0);
+    // JSON keeps the names exact.
+    assert!(g["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o == "add\x1b[2J(float*, int)"));
+    let gone = gs.iter().find(|g| g["status"] == "gone").unwrap();
+    assert_eq!(gone["matched_by"], "ops");
+    assert!(gone.get("launch_location").is_none() && gone.get("new").is_none());
+    assert!(v.get("graphs_hidden").is_none());
+    let m: Vec<&str> = v["regressions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["metric"].as_str().unwrap())
+        .collect();
+    assert!(m.is_empty(), "no --fail-on-regression: {m:?}");
+
+    // Against itself: the graphs are counted as unchanged, the section stays.
+    let (code, text, err) = run(gpufl().args(["diff", &base, &base]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("CUDA graphs (0 new, 0 gone, 0 changed, 2 unchanged or under the threshold;"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn sessions_without_graphs_have_no_graph_section() {
+    let (bd, nd) = (session(TRAIN), session(HEAVY));
+    let (_, text, _) = run(gpufl().args(["diff", &bd, &nd]));
+    assert!(!text.contains("CUDA graphs"), "{text}");
+    let (_, v) = diff_json(&bd, &nd, &[]);
+    assert!(v.get("graphs").is_none() && v.get("graphs_hidden").is_none());
+}
