@@ -31,7 +31,7 @@ static PEAK: AtomicUsize = AtomicUsize::new(0);
 static ARMED: AtomicBool = AtomicBool::new(false);
 /// Seed of the input being run (for the allocator's and the watchdog's reports).
 static SEED: AtomicU64 = AtomicU64::new(0);
-/// When the current input started, ms since the run's start (0: none running).
+/// When the current input started, in [`now_ms`] (0: none running).
 static STARTED_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Write to stderr without allocating.
@@ -233,7 +233,45 @@ fn memchr_all(b: &[u8]) -> Vec<usize> {
 /// A hostile line or block of lines.
 fn hostile_lines(rng: &mut Rng) -> String {
     let id = rng.pick(&["0", "7", "4294967295", "200000000", "4294967294"]);
-    match rng.below(13) {
+    match rng.below(14) {
+        13 => {
+            // CUDA graph work: replays (kernels with a graph node, many per correlation id or one
+            // each), graph nodes cloned in chains and cycles, generated kernels' sources.
+            let max = if rng.chance(20) { 60_000 } else { 3_000 };
+            let n = 1 + rng.below(max);
+            let per = 1 + rng.below(64);
+            let max_graphs = if rng.chance(20) { 5_000 } else { 4 };
+            let graphs = 1 + rng.below(max_graphs);
+            let mut s = String::with_capacity(n * 260);
+            for i in 0..n {
+                let node = if rng.chance(50) { i % 7 } else { i };
+                s += &format!(
+                    "{{\"t\":\"kernel\",\"name\":{},\"start\":{},\"end\":{},\"dev\":0,\"ctx\":1,\"stream\":7,\"corr\":{},\"grid\":[1,1,1],\"block\":[32,1,1],\"regs\":8,\"smem_static\":0,\"smem_dynamic\":0,\"local_mem\":0,\"graph\":[{},{node}]}}\n",
+                    i % 5,
+                    1000 + i * 10,
+                    if rng.chance(5) { rng.pick(ODD_NUMBERS).to_string() } else { (1005 + i * 10).to_string() },
+                    i / per,
+                    i % graphs,
+                );
+                if rng.chance(10) {
+                    s += &format!(
+                        "{{\"t\":\"gnode\",\"graph\":{},\"node\":{node},\"from\":[1,{}]}}\n",
+                        i % graphs,
+                        if rng.chance(50) { node } else { (node + 1) % 7 }
+                    );
+                }
+            }
+            s += &format!(
+                "{{\"t\":\"gnode\",\"graph\":{id},\"node\":{},\"stack\":{id},\"tid\":{}}}\n",
+                rng.pick(ODD_NUMBERS),
+                rng.pick(ODD_NUMBERS)
+            );
+            s += &format!(
+                "{{\"t\":\"function\",\"name\":{id},\"module\":0,\"source\":{{\"file\":{id},\"line\":{},\"note\":{id}}}}}\n",
+                rng.pick(ODD_NUMBERS)
+            );
+            s
+        }
         12 => {
             // Many distinct devices, contexts and streams (per-device and per-stream work must
             // stay linear).
@@ -661,6 +699,12 @@ fn run_cli_paths(dir: &Path) -> usize {
     n
 }
 
+/// Milliseconds since the first call in this process, at least 1 (0 marks no input running).
+fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok()?.trim().parse().ok()
 }
@@ -678,20 +722,22 @@ fn fuzz_for(secs: u64, first_seed: u64, max_inputs: Option<u64>) {
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).unwrap();
     let t0 = Instant::now();
-    // The watchdog: an input running over TIME_CAP ends the process with its seed.
-    std::thread::spawn(move || loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let started = STARTED_MS.load(Ordering::Relaxed);
-        if started > 0 {
-            let now = t0.elapsed().as_millis() as u64;
-            if now.saturating_sub(started) > TIME_CAP.as_millis() as u64 {
+    // The watchdog, one for the process (runs of several tests share it; each run's own clock
+    // made an earlier run's watchdog blame the next run's inputs): an input running over TIME_CAP
+    // ends the process with its seed.
+    static WATCHDOG: std::sync::Once = std::sync::Once::new();
+    WATCHDOG.call_once(|| {
+        std::thread::spawn(|| loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let started = STARTED_MS.load(Ordering::Relaxed);
+            if started > 0 && now_ms().saturating_sub(started) > TIME_CAP.as_millis() as u64 {
                 die(if cfg!(debug_assertions) {
                     b"ran over 60 s (unoptimized build)"
                 } else {
                     b"ran over 10 s"
                 });
             }
-        }
+        });
     });
     let keep = std::env::var_os("GPUFL_FUZZ_KEEP").map(PathBuf::from);
     let verbose = max_inputs.is_some() || std::env::var_os("GPUFL_FUZZ_VERBOSE").is_some();
@@ -728,7 +774,7 @@ fn fuzz_for(secs: u64, first_seed: u64, max_inputs: Option<u64>) {
         let base = LIVE.load(Ordering::Relaxed);
         PEAK.store(base, Ordering::Relaxed);
         let started = Instant::now();
-        STARTED_MS.store(t0.elapsed().as_millis().max(1) as u64, Ordering::Relaxed);
+        STARTED_MS.store(now_ms(), Ordering::Relaxed);
         ARMED.store(true, Ordering::Relaxed);
         let r = std::panic::catch_unwind(|| run_cli_paths(&dir));
         ARMED.store(false, Ordering::Relaxed);
@@ -780,12 +826,17 @@ fn fuzz() {
 
 /// Inputs the random runs found panicking, replayed on every run: 1795605398800036 (odd numbers
 /// and duplicated lines: kernel and sync durations near u64::MAX overflowed sums in
-/// `launch-bound`, the kernel table, attribution and `info`'s totals in debug builds) and
-/// 1795605804801381 (the same in `gpufl diff`'s per-line copy bytes).
+/// `launch-bound`, the kernel table, attribution and `info`'s totals in debug builds),
+/// 1795605804801381 (the same in `gpufl diff`'s per-line copy bytes) and 1795663326973854
+/// (the attribution's total of its shares, with the mutation set of 2026-11-26).
 #[test]
 fn former_findings_stay_fixed() {
     // Each seed names one input (GPUFL_FUZZ_INPUTS=1 with that seed).
-    for seed in [1_795_605_398_800_036u64, 1_795_605_804_801_381] {
+    for seed in [
+        1_795_605_398_800_036u64,
+        1_795_605_804_801_381,
+        1_795_663_326_973_854,
+    ] {
         fuzz_for(60, seed, Some(1));
     }
 }

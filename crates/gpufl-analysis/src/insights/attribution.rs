@@ -25,17 +25,21 @@ pub struct Shares {
 }
 
 impl Shares {
+    /// The sum of the shares (saturating: hostile durations can reach `u64::MAX`).
     pub fn total_ns(&self) -> u64 {
         self.user_ns
-            + self.inferred_ns
-            + self.library_ns
-            + self.driver_internal_ns
-            + self.unlocated_ns
+            .saturating_add(self.inferred_ns)
+            .saturating_add(self.library_ns)
+            .saturating_add(self.driver_internal_ns)
+            .saturating_add(self.unlocated_ns)
     }
 
     /// Share of the time that names no line (`<driver-internal>` plus unlocated), 0..1.
     pub fn lost_share(&self) -> f64 {
-        super::share(self.driver_internal_ns + self.unlocated_ns, self.total_ns())
+        super::share(
+            self.driver_internal_ns.saturating_add(self.unlocated_ns),
+            self.total_ns(),
+        )
     }
 
     fn add(&mut self, cx: &Ctx, loc: u32, via: bool, ns: u64) {
