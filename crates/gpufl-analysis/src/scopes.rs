@@ -138,29 +138,31 @@ pub struct RangeRollup {
     pub cross_thread: u64,
 }
 
-/// Per range name, by total wall time (longest first).
+/// Per range name, by total wall time (longest first; ties by name). Ranges whose names are the
+/// same text count as one name (a later trace file interns its strings again; a lost string is
+/// `?`), so the order is total.
 pub fn range_rollup(m: &Model, busy: &DeviceBusy) -> Vec<RangeRollup> {
     let gpu = busy.intervals(None);
-    let mut by_name: HashMap<u32, RangeRollup> = HashMap::new();
+    let mut by_name: HashMap<&str, RangeRollup> = HashMap::new();
     for r in &m.ranges {
-        let e = by_name.entry(r.name).or_insert_with(|| RangeRollup {
-            name: m
-                .strings
-                .get(r.name as usize)
-                .and_then(|x| x.as_deref())
-                .unwrap_or("?")
-                .to_string(),
+        let name = m
+            .strings
+            .get(r.name as usize)
+            .and_then(|x| x.as_deref())
+            .unwrap_or("?");
+        let e = by_name.entry(name).or_insert_with(|| RangeRollup {
+            name: name.to_string(),
             count: 0,
             wall_ns: 0,
             max_ns: 0,
             gpu_busy_ns: 0,
             cross_thread: 0,
         });
-        let d = r.end - r.start;
+        let d = r.end.saturating_sub(r.start);
         e.count += 1;
-        e.wall_ns += d;
+        e.wall_ns = e.wall_ns.saturating_add(d);
         e.max_ns = e.max_ns.max(d);
-        e.gpu_busy_ns += overlap(gpu, r.start, r.end);
+        e.gpu_busy_ns = e.gpu_busy_ns.saturating_add(overlap(gpu, r.start, r.end));
         e.cross_thread += u64::from(r.end_tid.is_some_and(|t| t != r.tid));
     }
     let mut v: Vec<RangeRollup> = by_name.into_values().collect();
