@@ -687,59 +687,43 @@ fn writer_thread(
                     let _ = crate::scopes::finish_into(&mut s);
                     let _ = crate::modules::finish_into(&mut s);
                     crate::telemetry::finish(telemetry.as_ref(), &mut s);
-                    for line in stack::debug_cost_lines() {
+                    let (incomplete, from_callbacks, discarded) =
+                        (s.incomplete, s.api_from_callbacks, s.discarded_api);
+                    let mut say = |level: &str, message: String| {
                         let _ = s.write(&Record::Notice(Notice {
-                            level: "debug".into(),
-                            message: line,
+                            level: level.into(),
+                            message,
                         }));
+                    };
+                    for line in stack::debug_cost_lines() {
+                        say("debug", line);
                     }
                     if let Some(line) = driver_sites.summary(Instant::now()) {
-                        let _ = s.write(&Record::Notice(Notice {
-                            level: "info".into(),
-                            message: line,
-                        }));
+                        say("info", line);
                     }
                     let limited = crate::sites::take_rate_limited();
                     if limited > 0 {
-                        let _ = s.write(&Record::Notice(Notice {
-                            level: "info".into(),
-                            message: format!(
-                                "call-site stacks: {limited} launch/copy captures skipped for the time budget (their calls are counted in later captures' weights)"
-                            ),
-                        }));
+                        say("info", format!(
+                            "call-site stacks: {limited} launch/copy captures skipped for the time budget (their calls are counted in later captures' weights)"
+                        ));
                     }
-                    if s.incomplete > 0 {
-                        let _ = s.write(&Record::Notice(Notice {
-                            level: "info".into(),
-                            message: format!(
-                                "{} GPU activity records without end times (work still in flight at a forced flush) left out",
-                                s.incomplete
-                            ),
-                        }));
+                    if incomplete > 0 {
+                        say("info", format!(
+                            "{incomplete} GPU activity records without end times (work still in flight at a forced flush) left out"
+                        ));
                     }
-                    if s.api_from_callbacks > 0 {
-                        let _ = s.write(&Record::Notice(Notice {
-                            level: "info".into(),
-                            message: format!(
-                                "GPUFL_API_FROM=callbacks: {} launch api records made by the call-site callbacks (benchmark knob)",
-                                s.api_from_callbacks
-                            ),
-                        }));
+                    if from_callbacks > 0 {
+                        say("info", format!(
+                            "GPUFL_API_FROM=callbacks: {from_callbacks} launch api records made by the call-site callbacks (benchmark knob)"
+                        ));
                     }
-                    if s.discarded_api > 0 {
-                        let _ = s.write(&Record::Notice(Notice {
-                            level: "info".into(),
-                            message: format!(
-                                "GPUFL_API_DISCARD=1: {} API records dropped unwritten (benchmark knob)",
-                                s.discarded_api
-                            ),
-                        }));
+                    if discarded > 0 {
+                        say("info", format!(
+                            "GPUFL_API_DISCARD=1: {discarded} API records dropped unwritten (benchmark knob)"
+                        ));
                     }
                     if let Some(cost) = stack::cost_summary() {
-                        let _ = s.write(&Record::Notice(Notice {
-                            level: "info".into(),
-                            message: cost,
-                        }));
+                        say("info", cost);
                     }
                     crate::metrics_feed::before_end(&mut s);
                     s.finish(reason).ok()
