@@ -137,12 +137,7 @@ pub(crate) fn summarize(cx: &Ctx) -> Vec<GraphSummary> {
     }
     ops.sort_unstable_by_key(|o| (o.graph, o.dev, o.corr, o.start));
 
-    // Host synchronizations by thread, sorted by end (for "did the host wait in this gap").
-    let syncs = &m.syncs;
-    let mut sync_ends: Vec<(u64, u64, u32)> = (0..m.sync_count())
-        .map(|i| (syncs.tid.get(i), syncs.end.get(i), i as u32))
-        .collect();
-    sync_ends.sort_unstable();
+    let sync_ends = SyncEnds::new(m);
 
     let sites = SiteCalls::new(cx);
     let mut out = Vec::new();
@@ -169,7 +164,7 @@ fn one_graph(
     cx: &Ctx,
     ops: &[Op],
     busy: &BusyIndex,
-    sync_ends: &[(u64, u64, u32)],
+    sync_ends: &SyncEnds,
     sites: &SiteCalls,
 ) -> GraphSummary {
     let m = cx.m;
@@ -248,7 +243,7 @@ fn one_graph(
         // The thread that launched the next replay (else the previous one's); any thread when
         // API records are off.
         let tid = tid_of[w].or(tid_of[w - 1]);
-        if let Some(si) = sync_in(sync_ends, tid, a, b) {
+        if let Some(si) = sync_ends.within(tid, a, b) {
             let s = m.sync(si as usize);
             gaps_with_sync += 1;
             sync_blocked_ns = sync_blocked_ns.saturating_add(s.end.saturating_sub(s.start));
@@ -382,36 +377,42 @@ impl SiteCalls {
     }
 }
 
-/// A synchronization of thread `tid` (any thread when None) that returned within `[a, b]`: the
-/// one that returned last, as an index into the syncs. `sync_ends` holds (tid, end, index), sorted.
-fn sync_in(sync_ends: &[(u64, u64, u32)], tid: Option<u64>, a: u64, b: u64) -> Option<u32> {
-    let mut best: Option<(u64, u32)> = None;
-    let mut consider = |rows: &[(u64, u64, u32)]| {
-        let from = rows.partition_point(|r| r.1 < a);
-        for r in rows[from..].iter().take_while(|r| r.1 <= b) {
-            if best.is_none_or(|(e, _)| r.1 > e) {
-                best = Some((r.1, r.2));
-            }
-        }
-    };
-    match tid {
-        Some(t) => {
-            let lo = sync_ends.partition_point(|r| r.0 < t);
-            let hi = lo + sync_ends[lo..].partition_point(|r| r.0 == t);
-            consider(&sync_ends[lo..hi]);
-        }
-        None => {
-            // Per thread: each thread's rows are sorted by end.
-            let mut lo = 0;
-            while lo < sync_ends.len() {
-                let t = sync_ends[lo].0;
-                let hi = lo + sync_ends[lo..].partition_point(|r| r.0 == t);
-                consider(&sync_ends[lo..hi]);
-                lo = hi;
-            }
-        }
+/// Host synchronizations by end time, per thread and all together, for "did the host wait in
+/// this gap": each question is two binary searches, however many syncs or threads there are.
+struct SyncEnds {
+    /// (tid, end, index), sorted.
+    by_tid: Vec<(u64, u64, u32)>,
+    /// (end, index), sorted.
+    by_end: Vec<(u64, u32)>,
+}
+
+impl SyncEnds {
+    fn new(m: &crate::Model) -> SyncEnds {
+        let syncs = &m.syncs;
+        let mut by_tid: Vec<(u64, u64, u32)> = (0..m.sync_count())
+            .map(|i| (syncs.tid.get(i), syncs.end.get(i), i as u32))
+            .collect();
+        by_tid.sort_unstable();
+        let mut by_end: Vec<(u64, u32)> = by_tid.iter().map(|r| (r.1, r.2)).collect();
+        by_end.sort_unstable();
+        SyncEnds { by_tid, by_end }
     }
-    best.map(|(_, i)| i)
+
+    /// A synchronization of thread `tid` (any thread when None) that returned within `[a, b]`:
+    /// the one that returned last (ties: the highest index), as an index into the syncs.
+    fn within(&self, tid: Option<u64>, a: u64, b: u64) -> Option<u32> {
+        let (end, idx) = match tid {
+            Some(t) => {
+                let lo = self.by_tid.partition_point(|r| r.0 < t);
+                let rows = &self.by_tid[lo..];
+                let rows = &rows[..rows.partition_point(|r| r.0 == t)];
+                let r = rows[..rows.partition_point(|r| r.1 <= b)].last()?;
+                (r.1, r.2)
+            }
+            None => *self.by_end[..self.by_end.partition_point(|r| r.0 <= b)].last()?,
+        };
+        (end >= a).then_some(idx)
+    }
 }
 
 /// Index into `locs` of the user line of the call that created `node`, following the nodes it was

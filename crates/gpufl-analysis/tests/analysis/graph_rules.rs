@@ -362,3 +362,33 @@ fn each_node_is_named_by_the_line_that_captured_it() {
     let a = b.analyze();
     assert!(a.graphs[0].top.iter().all(|o| o.created_at.is_none()));
 }
+
+#[test]
+fn the_sync_in_a_gap_is_the_launching_threads_or_any_threads_without_api_records() {
+    // The syncs after each replay moved to another thread: with API records (launch thread T1)
+    // they do not count; without API records any thread's count.
+    let mut b = session(&Plan::new(10));
+    for r in b.recs.iter_mut() {
+        if let Record::Sync(s) = r {
+            s.tid = Some(99);
+        }
+    }
+    let a = b.analyze();
+    assert_eq!((a.graphs[0].gaps, a.graphs[0].gaps_with_sync), (9, 0));
+    b.recs.retain(|r| !matches!(r, Record::Api(_)));
+    let a = b.analyze();
+    assert_eq!((a.graphs[0].gaps, a.graphs[0].gaps_with_sync), (9, 9));
+    // Many threads' syncs, none inside the gaps: none found.
+    for t in 0..5_000u64 {
+        b.recs.push(Record::Sync(Sync {
+            kind: SyncKind::StreamSynchronize,
+            start: 10,
+            end: 20 + t,
+            ctx: 1,
+            tid: Some(1_000 + t),
+            ..Sync::default()
+        }));
+    }
+    let a = b.analyze();
+    assert_eq!(a.graphs[0].gaps_with_sync, 9);
+}
