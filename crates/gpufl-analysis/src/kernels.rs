@@ -681,15 +681,20 @@ fn table_in_pieces(
         *e = (*e).max(b);
     }
     // Generated sources by name text, likewise.
+    // (When trace files disagree, the smallest (file, line, note) wins: the same in every run.)
     let mut sources: HashMap<&str, KernelSource> = HashMap::new();
     for (&id, &(file, line, note)) in &m.kernel_sources {
-        sources
+        let src = KernelSource {
+            file: m.str(StrId(file)).to_string(),
+            line,
+            note: (note != NONE).then(|| m.str(StrId(note)).to_string()),
+        };
+        let e = sources
             .entry(m.str(StrId(id)))
-            .or_insert_with(|| KernelSource {
-                file: m.str(StrId(file)).to_string(),
-                line,
-                note: (note != NONE).then(|| m.str(StrId(note)).to_string()),
-            });
+            .or_insert_with(|| src.clone());
+        if (&src.file, src.line, &src.note) < (&e.file, e.line, &e.note) {
+            *e = src;
+        }
     }
     let single = devs.len() == 1;
     let dev_busy: Vec<u64> = devs

@@ -454,7 +454,6 @@ impl Model {
                     mem_kind_to_u8(r.src_kind),
                     mem_kind_to_u8(r.dst_kind),
                 );
-                self.graph_copy(r.graph);
                 self.push_copy(
                     r.start,
                     r.end,
@@ -462,6 +461,7 @@ impl Model {
                     [r.corr, r.ctx, r.stream, r.dev],
                     [op, src, dst],
                 );
+                self.graph_copy(r.graph);
             }
             Record::Memset(r) => {
                 if !self.gpu(r.ctx, r.dev) {
@@ -677,8 +677,7 @@ impl Model {
 
     /// Note the graph node of the copy or memset just pushed.
     fn graph_copy(&mut self, g: Option<GraphNode>) {
-        if let Some(g) = g {
-            let i = self.copies.start.len() - 1;
+        if let (Some(g), Some(i)) = (g, self.copies.start.len().checked_sub(1)) {
             self.graph_copies.push((i as u32, g));
         }
     }

@@ -367,18 +367,15 @@ fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<Str
     let want = knob("GPUFL_API_DOMAINS");
     let rt = if want("runtime") { rt } else { Vec::new() };
     let drv = if want("driver") { drv } else { Vec::new() };
-    // Benchmark knob GPUFL_API_FROM=callbacks: launches' api records come from the call-site
-    // callbacks (crate::sites), not from CUPTI.
+    // Benchmark knob GPUFL_API_FROM=callbacks: kernel launches' api records come from the
+    // call-site callbacks (crate::sites), not from CUPTI (graph launches keep CUPTI's: graph work
+    // carries the driver graph launch's correlation id). Default-mode selection only: always-on
+    // detail windows select their API records themselves.
     let (rt, drv) = match SITES.get() {
         Some(t) if crate::sites::api_from_callbacks() => {
             let keep = |domain: u32| {
                 move |id: &u32| {
-                    !matches!(
-                        t.kind(domain, *id),
-                        Some(
-                            crate::sites::SiteKind::Launch(_) | crate::sites::SiteKind::GraphLaunch
-                        )
-                    )
+                    !matches!(t.kind(domain, *id), Some(crate::sites::SiteKind::Launch(_)))
                 }
             };
             (

@@ -4,9 +4,11 @@
 //! instantiation clones every node; the kernels a replay runs carry the clones' ids).
 //!
 //! A created node's stack is captured there, like a call site's (bounded: the first
-//! [`MAX_CREATED`] nodes of a session; capture happens once per node, outside the replay loop),
-//! and goes to the writer through the samples' queue; a clone goes through [`clone_queue`].
-//! Nothing here allocates or locks.
+//! [`MAX_CREATED`] nodes of a session; capture happens once per node, outside the replay loop;
+//! nothing while the program has paused recording), and goes to the writer through the samples'
+//! queue (a full queue drops it and counts it, as for call sites); a clone goes through
+//! [`clone_queue`]. The stack capture is the call sites' (its Python frame cache may allocate on a
+//! frame's first sighting); the rest neither allocates nor locks.
 
 use crate::cupti::{cb_field, sys, Cupti};
 use crate::stack::{self, Sample};
@@ -42,16 +44,26 @@ pub fn take_dropped() -> u64 {
     DROPPED.swap(0, Ordering::Relaxed)
 }
 
-/// CUPTI's ids of a graph and a node (None when CUPTI cannot give them).
+/// CUPTI's ids of a graph (0 when unknown) and a node (None when CUPTI cannot give it: the node
+/// id is what joins GPU work to its node).
 fn ids(c: &Cupti, graph: *mut c_void, node: *mut c_void) -> Option<(u32, u64)> {
-    let (fg, fn_) = (c.get_graph_id?, c.get_graph_node_id?);
-    if graph.is_null() || node.is_null() {
+    let fn_ = c.get_graph_node_id?;
+    if node.is_null() {
         return None;
     }
-    let (mut g, mut n) = (0u32, 0u64);
-    // SAFETY: CUPTI's own handles from the callback data, valid during the callback.
-    let ok = unsafe { fg(graph, &mut g) == 0 && fn_(node, &mut n) == 0 };
-    ok.then_some((g, n))
+    let mut n = 0u64;
+    // SAFETY: CUPTI's own handle from the callback data, valid during the callback.
+    if unsafe { fn_(node, &mut n) } != 0 {
+        return None;
+    }
+    let mut g = 0u32;
+    if let (Some(fg), false) = (c.get_graph_id, graph.is_null()) {
+        // SAFETY: as above.
+        if unsafe { fg(graph, &mut g) } != 0 {
+            g = 0;
+        }
+    }
+    Some((g, n))
 }
 
 /// `CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED` / `…_CLONED`.
@@ -83,8 +95,8 @@ pub unsafe fn on_graph_node(c: &Cupti, python: bool, cbid: u32, data: *const c_v
                 cb_field(desc, offset_of!(G, originalNode)),
             )
         };
-        // Some CUPTI versions leave the original graph unset: the node alone identifies it.
-        let from = ids(c, if og.is_null() { graph } else { og }, on);
+        // The original graph may be unset: its id is then 0 (the node alone identifies it).
+        let from = ids(c, og, on);
         if let Some((fg, fnode)) = from {
             let clone = Cloned {
                 graph: g,
@@ -98,7 +110,7 @@ pub unsafe fn on_graph_node(c: &Cupti, python: bool, cbid: u32, data: *const c_v
         }
         return;
     }
-    if CREATED.fetch_add(1, Ordering::Relaxed) >= MAX_CREATED {
+    if crate::collection::is_paused() || CREATED.fetch_add(1, Ordering::Relaxed) >= MAX_CREATED {
         return;
     }
     let mut s = Sample::empty();

@@ -67,7 +67,8 @@ impl Index {
     }
 
     /// An index of Inductor's cache directories on this machine: `TORCHINDUCTOR_CACHE_DIR`, else
-    /// the `/tmp/torchinductor_*` directories this user owns.
+    /// the `torchinductor_*` directories this user owns in the temporary directory (`TMPDIR`, else
+    /// `/tmp`, as Python's `tempfile.gettempdir()`).
     pub fn from_env() -> Index {
         if let Some(d) = std::env::var_os("TORCHINDUCTOR_CACHE_DIR").filter(|d| !d.is_empty()) {
             return Index::new(vec![PathBuf::from(d)]);
@@ -75,7 +76,7 @@ impl Index {
         use std::os::unix::fs::MetadataExt;
         // SAFETY: geteuid has no failure mode.
         let uid = unsafe { libc::geteuid() };
-        let mut dirs: Vec<PathBuf> = std::fs::read_dir("/tmp")
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
             .into_iter()
             .flatten()
             .flatten()
@@ -111,6 +112,11 @@ impl Index {
         })
     }
 
+    /// Whether a later lookup may still scan (scans left).
+    pub fn can_scan_again(&self) -> bool {
+        self.scans < MAX_SCANS && !self.dirs.is_empty()
+    }
+
     fn may_scan(&self) -> bool {
         self.scans < MAX_SCANS
             && self
@@ -127,36 +133,25 @@ impl Index {
             bytes: MAX_SCAN_BYTES,
             started,
         };
-        let dirs = self.dirs.clone();
-        for d in &dirs {
-            self.walk(d, 0, &mut budget);
+        // The newest files first: a cache keeps earlier runs' kernels under the same names
+        // (Inductor numbers them per compiled graph), and this run's are the newest; a name keeps
+        // what its newest file says.
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = Vec::new();
+        for d in &self.dirs {
+            list(d, 0, &mut files, started);
         }
-    }
-
-    fn walk(&mut self, dir: &Path, depth: usize, budget: &mut Budget) {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            return;
-        };
-        let mut entries: Vec<_> = rd.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
+        files.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.cmp(&b.2)));
+        for (_, len, path) in files {
             if budget.spent() {
                 return;
             }
-            let Ok(ft) = e.file_type() else { continue };
-            let path = e.path();
-            if ft.is_dir() && depth < MAX_DEPTH {
-                self.walk(&path, depth + 1, budget);
-            } else if ft.is_file() && path.extension().is_some_and(|x| x == "py") {
-                let Ok(meta) = e.metadata() else { continue };
-                if meta.len() > MAX_FILE_BYTES || meta.len() > budget.bytes {
-                    continue;
-                }
-                budget.files -= 1;
-                budget.bytes -= meta.len();
-                if let Ok(text) = std::fs::read(&path) {
-                    self.read_file(&path, &String::from_utf8_lossy(&text));
-                }
+            if len > budget.bytes {
+                continue;
+            }
+            budget.files -= 1;
+            budget.bytes -= len;
+            if let Ok(text) = std::fs::read(&path) {
+                self.read_file(&path, &String::from_utf8_lossy(&text));
             }
         }
     }
@@ -188,6 +183,35 @@ impl Index {
                 e.embedded.get_or_insert(at);
             } else {
                 e.own.get_or_insert(at);
+            }
+        }
+    }
+}
+
+/// The `.py` files under `dir` (at most [`MAX_FILES`] × 4 listed, within the scan's time), with
+/// their modification time and size.
+fn list(
+    dir: &Path,
+    depth: usize,
+    out: &mut Vec<(std::time::SystemTime, u64, PathBuf)>,
+    started: Instant,
+) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if out.len() >= MAX_FILES * 4 || started.elapsed() >= MAX_SCAN_TIME {
+            return;
+        }
+        let Ok(ft) = e.file_type() else { continue };
+        let path = e.path();
+        if ft.is_dir() && depth < MAX_DEPTH {
+            list(&path, depth + 1, out, started);
+        } else if ft.is_file() && path.extension().is_some_and(|x| x == "py") {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.len() <= MAX_FILE_BYTES {
+                let t = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+                out.push((t, meta.len(), path));
             }
         }
     }
@@ -233,7 +257,7 @@ fn assigned_kernel(line: &str) -> Option<&str> {
 /// The comment lines right above a kernel in the output code that say what it was generated from.
 fn note_above(before: &[&str]) -> Option<String> {
     let mut parts: Vec<&str> = Vec::new();
-    for l in before.iter().rev().take(40) {
+    for l in before.iter().rev().take(400) {
         let t = l.trim();
         let Some(c) = t.strip_prefix('#') else { break };
         let c = c.trim();
@@ -338,6 +362,21 @@ mod tests {
         ix.last_scan = Some(Instant::now() - Duration::from_secs(2));
         let f = ix.lookup("triton_per_fused_mean_2").unwrap();
         assert_eq!((f.line, ix.scans), (2, 2));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn of_two_files_defining_a_name_the_newest_wins() {
+        let root = tree();
+        let old = root.join("ab/old.py");
+        std::fs::write(&old, "\n\n\ndef triton_poi_fused_relu_0(x):\n    pass\n").unwrap();
+        let f = std::fs::File::options().write(true).open(&old).unwrap();
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400))
+            .unwrap();
+        drop(f);
+        let mut ix = Index::new(vec![root.clone()]);
+        let found = ix.lookup("triton_poi_fused_relu_0").unwrap();
+        assert_eq!((found.file, found.line), (root.join("ab/cabkernel.py"), 5));
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -59,9 +59,14 @@ pub struct Sink {
     pub api_from_callbacks: u64,
     /// Inductor's cache index, made at the first Triton kernel.
     inductor: Option<crate::inductor::Index>,
-    /// Kernel names whose generated source was looked up.
+    /// Kernel names whose generated source was looked up (ids of the current file).
     sourced: std::collections::HashSet<StrId>,
+    /// Of those, the ones not found yet, looked up again by [`Sink::retry_sources`].
+    pending_sources: Vec<(StrId, String)>,
 }
+
+/// Names waiting for a later scan of Inductor's cache, at most.
+const MAX_PENDING_SOURCES: usize = 4096;
 
 impl Sink {
     pub fn new(w: TraceWriter<BufWriter<File>>, cupti: Option<&'static Cupti>) -> Sink {
@@ -88,6 +93,7 @@ impl Sink {
             api_from_callbacks: 0,
             inductor: None,
             sourced: std::collections::HashSet::new(),
+            pending_sources: Vec::new(),
         }
     }
 
@@ -118,6 +124,7 @@ impl Sink {
                 self.write(&Record::Stream(StreamInfo { ctx, stream, role }))?;
             }
         }
+        self.retry_sources()?;
         while let Some(c) = crate::graphnodes::clone_queue().pop() {
             self.write(&Record::Gnode(Gnode {
                 graph: c.graph,
@@ -451,11 +458,42 @@ impl Sink {
         if !self.sourced.insert(name) {
             return Ok(());
         }
+        // Not found yet: kernels compiled just now may be in a later scan (at most once a second).
+        if !self.try_source(name, text)? && self.pending_sources.len() < MAX_PENDING_SOURCES {
+            self.pending_sources.push((name, text.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Look the names not found so far up again (the index decides whether to scan again), until
+    /// the index will scan no more.
+    pub fn retry_sources(&mut self) -> Result<(), TraceError> {
+        if self.pending_sources.is_empty() {
+            return Ok(());
+        }
+        if self
+            .inductor
+            .as_ref()
+            .is_some_and(|ix| !ix.can_scan_again())
+        {
+            self.pending_sources.clear();
+            return Ok(());
+        }
+        for (name, text) in std::mem::take(&mut self.pending_sources) {
+            if !self.try_source(name, &text)? {
+                self.pending_sources.push((name, text));
+            }
+        }
+        Ok(())
+    }
+
+    /// Write the `function` record of a generated kernel's source if the cache holds it.
+    fn try_source(&mut self, name: StrId, text: &str) -> Result<bool, TraceError> {
         let ix = self
             .inductor
             .get_or_insert_with(crate::inductor::Index::from_env);
         let Some(found) = ix.lookup(text) else {
-            return Ok(());
+            return Ok(false);
         };
         let file = self.w.intern_str(&found.file.to_string_lossy())?;
         let note = match &found.note {
@@ -472,7 +510,8 @@ impl Sink {
                 line: found.line,
                 note,
             }),
-        }))
+        }))?;
+        Ok(true)
     }
 
     fn api_name(&mut self, domain: u32, cbid: u32) -> Result<StrId, TraceError> {
@@ -508,6 +547,9 @@ impl Sink {
         self.addr_frames.clear();
         self.py_frames.clear();
         self.stacks.clear();
+        // String ids restart in the new file: its kernels get their source records again.
+        self.sourced.clear();
+        self.pending_sources.clear();
         self.feed.forget_ids();
         let streams: Vec<_> = self
             .streams
@@ -720,6 +762,44 @@ mod tests {
         assert!(nodes[0].stack.is_some());
         assert_eq!((nodes[1].node, nodes[1].from), (91, Some(GraphNode(2, 77))));
         assert!(nodes[1].stack.is_none());
+    }
+
+    #[test]
+    fn a_kernel_compiled_after_the_first_scan_gets_its_source_from_a_later_one() {
+        let dir = std::env::temp_dir().join(format!("gpufl-sink-ind2-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.ndjson.zst");
+        let w = TraceWriter::new(
+            BufWriter::new(File::create(&path).unwrap()),
+            &Header::default(),
+        )
+        .unwrap();
+        let mut sink =
+            Sink::new(w, None).with_inductor(crate::inductor::Index::new(vec![dir.clone()]));
+        let name = *b"triton_per_fused_sum_3\0";
+        sink.take_decoded(Decoded::Kernel {
+            name: name.as_ptr().cast(),
+            kernel: Kernel {
+                start: 1,
+                end: 2,
+                ..Kernel::default()
+            },
+        })
+        .unwrap();
+        assert_eq!(sink.pending_sources.len(), 1);
+        std::fs::write(dir.join("k.py"), "def triton_per_fused_sum_3(x):\n").unwrap();
+        sink.drain_samples().unwrap(); // within a second of the first scan: not yet
+        assert_eq!(sink.pending_sources.len(), 1);
+        std::thread::sleep(std::time::Duration::from_millis(1_050));
+        sink.drain_samples().unwrap();
+        assert!(sink.pending_sources.is_empty());
+        sink.finish("test").unwrap();
+        let found = gpufl_trace::TraceReader::open(&path)
+            .unwrap()
+            .filter(|r| matches!(r, Record::Function(f) if f.source.is_some()))
+            .count();
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(found, 1);
     }
 
     #[test]

@@ -8,8 +8,10 @@
 //! - **Schedule.** A launch's stack is captured on the first [`EVERY_LAUNCH_UNTIL`] launches of a
 //!   kernel function by a thread, then at powers of two, then every [`LAUNCH_PERIOD`]th launch;
 //!   a graph launch (`cudaGraphLaunch` / `cuGraphLaunch`) likewise per executable graph (its
-//!   replays); copies and memsets every time. The kernels a graph replay runs carry the graph
-//!   launch's correlation id, so the graph launch's `callsite` is their call site.
+//!   replays); copies and memsets every time. The kernels a graph replay runs carry a graph
+//!   launch's correlation id — CUPTI documents the driver's (`cuGraphLaunch`), while the call
+//!   site is taken at the outermost call (`cudaGraphLaunch` around it): the analysis joins them
+//!   through the enclosing `api` record (`gpufl-analysis`, `insights/graphs.rs`).
 //! - **Budget.** Captures due by the schedule are then limited by a per-thread budget of time:
 //!   each thread earns [`BUDGET_PPM`] (1 %) of the time that passes (up to [`BURST_NS`] saved),
 //!   and each capture spends what it measurably cost. Cheap captures (a warm Python call site)
@@ -272,8 +274,10 @@ struct ThreadState {
     runtime_depth: u32,
     /// Context uid whose default streams this thread already reported.
     last_ctx: u32,
-    /// Entry time of the outermost launch call in progress ([`api_from_callbacks`]).
+    /// Entry time and correlation id of the outermost launch call in progress
+    /// ([`api_from_callbacks`]).
     call_start: u64,
+    call_corr: u32,
 }
 
 thread_local! {
@@ -283,6 +287,7 @@ thread_local! {
             runtime_depth: 0,
             last_ctx: u32::MAX,
             call_start: 0,
+            call_corr: 0,
         })
     };
 }
@@ -519,13 +524,18 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         let Ok(mut st) = cell.try_borrow_mut() else {
             return;
         };
-        let timed = api_from_callbacks() && !matches!(call.kind, SiteKind::Copy);
+        // Kernel launches only: graph work carries the driver graph launch's correlation id, whose
+        // CUPTI record the analysis needs (collection.rs keeps graph launches' records).
+        let timed = api_from_callbacks() && matches!(call.kind, SiteKind::Launch(_));
         if site != 0 {
             if runtime {
                 st.runtime_depth = st.runtime_depth.saturating_sub(1);
             }
             // The exit of the outermost launch call: its api record.
-            if timed && st.runtime_depth == 0 && st.call_start != 0 {
+            let corr: u32 = unsafe { cupti::cb_field(data, offset_of!(D, correlationId)) };
+            // The exit of the call whose entry was timed (an exit without its entry, after the
+            // callbacks were switched while a call was in progress, writes nothing).
+            if timed && st.runtime_depth == 0 && st.call_start != 0 && st.call_corr == corr {
                 let ret: *const u32 =
                     unsafe { cupti::cb_field(data, offset_of!(D, functionReturnValue)) };
                 push_api(ApiCall {
@@ -534,7 +544,7 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
                     start: st.call_start,
                     end: call.cupti.timestamp(),
                     tid: crate::procinfo::gettid(),
-                    corr: unsafe { cupti::cb_field(data, offset_of!(D, correlationId)) },
+                    corr,
                     // SAFETY: CUPTI's pointer to the call's return value, valid at exit.
                     ret: if ret.is_null() {
                         0
@@ -560,6 +570,7 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         }
         if timed {
             st.call_start = call.cupti.timestamp();
+            st.call_corr = unsafe { cupti::cb_field(data, offset_of!(D, correlationId)) };
         }
         let ctx_uid: u32 = unsafe { cupti::cb_field(data, offset_of!(D, contextUid)) };
         let ctx: *mut c_void = unsafe { cupti::cb_field(data, offset_of!(D, context)) };

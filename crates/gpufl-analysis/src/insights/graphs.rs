@@ -14,6 +14,10 @@ use crate::views::CopyOp;
 use serde::Serialize;
 use std::collections::HashMap;
 
+/// A sync that returned this much before a replay's recorded end still counts as waiting for
+/// it (the host's and the GPU's timestamps of one instant can differ by a little).
+pub const SYNC_SLACK_NS: u64 = 2_000;
+
 /// Operations shown per graph in [`GraphSummary::top`].
 pub const TOP_OPS: usize = 5;
 
@@ -211,10 +215,7 @@ fn one_graph(
         // CUPTI gives graph work the correlation id of the driver's graph launch, while the call
         // site is taken at the runtime's call around it (cudaGraphLaunch → cuGraphLaunch): the
         // enclosing call on the same thread then holds the line and the host time.
-        let outer = match (&api, site) {
-            (Some(a), None) => sites.enclosing(a),
-            _ => None,
-        };
+        let outer = api.as_ref().and_then(|a| sites.enclosing(a));
         match (&outer, &api) {
             (Some(o), _) => launch_ns.push(o.end.saturating_sub(o.start)),
             (None, Some(a)) => launch_ns.push(a.duration_ns()),
@@ -233,6 +234,11 @@ fn one_graph(
     for w in 1..replays.len() {
         let (prev, next) = (&replays[w - 1], &replays[w]);
         let (a, b) = (prev.end, next.start);
+        // A gap holding time in which the GPU was not observed (paused, outside an always-on
+        // session's windows) is left out: what happened there is unknown.
+        if m.unobserved_in(a, b) > 0 {
+            continue;
+        }
         let gap = b.saturating_sub(a);
         gaps.push(gap);
         if gap == 0 {
@@ -243,7 +249,7 @@ fn one_graph(
         // The thread that launched the next replay (else the previous one's); any thread when
         // API records are off.
         let tid = tid_of[w].or(tid_of[w - 1]);
-        if let Some(si) = sync_ends.within(tid, a, b) {
+        if let Some(si) = sync_ends.within(tid, a.saturating_sub(SYNC_SLACK_NS), b) {
             let s = m.sync(si as usize);
             gaps_with_sync += 1;
             sync_blocked_ns = sync_blocked_ns.saturating_add(s.end.saturating_sub(s.start));
@@ -336,8 +342,8 @@ fn one_graph(
     }
 }
 
-/// The API calls that have a call site (`callsite` record) and an `api` record, by thread and
-/// start: (tid, start, end, corr).
+/// The graph launch calls (`api` records of `cudaGraphLaunch`, `cuGraphLaunch` and their
+/// variants), by thread and start: (tid, start, end, corr).
 struct SiteCalls(Vec<(u64, u64, u64, u32)>);
 
 /// An API call found around another one.
@@ -350,16 +356,16 @@ struct Outer {
 impl SiteCalls {
     fn new(cx: &Ctx) -> SiteCalls {
         let mut v: Vec<(u64, u64, u64, u32)> =
-            cx.m.callsites
-                .iter()
-                .filter_map(|c| cx.api(c.0).map(|a| (a.tid, a.start, a.end, a.corr)))
+            cx.m.apis()
+                .filter(|a| cx.m.str(a.name).contains("GraphLaunch"))
+                .map(|a| (a.tid, a.start, a.end.max(a.start), a.corr))
                 .collect();
         v.sort_unstable();
         SiteCalls(v)
     }
 
-    /// The call with a call site that encloses `inner` on its thread (the innermost such among
-    /// the few that start last before it).
+    /// The graph launch call that encloses `inner` on its thread (the runtime's around the
+    /// driver's; the innermost among the few that start last before it).
     fn enclosing(&self, inner: &crate::views::ApiRec) -> Option<Outer> {
         let v = &self.0;
         let upto = v.partition_point(|r| (r.0, r.1) <= (inner.tid, inner.start));

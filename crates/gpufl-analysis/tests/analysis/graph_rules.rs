@@ -392,3 +392,63 @@ fn the_sync_in_a_gap_is_the_launching_threads_or_any_threads_without_api_records
     let a = b.analyze();
     assert_eq!(a.graphs[0].gaps_with_sync, 9);
 }
+
+#[test]
+fn a_graph_memcpy_is_its_own_copy_even_as_the_sessions_first() {
+    let mut b = session(&Plan::new(6));
+    // A 30 µs device-to-device copy node before each replay's kernels; no other copy.
+    let firsts: Vec<(u32, u64)> = b
+        .recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Kernel(k) if k.graph.map(|g| g.1) == Some(100) => Some((k.corr, k.start)),
+            _ => None,
+        })
+        .collect();
+    for (corr, start) in firsts {
+        b.recs.push(Record::Memcpy(Memcpy {
+            kind: CopyKind::DtoD,
+            bytes: 1 << 20,
+            start: start - 30_000,
+            end: start,
+            dev: 0,
+            ctx: 1,
+            stream: 9,
+            corr,
+            graph: Some(GraphNode(GRAPH, 98)),
+            ..Memcpy::default()
+        }));
+    }
+    let a = b.analyze();
+    let g = &a.graphs[0];
+    assert_eq!((g.replays, g.nodes, g.ops), (6, NODES + 1, 6 * (NODES + 1)));
+    let copy = g.top.iter().find(|o| o.name == "[memcpy]").unwrap();
+    assert_eq!((copy.count, copy.total_ns), (6, 6 * 30_000));
+}
+
+#[test]
+fn gaps_holding_unobserved_time_are_left_out() {
+    let mut b = session(&Plan::new(10));
+    // Recording paused inside the gap after the 5th replay.
+    let ends: Vec<u64> = {
+        let mut by_corr: std::collections::BTreeMap<u32, u64> = Default::default();
+        for r in &b.recs {
+            if let Record::Kernel(k) = r {
+                let e = by_corr.entry(k.corr).or_default();
+                *e = (*e).max(k.end);
+            }
+        }
+        by_corr.into_values().collect()
+    };
+    b.recs.push(Record::Capture(CaptureState {
+        ts: ends[4] + 5_000,
+        recording: false,
+    }));
+    b.recs.push(Record::Capture(CaptureState {
+        ts: ends[4] + 20_000,
+        recording: true,
+    }));
+    let a = b.analyze();
+    assert_eq!((a.graphs[0].replays, a.graphs[0].gaps), (10, 8));
+    assert_eq!(a.graphs[0].gaps_with_sync, 8);
+}
