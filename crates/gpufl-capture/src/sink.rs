@@ -612,15 +612,28 @@ pub fn demangle(name: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A sink writing a trace file at `path`.
+    fn sink_at(path: &std::path::Path) -> Sink {
+        let w = TraceWriter::new(
+            BufWriter::new(File::create(path).unwrap()),
+            &Header::default(),
+        )
+        .unwrap();
+        Sink::new(w, None)
+    }
+
+    /// The records of a trace file.
+    fn read_back(path: &std::path::Path) -> Vec<Record> {
+        gpufl_trace::TraceReader::open(path).unwrap().collect()
+    }
+
     /// Kernel names are found by the address CUPTI shares among a kernel's records; after a
     /// module unload that address may hold another name, which must then be read again.
     #[test]
     fn kernel_name_cache_is_cleared_by_a_module_unload() {
         let path =
             std::env::temp_dir().join(format!("gpufl-sink-{}.ndjson.zst", std::process::id()));
-        let file = File::create(&path).unwrap();
-        let w = TraceWriter::new(BufWriter::new(file), &Header::default()).unwrap();
-        let mut sink = Sink::new(w, None);
+        let mut sink = sink_at(&path);
         let mut buf = *b"_Z5firstv\0\0";
         let kernel = |sink: &mut Sink, buf: &[u8]| {
             sink.take_decoded(Decoded::Kernel {
@@ -650,7 +663,7 @@ mod tests {
         sink.finish("test").unwrap();
         let mut strings = HashMap::new();
         let mut names = Vec::new();
-        for rec in gpufl_trace::TraceReader::open(&path).unwrap() {
+        for rec in read_back(&path) {
             match rec {
                 Record::Str(s) => {
                     strings.insert(s.id, s.s);
@@ -670,12 +683,7 @@ mod tests {
     fn launch_calls_timed_by_the_callbacks_are_written_as_api_records() {
         let path =
             std::env::temp_dir().join(format!("gpufl-sink-api-{}.ndjson.zst", std::process::id()));
-        let w = TraceWriter::new(
-            BufWriter::new(File::create(&path).unwrap()),
-            &Header::default(),
-        )
-        .unwrap();
-        let mut sink = Sink::new(w, None);
+        let mut sink = sink_at(&path);
         let call = crate::sites::ApiCall {
             domain: cupti::DOMAIN_RUNTIME,
             cbid: 211,
@@ -696,8 +704,8 @@ mod tests {
         sink.drain_samples().unwrap();
         assert_eq!(sink.api_from_callbacks, 2);
         sink.finish("test").unwrap();
-        let apis: Vec<Api> = gpufl_trace::TraceReader::open(&path)
-            .unwrap()
+        let apis: Vec<Api> = read_back(&path)
+            .into_iter()
             .filter_map(|r| match r {
                 Record::Api(a) => Some(a),
                 _ => None,
@@ -722,12 +730,7 @@ mod tests {
     fn graph_nodes_are_written_with_their_creation_stack_or_origin() {
         let path =
             std::env::temp_dir().join(format!("gpufl-sink-gn-{}.ndjson.zst", std::process::id()));
-        let w = TraceWriter::new(
-            BufWriter::new(File::create(&path).unwrap()),
-            &Header::default(),
-        )
-        .unwrap();
-        let mut sink = Sink::new(w, None);
+        let mut sink = sink_at(&path);
         let mut s = Sample::empty();
         s.tid = 9;
         s.has_stack = true;
@@ -746,8 +749,8 @@ mod tests {
             .unwrap();
         sink.drain_samples().unwrap();
         sink.finish("test").unwrap();
-        let nodes: Vec<Gnode> = gpufl_trace::TraceReader::open(&path)
-            .unwrap()
+        let nodes: Vec<Gnode> = read_back(&path)
+            .into_iter()
             .filter_map(|r| match r {
                 Record::Gnode(g) => Some(g),
                 _ => None,
@@ -769,13 +772,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("gpufl-sink-ind2-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.ndjson.zst");
-        let w = TraceWriter::new(
-            BufWriter::new(File::create(&path).unwrap()),
-            &Header::default(),
-        )
-        .unwrap();
-        let mut sink =
-            Sink::new(w, None).with_inductor(crate::inductor::Index::new(vec![dir.clone()]));
+        let mut sink = sink_at(&path).with_inductor(crate::inductor::Index::new(vec![dir.clone()]));
         let name = *b"triton_per_fused_sum_3\0";
         sink.take_decoded(Decoded::Kernel {
             name: name.as_ptr().cast(),
@@ -794,8 +791,8 @@ mod tests {
         sink.drain_samples().unwrap();
         assert!(sink.pending_sources.is_empty());
         sink.finish("test").unwrap();
-        let found = gpufl_trace::TraceReader::open(&path)
-            .unwrap()
+        let found = read_back(&path)
+            .into_iter()
             .filter(|r| matches!(r, Record::Function(f) if f.source.is_some()))
             .count();
         std::fs::remove_dir_all(&dir).ok();
@@ -812,13 +809,7 @@ mod tests {
         )
         .unwrap();
         let path = dir.join("t.ndjson.zst");
-        let w = TraceWriter::new(
-            BufWriter::new(File::create(&path).unwrap()),
-            &Header::default(),
-        )
-        .unwrap();
-        let mut sink =
-            Sink::new(w, None).with_inductor(crate::inductor::Index::new(vec![dir.clone()]));
+        let mut sink = sink_at(&path).with_inductor(crate::inductor::Index::new(vec![dir.clone()]));
         let a = *b"triton_poi_fused_add_0\0";
         let b = *b"triton_poi_fused_add_0\0"; // the same name at another address
         let c = *b"_Z5otherv\0";
@@ -836,7 +827,7 @@ mod tests {
         sink.finish("test").unwrap();
         let mut strings = HashMap::new();
         let mut sources = Vec::new();
-        for rec in gpufl_trace::TraceReader::open(&path).unwrap() {
+        for rec in read_back(&path) {
             match rec {
                 Record::Str(s) => {
                     strings.insert(s.id, s.s);
@@ -863,9 +854,7 @@ mod tests {
             "gpufl-sink-inflight-{}.ndjson.zst",
             std::process::id()
         ));
-        let file = File::create(&path).unwrap();
-        let w = TraceWriter::new(BufWriter::new(file), &Header::default()).unwrap();
-        let mut sink = Sink::new(w, None);
+        let mut sink = sink_at(&path);
         let name = b"_Z1kv\0";
         for (start, end) in [(0, 0), (5, 0), (10, 4), (7, 9)] {
             sink.take_decoded(Decoded::Kernel {

@@ -144,6 +144,17 @@ fn session(p: &Plan) -> B {
     b
 }
 
+/// (correlation id, start) of each replay's first node kernel.
+fn first_nodes(b: &B) -> Vec<(u32, u64)> {
+    b.recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Kernel(k) if k.graph.map(|g| g.1) == Some(100) => Some((k.corr, k.start)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn replays_are_units_with_their_launch_line_and_the_syncs_between_them() {
     let a = session(&Plan::new(40)).analyze();
@@ -269,14 +280,7 @@ fn graph_kernels_are_left_out_of_launch_bound() {
 fn graph_copies_count_in_their_replay() {
     let mut b = session(&Plan::new(6));
     // A 50 µs memset node at the start of each replay (before the first kernel).
-    let kernels: Vec<(u32, u64)> = b
-        .recs
-        .iter()
-        .filter_map(|r| match r {
-            Record::Kernel(k) if k.graph.map(|g| g.1) == Some(100) => Some((k.corr, k.start)),
-            _ => None,
-        })
-        .collect();
+    let kernels = first_nodes(&b);
     for (corr, start) in kernels {
         b.recs.push(Record::Memset(Memset {
             bytes: 4096,
@@ -397,14 +401,7 @@ fn the_sync_in_a_gap_is_the_launching_threads_or_any_threads_without_api_records
 fn a_graph_memcpy_is_its_own_copy_even_as_the_sessions_first() {
     let mut b = session(&Plan::new(6));
     // A 30 µs device-to-device copy node before each replay's kernels; no other copy.
-    let firsts: Vec<(u32, u64)> = b
-        .recs
-        .iter()
-        .filter_map(|r| match r {
-            Record::Kernel(k) if k.graph.map(|g| g.1) == Some(100) => Some((k.corr, k.start)),
-            _ => None,
-        })
-        .collect();
+    let firsts = first_nodes(&b);
     for (corr, start) in firsts {
         b.recs.push(Record::Memcpy(Memcpy {
             kind: CopyKind::DtoD,
