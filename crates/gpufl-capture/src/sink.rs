@@ -133,13 +133,7 @@ impl Sink {
                 ..Gnode::default()
             }))?;
         }
-        let clones_lost = crate::graphnodes::take_dropped();
-        if clones_lost > 0 {
-            self.write(&Record::Dropped(Dropped {
-                source: "graph_node_queue".into(),
-                count: clones_lost,
-            }))?;
-        }
+        self.write_lost("graph_node_queue", crate::graphnodes::take_dropped())?;
         while let Some(c) = crate::sites::api_queue().pop() {
             let name = self.api_name(c.domain, c.cbid)?;
             self.api_from_callbacks += 1;
@@ -158,21 +152,19 @@ impl Sink {
                 ret: c.ret,
             }))?;
         }
-        let api_lost = crate::sites::take_api_dropped();
-        if api_lost > 0 {
-            self.write(&Record::Dropped(Dropped {
-                source: "api_queue".into(),
-                count: api_lost,
-            }))?;
+        self.write_lost("api_queue", crate::sites::take_api_dropped())?;
+        self.write_lost("stack_queue", stack::take_dropped())
+    }
+
+    /// A `dropped` record for what a hot-path queue lost, if anything.
+    fn write_lost(&mut self, source: &str, count: u64) -> Result<(), TraceError> {
+        if count == 0 {
+            return Ok(());
         }
-        let lost = stack::take_dropped();
-        if lost > 0 {
-            self.write(&Record::Dropped(Dropped {
-                source: "stack_queue".into(),
-                count: lost,
-            }))?;
-        }
-        Ok(())
+        self.write(&Record::Dropped(Dropped {
+            source: source.into(),
+            count,
+        }))
     }
 
     fn take_sample(&mut self, s: &Sample) -> Result<(), TraceError> {
