@@ -268,15 +268,55 @@ def test_long_filename_is_capped():
     assert ns["r"][1]["file"] == name[:4096]
 
 
-def test_deep_recursion_is_capped():
+def test_deep_recursion_is_capped_keeping_both_ends():
+    """A stack deeper than the buffer (256 here) keeps its innermost frames and its outermost 16:
+    the user's script that called into the deep framework stays in the capture."""
     def rec(n):
         return rec(n - 1) if n else stack()  # @rec
 
-    frames = rec(400)
+    full = outer_frames_now()  # @deep_full
+    frames = rec(400)  # @deep_call
+    name = "test_deep_recursion_is_capped_keeping_both_ends.<locals>.rec"
     assert len(frames) == 256
     assert frames[0]["function"] == "stack"
-    assert all(f["function"] == "test_deep_recursion_is_capped.<locals>.rec"
-               and f["line"] == line_of("rec") for f in frames[1:])
+    assert all(f["function"] == name and f["line"] == line_of("rec") for f in frames[1:240])
+    # The last 16 are the real stack's outermost 16, in order: rec's outermost calls, this test at
+    # its call line, then pytest's frames down to the interpreter's entry point.
+    assert full[1]["function"] == "outer_frames_now"
+    callers = full[3:]  # below this test's own frame
+    me = {"file": str(HERE), "function": "test_deep_recursion_is_capped_keeping_both_ends",
+          "line": line_of("deep_call")}
+    real = [{"file": str(HERE), "function": name, "line": line_of("rec")}] * 401 + [me] + callers
+    assert frames[240:] == real[-16:], json.dumps(frames[240:], indent=1)
+
+
+def outer_frames_now():
+    return stack()  # @outer_now
+
+
+def test_deep_merged_stack_keeps_the_callers_line():
+    """Through the recorder's own capture (48 Python frames at most): a call 100 frames deep still
+    names the line of the test that made it."""
+    LIB.gpufl_test_capture_stack_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    LIB.gpufl_test_capture_stack_json.restype = ctypes.c_ssize_t
+
+    def rec(n):
+        return rec(n - 1) if n else merged_stack()
+
+    # On a thread of its own: a few threading frames under `run` rather than pytest's 30 or so,
+    # so that `run`'s line is within the outermost 16.
+    out = []
+
+    def run():
+        out.append(rec(100))  # @deep_merged
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    lines = _py_lines(out[0])
+    fn = "test_deep_merged_stack_keeps_the_callers_line"
+    assert (f"{fn}.<locals>.run", line_of("deep_merged")) in lines, lines
+    assert lines[0] == ("merged_stack", line_of("merged")), lines
 
 
 def test_many_lines_in_one_function():

@@ -13,8 +13,8 @@ if [ "$NGPU" -lt 2 ]; then
   log "(ddp) skipped: $NGPU GPU(s), the DDP phase needs 2"
 else
   $PY -c 'import torch, torch.distributed as d; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "gpus", torch.cuda.device_count())' 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
-  SCRIPT_LINE_STRAGGLE=$(grep -n "gpufl-example: straggler" examples/ddp_straggler.py | cut -d: -f1)
-  SCRIPT_LINE_FORWARD=$(grep -n "out = model(x)" examples/ddp_straggler.py | cut -d: -f1)
+  SCRIPT_LINE_STRAGGLE=$(grep -n "# gpufl-example: straggler" examples/ddp_straggler.py | head -1 | cut -d: -f1)
+  SCRIPT_LINE_FORWARD=$(grep -nE "^ +out = model\(x\)" examples/ddp_straggler.py | head -1 | cut -d: -f1)
   echo "ddp_straggler.py: host work at line $SCRIPT_LINE_STRAGGLE, forward at line $SCRIPT_LINE_FORWARD" | tee -a "$OUT/summary.txt"
   ddp_run() { # name straggle_ms
     local name=$1 ms=$2

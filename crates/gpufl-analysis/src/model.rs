@@ -516,8 +516,15 @@ impl Model {
                 if self.graph_nodes.len() < MAX_GRAPH_NODES {
                     let stack = g.stack.map_or(NONE, |id| self.stack_ref(ld, id));
                     let from = g.from.map(|f| f.1);
-                    // The first record of a node wins.
-                    self.graph_nodes.entry(g.node).or_insert((stack, from));
+                    // A node may have two records (created at instantiation, with a stack, and
+                    // cloned from the captured node): keep the first of each field.
+                    let e = self.graph_nodes.entry(g.node).or_insert((NONE, None));
+                    if e.0 == NONE {
+                        e.0 = stack;
+                    }
+                    if e.1.is_none() {
+                        e.1 = from;
+                    }
                 }
             }
             Record::Function(f) => {

@@ -237,6 +237,27 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
 
 /// The innermost frame of `stack` that belongs to the user's code (per `f`), as a source location;
 /// [`SourceLoc::driver_internal`] if there is none (or the stack was never defined).
+/// Whether a stack is a walk cut short inside CUDA: no frames, or only native frames of CUPTI, the
+/// driver, the runtime or the recorder (a call site's walk is bounded by a few µs, and the first,
+/// cold walks of a thread can end before they leave those libraries). Such a stack says nothing
+/// about the call's line: it is no `<driver-internal>` vote (a stack that reaches the program's
+/// entry or a thread's start without a user frame is).
+pub fn is_cut_in_cuda(m: &Model, stack: StackId) -> bool {
+    let Some(frames) = m.stack(stack) else {
+        return true;
+    };
+    frames.iter().all(|&id| {
+        m.frame(id).is_some_and(|fr| {
+            fr.kind != FrameKind::Python
+                && fr.module.is_some_and(|md| {
+                    ["libcupti", "libcuda.so", "libcudart", "libgpufl_capture"]
+                        .iter()
+                        .any(|lib| md.contains(lib))
+                })
+        })
+    })
+}
+
 pub fn user_frame(m: &Model, stack: StackId, f: &FrameFilter) -> SourceLoc {
     let Some(frames) = m.stack(stack) else {
         return SourceLoc::driver_internal();

@@ -117,7 +117,16 @@ pub unsafe fn on_graph_node(c: &Cupti, python: bool, cbid: u32, data: *const c_v
     s.tid = crate::procinfo::gettid();
     s.has_stack = true;
     s.graph_node = Some((g, n));
-    stack::capture_for(&mut s, python, stack::Purpose::Site);
+    // Nodes are made once, while a graph is captured or built, not on the replay path: a native
+    // program's walk gets a synchronization's bound (a call site's 5 µs cut the first, cold walks
+    // short on the H100 machine, leaving the first captured node without a line). A Python
+    // program's line comes from its Python frames.
+    let purpose = if python {
+        stack::Purpose::Site
+    } else {
+        stack::Purpose::Sync
+    };
+    stack::capture_for(&mut s, python, purpose);
     s.ts = c.timestamp();
     s.end = s.ts;
     stack::push(s);

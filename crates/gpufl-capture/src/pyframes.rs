@@ -427,9 +427,15 @@ pub fn capture_python(out: &mut [PyFrameRaw]) -> usize {
             return 0;
         }
         let mut frame = rd::<usize>(cframe, l.cframe_current);
+        // A stack deeper than `out` keeps its innermost frames and its outermost OUTER_KEPT (the
+        // user's script calls a framework that goes 50+ frames deep, as torch.compile's Dynamo
+        // does while compiling): past the inner part, frames go round a ring in the last slots.
+        let cap = out.len();
+        let inner = cap - OUTER_KEPT.min(cap / 2);
         let mut n = 0;
+        let mut seen = 0usize;
         let mut steps = 0;
-        while n < out.len() && steps < MAX_WALK && plausible(frame) {
+        while steps < MAX_WALK && plausible(frame) {
             steps += 1;
             let owner = rd::<u8>(frame, l.fr_owner);
             if owner > l.owner_max {
@@ -447,20 +453,34 @@ pub fn capture_python(out: &mut [PyFrameRaw]) -> usize {
                 // (prev_instr == _PyCode_CODE(co) - 1): CPython itself treats
                 // such "incomplete" frames as invisible, so skip it.
                 if (0..nbytes).contains(&off) && off <= i32::MAX as i64 {
-                    out[n] = PyFrameRaw {
+                    let slot = if seen < cap {
+                        seen
+                    } else {
+                        inner + (seen - inner) % (cap - inner)
+                    };
+                    out[slot] = PyFrameRaw {
                         code,
                         instr_offset: off as i32,
                     };
-                    n += 1;
+                    seen += 1;
+                    n = seen.min(cap);
                 } else if off >= nbytes {
                     break;
                 }
             }
             frame = rd::<usize>(frame, l.fr_previous);
         }
+        if seen > cap {
+            // The ring's oldest entry (the innermost frame it holds) first.
+            let start = (seen - inner) % (cap - inner);
+            out[inner..cap].rotate_left(start);
+        }
         n
     }
 }
+
+/// Outermost Python frames a capture keeps when the stack is deeper than its buffer.
+const OUTER_KEPT: usize = 16;
 
 /// Copy a compact `str` object out (lossy for lone surrogates, capped), reading through `m`.
 /// SAFETY: with [`Direct`], `obj` must be null/implausible or a live object.

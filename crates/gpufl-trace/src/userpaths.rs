@@ -29,6 +29,11 @@ pub const NOT_USER_CODE: &[&str] = &[
     "site-packages",
     "dist-packages",
     "<frozen ",
+    // Generated code: torch.compile's output code and Triton launchers in Inductor's default
+    // cache directory (`$TMPDIR/torchinductor_<user>/`), Triton's own cache (`~/.triton/cache/`).
+    // The user's line is the call of the compiled function.
+    "torchinductor_",
+    "/.triton/cache/",
     // PyTorch's C++.
     "libtorch",
     "libc10",

@@ -92,7 +92,8 @@ pub(crate) fn attribute(cx: &Ctx) -> Attribution {
     for (i, name) in m.kernel_names().enumerate() {
         let corr = m.kernels.corr.get(i);
         let ns = m.kernels.end.get(i).saturating_sub(m.kernels.start.get(i));
-        let (loc, via) = match (corr != 0).then(|| m.callsite(corr)).flatten() {
+        let site = (corr != 0).then(|| m.callsite(corr)).flatten();
+        let (loc, via) = match site.filter(|&(stack, _)| !cx.stack_is_cut(stack.index() as u32)) {
             Some((stack, _)) => (
                 cx.stack_loc.get(stack.index()).copied().unwrap_or(NONE),
                 cx.stack_is_via(stack.index() as u32),

@@ -272,10 +272,20 @@ fn one_graph(
     let mut nodes: Vec<u64> = ops.iter().map(|o| o.node).collect();
     nodes.sort_unstable();
     nodes.dedup();
-    let node_locs: HashMap<u64, u32> = nodes
+    let created: Vec<(u64, (u64, u32))> = nodes
         .iter()
-        .filter_map(|&n| creation_loc(cx, n).map(|l| (n, l)))
+        .filter_map(|&n| creation_loc(cx, n).map(|c| (n, c)))
         .collect();
+    let node_locs: HashMap<u64, u32> = created.iter().map(|&(n, (_, l))| (n, l)).collect();
+    // Where the graph was captured: the line that made its first node (node ids count up within a
+    // graph, so the smallest original id is the first node captured); a line found on a node
+    // itself rather than on the one it was cloned from (the instantiating call) only when no
+    // original has one.
+    let capture_location = created
+        .iter()
+        .map(|&(n, (orig, l))| (orig == n, orig, l))
+        .min()
+        .and_then(|(_, _, l)| cx.locs.get(l as usize).cloned());
     let mut slot: HashMap<(u32, &'static str), usize> = HashMap::new();
     let mut per_name: Vec<((u32, &'static str), u64, u64)> = Vec::new();
     let mut loc_votes: Vec<(u32, u32)> = Vec::new();
@@ -294,9 +304,6 @@ fn one_graph(
         }
     }
     let loc_of: HashMap<u32, u32> = most_frequent_per_key(loc_votes).into_iter().collect();
-    let capture_location = most_frequent_per_key(node_locs.values().map(|&l| (0, l)).collect())
-        .first()
-        .and_then(|&(_, l)| cx.locs.get(l as usize).cloned());
     let mut top: Vec<GraphOp> = per_name
         .into_iter()
         .enumerate()
@@ -421,18 +428,36 @@ impl SyncEnds {
     }
 }
 
-/// Index into `locs` of the user line of the call that created `node`, following the nodes it was
-/// cloned from (at most 8 steps: instantiation clones once, a clone of a clone is rare).
-fn creation_loc(cx: &Ctx, node: u64) -> Option<u32> {
+/// The node `node` was first made as (following the nodes it was cloned from, at most 8 steps:
+/// instantiation clones once, a clone of a clone is rare), and the index into `locs` of the user
+/// line of the call that made it. An instantiated graph's nodes are clones of the captured ones,
+/// and CUDA may also report them as created (at the instantiating call): the captured node's line
+/// (the launch that was captured) is the one to show, the clone's own only when the original has
+/// none.
+fn creation_loc(cx: &Ctx, node: u64) -> Option<(u64, u32)> {
     let mut n = node;
+    let mut found = None;
     for _ in 0..8 {
-        let &(stack, from) = cx.m.graph_nodes.get(&n)?;
-        if stack != NONE {
-            return cx.stack_loc.get(stack as usize).copied();
+        let Some(&(stack, from)) = cx.m.graph_nodes.get(&n) else {
+            break;
+        };
+        if let Some(&l) = (stack != NONE)
+            .then(|| cx.stack_loc.get(stack as usize))
+            .flatten()
+            .filter(|&&l| {
+                cx.locs
+                    .get(l as usize)
+                    .is_some_and(|loc| !loc.is_unattributed())
+            })
+        {
+            found = Some((n, l));
         }
-        n = from?;
+        match from {
+            Some(f) if f != n => n = f,
+            _ => break,
+        }
     }
-    None
+    found
 }
 
 /// Which kernels a graph launch ran, by index into the model's kernels (empty when none did).

@@ -299,6 +299,8 @@ pub(crate) struct Ctx<'a> {
     pub sync_loc: Vec<u32>,
     /// Index into `locs` of each model stack's user location.
     pub stack_loc: Vec<u32>,
+    /// Per model stack: a walk cut short inside CUDA ([`crate::userframe::is_cut_in_cuda`]).
+    stack_cut: Vec<bool>,
     /// (corr, index) of every API record, sorted by corr.
     api_by_corr: Vec<(u32, u32)>,
     /// Per location (index into `locs`): stacks read from another thread.
@@ -319,6 +321,9 @@ impl<'a> Ctx<'a> {
                     (locs.len() - 1) as u32
                 })
             })
+            .collect();
+        let stack_cut: Vec<bool> = (0..m.stack_count())
+            .map(|s| crate::userframe::is_cut_in_cuda(m, StackId(s as u32)))
             .collect();
         let mut loc_via = vec![LocVia::default(); locs.len()];
         for (s, &l) in stack_loc.iter().enumerate() {
@@ -349,6 +354,7 @@ impl<'a> Ctx<'a> {
             locs,
             sync_loc,
             stack_loc,
+            stack_cut,
             api_by_corr,
             loc_via,
             kernel_corrs: OnceLock::new(),
@@ -386,10 +392,20 @@ impl<'a> Ctx<'a> {
     }
 
     /// Index into `locs` of the user location of the API call with this correlation id, from its
-    /// `callsite` record (copies, memsets, sampled launches).
+    /// `callsite` record (copies, memsets, sampled launches); None also when that record's walk was
+    /// cut short inside CUDA (its stack names no line, and the call is then located as an unsampled
+    /// one would be).
     pub fn callsite_loc(&self, corr: u32) -> Option<u32> {
         let (stack, _) = self.m.callsite(corr)?;
+        if self.stack_is_cut(stack.index() as u32) {
+            return None;
+        }
         self.stack_loc.get(stack.index()).copied()
+    }
+
+    /// Whether model stack `stack` is a walk cut short inside CUDA (it names no line).
+    pub fn stack_is_cut(&self, stack: u32) -> bool {
+        self.stack_cut.get(stack as usize).copied().unwrap_or(false)
     }
 
     pub fn is_driver_internal(&self, loc: u32) -> bool {

@@ -556,7 +556,7 @@ impl<'a> Locator<'a> {
                 while j < kc.len() && kc[j].0 < corr {
                     j += 1;
                 }
-                if j < kc.len() && kc[j].0 == corr {
+                if j < kc.len() && kc[j].0 == corr && !self.cx.stack_is_cut(stack) {
                     if let Some(&loc) = self.cx.stack_loc.get(stack as usize) {
                         votes.push((kc[j].1, loc));
                     }

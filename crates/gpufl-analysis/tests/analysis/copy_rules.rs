@@ -327,7 +327,14 @@ fn pageable_async_copy_without_a_user_frame_groups_under_driver_internal() {
     let mut b = B::new();
     wall(&mut b, 100_000);
     let f = b.native("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "??", None, None);
-    let st = b.stack(&[f]);
+    // A whole walk: it reached the C runtime's start of the program, no user frame on the way.
+    let start = b.native(
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "__libc_start_main",
+        None,
+        None,
+    );
+    let st = b.stack(&[f, start]);
     copy(&mut b, Cp::new((1000, 2000), (1500, 3000), Some(st)));
     copy(&mut b, Cp::new((5000, 6000), (5500, 7000), Some(st)));
     let an = b.analyze();
@@ -339,6 +346,35 @@ fn pageable_async_copy_without_a_user_frame_groups_under_driver_internal() {
         v[0].detail.contains("no frame of your code"),
         "{}",
         v[0].detail
+    );
+}
+
+/// A call site's walk cut short inside CUDA (only CUPTI and driver frames, or none: the first,
+/// cold walks of a thread hit the few-µs bound there) names no line: such copies are located as
+/// copies without a call site are, not grouped under `<driver-internal>`.
+#[test]
+fn a_walk_cut_short_in_cuda_is_no_location() {
+    let mut b = B::new();
+    wall(&mut b, 100_000);
+    let cupti = b.native("/opt/cuda/lib64/libcupti.so.13", "??", None, None);
+    let drv = b.native("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "??", None, None);
+    let cut = b.stack(&[cupti, drv]);
+    let empty = b.stack(&[]);
+    let user = b.native("/app/loop", "main", Some("/app/loop.cu"), Some(30));
+    let whole = b.stack(&[cupti, drv, user]);
+    copy(&mut b, Cp::new((1000, 2000), (1500, 3000), Some(cut)));
+    copy(&mut b, Cp::new((5000, 6000), (5500, 7000), Some(empty)));
+    copy(&mut b, Cp::new((9000, 10_000), (9500, 11_000), Some(whole)));
+    let an = b.analyze();
+    let v = rule(&an, "pageable-async-copy");
+    assert_eq!(v.len(), 1, "{v:#?}");
+    assert_eq!(v[0].location.file, "/app/loop.cu");
+    assert_eq!(v[0].count, 1, "the cut walks are not counted at a line");
+    assert!(
+        !an.insights
+            .iter()
+            .any(|i| i.location == SourceLoc::driver_internal()),
+        "no <driver-internal> insight from cut walks"
     );
 }
 

@@ -367,6 +367,69 @@ fn each_node_is_named_by_the_line_that_captured_it() {
     assert!(a.graphs[0].top.iter().all(|o| o.created_at.is_none()));
 }
 
+/// As CUDA 13 reported it on the H100/H200 machines: instantiation reports each node of the
+/// executable graph as created (with the stack of the instantiating call) before it reports it
+/// cloned from the captured node. The captured node's line is the one shown, and the graph's
+/// capture line is its first node's; the instantiating line only where the original has no line,
+/// and a walk cut short in CUDA is no line.
+#[test]
+fn a_node_created_by_instantiation_is_named_by_the_node_it_was_cloned_from() {
+    let mut b = session(&Plan::new(6));
+    let inst = b.user_stack("model.cu", 91, "capture");
+    let cupti = b.native("/opt/cuda/lib64/libcupti.so.13", "??", None, None);
+    let cut = b.stack(&[cupti]);
+    for n in 0..NODES {
+        // Node 0's capture walk was cut short; the others name their launch line.
+        let st = if n == 0 {
+            cut
+        } else {
+            b.user_stack("model.cu", 10 + n as u32, "forward")
+        };
+        b.recs.push(Record::Gnode(Gnode {
+            graph: 1,
+            node: 1000 + n,
+            stack: Some(st),
+            tid: Some(T1),
+            from: None,
+        }));
+    }
+    for n in 0..NODES {
+        b.recs.push(Record::Gnode(Gnode {
+            graph: GRAPH,
+            node: 100 + n,
+            stack: Some(inst),
+            tid: Some(T1),
+            from: None,
+        }));
+    }
+    for n in 0..NODES {
+        b.recs.push(Record::Gnode(Gnode {
+            graph: GRAPH,
+            node: 100 + n,
+            from: Some(GraphNode(1, 1000 + n)),
+            ..Gnode::default()
+        }));
+    }
+    let a = b.analyze();
+    let g = &a.graphs[0];
+    let line = |name: &str| {
+        g.top
+            .iter()
+            .find(|o| o.name == name)
+            .and_then(|o| o.created_at.as_ref())
+            .map(|l| l.short())
+    };
+    assert_eq!(line("node_kernel_1").as_deref(), Some("model.cu:11"));
+    assert_eq!(line("node_kernel_4").as_deref(), Some("model.cu:14"));
+    // No line of its own: the instantiating call's.
+    assert_eq!(line("node_kernel_0").as_deref(), Some("model.cu:91"));
+    // The first captured node with a line (node 1001) names where the graph was captured.
+    assert_eq!(
+        g.capture_location.as_ref().map(|l| l.short()).as_deref(),
+        Some("model.cu:11")
+    );
+}
+
 #[test]
 fn the_sync_in_a_gap_is_the_launching_threads_or_any_threads_without_api_records() {
     // The syncs after each replay moved to another thread: with API records (launch thread T1)
