@@ -124,14 +124,16 @@ pub struct Data {
     pub comm_ns: u64,
     /// `wait_ns / comm_ns`.
     pub wait_share: f64,
-    /// Median of the late rank's longest stretch without a CUDA call before each late collective,
-    /// ns (None without API records).
+    /// Median of the late rank's longest stretch without a CUDA call before each late collective
+    /// (when host-bound: before each late collective whose lateness it explains, at least half of
+    /// it), ns (None without API records).
     pub host_gap_median_ns: Option<u64>,
     /// The CUDA call that ended that stretch (the location), and the one before it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gap_before: Option<SourceLoc>,
-    /// Whether the stretch explains the lateness (at least half of it): else the delay is the
-    /// late rank's GPU work before the collective.
+    /// Whether the stretches explain the lateness: the late collectives whose stretch is at least
+    /// half of their lateness hold at least half of all lateness. Else the delay is the late
+    /// rank's GPU work before the collective.
     pub host_bound: bool,
     pub location_source: LocationSource,
     pub clock: ClockMethod,
@@ -432,6 +434,80 @@ pub(crate) fn run(
             (loc, src, s.tid.map(|t| (t, s.start)))
         }
     };
+    // The line of the call at `calls[pos]` that ended a stretch; a call without a call-site stack
+    // of its own (launches are sampled) takes the first call after it on the same thread that has
+    // one, before that thread's next synchronization (at most 256 calls on): the host reached
+    // that line right after the stretch.
+    // A launch without a call site of its own first takes the most frequent sampled call site of
+    // the same kernel function launched from the same thread (the loop's earlier steps, sampled
+    // while the sampler's schedule was dense): `(kernel name, thread) -> location`.
+    let site_of_kernel_on_thread = std::cell::OnceCell::new();
+    type KernelSites = (HashMap<u32, u32>, HashMap<(u32, u64), u32>);
+    let kernel_on_thread_loc = |corr: u32, tid: u64| -> Option<u32> {
+        let (name_of, map): &KernelSites = site_of_kernel_on_thread.get_or_init(|| {
+            let name_of: HashMap<u32, u32> = m
+                .kernels
+                .corr
+                .iter()
+                .zip(m.kernel_names())
+                .filter(|&(c, _)| c != 0)
+                .collect();
+            let mut votes: HashMap<(u32, u64), HashMap<u32, u64>> = HashMap::new();
+            for &(c, _, _, _) in &m.callsites {
+                let (Some(&name), Some(a), Some(loc)) =
+                    (name_of.get(&c), cx.api(c), cx.callsite_loc(c))
+                else {
+                    continue;
+                };
+                *votes
+                    .entry((name, a.tid))
+                    .or_default()
+                    .entry(loc)
+                    .or_default() += 1;
+            }
+            let map = votes
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    v.into_iter()
+                        .max_by_key(|&(loc, n)| (n, std::cmp::Reverse(loc)))
+                        .map(|(loc, _)| (k, loc))
+                })
+                .collect();
+            (name_of, map)
+        });
+        map.get(&(*name_of.get(&corr)?, tid)).copied()
+    };
+    let stretch_end_loc = |pos: usize| -> (u32, LocationSource, Option<(u64, u64)>) {
+        let first = call_loc(calls[pos].2);
+        if first.1 <= LocationSource::Sync || pos >= calls.len() {
+            return first;
+        }
+        let Some((tid, _)) = first.2 else {
+            return first;
+        };
+        if calls[pos].2 < na {
+            let a = m.api(calls[pos].2);
+            if let Some(loc) = kernel_on_thread_loc(a.corr, a.tid) {
+                return (loc, LocationSource::KernelCallsites, first.2);
+            }
+        }
+        for c in calls[pos + 1..].iter().take(256) {
+            if c.2 >= na {
+                if m.sync(c.2 - na).tid == Some(tid) {
+                    break;
+                }
+                continue;
+            }
+            let a = m.api(c.2);
+            if a.tid != tid {
+                continue;
+            }
+            if let Some(loc) = cx.callsite_loc(a.corr) {
+                return (loc, LocationSource::NextCallsite, Some((a.tid, a.start)));
+            }
+        }
+        first
+    };
     // Launch start of each of the late rank's communication kernels (its kernel start when the
     // launch has no API record).
     let launch_at = |k: usize| -> u64 {
@@ -439,8 +515,8 @@ pub(crate) fn run(
         cx.api(r.corr).map_or(r.start, |a| a.start)
     };
     let pos_of: HashMap<usize, usize> = lr.comm.iter().enumerate().map(|(i, &k)| (k, i)).collect();
-    // (after call, before call, stretch) per late collective.
-    let mut gaps: Vec<(usize, Option<usize>, u64)> = Vec::new();
+    // (after call, before call, stretch, lateness) per late collective.
+    let mut gaps: Vec<(usize, Option<usize>, u64, u64)> = Vec::new();
     for &ci in &late_colls {
         let k = colls[ci].k[l];
         let end = launch_at(k);
@@ -451,10 +527,14 @@ pub(crate) fn run(
         let from = calls.partition_point(|c| c.0 < begin);
         let mut best: Option<(u64, usize, Option<usize>)> = None;
         let mut reach: Option<(u64, usize)> = None;
-        for c in calls[from..].iter().take_while(|c| c.0 <= end) {
+        for (j, c) in calls[from..]
+            .iter()
+            .enumerate()
+            .take_while(|(_, c)| c.0 <= end)
+        {
             if let Some((re, ri)) = reach {
                 if c.0 > re && best.is_none_or(|b| c.0 - re > b.0) {
-                    best = Some((c.0 - re, c.2, Some(ri)));
+                    best = Some((c.0 - re, from + j, Some(ri)));
                 }
             }
             if reach.is_none_or(|(re, _)| c.1 > re) {
@@ -462,19 +542,37 @@ pub(crate) fn run(
             }
         }
         if let Some((d, after, before)) = best {
-            gaps.push((after, before, d));
+            gaps.push((after, before, d, lateness[ci]));
         }
     }
-    let mut stretch: Vec<u64> = gaps.iter().map(|g| g.2).collect();
+    // The host explains a collective's lateness when its stretch is at least half of it; the run
+    // is host-bound when such collectives hold at least half of all the lateness. (With DDP's
+    // gradient buckets, the first collective of a step is late by the host's whole delay and the
+    // later ones by a little each, with short stretches between backward's launches: a median
+    // over all of them would hide the one stretch that matters.)
+    let explains = |g: &(usize, Option<usize>, u64, u64)| g.2.saturating_mul(2) >= g.3;
+    let late_all = gaps.iter().fold(0u64, |a, g| a.saturating_add(g.3));
+    let late_explained = gaps
+        .iter()
+        .filter(|g| explains(g))
+        .fold(0u64, |a, g| a.saturating_add(g.3));
+    let host_bound = !gaps.is_empty() && late_explained.saturating_mul(2) >= late_all;
+    // The stretches reported: those of the collectives the host explains when host-bound, all
+    // of them otherwise.
+    let mut stretch: Vec<u64> = gaps
+        .iter()
+        .filter(|g| !host_bound || explains(g))
+        .map(|g| g.2)
+        .collect();
     stretch.sort_unstable();
     let gap_median = (!stretch.is_empty()).then(|| pct(&stretch, 50));
-    let host_bound = gap_median.is_some_and(|g| g * 2 >= median_late);
+    let explained_count = gaps.iter().filter(|g| explains(g)).count();
     let mut by_loc: HashMap<u32, LocVotes> = HashMap::new();
     // Per location of the call that ended a stretch: the stretch time, votes for the call before.
     let mut where_at: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
     if host_bound {
-        for &(after, before, d) in &gaps {
-            let (loc, src, at) = call_loc(after);
+        for &(after, before, d, _) in gaps.iter().filter(|g| explains(g)) {
+            let (loc, src, at) = stretch_end_loc(after);
             where_at.push((loc, at));
             let e = by_loc.entry(loc).or_insert((0, Vec::new(), src));
             e.0 += d;
@@ -586,8 +684,16 @@ pub(crate) fn run(
                 ),
                 _ => String::new(),
             };
+            let which = if explained_count == gaps.len() {
+                "each late collective".to_string()
+            } else {
+                format!(
+                    "{explained_count} of the {} late collectives (those it makes late)",
+                    gaps.len()
+                )
+            };
             format!(
-                " Rank {}'s host made no CUDA call for {} (median) before each late collective{between} \
+                " Rank {}'s host made no CUDA call for {} (median) before {which}{between} \
                  — the time goes to code run between those calls that makes none{}.",
                 lr.rank,
                 fmt_duration(g),

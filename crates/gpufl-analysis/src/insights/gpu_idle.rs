@@ -106,6 +106,9 @@ pub enum LocationSource {
     Sync,
     /// The most frequent sampled call site of the same kernel function.
     KernelCallsites,
+    /// The first call with a call-site stack after the call, on the same thread before its next
+    /// synchronization (the call itself was not sampled).
+    NextCallsite,
     /// Approximate: the next synchronization with a stack on the issuing thread (the session has
     /// no call-site stack for the call; recorders before call sites).
     NextSync,

@@ -654,6 +654,10 @@ pub(super) fn location_note(src: LocationSource, what: &str) -> String {
         LocationSource::KernelCallsites => format!(
             " (line from sampled launches of the same kernel: not every one of {what} was sampled)"
         ),
+        LocationSource::NextCallsite => format!(
+            " (line approximate: the session has no call-site stack for {what}, so this is the \
+             first sampled call after it on the same thread)"
+        ),
         LocationSource::NextSync => format!(
             " (line approximate: the session has no call-site stack for {what}, so this is the \
              next synchronization after them, on the calling thread if it has one)"
