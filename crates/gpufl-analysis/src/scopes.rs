@@ -198,7 +198,10 @@ impl Model {
         // Scopes of a thread nest: the innermost one around ts is that span or an ancestor.
         while let Some(j) = cur {
             let s = &sp[j];
-            if s.start <= ts && ts < s.end {
+            // An NVTX range never closed (NCCL's `ncclCommInitRankConfig` on the thread that made
+            // the communicator, pushed and popped elsewhere or never) spans the rest of the
+            // session: it names no scope the user's code is in.
+            if s.start <= ts && ts < s.end && (s.closed || !s.nvtx) {
                 return Some(j);
             }
             cur = s.parent.map(|p| p as usize);

@@ -212,3 +212,26 @@ fn ranges_of_one_name_under_two_ids_roll_up_as_one_in_a_stable_order() {
         .collect();
     assert_eq!(names, [("step", 3, 1), ("load", 1, 0)]);
 }
+
+/// An NVTX range pushed and never popped (NCCL's `ncclCommInitRankConfig` on the main thread of a
+/// DDP rank, as recorded on the H200 machines) is not the scope of the code that runs after it; an
+/// unclosed scope of gpufl's API (a crash before its end) still is.
+#[test]
+fn an_unclosed_nvtx_range_names_no_scope() {
+    let mut b = B::new();
+    let name = b.s("ncclCommInitRankConfig");
+    b.recs.push(Record::Scope(Scope {
+        ts: 10,
+        tid: 1,
+        name,
+        depth: 0,
+        end: false,
+        source: ScopeSource::Nvtx,
+    }));
+    b.scope(2, 10, "train", false);
+    b.kernel(0, 1_000);
+    let m = b.model();
+    assert_eq!(m.innermost_scope(1, 500), None);
+    let i = m.innermost_scope(2, 500).expect("the API scope");
+    assert_eq!(m.scope_path(i), vec!["train".to_string()]);
+}
