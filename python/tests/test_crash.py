@@ -32,6 +32,9 @@ pytestmark = pytest.mark.skipif(
 # scopes-only session) of the last one, then ends as `how` says.
 PROGRAM = """
 import ctypes, os, signal, sys, time, gpufl
+# Python's own SIGINT handler even when the test runs with SIGINT ignored (a shell's background
+# job inherits it ignored, and Python then installs none).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 gpufl.init(app_name="crash")
 how, seconds = sys.argv[1], float(sys.argv[2])
 end = time.time() + seconds

@@ -261,3 +261,63 @@ fn info_on_a_run_directory_summarizes_the_run_first() {
     assert_eq!(code, 0, "{err}");
     assert!(!text.starts_with("run "), "{text}");
 }
+
+/// The 2-rank DDP run recorded on the H200 machine (testdata/runs/, `bash scripts/gpu-check.sh
+/// ddp`: `torchrun --nproc_per_node=2 examples/ddp_straggler.py --straggle-ms 4 --steps 50`):
+/// rank 1 does 4 ms of host work before each step's forward. DDP's gradient buckets make the first
+/// collective of each step late by the whole delay and the later ones by a little each; the run
+/// report names rank 1 and the stretch from `loss.item()` (line 77) to `out = model(x)` (line 73),
+/// which holds the host work (line 71), and no communication kernel is called under-filled.
+#[test]
+fn recorded_ddp_run_names_rank_1_and_the_stretch_that_holds_its_host_work() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/runs/run-torchrun-755-20261126T042539Z");
+    let (code, out, err) = run(gpufl().arg("report").arg("--json").arg(&dir));
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let run = &j["run"];
+    let ranks: Vec<(u64, u64)> = run["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_u64().unwrap(),
+                r["comm_kernels"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ranks, vec![(0, 223), (1, 223)]);
+    assert_eq!(run["clock"]["method"], "same_host");
+    let cw: Vec<&serde_json::Value> = run["insights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["rule"] == "collective-wait")
+        .collect();
+    assert_eq!(cw.len(), 1, "{}", run["insights"]);
+    let (i, d) = (cw[0], &cw[0]["data"]);
+    assert_eq!(d["late_rank"], 1);
+    assert_eq!(d["host_bound"], true, "{d}");
+    assert!(i["location"]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("examples/ddp_straggler.py"));
+    assert_eq!(i["location"]["line"], 73, "{i}");
+    assert_eq!(d["gap_before"]["line"], 77, "{d}");
+    // The stretch is the planted 4 ms (and a little), not the short ones between backward's
+    // launches before the later buckets.
+    let gap = d["host_gap_median_ns"].as_u64().unwrap();
+    assert!((4_000_000..5_000_000).contains(&gap), "{gap}");
+    for s in j["sessions"].as_array().unwrap() {
+        for i in s["insights"].as_array().unwrap() {
+            let rule = i["rule"].as_str().unwrap();
+            let title = i["title"].as_str().unwrap().to_lowercase();
+            assert!(
+                !(["under-filled-grid", "low-occupancy", "launch-bound"].contains(&rule)
+                    && title.contains("nccl")),
+                "{rule}: {title}"
+            );
+        }
+    }
+}

@@ -526,9 +526,26 @@ impl DeviceScan<'_> {
                 let blk = &self.blocked.by_tid[b];
                 (IdleClass::Sync, blk.loc, Some(blk.src), Some(b))
             } else if api.is_some_and(|a| a.start >= gs || a.end > gs) {
-                let name =
-                    ((op as usize) < m.kernel_count()).then(|| m.kernel_name_at(op as usize));
-                let (loc, src) = self.locator.locate(corr, name, api.as_ref(), gs);
+                let is_kernel = (op as usize) < m.kernel_count();
+                // A kernel a graph replay ran: its replay's call site, else the graph's sampled
+                // launches' line (not its function's direct launches, elsewhere).
+                let graph = is_kernel
+                    .then(|| {
+                        let gk = &m.graph_kernels;
+                        let i = gk.partition_point(|&(k, _)| k < op);
+                        gk.get(i).filter(|&&(k, _)| k == op).map(|&(_, g)| g.0)
+                    })
+                    .flatten();
+                let name = (is_kernel && graph.is_none()).then(|| m.kernel_name_at(op as usize));
+                let (loc, src) = match graph {
+                    Some(g) if self.cx.callsite_loc(corr).is_none() => {
+                        match self.locator.graph_line(g) {
+                            Some(l) => (l, LocationSource::KernelCallsites),
+                            None => self.locator.locate(corr, None, api.as_ref(), gs),
+                        }
+                    }
+                    _ => self.locator.locate(corr, name, api.as_ref(), gs),
+                };
                 (IdleClass::Launch, loc, Some(src), None)
             } else {
                 (IdleClass::Other, NONE, None, None)

@@ -484,6 +484,8 @@ pub(super) struct Locator<'a> {
     syncs_by_start: OnceCell<Vec<(u64, u32)>>,
     /// (kernel name, most frequent call-site location) of kernels with sampled call sites.
     name_lines: OnceCell<Vec<(u32, u32)>>,
+    /// (graph id, most frequent location of its sampled graph launches).
+    graph_lines: OnceCell<Vec<(u32, u32)>>,
 }
 
 impl<'a> Locator<'a> {
@@ -493,6 +495,7 @@ impl<'a> Locator<'a> {
             syncs_by_tid: OnceCell::new(),
             syncs_by_start: OnceCell::new(),
             name_lines: OnceCell::new(),
+            graph_lines: OnceCell::new(),
         }
     }
 
@@ -533,6 +536,26 @@ impl<'a> Locator<'a> {
         v.get(i).map(|r| r.1)
     }
 
+    /// The most frequent location of the sampled launches of CUDA graph `graph` (graph launches
+    /// are sampled per executable graph; the kernels of an unsampled replay share its
+    /// correlation id, not a call site).
+    pub(super) fn graph_line(&self, graph: u32) -> Option<u32> {
+        let v = self.graph_lines.get_or_init(|| {
+            let m = self.cx.m;
+            let votes: Vec<(u32, u32)> = m
+                .graph_kernels
+                .iter()
+                .filter_map(|&(k, g)| {
+                    let corr = m.kernels.corr.get(k as usize);
+                    Some((g.0, self.cx.callsite_loc(corr)?))
+                })
+                .collect();
+            most_frequent_per_key(votes)
+        });
+        let i = v.partition_point(|&(g, _)| g < graph);
+        v.get(i).filter(|r| r.0 == graph).map(|r| r.1)
+    }
+
     /// The most frequent call-site location of sampled launches of a kernel function.
     pub(super) fn kernel_name_line(&self, name: u32) -> Option<u32> {
         let v = self.name_lines.get_or_init(|| {
@@ -540,12 +563,17 @@ impl<'a> Locator<'a> {
             if m.callsites.is_empty() {
                 return Vec::new();
             }
+            // Graph kernels are left out: a node's kernel function may also be launched
+            // directly, elsewhere (graph_replay.cu's `mix`), and its call site is a graph launch's.
+            let in_graph = super::graphs::graph_kernel_mask(m);
             let mut kc: Vec<(u32, u32)> = m
                 .kernels
                 .corr
                 .iter()
                 .zip(m.kernel_names())
-                .filter(|&(c, _)| c != 0)
+                .enumerate()
+                .filter(|&(i, (c, _))| c != 0 && !in_graph.get(i).copied().unwrap_or(false))
+                .map(|(_, x)| x)
                 .collect();
             kc.sort_unstable();
             kc.dedup_by_key(|x| x.0);

@@ -512,3 +512,65 @@ fn gaps_holding_unobserved_time_are_left_out() {
     assert_eq!((a.graphs[0].replays, a.graphs[0].gaps), (10, 8));
     assert_eq!(a.graphs[0].gaps_with_sync, 8);
 }
+
+/// Graph launches are sampled per executable graph: most replays have no call site. A gap ended
+/// by such a replay is located by the graph's sampled launches (graph.cu:40), never by the
+/// direct launches of the same kernel function elsewhere (graph.cu:60), as graph_replay.cu's
+/// `mix` (a node and a directly launched kernel) would otherwise be.
+#[test]
+fn gaps_before_unsampled_replays_are_at_the_graph_launch_line() {
+    let mut b = session(&Plan {
+        sync_after: false,
+        host_gap: 300_000,
+        ..Plan::new(10)
+    });
+    // Only the first replay's launch was sampled.
+    let first = b
+        .recs
+        .iter()
+        .find_map(|r| match r {
+            Record::Callsite(c) => Some(c.corr),
+            _ => None,
+        })
+        .unwrap();
+    b.recs
+        .retain(|r| !matches!(r, Record::Callsite(c) if c.corr != first));
+    // The first node's function, launched directly (and sampled) at graph.cu:60 afterwards,
+    // each launch after a long host pause.
+    let direct_at = b.user_stack("graph.cu", 60, "direct_loop");
+    let name = b.s("node_kernel_0");
+    let api_name = b.s("cudaLaunchKernel");
+    let mut t = 50_000_000u64;
+    for _ in 0..20 {
+        let corr = api(&mut b, "cudaLaunchKernel", t, t + 5_000);
+        b.recs.push(Record::Callsite(Callsite {
+            corr,
+            api: api_name,
+            tid: T1,
+            ts: t,
+            stack: direct_at,
+            weight: None,
+        }));
+        b.recs.push(Record::Kernel(Kernel {
+            name,
+            start: t + 6_000,
+            end: t + 8_000,
+            dev: 0,
+            ctx: 1,
+            stream: 8,
+            corr,
+            ..Kernel::default()
+        }));
+        t += 400_000;
+    }
+    let a = b.analyze();
+    let idle: Vec<(String, u64)> = a
+        .insights
+        .iter()
+        .filter(|i| i.rule == "gpu-idle")
+        .map(|i| (i.location.short(), i.count))
+        .collect();
+    let at = |line: &str| idle.iter().find(|(l, _)| l == line).map(|x| x.1);
+    assert_eq!(at("graph.cu:40"), Some(9), "{idle:?}");
+    assert!(at("graph.cu:60").is_some_and(|n| n <= 20), "{idle:?}");
+}
