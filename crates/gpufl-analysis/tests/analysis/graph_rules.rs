@@ -117,31 +117,50 @@ fn session(p: &Plan) -> B {
     // Directly launched short kernels: 2 µs each, 9 µs launch calls, back to back on the host.
     let direct = b.s("direct_kernel");
     for i in 0..p.direct {
-        let corr = api(&mut b, "cudaLaunchKernel", t, t + 9_000);
-        if i < 4 {
-            let api_name = b.s("cudaLaunchKernel");
-            b.recs.push(Record::Callsite(Callsite {
-                corr,
-                api: api_name,
-                tid: T1,
-                ts: t,
-                stack: direct_at,
-                weight: None,
-            }));
-        }
-        b.recs.push(Record::Kernel(Kernel {
-            name: direct,
-            start: t + 10_000,
-            end: t + 12_000,
-            dev: 0,
-            ctx: 1,
-            stream: 8,
-            corr,
-            ..Kernel::default()
-        }));
+        let sampled = (i < 4).then_some(direct_at);
+        direct_launch(
+            &mut b,
+            direct,
+            (t, t + 9_000),
+            (t + 10_000, t + 12_000),
+            sampled,
+        );
         t += 9_500;
     }
     b
+}
+
+/// A direct launch of kernel `name` on stream 8: the launch call over `call`, the kernel over
+/// `run`, a `callsite` record with `stack` when the launch was sampled.
+fn direct_launch(
+    b: &mut B,
+    name: StrId,
+    call: (u64, u64),
+    run: (u64, u64),
+    stack: Option<StackId>,
+) {
+    let corr = api(b, "cudaLaunchKernel", call.0, call.1);
+    if let Some(stack) = stack {
+        let api_name = b.s("cudaLaunchKernel");
+        b.recs.push(Record::Callsite(Callsite {
+            corr,
+            api: api_name,
+            tid: T1,
+            ts: call.0,
+            stack,
+            weight: None,
+        }));
+    }
+    b.recs.push(Record::Kernel(Kernel {
+        name,
+        start: run.0,
+        end: run.1,
+        dev: 0,
+        ctx: 1,
+        stream: 8,
+        corr,
+        ..Kernel::default()
+    }));
 }
 
 /// (correlation id, start) of each replay's first node kernel.
@@ -315,6 +334,36 @@ fn graph_work_with_the_driver_launchs_id_finds_the_runtime_calls_line() {
     assert_eq!(g.gaps_with_sync, 39);
 }
 
+/// A `gnode` record: node `node` of `graph` created by a call with stack `stack`.
+fn created(b: &mut B, graph: u32, node: u64, stack: StackId) {
+    b.recs.push(Record::Gnode(Gnode {
+        graph,
+        node,
+        stack: Some(stack),
+        tid: Some(T1),
+        from: None,
+    }));
+}
+
+/// A `gnode` record: node `node` of the replayed graph cloned from node `from` of graph 1.
+fn cloned(b: &mut B, node: u64, from: u64) {
+    b.recs.push(Record::Gnode(Gnode {
+        graph: GRAPH,
+        node,
+        from: Some(GraphNode(1, from)),
+        ..Gnode::default()
+    }));
+}
+
+/// The line that created the nodes of the graph's operation `name`, short.
+fn created_line(g: &gpufl_analysis::insights::graphs::GraphSummary, name: &str) -> Option<String> {
+    g.top
+        .iter()
+        .find(|o| o.name == name)
+        .and_then(|o| o.created_at.as_ref())
+        .map(|l| l.short())
+}
+
 #[test]
 fn each_node_is_named_by_the_line_that_captured_it() {
     let mut b = session(&Plan::new(6));
@@ -322,29 +371,12 @@ fn each_node_is_named_by_the_line_that_captured_it() {
     // (the one the replays run) cloned from it. Node 104 has no recorded creation.
     for n in 0..NODES - 1 {
         let st = b.user_stack("model.cu", 10 + n as u32, "forward");
-        b.recs.push(Record::Gnode(Gnode {
-            graph: 1,
-            node: 1000 + n,
-            stack: Some(st),
-            tid: Some(T1),
-            from: None,
-        }));
-        b.recs.push(Record::Gnode(Gnode {
-            graph: GRAPH,
-            node: 100 + n,
-            from: Some(GraphNode(1, 1000 + n)),
-            ..Gnode::default()
-        }));
+        created(&mut b, 1, 1000 + n, st);
+        cloned(&mut b, 100 + n, 1000 + n);
     }
     let a = b.analyze();
     let g = &a.graphs[0];
-    let line = |name: &str| {
-        g.top
-            .iter()
-            .find(|o| o.name == name)
-            .and_then(|o| o.created_at.as_ref())
-            .map(|l| l.short())
-    };
+    let line = |name: &str| created_line(g, name);
     assert_eq!(line("node_kernel_0").as_deref(), Some("model.cu:10"));
     assert_eq!(line("node_kernel_3").as_deref(), Some("model.cu:13"));
     assert_eq!(line("node_kernel_4"), None);
@@ -385,40 +417,17 @@ fn a_node_created_by_instantiation_is_named_by_the_node_it_was_cloned_from() {
         } else {
             b.user_stack("model.cu", 10 + n as u32, "forward")
         };
-        b.recs.push(Record::Gnode(Gnode {
-            graph: 1,
-            node: 1000 + n,
-            stack: Some(st),
-            tid: Some(T1),
-            from: None,
-        }));
+        created(&mut b, 1, 1000 + n, st);
     }
     for n in 0..NODES {
-        b.recs.push(Record::Gnode(Gnode {
-            graph: GRAPH,
-            node: 100 + n,
-            stack: Some(inst),
-            tid: Some(T1),
-            from: None,
-        }));
+        created(&mut b, GRAPH, 100 + n, inst);
     }
     for n in 0..NODES {
-        b.recs.push(Record::Gnode(Gnode {
-            graph: GRAPH,
-            node: 100 + n,
-            from: Some(GraphNode(1, 1000 + n)),
-            ..Gnode::default()
-        }));
+        cloned(&mut b, 100 + n, 1000 + n);
     }
     let a = b.analyze();
     let g = &a.graphs[0];
-    let line = |name: &str| {
-        g.top
-            .iter()
-            .find(|o| o.name == name)
-            .and_then(|o| o.created_at.as_ref())
-            .map(|l| l.short())
-    };
+    let line = |name: &str| created_line(g, name);
     assert_eq!(line("node_kernel_1").as_deref(), Some("model.cu:11"));
     assert_eq!(line("node_kernel_4").as_deref(), Some("model.cu:14"));
     // No line of its own: the instantiating call's.
@@ -539,28 +548,15 @@ fn gaps_before_unsampled_replays_are_at_the_graph_launch_line() {
     // each launch after a long host pause.
     let direct_at = b.user_stack("graph.cu", 60, "direct_loop");
     let name = b.s("node_kernel_0");
-    let api_name = b.s("cudaLaunchKernel");
     let mut t = 50_000_000u64;
     for _ in 0..20 {
-        let corr = api(&mut b, "cudaLaunchKernel", t, t + 5_000);
-        b.recs.push(Record::Callsite(Callsite {
-            corr,
-            api: api_name,
-            tid: T1,
-            ts: t,
-            stack: direct_at,
-            weight: None,
-        }));
-        b.recs.push(Record::Kernel(Kernel {
+        direct_launch(
+            &mut b,
             name,
-            start: t + 6_000,
-            end: t + 8_000,
-            dev: 0,
-            ctx: 1,
-            stream: 8,
-            corr,
-            ..Kernel::default()
-        }));
+            (t, t + 5_000),
+            (t + 6_000, t + 8_000),
+            Some(direct_at),
+        );
         t += 400_000;
     }
     let a = b.analyze();
