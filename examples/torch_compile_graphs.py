@@ -13,7 +13,12 @@ What a user should see: compilation (CPU time, no GPU work) in the first calls a
 inside the `compiled(x)` call of infer_step() (marked `compiled-call`), one replay
 per step, and a sync per step at the `.item()` line.
 
-Run:    python examples/torch_compile_graphs.py [--steps 100] [--warmup 3]
+With --reshape-at K, the timed steps from step K on run on batches of half the rows (the first
+rows of each pooled batch): a new input shape fails Dynamo's guards, so `compiled(x)` compiles
+again in the middle of the timed loop (a recompilation, which the `torch-compile` rule reports at
+the `compiled-call` line), then replays its own CUDA graph.
+
+Run:    python examples/torch_compile_graphs.py [--steps 100] [--warmup 3] [--reshape-at K]
         gpufl record -o DIR -- python examples/torch_compile_graphs.py --steps 100
 Prints: "torch_compile_graphs: steps=N warmup=W max_abs_diff=D checksum=C OK" (the compiled
         model's output on one batch against eager; FAIL and exit 1 when they differ by more than
@@ -62,6 +67,8 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--mode", default=None, help="bench: print a JSON line with this mode name")
+    ap.add_argument("--reshape-at", type=int, default=-1,
+                    help="from this timed step on, batches of half the rows (a recompilation)")
     a = ap.parse_args()
     model, xs = build()
     compiled = torch.compile(model, mode="reduce-overhead")
@@ -71,8 +78,12 @@ def main():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         total = 0.0
+        half = xs.shape[1] // 2
         for i in range(a.steps):
-            total += infer_step(compiled, xs[i % POOL])
+            x = xs[i % POOL]
+            if 0 <= a.reshape_at <= i:
+                x = x[:half]
+            total += infer_step(compiled, x)
         wall = time.perf_counter() - t0
         # Check: the compiled model against eager on one batch.
         mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None)

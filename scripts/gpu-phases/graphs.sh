@@ -6,7 +6,9 @@
 #    - graph_replay: examples/graph_replay.cu (nvcc -lineinfo), 40 replays of a 5-kernel graph with
 #      a stream sync after each, beside 4 threads x 90 direct launches of `mix` (also a graph node);
 #    - torch_cuda_graph: examples/torch_cuda_graph.py --steps 200 (torch.cuda.graph training step);
-#    - torch_compile_graphs: examples/torch_compile_graphs.py --steps 100 (reduce-overhead).
+#    - torch_compile_graphs: examples/torch_compile_graphs.py --steps 100 (reduce-overhead);
+#    - torch_compile_recompile: the same with --reshape-at 50 (a recompilation mid-run); for both,
+#      a check of rule torch-compile at the compiled-call line (a recompilation only in the second).
 #    Each session directory is copied to $OUT/testdata/ (to trim into testdata/sessions/).
 # 2. Recorder checks (PASS/FAIL lines, from `gpufl dump`): graph kernels carry `graph: [g, n]`;
 #    the correlation id of every graph kernel is that of a cudaGraphLaunch `api` record (CUPTI
@@ -35,12 +37,12 @@ graph_rec() { # name marker-file marker command...: record, report, dump, check,
   local t0; t0=$(date +%s%N)
   rec "$name" "$@"
   echo "(graphs) $name: wall $(( ($(date +%s%N) - t0) / 1000000 )) ms (recording, report included)" | tee -a "$OUT/summary.txt"
-  # `gpufl record` writes a run directory; the session is the one of the command's own process
-  # (torch.compile's workers write their own).
+  # `gpufl record` writes a run directory; the session is the largest one, the command's own
+  # process's (torch.compile's compile workers write small ones of their own).
   local d; d=$(newest "$S/$name")
   [ -n "$d" ] || { log "(graphs) $name: no session"; return; }
-  local own; own=$(ls -d "$d"/"$name"-*/ 2>/dev/null | head -1)
-  [ -n "$own" ] && d=$own
+  local own; own=$(du -s "$d"/*/ 2>/dev/null | sort -n | tail -1 | cut -f2)
+  [ -n "$own" ] && d=${own%/}/
   gpufl report --json "$d" >"$GR/$name-report.json" 2>"$GR/$name-report.err"
   # The analysis's graphs and the generated kernels' sources (Inductor), from the JSON report.
   $PY - "$GR/$name-report.json" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
@@ -76,6 +78,25 @@ PYEOF
 graph_rec graph_replay graph_replay.cu graph-launch build/graph_replay 40 90
 graph_rec torch_cuda_graph torch_cuda_graph.py graph-replay $PY examples/torch_cuda_graph.py --steps 200
 graph_rec torch_compile_graphs torch_compile_graphs.py compiled-call $PY examples/torch_compile_graphs.py --steps 100
+# A recompilation mid-run (half-size batches from step 50): rule torch-compile at the call's line.
+graph_rec torch_compile_recompile torch_compile_graphs.py compiled-call $PY examples/torch_compile_graphs.py --steps 100 --reshape-at 50
+CC_LINE=$(grep -n "gpufl-example: compiled-call" examples/torch_compile_graphs.py | head -1 | cut -d: -f1)
+for n in torch_compile_graphs torch_compile_recompile; do
+  $PY - "$GR/$n-report.json" "$n" "$CC_LINE" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
+import json, sys
+path, name, line = sys.argv[1], sys.argv[2], int(sys.argv[3])
+s = json.load(open(path))["sessions"][0]
+tc = [i for i in s.get("insights", []) if i["rule"] == "torch-compile"]
+for i in tc:
+    d = i.get("data", {})
+    print(f"{name}: torch-compile: {i['severity']} {i['title']} (compilations {d.get('compilations')}, "
+          f"recompilations {d.get('recompilations')}, episodes {[(e['start_ns'] // 1000000, e['span_ns'] // 1000000) for e in d.get('episodes', [])]} ms)")
+at = [i for i in tc if i["location"].get("line") == line and i["location"]["file"].endswith("torch_compile_graphs.py")]
+want = 1 if name == "torch_compile_recompile" else 0
+ok = len(at) == 1 and (at[0]["data"]["recompilations"] >= 1) == (want == 1)
+print(f"{name}: torch-compile at torch_compile_graphs.py:{line} with {'a' if want else 'no'} recompilation:", "PASS" if ok else "FAIL")
+PYEOF
+done
 
 GB="$S/graphbench"; mkdir -p "$GB"
 GMODES=${GRAPH_MODES:-"bare gpufl-default torch-profiler bare-again"}

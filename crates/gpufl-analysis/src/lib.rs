@@ -177,7 +177,11 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
                 found.extend(insights::no_copy_compute_overlap::run(&cx));
                 Part::Found(found)
             }
-            5 => Part::Found(insights::sync_attribution::run(&cx)),
+            5 => {
+                let mut found = insights::sync_attribution::run(&cx);
+                found.extend(insights::torch_compile::run(&cx));
+                Part::Found(found)
+            }
             6 => Part::Found(insights::launch_bound::run(&cx)),
             7 => {
                 let mut found = insights::throttling::run(&cx);

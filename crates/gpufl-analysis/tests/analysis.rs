@@ -37,6 +37,9 @@ mod always_on;
 // CUDA graphs (issue 18): replays, graph-replay-gaps, graph kernels and launch-bound.
 #[path = "analysis/graph_rules.rs"]
 mod graph_rules;
+// torch.compile (issue 18): compilations and recompilations at the compiled call's line.
+#[path = "analysis/compile_rules.rs"]
+mod compile_rules;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record

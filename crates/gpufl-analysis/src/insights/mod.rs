@@ -23,6 +23,7 @@ pub(crate) mod register_spill;
 pub(crate) mod sync_attribution;
 pub(crate) mod throttling;
 pub(crate) mod timeline;
+pub(crate) mod torch_compile;
 pub(crate) mod under_filled_grid;
 pub(crate) mod utilization;
 
@@ -231,6 +232,7 @@ pub enum RuleData {
     HostRead(host_read::Data),
     CollectiveWait(collective_wait::Data),
     GraphReplayGaps(graph_replays::Data),
+    TorchCompile(torch_compile::Data),
 }
 
 /// `part / whole` clamped to 0..1 (0 for an empty whole).
