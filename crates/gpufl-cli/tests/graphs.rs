@@ -247,3 +247,51 @@ fn report_shows_the_graphs_and_their_replay_gaps() {
     assert!(rows.iter().filter(|r| r.get("source").is_some()).count() == 1);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// `examples/torch_compile_graphs.py --steps 100 --reshape-at 50` recorded on the H100
+/// (testdata/sessions/torch_compile_recompile-1287-…): half-size batches from step 50 make Dynamo
+/// compile again mid-run. The report names that recompilation at the `compiled(x)` line (61),
+/// MEDIUM, with the GPU idle it cost, and shows the CUDA graphs recorded for each shape.
+#[test]
+fn a_recorded_recompilation_is_named_at_the_compiled_call() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/sessions/torch_compile_recompile-1287-20261126T044458Z");
+    let (code, out, err) = run(Command::new(env!("CARGO_BIN_EXE_gpufl"))
+        .arg("report")
+        .arg("--json")
+        .arg(&dir));
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = &j["sessions"][0];
+    let tc: Vec<&serde_json::Value> = s["insights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["rule"] == "torch-compile")
+        .collect();
+    assert_eq!(tc.len(), 1, "{}", s["insights"]);
+    let (i, d) = (tc[0], &tc[0]["data"]);
+    assert!(i["location"]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("examples/torch_compile_graphs.py"));
+    assert_eq!(i["location"]["line"], 61);
+    assert_eq!(i["severity"], "MEDIUM", "{i}");
+    assert_eq!(d["recompilations"], 1, "{d}");
+    // The recompilation came after 50 timed steps (+9.1 s) and kept the GPU idle for most of
+    // its span (3.2 s).
+    let e = d["episodes"].as_array().unwrap().last().unwrap();
+    assert!(e["start_ns"].as_u64().unwrap() > 5_000_000_000, "{e}");
+    let (span, idle) = (
+        e["span_ns"].as_u64().unwrap(),
+        e["gpu_idle_ns"].as_u64().unwrap(),
+    );
+    assert!(span > 1_000_000_000 && idle * 10 > span * 9, "{e}");
+    assert_eq!(i["impact_ns"], d["recompile_gpu_idle_ns"]);
+    // One CUDA graph per input shape (cudagraph trees record again for the new shape).
+    assert!(
+        s["graphs"].as_array().unwrap().len() >= 2,
+        "{}",
+        s["graphs"]
+    );
+}

@@ -14,10 +14,12 @@
 //!   The GPU's idle time inside the span (any device) is the cost.
 //! - **Line:** the most frequent user line of the episode's compiling calls (the call of the
 //!   compiled function or module).
-//! - **Fires** per line with a compilation whose span is at least [`MIN_SPAN_NS`]. The first
-//!   compilation at a line is LOW with no impact (a one-off at startup, listed last; worth
-//!   caching); later ones at the same line raise it to MEDIUM (HIGH when their GPU idle is over
-//!   half the session's wall time), their GPU idle time the impact.
+//! - **Fires** per line with a compilation whose span is at least [`MIN_SPAN_NS`]. A compilation
+//!   is a **recompilation** when the compiled code had already run at that line (a non-compiling
+//!   CUDA call there, on any thread, before it): a first compilation that hit Inductor's caches
+//!   may make no CUDA call and go unseen. The first compilation alone is LOW with no impact (a
+//!   one-off at startup, listed last; worth caching); recompilations raise it to MEDIUM (HIGH
+//!   when their GPU idle is over half the session's wall time), their GPU idle time the impact.
 
 use super::timeline::most_frequent_per_key;
 use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
@@ -154,6 +156,20 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             i = j;
         }
     }
+    // Where the compiled function already ran before a compilation (a non-compiling call at the
+    // same line, on any thread), that compilation is a recompilation (or a new graph), whatever
+    // its rank: a first compilation that hit Inductor's caches can make no CUDA call and go
+    // unseen, while a later one that autotunes new kernels is seen.
+    let mut first_run: HashMap<u32, u64> = HashMap::new();
+    for &((start, _, _, st), comp) in &calls {
+        if comp {
+            continue;
+        }
+        if let Some(&l) = cx.stack_loc.get(st as usize) {
+            let e = first_run.entry(l).or_insert(start);
+            *e = (*e).min(start);
+        }
+    }
     found.sort_by_key(|(l, e)| (*l, e.start_ns));
     let mut out = Vec::new();
     for line in found.chunk_by(|a, b| a.0 == b.0) {
@@ -163,7 +179,12 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             it.iter().fold(0u64, |a, e| a.saturating_add(f(e)))
         };
         let (compile_ns, idle_ns) = (sum(&eps, |e| e.span_ns), sum(&eps, |e| e.gpu_idle_ns));
-        let later = &eps[1..];
+        let ran_from = first_run
+            .get(&line[0].0)
+            .map_or(u64::MAX, |&t| t.saturating_sub(origin));
+        // The first compilation unless the function had already run at this line before it.
+        let n_first = usize::from(eps[0].start_ns < ran_from);
+        let later = &eps[n_first..];
         let (re_ns, re_idle) = (sum(later, |e| e.span_ns), sum(later, |e| e.gpu_idle_ns));
         let severity = if later.is_empty() {
             Severity::Low
@@ -195,29 +216,35 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
                 fmt_duration(re_idle)
             )
         };
-        let first = eps[0];
         let times = match eps.len() {
             1 => "once".to_string(),
             n => format!("{n} times"),
         };
         let mut detail = format!(
-            "Dynamo compiled at {}{} {times}: the first at +{} for up to {} (GPU idle {}, {} \
-             compiling CUDA calls)",
+            "Dynamo compiled at {}{} {times}",
             loc.short(),
-            in_function(&loc),
-            fmt_duration(first.start_ns),
-            fmt_duration(first.span_ns),
-            fmt_duration(first.gpu_idle_ns),
-            first.calls
+            in_function(&loc)
         );
+        if let Some(first) = eps.first().filter(|_| n_first == 1) {
+            detail.push_str(&format!(
+                ": first at +{} for up to {} (GPU idle {}, {} compiling CUDA calls)",
+                fmt_duration(first.start_ns),
+                fmt_duration(first.span_ns),
+                fmt_duration(first.gpu_idle_ns),
+                first.calls
+            ));
+        }
         if !later.is_empty() {
             let longest = later.iter().map(|e| e.span_ns).max().unwrap_or(0);
             detail.push_str(&format!(
-                "; then {} more — recompilations (a guard failed) or new graphs (after a graph \
-                 break) — for up to {} in all (longest {}), with the GPU idle {} meanwhile",
+                "{}{} after the compiled code had run at this line — recompilations (a guard \
+                 failed) or new graphs (after a graph break) — for up to {} in all (longest {}, \
+                 the first at +{}), with the GPU idle {} meanwhile",
+                if n_first == 1 { "; then " } else { ": " },
                 later.len(),
                 fmt_duration(re_ns),
                 fmt_duration(longest),
+                fmt_duration(later[0].start_ns),
                 fmt_duration(re_idle)
             ));
         }

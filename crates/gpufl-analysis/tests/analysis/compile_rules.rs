@@ -29,9 +29,11 @@ fn step(b: &mut B, t: u64, stack: StackId) {
 fn a_first_compilation_is_one_off_and_a_later_one_is_a_recompilation() {
     let mut b = B::new();
     let (run, compiling) = stacks(&mut b);
-    // Startup: one call at 1 ms, then compiling: calls from inside Dynamo at 400 ms and 600 ms
+    let setup = b.python("build", SCRIPT, 10);
+    let setup = b.stack(&[setup]);
+    // Startup: one call at 1 ms (setting up, another line), then compiling: calls from inside Dynamo at 400 ms and 600 ms
     // (tracing and code generation make none), then steps every 1 ms from 900 ms.
-    step(&mut b, 1_000_000, run);
+    step(&mut b, 1_000_000, setup);
     step(&mut b, 400_000_000, compiling);
     step(&mut b, 600_000_000, compiling);
     for i in 0..50u64 {
@@ -104,4 +106,31 @@ fn short_compilations_are_left_out() {
     step(&mut b, 1_200_000, compiling);
     step(&mut b, 1_500_000, run);
     assert!(rule(&b.analyze(), "torch-compile").is_empty());
+}
+
+/// A first compilation that hit Inductor's caches made no CUDA call inside Dynamo and is not
+/// seen; a later one (new shapes: kernels autotuned) is, after the compiled code ran at its line:
+/// a recompilation, not a first compilation (the H100 run of `torch_compile_graphs.py
+/// --reshape-at 50`, 2026-11-26).
+#[test]
+fn a_compilation_after_the_code_ran_at_its_line_is_a_recompilation_even_if_alone() {
+    let mut b = B::new();
+    let (run, compiling) = stacks(&mut b);
+    for i in 0..50u64 {
+        step(&mut b, 1_000_000 + i * 1_000_000, run);
+    }
+    step(&mut b, 200_000_000, compiling);
+    // Steps up to 1 s: the recompilation's 250 ms of GPU idle is under half the wall time.
+    for i in 0..700u64 {
+        step(&mut b, 300_000_000 + i * 1_000_000, run);
+    }
+    let a = b.analyze();
+    let v = rule(&a, "torch-compile");
+    assert_eq!(v.len(), 1, "{v:#?}");
+    let Some(RuleData::TorchCompile(d)) = &v[0].data else {
+        panic!("no data")
+    };
+    assert_eq!((d.compilations, d.recompilations), (1, 1));
+    assert_eq!(v[0].severity, Severity::Medium);
+    assert_eq!(d.recompile_ns, 300_000_000 - 50_001_000);
 }
