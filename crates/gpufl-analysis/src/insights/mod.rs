@@ -23,7 +23,7 @@ pub(crate) mod register_spill;
 pub(crate) mod sync_attribution;
 pub(crate) mod throttling;
 pub(crate) mod timeline;
-pub(crate) mod torch_compile;
+pub mod torch_compile;
 pub(crate) mod under_filled_grid;
 pub(crate) mod utilization;
 

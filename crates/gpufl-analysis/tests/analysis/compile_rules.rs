@@ -19,6 +19,16 @@ fn stacks(b: &mut B) -> (StackId, StackId) {
     (run, compiling)
 }
 
+/// The session's one `torch-compile` insight and its data.
+fn only(a: &Analysis) -> (&Insight, &gpufl_analysis::insights::torch_compile::Data) {
+    let v = rule(a, "torch-compile");
+    assert_eq!(v.len(), 1, "{v:#?}");
+    let Some(RuleData::TorchCompile(d)) = &v[0].data else {
+        panic!("no data")
+    };
+    (v[0], d)
+}
+
 /// A sync at `t` (1 µs) with `stack`, and 2 µs of GPU work before it.
 fn step(b: &mut B, t: u64, stack: StackId) {
     b.kernel(t.saturating_sub(3_000), t.saturating_sub(1_000));
@@ -40,15 +50,10 @@ fn a_first_compilation_is_one_off_and_a_later_one_is_a_recompilation() {
         step(&mut b, 900_000_000 + i * 1_000_000, run);
     }
     let a = b.analyze();
-    let v = rule(&a, "torch-compile");
-    assert_eq!(v.len(), 1, "{v:#?}");
-    let i = v[0];
+    let (i, d) = only(&a);
     assert_eq!(i.location.short(), "infer.py:20");
     assert_eq!(i.severity, Severity::Low);
     assert_eq!(i.impact_ns, 0, "a one-off is listed, not ranked");
-    let Some(RuleData::TorchCompile(d)) = &i.data else {
-        panic!("no data")
-    };
     assert_eq!((d.compilations, d.recompilations), (1, 0));
     // From the end of the call at 1 ms to the start of the first step's sync at 900 ms.
     assert_eq!(d.episodes[0].span_ns, 900_000_000 - 1_001_000);
@@ -65,12 +70,7 @@ fn a_first_compilation_is_one_off_and_a_later_one_is_a_recompilation() {
         step(&mut b, 1_350_000_000 + i * 1_000_000, run);
     }
     let a = b.analyze();
-    let v = rule(&a, "torch-compile");
-    assert_eq!(v.len(), 1, "{v:#?}");
-    let i = v[0];
-    let Some(RuleData::TorchCompile(d)) = &i.data else {
-        panic!("no data")
-    };
+    let (i, d) = only(&a);
     assert_eq!((d.compilations, d.recompilations), (2, 1));
     assert_eq!(d.recompile_ns, 1_350_000_000 - (1_049_000_000 + 1_000));
     assert_eq!(i.severity, Severity::Medium);
@@ -125,12 +125,8 @@ fn a_compilation_after_the_code_ran_at_its_line_is_a_recompilation_even_if_alone
         step(&mut b, 300_000_000 + i * 1_000_000, run);
     }
     let a = b.analyze();
-    let v = rule(&a, "torch-compile");
-    assert_eq!(v.len(), 1, "{v:#?}");
-    let Some(RuleData::TorchCompile(d)) = &v[0].data else {
-        panic!("no data")
-    };
+    let (i, d) = only(&a);
     assert_eq!((d.compilations, d.recompilations), (1, 1));
-    assert_eq!(v[0].severity, Severity::Medium);
+    assert_eq!(i.severity, Severity::Medium);
     assert_eq!(d.recompile_ns, 300_000_000 - 50_001_000);
 }
