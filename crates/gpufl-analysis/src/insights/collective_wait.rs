@@ -567,6 +567,15 @@ pub(crate) fn run(
     stretch.sort_unstable();
     let gap_median = (!stretch.is_empty()).then(|| pct(&stretch, 50));
     let explained_count = gaps.iter().filter(|g| explains(g)).count();
+    // How late the rank arrives where its host made it late (the title's figure when host-bound:
+    // the later buckets' small lateness would hide it).
+    let mut explained_late: Vec<u64> = gaps.iter().filter(|g| explains(g)).map(|g| g.3).collect();
+    explained_late.sort_unstable();
+    let title_late = if host_bound && !explained_late.is_empty() {
+        pct(&explained_late, 50)
+    } else {
+        median_late
+    };
     let mut by_loc: HashMap<u32, LocVotes> = HashMap::new();
     // Per location of the call that ended a stretch: the stretch time, votes for the call before.
     let mut where_at: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
@@ -653,7 +662,7 @@ pub(crate) fn run(
         "Collective wait × {} · rank {} arrives {} late at {what} · rank{} {waiting_txt} wait{} {} in it{at_txt}",
         late_colls.len(),
         lr.rank,
-        fmt_duration(median_late),
+        fmt_duration(title_late),
         if waiting.len() == 1 { "" } else { "s" },
         if waiting.len() == 1 { "s" } else { "" },
         fmt_duration(impact),
