@@ -348,6 +348,26 @@ pub enum Purpose {
 pub const SYNC_UNWIND_NS: u64 = 100_000;
 /// Default time bound of a call site's native walk, ns (`GPUFL_SITE_UNWIND_US`).
 pub const SITE_UNWIND_NS: u64 = 5_000;
+/// Default time bound of the native walk of a synchronization whose line its Python frames give
+/// (its own or, on a thread running no Python, those of the thread driving it), ns
+/// (`GPUFL_SYNC_PY_UNWIND_US`). The native frames under Python (the interpreter, the framework's
+/// C++, CUDA) are detail there: a cold first walk of them took 26-227 µs in the Trainer on the
+/// H100 (always-on, 2026-11-25), the p99 of synchronization captures over 10 µs. A walk cut short
+/// keeps its Python frames and the native frames walked so far; the next due sighting of the site
+/// walks again, further each time as the thread's unwind-rule cache fills.
+pub const SYNC_PY_UNWIND_NS: u64 = 6_000;
+
+/// [`SYNC_PY_UNWIND_NS`], or `GPUFL_SYNC_PY_UNWIND_US` (µs, ≥ 1).
+pub fn sync_py_unwind_ns() -> u64 {
+    static N: OnceLock<u64> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("GPUFL_SYNC_PY_UNWIND_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&n| n >= 1)
+            .map_or(SYNC_PY_UNWIND_NS, |us| us * 1000)
+    })
+}
 
 /// Time bound of a call site's native walk, ns: `GPUFL_SITE_UNWIND_US` (µs, ≥ 1) or
 /// [`SITE_UNWIND_NS`].
@@ -412,6 +432,10 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
     // Unoptimized builds (the test suite's) walk some 50 times slower: same walks, wider bounds.
     let scale = if cfg!(debug_assertions) { 50 } else { 1 };
     let bound = match purpose {
+        Purpose::Sync if pn > 0 => unwind::Bound {
+            time_ns: sync_py_unwind_ns() * scale,
+            defer_rescan: false,
+        },
         Purpose::Sync => unwind::Bound {
             time_ns: SYNC_UNWIND_NS * scale,
             defer_rescan: false,
