@@ -22,6 +22,7 @@
 
 #include <cuda_runtime.h>
 
+#ifndef CHECK
 #define CHECK(x)                                                                   \
     do {                                                                           \
         cudaError_t e_ = (x);                                                      \
@@ -30,6 +31,7 @@
             std::exit(1);                                                          \
         }                                                                          \
     } while (0)
+#endif
 
 constexpr int N = 1 << 22;  // elements
 constexpr int BLOCK = 256;
@@ -116,6 +118,7 @@ __global__ void padded_shared(const float* in, float* out) {
     out[i] = acc;
 }
 
+#ifndef KERNEL_DETAIL_NO_MAIN  // scripts/probe/pcsampling.cu includes the kernels alone
 static double checksum(const float* d, int n) {
     std::vector<float> h(n);
     CHECK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -152,3 +155,4 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(out));
     return 0;
 }
+#endif  // KERNEL_DETAIL_NO_MAIN

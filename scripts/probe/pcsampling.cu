@@ -1,7 +1,7 @@
 // pcsampling.cu - probe for issue 19: does CUPTI's PC sampling API work on the device machine,
 // what does it cost, and can its PCs be mapped to source lines? Not part of gpufl.
 //
-// Runs the divergent kernel of examples/kernel_detail.cu (and its uniform twin) with PC sampling
+// Runs the divergent kernel and the strided load of examples/kernel_detail.cu with PC sampling
 // enabled in kernel-serialized mode, reads the samples after each kernel, maps each PC to its
 // source line through the cubin CUPTI hands over at module load (cuptiGetSassToSourceCorrelation),
 // and prints per line: samples and the top stall reasons. Then the same launches without PC
@@ -29,35 +29,9 @@
 #define RT(x) do { cudaError_t r_ = (x); if (r_ != cudaSuccess) { std::printf("%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(r_)); std::exit(1); } } while (0)
 #define CP(x) do { CUptiResult r_ = (x); if (r_ != CUPTI_SUCCESS) { const char* s_ = nullptr; cuptiGetResultString(r_, &s_); std::printf("%s:%d: %s: CUPTI error %d %s\n", __FILE__, __LINE__, #x, (int)r_, s_ ? s_ : ""); std::exit(2); } } while (0)
 
-constexpr int N = 1 << 22;
-constexpr int BLOCK = 256;
-constexpr int ROUNDS = 64;
-
-__device__ __noinline__ float path_a(float v) {
-    for (int r = 0; r < ROUNDS; ++r) v = __sinf(v) * 1.0001f + 0.5f;
-    return v;
-}
-__device__ __noinline__ float path_b(float v) {
-    for (int r = 0; r < 2 * ROUNDS; ++r) v = v / (1.0f + v * v) - 0.25f;
-    return v;
-}
-__global__ void divergent(const float* in, float* out) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    float v = in[i];
-    if (threadIdx.x & 1) {  // probe: divergent-branch
-        v = path_a(v);
-    } else {
-        v = path_b(v);
-    }
-    out[i] = v;
-}
-__global__ void strided_load(const float* in, float* out) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int j = (int)(((long long)i * 32) % N) + i / (N / 32);
-    out[i] = in[j] * 2.0f;  // probe: strided-load
-}
+// The kernels of examples/kernel_detail.cu (divergent, strided_load, ...), without its main.
+#define KERNEL_DETAIL_NO_MAIN
+#include "../../examples/kernel_detail.cu"
 
 // Cubins seen at module load: (crc, bytes).
 static std::vector<std::pair<uint64_t, std::vector<char>>> g_cubins;
@@ -146,22 +120,22 @@ int main(int argc, char** argv) {
     for (size_t r = 0; r < nreasons; ++r) reason_name[indices[r]] = names[r];
 
     const size_t MAXPCS = 4096;
-    CUpti_PCSamplingData buf = {};
-    buf.size = sizeof(CUpti_PCSamplingData);
-    buf.collectNumPcs = MAXPCS;
-    buf.pPcData = (CUpti_PCSamplingPCData*)std::calloc(MAXPCS, sizeof(CUpti_PCSamplingPCData));
-    for (size_t p = 0; p < MAXPCS; ++p) {
-        buf.pPcData[p].size = sizeof(CUpti_PCSamplingPCData);
-        buf.pPcData[p].stallReason = (CUpti_PCSamplingStallReason*)std::calloc(nreasons, sizeof(CUpti_PCSamplingStallReason));
-    }
-    CUpti_PCSamplingData buf2 = {};
-    buf2.size = sizeof(CUpti_PCSamplingData);
-    buf2.collectNumPcs = MAXPCS;
-    buf2.pPcData = (CUpti_PCSamplingPCData*)std::calloc(MAXPCS, sizeof(CUpti_PCSamplingPCData));
-    for (size_t p = 0; p < MAXPCS; ++p) {
-        buf2.pPcData[p].size = sizeof(CUpti_PCSamplingPCData);
-        buf2.pPcData[p].stallReason = (CUpti_PCSamplingStallReason*)std::calloc(nreasons, sizeof(CUpti_PCSamplingStallReason));
-    }
+    auto alloc_buffer = [&](CUpti_PCSamplingData& b) {
+        b = {};
+        b.size = sizeof(CUpti_PCSamplingData);
+        b.collectNumPcs = MAXPCS;
+        b.pPcData = (CUpti_PCSamplingPCData*)std::calloc(MAXPCS, sizeof(CUpti_PCSamplingPCData));
+        for (size_t p = 0; p < MAXPCS; ++p) {
+            b.pPcData[p].size = sizeof(CUpti_PCSamplingPCData);
+            b.pPcData[p].stallReason =
+                (CUpti_PCSamplingStallReason*)std::calloc(nreasons, sizeof(CUpti_PCSamplingStallReason));
+        }
+    };
+    // The buffer given with the configuration (where kernel-serialized mode leaves each kernel's
+    // PCs), and one for cuptiPCSamplingGetData.
+    CUpti_PCSamplingData buf, buf2;
+    alloc_buffer(buf);
+    alloc_buffer(buf2);
     int period = argc > 2 ? std::atoi(argv[2]) : 12;
     size_t scratch_mb = argc > 3 ? std::atoi(argv[3]) : 64;
     std::vector<CUpti_PCSamplingConfigurationInfo> cfg(5);
