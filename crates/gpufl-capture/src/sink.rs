@@ -605,6 +605,14 @@ mod tests {
     use super::*;
 
     /// A sink writing a trace file at `path`.
+    /// The hot-path queues a sink drains (samples, API calls, graph-node clones, streams) are
+    /// process-wide: a test that fills or drains them holds this, so that another test's sink does
+    /// not take its records (a race seen as a missing cloned `gnode`).
+    fn queues() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn sink_at(path: &std::path::Path) -> Sink {
         let w = TraceWriter::new(
             BufWriter::new(File::create(path).unwrap()),
@@ -612,6 +620,20 @@ mod tests {
         )
         .unwrap();
         Sink::new(w, None)
+    }
+
+    /// Feed the sink a kernel record over `[start, end]` whose name is the NUL-terminated `name`
+    /// (CUPTI hands names by address).
+    fn feed_kernel(sink: &mut Sink, name: &[u8], start: u64, end: u64) {
+        sink.take_decoded(Decoded::Kernel {
+            name: name.as_ptr().cast(),
+            kernel: Kernel {
+                start,
+                end,
+                ..Kernel::default()
+            },
+        })
+        .unwrap();
     }
 
     /// The records of a trace file.
@@ -623,26 +645,16 @@ mod tests {
     /// module unload that address may hold another name, which must then be read again.
     #[test]
     fn kernel_name_cache_is_cleared_by_a_module_unload() {
+        let _queues = queues();
         let path =
             std::env::temp_dir().join(format!("gpufl-sink-{}.ndjson.zst", std::process::id()));
         let mut sink = sink_at(&path);
         let mut buf = *b"_Z5firstv\0\0";
-        let kernel = |sink: &mut Sink, buf: &[u8]| {
-            sink.take_decoded(Decoded::Kernel {
-                name: buf.as_ptr().cast(),
-                kernel: Kernel {
-                    start: 1,
-                    end: 2,
-                    ..Kernel::default()
-                },
-            })
-            .unwrap();
-        };
-        kernel(&mut sink, &buf);
-        kernel(&mut sink, &buf);
+        feed_kernel(&mut sink, &buf, 1, 2);
+        feed_kernel(&mut sink, &buf, 1, 2);
         buf[..10].copy_from_slice(b"_Z6secondv");
         MODULE_UNLOADS.fetch_add(1, Ordering::Release);
-        kernel(&mut sink, &buf);
+        feed_kernel(&mut sink, &buf, 1, 2);
         sink.take_decoded(Decoded::Kernel {
             name: std::ptr::null(),
             kernel: Kernel {
@@ -673,6 +685,7 @@ mod tests {
 
     #[test]
     fn launch_calls_timed_by_the_callbacks_are_written_as_api_records() {
+        let _queues = queues();
         let path =
             std::env::temp_dir().join(format!("gpufl-sink-api-{}.ndjson.zst", std::process::id()));
         let mut sink = sink_at(&path);
@@ -720,6 +733,7 @@ mod tests {
 
     #[test]
     fn graph_nodes_are_written_with_their_creation_stack_or_origin() {
+        let _queues = queues();
         let path =
             std::env::temp_dir().join(format!("gpufl-sink-gn-{}.ndjson.zst", std::process::id()));
         let mut sink = sink_at(&path);
@@ -761,20 +775,13 @@ mod tests {
 
     #[test]
     fn a_kernel_compiled_after_the_first_scan_gets_its_source_from_a_later_one() {
+        let _queues = queues();
         let dir = std::env::temp_dir().join(format!("gpufl-sink-ind2-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.ndjson.zst");
         let mut sink = sink_at(&path).with_inductor(crate::inductor::Index::new(vec![dir.clone()]));
         let name = *b"triton_per_fused_sum_3\0";
-        sink.take_decoded(Decoded::Kernel {
-            name: name.as_ptr().cast(),
-            kernel: Kernel {
-                start: 1,
-                end: 2,
-                ..Kernel::default()
-            },
-        })
-        .unwrap();
+        feed_kernel(&mut sink, &name, 1, 2);
         assert_eq!(sink.pending_sources.len(), 1);
         std::fs::write(dir.join("k.py"), "def triton_per_fused_sum_3(x):\n").unwrap();
         sink.drain_samples().unwrap(); // within a second of the first scan: not yet
@@ -793,6 +800,7 @@ mod tests {
 
     #[test]
     fn inductor_kernels_get_a_function_record_with_their_source_once() {
+        let _queues = queues();
         let dir = std::env::temp_dir().join(format!("gpufl-sink-ind-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("ab")).unwrap();
         std::fs::write(
@@ -806,15 +814,7 @@ mod tests {
         let b = *b"triton_poi_fused_add_0\0"; // the same name at another address
         let c = *b"_Z5otherv\0";
         for name in [&a[..], &a[..], &b[..], &c[..]] {
-            sink.take_decoded(Decoded::Kernel {
-                name: name.as_ptr().cast(),
-                kernel: Kernel {
-                    start: 1,
-                    end: 2,
-                    ..Kernel::default()
-                },
-            })
-            .unwrap();
+            feed_kernel(&mut sink, name, 1, 2);
         }
         sink.finish("test").unwrap();
         let mut strings = HashMap::new();
@@ -842,6 +842,7 @@ mod tests {
 
     #[test]
     fn records_of_work_in_flight_are_counted_not_written() {
+        let _queues = queues();
         let path = std::env::temp_dir().join(format!(
             "gpufl-sink-inflight-{}.ndjson.zst",
             std::process::id()
@@ -849,15 +850,7 @@ mod tests {
         let mut sink = sink_at(&path);
         let name = b"_Z1kv\0";
         for (start, end) in [(0, 0), (5, 0), (10, 4), (7, 9)] {
-            sink.take_decoded(Decoded::Kernel {
-                name: name.as_ptr().cast(),
-                kernel: Kernel {
-                    start,
-                    end,
-                    ..Kernel::default()
-                },
-            })
-            .unwrap();
+            feed_kernel(&mut sink, name, start, end);
         }
         sink.take_decoded(Decoded::Memcpy(Memcpy::default()))
             .unwrap();
