@@ -11,6 +11,16 @@ pub fn union_ns(intervals: &mut [(u64, u64)]) -> u64 {
     merge(intervals).iter().map(|&(s, e)| e - s).sum()
 }
 
+/// Time of `[a, b)` inside sorted, disjoint intervals.
+pub(crate) fn overlap_ns(iv: &[(u64, u64)], a: u64, b: u64) -> u64 {
+    let i = iv.partition_point(|p| p.1 <= a);
+    iv[i..]
+        .iter()
+        .take_while(|p| p.0 < b)
+        .map(|p| b.min(p.1).saturating_sub(a.max(p.0)))
+        .sum()
+}
+
 /// Sort and merge in place; returns the merged prefix (disjoint, ascending, non-empty intervals).
 /// Touching intervals (`a.end == b.start`) are merged.
 pub(crate) fn merge(iv: &mut [(u64, u64)]) -> &[(u64, u64)] {

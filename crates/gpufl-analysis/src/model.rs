@@ -888,7 +888,7 @@ impl Model {
     /// Time inside `[a, b)` in which the GPU was not observed, ns (= [`Model::paused_in`] in a
     /// default-mode session).
     pub fn unobserved_in(&self, a: u64, b: u64) -> u64 {
-        overlap(&self.unobserved, a, b)
+        crate::intervals::overlap_ns(&self.unobserved, a, b)
     }
 
     /// The GPU-observed intervals inside the session's time range, sorted and disjoint.
@@ -966,7 +966,7 @@ impl Model {
 
     /// Paused time inside `[a, b)`, ns.
     pub fn paused_in(&self, a: u64, b: u64) -> u64 {
-        overlap(&self.paused, a, b)
+        crate::intervals::overlap_ns(&self.paused, a, b)
     }
 
     /// Devices with at least one kernel, copy or memset, ascending.
@@ -1016,16 +1016,6 @@ impl Model {
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
-}
-
-/// Time of `[a, b)` inside sorted, disjoint intervals.
-fn overlap(iv: &[(u64, u64)], a: u64, b: u64) -> u64 {
-    let i = iv.partition_point(|p| p.1 <= a);
-    iv[i..]
-        .iter()
-        .take_while(|p| p.0 < b)
-        .map(|p| b.min(p.1).saturating_sub(a.max(p.0)))
-        .sum()
 }
 
 /// Why a window of an always-on session was open (`window.reason`).

@@ -162,7 +162,9 @@ pub fn range_rollup(m: &Model, busy: &DeviceBusy) -> Vec<RangeRollup> {
         e.count += 1;
         e.wall_ns = e.wall_ns.saturating_add(d);
         e.max_ns = e.max_ns.max(d);
-        e.gpu_busy_ns = e.gpu_busy_ns.saturating_add(overlap(gpu, r.start, r.end));
+        e.gpu_busy_ns = e
+            .gpu_busy_ns
+            .saturating_add(crate::intervals::overlap_ns(gpu, r.start, r.end));
         e.cross_thread += u64::from(r.end_tid.is_some_and(|t| t != r.tid));
     }
     let mut v: Vec<RangeRollup> = by_name.into_values().collect();
@@ -319,7 +321,7 @@ pub fn rollup(m: &Model, busy: &DeviceBusy) -> Vec<ScopeRollup> {
         r.count += 1;
         r.wall_ns += b - a;
         r.unclosed += u64::from(!s.closed);
-        r.gpu_busy_ns += overlap(gpu, a, b);
+        r.gpu_busy_ns += crate::intervals::overlap_ns(gpu, a, b);
         for &(ss, se) in in_range(syncs.get(&s.tid).unwrap_or(&empty), a, b) {
             r.syncs += 1;
             r.sync_blocked_ns += se.min(b) - ss;
@@ -388,14 +390,4 @@ fn in_range(v: &[(u64, u64)], a: u64, b: u64) -> &[(u64, u64)] {
     let lo = v.partition_point(|x| x.0 < a);
     let hi = v.partition_point(|x| x.0 < b);
     &v[lo..hi.max(lo)]
-}
-
-/// Length of [a, b) covered by sorted disjoint intervals.
-fn overlap(iv: &[(u64, u64)], a: u64, b: u64) -> u64 {
-    let i = iv.partition_point(|x| x.1 <= a);
-    iv[i..]
-        .iter()
-        .take_while(|x| x.0 < b)
-        .map(|x| x.1.min(b).saturating_sub(x.0.max(a)))
-        .sum()
 }

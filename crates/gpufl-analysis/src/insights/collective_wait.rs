@@ -434,49 +434,11 @@ pub(crate) fn run(
             (loc, src, s.tid.map(|t| (t, s.start)))
         }
     };
-    // The line of the call at `calls[pos]` that ended a stretch; a call without a call-site stack
-    // of its own (launches are sampled) takes the first call after it on the same thread that has
+    // The line of the call at `calls[pos]` that ended a stretch. A launch without a call-site
+    // stack of its own (launches are sampled) takes the sampled call sites of the same kernel
+    // function from the same thread; else the first call after it on the same thread that has
     // one, before that thread's next synchronization (at most 256 calls on): the host reached
     // that line right after the stretch.
-    // A launch without a call site of its own first takes the most frequent sampled call site of
-    // the same kernel function launched from the same thread (the loop's earlier steps, sampled
-    // while the sampler's schedule was dense): `(kernel name, thread) -> location`.
-    let site_of_kernel_on_thread = std::cell::OnceCell::new();
-    type KernelSites = (HashMap<u32, u32>, HashMap<(u32, u64), u32>);
-    let kernel_on_thread_loc = |corr: u32, tid: u64| -> Option<u32> {
-        let (name_of, map): &KernelSites = site_of_kernel_on_thread.get_or_init(|| {
-            let name_of: HashMap<u32, u32> = m
-                .kernels
-                .corr
-                .iter()
-                .zip(m.kernel_names())
-                .filter(|&(c, _)| c != 0)
-                .collect();
-            let mut votes: HashMap<(u32, u64), HashMap<u32, u64>> = HashMap::new();
-            for &(c, _, _, _) in &m.callsites {
-                let (Some(&name), Some(a), Some(loc)) =
-                    (name_of.get(&c), cx.api(c), cx.callsite_loc(c))
-                else {
-                    continue;
-                };
-                *votes
-                    .entry((name, a.tid))
-                    .or_default()
-                    .entry(loc)
-                    .or_default() += 1;
-            }
-            let map = votes
-                .into_iter()
-                .filter_map(|(k, v)| {
-                    v.into_iter()
-                        .max_by_key(|&(loc, n)| (n, std::cmp::Reverse(loc)))
-                        .map(|(loc, _)| (k, loc))
-                })
-                .collect();
-            (name_of, map)
-        });
-        map.get(&(*name_of.get(&corr)?, tid)).copied()
-    };
     let stretch_end_loc = |pos: usize| -> (u32, LocationSource, Option<(u64, u64)>) {
         let first = call_loc(calls[pos].2);
         if first.1 <= LocationSource::Sync || pos >= calls.len() {
@@ -487,7 +449,7 @@ pub(crate) fn run(
         };
         if calls[pos].2 < na {
             let a = m.api(calls[pos].2);
-            if let Some(loc) = kernel_on_thread_loc(a.corr, a.tid) {
+            if let Some(loc) = locator.kernel_thread_line(a.corr, a.tid) {
                 return (loc, LocationSource::KernelCallsites, first.2);
             }
         }

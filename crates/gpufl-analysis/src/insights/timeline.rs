@@ -475,6 +475,15 @@ impl BusyIndex {
     }
 }
 
+/// Kernels outside graphs and their sampled launches, for the kernel-function fallbacks.
+#[derive(Default)]
+struct SampledLaunches {
+    /// (correlation id, kernel name), sorted.
+    kernels: Vec<(u32, u32)>,
+    /// (kernel name, launching thread or `u64::MAX`, location) of each located sampled launch.
+    votes: Vec<(u32, u64, u32)>,
+}
+
 /// Finds the user line of a GPU op's API call, with lazily built indexes.
 pub(super) struct Locator<'a> {
     cx: &'a Ctx<'a>,
@@ -482,8 +491,12 @@ pub(super) struct Locator<'a> {
     syncs_by_tid: OnceCell<Vec<(u64, u64, u32)>>,
     /// (start, loc) of the same syncs, sorted.
     syncs_by_start: OnceCell<Vec<(u64, u32)>>,
+    /// The sampled launches of kernels outside graphs (see [`Locator::sampled_launches`]).
+    launches: OnceCell<SampledLaunches>,
     /// (kernel name, most frequent call-site location) of kernels with sampled call sites.
     name_lines: OnceCell<Vec<(u32, u32)>>,
+    /// ((kernel name, launching thread), most frequent call-site location).
+    thread_lines: OnceCell<Vec<((u32, u64), u32)>>,
     /// (graph id, most frequent location of its sampled graph launches).
     graph_lines: OnceCell<Vec<(u32, u32)>>,
 }
@@ -494,7 +507,9 @@ impl<'a> Locator<'a> {
             cx,
             syncs_by_tid: OnceCell::new(),
             syncs_by_start: OnceCell::new(),
+            launches: OnceCell::new(),
             name_lines: OnceCell::new(),
+            thread_lines: OnceCell::new(),
             graph_lines: OnceCell::new(),
         }
     }
@@ -556,17 +571,18 @@ impl<'a> Locator<'a> {
         v.get(i).filter(|r| r.0 == graph).map(|r| r.1)
     }
 
-    /// The most frequent call-site location of sampled launches of a kernel function.
-    pub(super) fn kernel_name_line(&self, name: u32) -> Option<u32> {
-        let v = self.name_lines.get_or_init(|| {
+    /// Kernels outside graphs by correlation id, and the sampled launches among them with a
+    /// located stack (a walk cut short in CUDA is left out). Graph kernels are left out: a node's
+    /// kernel function may also be launched directly, elsewhere (graph_replay.cu's `mix`), and
+    /// its call site is a graph launch's.
+    fn sampled_launches(&self) -> &SampledLaunches {
+        self.launches.get_or_init(|| {
             let m = self.cx.m;
             if m.callsites.is_empty() {
-                return Vec::new();
+                return SampledLaunches::default();
             }
-            // Graph kernels are left out: a node's kernel function may also be launched
-            // directly, elsewhere (graph_replay.cu's `mix`), and its call site is a graph launch's.
             let in_graph = super::graphs::graph_kernel_mask(m);
-            let mut kc: Vec<(u32, u32)> = m
+            let mut kernels: Vec<(u32, u32)> = m
                 .kernels
                 .corr
                 .iter()
@@ -575,25 +591,69 @@ impl<'a> Locator<'a> {
                 .filter(|&(i, (c, _))| c != 0 && !in_graph.get(i).copied().unwrap_or(false))
                 .map(|(_, x)| x)
                 .collect();
-            kc.sort_unstable();
-            kc.dedup_by_key(|x| x.0);
-            // (name, loc) of every sampled launch: a merge join of the two sorted lists.
-            let mut votes: Vec<(u32, u32)> = Vec::new();
+            kernels.sort_unstable();
+            kernels.dedup_by_key(|x| x.0);
+            // A merge join of the two lists, both sorted by correlation id.
+            let mut votes = Vec::new();
             let mut j = 0;
             for &(corr, stack, _, _) in &m.callsites {
-                while j < kc.len() && kc[j].0 < corr {
+                while j < kernels.len() && kernels[j].0 < corr {
                     j += 1;
                 }
-                if j < kc.len() && kc[j].0 == corr && !self.cx.stack_is_cut(stack) {
+                if j < kernels.len() && kernels[j].0 == corr && !self.cx.stack_is_cut(stack) {
                     if let Some(&loc) = self.cx.stack_loc.get(stack as usize) {
-                        votes.push((kc[j].1, loc));
+                        let tid = self.cx.api(corr).map_or(u64::MAX, |a| a.tid);
+                        votes.push((kernels[j].1, tid, loc));
                     }
                 }
             }
-            most_frequent_per_key(votes)
+            SampledLaunches { kernels, votes }
+        })
+    }
+
+    /// The most frequent call-site location of sampled launches of a kernel function.
+    pub(super) fn kernel_name_line(&self, name: u32) -> Option<u32> {
+        let v = self.name_lines.get_or_init(|| {
+            let votes = self.sampled_launches().votes.iter();
+            most_frequent_per_key(votes.map(|&(n, _, l)| (n, l)).collect())
         });
         let i = v.partition_point(|&(n, _)| n < name);
         v.get(i).filter(|r| r.0 == name).map(|r| r.1)
+    }
+
+    /// The most frequent call-site location of the sampled launches of the kernel function that
+    /// the launch with correlation id `corr` ran, launched from thread `tid` (a loop's earlier
+    /// iterations, sampled while the sampler's schedule was dense, name the line of a later,
+    /// unsampled launch of the same kernel from the same thread).
+    pub(super) fn kernel_thread_line(&self, corr: u32, tid: u64) -> Option<u32> {
+        let s = self.sampled_launches();
+        let k = s.kernels.partition_point(|&(c, _)| c < corr);
+        let name = s.kernels.get(k).filter(|x| x.0 == corr)?.1;
+        let v = self.thread_lines.get_or_init(|| {
+            let mut votes: Vec<((u32, u64), u32)> =
+                s.votes.iter().map(|&(n, t, l)| ((n, t), l)).collect();
+            votes.sort_unstable();
+            // Per key, the most frequent location (ties: the smallest).
+            let mut out: Vec<((u32, u64), u32)> = Vec::new();
+            let mut best = 0usize;
+            for run in votes.chunk_by(|a, b| a == b) {
+                match out.last_mut() {
+                    Some(last) if last.0 == run[0].0 => {
+                        if run.len() > best {
+                            *last = run[0];
+                            best = run.len();
+                        }
+                    }
+                    _ => {
+                        out.push(run[0]);
+                        best = run.len();
+                    }
+                }
+            }
+            out
+        });
+        let i = v.partition_point(|&(key, _)| key < (name, tid));
+        v.get(i).filter(|r| r.0 == (name, tid)).map(|r| r.1)
     }
 
     /// The user line of the call with correlation id `corr` (a kernel launch when `kernel_name`

@@ -147,7 +147,8 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
                     Episode {
                         start_ns: from.saturating_sub(origin),
                         span_ns: span,
-                        gpu_idle_ns: span.saturating_sub(busy_within(all_busy, from, to)),
+                        gpu_idle_ns: span
+                            .saturating_sub(crate::intervals::overlap_ns(all_busy, from, to)),
                         calls: run.len() as u64,
                         tid: run[0].0 .2,
                     },
@@ -290,15 +291,4 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         });
     }
     out
-}
-
-/// Busy time of merged, sorted `intervals` inside `[a, b)`.
-fn busy_within(intervals: &[(u64, u64)], a: u64, b: u64) -> u64 {
-    let i = intervals.partition_point(|iv| iv.1 <= a);
-    intervals[i..]
-        .iter()
-        .take_while(|iv| iv.0 < b)
-        .fold(0u64, |acc, iv| {
-            acc.saturating_add(iv.1.min(b).saturating_sub(iv.0.max(a)))
-        })
 }
