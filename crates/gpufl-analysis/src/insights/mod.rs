@@ -324,8 +324,14 @@ impl<'a> Ctx<'a> {
                 })
             })
             .collect();
-        let stack_cut: Vec<bool> = (0..m.stack_count())
-            .map(|s| crate::userframe::is_cut_in_cuda(m, StackId(s as u32)))
+        // Only a stack without a user or library line can be a walk cut short in CUDA.
+        let stack_cut: Vec<bool> = stack_loc
+            .iter()
+            .enumerate()
+            .map(|(s, &l)| {
+                locs[l as usize].is_unattributed()
+                    && crate::userframe::is_cut_in_cuda(m, StackId(s as u32))
+            })
             .collect();
         let mut loc_via = vec![LocVia::default(); locs.len()];
         for (s, &l) in stack_loc.iter().enumerate() {
