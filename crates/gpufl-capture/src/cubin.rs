@@ -55,10 +55,10 @@ pub const EIATTR_MAX_STACK_SIZE: u8 = 0x23;
 /// Images larger than this are not parsed (the largest cubins of vendor libraries are a few MiB).
 pub const MAX_CUBIN_BYTES: usize = 64 << 20;
 
-const SHT_SYMTAB: u32 = 2;
+pub(crate) const SHT_SYMTAB: u32 = 2;
 const SHT_NOBITS: u32 = 8;
 const SHDR_SIZE: usize = 64;
-const SYM_SIZE: usize = 24;
+pub(crate) const SYM_SIZE: usize = 24;
 
 /// One function's stack sizes, bytes per thread.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -84,40 +84,43 @@ pub enum CubinError {
     Malformed(&'static str),
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+pub(crate) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(
         b.get(at..at.checked_add(2)?)?.try_into().ok()?,
     ))
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(
         b.get(at..at.checked_add(4)?)?.try_into().ok()?,
     ))
 }
 
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+pub(crate) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(
         b.get(at..at.checked_add(8)?)?.try_into().ok()?,
     ))
 }
 
 /// A NUL-terminated string at `at` of a string table (empty when out of bounds).
-fn c_str(table: &[u8], at: usize) -> &[u8] {
+pub(crate) fn c_str(table: &[u8], at: usize) -> &[u8] {
     let rest = table.get(at..).unwrap_or(&[]);
     let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
     &rest[..end]
 }
 
-struct Section<'a> {
-    name: &'a [u8],
-    kind: u32,
-    link: u32,
-    data: &'a [u8],
+pub(crate) struct Section<'a> {
+    pub(crate) name: &'a [u8],
+    pub(crate) kind: u32,
+    pub(crate) flags: u64,
+    pub(crate) addr: u64,
+    pub(crate) link: u32,
+    pub(crate) info: u32,
+    pub(crate) data: &'a [u8],
 }
 
 /// The section headers of an ELF64 little-endian image, with their names and contents.
-fn sections(b: &[u8]) -> Result<Vec<Section<'_>>, CubinError> {
+pub(crate) fn sections(b: &[u8]) -> Result<Vec<Section<'_>>, CubinError> {
     if b.len() > MAX_CUBIN_BYTES {
         return Err(CubinError::TooLarge);
     }
@@ -155,7 +158,8 @@ fn sections(b: &[u8]) -> Result<Vec<Section<'_>>, CubinError> {
     for h in (shoff..table_end).step_by(SHDR_SIZE) {
         let get32 = |o| u32_at(b, h + o).ok_or(bad("section header"));
         let get64 = |o| u64_at(b, h + o).ok_or(bad("section header"));
-        let (name, kind, link) = (get32(0)? as usize, get32(4)?, get32(40)?);
+        let (name, kind, link, info) = (get32(0)? as usize, get32(4)?, get32(40)?, get32(44)?);
+        let (flags, addr) = (get64(8)?, get64(16)?);
         let (off, size) = (get64(24)? as usize, get64(32)? as usize);
         let data = if kind == SHT_NOBITS {
             &[][..]
@@ -168,7 +172,10 @@ fn sections(b: &[u8]) -> Result<Vec<Section<'_>>, CubinError> {
         out.push(Section {
             name: &[],
             kind,
+            flags,
+            addr,
             link,
+            info,
             data,
         });
     }

@@ -12,6 +12,7 @@ pub mod cbids;
 pub mod collection;
 pub mod crash;
 pub mod cubin;
+pub mod cubin_lines;
 pub mod cupti;
 pub mod device;
 pub mod dl;
