@@ -123,6 +123,10 @@ pub struct KernelRow {
     /// says it was generated from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<KernelSource>,
+    /// What the recorder counted inside the kernel (`kdetail` records: lanes per warp
+    /// instruction, global sectors per request, bank conflicts), when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<crate::kdetail::DetailSummary>,
     /// The device's busy time (union of kernels, copies, memsets), ns.
     #[serde(skip)]
     pub(crate) device_busy_ns: u64,
@@ -775,6 +779,9 @@ fn table_in_pieces(
                 comm: crate::comm::is_comm_kernel(&name),
                 stack_frame: frames.get(name.as_str()).copied(),
                 source: sources.get(name.as_str()).cloned(),
+                detail: m
+                    .kernel_detail(&name, dev)
+                    .map(crate::kdetail::DetailSummary::of),
                 name,
                 device: dev,
                 launches,

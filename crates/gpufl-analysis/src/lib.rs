@@ -39,6 +39,7 @@ pub mod error;
 mod fold;
 pub mod insights;
 pub mod intervals;
+pub mod kdetail;
 pub mod kernels;
 pub mod model;
 pub mod occupancy;

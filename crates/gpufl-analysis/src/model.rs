@@ -158,6 +158,11 @@ pub struct Model {
     pub(crate) graph_kernels: Vec<(u32, GraphNode)>,
     /// Copies and memsets a CUDA graph launch ran: (index into `copies`, graph node), in order.
     pub(crate) graph_copies: Vec<(u32, GraphNode)>,
+    /// `kdetail` and `kstall` records while loading; merged into `kernel_details` and
+    /// `kernel_stalls` at the end.
+    detail_store: crate::kdetail::DetailStore,
+    kernel_details: Vec<crate::kdetail::KernelDetail>,
+    kernel_stalls: Vec<crate::kdetail::KernelStalls>,
 }
 
 /// Distinct device ids a session may have (far more GPUs than any machine has): records of further
@@ -637,7 +642,27 @@ impl Model {
                     self.beyond_devices += 1;
                 }
             }
+            Record::Kdetail(k) => {
+                let name = self.str_ref(ld, k.name);
+                let files = self.detail_files(ld, k.lines.iter().map(|l| l.file));
+                self.detail_store.add_detail(&k, name, &files);
+            }
+            Record::Kstall(k) => {
+                let name = self.str_ref(ld, k.name);
+                let files = self.detail_files(ld, k.lines.iter().map(|l| l.file));
+                self.detail_store.add_stalls(&k, name, &files);
+            }
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
+        }
+    }
+
+    /// Model string ids of a kernel-detail record's files; once the store holds all the lines it
+    /// keeps, ids not yet seen are not given a slot ([`NONE`]).
+    fn detail_files(&mut self, ld: &mut Loader, files: impl Iterator<Item = StrId>) -> Vec<u32> {
+        if self.detail_store.lines_full() {
+            files.map(|f| ld.strs.get(f.0).unwrap_or(NONE)).collect()
+        } else {
+            files.map(|f| self.str_ref(ld, f)).collect()
         }
     }
 
@@ -749,6 +774,13 @@ impl Model {
         self.paused = paused_ranges(std::mem::take(&mut self.capture_marks));
         self.windows.sort_by_key(|w| (w.start, w.end));
         self.unobserved = self.unobserved_ranges();
+        if !self.detail_store.is_empty() {
+            let store = std::mem::take(&mut self.detail_store);
+            let (details, stalls, w) = store.finish(|id| self.str(StrId(id)).to_string());
+            self.kernel_details = details;
+            self.kernel_stalls = stalls;
+            self.warnings.extend(w);
+        }
         let (scopes, scope_warnings) =
             crate::scopes::build(std::mem::take(&mut self.scope_raw), self.last_ns);
         self.scopes = scopes;
@@ -1012,6 +1044,36 @@ impl Model {
     pub fn telemetry(&self) -> &[crate::telemetry::Series] {
         &self.telemetry.series
     }
+    /// Instruction-level counters of kernels (`kdetail` records), merged per kernel name and
+    /// device, by name then device.
+    pub fn kernel_details(&self) -> &[crate::kdetail::KernelDetail] {
+        &self.kernel_details
+    }
+
+    /// The merged counters of a kernel name on a device.
+    pub fn kernel_detail(&self, name: &str, dev: u32) -> Option<&crate::kdetail::KernelDetail> {
+        let i = self
+            .kernel_details
+            .binary_search_by(|d| (d.name.as_str(), d.device).cmp(&(name, dev)))
+            .ok()?;
+        self.kernel_details.get(i)
+    }
+
+    /// PC sampling's stall reasons of kernels (`kstall` records), merged per kernel name and
+    /// device, by name then device.
+    pub fn kernel_stalls(&self) -> &[crate::kdetail::KernelStalls] {
+        &self.kernel_stalls
+    }
+
+    /// The merged stall reasons of a kernel name on a device.
+    pub fn kernel_stall(&self, name: &str, dev: u32) -> Option<&crate::kdetail::KernelStalls> {
+        let i = self
+            .kernel_stalls
+            .binary_search_by(|d| (d.name.as_str(), d.device).cmp(&(name, dev)))
+            .ok()?;
+        self.kernel_stalls.get(i)
+    }
+
     /// Records the recorder reported lost (sum of `dropped` records).
     pub fn dropped(&self) -> u64 {
         self.dropped

@@ -11,6 +11,7 @@ mod fastwrite;
 pub mod feed;
 pub mod function;
 pub mod ids;
+pub mod kdetail;
 pub mod limits;
 pub mod par;
 pub mod reader;
@@ -27,6 +28,7 @@ pub mod writer;
 pub use error::TraceError;
 pub use function::{Function, FunctionSource};
 pub use ids::{FrameId, StackId, StrId};
+pub use kdetail::{Kdetail, KdetailLine, Kstall, KstallLine, SassCounts};
 pub use limits::ReadLimits;
 pub use par::{
     default_threads, BlockFold, BlockFolding, Item, Items, ParSessionReader, ParTraceReader,

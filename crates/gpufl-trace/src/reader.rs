@@ -117,6 +117,8 @@ pub(crate) struct State {
     warnings: Vec<String>,
     bad_lines: u64,
     unknown_types: BTreeMap<String, u64>,
+    /// Records skipped for holding more entries than the reader takes, by type.
+    oversized: BTreeMap<String, u64>,
     header_version: Option<u32>,
     saw_end: bool,
     /// Records returned so far, and what they count as in an `end` record.
@@ -362,6 +364,7 @@ impl State {
             warnings: Vec::new(),
             bad_lines: 0,
             unknown_types: BTreeMap::new(),
+            oversized: BTreeMap::new(),
             header_version: None,
             saw_end: false,
             records: 0,
@@ -408,6 +411,14 @@ impl State {
             w.push(format!(
                 "{}: skipped {} line(s) that are not valid records",
                 st.source, st.bad_lines
+            ));
+        }
+        for (t, n) in &st.oversized {
+            w.push(format!(
+                "{}: skipped {n} '{t}' record(s) beyond the reader's bounds (more than {} lines, or {} stall reasons on a line)",
+                st.source,
+                crate::kdetail::MAX_RECORD_LINES,
+                crate::kdetail::MAX_STALL_REASONS
             ));
         }
         for (t, n) in &st.unknown_types {
@@ -526,6 +537,10 @@ impl State {
                 *self.unknown_types.entry(tag.into()).or_insert(0) += 1;
                 return None;
             }
+            Line::Oversized(tag) => {
+                *self.oversized.entry(tag.into()).or_insert(0) += 1;
+                return None;
+            }
             Line::Rec(rec) => rec,
         };
         self.records += 1;
@@ -623,6 +638,9 @@ pub(crate) enum Line {
     Bad,
     /// A record of a type this version does not know.
     Unknown(Box<str>),
+    /// A record of this type with more entries than the reader takes
+    /// ([`crate::kdetail::MAX_RECORD_LINES`], [`crate::kdetail::MAX_STALL_REASONS`]).
+    Oversized(Box<str>),
 }
 
 /// What a line (without its newline) is.
@@ -651,6 +669,9 @@ pub(crate) fn classify(line: &[u8], max_line: usize) -> Line {
     };
     match parse_known(&tag, line) {
         Some(Ok(rec)) => Line::Rec(rec),
+        Some(Err(e)) if e.to_string().contains(crate::kdetail::BOUND_ERROR) => {
+            Line::Oversized(tag.into())
+        }
         Some(Err(_)) => Line::Bad,
         None => Line::Unknown(tag.into()),
     }
@@ -747,6 +768,8 @@ fn parse_known(tag: &str, line: &[u8]) -> Option<Result<Record, serde_json::Erro
         "scope" => p(line, Record::Scope),
         "range" => p(line, Record::Range),
         "window" => p(line, Record::Window),
+        "kdetail" => p(line, |k| Record::Kdetail(Box::new(k))),
+        "kstall" => p(line, |k| Record::Kstall(Box::new(k))),
         "telemetry" => p(line, Record::Telemetry),
         "overhead" => p(line, Record::Overhead),
         "dropped" => p(line, Record::Dropped),

@@ -5,6 +5,7 @@
 
 use crate::function::Function;
 use crate::ids::{FrameId, StackId, StrId};
+use crate::kdetail::{Kdetail, Kstall};
 use crate::telemetry::Telemetry;
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +36,8 @@ pub enum Record {
     Scope(Scope),
     Range(Range),
     Window(Window),
+    Kdetail(Box<Kdetail>),
+    Kstall(Box<Kstall>),
     Telemetry(Box<Telemetry>),
     Overhead(Overhead),
     Dropped(Dropped),
@@ -63,6 +66,8 @@ impl Record {
             Record::Scope(_) => "scope",
             Record::Range(_) => "range",
             Record::Window(_) => "window",
+            Record::Kdetail(_) => "kdetail",
+            Record::Kstall(_) => "kstall",
             Record::Telemetry(_) => "telemetry",
             Record::Overhead(_) => "overhead",
             Record::Dropped(_) => "dropped",
