@@ -166,6 +166,10 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
                 let mut found = insights::low_occupancy::run(&cx, &kernels);
                 found.extend(insights::register_spill::run(&cx, &kernels));
                 found.extend(insights::under_filled_grid::run(&cx, &kernels));
+                found.extend(insights::warp_divergence::run(&cx, &kernels));
+                found.extend(insights::uncoalesced_access::run(&cx, &kernels));
+                found.extend(insights::bank_conflicts::run(&cx, &kernels));
+                found.extend(insights::stall_reasons::run(&cx, &kernels));
                 Part::Found(found)
             }
             3 => Part::Attribution(insights::attribution::attribute(&cx)),

@@ -40,6 +40,10 @@ mod graph_rules;
 // torch.compile (issue 18): compilations and recompilations at the compiled call's line.
 #[path = "analysis/compile_rules.rs"]
 mod compile_rules;
+// Inside kernels (issue 19): kdetail and kstall records, warp-divergence, uncoalesced-access,
+// bank-conflicts, stall-reasons.
+#[path = "analysis/detail_rules.rs"]
+mod detail_rules;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record

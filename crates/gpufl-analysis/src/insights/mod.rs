@@ -2,9 +2,11 @@
 //! the user location of every synchronization, duration formatting.
 
 pub mod attribution;
+pub(crate) mod bank_conflicts;
 pub(crate) mod blocking_copy;
 pub mod collective_wait;
 pub(crate) mod default_stream_barrier;
+pub(crate) mod detail_site;
 pub(crate) mod device_wide_sync;
 pub(crate) mod ecc_errors;
 pub(crate) mod gpu_idle;
@@ -20,12 +22,15 @@ pub(crate) mod memory_pressure;
 pub(crate) mod no_copy_compute_overlap;
 pub(crate) mod pageable_async_copy;
 pub(crate) mod register_spill;
+pub(crate) mod stall_reasons;
 pub(crate) mod sync_attribution;
 pub(crate) mod throttling;
 pub(crate) mod timeline;
 pub mod torch_compile;
+pub(crate) mod uncoalesced_access;
 pub(crate) mod under_filled_grid;
 pub(crate) mod utilization;
+pub(crate) mod warp_divergence;
 
 use crate::corrs::KernelCorrs;
 use crate::intervals::DeviceBusy;
@@ -233,6 +238,10 @@ pub enum RuleData {
     CollectiveWait(collective_wait::Data),
     GraphReplayGaps(graph_replays::Data),
     TorchCompile(torch_compile::Data),
+    WarpDivergence(warp_divergence::Data),
+    UncoalescedAccess(uncoalesced_access::Data),
+    BankConflicts(bank_conflicts::Data),
+    StallReasons(stall_reasons::Data),
 }
 
 /// `part / whole` clamped to 0..1 (0 for an empty whole).
