@@ -1,7 +1,11 @@
 //! The kernel table of `gpufl report`: per device, the kernels with the most GPU time, one compact
 //! line each (the whole table is in `--json`). The `local` column is local memory per thread, with
-//! `+Ns` for the stack frame the module's cubin gives (e.g. `0+568s`).
+//! `+Ns` for the stack frame the module's cubin gives (e.g. `0+568s`). When the recorder counted
+//! inside some of a device's kernels (`kdetail` records), four more columns: active lanes per
+//! warp instruction, global load and store sectors per request over the ideal, and the share of
+//! shared-memory wavefronts that are bank conflicts.
 
+use gpufl_analysis::kdetail::DetailSummary;
 use gpufl_analysis::kernels::{short_name, KernelRow, KernelTable};
 use gpufl_analysis::{fmt_duration, Limiter};
 use std::fmt::Write;
@@ -57,6 +61,45 @@ fn occupancy(r: &KernelRow) -> String {
     }
 }
 
+/// `32.0/4` (sectors per request over the ideal; `*` after an assumed ideal), `-` without requests.
+fn sectors(per_request: Option<f64>, ideal: Option<f64>, assumed: bool) -> String {
+    match (per_request, ideal) {
+        (Some(p), Some(i)) => {
+            let i = if (i - i.round()).abs() < 0.05 {
+                format!("{i:.0}")
+            } else {
+                format!("{i:.1}")
+            };
+            format!("{p:.1}/{i}{}", if assumed { "*" } else { "" })
+        }
+        _ => "-".into(),
+    }
+}
+
+/// The counter columns of a row: lanes, load and store sectors, bank conflicts.
+fn detail_columns(d: Option<&DetailSummary>) -> String {
+    let Some(d) = d else {
+        return format!("{:>5} {:>9} {:>9} {:>5}  ", "-", "-", "-", "-");
+    };
+    let lanes = d.lanes.map_or("-".into(), |l| format!("{l:.1}"));
+    let bank = d
+        .bank_conflict_share
+        .map_or("-".into(), |b| format!("{:.0}%", b * 100.0));
+    format!(
+        "{lanes:>5} {:>9} {:>9} {bank:>5}  ",
+        sectors(
+            d.load_sectors_per_request,
+            d.load_ideal_per_request,
+            d.load_ideal_assumed
+        ),
+        sectors(
+            d.store_sectors_per_request,
+            d.store_ideal_per_request,
+            d.store_ideal_assumed
+        ),
+    )
+}
+
 /// A name of at most `n` characters.
 pub(crate) fn clip(s: &str, n: usize) -> String {
     match s.char_indices().nth(n) {
@@ -101,9 +144,19 @@ pub fn render(out: &mut String, t: &KernelTable) {
                 "    (always-on: launches and times inside the GPU activity windows only)"
             );
         }
+        // The counter columns, when the recorder counted inside a kernel shown here.
+        let counted = rows.iter().take(shown).any(|r| r.detail.is_some());
+        let head = if counted {
+            format!(
+                "{:>5} {:>9} {:>9} {:>5}  ",
+                "lanes", "ld sec/rq", "st sec/rq", "bank"
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "    {:>9} {:>6} {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>7}  {:<11} kernel",
+            "    {:>9} {:>6} {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>7}  {:<11} {head}kernel",
             "time",
             "busy",
             "launches",
@@ -127,9 +180,14 @@ pub fn render(out: &mut String, t: &KernelTable) {
             } else {
                 short
             };
+            let cols = if counted {
+                detail_columns(r.detail.as_ref())
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "    {:>9} {:>5.1}% {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>7}  {:<11} {}",
+                "    {:>9} {:>5.1}% {:>8} {:>9} {:>9} {:>9}  {:<16} {:>4} {:>5} {:>7}  {:<11} {cols}{}",
                 fmt_duration(r.total_ns),
                 r.busy_share * 100.0,
                 r.launches,
@@ -163,12 +221,58 @@ pub fn render(out: &mut String, t: &KernelTable) {
                 );
             }
         }
+        if counted {
+            detail_notes(out, &rows);
+        }
+    }
+}
+
+/// Under a table with counter columns: what `*` means, and the kernels whose cubin had no line
+/// info (once each).
+fn detail_notes(out: &mut String, rows: &[&KernelRow]) {
+    let details = || rows.iter().filter_map(|r| Some((r, r.detail.as_ref()?)));
+    let _ = writeln!(
+        out,
+        "    (inside the kernels, from {} instrumented launch(es): lanes = active lanes per warp instruction of 32; sectors per request over the ideal; bank = shared-memory wavefronts that are bank conflicts)",
+        details().map(|(_, d)| d.launches).fold(0u64, u64::saturating_add)
+    );
+    if details().any(|(_, d)| d.load_ideal_assumed || d.store_ideal_assumed) {
+        let _ = writeln!(
+            out,
+            "    * ideal assumed: 4 sectors a request (32 lanes × 4 bytes); the recorder gave none"
+        );
+    }
+    let mut no_lines: Vec<&str> = details()
+        .filter(|(_, d)| !d.lineinfo)
+        .map(|(r, _)| short_name(&r.name))
+        .collect();
+    no_lines.sort_unstable();
+    no_lines.dedup();
+    if !no_lines.is_empty() {
+        let names: Vec<String> = no_lines
+            .iter()
+            .map(|n| clip(&crate::term::esc(n), 60))
+            .collect();
+        let _ = writeln!(
+            out,
+            "    no line info in {}: build with `nvcc -lineinfo` to see the lines inside {}",
+            names.join(", "),
+            if names.len() > 1 { "them" } else { "it" }
+        );
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{local, signature};
+    use super::{local, sectors, signature};
+
+    #[test]
+    fn sectors_per_request_over_the_ideal() {
+        assert_eq!(sectors(Some(32.0), Some(4.0), false), "32.0/4");
+        assert_eq!(sectors(Some(8.0), Some(4.0), true), "8.0/4*");
+        assert_eq!(sectors(Some(5.0), Some(4.5), false), "5.0/4.5");
+        assert_eq!(sectors(None, None, false), "-");
+    }
 
     #[test]
     fn local_memory_then_the_stack_frame_when_known() {

@@ -320,7 +320,7 @@ fn insight(cx: &Ctx, locator: &Locator, row: &KernelRow, s: &KernelStalls) -> In
     let fix = match dom {
         Some((r, _)) => {
             let (what, fix) = explain(r);
-            format!("The line is mostly {what}: {fix}.")
+            format!("Its warps mostly stall on `{r}` at this line ({what}): {fix}.")
         }
         None => "Sample with line info (`nvcc -lineinfo`) to see where the warps wait.".to_string(),
     };
