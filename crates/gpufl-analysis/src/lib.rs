@@ -24,7 +24,9 @@
 //! a second opinion when recorded); from GPU telemetry, `throttling`, `memory-pressure` and
 //! `ecc-errors` (with a per-device telemetry summary); and the kernel rules `low-occupancy`,
 //! `register-spill` and `under-filled-grid`, over the kernel table ([`kernels`], with theoretical
-//! occupancy from [`occupancy`]; communication kernels, [`comm`], left out). Over the sessions of
+//! occupancy from [`occupancy`]; communication kernels, [`comm`], left out); over the counters
+//! and PC samples from inside kernels ([`kdetail`]), `warp-divergence`, `uncoalesced-access`,
+//! `bank-conflicts` and `stall-reasons`. Over the sessions of
 //! a run (one per rank), [`analyze_run`] summarizes the ranks side by side and runs the cross-rank
 //! rule `collective-wait`.
 //!
