@@ -21,6 +21,7 @@ if [ -x build/kernel_detail ]; then
   build/kernel_detail 5 2>&1 | tee -a "$OUT/summary.txt"
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   METRICS="sm__sass_average_branch_targets_threads_uniform.pct,smsp__thread_inst_executed_per_inst_executed.ratio,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"
+  [ -n "${KD_NO_NCU:-}" ] && NCU=""
   if [ -n "$NCU" ]; then
     echo "ncu: $NCU ($("$NCU" --version 2>&1 | tail -1))" | tee -a "$OUT/summary.txt"
     "$NCU" --query-metrics 2>/dev/null \
@@ -67,4 +68,84 @@ PYEOF
   rec kernel_detail build/kernel_detail 20 all
   d=$(newest "$S/kernel_detail"); own=$(du -s "$d"/*/ 2>/dev/null | sort -n | tail -1 | cut -f2)
   [ -n "$own" ] && cp -r "${own%/}" "$OUT/testdata/"
+fi
+
+# 4. gpufl's own kernel detail (issue 19): the six kernels by name, every launch sampled up to 2
+#    (no gap, no budget: the program is short), then the default (top 5 by GPU time, default
+#    sampling) on a longer run; kdetail records dumped, reports in the summary, sessions copied.
+KDN=divergent,uniform,strided_load,coalesced_load,bank_conflict,padded_shared
+if [ -x build/kernel_detail ] && [ -n "${KD_VARIANTS:-}" ]; then
+  for v in ${KD_VARIANTS}; do
+    log "(kd) variant $v (GPUFL_KD_FLUSH / GPUFL_KD_SYNC)"
+    GPUFL_KD_FLUSH=${v%/*} GPUFL_KD_SYNC=${v#*/} GPUFL_KERNEL_DETAIL_SAMPLES=1 GPUFL_KERNEL_DETAIL_GAP_MS=0 \
+      GPUFL_KERNEL_DETAIL_BUDGET=1 gpufl record -q --kernel-detail="$KDN" -o "$S/kdv" -- build/kernel_detail 5 all
+    d=$(newest "$S/kdv"); gpufl dump "$d" --type notice 2>&1 | grep -i "kernel detail" | cut -c1-1500 | tee -a "$OUT/summary.txt"
+    echo "kdetail records: $(gpufl dump "$d" --type kdetail 2>/dev/null | wc -l)" | tee -a "$OUT/summary.txt"
+  done
+fi
+if [ -x build/kernel_detail ]; then
+  log "(kd) gpufl record --kernel-detail=$KDN (2 samples each, no gap, no budget)"
+  GPUFL_KERNEL_DETAIL_SAMPLES=2 GPUFL_KERNEL_DETAIL_GAP_MS=0 GPUFL_KERNEL_DETAIL_BUDGET=1 \
+    gpufl record --kernel-detail="$KDN" -o "$S/kd_named" -- build/kernel_detail 20 all 2>&1 | tee "$OUT/kd_named.log"
+  d=$(newest "$S/kd_named")
+  gpufl dump "$d" --type kdetail >"$KD/kdetail-dump.txt" 2>&1
+  head -c 6000 "$KD/kdetail-dump.txt" | tee -a "$OUT/summary.txt"; echo | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"
+  report "$d"
+  gpufl report --json "$d" >"$KD/kd_named-report.json" 2>&1
+  own=$(du -s "$d"/*/ 2>/dev/null | sort -n | tail -1 | cut -f2)
+  [ -n "$own" ] && cp -r "${own%/}" "$OUT/testdata/kd_named" || cp -r "$d" "$OUT/testdata/kd_named"
+  log "(kd) gpufl record --kernel-detail (default: top 5, 3 samples 1 s apart, 5 % budget), 3000 iterations"
+  gpufl record --kernel-detail -o "$S/kd_top" -- build/kernel_detail 3000 all 2>&1 | tee "$OUT/kd_top.log"
+  d=$(newest "$S/kd_top")
+  gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type kdetail 2>&1 | cut -c1-300 | tee -a "$OUT/summary.txt"
+  report "$d"
+  own=$(du -s "$d"/*/ 2>/dev/null | sort -n | tail -1 | cut -f2)
+  [ -n "$own" ] && cp -r "${own%/}" "$OUT/testdata/kd_top" || cp -r "$d" "$OUT/testdata/kd_top"
+fi
+
+# 5. Cost of --kernel-detail (issue 19): whole-process wall time, KD_ROUNDS interleaved rounds
+#    (order reversed every other round), of a kernel-heavy loop (kernel_detail 1000 all: six
+#    kernels of 11-350 us) and a launch-bound loop (launch_bound 20000: 1 us kernels), each bare,
+#    recorded by default, recorded with --kernel-detail (default sampling); and ncu's replay of the
+#    same metrics on kernel_detail 50 all against bare (ncu profiles every launch).
+if [ -x build/kernel_detail ] && [ "${KD_ROUNDS:-4}" -gt 0 ]; then
+  nvcc -g -O2 -lineinfo -o build/launch_bound examples/launch_bound.cu >/dev/null 2>&1
+  ms() { local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N); echo $(( (t1 - t0) / 1000000 )); }
+  : >"$KD/cost.tsv"
+  for r in $(seq 1 "${KD_ROUNDS:-4}"); do
+    modes="bare gpufl kd"; [ $((r % 2)) -eq 0 ] && modes="kd gpufl bare"
+    for prog in heavy launch; do
+      if [ $prog = heavy ]; then cmd="build/kernel_detail 1000 all"; else cmd="build/launch_bound 20000"; fi
+      [ $prog = launch ] && [ ! -x build/launch_bound ] && continue
+      for m in $modes; do
+        case $m in
+          bare) t=$(ms $cmd);;
+          gpufl) t=$(ms gpufl record -q -o "$S/kdcost" -- $cmd);;
+          kd) t=$(ms gpufl record -q --kernel-detail -o "$S/kdcost" -- $cmd);;
+        esac
+        printf '%s\t%s\t%s\t%s\n' "$r" "$prog" "$m" "$t" | tee -a "$KD/cost.tsv"
+      done
+    done
+  done
+  rm -rf "$S/kdcost"
+  if [ -n "${NCU:-}" ]; then
+    tb=$(ms build/kernel_detail 50 all)
+    tn=$(ms "$NCU" --metrics "$METRICS" build/kernel_detail 50 all)
+    printf 'ncu\theavy50\tbare\t%s\nncu\theavy50\tncu\t%s\n' "$tb" "$tn" | tee -a "$KD/cost.tsv"
+  fi
+  $PY - "$KD/cost.tsv" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
+import sys, statistics as st
+rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l.strip()]
+t = {}
+for r, prog, m, ms in rows:
+    t.setdefault((prog, r), {})[m] = float(ms)
+for prog in sorted({p for p, _ in t}):
+    rs = [v for (p, _), v in t.items() if p == prog]
+    for m in ("gpufl", "kd", "ncu"):
+        ratios = [v[m] / v["bare"] for v in rs if m in v and v.get("bare")]
+        if ratios:
+            print(f"cost {prog}: {m}/bare median {st.median(ratios):.3f}x range {min(ratios):.3f}-{max(ratios):.3f} (n={len(ratios)}); bare median {st.median([v['bare'] for v in rs]):.0f} ms")
+PYEOF
 fi

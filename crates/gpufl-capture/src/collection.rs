@@ -76,6 +76,11 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
         if opts.enable_stack_trace && site_stacks_enabled() {
             SITES.get_or_init(|| crate::sites::SiteTable::build(c));
         }
+        if let Some(cupti) = crate::recorder::cupti_loaded() {
+            if let Some(n) = crate::kernel_detail::start(cupti, SITES.get().is_some()) {
+                notices.push(n);
+            }
+        }
         set_collection(c, sub, opts, true, &mut notices);
         (c.enable_callback)(
             1,

@@ -19,6 +19,7 @@ pub mod dl;
 pub mod ffi;
 pub mod graphnodes;
 pub mod inductor;
+pub mod kernel_detail;
 pub mod metrics_feed;
 pub mod modules;
 pub mod nvtx;

@@ -68,6 +68,7 @@ pub unsafe fn on_module_loaded(data: *const c_void) {
     }
     // SAFETY: CUPTI's image of `size` bytes, valid for the duration of the callback.
     let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), size) };
+    crate::kernel_detail::on_module_image(bytes);
     match read_image(bytes) {
         Ok(functions) => LOADED.push(Loaded { module, functions }),
         Err(e) => skip(&e.to_string()),

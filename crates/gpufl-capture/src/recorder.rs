@@ -359,7 +359,7 @@ unsafe extern "C" fn on_callback(_ud: *mut c_void, domain: u32, cbid: u32, data:
 }
 
 unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
-    if DISABLED.load(Ordering::Relaxed) || data.is_null() {
+    if DISABLED.load(Ordering::Relaxed) || data.is_null() || crate::kernel_detail::busy() {
         return;
     }
     match domain {
@@ -385,6 +385,12 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
         }
         cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
             if let Some(kind) = SITES.get().and_then(|t| t.kind(domain, cbid)) {
+                if matches!(kind, crate::sites::SiteKind::Launch(_))
+                    && crate::kernel_detail::active()
+                {
+                    // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
+                    unsafe { crate::kernel_detail::on_launch(domain, cbid, data) }
+                }
                 let Some(r) = RECORDER.get() else { return };
                 let call = crate::sites::SiteCall {
                     cupti: r.cupti,
@@ -651,6 +657,10 @@ fn writer_thread(
             s.drain_samples()?;
             crate::scopes::drain_into(s)?;
             crate::modules::drain_into(s)?;
+            crate::kernel_detail::drain_into(s)?;
+            if let Some(t) = s.kd_tally.as_mut() {
+                t.publish(trace_clock());
+            }
             Ok(())
         })();
         report(&mut sink, result);
@@ -686,6 +696,7 @@ fn writer_thread(
                     let _ = s.drain_samples();
                     let _ = crate::scopes::finish_into(&mut s);
                     let _ = crate::modules::finish_into(&mut s);
+                    let _ = crate::kernel_detail::finish_into(&mut s);
                     crate::telemetry::finish(telemetry.as_ref(), &mut s);
                     let (incomplete, from_callbacks, discarded) =
                         (s.incomplete, s.api_from_callbacks, s.discarded_api);
@@ -818,6 +829,7 @@ fn flush_for_signal(
         s.drain_samples()?;
         crate::scopes::drain_into(s)?;
         crate::modules::drain_into(s)?;
+        crate::kernel_detail::drain_into(s)?;
         s.write(&Record::Notice(Notice {
             level: "warning".into(),
             message: format!(

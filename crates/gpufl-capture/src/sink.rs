@@ -53,6 +53,8 @@ pub struct Sink {
     /// Benchmark knob `GPUFL_API_DISCARD=1`: API records CUPTI delivers are counted and dropped
     /// instead of written (what CUPTI's API records cost the program without the writer's work).
     discard_api: bool,
+    /// GPU time per kernel function, for kernel detail's top-N choice (when it is on).
+    pub kd_tally: Option<crate::kernel_detail::Tally>,
     /// API records dropped by `discard_api`.
     pub discarded_api: u64,
     /// Launch `api` records made from the call-site callbacks (`GPUFL_API_FROM=callbacks`).
@@ -89,6 +91,9 @@ impl Sink {
             incomplete: 0,
             feed: crate::metrics_feed::Feed::off(),
             discard_api: std::env::var("GPUFL_API_DISCARD").is_ok_and(|v| v == "1"),
+            kd_tally: crate::kernel_detail::config()
+                .filter(|c| matches!(c.select, crate::kernel_detail::Select::Top(_)))
+                .map(|_| crate::kernel_detail::Tally::default()),
             discarded_api: 0,
             api_from_callbacks: 0,
             inductor: None,
@@ -409,12 +414,18 @@ impl Sink {
                         };
                         let id = self.kernel_name(bytes)?;
                         self.kernel_by_ptr.insert(name as usize, id);
+                        if let Some(t) = self.kd_tally.as_mut() {
+                            t.add(id.0, || crate::kernel_detail::key(bytes), 0);
+                        }
                         if bytes.starts_with(b"triton_") {
                             self.generated_source(id, &String::from_utf8_lossy(bytes))?;
                         }
                         id
                     }
                 };
+                if let Some(t) = self.kd_tally.as_mut() {
+                    t.add(kernel.name.0, || 0, kernel.end - kernel.start);
+                }
                 self.write(&Record::Kernel(kernel))
             }
             Decoded::Memcpy(m) => self.write(&Record::Memcpy(m)),
@@ -439,6 +450,11 @@ impl Sink {
     }
 
     /// Interned, demangled kernel name (the writer interns by the demangled text).
+    /// Intern a string (its `str` record written on first use).
+    pub(crate) fn intern(&mut self, text: &str) -> Result<StrId, TraceError> {
+        self.w.intern_str(text)
+    }
+
     pub(crate) fn kernel_name(&mut self, mangled: &[u8]) -> Result<StrId, TraceError> {
         self.w
             .intern_str(&demangle(&String::from_utf8_lossy(mangled)))

@@ -289,3 +289,37 @@ fn many_lookups_are_fast() {
     assert_eq!(found, 100_000);
     assert!(start.elapsed().as_secs_f64() < 2.0, "{:?}", start.elapsed());
 }
+
+/// Every (function, PC) CUPTI's SASS metrics reported for examples/kernel_detail.cu's six kernels
+/// on the H100, with the line CUPTI's own `cuptiGetSassToSourceCorrelation` gave for it on the
+/// same cubin (testdata/README.md): gpufl's line table must give the same line for each.
+#[test]
+fn kernel_detail_cubin_maps_every_pc_like_cupti() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/cubin");
+    let cubin = std::fs::read(root.join("kernel_detail.sm_90.cubin")).unwrap();
+    let golden = std::fs::read_to_string(root.join("kernel_detail.sm_90.lines.tsv")).unwrap();
+    let table = LineTable::parse(&cubin).unwrap();
+    assert!(table.has_lines());
+    let (mut checked, mut wrong) = (0, Vec::new());
+    for l in golden
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let f: Vec<&str> = l.split('\t').collect();
+        let (function, pc, line): (&str, u64, u32) =
+            (f[0], f[1].parse().unwrap(), f[2].parse().unwrap());
+        let got = table.lookup(function, pc);
+        checked += 1;
+        match got {
+            Some((file, n)) if file.ends_with("kernel_detail.cu") && n == line => {}
+            other => wrong.push(format!("{function}+{pc}: CUPTI {line}, gpufl {other:?}")),
+        }
+    }
+    assert!(checked > 1500, "{checked} PCs in the golden file");
+    assert!(
+        wrong.is_empty(),
+        "{} of {checked} PCs differ, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(8)]
+    );
+}

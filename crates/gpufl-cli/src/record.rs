@@ -34,6 +34,15 @@ pub struct RecordArgs {
     /// 256); full detail on demand with `gpufl trigger PID`.
     #[arg(long)]
     always_on: bool,
+    /// EXPERIMENTAL, not working yet (see docs/kernel-detail.md: the counters read back as 0).
+    /// Look inside kernels (opt-in, costly per sampled launch): instruction-level counters per
+    /// source line (divergence, global sectors per request, shared-memory bank conflicts) from
+    /// CUPTI's SASS metrics, on a few launches of the TOP_N kernels by GPU time (default 5) or of
+    /// the kernels whose names contain one of NAMES (comma-separated). Build kernels with
+    /// `-lineinfo` for source lines. Tuning: GPUFL_KERNEL_DETAIL_SAMPLES (launches per kernel, 3),
+    /// GPUFL_KERNEL_DETAIL_GAP_MS (1000), GPUFL_KERNEL_DETAIL_BUDGET (share of time, 0.05).
+    #[arg(long, value_name = "TOP_N|NAMES", num_args = 0..=1, default_missing_value = "5", hide = true)]
+    kernel_detail: Option<String>,
     /// Print nothing of gpufl's own (the summary included).
     #[arg(short, long)]
     quiet: bool,
@@ -101,6 +110,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         .env("GPUFL_QUIET", "1");
     if args.always_on {
         cmd.env("GPUFL_MODE", "always-on");
+    }
+    if let Some(kd) = &args.kernel_detail {
+        cmd.env("GPUFL_KERNEL_DETAIL", kd);
     }
     if let Some(ms) = args.telemetry_ms {
         cmd.env("GPUFL_TELEMETRY_MS", ms.to_string());

@@ -1,0 +1,1198 @@
+//! Inside the kernel (issue 19, opt-in): instruction-level counters of chosen kernels, per source
+//! line, from CUPTI's SASS metrics API, on a sample of their launches.
+//!
+//! **How.** `GPUFL_KERNEL_DETAIL` (`gpufl record --kernel-detail[=TOP_N|NAMES]`) turns it on: a
+//! number N chooses the N kernel functions with the most GPU time so far (the writer tallies the
+//! kernel records and publishes the top N once a second; before its first tally any kernel may be
+//! chosen), anything else is a comma-separated list of name fragments (matched against the
+//! mangled and the plain name). At the entry of the outermost launch call of a chosen function
+//! that is due, the launching thread turns SASS patching on for the launch's context
+//! (`cuptiSassMetricsEnable`, lazy patching: the function is patched as it is launched); at the
+//! exit of that call it waits for the launch's stream (`cuStreamSynchronize`), reads the counters
+//! (`cuptiSassMetricsFlushData`) and turns patching off again (`cuptiSassMetricsDisable`): the
+//! next launches run unpatched at full speed (measured: docs/kernel-detail.md). A launch inside a
+//! stream capture is never sampled. Counters are per SASS PC; each PC is mapped to its source line
+//! through the cubin's line table ([`crate::cubin_lines`], read when the module is loaded).
+//!
+//! **Status: experimental, not working yet.** On the H100 (CUDA 13.0) the launches are patched
+//! and CUPTI hands back every PC record, but with every counter 0 when read this way, inside the
+//! launch's exit callback; the same reads outside any callback (scripts/probe/sassmetrics.cu)
+//! give Nsight Compute's figures, and reading on another thread while the launching thread
+//! went on hung the program (both tried, then removed). The recorder says so in a notice and
+//! writes no `kdetail` record then.
+//!
+//! **Cost.** A patched launch runs 20-160x slower than bare (the probe's figures), and the wait
+//! costs the launching thread its pipelining once per sample. So a function is sampled at most
+//! [`Config::max_samples`] times, at least [`Config::min_gap_ns`] apart, and after each sample
+//! the next one anywhere waits until the time spent sampling is at most [`Config::budget`] of the
+//! time elapsed (default 5 %).
+//!
+//! Parameter structs carry CUPTI's `*_STRUCT_SIZE` (the offset of their last field plus its
+//! size), not Rust's `size_of` (padded): CUPTI rejects a size it does not know.
+//!
+//! **Safety.** Every CUPTI or driver error turns the feature off for the rest of the run with one
+//! notice; the recorder's own calls made here are hidden from its other callbacks ([`busy`]).
+
+use crate::cubin_lines::LineTable;
+use crate::cupti::{self, cb_field, sys, Cupti};
+use crate::dl::{self, Lib};
+use crate::sink::Sink;
+use crossbeam_queue::SegQueue;
+use gpufl_trace::{Kdetail, KdetailLine, Notice, Record, SassCounts, TraceError};
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{c_char, c_void, CStr};
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Which kernels to look inside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Select {
+    /// The N functions with the most GPU time so far.
+    Top(usize),
+    /// Functions whose name contains one of these.
+    Names(Vec<String>),
+}
+
+/// Settings (`GPUFL_KERNEL_DETAIL`, `GPUFL_KERNEL_DETAIL_SAMPLES`, `GPUFL_KERNEL_DETAIL_GAP_MS`,
+/// `GPUFL_KERNEL_DETAIL_BUDGET`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub select: Select,
+    /// Sampled launches per function at most.
+    pub max_samples: u32,
+    /// Time between two samples of one function at least, ns.
+    pub min_gap_ns: u64,
+    /// Share of the elapsed time the samples may take (0 < budget ≤ 1).
+    pub budget: f64,
+}
+
+/// Top kernels chosen when `GPUFL_KERNEL_DETAIL` is on without a number.
+pub const DEFAULT_TOP: usize = 5;
+/// Most functions a top-N selection holds.
+pub const MAX_TOP: usize = 32;
+
+impl Config {
+    /// The settings from the variables' values (`None`: off).
+    pub fn parse(
+        select: Option<&str>,
+        samples: Option<&str>,
+        gap_ms: Option<&str>,
+        budget: Option<&str>,
+    ) -> Option<Config> {
+        let s = select?.trim();
+        let select = match s.to_ascii_lowercase().as_str() {
+            "" | "0" | "off" | "no" | "false" => return None,
+            "1" | "on" | "yes" | "true" | "top" => Select::Top(DEFAULT_TOP),
+            _ => match s.parse::<usize>() {
+                Ok(n) => Select::Top(n.clamp(1, MAX_TOP)),
+                Err(_) => Select::Names(
+                    s.split(',')
+                        .map(|x| x.trim().to_string())
+                        .filter(|x| !x.is_empty())
+                        .collect(),
+                ),
+            },
+        };
+        let num = |v: Option<&str>, d: f64| {
+            v.and_then(|x| x.trim().parse::<f64>().ok())
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .unwrap_or(d)
+        };
+        Some(Config {
+            select,
+            max_samples: num(samples, 3.0).clamp(1.0, 1e6) as u32,
+            min_gap_ns: (num(gap_ms, 1000.0) * 1e6) as u64,
+            budget: num(budget, 0.05).clamp(1e-4, 1.0),
+        })
+    }
+
+    fn from_env() -> Option<Config> {
+        let v = |k: &str| std::env::var(k).ok();
+        Config::parse(
+            v("GPUFL_KERNEL_DETAIL").as_deref(),
+            v("GPUFL_KERNEL_DETAIL_SAMPLES").as_deref(),
+            v("GPUFL_KERNEL_DETAIL_GAP_MS").as_deref(),
+            v("GPUFL_KERNEL_DETAIL_BUDGET").as_deref(),
+        )
+    }
+}
+
+static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
+/// On (configured, CUPTI has the API, no error so far).
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// The settings, read once.
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get_or_init(Config::from_env).as_ref()
+}
+
+/// Whether kernel detail was started (its launch callbacks must run, even after an error turned
+/// it off, so that a launch that turned patching on also turns it off).
+#[inline]
+pub fn active() -> bool {
+    API.get().is_some()
+}
+
+/// Whether kernel detail is being collected.
+#[inline]
+pub fn on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+thread_local! {
+    /// The recorder's own CUDA calls are in progress on this thread.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+    /// Launch calls this thread is inside (runtime and driver nest).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// This thread turned patching on at the entry of its outermost launch call.
+    static ARMED: Cell<Option<Armed>> = const { Cell::new(None) };
+}
+
+/// Whether this thread is inside one of kernel detail's own CUDA calls (callbacks then ignore it).
+#[inline]
+pub fn busy() -> bool {
+    BUSY.with(|b| b.get())
+}
+
+#[derive(Clone, Copy)]
+struct Armed {
+    ctx: *mut c_void,
+    stream: *mut c_void,
+    t0_ns: u64,
+    key: u64,
+    trace_t0: u64,
+}
+
+/// The entry points used here, looked up once.
+struct Api {
+    cupti: &'static Cupti,
+    sass_set_config: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsSetConfig_Params) -> u32,
+    sass_enable: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsEnable_Params) -> u32,
+    sass_disable: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsDisable_Params) -> u32,
+    sass_props: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsGetDataProperties_Params) -> u32,
+    sass_flush: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsFlushData_Params) -> u32,
+    sass_metric: unsafe extern "C" fn(*mut sys::CUpti_SassMetrics_GetProperties_Params) -> u32,
+    chip_name: unsafe extern "C" fn(*mut sys::CUpti_Device_GetChipName_Params) -> u32,
+    profiler_init: Option<unsafe extern "C" fn(*mut sys::CUpti_Profiler_Initialize_Params) -> u32>,
+    cubin_crc: unsafe extern "C" fn(*mut sys::CUpti_GetCubinCrcParams) -> u32,
+    stream_is_capturing: unsafe extern "C" fn(*mut c_void, *mut u32) -> u32,
+    ctx_get_device: unsafe extern "C" fn(*mut i32) -> u32,
+    stream_sync: unsafe extern "C" fn(*mut c_void) -> u32,
+    /// Where each launch entry point keeps its stream.
+    streams: HashMap<(u32, u32), StreamAt>,
+    _cuda: Lib,
+}
+
+// SAFETY: function pointers and a library handle, usable from any thread.
+unsafe impl Send for Api {}
+unsafe impl Sync for Api {}
+
+static API: OnceLock<Api> = OnceLock::new();
+
+/// Where a launch call's parameters hold its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamAt {
+    /// A field of the params struct, at this offset.
+    Field(usize),
+    /// A pointer to a launch config at this offset, whose stream is at the second offset.
+    Config(usize, usize),
+}
+
+fn stream_at(name: &str) -> Option<StreamAt> {
+    let base = cupti::strip_version_suffix(name);
+    let base = base.strip_suffix("_ptsz").unwrap_or(base);
+    Some(match base {
+        "cudaLaunchKernel" | "cudaLaunchCooperativeKernel" => {
+            StreamAt::Field(offset_of!(sys::cudaLaunchKernel_v7000_params_st, stream))
+        }
+        "cudaLaunchKernelExC" => StreamAt::Config(
+            offset_of!(sys::cudaLaunchKernelExC_v11060_params_st, config),
+            // cudaLaunchConfig_t: dim3 gridDim, dim3 blockDim, size_t dynamicSmemBytes,
+            // cudaStream_t stream, ...
+            32,
+        ),
+        "cuLaunchKernel" | "cuLaunchCooperativeKernel" => {
+            StreamAt::Field(offset_of!(sys::cuLaunchKernel_params_st, hStream))
+        }
+        "cuLaunchKernelEx" => StreamAt::Config(
+            offset_of!(sys::cuLaunchKernelEx_params_st, config),
+            // CUlaunchConfig: unsigned gridDimX..blockDimZ (6), unsigned sharedMemBytes, then
+            // CUstream hStream at 32 (aligned).
+            32,
+        ),
+        _ => return None,
+    })
+}
+
+/// The metrics asked for, in this order (the names CUPTI gives on Hopper).
+const METRICS: [&str; 12] = [
+    "smsp__sass_inst_executed",
+    "smsp__sass_thread_inst_executed",
+    "smsp__sass_branch_targets_threads_uniform",
+    "smsp__sass_branch_targets_threads_divergent",
+    "smsp__sass_inst_executed_op_global_ld",
+    "smsp__sass_inst_executed_op_global_st",
+    "smsp__sass_sectors_mem_global",
+    "smsp__sass_sectors_mem_global_ideal",
+    "smsp__sass_inst_executed_op_shared_ld",
+    "smsp__sass_inst_executed_op_shared_st",
+    "smsp__sass_l1tex_pipe_lsu_wavefronts_mem_shared",
+    "smsp__sass_l1tex_pipe_lsu_wavefronts_mem_shared_ideal",
+];
+
+/// Devices whose metric configuration is set: device → metric ids in [`METRICS`] order (0:
+/// not on this chip).
+static DEVICES: Mutex<BTreeMap<i32, [u64; 12]>> = Mutex::new(BTreeMap::new());
+/// Line tables of the loaded cubins, by CUPTI's CRC (low 32 bits, as SASS records carry it).
+static TABLES: Mutex<BTreeMap<u32, Arc<LineTable>>> = Mutex::new(BTreeMap::new());
+/// Why it stopped (written once as a notice).
+static FAILED: Mutex<Option<String>> = Mutex::new(None);
+/// Samples taken, and what they found, for the writer.
+static DONE: SegQueue<Sampled> = SegQueue::new();
+pub static SAMPLES: AtomicUsize = AtomicUsize::new(0);
+/// PC records read in all, and samples that read none (for the closing notice).
+static PC_RECORDS: AtomicU64 = AtomicU64::new(0);
+static EMPTY: AtomicU64 = AtomicU64::new(0);
+/// What the first sample read (debug notice).
+static FIRST: Mutex<Option<String>> = Mutex::new(None);
+/// Kernels folded with counters, and written.
+static FOLDED: AtomicU64 = AtomicU64::new(0);
+static WRITTEN: AtomicU64 = AtomicU64::new(0);
+/// Launches chosen and due, and those turned down for a capture in progress on their stream.
+static ARMED_N: AtomicU64 = AtomicU64::new(0);
+static CAPTURING: AtomicU64 = AtomicU64::new(0);
+/// No sample before this time (monotonic ns): the budget's pause.
+static NEXT_NS: AtomicU64 = AtomicU64::new(0);
+/// Samples per function key: (count, last time).
+static PER_KERNEL: Mutex<BTreeMap<u64, (u32, u64)>> = Mutex::new(BTreeMap::new());
+/// Top-N selection published by the writer (keys; 0 = empty), and whether it has been.
+static TOP: [AtomicU64; MAX_TOP] = [const { AtomicU64::new(0) }; MAX_TOP];
+static TOP_READY: AtomicBool = AtomicBool::new(false);
+
+fn fail(why: String) {
+    ON.store(false, Ordering::Relaxed);
+    let mut f = FAILED.lock().unwrap_or_else(|e| e.into_inner());
+    if f.is_none() {
+        *f = Some(why);
+    }
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// FNV-1a of a kernel function's mangled name: the key the launch callbacks and the writer share.
+pub fn key(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h | 1
+}
+
+macro_rules! sym {
+    ($lib:expr, $name:literal) => {
+        // SAFETY: the field's type is the documented signature of this function.
+        match unsafe { dl::func(&$lib, $name) } {
+            Some(f) => f,
+            None => return Err(format!("{} lacks {}", $lib.path, $name.to_string_lossy())),
+        }
+    };
+}
+
+fn load_api(c: &'static Cupti) -> Result<Api, String> {
+    let cuda = Lib::already_loaded("libcuda.so.1")
+        .or_else(|| Lib::open("libcuda.so.1"))
+        .ok_or("the CUDA driver (libcuda.so.1) was not found")?;
+    let lib = &c.lib;
+    let mut streams = HashMap::new();
+    for domain in [cupti::DOMAIN_RUNTIME, cupti::DOMAIN_DRIVER] {
+        for id in 0..=crate::cbids::MAX_CBID {
+            if let Some(at) = c.callback_name(domain, id).and_then(|n| stream_at(&n)) {
+                streams.insert((domain, id), at);
+            }
+        }
+    }
+    Ok(Api {
+        cupti: c,
+        sass_set_config: sym!(lib, c"cuptiSassMetricsSetConfig"),
+        sass_enable: sym!(lib, c"cuptiSassMetricsEnable"),
+        sass_disable: sym!(lib, c"cuptiSassMetricsDisable"),
+        sass_props: sym!(lib, c"cuptiSassMetricsGetDataProperties"),
+        sass_flush: sym!(lib, c"cuptiSassMetricsFlushData"),
+        sass_metric: sym!(lib, c"cuptiSassMetricsGetProperties"),
+        chip_name: sym!(lib, c"cuptiDeviceGetChipName"),
+        // SAFETY: as in sym!.
+        profiler_init: unsafe { dl::func(lib, c"cuptiProfilerInitialize") },
+        cubin_crc: sym!(lib, c"cuptiGetCubinCrc"),
+        stream_is_capturing: sym!(cuda, c"cuStreamIsCapturing"),
+        ctx_get_device: sym!(cuda, c"cuCtxGetDevice"),
+        stream_sync: sym!(cuda, c"cuStreamSynchronize"),
+        streams,
+        _cuda: cuda,
+    })
+}
+
+/// What kernel detail was asked to do (the closing notice repeats it).
+static DESCRIPTION: OnceLock<String> = OnceLock::new();
+
+/// At the recorder's start (after CUPTI is loaded and call-site callbacks are set up): turn kernel
+/// detail on if configured. Returns why it cannot, when it cannot (the capture is then partial).
+pub fn start(c: &'static Cupti, launch_callbacks: bool) -> Option<String> {
+    let cfg = config()?;
+    if !launch_callbacks {
+        return Some(
+            "kernel detail is off: it needs the launch callbacks of call-site stacks (stack traces on, GPUFL_SITE_STACKS not 0)"
+                .into(),
+        );
+    }
+    match load_api(c) {
+        Ok(api) => {
+            let _ = API.set(api);
+            ON.store(true, Ordering::Relaxed);
+            let _ = DESCRIPTION.set(format!(
+                "kernel detail on: {}; at most {} sampled launches per kernel, {} ms apart, {:.1} % of the time",
+                match &cfg.select {
+                    Select::Top(n) => format!("the top {n} kernels by GPU time"),
+                    Select::Names(v) => format!("kernels named like {}", v.join(", ")),
+                },
+                cfg.max_samples,
+                cfg.min_gap_ns / 1_000_000,
+                cfg.budget * 100.0
+            ));
+            None
+        }
+        Err(e) => Some(format!("kernel detail is off: {e}")),
+    }
+}
+
+/// A module was loaded: keep its line table (when kernel detail is on). `image` is valid only
+/// during the call.
+pub fn on_module_image(image: &[u8]) {
+    if !on() {
+        return;
+    }
+    let Some(api) = API.get() else { return };
+    let mut p: sys::CUpti_GetCubinCrcParams = unsafe { std::mem::zeroed() };
+    p.size = std::mem::size_of::<sys::CUpti_GetCubinCrcParams>();
+    p.cubinSize = image.len();
+    p.cubin = image.as_ptr().cast();
+    // SAFETY: a valid params struct over the image.
+    if unsafe { (api.cubin_crc)(&mut p) } != cupti::SUCCESS {
+        return;
+    }
+    let table = LineTable::parse(image).unwrap_or_default();
+    TABLES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(p.cubinCrc as u32, Arc::new(table));
+}
+
+/// A launch call's entry or exit (runtime or driver domain, a kernel launch entry point).
+///
+/// # Safety
+/// `data` must be the `CUpti_CallbackData` CUPTI passed for this callback.
+pub unsafe fn on_launch(domain: u32, cbid: u32, data: *const c_void) {
+    type D = sys::CUpti_CallbackData;
+    // SAFETY: CUpti_CallbackData field offsets.
+    let exit: u32 = unsafe { cb_field(data, offset_of!(D, callbackSite)) };
+    if exit == 0 {
+        let depth = DEPTH.with(|d| {
+            let v = d.get() + 1;
+            d.set(v);
+            v
+        });
+        if depth == 1 && on() {
+            // SAFETY: as above.
+            unsafe { maybe_arm(domain, cbid, data) };
+        }
+    } else {
+        let depth = DEPTH.with(|d| {
+            let v = d.get().saturating_sub(1);
+            d.set(v);
+            v
+        });
+        if depth == 0 {
+            if let Some(a) = ARMED.with(|x| x.take()) {
+                finish(a);
+            }
+        }
+    }
+}
+
+fn chosen(cfg: &Config, k: u64, mangled: &[u8]) -> bool {
+    match &cfg.select {
+        Select::Names(names) => {
+            let m = String::from_utf8_lossy(mangled);
+            let plain = crate::sink::demangle(&m);
+            names
+                .iter()
+                .any(|n| m.contains(n.as_str()) || plain.contains(n.as_str()))
+        }
+        Select::Top(_) => {
+            !TOP_READY.load(Ordering::Relaxed) || TOP.iter().any(|t| t.load(Ordering::Relaxed) == k)
+        }
+    }
+}
+
+unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
+    type D = sys::CUpti_CallbackData;
+    let now = now_ns();
+    if now < NEXT_NS.load(Ordering::Relaxed) || PENDING_ON.load(Ordering::Acquire) {
+        return;
+    }
+    let (Some(cfg), Some(api)) = (config(), API.get()) else {
+        return;
+    };
+    // SAFETY: CUpti_CallbackData field offsets; symbolName is the kernel's name at launches.
+    let sym: *const c_char = unsafe { cb_field(data, offset_of!(D, symbolName)) };
+    if sym.is_null() {
+        return;
+    }
+    // SAFETY: CUPTI's NUL-terminated name, valid during the callback.
+    let mangled = unsafe { CStr::from_ptr(sym) }.to_bytes();
+    let k = key(mangled);
+    if !chosen(cfg, k, mangled) {
+        return;
+    }
+    {
+        let Ok(mut per) = PER_KERNEL.try_lock() else {
+            return;
+        };
+        let e = per.entry(k).or_insert((0, 0));
+        if e.0 >= cfg.max_samples || (e.0 > 0 && now.saturating_sub(e.1) < cfg.min_gap_ns) {
+            return;
+        }
+        // Reserved: another thread will not take the same function meanwhile.
+        e.0 += 1;
+        e.1 = now;
+    }
+    let Some(at) = api.streams.get(&(domain, cbid)).copied() else {
+        return;
+    };
+    // SAFETY: the params struct of this launch entry point (the table maps names to layouts).
+    let stream = unsafe {
+        let params: *const u8 = cb_field(data, offset_of!(D, functionParams));
+        if params.is_null() {
+            return;
+        }
+        match at {
+            StreamAt::Field(off) => params.add(off).cast::<*mut c_void>().read_unaligned(),
+            StreamAt::Config(off, soff) => {
+                let cfgp = params.add(off).cast::<*const u8>().read_unaligned();
+                if cfgp.is_null() {
+                    return;
+                }
+                cfgp.add(soff).cast::<*mut c_void>().read_unaligned()
+            }
+        }
+    };
+    let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(D, context)) };
+    if ctx.is_null() {
+        return;
+    }
+    if PENDING_ON
+        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    BUSY.with(|b| b.set(true));
+    let armed = arm(api, ctx, stream, now, k);
+    BUSY.with(|b| b.set(false));
+    match armed {
+        Ok(Some(a)) => ARMED.with(|x| x.set(Some(a))),
+        Ok(None) => PENDING_ON.store(false, Ordering::Release),
+        Err(e) => {
+            PENDING_ON.store(false, Ordering::Release);
+            fail(e)
+        }
+    }
+}
+
+fn arm(
+    api: &Api,
+    ctx: *mut c_void,
+    stream: *mut c_void,
+    now: u64,
+    k: u64,
+) -> Result<Option<Armed>, String> {
+    let c = api.cupti;
+    let mut capturing = 0u32;
+    // SAFETY: plain driver call; a stream handle from the launch's own parameters.
+    if unsafe { (api.stream_is_capturing)(stream, &mut capturing) } != 0 || capturing != 0 {
+        CAPTURING.fetch_add(1, Ordering::Relaxed);
+        return Ok(None); // capturing (or unknown): not sampled
+    }
+    let mut dev = 0i32;
+    // SAFETY: the launch's context is current on its thread during the callback.
+    if unsafe { (api.ctx_get_device)(&mut dev) } != 0 {
+        return Ok(None);
+    }
+    configure(api, dev)?;
+    let mut en: sys::CUpti_SassMetricsEnable_Params = unsafe { std::mem::zeroed() };
+    en.structSize = sys::SassMetricsEnable_Params_STRUCT_SIZE as usize;
+    en.ctx = ctx.cast();
+    en.enableLazyPatching = 1;
+    // SAFETY: valid params.
+    let rc = unsafe { (api.sass_enable)(&mut en) };
+    if rc != cupti::SUCCESS {
+        return Err(format!("cuptiSassMetricsEnable: {}", c.result_string(rc)));
+    }
+    ARMED_N.fetch_add(1, Ordering::Relaxed);
+    Ok(Some(Armed {
+        ctx,
+        stream,
+        t0_ns: now,
+        key: k,
+        trace_t0: c.timestamp(),
+    }))
+}
+
+/// Set the metric configuration of device `dev` once.
+fn configure(api: &Api, dev: i32) -> Result<(), String> {
+    let mut devs = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    if devs.contains_key(&dev) {
+        return Ok(());
+    }
+    let c = api.cupti;
+    if let Some(init) = api.profiler_init {
+        let mut p: sys::CUpti_Profiler_Initialize_Params = unsafe { std::mem::zeroed() };
+        p.structSize = sys::Profiler_Initialize_Params_STRUCT_SIZE as usize;
+        // SAFETY: valid params; initializing twice is harmless.
+        unsafe { init(&mut p) };
+    }
+    let mut cn: sys::CUpti_Device_GetChipName_Params = unsafe { std::mem::zeroed() };
+    cn.structSize = sys::Device_GetChipName_Params_STRUCT_SIZE as usize;
+    cn.deviceIndex = dev as usize;
+    // SAFETY: valid params.
+    let rc = unsafe { (api.chip_name)(&mut cn) };
+    if rc != cupti::SUCCESS || cn.pChipName.is_null() {
+        return Err(format!("cuptiDeviceGetChipName: {}", c.result_string(rc)));
+    }
+    let mut ids = [0u64; 12];
+    let mut configs = Vec::new();
+    for (i, name) in METRICS.iter().enumerate() {
+        let cname = std::ffi::CString::new(*name).unwrap_or_default();
+        let mut mp: sys::CUpti_SassMetrics_GetProperties_Params = unsafe { std::mem::zeroed() };
+        mp.structSize = sys::SassMetrics_GetProperties_Params_STRUCT_SIZE as usize;
+        mp.pChipName = cn.pChipName;
+        mp.pMetricName = cname.as_ptr();
+        // SAFETY: valid params; the strings outlive the call.
+        if unsafe { (api.sass_metric)(&mut mp) } == cupti::SUCCESS {
+            ids[i] = mp.metric.metricId;
+            configs.push(sys::CUpti_SassMetrics_Config {
+                metricId: mp.metric.metricId,
+                outputGranularity: 0, // CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_GPU
+            });
+        }
+    }
+    if configs.is_empty() {
+        return Err("no SASS metric this gpufl knows is offered on this GPU".into());
+    }
+    let mut sc: sys::CUpti_SassMetricsSetConfig_Params = unsafe { std::mem::zeroed() };
+    sc.structSize = sys::SassMetricsSetConfig_Params_STRUCT_SIZE as usize;
+    sc.deviceIndex = dev as u32;
+    sc.numOfMetricConfig = configs.len();
+    sc.pConfigs = configs.as_mut_ptr();
+    // SAFETY: valid params; `configs` outlives the call.
+    let rc = unsafe { (api.sass_set_config)(&mut sc) };
+    if rc != cupti::SUCCESS {
+        return Err(format!(
+            "cuptiSassMetricsSetConfig: {}",
+            c.result_string(rc)
+        ));
+    }
+    devs.insert(dev, ids);
+    Ok(())
+}
+
+/// The exit of a sampled launch call: wait for it, read the counters, turn patching off.
+fn finish(a: Armed) {
+    let Some(api) = API.get() else { return };
+    // Read on the launching thread, inside its callback, after waiting for the launch's stream.
+    // Measured on the H100 (docs/kernel-detail.md): this is safe, but CUPTI returns every counter
+    // as 0 there; reading them on the writer thread instead (after an event) hung the program.
+    BUSY.with(|b| b.set(true));
+    // SAFETY: the launch's own stream, current context.
+    let rc = unsafe { (api.stream_sync)(a.stream) };
+    let r = if rc == 0 {
+        collect(api, &a)
+    } else {
+        let mut dis: sys::CUpti_SassMetricsDisable_Params = unsafe { std::mem::zeroed() };
+        dis.structSize = sys::SassMetricsDisable_Params_STRUCT_SIZE as usize;
+        dis.ctx = a.ctx.cast();
+        // SAFETY: valid params.
+        unsafe { (api.sass_disable)(&mut dis) };
+        Err(format!(
+            "cuStreamSynchronize after a sampled launch: error {rc}"
+        ))
+    };
+    BUSY.with(|b| b.set(false));
+    let end = now_ns();
+    let cfg = config();
+    // The budget: the next sample waits until sampling took at most `budget` of the time.
+    let spent = end.saturating_sub(a.t0_ns);
+    let budget = cfg.map_or(0.05, |c| c.budget);
+    let pause = (spent as f64 * (1.0 / budget - 1.0)) as u64;
+    NEXT_NS.store(end.saturating_add(pause), Ordering::Relaxed);
+    if let Ok(mut per) = PER_KERNEL.lock() {
+        if let Some(e) = per.get_mut(&a.key) {
+            e.1 = end;
+        }
+    }
+    PENDING_ON.store(false, Ordering::Release);
+    match r {
+        Ok(s) => {
+            SAMPLES.fetch_add(1, Ordering::Relaxed);
+            DONE.push(s);
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// A sample is in progress: no other is started.
+static PENDING_ON: AtomicBool = AtomicBool::new(false);
+
+/// What one sample found: per function the CUPTI data named, its counters.
+pub struct Sampled {
+    dev: i32,
+    start: u64,
+    end: u64,
+    kernels: Vec<KernelCounts>,
+}
+
+/// Counters of one kernel function in one sample.
+#[derive(Debug, Default, Clone)]
+pub struct KernelCounts {
+    pub name: String,
+    pub lineinfo: bool,
+    pub totals: Counts,
+    pub lines: BTreeMap<(String, u32), Counts>,
+    pub unmapped: Counts,
+}
+
+/// The counters gpufl writes (see `gpufl_trace::SassCounts`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub inst: u64,
+    pub thread_inst: u64,
+    pub branch_uniform: u64,
+    pub branch_divergent: u64,
+    pub gld_inst: u64,
+    pub gld_sectors: u64,
+    pub gld_sectors_ideal: u64,
+    pub gst_inst: u64,
+    pub gst_sectors: u64,
+    pub gst_sectors_ideal: u64,
+    pub shared_inst: u64,
+    pub shared_wavefronts: u64,
+    pub shared_wavefronts_ideal: u64,
+}
+
+impl Counts {
+    /// One PC's values, in [`METRICS`] order: sectors go to loads or stores by the instruction.
+    pub fn of_pc(v: &[u64; 12]) -> Counts {
+        let mut c = Counts {
+            inst: v[0],
+            thread_inst: v[1],
+            branch_uniform: v[2],
+            branch_divergent: v[3],
+            gld_inst: v[4],
+            gst_inst: v[5],
+            shared_inst: v[8] + v[9],
+            shared_wavefronts: v[10],
+            shared_wavefronts_ideal: v[11],
+            ..Counts::default()
+        };
+        if v[4] > 0 {
+            c.gld_sectors = v[6];
+            c.gld_sectors_ideal = v[7];
+        } else if v[5] > 0 {
+            c.gst_sectors = v[6];
+            c.gst_sectors_ideal = v[7];
+        }
+        c
+    }
+
+    pub fn add(&mut self, o: &Counts) {
+        self.inst += o.inst;
+        self.thread_inst += o.thread_inst;
+        self.branch_uniform += o.branch_uniform;
+        self.branch_divergent += o.branch_divergent;
+        self.gld_inst += o.gld_inst;
+        self.gld_sectors += o.gld_sectors;
+        self.gld_sectors_ideal += o.gld_sectors_ideal;
+        self.gst_inst += o.gst_inst;
+        self.gst_sectors += o.gst_sectors;
+        self.gst_sectors_ideal += o.gst_sectors_ideal;
+        self.shared_inst += o.shared_inst;
+        self.shared_wavefronts += o.shared_wavefronts;
+        self.shared_wavefronts_ideal += o.shared_wavefronts_ideal;
+    }
+
+    /// As written: the keys that are not zero (`all`: every key, for totals).
+    pub fn to_trace(self, all: bool) -> SassCounts {
+        let f = |v: u64| (all || v != 0).then_some(v);
+        SassCounts {
+            inst: f(self.inst),
+            thread_inst: f(self.thread_inst),
+            branch_uniform: f(self.branch_uniform),
+            branch_divergent: f(self.branch_divergent),
+            gld_inst: f(self.gld_inst),
+            gld_sectors: f(self.gld_sectors),
+            gld_sectors_ideal: f(self.gld_sectors_ideal),
+            gst_inst: f(self.gst_inst),
+            gst_sectors: f(self.gst_sectors),
+            gst_sectors_ideal: f(self.gst_sectors_ideal),
+            shared_inst: f(self.shared_inst),
+            shared_wavefronts: f(self.shared_wavefronts),
+            shared_wavefronts_ideal: f(self.shared_wavefronts_ideal),
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        *self == Counts::default()
+    }
+}
+
+/// One PC's record as CUPTI gives it: (cubin CRC, function, PC offset) and values by metric id.
+pub struct PcValues<'a> {
+    pub crc: u32,
+    pub function: &'a str,
+    pub pc: u32,
+    pub values: &'a [(u64, u64)],
+}
+
+/// Fold PC records into per-function counters, mapping PCs to lines with `tables`. `ids` are the
+/// metric ids in [`METRICS`] order.
+pub fn fold<'a>(
+    ids: &[u64; 12],
+    records: impl IntoIterator<Item = PcValues<'a>>,
+    tables: &BTreeMap<u32, Arc<LineTable>>,
+) -> Vec<KernelCounts> {
+    // (function, pc) → values: CUPTI gives one record per (PC, metric) at GPU granularity.
+    let mut pcs: BTreeMap<(&str, u32, u32), [u64; 12]> = BTreeMap::new();
+    for r in records {
+        let e = pcs.entry((r.function, r.crc, r.pc)).or_insert([0; 12]);
+        for &(id, v) in r.values {
+            if let Some(i) = ids.iter().position(|&m| m == id && m != 0) {
+                e[i] = e[i].saturating_add(v);
+            }
+        }
+    }
+    let mut out: BTreeMap<&str, KernelCounts> = BTreeMap::new();
+    for ((function, crc, pc), v) in pcs {
+        let c = Counts::of_pc(&v);
+        let k = out.entry(function).or_insert_with(|| KernelCounts {
+            name: function.to_string(),
+            ..KernelCounts::default()
+        });
+        k.totals.add(&c);
+        let table = tables.get(&crc);
+        if table.is_some_and(|t| t.has_lines()) {
+            k.lineinfo = true;
+        }
+        match table.and_then(|t| t.lookup(function, pc as u64)) {
+            Some((file, line)) => k.lines.entry((file.to_string(), line)).or_default().add(&c),
+            None => k.unmapped.add(&c),
+        }
+    }
+    out.into_values().collect()
+}
+
+fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
+    let c = api.cupti;
+    let mut dis: sys::CUpti_SassMetricsDisable_Params = unsafe { std::mem::zeroed() };
+    dis.structSize = sys::SassMetricsDisable_Params_STRUCT_SIZE as usize;
+    dis.ctx = a.ctx.cast();
+    let mut dp: sys::CUpti_SassMetricsGetDataProperties_Params = unsafe { std::mem::zeroed() };
+    dp.structSize = sys::SassMetricsGetDataProperties_Params_STRUCT_SIZE as usize;
+    dp.ctx = a.ctx.cast();
+    // SAFETY: valid params.
+    let rc = unsafe { (api.sass_props)(&mut dp) };
+    if rc != cupti::SUCCESS {
+        // SAFETY: valid params.
+        unsafe { (api.sass_disable)(&mut dis) };
+        return Err(format!(
+            "cuptiSassMetricsGetDataProperties: {}",
+            c.result_string(rc)
+        ));
+    }
+    PC_RECORDS.fetch_add(dp.numOfPatchedInstructionRecords as u64, Ordering::Relaxed);
+    if dp.numOfPatchedInstructionRecords == 0 {
+        EMPTY.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut kernels = Vec::new();
+    let mut dev = 0i32;
+    // SAFETY: the context is current on this thread.
+    unsafe { (api.ctx_get_device)(&mut dev) };
+    if rc == cupti::SUCCESS && dp.numOfPatchedInstructionRecords > 0 {
+        let n = dp.numOfPatchedInstructionRecords.min(1 << 22);
+        let per = dp.numOfInstances.clamp(1, 64);
+        let mut vals: Vec<sys::CUpti_SassMetrics_InstanceValue> = (0..n * per)
+            .map(|_| sys::CUpti_SassMetrics_InstanceValue {
+                metricId: 0,
+                value: 0,
+            })
+            .collect();
+        let mut data: Vec<sys::CUpti_SassMetrics_Data> = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut d: sys::CUpti_SassMetrics_Data = unsafe { std::mem::zeroed() };
+            d.structSize = std::mem::size_of::<sys::CUpti_SassMetrics_Data>();
+            d.pInstanceValues = vals[i * per..].as_mut_ptr();
+            data.push(d);
+        }
+        let mut fd: sys::CUpti_SassMetricsFlushData_Params = unsafe { std::mem::zeroed() };
+        fd.structSize = sys::SassMetricsFlushData_Params_STRUCT_SIZE as usize;
+        fd.ctx = a.ctx.cast();
+        fd.numOfPatchedInstructionRecords = n;
+        fd.numOfInstances = per;
+        fd.pMetricsData = data.as_mut_ptr();
+        // SAFETY: buffers of the sizes given.
+        let rc = unsafe { (api.sass_flush)(&mut fd) };
+        if rc != cupti::SUCCESS {
+            unsafe { (api.sass_disable)(&mut dis) };
+            return Err(format!(
+                "cuptiSassMetricsFlushData: {}",
+                c.result_string(rc)
+            ));
+        }
+        let ids = DEVICES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&dev)
+            .copied()
+            .unwrap_or_default();
+        let names: Vec<String> = data
+            .iter()
+            .map(|d| {
+                if d.functionName.is_null() {
+                    String::new()
+                } else {
+                    // SAFETY: CUPTI's NUL-terminated name.
+                    unsafe { CStr::from_ptr(d.functionName) }
+                        .to_string_lossy()
+                        .into_owned()
+                }
+            })
+            .collect();
+        let pairs: Vec<Vec<(u64, u64)>> = (0..n)
+            .map(|i| {
+                vals[i * per..(i + 1) * per]
+                    .iter()
+                    .map(|v| (v.metricId, v.value))
+                    .collect()
+            })
+            .collect();
+        if let Ok(mut d) = FIRST.lock() {
+            if d.is_none() {
+                *d = Some(format!(
+                    "first sample: {n} records, {per} values each, device {dev}, metric ids {ids:?}, first record {:?} {:?}",
+                    names.first(),
+                    pairs.first()
+                ));
+            }
+        }
+        let tables = TABLES.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        kernels = fold(
+            &ids,
+            (0..n).map(|i| PcValues {
+                crc: data[i].cubinCrc,
+                function: &names[i],
+                pc: data[i].pcOffset,
+                values: &pairs[i],
+            }),
+            &tables,
+        );
+    }
+    // SAFETY: valid params.
+    let rc = unsafe { (api.sass_disable)(&mut dis) };
+    if rc != cupti::SUCCESS {
+        return Err(format!("cuptiSassMetricsDisable: {}", c.result_string(rc)));
+    }
+    Ok(Sampled {
+        dev,
+        start: a.trace_t0,
+        end: c.timestamp(),
+        kernels,
+    })
+}
+
+/// Tally of GPU time per kernel function, kept by the writer for a top-N selection.
+#[derive(Default)]
+pub struct Tally {
+    by_name: HashMap<u32, (u64, u64)>,
+    last_publish: u64,
+}
+
+impl Tally {
+    /// A kernel record's time, for the function whose id is `name` (its key computed once).
+    pub fn add(&mut self, name: u32, mangled: impl FnOnce() -> u64, ns: u64) {
+        let e = self.by_name.entry(name).or_insert_with(|| (mangled(), 0));
+        e.1 = e.1.saturating_add(ns);
+    }
+
+    /// The top N keys by time.
+    pub fn top(&self, n: usize) -> Vec<u64> {
+        let mut v: Vec<(u64, u64)> = self.by_name.values().map(|&(k, t)| (t, k)).collect();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v.into_iter().take(n.min(MAX_TOP)).map(|(_, k)| k).collect()
+    }
+
+    /// Publish the top N for the launch callbacks (at most once a second of trace time).
+    pub fn publish(&mut self, now: u64) {
+        let Some(Select::Top(n)) = config().map(|c| &c.select) else {
+            return;
+        };
+        if self.by_name.is_empty() || now.saturating_sub(self.last_publish) < 1_000_000_000 {
+            return;
+        }
+        self.last_publish = now;
+        let top = self.top(*n);
+        for (i, slot) in TOP.iter().enumerate() {
+            slot.store(top.get(i).copied().unwrap_or(0), Ordering::Relaxed);
+        }
+        TOP_READY.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Write the samples taken since the last call (writer thread).
+pub fn drain_into(s: &mut Sink) -> Result<(), TraceError> {
+    drain_done(s)
+}
+
+fn drain_done(s: &mut Sink) -> Result<(), TraceError> {
+    while let Some(sm) = DONE.pop() {
+        for k in sm.kernels {
+            FOLDED.fetch_add(1, Ordering::Relaxed);
+            if k.totals.is_zero() {
+                continue;
+            }
+            WRITTEN.fetch_add(1, Ordering::Relaxed);
+            let name = s.kernel_name(k.name.as_bytes())?;
+            let mut lines = Vec::with_capacity(k.lines.len());
+            for ((file, line), c) in &k.lines {
+                lines.push(KdetailLine {
+                    file: s.intern(file)?,
+                    line: *line,
+                    m: c.to_trace(false),
+                });
+            }
+            s.write(&Record::Kdetail(Box::new(Kdetail {
+                name,
+                dev: sm.dev.max(0) as u32,
+                start: sm.start,
+                end: sm.end,
+                launches: 1,
+                lineinfo: k.lineinfo,
+                totals: k.totals.to_trace(true),
+                lines,
+                unmapped: (!k.unmapped.is_zero()).then(|| k.unmapped.to_trace(false)),
+            })))?;
+        }
+    }
+    Ok(())
+}
+
+/// At stop: the last samples, what was sampled, and a notice if kernel detail stopped on an
+/// error.
+pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
+    drain_done(s)?;
+    if active() {
+        s.write(&Record::Notice(Notice {
+            level: "info".into(),
+            message: format!(
+                "{}: {} launches sampled ({} with no counters), {} PC records read, {} launches not sampled because their stream was being captured",
+                DESCRIPTION.get().map_or("kernel detail", |d| d.as_str()),
+                ARMED_N.load(Ordering::Relaxed),
+                EMPTY.load(Ordering::Relaxed),
+                PC_RECORDS.load(Ordering::Relaxed),
+                CAPTURING.load(Ordering::Relaxed),
+            ),
+        }))?;
+        if let Some(first) = FIRST.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            s.write(&Record::Notice(Notice {
+                level: "debug".into(),
+                message: format!(
+                    "kernel detail: {}; {} kernels folded, {} written",
+                    first,
+                    FOLDED.load(Ordering::Relaxed),
+                    WRITTEN.load(Ordering::Relaxed)
+                ),
+            }))?;
+        }
+    }
+    let (folded, written) = (
+        FOLDED.load(Ordering::Relaxed),
+        WRITTEN.load(Ordering::Relaxed),
+    );
+    if folded > 0 && written == 0 {
+        s.write(&Record::Notice(Notice {
+            level: "warning".into(),
+            message: format!(
+                "kernel detail: CUPTI returned every counter of the {folded} sampled kernel(s) as 0, so no kdetail record was written (counters read inside the launch callback; see docs/kernel-detail.md: experimental, not working yet)"
+            ),
+        }))?;
+    }
+    if let Some(why) = FAILED.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        s.write(&Record::Notice(Notice {
+            level: "warning".into(),
+            message: format!(
+                "kernel detail stopped: {why} ({} samples taken before)",
+                SAMPLES.load(Ordering::Relaxed)
+            ),
+        }))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse() {
+        assert_eq!(Config::parse(None, None, None, None), None);
+        assert_eq!(Config::parse(Some("0"), None, None, None), None);
+        let c = Config::parse(Some("1"), None, None, None).unwrap();
+        assert_eq!(c.select, Select::Top(DEFAULT_TOP));
+        assert_eq!((c.max_samples, c.min_gap_ns), (3, 1_000_000_000));
+        assert!((c.budget - 0.05).abs() < 1e-12);
+        let c = Config::parse(Some("7"), Some("5"), Some("10"), Some("0.5")).unwrap();
+        assert_eq!(c.select, Select::Top(7));
+        assert_eq!((c.max_samples, c.min_gap_ns), (5, 10_000_000));
+        assert!((c.budget - 0.5).abs() < 1e-12);
+        let c = Config::parse(Some("divergent, strided_load"), Some("x"), None, Some("-1"));
+        let c = c.unwrap();
+        assert_eq!(
+            c.select,
+            Select::Names(vec!["divergent".into(), "strided_load".into()])
+        );
+        assert_eq!(c.max_samples, 3);
+        assert!((c.budget - 0.05).abs() < 1e-12);
+        assert_eq!(
+            Config::parse(Some("1000"), None, None, None)
+                .unwrap()
+                .select,
+            Select::Top(MAX_TOP)
+        );
+    }
+
+    #[test]
+    fn launch_entry_points_know_their_stream() {
+        assert!(matches!(
+            stream_at("cudaLaunchKernel_v7000"),
+            Some(StreamAt::Field(_))
+        ));
+        assert!(matches!(
+            stream_at("cudaLaunchKernel_ptsz_v7000"),
+            Some(StreamAt::Field(_))
+        ));
+        assert!(matches!(
+            stream_at("cuLaunchKernel"),
+            Some(StreamAt::Field(_))
+        ));
+        assert!(matches!(
+            stream_at("cuLaunchKernelEx"),
+            Some(StreamAt::Config(_, 32))
+        ));
+        assert_eq!(stream_at("cudaMemcpyAsync"), None);
+        // cudaLaunchKernel(func, dim3 grid, dim3 block, args, sharedMem, stream): the stream
+        // after 8 + 12 + 12 (+ 0 padding: args aligned at 32) + 8 + 8 bytes.
+        assert_eq!(stream_at("cudaLaunchKernel"), Some(StreamAt::Field(48)));
+        // cuLaunchKernel(f, 6 x unsigned, sharedMemBytes, hStream, ...): 8 + 28 → 40.
+        assert_eq!(stream_at("cuLaunchKernel"), Some(StreamAt::Field(40)));
+    }
+
+    #[test]
+    fn sectors_go_to_loads_or_stores_by_the_instruction() {
+        let mut v = [0u64; 12];
+        v[0] = 10;
+        v[1] = 320;
+        v[4] = 10;
+        v[6] = 320;
+        v[7] = 40;
+        let c = Counts::of_pc(&v);
+        assert_eq!(
+            (c.gld_inst, c.gld_sectors, c.gld_sectors_ideal),
+            (10, 320, 40)
+        );
+        assert_eq!((c.gst_inst, c.gst_sectors), (0, 0));
+        let mut v = [0u64; 12];
+        v[5] = 4;
+        v[6] = 16;
+        v[7] = 16;
+        let c = Counts::of_pc(&v);
+        assert_eq!(
+            (c.gst_inst, c.gst_sectors, c.gst_sectors_ideal),
+            (4, 16, 16)
+        );
+        assert_eq!(c.gld_sectors, 0);
+        // An atomic (neither load nor store) keeps its sectors out of both.
+        let mut v = [0u64; 12];
+        v[6] = 8;
+        let c = Counts::of_pc(&v);
+        assert_eq!((c.gld_sectors, c.gst_sectors), (0, 0));
+    }
+
+    #[test]
+    fn pc_records_fold_per_function_with_unmapped_pcs_apart() {
+        let ids: [u64; 12] = std::array::from_fn(|i| 100 + i as u64);
+        let tables = BTreeMap::new(); // no cubin known: every PC unmapped
+        let a = [(100, 5), (101, 80)];
+        let b = [(100, 3), (101, 96), (104, 3), (106, 96), (107, 12)];
+        let recs = vec![
+            PcValues {
+                crc: 1,
+                function: "_Z1fv",
+                pc: 0,
+                values: &a[..1],
+            },
+            PcValues {
+                crc: 1,
+                function: "_Z1fv",
+                pc: 0,
+                values: &a[1..],
+            },
+            PcValues {
+                crc: 1,
+                function: "_Z1fv",
+                pc: 16,
+                values: &b,
+            },
+            PcValues {
+                crc: 1,
+                function: "_Z1gv",
+                pc: 0,
+                values: &[(999, 7), (100, 1)],
+            },
+        ];
+        let out = fold(&ids, recs, &tables);
+        assert_eq!(out.len(), 2);
+        let f = &out[0];
+        assert_eq!(f.name, "_Z1fv");
+        assert!(!f.lineinfo);
+        assert_eq!((f.totals.inst, f.totals.thread_inst), (8, 176));
+        assert_eq!(
+            (
+                f.totals.gld_inst,
+                f.totals.gld_sectors,
+                f.totals.gld_sectors_ideal
+            ),
+            (3, 96, 12)
+        );
+        assert_eq!(f.unmapped, f.totals);
+        assert!(f.lines.is_empty());
+        assert_eq!(out[1].totals.inst, 1, "an unknown metric id is ignored");
+    }
+}
