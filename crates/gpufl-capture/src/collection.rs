@@ -235,6 +235,7 @@ pub(crate) fn set_driver_sites(on: bool) {
 
 /// Turn the GPU activity kinds (kernels, copies, memsets, CUPTI overhead) on or off.
 fn set_gpu_kinds(c: &Cupti, on: bool, notices: &mut Vec<String>) {
+    GPU_KINDS_ON.store(on, Ordering::SeqCst);
     for (k, name) in activity_kinds() {
         // SAFETY: plain CUPTI calls.
         let rc = unsafe {
@@ -251,6 +252,15 @@ fn set_gpu_kinds(c: &Cupti, on: bool, notices: &mut Vec<String>) {
             ));
         }
     }
+}
+
+/// The GPU activity kinds are on (kernel detail turns the kernel kind off around a sampled
+/// launch, and back on only if they still are).
+static GPU_KINDS_ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether the GPU activity kinds are on now.
+pub(crate) fn gpu_kinds_on() -> bool {
+    GPU_KINDS_ON.load(Ordering::SeqCst)
 }
 
 /// An always-on window of GPU activity: 0 none open, 1 sampled, 2 full detail.

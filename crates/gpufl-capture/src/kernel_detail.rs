@@ -14,12 +14,12 @@
 //! stream capture is never sampled. Counters are per SASS PC; each PC is mapped to its source line
 //! through the cubin's line table ([`crate::cubin_lines`], read when the module is loaded).
 //!
-//! **Status: experimental, not working yet.** On the H100 (CUDA 13.0) the launches are patched
-//! and CUPTI hands back every PC record, but with every counter 0 when read this way, inside the
-//! launch's exit callback; the same reads outside any callback (scripts/probe/sassmetrics.cu)
-//! give Nsight Compute's figures, and reading on another thread while the launching thread
-//! went on hung the program (both tried, then removed). The recorder says so in a notice and
-//! writes no `kdetail` record then.
+//! **Status: experimental.** CUPTI returns every SASS counter as 0 while its concurrent-kernel
+//! activity kind is on (found with scripts/probe/sasscallback.cu on the H100: the reads inside
+//! the launch's callbacks are fine); the recorder turns that kind off around a sampled launch
+//! (which then has no kernel record) and back on after. That fix is verified in the probe, not
+//! yet in a recording (docs/kernel-detail.md). When every counter still reads 0 the recorder
+//! says so in a notice and writes no `kdetail` record.
 //!
 //! **Cost.** A patched launch runs 20-160x slower than bare (the probe's figures), and the wait
 //! costs the launching thread its pipelining once per sample. So a function is sampled at most
@@ -156,8 +156,19 @@ pub fn busy() -> bool {
     BUSY.with(|b| b.get())
 }
 
+/// Turn the concurrent-kernel activity kind back on after a sample, if it was turned off for it
+/// and GPU activity is still being collected.
+fn restore_kinds(c: &Cupti, kinds_off: bool) {
+    if kinds_off && crate::collection::gpu_kinds_on() {
+        // SAFETY: plain CUPTI call.
+        unsafe { (c.activity_enable)(cupti::KIND_CONCURRENT_KERNEL) };
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Armed {
+    /// The concurrent-kernel activity kind was turned off for this sample.
+    kinds_off: bool,
     ctx: *mut c_void,
     stream: *mut c_void,
     t0_ns: u64,
@@ -539,6 +550,12 @@ fn arm(
         return Ok(None);
     }
     configure(api, dev)?;
+    // With CUPTI's concurrent-kernel activity on, every SASS counter reads 0 (probe case 8 of
+    // scripts/probe/sasscallback.cu; case 10: off around the launch, the counters are right):
+    // the sampled launch gets no kernel record.
+    let kinds_off = crate::collection::gpu_kinds_on()
+        // SAFETY: plain CUPTI call.
+        && unsafe { (c.activity_disable)(cupti::KIND_CONCURRENT_KERNEL) } == cupti::SUCCESS;
     let mut en: sys::CUpti_SassMetricsEnable_Params = unsafe { std::mem::zeroed() };
     en.structSize = sys::SassMetricsEnable_Params_STRUCT_SIZE as usize;
     en.ctx = ctx.cast();
@@ -546,10 +563,12 @@ fn arm(
     // SAFETY: valid params.
     let rc = unsafe { (api.sass_enable)(&mut en) };
     if rc != cupti::SUCCESS {
+        restore_kinds(c, kinds_off);
         return Err(format!("cuptiSassMetricsEnable: {}", c.result_string(rc)));
     }
     ARMED_N.fetch_add(1, Ordering::Relaxed);
     Ok(Some(Armed {
+        kinds_off,
         ctx,
         stream,
         t0_ns: now,
@@ -619,9 +638,9 @@ fn configure(api: &Api, dev: i32) -> Result<(), String> {
 /// The exit of a sampled launch call: wait for it, read the counters, turn patching off.
 fn finish(a: Armed) {
     let Some(api) = API.get() else { return };
-    // Read on the launching thread, inside its callback, after waiting for the launch's stream.
-    // Measured on the H100 (docs/kernel-detail.md): this is safe, but CUPTI returns every counter
-    // as 0 there; reading them on the writer thread instead (after an event) hung the program.
+    // Read on the launching thread, inside its callback, after waiting for the launch's stream
+    // (probe: the same values as outside callbacks; reading on the writer thread instead, after
+    // an event, hung the program in one recording).
     BUSY.with(|b| b.set(true));
     // SAFETY: the launch's own stream, current context.
     let rc = unsafe { (api.stream_sync)(a.stream) };
@@ -637,6 +656,7 @@ fn finish(a: Armed) {
             "cuStreamSynchronize after a sampled launch: error {rc}"
         ))
     };
+    restore_kinds(api.cupti, a.kinds_off);
     BUSY.with(|b| b.set(false));
     let end = now_ns();
     let cfg = config();
@@ -1012,7 +1032,7 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
         s.write(&Record::Notice(Notice {
             level: "info".into(),
             message: format!(
-                "{}: {} launches sampled ({} with no counters), {} PC records read, {} launches not sampled because their stream was being captured",
+                "{}: {} launches sampled (their kernel records are not collected; {} with no counters), {} PC records read, {} launches not sampled because their stream was being captured",
                 DESCRIPTION.get().map_or("kernel detail", |d| d.as_str()),
                 ARMED_N.load(Ordering::Relaxed),
                 EMPTY.load(Ordering::Relaxed),
@@ -1040,7 +1060,7 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
         s.write(&Record::Notice(Notice {
             level: "warning".into(),
             message: format!(
-                "kernel detail: CUPTI returned every counter of the {folded} sampled kernel(s) as 0, so no kdetail record was written (counters read inside the launch callback; see docs/kernel-detail.md: experimental, not working yet)"
+                "kernel detail: CUPTI returned every counter of the {folded} sampled kernel(s) as 0, so no kdetail record was written (experimental: docs/kernel-detail.md)"
             ),
         }))?;
     }

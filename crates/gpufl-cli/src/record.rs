@@ -34,7 +34,7 @@ pub struct RecordArgs {
     /// 256); full detail on demand with `gpufl trigger PID`.
     #[arg(long)]
     always_on: bool,
-    /// EXPERIMENTAL, not working yet (see docs/kernel-detail.md: the counters read back as 0).
+    /// EXPERIMENTAL (docs/kernel-detail.md: verified in a probe, not yet in a recording).
     /// Look inside kernels (opt-in, costly per sampled launch): instruction-level counters per
     /// source line (divergence, global sectors per request, shared-memory bank conflicts) from
     /// CUPTI's SASS metrics, on a few launches of the TOP_N kernels by GPU time (default 5) or of
