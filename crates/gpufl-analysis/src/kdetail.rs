@@ -33,6 +33,10 @@ pub const ASSUMED_SECTORS_PER_REQUEST: u64 = 4;
 pub struct DetailCounts {
     pub inst: u64,
     pub thread_inst: u64,
+    /// Branch executions whose active lanes all took one target, and those that split (two or
+    /// more targets): the divergent branches' lines are where warps split.
+    pub branch_uniform: u64,
+    pub branch_divergent: u64,
     pub gld_inst: u64,
     pub gld_sectors: u64,
     pub gld_sectors_ideal: Option<u64>,
@@ -49,6 +53,8 @@ impl Default for DetailCounts {
         DetailCounts {
             inst: 0,
             thread_inst: 0,
+            branch_uniform: 0,
+            branch_divergent: 0,
             gld_inst: 0,
             gld_sectors: 0,
             gld_sectors_ideal: Some(0),
@@ -82,6 +88,8 @@ impl DetailCounts {
         DetailCounts {
             inst: v(c.inst),
             thread_inst: v(c.thread_inst),
+            branch_uniform: v(c.branch_uniform),
+            branch_divergent: v(c.branch_divergent),
             gld_inst: v(c.gld_inst),
             gld_sectors: v(c.gld_sectors),
             gld_sectors_ideal: ideal(c.gld_sectors_ideal, v(c.gld_sectors)),
@@ -99,6 +107,8 @@ impl DetailCounts {
         let s = |a: &mut u64, b: u64| *a = a.saturating_add(b);
         s(&mut self.inst, o.inst);
         s(&mut self.thread_inst, o.thread_inst);
+        s(&mut self.branch_uniform, o.branch_uniform);
+        s(&mut self.branch_divergent, o.branch_divergent);
         s(&mut self.gld_inst, o.gld_inst);
         s(&mut self.gld_sectors, o.gld_sectors);
         s(&mut self.gst_inst, o.gst_inst);
@@ -115,6 +125,16 @@ impl DetailCounts {
     /// count cannot claim more); None without instructions.
     pub fn lanes(&self) -> Option<f64> {
         ratio(self.thread_inst, self.inst).map(|l| l.min(WARP))
+    }
+
+    /// Branch efficiency: the share of branch executions whose active lanes all took one
+    /// target (Nsight Compute's `smsp__sass_average_branch_targets_threads_uniform.pct` / 100);
+    /// None without branch counts.
+    pub fn branch_efficiency(&self) -> Option<f64> {
+        ratio(
+            self.branch_uniform,
+            self.branch_uniform.saturating_add(self.branch_divergent),
+        )
     }
 
     /// Lane-slots lost to inactive lanes: `inst × 32 − thread_inst` (0 when the counts say more
@@ -496,6 +516,9 @@ pub struct DetailSummary {
     /// Active lanes per warp instruction (32: no divergence).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lanes: Option<f64>,
+    /// Branch efficiency, 0..1 (uniform branch executions over all; when branches were counted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_efficiency: Option<f64>,
     /// Global load sectors per request and the ideal (the recorder's, else assumed: 4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load_sectors_per_request: Option<f64>,
@@ -524,6 +547,7 @@ impl DetailSummary {
             windows: d.records,
             lineinfo: d.lineinfo,
             lanes: t.lanes(),
+            branch_efficiency: t.branch_efficiency(),
             load_sectors_per_request: ld.per_request(),
             load_ideal_per_request: ld.ideal_per_request(),
             load_ideal_assumed: ld.requests > 0 && ld.assumed,

@@ -7,9 +7,11 @@
 //!   ([`looked_at`](super::detail_site::looked_at): not a vendor library's) has fewer than
 //!   [`MAX_LANES`] active lanes per warp instruction and an impact of at least 1 % of its
 //!   device's busy time.
-//! - **Location:** the line inside the kernel with the most lost lane-slots (`inst × 32 −
-//!   thread_inst`), with its own lanes (`kernel_detail.cu:48: 16 of 32 lanes active`), and the
-//!   launch line beside it (see `detail_site`).
+//! - **Location:** the line inside the kernel whose branches split warps most often
+//!   (`branch_divergent`: the branch itself, `kernel_detail.cu:56`) when the recorder counted
+//!   branches; else the line with the most lost lane-slots (`inst × 32 − thread_inst`). The lines
+//!   where the lanes are lost, with their own lanes (`kernel_detail.cu:48: 16 of 32 lanes
+//!   active`), are in the detail, and the launch line beside it (see `detail_site`).
 //! - **Impact:** the kernel's GPU time × (1 − lanes / 32): an estimate and an upper bound (the
 //!   share of issue slots the idle lanes waste; a kernel bound by memory gains less).
 //! - **Severity:** on the impact's share of the device's busy time.
@@ -57,6 +59,12 @@ pub struct Data {
     pub line_share: Option<f64>,
     /// The lines with the most lost lane-slots, most first (at most 5).
     pub lines: Vec<LineLanes>,
+    /// The branch that splits warps most often (`file:line`), when branches were counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_line: Option<String>,
+    /// Uniform branch executions over all (Nsight Compute's branch efficiency / 100).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_efficiency: Option<f64>,
     pub recoverable_ns: u64,
 }
 
@@ -110,18 +118,43 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
         });
         lines.truncate(LINES);
         let top = lines.first().copied();
+        // The branch that splits warps most often, when branches were counted.
+        let branch = d
+            .lines
+            .iter()
+            .filter(|l| l.counts.branch_divergent > 0)
+            .max_by(|a, b| {
+                a.counts
+                    .branch_divergent
+                    .cmp(&b.counts.branch_divergent)
+                    .then_with(|| (&b.file, b.line).cmp(&(&a.file, a.line)))
+            });
+        let located = branch.or(top);
         let (loc, site) = detail_site::site(
             &locator,
             row,
-            top.map(|l| (l.file.as_str(), l.line)),
+            located.map(|l| (l.file.as_str(), l.line)),
             (d.launches, d.records, d.lineinfo),
         );
         let lost = d.totals.lost_lanes();
         let line_lanes_v = top.and_then(|l| l.counts.lanes());
         let line_share = top.map(|l| crate::insights::share(l.counts.lost_lanes(), lost));
         let lanes_s = fmt_lanes(lanes);
-        let title = match (top, line_lanes_v) {
-            (Some(_), Some(ll)) => format!(
+        let efficiency = d.totals.branch_efficiency();
+        let title = match (branch, top, line_lanes_v) {
+            (Some(b), _, _) => format!(
+                "Warp divergence × {}{} · {}: the branch here splits warps ({} of {} executions), {} of 32 lanes active over the kernel · {} recoverable",
+                row.launches,
+                detail_site::at(&loc),
+                short(row),
+                b.counts.branch_divergent,
+                b.counts
+                    .branch_divergent
+                    .saturating_add(b.counts.branch_uniform),
+                lanes_s,
+                at_most(impact)
+            ),
+            (None, Some(_), Some(ll)) => format!(
                 "Warp divergence × {}{} · {}: {} of 32 lanes active there ({} over the kernel) · {} recoverable",
                 row.launches,
                 detail_site::at(&loc),
@@ -157,11 +190,25 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
                 } else {
                     format!("; then {}", others.join(", "))
                 };
+                let branch_note = match (branch, efficiency) {
+                    (Some(b), Some(e)) => format!(
+                        " The branch at {}:{} splits warps: {} of its {} executions took two or \
+                         more targets (branch efficiency over the kernel {:.2}%).",
+                        base(&b.file),
+                        b.line,
+                        b.counts.branch_divergent,
+                        b.counts
+                            .branch_divergent
+                            .saturating_add(b.counts.branch_uniform),
+                        e * 100.0
+                    ),
+                    _ => " The line where lanes go idle is inside the branch; the branch that \
+                          splits the warp is the condition that leads there."
+                        .to_string(),
+                };
                 format!(
                     " Most lane-slots are lost at {}:{}: {} of 32 lanes active there ({:.0}% of \
-                     the kernel's lost lane-slots){then}. The line where lanes go idle is inside \
-                     the branch; the branch that splits the warp is the condition that leads \
-                     there.",
+                     the kernel's lost lane-slots){then}.{branch_note}",
                     base(&l.file),
                     l.line,
                     fmt_lanes(ll),
@@ -202,6 +249,8 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
             line_lanes: line_lanes_v,
             line_share,
             lines: lines.iter().map(|l| line_lanes(l)).collect(),
+            branch_line: branch.map(|b| format!("{}:{}", b.file, b.line)),
+            branch_efficiency: efficiency,
             recoverable_ns: impact,
         });
         out.push(detail_site::insight(
