@@ -96,6 +96,7 @@ class _Options(ctypes.Structure):
         ("backend_url", ctypes.c_char_p),
         ("api_key", ctypes.c_char_p),
         ("mode", ctypes.c_int),
+        ("kernel_detail", ctypes.c_char_p),
     ]
 
 
@@ -104,10 +105,12 @@ def _b(s):
 
 
 def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack_trace=False,
-         mode="default"):
+         mode="default", kernel_detail=None):
     """Start recording this process. Returns 0 (recording), 1 (already recording, e.g. under
     `gpufl record`), 2 (GPU capture unavailable: scopes are still recorded when possible) or 3;
     -1 when the library is missing. `mode` is "default" or "always-on" (see the README).
+    `kernel_detail` (experimental, docs/kernel-detail.md): an int N looks inside the top N kernels
+    by GPU time, a string of comma-separated name fragments inside those kernels.
     GPUFL_* environment variables override the arguments."""
     if mode not in ("default", "always-on"):
         raise ValueError(f"mode must be 'default' or 'always-on', not {mode!r}")
@@ -126,6 +129,7 @@ def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack
         None,
         None,
         1 if mode == "always-on" else 0,
+        _b(kernel_detail),
     )
     return lib.gpufl_init(ctypes.byref(o))
 

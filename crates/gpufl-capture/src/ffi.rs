@@ -19,6 +19,9 @@ pub struct GpuflOptions {
     /// 0: default mode, 1: always-on. Read only when `struct_size` covers it (callers compiled
     /// against an older header pass a smaller struct).
     pub mode: c_int,
+    /// Kernel detail (experimental, docs/kernel-detail.md): NULL off, "N" the top N kernels by
+    /// GPU time, else comma-separated name fragments. Read only when `struct_size` covers it.
+    pub kernel_detail: *const c_char,
 }
 
 /// Size of the struct before `mode` was added.
@@ -60,8 +63,16 @@ fn options_from_c(o: *const GpuflOptions) -> Options {
     opts.enable_stack_trace = o.enable_stack_trace != 0;
     opts.backend_url = opt_str(o.backend_url).unwrap_or_default();
     opts.api_key = opt_str(o.api_key).unwrap_or_default();
-    if (o.struct_size as usize) >= std::mem::size_of::<GpuflOptions>() && o.mode == 1 {
+    let covers = |end: usize| (o.struct_size as usize) >= end;
+    if covers(std::mem::offset_of!(GpuflOptions, mode) + std::mem::size_of::<c_int>())
+        && o.mode == 1
+    {
         opts.mode = crate::options::Mode::AlwaysOn;
+    }
+    if covers(
+        std::mem::offset_of!(GpuflOptions, kernel_detail) + std::mem::size_of::<*const c_char>(),
+    ) {
+        opts.kernel_detail = opt_str(o.kernel_detail);
     }
     opts
 }
@@ -326,6 +337,43 @@ pub unsafe extern "C" fn gpufl_test_cross_thread_cost(iters: u32, out: *mut f64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Callers compiled against an older header pass a smaller struct: the fields past its
+    /// `struct_size` are never read.
+    #[test]
+    fn options_are_read_up_to_the_callers_struct_size() {
+        let app = c"app";
+        let kd = c"divergent";
+        let full = |size: usize| GpuflOptions {
+            struct_size: size as u32,
+            app_name: app.as_ptr(),
+            log_path: std::ptr::null(),
+            enable_synchronization: 1,
+            enable_stack_trace: 1,
+            backend_url: std::ptr::null(),
+            api_key: std::ptr::null(),
+            mode: 1,
+            kernel_detail: kd.as_ptr(),
+        };
+        let read = |size: usize| options_from_c(&full(size));
+        let v1 = std::mem::offset_of!(GpuflOptions, mode);
+        let v2 = v1 + std::mem::size_of::<c_int>();
+        let v3 = std::mem::size_of::<GpuflOptions>();
+        let o = read(v1);
+        assert_eq!(o.app_name, "app");
+        assert_eq!(
+            (o.mode, o.kernel_detail.as_deref()),
+            (crate::options::Mode::Default, None)
+        );
+        let o = read(v2);
+        assert_eq!(
+            (o.mode, o.kernel_detail.as_deref()),
+            (crate::options::Mode::AlwaysOn, None)
+        );
+        let o = read(v3);
+        assert_eq!(o.kernel_detail.as_deref(), Some("divergent"));
+        assert_eq!(read(v1 - 1).app_name, Options::default().app_name);
+    }
 
     #[test]
     fn pause_and_resume_without_a_recorder_say_disabled() {

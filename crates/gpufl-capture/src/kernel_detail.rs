@@ -111,7 +111,9 @@ impl Config {
     fn from_env() -> Option<Config> {
         let v = |k: &str| std::env::var(k).ok();
         Config::parse(
-            v("GPUFL_KERNEL_DETAIL").as_deref(),
+            v("GPUFL_KERNEL_DETAIL")
+                .or_else(|| OPTION.get().cloned())
+                .as_deref(),
             v("GPUFL_KERNEL_DETAIL_SAMPLES").as_deref(),
             v("GPUFL_KERNEL_DETAIL_GAP_MS").as_deref(),
             v("GPUFL_KERNEL_DETAIL_BUDGET").as_deref(),
@@ -120,6 +122,15 @@ impl Config {
 }
 
 static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
+/// The init option (`InitOptions::kernel_detail`), given before the settings are first read.
+static OPTION: OnceLock<String> = OnceLock::new();
+
+/// The init option's value (the environment variable still wins). Call before [`config`].
+pub fn set_option(value: Option<&str>) {
+    if let Some(v) = value {
+        let _ = OPTION.set(v.to_string());
+    }
+}
 /// On (configured, CUPTI has the API, no error so far).
 static ON: AtomicBool = AtomicBool::new(false);
 

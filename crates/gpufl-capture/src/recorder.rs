@@ -217,6 +217,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     }
     // This thread's unwinding state now, not at its first capture (see unwind::prepare_thread).
     crate::unwind::prepare_thread();
+    crate::kernel_detail::set_option(opts.kernel_detail.as_deref());
     notices.extend(enable_collection(cupti, sub, &opts));
     notices.extend(crate::nvtx::enable(cupti, sub));
     if !notices.is_empty() {

@@ -52,6 +52,9 @@ struct InitOptions {
     // Always-on: syncs with stacks, sampled call sites, telemetry all the time; GPU activity in
     // windows set by a cost budget; disk bounded (README, "Always-on recording").
     bool always_on = false;
+    // Inside kernels (experimental, docs/kernel-detail.md): "N" the top N kernels by GPU time, or
+    // comma-separated name fragments; unset: off.
+    OptionString kernel_detail;
 };
 
 enum class InitResult { Ok = GPUFL_OK, AlreadyRunning = GPUFL_ALREADY_RUNNING, Disabled = GPUFL_DISABLED, InternalError = GPUFL_INTERNAL_ERROR };
@@ -68,6 +71,7 @@ inline InitResult init(const InitOptions& o) {
     c.backend_url = o.backend_url.c_str_or_null();
     c.api_key = o.api_key.c_str_or_null();
     c.mode = o.always_on ? 1 : 0;
+    c.kernel_detail = o.kernel_detail.c_str_or_null();
     return static_cast<InitResult>(gpufl_init(&c));
 }
 
