@@ -152,6 +152,10 @@ fn set_collection(
     let window = WINDOW.load(Ordering::SeqCst);
     let gpu_on = on && (!aon || window > 0);
     let api_on = on && (!aon || window == 2);
+    if !gpu_on {
+        // A sampled launch whose exit callback may now never come: its patching goes off.
+        crate::kernel_detail::abandon();
+    }
     set_gpu_kinds(c, gpu_on, notices);
     enable_api_records(c, opts, api_on, notices);
     // Always-on: call-site callbacks inside windows only (like GPU activity).

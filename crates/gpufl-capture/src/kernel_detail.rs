@@ -532,7 +532,10 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     let armed = arm(api, ctx, stream, now, k);
     BUSY.with(|b| b.set(false));
     match armed {
-        Ok(Some(a)) => ARMED.with(|x| x.set(Some(a))),
+        Ok(Some(a)) => {
+            *OPEN.lock().unwrap_or_else(|e| e.into_inner()) = Some((a.ctx as usize, a.kinds_off));
+            ARMED.with(|x| x.set(Some(a)))
+        }
         Ok(None) => PENDING_ON.store(false, Ordering::Release),
         Err(e) => {
             PENDING_ON.store(false, Ordering::Release);
@@ -647,8 +650,43 @@ fn configure(api: &Api, dev: i32) -> Result<(), String> {
 }
 
 /// The exit of a sampled launch call: wait for it, read the counters, turn patching off.
+/// The context whose patching is on (and whether the kernel activity kind was turned off for
+/// it): taken by the sampled launch's exit, or by [`abandon`] when that exit will not come.
+static OPEN: Mutex<Option<(usize, bool)>> = Mutex::new(None);
+
+/// Collection is being turned off (pause, stop) while a sampled launch may be between its entry
+/// and exit callbacks, whose exit would then never be seen: turn its patching off now, so that
+/// no later kernel runs patched. Its counters are lost.
+pub fn abandon() {
+    let Some(api) = API.get() else { return };
+    let Some((ctx, kinds_off)) = OPEN.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return;
+    };
+    let mut dis: sys::CUpti_SassMetricsDisable_Params = unsafe { std::mem::zeroed() };
+    dis.structSize = sys::SassMetricsDisable_Params_STRUCT_SIZE as usize;
+    dis.ctx = (ctx as *mut c_void).cast();
+    BUSY.with(|b| b.set(true));
+    // SAFETY: valid params for a context whose patching this module turned on.
+    unsafe { (api.sass_disable)(&mut dis) };
+    restore_kinds(api.cupti, kinds_off);
+    BUSY.with(|b| b.set(false));
+    ABANDONED.fetch_add(1, Ordering::Relaxed);
+    PENDING_ON.store(false, Ordering::Release);
+}
+
+static ABANDONED: AtomicU64 = AtomicU64::new(0);
+
 fn finish(a: Armed) {
     let Some(api) = API.get() else { return };
+    // Abandoned meanwhile (collection turned off): nothing left to read.
+    if OPEN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .is_none()
+    {
+        return;
+    }
     // Read on the launching thread, inside its callback, after waiting for the launch's stream
     // (probe: the same values as outside callbacks; reading on the writer thread instead, after
     // an event, hung the program in one recording).
@@ -1038,14 +1076,16 @@ fn drain_done(s: &mut Sink) -> Result<(), TraceError> {
 /// At stop: the last samples, what was sampled, and a notice if kernel detail stopped on an
 /// error.
 pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
+    abandon();
     drain_done(s)?;
     if active() {
         s.write(&Record::Notice(Notice {
             level: "info".into(),
             message: format!(
-                "{}: {} launches sampled (their kernel records are not collected; {} with no counters), {} PC records read, {} launches not sampled because their stream was being captured",
+                "{}: {} launches sampled (their kernel records are not collected; {} abandoned when collection was turned off; {} with no counters), {} PC records read, {} launches not sampled because their stream was being captured",
                 DESCRIPTION.get().map_or("kernel detail", |d| d.as_str()),
                 ARMED_N.load(Ordering::Relaxed),
+                ABANDONED.load(Ordering::Relaxed),
                 EMPTY.load(Ordering::Relaxed),
                 PC_RECORDS.load(Ordering::Relaxed),
                 CAPTURING.load(Ordering::Relaxed),
