@@ -31,7 +31,12 @@ pub const LIBRARY_PATTERNS: [&str; 7] = [
 
 /// A kernel name for tables and titles: `void ns::kern<float, 4>(float*, int)` → `ns::kern`.
 pub fn short_name(name: &str) -> &str {
-    crate::insights::launch_bound::short_kernel(name)
+    let f = crate::insights::short_function(name);
+    let f = f.strip_prefix("void ").unwrap_or(f);
+    match f.find('<') {
+        Some(i) if i > 0 => &f[..i],
+        _ => f,
+    }
 }
 
 /// Substrings of the kernels a framework runtime launches for itself, not for the user's program

@@ -17,7 +17,7 @@
 //! - **Severity:** on the impact's share of the device's busy time.
 
 use super::detail_site::{self, at_most, describe, launched, no_line_note, short, Site};
-use super::gpu_idle::Locator;
+use super::timeline::Locator;
 use super::{Ctx, Insight, RuleData};
 use crate::kdetail::DetailCounts;
 use crate::kernels::KernelTable;

@@ -39,8 +39,8 @@
 //! - **Impact:** the mean over the other ranks of their waiting time. **Window:** the span of the
 //!   matched collectives (first start to last end, aligned). **Severity** on their ratio.
 
-use super::gpu_idle::{LocationSource, Locator};
 use super::timeline::location_note;
+use super::timeline::{LocationSource, Locator};
 use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
 use crate::intervals::DeviceBusy;
 use crate::model::Model;

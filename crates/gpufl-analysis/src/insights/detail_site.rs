@@ -12,8 +12,8 @@
 //! without a line table: built without `-lineinfo`; or counts on no line), the location is the
 //! launch line, as for the other kernel rules, and the text says why.
 
-use super::gpu_idle::{LocationSource, Locator};
 use super::kernel_site::{self, KernelInsight};
+use super::timeline::{LocationSource, Locator};
 use super::{fmt_duration, Ctx, Insight};
 use crate::kdetail::{KernelDetail, KernelStalls};
 use crate::kernels::{short_name, KernelRow, KernelTable};

@@ -33,13 +33,10 @@
 //! - **Utilization:** each device's active range cut into [`UTIL_CHUNKS`] equal chunks (as
 //!   `nsys analyze gpu_time_util`), the busy share of each; chunks under 50 % are flagged `low`.
 
-use super::utilization::{ChunkIdle, Util};
-// Re-exported for the rules that import them from here.
-pub(super) use super::timeline::{
-    device_timelines, issuing_api, location_note, median_p99, most_frequent_per_key, op_corr,
-    op_end, op_start, ApiCursor, BusyIndex, Locator,
-};
+pub use super::timeline::LocationSource;
+use super::timeline::{device_timelines, location_note, op_corr, ApiCursor, Locator};
 use super::timeline::{order_and_last_start, push_capped, Listed, OpWalk, StartOrdered};
+use super::utilization::{ChunkIdle, Util};
 use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
 use crate::model::Model;
 use crate::store::NONE;
@@ -72,8 +69,6 @@ const SYNC_COVER_PCT: u64 = 50;
 const ONE_OFF_CANDIDATES: usize = 64;
 /// Blocked calls examined per gap (a thread's calls do not overlap; this bounds odd data).
 const MAX_BLOCKED_PER_GAP: usize = 64;
-/// `file` of the location of an insight without a user line.
-pub const UNKNOWN_FILE: &str = "<unknown>";
 
 /// What the host was doing during a GPU idle gap.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -97,26 +92,6 @@ impl IdleClass {
 }
 
 /// How an insight's (or a gap's) line was found, most precise first.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[serde(rename_all = "snake_case")]
-pub enum LocationSource {
-    /// The call's own call-site stack (`callsite` record).
-    Callsite,
-    /// A synchronization's own stack.
-    Sync,
-    /// The most frequent sampled call site of the same kernel function.
-    KernelCallsites,
-    /// The first call with a call-site stack after the call, on the same thread before its next
-    /// synchronization (the call itself was not sampled).
-    NextCallsite,
-    /// Approximate: the next synchronization with a stack on the issuing thread (the session has
-    /// no call-site stack for the call; recorders before call sites).
-    NextSync,
-    /// No call site: the kernel's name stands for the location (kernel rules).
-    KernelName,
-    /// No line could be found.
-    None,
-}
 
 /// Count and idle time of one class of gaps.
 #[derive(Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -898,6 +873,7 @@ fn insight(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::insights::timeline::{median_p99, most_frequent_per_key};
 
     #[test]
     fn median_and_p99_nearest_rank() {

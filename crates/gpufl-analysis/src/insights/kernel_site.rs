@@ -1,9 +1,9 @@
 //! What the kernel rules (`low-occupancy`, `register-spill`, `under-filled-grid`) share: which
 //! kernels matter, where a kernel is launched, how it is described.
 
-use super::gpu_idle::{LocationSource, Locator};
-use super::launch_bound::short_kernel;
+use super::timeline::{LocationSource, Locator};
 use super::{fmt_duration, Ctx, Insight, RuleData, Severity};
+use crate::kernels::short_name as short_kernel;
 use crate::kernels::KernelRow;
 use crate::userframe::{FrameOrigin, SourceLoc};
 

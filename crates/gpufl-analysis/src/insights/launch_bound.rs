@@ -19,7 +19,7 @@
 //! - **Severity:** on the impact's share of the functions' span (`window_ns`), for the same reason
 //!   as in-loop-sync: startup does not grow with the run.
 
-use super::gpu_idle::{
+use super::timeline::{
     location_note, median_p99, most_frequent_per_key, BusyIndex, LocationSource, Locator,
 };
 use super::{fmt_duration, in_function, share, short_function, Ctx, Insight, RuleData, Severity};
@@ -378,15 +378,7 @@ fn acc_index(slot_of_name: &mut [u32], accs: &mut Vec<Acc>, name: u32, dev: u32)
     }
 }
 
-/// `void ns::kern<float, 4>(float*, int)` → `ns::kern`.
-pub(crate) fn short_kernel(name: &str) -> &str {
-    let f = short_function(name);
-    let f = f.strip_prefix("void ").unwrap_or(f);
-    match f.find('<') {
-        Some(i) if i > 0 => &f[..i],
-        _ => f,
-    }
-}
+use crate::kernels::short_name as short_kernel;
 
 /// Names for prose: [`short_kernel`], or the signature without its parameters (clipped) where two
 /// functions of the list would read the same (template instantiations).

@@ -20,8 +20,8 @@
 //!   carveout preference, when the driver chose a small carveout); blocks → larger blocks; warps →
 //!   a block size whose warps divide the SM's.
 
-use super::gpu_idle::{LocationSource, Locator};
 use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
+use super::timeline::{LocationSource, Locator};
 use super::{fmt_duration, Ctx, Insight, RuleData};
 use crate::kernels::{KernelRow, KernelTable, Variant};
 use crate::occupancy::{
@@ -152,7 +152,7 @@ fn insight(
         "Low occupancy × {}{} · {} at {pct:.1}%, limited by {}{change} · ~{} recoverable",
         row.launches,
         kernel_site::at(&loc),
-        super::launch_bound::short_kernel(&row.name),
+        crate::kernels::short_name(&row.name),
         limiter.name(),
         fmt_duration(impact)
     );

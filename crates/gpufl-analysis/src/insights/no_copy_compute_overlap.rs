@@ -23,7 +23,7 @@
 //! - **Impact:** measured time − the 4-stream prediction, summed over the sequences.
 //! - **Severity:** on the impact's share of the session's wall time.
 
-use super::gpu_idle::{
+use super::timeline::{
     device_timelines, issuing_api, location_note, op_corr, op_end, op_start, BusyIndex,
     LocationSource, Locator,
 };

@@ -30,8 +30,8 @@
 //!   registers (`__launch_bounds__`' min blocks, `-maxrregcount`), and keep per-thread arrays in
 //!   registers (constant indices, unrolled loops) or in shared memory.
 
-use super::gpu_idle::{LocationSource, Locator};
 use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
+use super::timeline::{LocationSource, Locator};
 use super::{fmt_duration, Ctx, Insight, RuleData, Severity};
 use crate::kernels::{KernelRow, KernelTable, Variant};
 use crate::views::LaunchConfig;
@@ -154,7 +154,7 @@ fn unproven(
          registers (spills, local arrays or calls: check `nvcc --resource-usage`)",
         row.launches,
         kernel_site::at(&loc),
-        super::launch_bound::short_kernel(&row.name),
+        crate::kernels::short_name(&row.name),
         c.regs,
     );
     let detail = format!(
@@ -213,7 +213,7 @@ fn frame_insight(cx: &Ctx, locator: &Locator, row: &KernelRow) -> Option<Insight
          arrays, beside {} registers · ~{} weighted",
         row.launches,
         kernel_site::at(&loc),
-        super::launch_bound::short_kernel(&row.name),
+        crate::kernels::short_name(&row.name),
         c.regs,
         fmt_duration(impact)
     );
@@ -335,7 +335,7 @@ fn insight(
         "Register spill × {}{} · {} uses {} B of local memory per thread beside {} registers · ~{} weighted",
         row.launches,
         kernel_site::at(&loc),
-        super::launch_bound::short_kernel(&row.name),
+        crate::kernels::short_name(&row.name),
         c.local_mem,
         c.regs,
         fmt_duration(impact)

@@ -16,8 +16,8 @@
 //!   latency the access pattern cannot improve, and it stays LOW.
 
 use super::detail_site::{self, describe, launched, short, Site};
-use super::gpu_idle::Locator;
 use super::kernel_site::matters;
+use super::timeline::Locator;
 use super::{Ctx, Insight, RuleData, Severity};
 use crate::kdetail::{KernelStalls, StallLine};
 use crate::kernels::{KernelRow, KernelTable};

@@ -2,15 +2,40 @@
 //! kernel rules, `low-utilization`): each device's GPU ops in start order, the API call that issued
 //! an op, merged busy intervals, and the user line of a launch.
 
-use super::gpu_idle::{LocationSource, UNKNOWN_FILE};
 use super::Ctx;
 use crate::model::Model;
 use crate::store::{Col, NONE};
 use crate::userframe::{FrameOrigin, SourceLoc};
 use crate::views::ApiRec;
+use serde::Serialize;
 use std::cell::OnceCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+
+/// `file` of the location of an insight without a user line.
+pub const UNKNOWN_FILE: &str = "<unknown>";
+
+/// Where an insight's line came from.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum LocationSource {
+    /// The call's own call-site stack (`callsite` record).
+    Callsite,
+    /// A synchronization's own stack.
+    Sync,
+    /// The most frequent sampled call site of the same kernel function.
+    KernelCallsites,
+    /// The first call with a call-site stack after the call, on the same thread before its next
+    /// synchronization (the call itself was not sampled).
+    NextCallsite,
+    /// Approximate: the next synchronization with a stack on the issuing thread (the session has
+    /// no call-site stack for the call; recorders before call sites).
+    NextSync,
+    /// No call site: the kernel's name stands for the location (kernel rules).
+    KernelName,
+    /// No line could be found.
+    None,
+}
 
 /// Each device's ops sorted by start (ties in record order, kernels first): `op < kernel_count`
 /// is a kernel, `op - kernel_count` a copy (memsets included when asked). With one device every op

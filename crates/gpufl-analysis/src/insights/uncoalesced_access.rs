@@ -20,7 +20,7 @@
 //! - **Severity:** on the impact's share of the device's busy time.
 
 use super::detail_site::{self, at_most, describe, launched, no_line_note, short, Site};
-use super::gpu_idle::Locator;
+use super::timeline::Locator;
 use super::{Ctx, Insight, RuleData, Severity};
 use crate::kdetail::{Access, DetailCounts, ASSUMED_SECTORS_PER_REQUEST};
 use crate::kernels::KernelTable;

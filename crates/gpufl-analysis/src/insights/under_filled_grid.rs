@@ -23,9 +23,9 @@
 //!   block's work may not split).
 //! - **Severity:** on the impact's share of the device's busy time.
 
-use super::gpu_idle::{LocationSource, Locator};
 use super::kernel_site::MIN_BUSY_PCT;
 use super::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
+use super::timeline::{LocationSource, Locator};
 use super::{fmt_duration, Ctx, Insight, RuleData};
 use crate::kernels::{alone_times as kernel_alone_times, KernelRow, KernelTable, Variant};
 use crate::occupancy::SmLimits;
@@ -236,7 +236,7 @@ fn insight(
     let c = &v.config;
     let blocks = c.blocks();
     let threads = c.threads_per_block();
-    let name = super::launch_bound::short_kernel(&row.name);
+    let name = crate::kernels::short_name(&row.name);
     let what = match shape {
         Shape::FewerBlocksThanSms => format!(
             "{name} runs {blocks} block{} on {sms} SMs",
