@@ -650,6 +650,15 @@ fn configure(api: &Api, dev: i32) -> Result<(), String> {
 }
 
 /// The exit of a sampled launch call: wait for it, read the counters, turn patching off.
+/// Turn SASS patching off for `ctx` (what was not read is dropped); CUPTI's result.
+fn disable(api: &Api, ctx: *mut c_void) -> u32 {
+    let mut dis: sys::CUpti_SassMetricsDisable_Params = unsafe { std::mem::zeroed() };
+    dis.structSize = sys::SassMetricsDisable_Params_STRUCT_SIZE as usize;
+    dis.ctx = ctx.cast();
+    // SAFETY: valid params for a context whose patching this module turned on.
+    unsafe { (api.sass_disable)(&mut dis) }
+}
+
 /// The context whose patching is on (and whether the kernel activity kind was turned off for
 /// it): taken by the sampled launch's exit, or by [`abandon`] when that exit will not come.
 static OPEN: Mutex<Option<(usize, bool)>> = Mutex::new(None);
@@ -662,12 +671,8 @@ pub fn abandon() {
     let Some((ctx, kinds_off)) = OPEN.lock().unwrap_or_else(|e| e.into_inner()).take() else {
         return;
     };
-    let mut dis: sys::CUpti_SassMetricsDisable_Params = unsafe { std::mem::zeroed() };
-    dis.structSize = sys::SassMetricsDisable_Params_STRUCT_SIZE as usize;
-    dis.ctx = (ctx as *mut c_void).cast();
     BUSY.with(|b| b.set(true));
-    // SAFETY: valid params for a context whose patching this module turned on.
-    unsafe { (api.sass_disable)(&mut dis) };
+    disable(api, ctx as *mut c_void);
     restore_kinds(api.cupti, kinds_off);
     BUSY.with(|b| b.set(false));
     ABANDONED.fetch_add(1, Ordering::Relaxed);
@@ -696,11 +701,7 @@ fn finish(a: Armed) {
     let r = if rc == 0 {
         collect(api, &a)
     } else {
-        let mut dis: sys::CUpti_SassMetricsDisable_Params = unsafe { std::mem::zeroed() };
-        dis.structSize = sys::SassMetricsDisable_Params_STRUCT_SIZE as usize;
-        dis.ctx = a.ctx.cast();
-        // SAFETY: valid params.
-        unsafe { (api.sass_disable)(&mut dis) };
+        disable(api, a.ctx);
         Err(format!(
             "cuStreamSynchronize after a sampled launch: error {rc}"
         ))
@@ -881,17 +882,13 @@ pub fn fold<'a>(
 
 fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
     let c = api.cupti;
-    let mut dis: sys::CUpti_SassMetricsDisable_Params = unsafe { std::mem::zeroed() };
-    dis.structSize = sys::SassMetricsDisable_Params_STRUCT_SIZE as usize;
-    dis.ctx = a.ctx.cast();
     let mut dp: sys::CUpti_SassMetricsGetDataProperties_Params = unsafe { std::mem::zeroed() };
     dp.structSize = sys::SassMetricsGetDataProperties_Params_STRUCT_SIZE as usize;
     dp.ctx = a.ctx.cast();
     // SAFETY: valid params.
     let rc = unsafe { (api.sass_props)(&mut dp) };
     if rc != cupti::SUCCESS {
-        // SAFETY: valid params.
-        unsafe { (api.sass_disable)(&mut dis) };
+        disable(api, a.ctx);
         return Err(format!(
             "cuptiSassMetricsGetDataProperties: {}",
             c.result_string(rc)
@@ -905,7 +902,7 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
     let mut dev = 0i32;
     // SAFETY: the context is current on this thread.
     unsafe { (api.ctx_get_device)(&mut dev) };
-    if rc == cupti::SUCCESS && dp.numOfPatchedInstructionRecords > 0 {
+    if dp.numOfPatchedInstructionRecords > 0 {
         let n = dp.numOfPatchedInstructionRecords.min(1 << 22);
         let per = dp.numOfInstances.clamp(1, 64);
         let mut vals: Vec<sys::CUpti_SassMetrics_InstanceValue> = (0..n * per)
@@ -915,10 +912,14 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
             })
             .collect();
         let mut data: Vec<sys::CUpti_SassMetrics_Data> = Vec::with_capacity(n);
+        // One pointer into `vals` for all records (a reborrow per record would invalidate the
+        // pointers taken before it); `vals` is not touched again until CUPTI has written it.
+        let base = vals.as_mut_ptr();
         for i in 0..n {
             let mut d: sys::CUpti_SassMetrics_Data = unsafe { std::mem::zeroed() };
             d.structSize = std::mem::size_of::<sys::CUpti_SassMetrics_Data>();
-            d.pInstanceValues = vals[i * per..].as_mut_ptr();
+            // SAFETY: i * per < n * per = vals.len().
+            d.pInstanceValues = unsafe { base.add(i * per) };
             data.push(d);
         }
         let mut fd: sys::CUpti_SassMetricsFlushData_Params = unsafe { std::mem::zeroed() };
@@ -930,7 +931,7 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
         // SAFETY: buffers of the sizes given.
         let rc = unsafe { (api.sass_flush)(&mut fd) };
         if rc != cupti::SUCCESS {
-            unsafe { (api.sass_disable)(&mut dis) };
+            disable(api, a.ctx);
             return Err(format!(
                 "cuptiSassMetricsFlushData: {}",
                 c.result_string(rc)
@@ -985,7 +986,7 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
         );
     }
     // SAFETY: valid params.
-    let rc = unsafe { (api.sass_disable)(&mut dis) };
+    let rc = disable(api, a.ctx);
     if rc != cupti::SUCCESS {
         return Err(format!("cuptiSassMetricsDisable: {}", c.result_string(rc)));
     }
