@@ -259,13 +259,18 @@ const API_DOMAINS: [(&[u8], ApiDomain); 3] = [
 ];
 
 /// Parse a line (without its newline) of one of the writer's exact shapes above; None otherwise
-/// (another record type, or anything unusual: serde_json's to parse).
-#[inline]
+/// (another record type, or anything unusual: serde_json's to parse). No cache: see [`Parser`].
+#[cfg(test)]
 pub(crate) fn record(line: &[u8]) -> Option<Record> {
+    record_with(line, None)
+}
+
+#[inline(always)]
+fn record_with(line: &[u8], tails: Option<&mut Tails>) -> Option<Record> {
     let mut c = Cur { b: line, i: 0 };
     c.lit(b"{\"t\":\"")?;
     match line.get(c.i)? {
-        b'k' => kernel_body(&mut c).map(Record::Kernel),
+        b'k' => kernel_body(&mut c, tails).map(Record::Kernel),
         b'a' => api_body(&mut c).map(Record::Api),
         b's' => sync_body(&mut c).map(Record::Sync),
         b'm' => {
@@ -279,31 +284,175 @@ pub(crate) fn record(line: &[u8]) -> Option<Record> {
     }
 }
 
-/// Parse a `kernel` line (without its newline) of the writer's exact shape; None otherwise.
-#[cfg(test)]
-pub(crate) fn kernel(line: &[u8]) -> Option<Kernel> {
-    match record(line)? {
-        Record::Kernel(k) => Some(k),
-        _ => None,
+/// The fast path with a cache of `kernel` lines' launch configurations (one per thread that
+/// parses: no lock). A launch's line ends with its configuration — from `,"grid":` to
+/// `local_mem` or `smem_executed`, ~120 of its ~245 bytes, 11 of its 18 numbers — which repeats
+/// from one launch of a kernel to the next: the parsed fields of each such tail seen lately are
+/// kept with its bytes, and a line whose tail has the same bytes takes them instead of parsing
+/// them again. Records are those the line's parse without the cache gives (see [`cached_config`]
+/// for why, and the tests).
+pub(crate) struct Parser {
+    tails: Box<Tails>,
+}
+
+impl Parser {
+    pub(crate) fn new() -> Parser {
+        Parser {
+            tails: Box::new(Tails {
+                sets: [[Tail::EMPTY; WAYS]; SETS],
+                #[cfg(test)]
+                hits: 0,
+            }),
+        }
+    }
+
+    /// Parse a line (without its newline) of one of the writer's exact shapes, as the fast path
+    /// without the cache does; None otherwise (serde_json's to parse).
+    #[inline]
+    pub(crate) fn record(&mut self, line: &[u8]) -> Option<Record> {
+        record_with(line, Some(&mut self.tails))
     }
 }
 
+impl Default for Parser {
+    fn default() -> Self {
+        Parser::new()
+    }
+}
+
+/// Sets of the tail cache (a power of two), of [`WAYS`] entries each.
+const SETS: usize = 128;
+const WAYS: usize = 2;
+/// The longest tail kept (the writer's run to ~190 bytes only with numbers near their limits).
+const TAIL_MAX: usize = 144;
+
+/// A kernel line's launch configuration: the fields from `grid` to `smem_executed`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Config {
+    grid: [i32; 3],
+    block: [i32; 3],
+    regs: u16,
+    smem_static: i32,
+    smem_dynamic: i32,
+    local_mem: u32,
+    smem_executed: Option<u32>,
+}
+
+#[derive(Clone, Copy)]
+struct Tail {
+    /// The tail's length in bytes; 0: an empty entry (a tail has at least 16).
+    len: usize,
+    key: [u8; TAIL_MAX],
+    config: Config,
+}
+
+impl Tail {
+    const EMPTY: Tail = Tail {
+        len: 0,
+        key: [0; TAIL_MAX],
+        config: Config {
+            grid: [0; 3],
+            block: [0; 3],
+            regs: 0,
+            smem_static: 0,
+            smem_dynamic: 0,
+            local_mem: 0,
+            smem_executed: None,
+        },
+    };
+}
+
+struct Tails {
+    /// Per set, the entry made last first.
+    sets: [[Tail; WAYS]; SETS],
+    /// Lines whose configuration came from the cache.
+    #[cfg(test)]
+    hits: u64,
+}
+
+/// Eight bytes of `b` from `at` (which the caller keeps within it).
 #[inline(always)]
-fn kernel_body(c: &mut Cur) -> Option<Kernel> {
-    c.lit(b"kernel\",\"name\":")?;
-    let name = StrId(c.u32()?);
-    c.lit(b",\"start\":")?;
-    let start = c.u64_long()?;
-    c.lit(b",\"end\":")?;
-    let end = c.u64_long()?;
-    c.lit(b",\"dev\":")?;
-    let dev = c.u32()?;
-    c.lit(b",\"ctx\":")?;
-    let ctx = c.u32()?;
-    c.lit(b",\"stream\":")?;
-    let stream = c.u32()?;
-    c.lit(b",\"corr\":")?;
-    let corr = c.u32()?;
+fn word(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .and_then(|w| w.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// Where a kernel line's tail that starts at `start` ends: before its closing `}`, or before a
+/// `,"graph":[` that ends the line (its node ids differ from launch to launch) — so the byte at
+/// the end is `}` or `,`. None for any other end (the line is parsed without the cache).
+#[inline(always)]
+fn tail_end(b: &[u8], start: usize) -> Option<usize> {
+    let n = b.len();
+    if n < start + 2 || b[n - 1] != b'}' {
+        return None;
+    }
+    if b[n - 2] != b']' {
+        return Some(n - 1);
+    }
+    let open = start + memchr::memrchr(b'[', &b[start..n - 1])?;
+    let at = open.checked_sub(9)?;
+    (at >= start && b[at..=open] == *b",\"graph\":[").then_some(at)
+}
+
+/// The set of the cache a tail (of 16 bytes or more) belongs in: a hash of its length and of the
+/// bytes where tails differ most (the grid, the middle, the last fields). Entries are told apart
+/// by their bytes; a collision costs only a parse.
+#[inline(always)]
+fn set_of(key: &[u8]) -> usize {
+    let len = key.len();
+    let h = word(key, 8)
+        ^ word(key, len / 2 - 4).rotate_left(21)
+        ^ word(key, len - 8).rotate_left(42)
+        ^ len as u64;
+    (h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SETS.trailing_zeros())) as usize % SETS
+}
+
+/// The configuration of a kernel line (`c` at its `,"grid":`), from the cache when a tail of the
+/// same bytes was parsed before, parsed (and kept) otherwise.
+///
+/// Why the fields are those [`parse_config`] would give: an entry is made only when parsing its
+/// tail stopped exactly at the tail's end, and every tail is followed by `}` or `,` (see
+/// [`tail_end`]). Parsing reads the tail's bytes and, past its end, only what ends its last
+/// number (any non-digit ends it alike) and the bytes compared with `,"smem_executed":` when the
+/// tail stops after `local_mem` (which neither `}` nor `,"` matches). So a tail of the same bytes,
+/// also followed by `}` or `,`, parses to the same fields and stops at its end: the cached ones.
+#[inline(always)]
+fn cached_config(c: &mut Cur, tails: &mut Tails) -> Option<Config> {
+    let start = c.i;
+    let Some(end) = tail_end(c.b, start) else {
+        return parse_config(c);
+    };
+    let key = &c.b[start..end];
+    let len = key.len();
+    if !(16..=TAIL_MAX).contains(&len) {
+        return parse_config(c);
+    }
+    let set = &mut tails.sets[set_of(key)];
+    for t in set.iter() {
+        if t.len == len && t.key[..len] == *key {
+            c.i = end;
+            #[cfg(test)]
+            {
+                tails.hits += 1;
+            }
+            return Some(t.config);
+        }
+    }
+    let config = parse_config(c)?;
+    if c.i == end {
+        set.copy_within(0..WAYS - 1, 1);
+        let t = &mut set[0];
+        t.len = len;
+        t.key[..len].copy_from_slice(key);
+        t.config = config;
+    }
+    Some(config)
+}
+
+/// The configuration of a kernel line, parsed (`c` at its `,"grid":`).
+#[inline(always)]
+fn parse_config(c: &mut Cur) -> Option<Config> {
     c.lit(b",\"grid\":")?;
     let grid = c.dims()?;
     c.lit(b",\"block\":")?;
@@ -322,8 +471,62 @@ fn kernel_body(c: &mut Cur) -> Option<Kernel> {
     } else {
         None
     };
-    let graph = c.graph()?;
-    c.close()?;
+    Some(Config {
+        grid,
+        block,
+        regs,
+        smem_static,
+        smem_dynamic,
+        local_mem,
+        smem_executed,
+    })
+}
+
+/// Parse a `kernel` line (without its newline) of the writer's exact shape; None otherwise.
+#[cfg(test)]
+pub(crate) fn kernel(line: &[u8]) -> Option<Kernel> {
+    match record(line)? {
+        Record::Kernel(k) => Some(k),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn kernel_body(c: &mut Cur, tails: Option<&mut Tails>) -> Option<Kernel> {
+    c.lit(b"kernel\",\"name\":")?;
+    let name = StrId(c.u32()?);
+    c.lit(b",\"start\":")?;
+    let start = c.u64_long()?;
+    c.lit(b",\"end\":")?;
+    let end = c.u64_long()?;
+    c.lit(b",\"dev\":")?;
+    let dev = c.u32()?;
+    c.lit(b",\"ctx\":")?;
+    let ctx = c.u32()?;
+    c.lit(b",\"stream\":")?;
+    let stream = c.u32()?;
+    c.lit(b",\"corr\":")?;
+    let corr = c.u32()?;
+    let Config {
+        grid,
+        block,
+        regs,
+        smem_static,
+        smem_dynamic,
+        local_mem,
+        smem_executed,
+    } = match tails {
+        Some(tails) => cached_config(c, tails)?,
+        None => parse_config(c)?,
+    };
+    // Most lines end here (what `graph` and `close` would find, at once).
+    let graph = if c.i + 1 == c.b.len() && c.b[c.i] == b'}' {
+        None
+    } else {
+        let graph = c.graph()?;
+        c.close()?;
+        graph
+    };
     Some(Kernel {
         name,
         start,
@@ -793,6 +996,157 @@ mod tests {
         assert!(
             accepted > 1000 && left > 1000,
             "{accepted} accepted, {left} left"
+        );
+    }
+    /// A kernel line with the given head fields and tail (from `,"grid":` on, `}` included).
+    fn kline(name: u32, start: u64, corr: u32, tail: &str) -> String {
+        format!(
+            "{{\"t\":\"kernel\",\"name\":{name},\"start\":{start},\"end\":{},\"dev\":0,\"ctx\":1,\"stream\":7,\"corr\":{corr}{tail}",
+            start + 5381
+        )
+    }
+
+    const TAIL: &str = ",\"grid\":[192,3,1],\"block\":[512,1,1],\"regs\":40,\"smem_static\":8192,\"smem_dynamic\":0,\"local_mem\":0,\"smem_executed\":233472}";
+
+    /// Each line through `p` (twice) gives what the uncached parse and serde_json give.
+    fn same_as_uncached(p: &mut Parser, lines: &[String]) {
+        for l in lines.iter().chain(lines) {
+            let cached = p.record(l.as_bytes());
+            assert_eq!(cached, record(l.as_bytes()), "{l}");
+            if let Some(r) = cached {
+                assert_eq!(Some(r), serde_json::from_str::<Record>(l).ok(), "{l}");
+            }
+        }
+    }
+
+    /// The same tail behind different leading fields, tails a digit apart, with and without
+    /// `smem_executed` and `graph`, and damaged ones next to good ones of the same bytes: the
+    /// cached parse is the parse.
+    #[test]
+    fn cached_configurations_are_parsed_configurations() {
+        let mut lines = Vec::new();
+        for (i, tail) in [
+            TAIL.to_string(),
+            TAIL.replace("\"regs\":40", "\"regs\":41"),
+            TAIL.replace("[192,3,1]", "[193,3,1]"),
+            TAIL.replace("[512,1,1]", "[512,1,2]"),
+            TAIL.replace("233472}", "233473}"),
+            TAIL.replace("\"local_mem\":0", "\"local_mem\":1"),
+            TAIL.replace("\"smem_dynamic\":0", "\"smem_dynamic\":-1"),
+            TAIL.replace(",\"smem_executed\":233472", ""),
+            TAIL.replace("}", ",\"graph\":[3,17]}"),
+            TAIL.replace("}", ",\"graph\":[4,18]}"),
+            TAIL.replace(",\"smem_executed\":233472}", ",\"graph\":[3,17]}"),
+            // Left to serde_json (the first four) or parsed as serde_json parses them.
+            TAIL.replace("}", ",\"graph\":[3,x]}"),
+            TAIL.replace("}", ",\"graph\":[3,17],\"graph\":[3,17]}"),
+            TAIL.replace("233472}", "233472 }"),
+            TAIL.replace("233472}", "233472"),
+            TAIL.replace("233472}", "2334720}"),
+            TAIL.replace("\"local_mem\":0", "\"local_mem\":00"),
+            TAIL.replace(",\"smem_executed\":233472}", "}"),
+            TAIL.replace("}", "]}"),
+            TAIL.replace("}", "}}"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            for (name, start, corr) in [(2, 1795328337000208033, 170), (9, 17, 99_999_999)] {
+                lines.push(kline(name + i as u32, start, corr, tail));
+            }
+        }
+        let mut p = Parser::new();
+        same_as_uncached(&mut p, &lines);
+        // The second pass over the lines came from the cache, where they are valid.
+        let valid = lines
+            .iter()
+            .filter(|l| record(l.as_bytes()).is_some())
+            .count() as u64;
+        assert!(p.tails.hits >= valid, "{} hits", p.tails.hits);
+        // A line the same but for its head takes its head from its bytes.
+        let k = kernel(kline(5, 123, 456, TAIL).as_bytes()).unwrap();
+        match p.record(kline(5, 123, 456, TAIL).as_bytes()) {
+            Some(Record::Kernel(c)) => assert_eq!((c.name, c.start, c.corr), (StrId(5), 123, 456)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(k.grid, [192, 3, 1]);
+    }
+
+    /// Tails that fall in the same set (more than it has ways), parsed in turns: each is told
+    /// apart by its bytes.
+    #[test]
+    fn tails_of_one_set_are_told_apart() {
+        let tail = |regs: u32| TAIL.replace("\"regs\":40", &format!("\"regs\":{regs}"));
+        let key = |t: &str| t[..t.len() - 1].to_string();
+        let want = set_of(key(&tail(40)).as_bytes());
+        let same: Vec<String> = (41..100_000)
+            .map(tail)
+            .filter(|t| set_of(key(t).as_bytes()) == want)
+            .take(2 * WAYS)
+            .collect();
+        assert_eq!(same.len(), 2 * WAYS);
+        let mut lines = vec![kline(1, 1 << 60, 7, &tail(40))];
+        for (i, t) in same.iter().enumerate() {
+            lines.push(kline(i as u32, (1 << 60) + i as u64, 8 + i as u32, t));
+        }
+        let mut p = Parser::new();
+        for _ in 0..3 {
+            same_as_uncached(&mut p, &lines);
+        }
+        // Two tails of one set taking turns both stay.
+        let mut p = Parser::new();
+        same_as_uncached(&mut p, &lines[..2]);
+        assert_eq!(p.tails.hits, 2);
+    }
+
+    /// Lines of a few configurations, damaged anywhere, through one parser among good lines of
+    /// the same configurations: the same records as without the cache.
+    #[test]
+    fn damaged_lines_through_the_cache() {
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        let alphabet = b"0123456789-+.eE,:\"{}[] \\aDHtoxkn\x00\xff";
+        let tails = [
+            TAIL.to_string(),
+            TAIL.replace(",\"smem_executed\":233472", ""),
+            TAIL.replace("}", ",\"graph\":[3,17]}"),
+            TAIL.replace("[192,3,1]", "[-7,0,2147483647]"),
+        ];
+        let mut p = Parser::new();
+        let mut accepted = 0;
+        for i in 0..20_000u64 {
+            let tail = &tails[rng.below(tails.len() as u64) as usize];
+            let good = kline(i as u32 % 3, 1_795_328_337_000_208_033 + i, i as u32, tail);
+            let mut l = good.clone().into_bytes();
+            for _ in 0..1 + rng.below(2) {
+                // Mostly in the tail.
+                let from = if rng.below(4) == 0 {
+                    0
+                } else {
+                    l.len() - tail.len()
+                };
+                let at = from + rng.below((l.len() - from) as u64) as usize;
+                match rng.below(3) {
+                    0 => l[at] = alphabet[rng.below(alphabet.len() as u64) as usize],
+                    1 => {
+                        l.remove(at);
+                    }
+                    _ => l.insert(at, l[at]),
+                }
+            }
+            for line in [&l, good.as_bytes()] {
+                let cached = p.record(line);
+                assert_eq!(cached, record(line), "{}", String::from_utf8_lossy(line));
+                if let Some(r) = cached {
+                    accepted += 1;
+                    let slow = serde_json::from_slice::<Record>(line).ok();
+                    assert_eq!(Some(r), slow, "{}", String::from_utf8_lossy(line));
+                }
+            }
+        }
+        assert!(
+            accepted > 21_000 && p.tails.hits > 20_000,
+            "{accepted} accepted, {} hits",
+            p.tails.hits
         );
     }
 }

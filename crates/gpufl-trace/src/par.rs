@@ -32,6 +32,7 @@ use crate::blocks::{
     ZSTD_MAGIC,
 };
 use crate::error::TraceError;
+use crate::fastpath::Parser;
 use crate::limits::ReadLimits;
 use crate::reader::{classify, open_regular, Line, State, TraceReader};
 use crate::records::{Counts, Record};
@@ -278,8 +279,10 @@ fn process(
         // Trace lines are ~150-250 bytes: one allocation for most blocks read line by line.
         segs: Vec::with_capacity(if fold.is_some() { 4 } else { bound / 160 + 1 }),
     };
+    // The kernel-line cache of this block's lines (a few dozen tails in a training loop's).
+    let mut parser = Parser::new();
     let Some(d) = sc.lines(bytes, limit, |line, at| {
-        runs.line(classify(line, max_line), at)
+        runs.line(classify(line, max_line, &mut parser), at)
     }) else {
         return Block::not_whole();
     };

@@ -132,6 +132,7 @@ pub(crate) struct State {
     max_line: usize,
     /// Lines longer than `max_line`, skipped.
     long_lines: u64,
+    parser: crate::fastpath::Parser,
 }
 
 impl TraceReader {
@@ -374,6 +375,7 @@ impl State {
             stop: false,
             max_line: limits.max_line_bytes.max(1),
             long_lines: 0,
+            parser: crate::fastpath::Parser::new(),
         }
     }
 
@@ -482,7 +484,7 @@ impl State {
             }
             return None;
         }
-        match classify(line, self.max_line) {
+        match classify(line, self.max_line, &mut self.parser) {
             Line::Blank => None,
             other => self.accept(other),
         }
@@ -644,7 +646,7 @@ pub(crate) enum Line {
 }
 
 /// What a line (without its newline) is.
-pub(crate) fn classify(line: &[u8], max_line: usize) -> Line {
+pub(crate) fn classify(line: &[u8], max_line: usize, parser: &mut crate::fastpath::Parser) -> Line {
     if line.len() > max_line {
         return Line::Long;
     }
@@ -654,7 +656,7 @@ pub(crate) fn classify(line: &[u8], max_line: usize) -> Line {
     }
     // Kernels, API calls, syncs and copies are most of a trace: parse the writer's exact shape
     // by hand (serde_json otherwise).
-    if let Some(rec) = crate::fastpath::record(line) {
+    if let Some(rec) = parser.record(line) {
         return Line::Rec(rec);
     }
     let tag: std::borrow::Cow<str> = match peek_tag(line) {
