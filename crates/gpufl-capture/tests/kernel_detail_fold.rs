@@ -10,13 +10,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+/// One PC of the probe: its function, offset, and (metric id, value) pairs.
+type PcRow = (String, u32, Vec<(u64, u64)>);
+
 fn folded() -> Vec<KernelCounts> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata");
     let cubin = std::fs::read(root.join("cubin/kernel_detail.sm_90.cubin")).unwrap();
     let tsv = std::fs::read_to_string(root.join("kdetail/probe-pcs.tsv")).unwrap();
     // Metric ids as CUPTI would give them: any distinct non-zero numbers, in METRICS order.
     let ids: [u64; 12] = std::array::from_fn(|i| 1000 + i as u64);
-    let rows: Vec<(String, u32, Vec<(u64, u64)>)> = tsv
+    let rows: Vec<PcRow> = tsv
         .lines()
         .filter(|l| !l.starts_with('#') && !l.starts_with("function\t"))
         .map(|l| {

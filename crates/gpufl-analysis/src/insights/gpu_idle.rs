@@ -91,8 +91,6 @@ impl IdleClass {
     }
 }
 
-/// How an insight's (or a gap's) line was found, most precise first.
-
 /// Count and idle time of one class of gaps.
 #[derive(Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassTotal {

@@ -15,7 +15,7 @@ use std::collections::BinaryHeap;
 /// `file` of the location of an insight without a user line.
 pub const UNKNOWN_FILE: &str = "<unknown>";
 
-/// Where an insight's line came from.
+/// How an insight's (or a gap's) line was found, most precise first.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum LocationSource {
