@@ -1187,6 +1187,36 @@ mod tests {
     }
 
     #[test]
+    fn the_tally_ranks_kernels_by_gpu_time_and_keys_them_once() {
+        let mut t = Tally::default();
+        let mut keyed = 0;
+        for (id, ns) in [(1u32, 50u64), (2, 10), (3, 70), (1, 30), (2, 5)] {
+            t.add(
+                id,
+                || {
+                    keyed += 1;
+                    key(format!("_Z{id}kv").as_bytes())
+                },
+                ns,
+            );
+        }
+        assert_eq!(
+            keyed, 3,
+            "a function's key is computed at its first record only"
+        );
+        let k = |id: u32| key(format!("_Z{id}kv").as_bytes());
+        // 1: 80 ns, 3: 70, 2: 15.
+        assert_eq!(t.top(2), vec![k(1), k(3)]);
+        assert_eq!(t.top(10), vec![k(1), k(3), k(2)]);
+        for i in 0..100 {
+            t.add(100 + i, || key(&i.to_le_bytes()), 1);
+        }
+        assert_eq!(t.top(1000).len(), MAX_TOP);
+        assert_ne!(key(b"a"), 0, "0 marks an empty slot");
+        assert_ne!(key(b""), 0);
+    }
+
+    #[test]
     fn sectors_go_to_loads_or_stores_by_the_instruction() {
         let mut v = [0u64; 12];
         v[0] = 10;
