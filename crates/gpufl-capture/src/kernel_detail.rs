@@ -273,7 +273,7 @@ static TABLES: Mutex<BTreeMap<u32, Arc<LineTable>>> = Mutex::new(BTreeMap::new()
 static FAILED: Mutex<Option<String>> = Mutex::new(None);
 /// Samples taken, and what they found, for the writer.
 static DONE: SegQueue<Sampled> = SegQueue::new();
-pub static SAMPLES: AtomicUsize = AtomicUsize::new(0);
+static SAMPLES: AtomicUsize = AtomicUsize::new(0);
 /// PC records read in all, and samples that read none (for the closing notice).
 static PC_RECORDS: AtomicU64 = AtomicU64::new(0);
 static EMPTY: AtomicU64 = AtomicU64::new(0);

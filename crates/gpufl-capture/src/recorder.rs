@@ -360,7 +360,10 @@ unsafe extern "C" fn on_callback(_ud: *mut c_void, domain: u32, cbid: u32, data:
 }
 
 unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
-    if DISABLED.load(Ordering::Relaxed) || data.is_null() || crate::kernel_detail::busy() {
+    if DISABLED.load(Ordering::Relaxed)
+        || data.is_null()
+        || (crate::kernel_detail::active() && crate::kernel_detail::busy())
+    {
         return;
     }
     match domain {
