@@ -70,17 +70,19 @@ PYEOF
   [ -n "$own" ] && cp -r "${own%/}" "$OUT/testdata/"
 fi
 
-# 4. gpufl's own kernel detail (issue 19): the six kernels by name, every launch sampled up to 2
-#    (no gap, no budget: the program is short), then the default (top 5 by GPU time, default
+# 4. gpufl's own kernel detail (issue 19): the six kernels by name, 2 launches sampled each (the
+#    first for counters, the second for stall reasons; no gap, no budget: the program is short), then the default (top 5 by GPU time, default
 #    sampling) on a longer run; kdetail records dumped, reports in the summary, sessions copied.
 KDN=divergent,uniform,strided_load,coalesced_load,bank_conflict,padded_shared
+# KD_VARIANTS="stalls-first ..." : quick diagnosis runs (one sample per kernel; stalls-first: that
+# sample is for stall reasons, with no SASS-metrics sample before it).
 if [ -x build/kernel_detail ] && [ -n "${KD_VARIANTS:-}" ]; then
   for v in ${KD_VARIANTS}; do
-    log "(kd) variant $v (GPUFL_KD_FLUSH / GPUFL_KD_SYNC)"
-    GPUFL_KD_FLUSH=${v%/*} GPUFL_KD_SYNC=${v#*/} GPUFL_KERNEL_DETAIL_SAMPLES=1 GPUFL_KERNEL_DETAIL_GAP_MS=0 \
-      GPUFL_KERNEL_DETAIL_BUDGET=1 gpufl record -q --kernel-detail="$KDN" -o "$S/kdv" -- build/kernel_detail 5 all
+    log "(kd) variant $v"
+    GPUFL_KD_STALLS_FIRST=$([ "$v" = stalls-first ] && echo 1 || echo 0) GPUFL_KERNEL_DETAIL_SAMPLES=1 GPUFL_KERNEL_DETAIL_GAP_MS=0 \
+      GPUFL_KERNEL_DETAIL_BUDGET=1 timeout 60 gpufl record -q --kernel-detail="$KDN" -o "$S/kdv" -- build/kernel_detail 5 all
     d=$(newest "$S/kdv"); gpufl dump "$d" --type notice 2>&1 | grep -i "kernel detail" | cut -c1-1500 | tee -a "$OUT/summary.txt"
-    echo "kdetail records: $(gpufl dump "$d" --type kdetail 2>/dev/null | wc -l)" | tee -a "$OUT/summary.txt"
+    echo "kdetail records: $(gpufl dump "$d" --type kdetail 2>/dev/null | wc -l), kstall records: $(gpufl dump "$d" --type kstall 2>/dev/null | wc -l)" | tee -a "$OUT/summary.txt"
   done
 fi
 if [ -x build/kernel_detail ]; then
@@ -89,7 +91,10 @@ if [ -x build/kernel_detail ]; then
     gpufl record --kernel-detail="$KDN" -o "$S/kd_named" -- build/kernel_detail 20 all 2>&1 | tee "$OUT/kd_named.log"
   d=$(newest "$S/kd_named")
   gpufl dump "$d" --type kdetail >"$KD/kdetail-dump.txt" 2>&1
-  head -c 6000 "$KD/kdetail-dump.txt" | tee -a "$OUT/summary.txt"; echo | tee -a "$OUT/summary.txt"
+  head -c 3000 "$KD/kdetail-dump.txt" | tee -a "$OUT/summary.txt"; echo | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type kstall >"$KD/kstall-dump.txt" 2>&1
+  echo "kdetail records: $(grep -c kdetail "$KD/kdetail-dump.txt"), kstall records: $(grep -c kstall "$KD/kstall-dump.txt")" | tee -a "$OUT/summary.txt"
+  head -c 3000 "$KD/kstall-dump.txt" | tee -a "$OUT/summary.txt"; echo | tee -a "$OUT/summary.txt"
   gpufl dump "$d" --type notice 2>&1 | tee -a "$OUT/summary.txt"
   report "$d"
   gpufl report --json "$d" >"$KD/kd_named-report.json" 2>&1
@@ -103,6 +108,25 @@ if [ -x build/kernel_detail ]; then
   report "$d"
   own=$(du -s "$d"/*/ 2>/dev/null | sort -n | tail -1 | cut -f2)
   [ -n "$own" ] && cp -r "${own%/}" "$OUT/testdata/kd_top" || cp -r "$d" "$OUT/testdata/kd_top"
+fi
+# 4b. A framework program: PyTorch's kernels have no line info (built without -lineinfo); the
+#     recording must say so, and the program must run to its end unchanged.
+if [ -n "${KD_TORCH-1}" ] && [ -f examples/pytorch_train_sync.py ]; then
+  log "(kd) PyTorch training loop with --kernel-detail (default)"
+  timeout 180 gpufl record --kernel-detail -o "$S/kd_torch" -- $PY examples/pytorch_train_sync.py --steps 300 --warmup 5 2>&1 | tail -5 | tee -a "$OUT/summary.txt"
+  d=$(newest "$S/kd_torch")
+  gpufl dump "$d" --type notice 2>&1 | grep -i 'kernel detail' | cut -c1-1200 | tee -a "$OUT/summary.txt"
+  echo "kdetail records: $(gpufl dump "$d" --type kdetail 2>/dev/null | wc -l), kstall records: $(gpufl dump "$d" --type kstall 2>/dev/null | wc -l)" | tee -a "$OUT/summary.txt"
+  gpufl dump "$d" --type kstall 2>&1 | cut -c1-600 | head -3 | tee -a "$OUT/summary.txt"
+  report "$d" | head -60
+fi
+if [ -n "${KD_TRAINER-1}" ] && [ -f examples/hf_trainer.py ]; then
+  log "(kd) HuggingFace Trainer with --kernel-detail (default)"
+  timeout 240 gpufl record --kernel-detail -o "$S/kd_trainer" -- $PY examples/hf_trainer.py --steps 400 2>&1 | tail -4 | tee -a "$OUT/summary.txt"
+  d=$(newest "$S/kd_trainer")
+  gpufl dump "$d" --type notice 2>&1 | grep -i 'kernel detail' | cut -c1-1200 | tee -a "$OUT/summary.txt"
+  echo "kdetail records: $(gpufl dump "$d" --type kdetail 2>/dev/null | wc -l), kstall records: $(gpufl dump "$d" --type kstall 2>/dev/null | wc -l)" | tee -a "$OUT/summary.txt"
+  report "$d" | grep -E 'Stall|Warp|Uncoal|Bank|lineinfo|line info' | head -20
 fi
 
 # 5. Cost of --kernel-detail (issue 19): whole-process wall time, KD_ROUNDS interleaved rounds

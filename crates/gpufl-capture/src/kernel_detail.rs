@@ -1,28 +1,32 @@
-//! Inside the kernel (issue 19, opt-in): instruction-level counters of chosen kernels, per source
-//! line, from CUPTI's SASS metrics API, on a sample of their launches.
+//! Inside the kernel (issue 19, opt-in): instruction-level counters and stall reasons of chosen
+//! kernels, per source line, on a sample of their launches.
 //!
 //! **How.** `GPUFL_KERNEL_DETAIL` (`gpufl record --kernel-detail[=TOP_N|NAMES]`) turns it on: a
 //! number N chooses the N kernel functions with the most GPU time so far (the writer tallies the
-//! kernel records and publishes the top N once a second; before its first tally any kernel may be
-//! chosen), anything else is a comma-separated list of name fragments (matched against the
-//! mangled and the plain name). At the entry of the outermost launch call of a chosen function
-//! that is due, the launching thread turns SASS patching on for the launch's context
-//! (`cuptiSassMetricsEnable`, lazy patching: the function is patched as it is launched); at the
-//! exit of that call it waits for the launch's stream (`cuStreamSynchronize`), reads the counters
-//! (`cuptiSassMetricsFlushData`) and turns patching off again (`cuptiSassMetricsDisable`): the
-//! next launches run unpatched at full speed (measured: docs/kernel-detail.md). A launch inside a
-//! stream capture is never sampled. Counters are per SASS PC; each PC is mapped to its source line
-//! through the cubin's line table ([`crate::cubin_lines`], read when the module is loaded).
+//! kernel records and publishes the top N once a second; nothing is sampled before its first
+//! tally), anything else is a comma-separated list of name fragments (matched against the
+//! mangled and the plain name). A chosen function's launch that is due is sampled by the
+//! launching thread, between the entry and the exit of its outermost launch call:
+//! - its **first** sample takes PC-sampling stall reasons ([`crate::kernel_stall`]: started at
+//!   the entry, stopped and read at the exit after waiting for the launch's stream);
+//! - the **others** take SASS counters: at the entry SASS patching goes on for the launch's
+//!   context (`cuptiSassMetricsEnable`, lazy patching: the function is patched as it is
+//!   launched); at the exit, after waiting for the launch's stream, the counters are read
+//!   (`cuptiSassMetricsFlushData`) and patching goes off (`cuptiSassMetricsDisable`): the next
+//!   launches run unpatched at full speed (docs/kernel-detail.md).
 //!
-//! **Status: experimental.** CUPTI returns every SASS counter as 0 while its concurrent-kernel
-//! activity kind is on (found with scripts/probe/sasscallback.cu on the H100: the reads inside
-//! the launch's callbacks are fine); the recorder turns that kind off around a sampled launch
-//! (which then has no kernel record) and back on after. That fix is verified in the probe, not
-//! yet in a recording (docs/kernel-detail.md). When every counter still reads 0 the recorder
-//! says so in a notice and writes no `kdetail` record.
+//! That order matters: once SASS patching has run a function, PC sampling gives no PCs for it.
+//! CUPTI returns every SASS counter as 0 while its concurrent-kernel activity kind is on
+//! (scripts/probe/sasscallback.cu), so that kind is off around a counter sample (whose launch then
+//! has no kernel record), and PC sampling is disabled first (with it enabled, the kind could not
+//! be turned on again). A launch inside a stream capture is never sampled. Counters and samples
+//! are per SASS PC; each PC is mapped to its source line through the cubin's line table
+//! ([`crate::cubin_lines`], read when the module is loaded). When every counter reads 0 the
+//! recorder says so in a notice and writes no `kdetail` record.
 //!
-//! **Cost.** A patched launch runs 20-160x slower than bare (the probe's figures), and the wait
-//! costs the launching thread its pipelining once per sample. So a function is sampled at most
+//! **Cost.** A patched launch runs 20-160x slower than bare (the probe's figures); enabling PC
+//! sampling and its first start take ~0.1 s and ~0.3 s (later starts ~0.1 ms, a stop 2-5 ms); and
+//! the wait costs the launching thread its pipelining once per sample. So a function is sampled at most
 //! [`Config::max_samples`] times, at least [`Config::min_gap_ns`] apart, and after each sample
 //! the next one anywhere waits until the time spent sampling is at most [`Config::budget`] of the
 //! time elapsed (default 5 %).
@@ -38,7 +42,9 @@ use crate::cupti::{self, cb_field, sys, Cupti};
 use crate::dl::{self, Lib};
 use crate::sink::Sink;
 use crossbeam_queue::SegQueue;
-use gpufl_trace::{Kdetail, KdetailLine, Notice, Record, SassCounts, TraceError};
+use gpufl_trace::{
+    Kdetail, KdetailLine, Kstall, KstallLine, Notice, Record, SassCounts, TraceError,
+};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_void, CStr};
@@ -176,8 +182,17 @@ fn restore_kinds(c: &Cupti, kinds_off: bool) {
     }
 }
 
+/// What a sampled launch collects: PC-sampling stall reasons (a function's first sample, when
+/// CUPTI has the PC Sampling API) or SASS counters (the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Sass,
+    Stalls,
+}
+
 #[derive(Clone, Copy)]
 struct Armed {
+    kind: Kind,
     /// The concurrent-kernel activity kind was turned off for this sample.
     kinds_off: bool,
     ctx: *mut c_void,
@@ -202,6 +217,8 @@ struct Api {
     stream_is_capturing: unsafe extern "C" fn(*mut c_void, *mut u32) -> u32,
     ctx_get_device: unsafe extern "C" fn(*mut i32) -> u32,
     stream_sync: unsafe extern "C" fn(*mut c_void) -> u32,
+    /// PC sampling (stall reasons), when this CUPTI has it.
+    pc: Option<crate::kernel_stall::PcApi>,
     /// Where each launch entry point keeps its stream.
     streams: HashMap<(u32, u32), StreamAt>,
     _cuda: Lib,
@@ -359,9 +376,20 @@ fn load_api(c: &'static Cupti) -> Result<Api, String> {
         stream_is_capturing: sym!(cuda, c"cuStreamIsCapturing"),
         ctx_get_device: sym!(cuda, c"cuCtxGetDevice"),
         stream_sync: sym!(cuda, c"cuStreamSynchronize"),
+        pc: crate::kernel_stall::PcApi::load(lib, &cuda).filter(|_| stalls_wanted()),
         streams,
         _cuda: cuda,
     })
+}
+
+/// Stall reasons are collected unless `GPUFL_KERNEL_DETAIL_STALLS=0`.
+fn stalls_wanted() -> bool {
+    !matches!(
+        std::env::var("GPUFL_KERNEL_DETAIL_STALLS")
+            .as_deref()
+            .map(str::trim),
+        Ok("0" | "off" | "no" | "false")
+    )
 }
 
 /// What kernel detail was asked to do (the closing notice repeats it).
@@ -460,8 +488,10 @@ fn chosen(cfg: &Config, k: u64, mangled: &[u8]) -> bool {
                 .iter()
                 .any(|n| m.contains(n.as_str()) || plain.contains(n.as_str()))
         }
+        // Nothing before the first tally: the first kernels launched (initialisation,
+        // random fills) are rarely the ones that matter, and a sample's pause would delay those.
         Select::Top(_) => {
-            !TOP_READY.load(Ordering::Relaxed) || TOP.iter().any(|t| t.load(Ordering::Relaxed) == k)
+            TOP_READY.load(Ordering::Relaxed) && TOP.iter().any(|t| t.load(Ordering::Relaxed) == k)
         }
     }
 }
@@ -486,7 +516,7 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     if !chosen(cfg, k, mangled) {
         return;
     }
-    {
+    let kind = {
         let Ok(mut per) = PER_KERNEL.try_lock() else {
             return;
         };
@@ -497,7 +527,15 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
         // Reserved: another thread will not take the same function meanwhile.
         e.0 += 1;
         e.1 = now;
-    }
+        // A function's first sample is for stall reasons: once SASS patching has run a function,
+        // PC sampling counts its samples as outside user kernels and gives no PCs (device run 4:
+        // "22245 samples, 0 PCs"; scripts/probe/pcstartstop.cu case 9).
+        if e.0 == 1 && api.pc.is_some() && !STALLS_FAILED.load(Ordering::Relaxed) {
+            Kind::Stalls
+        } else {
+            Kind::Sass
+        }
+    };
     let Some(at) = api.streams.get(&(domain, cbid)).copied() else {
         return;
     };
@@ -529,11 +567,12 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
         return;
     }
     BUSY.with(|b| b.set(true));
-    let armed = arm(api, ctx, stream, now, k);
+    let armed = arm(api, ctx, stream, now, k, kind);
     BUSY.with(|b| b.set(false));
     match armed {
         Ok(Some(a)) => {
-            *OPEN.lock().unwrap_or_else(|e| e.into_inner()) = Some((a.ctx as usize, a.kinds_off));
+            *OPEN.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((a.ctx as usize, a.kinds_off, a.kind));
             ARMED.with(|x| x.set(Some(a)))
         }
         Ok(None) => PENDING_ON.store(false, Ordering::Release),
@@ -550,6 +589,7 @@ fn arm(
     stream: *mut c_void,
     now: u64,
     k: u64,
+    kind: Kind,
 ) -> Result<Option<Armed>, String> {
     let c = api.cupti;
     let mut capturing = 0u32;
@@ -562,6 +602,32 @@ fn arm(
     // SAFETY: the launch's context is current on its thread during the callback.
     if unsafe { (api.ctx_get_device)(&mut dev) } != 0 {
         return Ok(None);
+    }
+    if kind == Kind::Stalls {
+        let Some(pc) = api.pc.as_ref() else {
+            return Ok(None);
+        };
+        // The kernel activity kind stays on: this launch keeps its kernel record.
+        if let Err(e) = crate::kernel_stall::start(c, pc, ctx) {
+            stalls_fail(e);
+            return Ok(None);
+        }
+        ARMED_N.fetch_add(1, Ordering::Relaxed);
+        STALL_N.fetch_add(1, Ordering::Relaxed);
+        return Ok(Some(Armed {
+            kind,
+            kinds_off: false,
+            ctx,
+            stream,
+            t0_ns: now,
+            key: k,
+            trace_t0: c.timestamp(),
+        }));
+    }
+    // SASS counters read 0 unless the kernel activity kind is off, and that kind cannot be
+    // turned on again while PC sampling is enabled: PC sampling goes off first.
+    if let Some(pc) = api.pc.as_ref() {
+        crate::kernel_stall::disable(pc, ctx);
     }
     configure(api, dev)?;
     // With CUPTI's concurrent-kernel activity on, every SASS counter reads 0 (probe case 8 of
@@ -582,6 +648,7 @@ fn arm(
     }
     ARMED_N.fetch_add(1, Ordering::Relaxed);
     Ok(Some(Armed {
+        kind,
         kinds_off,
         ctx,
         stream,
@@ -661,23 +728,46 @@ fn disable(api: &Api, ctx: *mut c_void) -> u32 {
 
 /// The context whose patching is on (and whether the kernel activity kind was turned off for
 /// it): taken by the sampled launch's exit, or by [`abandon`] when that exit will not come.
-static OPEN: Mutex<Option<(usize, bool)>> = Mutex::new(None);
+static OPEN: Mutex<Option<(usize, bool, Kind)>> = Mutex::new(None);
 
 /// Collection is being turned off (pause, stop) while a sampled launch may be between its entry
 /// and exit callbacks, whose exit would then never be seen: turn its patching off now, so that
 /// no later kernel runs patched. Its counters are lost.
 pub fn abandon() {
     let Some(api) = API.get() else { return };
-    let Some((ctx, kinds_off)) = OPEN.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-        return;
-    };
+    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner()).take();
     BUSY.with(|b| b.set(true));
-    disable(api, ctx as *mut c_void);
-    restore_kinds(api.cupti, kinds_off);
+    // PC sampling goes off too (enabled, the kernel activity kind could not be turned on again
+    // when collection resumes).
+    if let Some(pc) = api.pc.as_ref() {
+        crate::kernel_stall::disable(pc, std::ptr::null_mut());
+    }
+    if let Some((ctx, kinds_off, kind)) = open {
+        if kind == Kind::Sass {
+            disable(api, ctx as *mut c_void);
+        }
+        restore_kinds(api.cupti, kinds_off);
+        ABANDONED.fetch_add(1, Ordering::Relaxed);
+        PENDING_ON.store(false, Ordering::Release);
+    }
     BUSY.with(|b| b.set(false));
-    ABANDONED.fetch_add(1, Ordering::Relaxed);
-    PENDING_ON.store(false, Ordering::Release);
 }
+
+/// PC sampling failed: stall reasons stop, counters go on (one notice).
+fn stalls_fail(why: String) {
+    STALLS_FAILED.store(true, Ordering::Relaxed);
+    let mut f = STALLS_WHY.lock().unwrap_or_else(|e| e.into_inner());
+    if f.is_none() {
+        *f = Some(why);
+    }
+}
+
+static STALLS_FAILED: AtomicBool = AtomicBool::new(false);
+static STALLS_WHY: Mutex<Option<String>> = Mutex::new(None);
+/// Launches sampled for stall reasons, and PC records read for them.
+static STALL_N: AtomicU64 = AtomicU64::new(0);
+static STALL_PCS: AtomicU64 = AtomicU64::new(0);
+static STALL_WRITTEN: AtomicU64 = AtomicU64::new(0);
 
 static ABANDONED: AtomicU64 = AtomicU64::new(0);
 
@@ -698,7 +788,31 @@ fn finish(a: Armed) {
     BUSY.with(|b| b.set(true));
     // SAFETY: the launch's own stream, current context.
     let rc = unsafe { (api.stream_sync)(a.stream) };
-    let r = if rc == 0 {
+    let r = if a.kind == Kind::Stalls {
+        let tables = TABLES.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let pc = api.pc.as_ref();
+        match pc.map(|pc| crate::kernel_stall::stop_and_read(api.cupti, pc, a.ctx, a.key, &tables))
+        {
+            Some(Ok((stalls, pcs))) => {
+                STALL_PCS.fetch_add(pcs, Ordering::Relaxed);
+                let mut dev = 0i32;
+                // SAFETY: the context is current on this thread.
+                unsafe { (api.ctx_get_device)(&mut dev) };
+                Ok(Sampled {
+                    dev,
+                    start: a.trace_t0,
+                    end: api.cupti.timestamp(),
+                    kernels: Vec::new(),
+                    stalls,
+                })
+            }
+            Some(Err(e)) => {
+                stalls_fail(e);
+                Err(String::new())
+            }
+            None => Err(String::new()),
+        }
+    } else if rc == 0 {
         collect(api, &a)
     } else {
         disable(api, a.ctx);
@@ -726,6 +840,7 @@ fn finish(a: Armed) {
             SAMPLES.fetch_add(1, Ordering::Relaxed);
             DONE.push(s);
         }
+        Err(e) if e.is_empty() => {} // a stall sample's failure: already noted
         Err(e) => fail(e),
     }
 }
@@ -739,6 +854,8 @@ pub struct Sampled {
     start: u64,
     end: u64,
     kernels: Vec<KernelCounts>,
+    /// A stall sample's PC samples of the chosen function.
+    stalls: Option<crate::kernel_stall::StallCounts>,
 }
 
 /// Counters of one kernel function in one sample.
@@ -995,6 +1112,7 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
         start: a.trace_t0,
         end: c.timestamp(),
         kernels,
+        stalls: None,
     })
 }
 
@@ -1043,6 +1161,32 @@ pub fn drain_into(s: &mut Sink) -> Result<(), TraceError> {
 
 fn drain_done(s: &mut Sink) -> Result<(), TraceError> {
     while let Some(sm) = DONE.pop() {
+        if let Some(st) = &sm.stalls {
+            if st.total > 0 {
+                STALL_WRITTEN.fetch_add(1, Ordering::Relaxed);
+                let name = s.kernel_name(st.name.as_bytes())?;
+                let mut lines = Vec::with_capacity(st.lines.len());
+                for ((file, line), (samples, by)) in &st.lines {
+                    lines.push(KstallLine {
+                        file: s.intern(file)?,
+                        line: *line,
+                        samples: *samples,
+                        stalls: by.clone(),
+                    });
+                }
+                s.write(&Record::Kstall(Box::new(Kstall {
+                    name,
+                    dev: sm.dev.max(0) as u32,
+                    start: sm.start,
+                    end: sm.end,
+                    launches: 1,
+                    period_log2: Some(crate::kernel_stall::PERIOD + 5),
+                    lines,
+                    unmapped: st.unmapped,
+                    total: st.total,
+                })))?;
+            }
+        }
         for k in sm.kernels {
             FOLDED.fetch_add(1, Ordering::Relaxed);
             if k.totals.is_zero() {
@@ -1083,12 +1227,16 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
         s.write(&Record::Notice(Notice {
             level: "info".into(),
             message: format!(
-                "{}: {} launches sampled (their kernel records are not collected; {} abandoned when collection was turned off; {} with no counters), {} PC records read, {} launches not sampled because their stream was being captured",
+                "{}: {} launches sampled, {} for counters (their kernel records are not collected; {} with no counters; {} PC records read) and {} for stall reasons ({} PC records read, {} kstall records written); {} abandoned when collection was turned off, {} launches not sampled because their stream was being captured",
                 DESCRIPTION.get().map_or("kernel detail", |d| d.as_str()),
                 ARMED_N.load(Ordering::Relaxed),
-                ABANDONED.load(Ordering::Relaxed),
+                ARMED_N.load(Ordering::Relaxed).saturating_sub(STALL_N.load(Ordering::Relaxed)),
                 EMPTY.load(Ordering::Relaxed),
                 PC_RECORDS.load(Ordering::Relaxed),
+                STALL_N.load(Ordering::Relaxed),
+                STALL_PCS.load(Ordering::Relaxed),
+                STALL_WRITTEN.load(Ordering::Relaxed),
+                ABANDONED.load(Ordering::Relaxed),
                 CAPTURING.load(Ordering::Relaxed),
             ),
         }))?;
@@ -1113,6 +1261,21 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
             level: "warning".into(),
             message: format!(
                 "kernel detail: CUPTI returned every counter of the {folded} sampled kernel(s) as 0, so no kdetail record was written (experimental: docs/kernel-detail.md)"
+            ),
+        }))?;
+    }
+    if let Some(first) = crate::kernel_stall::take_first() {
+        s.write(&Record::Notice(Notice {
+            level: "debug".into(),
+            message: format!("kernel detail: {first}"),
+        }))?;
+    }
+    if let Some(why) = STALLS_WHY.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        s.write(&Record::Notice(Notice {
+            level: "warning".into(),
+            message: format!(
+                "kernel detail: stall reasons (PC sampling) stopped: {why} ({} stall samples taken before); counters go on",
+                STALL_N.load(Ordering::Relaxed)
             ),
         }))?;
     }

@@ -20,6 +20,7 @@ pub mod ffi;
 pub mod graphnodes;
 pub mod inductor;
 pub mod kernel_detail;
+pub mod kernel_stall;
 pub mod metrics_feed;
 pub mod modules;
 pub mod nvtx;

@@ -91,3 +91,76 @@ fn probe_counters_fold_onto_the_planted_lines() {
     let p = kernel(&k, "_Z13padded_sharedPKfPf").totals;
     assert_eq!(p.shared_wavefronts, p.shared_wavefronts_ideal);
 }
+
+/// PC-sampling stall samples fold onto the cubin's lines: strided_load's samples as the H100
+/// probe saw them (scripts/probe/pcstartstop.cu: mostly `long_scoreboard` at its load, line 81)
+/// land on :81 through gpufl's own line table; the `_not_issued` subset and other functions'
+/// PCs are not counted.
+#[test]
+fn stall_samples_land_on_the_load_line() {
+    use gpufl_capture::kernel_stall::{fold as fold_stalls, reason_name, PcSample};
+    use std::collections::HashMap;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata");
+    let cubin = std::fs::read(root.join("cubin/kernel_detail.sm_90.cubin")).unwrap();
+    let golden = std::fs::read_to_string(root.join("cubin/kernel_detail.sm_90.lines.tsv")).unwrap();
+    // The strided load's PCs by line, from the golden table (CUPTI's own mapping).
+    let pcs_at = |line: u32| -> Vec<u64> {
+        golden
+            .lines()
+            .filter(|l| l.starts_with("_Z12strided_loadPKfPf\t"))
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (f[2].parse::<u32>().ok()? == line).then(|| f[1].parse().unwrap())
+            })
+            .collect()
+    };
+    let names: HashMap<u32, Option<String>> = [
+        (0, "smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
+        (
+            1,
+            "smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued",
+        ),
+        (2, "smsp__pcsamp_warps_issue_stalled_drain"),
+        (3, "smsp__pcsamp_warps_issue_stalled_wait"),
+    ]
+    .into_iter()
+    .map(|(i, n)| (i, reason_name(n)))
+    .collect();
+    let load = pcs_at(81);
+    let store = pcs_at(82);
+    assert!(!load.is_empty() && !store.is_empty());
+    let at_load = [(0u32, 1700u32), (1, 1490), (3, 10)];
+    let at_store = [(2u32, 246u32), (3, 4)];
+    let mut samples = vec![PcSample {
+        crc: 7,
+        function: b"_Z12strided_loadPKfPf",
+        pc: load[0],
+        reasons: &at_load,
+    }];
+    samples.push(PcSample {
+        crc: 7,
+        function: b"_Z12strided_loadPKfPf",
+        pc: store[0],
+        reasons: &at_store,
+    });
+    samples.push(PcSample {
+        crc: 7,
+        function: b"_Z9divergentPKfPf",
+        pc: 0,
+        reasons: &at_load,
+    });
+    let mut tables = BTreeMap::new();
+    tables.insert(7u32, Arc::new(LineTable::parse(&cubin).unwrap()));
+    let key = gpufl_capture::kernel_detail::key(b"_Z12strided_loadPKfPf");
+    let s = fold_stalls(key, &names, samples, &tables).unwrap();
+    assert_eq!(s.total, 1700 + 10 + 246 + 4);
+    assert_eq!(s.unmapped, 0);
+    let (file, line) = s.lines.keys().next().unwrap().clone();
+    assert!(file.ends_with("kernel_detail.cu"), "{file}");
+    let l81 = &s.lines[&(file.clone(), 81)];
+    assert_eq!(l81.0, 1710);
+    assert_eq!(l81.1["long_scoreboard"], 1700);
+    assert!(!l81.1.contains_key("long_scoreboard_not_issued"));
+    assert_eq!(s.lines[&(file, 82)].1["drain"], 246);
+    assert_eq!(line, 81);
+}
