@@ -139,21 +139,25 @@ if [ -x build/kernel_detail ] && [ "${KD_ROUNDS:-4}" -gt 0 ]; then
   ms() { local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N); echo $(( (t1 - t0) / 1000000 )); }
   : >"$KD/cost.tsv"
   for r in $(seq 1 "${KD_ROUNDS:-4}"); do
-    modes="bare gpufl kd"; [ $((r % 2)) -eq 0 ] && modes="kd gpufl bare"
+    modes="bare gpufl kd ${KD_EXTRA_MODES:-}"; [ $((r % 2)) -eq 0 ] && modes="${KD_EXTRA_MODES:-} kd gpufl bare"
     for prog in heavy launch; do
-      if [ $prog = heavy ]; then cmd="build/kernel_detail 1000 all"; else cmd="build/launch_bound 20000"; fi
+      if [ $prog = heavy ]; then cmd="build/kernel_detail ${KD_HEAVY_N:-1000} all"; else cmd="build/launch_bound ${KD_LAUNCH_N:-20000}"; fi
       [ $prog = launch ] && [ ! -x build/launch_bound ] && continue
       for m in $modes; do
         case $m in
           bare) t=$(ms $cmd);;
           gpufl) t=$(ms gpufl record -q -o "$S/kdcost" -- $cmd);;
-          kd) t=$(ms gpufl record -q --kernel-detail -o "$S/kdcost" -- $cmd);;
+          kdns) t=$(GPUFL_KERNEL_DETAIL_STALLS=0 ms gpufl record -q --kernel-detail -o "$S/kdcost" -- $cmd)
+              echo "$r $prog no stalls: $(gpufl dump "$(newest "$S/kdcost")" --type notice 2>/dev/null | grep -o 'kernel detail on.*' | cut -c1-900)" >>"$KD/cost-notices.txt";;
+          kd) t=$(ms gpufl record -q --kernel-detail -o "$S/kdcost" -- $cmd)
+              echo "$r $prog: $(gpufl dump "$(newest "$S/kdcost")" --type notice 2>/dev/null | grep -o 'kernel detail on.*' | cut -c1-900)" >>"$KD/cost-notices.txt";;
         esac
         printf '%s\t%s\t%s\t%s\n' "$r" "$prog" "$m" "$t" | tee -a "$KD/cost.tsv"
       done
     done
   done
   rm -rf "$S/kdcost"
+  tail -8 "$KD/cost-notices.txt" | tee -a "$OUT/summary.txt"
   if [ -n "${NCU:-}" ]; then
     tb=$(ms build/kernel_detail 50 all)
     tn=$(ms "$NCU" --metrics "$METRICS" build/kernel_detail 50 all)
@@ -167,7 +171,7 @@ for r, prog, m, ms in rows:
     t.setdefault((prog, r), {})[m] = float(ms)
 for prog in sorted({p for p, _ in t}):
     rs = [v for (p, _), v in t.items() if p == prog]
-    for m in ("gpufl", "kd", "ncu"):
+    for m in ("gpufl", "kd", "kdns", "ncu"):
         ratios = [v[m] / v["bare"] for v in rs if m in v and v.get("bare")]
         if ratios:
             print(f"cost {prog}: {m}/bare median {st.median(ratios):.3f}x range {min(ratios):.3f}-{max(ratios):.3f} (n={len(ratios)}); bare median {st.median([v['bare'] for v in rs]):.0f} ms")

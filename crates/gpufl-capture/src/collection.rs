@@ -88,6 +88,16 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
             cupti::DOMAIN_RESOURCE,
             cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
         );
+        // Kernel detail's stall reasons: PC sampling enabled as a context is created, before its
+        // modules load (a first start is then ~0.1 ms instead of ~0.3 s: crate::kernel_stall).
+        if crate::kernel_detail::stalls_on() {
+            (c.enable_callback)(
+                1,
+                sub,
+                cupti::DOMAIN_RESOURCE,
+                cupti::CBID_RESOURCE_CONTEXT_CREATED,
+            );
+        }
         (c.enable_callback)(
             1,
             sub,

@@ -21,6 +21,7 @@ pub const DOMAIN_RUNTIME: u32 = 2;
 pub const DOMAIN_RESOURCE: u32 = 3;
 
 /// Resource callback ids.
+pub const CBID_RESOURCE_CONTEXT_CREATED: u32 = 1;
 pub const CBID_RESOURCE_CONTEXT_DESTROY_STARTING: u32 = 2;
 pub const CBID_RESOURCE_MODULE_LOADED: u32 = 6;
 pub const CBID_RESOURCE_MODULE_UNLOAD_STARTING: u32 = 7;

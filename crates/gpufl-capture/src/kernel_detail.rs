@@ -162,7 +162,7 @@ thread_local! {
     /// The recorder's own CUDA calls are in progress on this thread.
     static BUSY: Cell<bool> = const { Cell::new(false) };
     /// Launch calls this thread is inside (runtime and driver nest).
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    static DEPTH: Cell<Depth> = const { Cell::new(Depth { runtime: 0, driver: 0, epoch: 0 }) };
     /// This thread turned patching on at the entry of its outermost launch call.
     static ARMED: Cell<Option<Armed>> = const { Cell::new(None) };
 }
@@ -318,6 +318,11 @@ fn fail(why: String) {
     }
 }
 
+/// Monotonic clock, ns (the sampling schedule's).
+pub fn mono_ns() -> u64 {
+    now_ns()
+}
+
 fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -425,6 +430,37 @@ pub fn start(c: &'static Cupti, launch_callbacks: bool) -> Option<String> {
     }
 }
 
+/// Whether stall reasons are being collected (kernel detail on, CUPTI has PC sampling, no error).
+pub fn stalls_on() -> bool {
+    on() && API.get().is_some_and(|a| a.pc.is_some()) && !STALLS_FAILED.load(Ordering::Relaxed)
+}
+
+/// A context was created: enable PC sampling on it now, before its modules load, so that the
+/// first stall sample's start is cheap.
+///
+/// # Safety
+/// `data` must be the `CUpti_ResourceData` CUPTI passed for this callback.
+pub unsafe fn on_context_created(data: *const c_void) {
+    if !stalls_on() {
+        return;
+    }
+    let Some(api) = API.get() else { return };
+    let Some(pc) = api.pc.as_ref() else { return };
+    // SAFETY: CUpti_ResourceData's first field is the context.
+    let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(sys::CUpti_ResourceData, context)) };
+    if ctx.is_null() {
+        return;
+    }
+    BUSY.with(|b| b.set(true));
+    let t0 = now_ns();
+    let r = crate::kernel_stall::prepare(api.cupti, pc, ctx);
+    PREPARE_NS.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+    BUSY.with(|b| b.set(false));
+    if let Err(e) = r {
+        stalls_fail(e);
+    }
+}
+
 /// A module was loaded: keep its line table (when kernel detail is on). `image` is valid only
 /// during the call.
 pub fn on_module_image(image: &[u8]) {
@@ -455,29 +491,84 @@ pub unsafe fn on_launch(domain: u32, cbid: u32, data: *const c_void) {
     type D = sys::CUpti_CallbackData;
     // SAFETY: CUpti_CallbackData field offsets.
     let exit: u32 = unsafe { cb_field(data, offset_of!(D, callbackSite)) };
+    let runtime = domain == cupti::DOMAIN_RUNTIME;
+    let epoch = EPOCH.load(Ordering::Relaxed);
+    let mut d = DEPTH.with(|x| x.get());
+    if d.epoch != epoch {
+        // Collection was turned off since: exits of calls open then were not seen.
+        d = Depth {
+            runtime: 0,
+            driver: 0,
+            epoch,
+        };
+    }
     if exit == 0 {
-        let depth = DEPTH.with(|d| {
-            let v = d.get() + 1;
-            d.set(v);
-            v
-        });
-        if depth == 1 && on() {
+        let outermost = d.runtime == 0 && d.driver == 0;
+        d = d.enter(runtime);
+        DEPTH.with(|x| x.set(d));
+        if outermost && on() {
             // SAFETY: as above.
             unsafe { maybe_arm(domain, cbid, data) };
         }
     } else {
-        let depth = DEPTH.with(|d| {
-            let v = d.get().saturating_sub(1);
-            d.set(v);
-            v
-        });
-        if depth == 0 {
+        d = d.exit(runtime);
+        DEPTH.with(|x| x.set(d));
+        if d.runtime == 0 && d.driver == 0 {
             if let Some(a) = ARMED.with(|x| x.take()) {
                 finish(a);
             }
         }
     }
 }
+
+/// Launch calls a thread is inside, by domain (a runtime launch calls a driver launch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Depth {
+    pub runtime: u32,
+    pub driver: u32,
+    /// [`EPOCH`] when counted.
+    pub epoch: u32,
+}
+
+impl Depth {
+    pub fn enter(self, runtime: bool) -> Depth {
+        if runtime {
+            Depth {
+                runtime: self.runtime + 1,
+                ..self
+            }
+        } else {
+            Depth {
+                driver: self.driver + 1,
+                ..self
+            }
+        }
+    }
+
+    /// A call's exit. A driver exit may be missing (the driver domain's callbacks turned off
+    /// while a call was in progress: a pause, or crate::collection::set_driver_sites when kernel
+    /// detail did not keep them on): the exit of the outermost runtime call closes every driver
+    /// call inside it.
+    pub fn exit(self, runtime: bool) -> Depth {
+        if runtime {
+            let r = self.runtime.saturating_sub(1);
+            Depth {
+                runtime: r,
+                driver: if r == 0 { 0 } else { self.driver },
+                ..self
+            }
+        } else {
+            Depth {
+                driver: self.driver.saturating_sub(1),
+                ..self
+            }
+        }
+    }
+}
+
+/// Bumped when collection is turned off (launch callbacks then stop mid-call): threads start
+/// counting their depth again.
+static EPOCH: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 fn chosen(cfg: &Config, k: u64, mangled: &[u8]) -> bool {
     match &cfg.select {
@@ -499,6 +590,15 @@ fn chosen(cfg: &Config, k: u64, mangled: &[u8]) -> bool {
 unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     type D = sys::CUpti_CallbackData;
     let now = now_ns();
+    if crate::kernel_stall::expired(now) && !PENDING_ON.load(Ordering::Acquire) {
+        if let Some(pc) = API.get().and_then(|a| a.pc.as_ref()) {
+            // SAFETY: CUpti_CallbackData field offsets.
+            let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(D, context)) };
+            BUSY.with(|b| b.set(true));
+            crate::kernel_stall::disable(pc, ctx);
+            BUSY.with(|b| b.set(false));
+        }
+    }
     if now < NEXT_NS.load(Ordering::Relaxed) || PENDING_ON.load(Ordering::Acquire) {
         return;
     }
@@ -734,6 +834,7 @@ static OPEN: Mutex<Option<(usize, bool, Kind)>> = Mutex::new(None);
 /// and exit callbacks, whose exit would then never be seen: turn its patching off now, so that
 /// no later kernel runs patched. Its counters are lost.
 pub fn abandon() {
+    EPOCH.fetch_add(1, Ordering::Relaxed);
     let Some(api) = API.get() else { return };
     let open = OPEN.lock().unwrap_or_else(|e| e.into_inner()).take();
     BUSY.with(|b| b.set(true));
@@ -768,6 +869,11 @@ static STALLS_WHY: Mutex<Option<String>> = Mutex::new(None);
 static STALL_N: AtomicU64 = AtomicU64::new(0);
 static STALL_PCS: AtomicU64 = AtomicU64::new(0);
 static STALL_WRITTEN: AtomicU64 = AtomicU64::new(0);
+/// Time the launching threads spent sampling (all samples; stall samples), and enabling PC
+/// sampling at context creation, ns.
+static SPENT_NS: AtomicU64 = AtomicU64::new(0);
+static STALL_SPENT_NS: AtomicU64 = AtomicU64::new(0);
+static PREPARE_NS: AtomicU64 = AtomicU64::new(0);
 
 static ABANDONED: AtomicU64 = AtomicU64::new(0);
 
@@ -826,6 +932,10 @@ fn finish(a: Armed) {
     let cfg = config();
     // The budget: the next sample waits until sampling took at most `budget` of the time.
     let spent = end.saturating_sub(a.t0_ns);
+    SPENT_NS.fetch_add(spent, Ordering::Relaxed);
+    if a.kind == Kind::Stalls {
+        STALL_SPENT_NS.fetch_add(spent, Ordering::Relaxed);
+    }
     let budget = cfg.map_or(0.05, |c| c.budget);
     let pause = (spent as f64 * (1.0 / budget - 1.0)) as u64;
     NEXT_NS.store(end.saturating_add(pause), Ordering::Relaxed);
@@ -1227,7 +1337,7 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
         s.write(&Record::Notice(Notice {
             level: "info".into(),
             message: format!(
-                "{}: {} launches sampled, {} for counters (their kernel records are not collected; {} with no counters; {} PC records read) and {} for stall reasons ({} PC records read, {} kstall records written); {} abandoned when collection was turned off, {} launches not sampled because their stream was being captured",
+                "{}: {} launches sampled, {} for counters (their kernel records are not collected; {} with no counters; {} PC records read) and {} for stall reasons ({} PC records read, {} kstall records written); {} abandoned when collection was turned off, {} launches not sampled because their stream was being captured; the launching threads spent {:.1} ms sampling ({:.1} ms of it on stall samples) and {:.1} ms enabling PC sampling at context creation",
                 DESCRIPTION.get().map_or("kernel detail", |d| d.as_str()),
                 ARMED_N.load(Ordering::Relaxed),
                 ARMED_N.load(Ordering::Relaxed).saturating_sub(STALL_N.load(Ordering::Relaxed)),
@@ -1238,6 +1348,9 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
                 STALL_WRITTEN.load(Ordering::Relaxed),
                 ABANDONED.load(Ordering::Relaxed),
                 CAPTURING.load(Ordering::Relaxed),
+                SPENT_NS.load(Ordering::Relaxed) as f64 / 1e6,
+                STALL_SPENT_NS.load(Ordering::Relaxed) as f64 / 1e6,
+                PREPARE_NS.load(Ordering::Relaxed) as f64 / 1e6,
             ),
         }))?;
         if let Some(first) = FIRST.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -1321,6 +1434,27 @@ mod tests {
                 .select,
             Select::Top(MAX_TOP)
         );
+    }
+
+    #[test]
+    fn a_missing_driver_exit_does_not_leave_the_thread_inside_a_launch() {
+        let z = Depth {
+            runtime: 0,
+            driver: 0,
+            epoch: 0,
+        };
+        // runtime entry, driver entry, driver exit lost (its callback turned off), runtime exit
+        let d = z.enter(true).enter(false).exit(true);
+        assert_eq!((d.runtime, d.driver), (0, 0));
+        // the next launch is outermost again
+        assert_eq!(d, z);
+        // a driver exit whose entry was not seen (callback turned on mid-call)
+        let d = z.enter(true).exit(false);
+        assert_eq!((d.runtime, d.driver), (1, 0));
+        assert_eq!(d.exit(true), z);
+        // a direct driver launch
+        let d = z.enter(false);
+        assert_eq!(d.exit(false), z);
     }
 
     #[test]

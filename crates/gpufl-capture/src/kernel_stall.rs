@@ -3,10 +3,11 @@
 //! source line through the cubin's line table.
 //!
 //! What the probe (`scripts/probe/pcstartstop.cu`, H100, CUDA 13.0) showed, and this follows:
-//! - PC sampling can be enabled on a context whose modules are already loaded; with
-//!   start/stop control the enabled but stopped context runs kernels at bare speed, so it stays
-//!   enabled between samples. The first start after enabling takes ~270 ms, later ones ~0.1 ms;
-//!   a stop 2–5 ms; reading 0.04–1.6 ms.
+//! - PC sampling can be enabled on a context whose modules are already loaded, but then the
+//!   first start takes ~0.3 s (0.7 s inside a launch callback); enabled as the context is created
+//!   ([`prepare`], before its modules load; ~0.1 s) every start takes ~0.1 ms. With start/stop
+//!   control an enabled but stopped context runs kernels at bare speed, so it stays enabled
+//!   between samples. A stop takes 2–5 ms, reading 0.04–1.6 ms.
 //! - Continuous mode leaves the kernel running at its own speed (kernel-serialized: 2.7 ms
 //!   instead of 0.37); after the stop the samples are in the buffer given with the configuration.
 //! - The concurrent-kernel activity records keep coming while PC sampling is enabled, but that
@@ -132,6 +133,30 @@ struct Enabled {
 unsafe impl Send for Enabled {}
 
 static STATE: Mutex<Option<Enabled>> = Mutex::new(None);
+
+/// PC sampling stays enabled at most this long after it was enabled or last stopped, ns: enabled,
+/// even stopped, it costs every launch ~2 µs (launch-bound loop, device run 9), so it goes off
+/// when no stall sample came for a while ([`expire`]).
+pub const WINDOW_NS: u64 = 2_000_000_000;
+/// Enabled as a context is created ([`prepare`]), it waits this long for its first stall sample
+/// (a top-N choice needs a tally of GPU time first; a framework loads and sets up meanwhile).
+pub const STARTUP_WINDOW_NS: u64 = 30_000_000_000;
+/// Monotonic time after which PC sampling is turned off (0: not enabled).
+static DEADLINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn extend(by: u64) {
+    DEADLINE.store(
+        crate::kernel_detail::mono_ns().saturating_add(by),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Whether PC sampling is enabled and its window ended by `now` (monotonic ns): one atomic load.
+#[inline]
+pub fn expired(now: u64) -> bool {
+    let d = DEADLINE.load(std::sync::atomic::Ordering::Relaxed);
+    d != 0 && now > d
+}
 
 /// What the first stall sample saw (a debug notice): timings and CUPTI's buffer counts.
 static FIRST: Mutex<Option<String>> = Mutex::new(None);
@@ -282,6 +307,7 @@ fn enable(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<Enabled, String> {
 }
 
 fn disable_locked(api: &PcApi, st: &mut Option<Enabled>, current: *mut c_void) {
+    DEADLINE.store(0, std::sync::atomic::Ordering::Relaxed);
     let Some(mut e) = st.take() else { return };
     let ctx = e.ctx as *mut c_void;
     let other = ctx != current;
@@ -321,6 +347,17 @@ pub fn enabled() -> bool {
     STATE.lock().map(|s| s.is_some()).unwrap_or(false)
 }
 
+/// Enable PC sampling on a new context (current on this thread), stopped, unless it is enabled
+/// on another one already.
+pub fn prepare(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
+    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if st.is_none() {
+        *st = Some(enable(c, api, ctx)?);
+        extend(STARTUP_WINDOW_NS);
+    }
+    Ok(())
+}
+
 /// Start sampling on `ctx` (current on this thread), enabling it there first if needed.
 pub fn start(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
     let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
@@ -347,6 +384,7 @@ pub fn start(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
         return Err(m);
     }
     e.started = true;
+    DEADLINE.store(u64::MAX, std::sync::atomic::Ordering::Relaxed); // not while started
     if let Ok(mut l) = LAST_START.lock() {
         *l = (t_enable, ms(t1));
     }
@@ -471,6 +509,7 @@ pub fn stop_and_read(
     let rc = unsafe { (api.stop)(&mut sp) };
     let t_stop = ms(t0);
     e.started = false;
+    extend(WINDOW_NS);
     if rc != cupti::SUCCESS {
         let m = err(c, "cuptiPCSamplingStop", rc);
         disable_locked(api, &mut st, ctx);

@@ -369,6 +369,10 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
     match domain {
         // SAFETY: CUPTI passes a CUpti_NvtxData for the NVTX domain.
         crate::nvtx::DOMAIN_NVTX => unsafe { crate::nvtx::on_callback(cbid, data) },
+        // SAFETY: CUPTI passes a CUpti_ResourceData for resource callbacks.
+        cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_CONTEXT_CREATED => unsafe {
+            crate::kernel_detail::on_context_created(data)
+        },
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING => {
             FLUSH_REQUEST.store(true, Ordering::Relaxed);
         }

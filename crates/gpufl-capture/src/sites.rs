@@ -482,10 +482,15 @@ impl DriverSitePolicy {
     }
 
     /// [`Self::step`] with what the callbacks saw, applied (writer thread). `GPUFL_DRIVER_SITES=1`
-    /// keeps the driver callbacks on.
+    /// (and kernel detail) keeps the driver callbacks on.
     pub fn tick(&mut self, now: Instant) {
         static KEEP: OnceLock<bool> = OnceLock::new();
         if *KEEP.get_or_init(|| std::env::var_os("GPUFL_DRIVER_SITES").is_some_and(|v| v == "1")) {
+            return;
+        }
+        // Kernel detail samples launches at their entry, whichever domain they come through
+        // (cuBLASLt launches through the driver directly): its driver callbacks stay on.
+        if crate::kernel_detail::active() {
             return;
         }
         let action = self.step(

@@ -361,8 +361,8 @@ fn json_has_the_same_figures_and_threads_change_nothing() {
 /// sectors per load request, 29,442,253 bank conflicts of 33,636,557 wavefronts) within 5 %.
 #[test]
 fn real_counters_name_the_planted_lines_and_agree_with_nsight_compute() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/kdetail/kernel_detail-recorded");
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/kdetail/kernel_detail-recorded");
     let (rc, out, err) = run(gpufl().arg("report").arg("--json").arg(&dir));
     assert_eq!(rc, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -396,7 +396,10 @@ fn real_counters_name_the_planted_lines_and_agree_with_nsight_compute() {
     assert_eq!(at("warp-divergence"), vec![56], "{named:?}");
     assert_eq!(at("uncoalesced-access"), vec![81], "{named:?}");
     assert_eq!(at("bank-conflicts"), vec![102], "{named:?}");
-    let counters = named.iter().filter(|(r, _, _)| r != "stall-reasons").count();
+    let counters = named
+        .iter()
+        .filter(|(r, _, _)| r != "stall-reasons")
+        .count();
     assert_eq!(counters, 3, "the clean twins raise nothing: {named:?}");
     // Stall reasons: at the busiest line of each kernel that matters, LOW, with its dominant reason.
     let stalls: Vec<&serde_json::Value> = s["insights"]
@@ -413,9 +416,15 @@ fn real_counters_name_the_planted_lines_and_agree_with_nsight_compute() {
             .unwrap_or_else(|| panic!("no stall-reasons insight at :{line}: {named:?}"))
     };
     let t43 = stall_at(43)["title"].as_str().unwrap().to_string();
-    assert!(t43.contains("divergent") && t43.contains("mio_throttle"), "{t43}");
+    assert!(
+        t43.contains("divergent") && t43.contains("mio_throttle"),
+        "{t43}"
+    );
     let t102 = stall_at(102)["title"].as_str().unwrap().to_string();
-    assert!(t102.contains("bank_conflict") && t102.contains("short_scoreboard"), "{t102}");
+    assert!(
+        t102.contains("bank_conflict") && t102.contains("short_scoreboard"),
+        "{t102}"
+    );
     let rows = s["kernels"]["rows"].as_array().unwrap();
     let row = |k: &str| {
         rows.iter()
