@@ -109,7 +109,7 @@ def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack
     """Start recording this process. Returns 0 (recording), 1 (already recording, e.g. under
     `gpufl record`), 2 (GPU capture unavailable: scopes are still recorded when possible) or 3;
     -1 when the library is missing. `mode` is "default" or "always-on" (see the README).
-    `kernel_detail` (experimental, docs/kernel-detail.md): an int N looks inside the top N kernels
+    `kernel_detail` (docs/kernel-detail.md): an int N looks inside the top N kernels
     by GPU time, a string of comma-separated name fragments inside those kernels.
     GPUFL_* environment variables override the arguments."""
     if mode not in ("default", "always-on"):

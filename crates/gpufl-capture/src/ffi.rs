@@ -19,7 +19,7 @@ pub struct GpuflOptions {
     /// 0: default mode, 1: always-on. Read only when `struct_size` covers it (callers compiled
     /// against an older header pass a smaller struct).
     pub mode: c_int,
-    /// Kernel detail (experimental, docs/kernel-detail.md): NULL off, "N" the top N kernels by
+    /// Kernel detail (docs/kernel-detail.md): NULL off, "N" the top N kernels by
     /// GPU time, else comma-separated name fragments. Read only when `struct_size` covers it.
     pub kernel_detail: *const c_char,
 }

@@ -91,7 +91,7 @@ pub struct Options {
     /// Disk bound of the session, bytes (`GPUFL_MAX_DISK_MB`; 0: none): older trace files are
     /// deleted to stay under it. Default: none, 256 MiB in always-on mode.
     pub max_disk_bytes: u64,
-    /// Kernel detail (experimental; `GPUFL_KERNEL_DETAIL` wins): "N" the top N kernels by GPU
+    /// Kernel detail (docs/kernel-detail.md; `GPUFL_KERNEL_DETAIL` wins): "N" the top N kernels by GPU
     /// time, else comma-separated name fragments; None: off.
     pub kernel_detail: Option<String>,
 }

@@ -34,14 +34,14 @@ pub struct RecordArgs {
     /// 256); full detail on demand with `gpufl trigger PID`.
     #[arg(long)]
     always_on: bool,
-    /// EXPERIMENTAL (docs/kernel-detail.md: verified in a probe, not yet in a recording).
-    /// Look inside kernels (opt-in, costly per sampled launch): instruction-level counters per
-    /// source line (divergence, global sectors per request, shared-memory bank conflicts) from
-    /// CUPTI's SASS metrics, on a few launches of the TOP_N kernels by GPU time (default 5) or of
-    /// the kernels whose names contain one of NAMES (comma-separated). Build kernels with
-    /// `-lineinfo` for source lines. Tuning: GPUFL_KERNEL_DETAIL_SAMPLES (launches per kernel, 3),
-    /// GPUFL_KERNEL_DETAIL_GAP_MS (1000), GPUFL_KERNEL_DETAIL_BUDGET (share of time, 0.05).
-    #[arg(long, value_name = "TOP_N|NAMES", num_args = 0..=1, default_missing_value = "5", hide = true)]
+    /// Look inside kernels (opt-in; docs/kernel-detail.md): stall reasons (PC sampling) and
+    /// instruction-level counters (divergence, global sectors per request, shared-memory bank
+    /// conflicts; CUPTI's SASS metrics) per source line, on a few launches of the TOP_N kernels
+    /// by GPU time (default 5) or of the kernels whose names contain one of NAMES
+    /// (comma-separated). Build kernels with `-lineinfo` for source lines. Tuning:
+    /// GPUFL_KERNEL_DETAIL_SAMPLES (launches per kernel, 3), GPUFL_KERNEL_DETAIL_GAP_MS (1000),
+    /// GPUFL_KERNEL_DETAIL_BUDGET (share of time, 0.05), GPUFL_KERNEL_DETAIL_STALLS=0.
+    #[arg(long, value_name = "TOP_N|NAMES", num_args = 0..=1, default_missing_value = "5")]
     kernel_detail: Option<String>,
     /// Print nothing of gpufl's own (the summary included).
     #[arg(short, long)]

@@ -16,7 +16,7 @@ typedef struct gpufl_options {
     const char* backend_url;       /* server URL (upload) */
     const char* api_key;           /* server key (upload) */
     int mode;                      /* 0: default (everything), 1: always-on (see README) */
-    const char* kernel_detail;     /* experimental (docs/kernel-detail.md): NULL off, "N" the top N
+    const char* kernel_detail;     /* docs/kernel-detail.md: NULL off, "N" the top N
                                       kernels by GPU time, or comma-separated name fragments */
 } gpufl_options;
 

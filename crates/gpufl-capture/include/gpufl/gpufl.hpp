@@ -52,7 +52,7 @@ struct InitOptions {
     // Always-on: syncs with stacks, sampled call sites, telemetry all the time; GPU activity in
     // windows set by a cost budget; disk bounded (README, "Always-on recording").
     bool always_on = false;
-    // Inside kernels (experimental, docs/kernel-detail.md): "N" the top N kernels by GPU time, or
+    // Inside kernels (docs/kernel-detail.md): "N" the top N kernels by GPU time, or
     // comma-separated name fragments; unset: off.
     OptionString kernel_detail;
 };
