@@ -1,11 +1,3 @@
 #!/usr/bin/env bash
-# Builds and runs scripts/probe/sasscallback.cu on the device machine (issue 19 probe).
-set -u
-OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT" build
-CUPTI=/usr/local/cuda
-[ -f "$CUPTI/include/cupti_sass_metrics.h" ] || CUPTI=/usr/local/cuda/extras/CUPTI
-LIBDIR=$(dirname "$(find "$CUPTI" /usr/local/cuda/ -name 'libcupti.so*' 2>/dev/null | head -1)")
-nvcc -O2 -lineinfo -I"$CUPTI/include" -o build/sasscallback scripts/probe/sasscallback.cu \
-  -L"$LIBDIR" -lcupti -lcuda -Xlinker -rpath -Xlinker "$LIBDIR" >"$OUT/sasscallback-build.txt" 2>&1 \
-  || { echo "build failed"; tail -20 "$OUT/sasscallback-build.txt"; exit 1; }
-timeout 200 build/sasscallback "$@" 2>&1 | tee "$OUT/sasscallback.txt"
+# scripts/probe/sasscallback.cu on the device machine (issue 19 probe): see run-probe.sh.
+PROBE_TIMEOUT=${PROBE_TIMEOUT:-200} exec bash "$(dirname "$0")/run-probe.sh" sasscallback "$@"
