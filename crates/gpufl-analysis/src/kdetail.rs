@@ -261,6 +261,8 @@ pub struct KernelStalls {
     /// no line.
     pub total: u64,
     pub unmapped: u64,
+    /// The unmapped samples by stall reason.
+    pub unmapped_reasons: BTreeMap<String, u64>,
     /// The sampling period (log2 of cycles) of the first record that gave one.
     pub period_log2: Option<u32>,
     /// Most samples first (ties by file and line).
@@ -285,6 +287,7 @@ struct RawStalls {
     launches: u64,
     total: u64,
     unmapped: u64,
+    unmapped_reasons: BTreeMap<String, u64>,
     period_log2: Option<u32>,
     lines: HashMap<(u32, u32), (u64, BTreeMap<String, u64>)>,
 }
@@ -363,6 +366,10 @@ impl DetailStore {
         let total = k.total.max(line_samples.saturating_add(k.unmapped));
         s.total = s.total.saturating_add(total);
         s.unmapped = s.unmapped.saturating_add(k.unmapped);
+        merge_reasons(
+            &mut s.unmapped_reasons,
+            k.unmapped_stalls.iter().map(|(k, &v)| (k.as_str(), v)),
+        );
         s.period_log2 = s.period_log2.or(k.period_log2);
         for (l, &file) in k.lines.iter().zip(files) {
             let lk = (file, l.line);
@@ -447,6 +454,7 @@ impl DetailStore {
                         launches: 0,
                         total: 0,
                         unmapped: 0,
+                        unmapped_reasons: BTreeMap::new(),
                         period_log2: None,
                         lines: Vec::new(),
                     },
@@ -457,6 +465,10 @@ impl DetailStore {
             s.launches = s.launches.saturating_add(raw.launches);
             s.total = s.total.saturating_add(raw.total);
             s.unmapped = s.unmapped.saturating_add(raw.unmapped);
+            merge_reasons(
+                &mut s.unmapped_reasons,
+                raw.unmapped_reasons.iter().map(|(k, &v)| (k.as_str(), v)),
+            );
             s.period_log2 = s.period_log2.or(raw.period_log2);
             for ((file, line), (samples, reasons)) in raw.lines {
                 let e = lines.entry((text(file), line)).or_default();

@@ -1293,6 +1293,7 @@ fn drain_done(s: &mut Sink) -> Result<(), TraceError> {
                     period_log2: Some(crate::kernel_stall::PERIOD + 5),
                     lines,
                     unmapped: st.unmapped,
+                    unmapped_stalls: st.unmapped_by.clone(),
                     total: st.total,
                 })))?;
             }

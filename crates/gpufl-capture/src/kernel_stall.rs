@@ -398,6 +398,8 @@ pub struct StallCounts {
     /// (file, line) → (samples, by reason).
     pub lines: BTreeMap<(String, u32), (u64, BTreeMap<String, u64>)>,
     pub unmapped: u64,
+    /// The unmapped samples by reason.
+    pub unmapped_by: BTreeMap<String, u64>,
     pub total: u64,
 }
 
@@ -449,7 +451,12 @@ pub fn fold<'a>(
                     *l.1.entry(r.to_string()).or_default() += n;
                 }
             }
-            None => s.unmapped += samples,
+            None => {
+                s.unmapped += samples;
+                for (r, n) in by {
+                    *s.unmapped_by.entry(r.to_string()).or_default() += n;
+                }
+            }
         }
     }
     out
@@ -639,6 +646,8 @@ mod tests {
             "not_issued and unknown reasons are not counted; _Z1gv left out"
         );
         assert_eq!(s.unmapped, 42);
+        assert_eq!(s.unmapped_by["long_scoreboard"], 37);
+        assert_eq!(s.unmapped_by["selected"], 5);
         assert!(s.lines.is_empty());
         assert!(fold(crate::kernel_detail::key(b"_Z1hv"), &names, vec![], &tables).is_none());
     }

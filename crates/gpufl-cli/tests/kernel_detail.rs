@@ -213,6 +213,7 @@ fn write_session(root: &Path) -> PathBuf {
             .into(),
         }],
         unmapped: 0,
+        unmapped_stalls: Default::default(),
         total: 1_000,
     })))
     .unwrap();

@@ -132,6 +132,14 @@ pub struct Kstall {
     /// Samples with no line.
     #[serde(default)]
     pub unmapped: u64,
+    /// Those samples by stall reason (names as in [`KstallLine::stalls`]; at most
+    /// [`MAX_STALL_REASONS`]): a kernel built without line info still says where its warps wait.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "bounded_map"
+    )]
+    pub unmapped_stalls: BTreeMap<String, u64>,
     /// Every sample of the window.
     #[serde(default)]
     pub total: u64,

@@ -96,6 +96,7 @@ fn kdetail_and_kstall_round_trip_through_a_trace() {
             stalls,
         }],
         unmapped: 7,
+        unmapped_stalls: [("wait".to_string(), 7)].into(),
         total: 33_047,
     };
     let bare = Kdetail {

@@ -187,6 +187,36 @@ fn line_stalls(l: &StallLine, total: u64) -> LineStalls {
     }
 }
 
+/// The leading stall among the kernel's unmapped samples (not `selected` / `not_selected`).
+fn unmapped_dominant(s: &KernelStalls) -> Option<(String, u64)> {
+    s.unmapped_reasons
+        .iter()
+        .filter(|(r, n)| is_stall(r) && **n > 0)
+        .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(r, n)| (r.clone(), *n))
+}
+
+/// ` Over the kernel: long_scoreboard 61% (…), …` for the unmapped samples' leading reasons.
+fn unmapped_text(s: &KernelStalls, total: u64) -> String {
+    let mut v: Vec<(&String, &u64)> = s.unmapped_reasons.iter().filter(|(_, n)| **n > 0).collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    if v.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = v
+        .iter()
+        .take(REASONS)
+        .map(|(r, n)| {
+            format!(
+                "{r} {} ({})",
+                detail_site::pct(**n, total.max(1)),
+                explain(r).0
+            )
+        })
+        .collect();
+    format!(" Over the kernel: {}.", parts.join(", "))
+}
+
 fn base(file: &str) -> &str {
     file.rsplit('/').next().unwrap_or(file)
 }
@@ -230,7 +260,13 @@ fn insight(cx: &Ctx, locator: &Locator, row: &KernelRow, s: &KernelStalls) -> In
         top.map(|l| (l.file.as_str(), l.line)),
         (s.launches, s.records, lineinfo),
     );
-    let dom = top.and_then(dominant);
+    // Without a line, the kernel's unmapped samples still say what its warps wait on.
+    let unmapped_dom = if top.is_none() {
+        unmapped_dominant(s)
+    } else {
+        None
+    };
+    let dom = top.and_then(dominant).or(unmapped_dom.as_ref());
     let heavy = row.busy_ns as u128 * 100 >= row.device_busy_ns as u128 * HEAVY_BUSY_PCT as u128;
     let memory_bound_line = match (top, dom) {
         (Some(l), Some((r, n))) => {
@@ -260,6 +296,13 @@ fn insight(cx: &Ctx, locator: &Locator, row: &KernelRow, s: &KernelStalls) -> In
             detail_site::at(&loc),
             short(row),
             detail_site::pct(l.samples, total),
+        ),
+        (None, Some((r, n))) => format!(
+            "Stall reasons{} · {}: no line inside the kernel; mostly {} ({r} {} of {total} samples)",
+            detail_site::at(&loc),
+            short(row),
+            short_reason(r),
+            detail_site::pct(*n, total),
         ),
         _ => format!(
             "Stall reasons{} · {}: {total} samples, none on a line inside the kernel",
@@ -291,10 +334,13 @@ fn insight(cx: &Ctx, locator: &Locator, row: &KernelRow, s: &KernelStalls) -> In
         String::new()
     };
     let no_line = if top.is_none() {
-        " No sample was mapped to a line inside the kernel (a cubin without line info: build \
-         with `nvcc -lineinfo`); located at its launch line."
+        let over = unmapped_text(s, total);
+        format!(
+            " No sample was mapped to a line inside the kernel (a cubin without line info: build \
+             with `nvcc -lineinfo`); located at its launch line.{over}"
+        )
     } else {
-        ""
+        String::new()
     };
     let severity_text = if memory_bound_line {
         format!(
@@ -318,6 +364,12 @@ fn insight(cx: &Ctx, locator: &Locator, row: &KernelRow, s: &KernelStalls) -> In
         launched(&site),
     );
     let fix = match dom {
+        Some((r, _)) if top.is_none() => {
+            let (what, fix) = explain(r);
+            format!(
+                "Its warps mostly stall on `{r}` ({what}): {fix}. Build it with `nvcc -lineinfo` (or the library's debug-line build) to see at which line."
+            )
+        }
         Some((r, _)) => {
             let (what, fix) = explain(r);
             format!("Its warps mostly stall on `{r}` at this line ({what}): {fix}.")

@@ -147,6 +147,12 @@ fn kstall(b: &mut B, kernel: &str, lines: &[(u32, &[(&str, u64)])], unmapped: u6
         period_log2: Some(17),
         lines: recs,
         unmapped,
+        // The unmapped samples, all waiting on memory.
+        unmapped_stalls: if unmapped > 0 {
+            [("long_scoreboard".to_string(), unmapped)].into()
+        } else {
+            BTreeMap::new()
+        },
         total: all,
     })));
 }
@@ -659,6 +665,7 @@ fn records_of_two_windows_and_two_trace_files_merge() {
     let m = b.model();
     let s = &m.kernel_stalls()[0];
     assert_eq!((s.records, s.total, s.unmapped), (2, 172, 5));
+    assert_eq!(s.unmapped_reasons["long_scoreboard"], 5);
     assert_eq!(s.lines[0].line, 81);
     assert_eq!(s.lines[0].samples, 160);
     assert_eq!(
@@ -1039,5 +1046,46 @@ fn mutated_kdetail_and_kstall_lines_never_panic() {
             assert!(ins.share_of_window.is_finite());
         }
         lines[i] = orig;
+    }
+}
+
+/// A kernel built without line info (PyTorch's, cuBLAS's): its samples are on no line, but their
+/// reasons still say what its warps wait on — named in the title, with that reason's fix and the
+/// advice to build with `-lineinfo`, at the launch line, LOW.
+#[test]
+fn stall_reasons_without_line_info_name_the_kernels_dominant_reason() {
+    let mut b = B::new();
+    let k = "reduce_kernel(float const*, float*)";
+    run_kernel(&mut b, k, 143, 20, 0, 350 * US);
+    kstall(&mut b, k, &[], 900);
+    let a = b.analyze();
+    let v = rule(&a, "stall-reasons");
+    assert_eq!(v.len(), 1, "{v:?}");
+    let i = v[0];
+    assert_eq!(i.location.line, Some(143), "the launch line");
+    assert_eq!(i.severity, Severity::Low);
+    assert!(
+        i.title
+            .contains("no line inside the kernel; mostly waiting on memory (long_scoreboard 100.0% of 900 samples)"),
+        "{}",
+        i.title
+    );
+    assert!(
+        i.detail.contains("Over the kernel: long_scoreboard 100.0%"),
+        "{}",
+        i.detail
+    );
+    assert!(
+        i.fix.contains("`long_scoreboard`") && i.fix.contains("-lineinfo"),
+        "{}",
+        i.fix
+    );
+    match &i.data {
+        Some(RuleData::StallReasons(d)) => {
+            assert_eq!(d.dominant.as_deref(), Some("long_scoreboard"));
+            assert_eq!(d.dominant_samples, 900);
+            assert!(!d.memory_bound_line, "no line: never MEDIUM");
+        }
+        other => panic!("{other:?}"),
     }
 }
