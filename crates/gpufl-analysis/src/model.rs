@@ -634,7 +634,8 @@ impl Model {
                 }
             }
             Record::Dropped(d) => self.dropped = self.dropped.saturating_add(d.count),
-            Record::Notice(n) if n.level != "info" => self
+            // Debug notices (the recorder's diagnostics) stay in the trace (`gpufl dump --type notice`).
+            Record::Notice(n) if n.level != "info" && n.level != "debug" => self
                 .warnings
                 .push(format!("recorder {}: {}", n.level, n.message)),
             Record::Telemetry(t) => {

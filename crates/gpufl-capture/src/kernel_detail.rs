@@ -616,12 +616,49 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     if !chosen(cfg, k, mangled) {
         return;
     }
+    CHOSEN_SEEN.fetch_add(1, Ordering::Relaxed);
+    // Where the launch's stream and context are (checked before a sample slot is reserved).
+    let Some(at) = api.streams.get(&(domain, cbid)).copied() else {
+        NO_LAYOUT.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    // SAFETY: the params struct of this launch entry point (the table maps names to layouts).
+    let stream = unsafe {
+        let params: *const u8 = cb_field(data, offset_of!(D, functionParams));
+        if params.is_null() {
+            NO_LAYOUT.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match at {
+            StreamAt::Field(off) => params.add(off).cast::<*mut c_void>().read_unaligned(),
+            StreamAt::Config(off, soff) => {
+                let cfgp = params.add(off).cast::<*const u8>().read_unaligned();
+                if cfgp.is_null() {
+                    NO_LAYOUT.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                cfgp.add(soff).cast::<*mut c_void>().read_unaligned()
+            }
+        }
+    };
+    // SAFETY: CUpti_CallbackData field offsets.
+    let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(D, context)) };
+    if ctx.is_null() {
+        NO_LAYOUT.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     let kind = {
         let Ok(mut per) = PER_KERNEL.try_lock() else {
             return;
         };
         let e = per.entry(k).or_insert((0, 0));
         if e.0 >= cfg.max_samples || (e.0 > 0 && now.saturating_sub(e.1) < cfg.min_gap_ns) {
+            return;
+        }
+        if PENDING_ON
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
             return;
         }
         // Reserved: another thread will not take the same function meanwhile.
@@ -636,36 +673,6 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
             Kind::Sass
         }
     };
-    let Some(at) = api.streams.get(&(domain, cbid)).copied() else {
-        return;
-    };
-    // SAFETY: the params struct of this launch entry point (the table maps names to layouts).
-    let stream = unsafe {
-        let params: *const u8 = cb_field(data, offset_of!(D, functionParams));
-        if params.is_null() {
-            return;
-        }
-        match at {
-            StreamAt::Field(off) => params.add(off).cast::<*mut c_void>().read_unaligned(),
-            StreamAt::Config(off, soff) => {
-                let cfgp = params.add(off).cast::<*const u8>().read_unaligned();
-                if cfgp.is_null() {
-                    return;
-                }
-                cfgp.add(soff).cast::<*mut c_void>().read_unaligned()
-            }
-        }
-    };
-    let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(D, context)) };
-    if ctx.is_null() {
-        return;
-    }
-    if PENDING_ON
-        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
-        .is_err()
-    {
-        return;
-    }
     BUSY.with(|b| b.set(true));
     let armed = arm(api, ctx, stream, now, k, kind);
     BUSY.with(|b| b.set(false));
@@ -675,13 +682,28 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
                 Some((a.ctx as usize, a.kinds_off, a.kind));
             ARMED.with(|x| x.set(Some(a)))
         }
-        Ok(None) => PENDING_ON.store(false, Ordering::Release),
+        Ok(None) => {
+            // Not sampled after all (a capture in progress, no device): the slot is given back.
+            TURNED_DOWN.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut per) = PER_KERNEL.lock() {
+                if let Some(e) = per.get_mut(&k) {
+                    e.0 = e.0.saturating_sub(1);
+                }
+            }
+            PENDING_ON.store(false, Ordering::Release)
+        }
         Err(e) => {
             PENDING_ON.store(false, Ordering::Release);
             fail(e)
         }
     }
 }
+
+/// Launches of chosen functions seen at a launch entry when sampling was not paused; those whose
+/// stream or context could not be read; those turned down by `arm` (capture, no device).
+static CHOSEN_SEEN: AtomicU64 = AtomicU64::new(0);
+static NO_LAYOUT: AtomicU64 = AtomicU64::new(0);
+static TURNED_DOWN: AtomicU64 = AtomicU64::new(0);
 
 fn arm(
     api: &Api,
@@ -1375,6 +1397,18 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
             level: "warning".into(),
             message: format!(
                 "kernel detail: CUPTI returned every counter of the {folded} sampled kernel(s) as 0, so no kdetail record was written (experimental: docs/kernel-detail.md)"
+            ),
+        }))?;
+    }
+    if active() {
+        s.write(&Record::Notice(Notice {
+            level: "debug".into(),
+            message: format!(
+                "kernel detail: {} launches of chosen kernels met while sampling was due, {} without a readable stream or context, {} turned down at arming; top-N published: {}",
+                CHOSEN_SEEN.load(Ordering::Relaxed),
+                NO_LAYOUT.load(Ordering::Relaxed),
+                TURNED_DOWN.load(Ordering::Relaxed),
+                TOP_READY.load(Ordering::Relaxed)
             ),
         }))?;
     }

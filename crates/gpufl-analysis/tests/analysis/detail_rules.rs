@@ -1089,3 +1089,47 @@ fn stall_reasons_without_line_info_name_the_kernels_dominant_reason() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The recorder's debug notices (kernel detail's diagnostics) stay out of the report's warnings;
+/// its warnings do not.
+#[test]
+fn debug_notices_are_not_report_warnings() {
+    let mut b = B::new();
+    run_kernel(
+        &mut b,
+        "divergent(float const*, float*)",
+        143,
+        2,
+        0,
+        350 * US,
+    );
+    for (level, message) in [
+        ("debug", "kernel detail: first stall sample: enable 0.1 ms"),
+        (
+            "warning",
+            "kernel detail stopped: cuptiSassMetricsEnable failed",
+        ),
+        ("info", "kernel detail on: the top 5 kernels"),
+    ] {
+        b.recs.push(Record::Notice(gpufl_trace::Notice {
+            level: level.into(),
+            message: message.into(),
+        }));
+    }
+    let model = b.model();
+    let a = analyze(&model, &Config::default());
+    assert!(
+        a.warnings
+            .iter()
+            .any(|w| w.contains("kernel detail stopped")),
+        "{:?}",
+        a.warnings
+    );
+    assert!(
+        !a.warnings
+            .iter()
+            .any(|w| w.contains("first stall sample") || w.contains("kernel detail on")),
+        "{:?}",
+        a.warnings
+    );
+}
