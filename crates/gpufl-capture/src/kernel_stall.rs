@@ -315,6 +315,9 @@ fn disable_locked(api: &PcApi, st: &mut Option<Enabled>, current: *mut c_void) {
     // destroyed one fail without harm.
     unsafe {
         if other && (api.push_ctx)(ctx) != 0 {
+            // The context is gone (or cannot be made current): CUPTI may still hold the
+            // configuration's buffer, so it is never freed.
+            std::mem::forget(e);
             return;
         }
         if e.started {
