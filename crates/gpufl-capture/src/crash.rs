@@ -150,10 +150,10 @@ extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c
 
 /// Wait (futex, bounded) until the writer marks the request served.
 fn wait_served(limit: Duration) {
-    let start = now_ns();
+    let start = crate::clock::mono_ns();
     let limit = limit.as_nanos() as u64;
     while STATE.load(Ordering::Acquire) == REQUESTED {
-        let spent = now_ns().saturating_sub(start);
+        let spent = crate::clock::mono_ns().saturating_sub(start);
         if spent >= limit {
             return; // abandoned: never a hang
         }
@@ -185,16 +185,6 @@ fn futex_wake(word: &AtomicU32) {
             i32::MAX,
         )
     };
-}
-
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Do what the signal would have done without the recorder.

@@ -37,6 +37,7 @@
 //! **Safety.** Every CUPTI or driver error turns the feature off for the rest of the run with one
 //! notice; the recorder's own calls made here are hidden from its other callbacks ([`busy`]).
 
+use crate::clock::mono_ns;
 use crate::cubin_lines::LineTable;
 use crate::cupti::{self, cb_field, sys, Cupti};
 use crate::dl::{self, Lib};
@@ -318,21 +319,6 @@ fn fail(why: String) {
     }
 }
 
-/// Monotonic clock, ns (the sampling schedule's).
-pub fn mono_ns() -> u64 {
-    now_ns()
-}
-
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// FNV-1a of a kernel function's mangled name: the key the launch callbacks and the writer share.
 pub fn key(name: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -452,9 +438,9 @@ pub unsafe fn on_context_created(data: *const c_void) {
         return;
     }
     BUSY.with(|b| b.set(true));
-    let t0 = now_ns();
+    let t0 = mono_ns();
     let r = crate::kernel_stall::prepare(api.cupti, pc, ctx);
-    PREPARE_NS.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+    PREPARE_NS.fetch_add(mono_ns().saturating_sub(t0), Ordering::Relaxed);
     BUSY.with(|b| b.set(false));
     if let Err(e) = r {
         stalls_fail(e);
@@ -570,14 +556,42 @@ impl Depth {
 /// counting their depth again.
 static EPOCH: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// Functions whose names a thread has matched against a name selection, at most.
+const MAX_NAME_CHOICES: usize = 4096;
+
+thread_local! {
+    /// A name selection's decision per function key, on this thread.
+    static NAME_CHOICE: std::cell::RefCell<HashMap<u64, bool>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
 fn chosen(cfg: &Config, k: u64, mangled: &[u8]) -> bool {
     match &cfg.select {
+        // Demangling is too slow for every launch: each thread decides once per function.
         Select::Names(names) => {
-            let m = String::from_utf8_lossy(mangled);
-            let plain = crate::sink::demangle(&m);
-            names
-                .iter()
-                .any(|n| m.contains(n.as_str()) || plain.contains(n.as_str()))
+            let decide = || {
+                let m = String::from_utf8_lossy(mangled);
+                let plain = crate::sink::demangle(&m);
+                names
+                    .iter()
+                    .any(|n| m.contains(n.as_str()) || plain.contains(n.as_str()))
+            };
+            NAME_CHOICE
+                .try_with(|c| {
+                    let mut c = c.try_borrow_mut().ok()?;
+                    if let Some(&yes) = c.get(&k) {
+                        return Some(yes);
+                    }
+                    let yes = decide();
+                    if c.len() >= MAX_NAME_CHOICES {
+                        c.clear();
+                    }
+                    c.insert(k, yes);
+                    Some(yes)
+                })
+                .ok()
+                .flatten()
+                .unwrap_or_else(decide)
         }
         // Nothing before the first tally: the first kernels launched (initialisation,
         // random fills) are rarely the ones that matter, and a sample's pause would delay those.
@@ -589,7 +603,7 @@ fn chosen(cfg: &Config, k: u64, mangled: &[u8]) -> bool {
 
 unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     type D = sys::CUpti_CallbackData;
-    let now = now_ns();
+    let now = mono_ns();
     if crate::kernel_stall::expired(now) && !PENDING_ON.load(Ordering::Acquire) {
         if let Some(pc) = API.get().and_then(|a| a.pc.as_ref()) {
             // SAFETY: CUpti_CallbackData field offsets.
@@ -950,7 +964,7 @@ fn finish(a: Armed) {
     };
     restore_kinds(api.cupti, a.kinds_off);
     BUSY.with(|b| b.set(false));
-    let end = now_ns();
+    let end = mono_ns();
     let cfg = config();
     // The budget: the next sample waits until sampling took at most `budget` of the time.
     let spent = end.saturating_sub(a.t0_ns);
@@ -1288,10 +1302,6 @@ impl Tally {
 
 /// Write the samples taken since the last call (writer thread).
 pub fn drain_into(s: &mut Sink) -> Result<(), TraceError> {
-    drain_done(s)
-}
-
-fn drain_done(s: &mut Sink) -> Result<(), TraceError> {
     while let Some(sm) = DONE.pop() {
         if let Some(st) = &sm.stalls {
             if st.total > 0 {
@@ -1355,7 +1365,7 @@ fn drain_done(s: &mut Sink) -> Result<(), TraceError> {
 /// error.
 pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
     abandon();
-    drain_done(s)?;
+    drain_into(s)?;
     if active() {
         s.write(&Record::Notice(Notice {
             level: "info".into(),

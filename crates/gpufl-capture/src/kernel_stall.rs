@@ -146,7 +146,7 @@ static DEADLINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 fn extend(by: u64) {
     DEADLINE.store(
-        crate::kernel_detail::mono_ns().saturating_add(by),
+        crate::clock::mono_ns().saturating_add(by),
         std::sync::atomic::Ordering::Relaxed,
     );
 }
@@ -343,11 +343,6 @@ fn disable_locked(api: &PcApi, st: &mut Option<Enabled>, current: *mut c_void) {
 pub fn disable(api: &PcApi, current: *mut c_void) {
     let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
     disable_locked(api, &mut st, current);
-}
-
-/// Whether PC sampling is enabled on some context.
-pub fn enabled() -> bool {
-    STATE.lock().map(|s| s.is_some()).unwrap_or(false)
 }
 
 /// Enable PC sampling on a new context (current on this thread), stopped, unless it is enabled

@@ -9,6 +9,7 @@
 pub mod activity;
 pub mod always_on;
 pub mod cbids;
+pub mod clock;
 pub mod collection;
 pub mod crash;
 pub mod cubin;
