@@ -9,6 +9,7 @@
 //! target/release/examples/decodebench [--records N] [--threads 1,2,4] [--repeat R]
 //!     [--sequential] [--save FILE | --input FILE] [--no-decode-only]
 //! target/release/examples/decodebench --scaling [--threads 1,2,4,8,16]   # the machine alone
+//! target/release/examples/decodebench --floor [--input FILE] [--repeat R]  # zstd's share, 1 thread
 //! ```
 //!
 //! One JSON object per run on stdout, a summary on stderr. `--save` writes the generated trace (so
@@ -36,6 +37,7 @@ struct Args {
     save: Option<String>,
     input: Option<String>,
     scaling: bool,
+    floor: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -48,6 +50,7 @@ fn args() -> Result<Args, String> {
         save: None,
         input: None,
         scaling: false,
+        floor: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -67,6 +70,7 @@ fn args() -> Result<Args, String> {
             "--repeat" => a.repeat = val()?.parse().map_err(|e| format!("--repeat: {e}"))?,
             "--sequential" => a.sequential = true,
             "--scaling" => a.scaling = true,
+            "--floor" => a.floor = true,
             "--no-decode-only" => a.decode_only = false,
             "--save" => a.save = Some(val()?),
             "--input" => a.input = Some(val()?),
@@ -253,6 +257,81 @@ fn scaling(threads: &[usize]) {
     }
 }
 
+/// `--floor`: what the format's decompression alone costs on one thread, against the whole
+/// decode + load + analyze: every block (zstd frame) of the trace decompressed into one reused
+/// buffer, its checksum checked as the reader checks it (and once more with the checksum
+/// ignored), then the same with the lines counted (`memchr`), with no parsing and no model. For a
+/// target of R records/s the whole pipeline has `records / R` seconds; this says how much of it
+/// zstd itself takes on this core.
+fn floor(bytes: &[u8], n: usize, repeat: usize) {
+    use zstd::zstd_safe::{self, DCtx, DParameter};
+    let frames: Vec<(usize, usize)> = {
+        let mut v = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let len = zstd_safe::find_frame_compressed_size(&bytes[at..]).expect("zstd frames");
+            v.push((at, at + len));
+            at += len;
+        }
+        v
+    };
+    // Decoded through a small buffer that stays in the core's cache, as the reader's ring does
+    // (one buffer of the whole block runs at memory speed instead).
+    let mut dctx = DCtx::create();
+    let mut out = vec![0u8; 256 << 10];
+    let mut pass = |check: bool, lines: bool| -> (f64, u64, u64) {
+        dctx.set_parameter(DParameter::ForceIgnoreChecksum(!check))
+            .expect("a zstd parameter");
+        let start = Instant::now();
+        let (mut total, mut nl) = (0u64, 0u64);
+        for &(a, b) in &frames {
+            dctx.reset(zstd_safe::ResetDirective::SessionOnly)
+                .expect("a zstd reset");
+            let mut input = zstd_safe::InBuffer::around(&bytes[a..b]);
+            loop {
+                let mut o = zstd_safe::OutBuffer::around(&mut out[..]);
+                let left = dctx
+                    .decompress_stream(&mut o, &mut input)
+                    .expect("a whole frame");
+                let got = o.pos();
+                total += got as u64;
+                if lines {
+                    nl += memchr::memchr_iter(b'\n', &out[..got]).count() as u64;
+                }
+                if left == 0 && got < out.len() {
+                    break;
+                }
+            }
+        }
+        (start.elapsed().as_secs_f64(), total, nl)
+    };
+    let budget = n as f64 / 5e6;
+    eprintln!(
+        "zstd floor: {} blocks, {n} timed records, one thread; 5 M records/s leaves {budget:.3} s for decode + load + analyze",
+        frames.len()
+    );
+    eprintln!("| pass | s (median of {repeat}) | GB/s decompressed | share of {budget:.3} s |");
+    eprintln!("|---|---|---|---|");
+    for (name, check, lines) in [
+        ("zstd, checksum checked", true, false),
+        ("zstd, checksum ignored", false, false),
+        ("zstd + line ends (memchr)", true, true),
+    ] {
+        let mut runs: Vec<(f64, u64, u64)> =
+            (0..repeat.max(1)).map(|_| pass(check, lines)).collect();
+        runs.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let (s, total, nl) = runs[runs.len() / 2];
+        println!(
+            "{{\"floor\":\"{name}\",\"s\":{s:.4},\"bytes\":{total},\"lines\":{nl},\"records\":{n}}}"
+        );
+        eprintln!(
+            "| {name} | {s:.3} | {:.2} | {:.0} % |",
+            total as f64 / s / 1e9,
+            100.0 * s / budget
+        );
+    }
+}
+
 fn main() {
     let a = match args() {
         Ok(a) => a,
@@ -293,6 +372,16 @@ fn main() {
         }
     }
     let bytes = Arc::new(bytes);
+    if a.floor {
+        let n = {
+            let m = Model::load(
+                ParTraceReader::from_shared(bytes.clone(), "bench", 1).expect("a trace"),
+            );
+            m.kernel_count() + m.copy_count() + m.sync_count()
+        };
+        floor(&bytes, n, a.repeat);
+        return;
+    }
     // The timed records (kernels, copies, syncs) of the input, counted once.
     let n = {
         let m =
