@@ -3,7 +3,8 @@
 //!
 //! **How.** `GPUFL_KERNEL_DETAIL` (`gpufl record --kernel-detail[=TOP_N|NAMES]`) turns it on: a
 //! number N chooses the N kernel functions with the most GPU time so far (the writer tallies the
-//! kernel records and publishes the top N once a second; nothing is sampled before its first
+//! kernel records and publishes the top N every [`PUBLISH_NS`] (a short loop's kernels become
+//! the top while it runs); nothing is sampled before its first
 //! tally), anything else is a comma-separated list of name fragments (matched against the
 //! mangled and the plain name). A chosen function's launch that is due is sampled by the
 //! launching thread, between the entry and the exit of its outermost launch call:
@@ -616,6 +617,7 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     if now < NEXT_NS.load(Ordering::Relaxed) || PENDING_ON.load(Ordering::Acquire) {
         return;
     }
+    DUE.fetch_add(1, Ordering::Relaxed);
     let (Some(cfg), Some(api)) = (config(), API.get()) else {
         return;
     };
@@ -628,6 +630,7 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     let mangled = unsafe { CStr::from_ptr(sym) }.to_bytes();
     let k = key(mangled);
     if !chosen(cfg, k, mangled) {
+        note_unchosen(mangled);
         return;
     }
     CHOSEN_SEEN.fetch_add(1, Ordering::Relaxed);
@@ -716,6 +719,36 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
 /// Launches of chosen functions seen at a launch entry when sampling was not paused; those whose
 /// stream or context could not be read; those turned down by `arm` (capture, no device).
 static CHOSEN_SEEN: AtomicU64 = AtomicU64::new(0);
+/// Outermost launch calls met while sampling was due (chosen or not): with [`CHOSEN_SEEN`], where
+/// a recording that sampled nothing lost its launches.
+static DUE: AtomicU64 = AtomicU64::new(0);
+/// The first distinct names of launches met while due and not chosen, and the names last
+/// published as the top N (for the debug notice: a selection that never meets its launches).
+static UNCHOSEN_NAMES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static UNCHOSEN_FULL: AtomicBool = AtomicBool::new(false);
+static TOP_NAMES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+const NAMES_KEPT: usize = 6;
+
+fn short_name(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    s.chars().take(100).collect()
+}
+
+fn note_unchosen(mangled: &[u8]) {
+    if UNCHOSEN_FULL.load(Ordering::Relaxed) || !TOP_READY.load(Ordering::Relaxed) {
+        return;
+    }
+    let Ok(mut v) = UNCHOSEN_NAMES.try_lock() else {
+        return;
+    };
+    let n = short_name(mangled);
+    if !v.contains(&n) {
+        v.push(n);
+    }
+    if v.len() >= NAMES_KEPT {
+        UNCHOSEN_FULL.store(true, Ordering::Relaxed);
+    }
+}
 static NO_LAYOUT: AtomicU64 = AtomicU64::new(0);
 static TURNED_DOWN: AtomicU64 = AtomicU64::new(0);
 
@@ -1266,14 +1299,31 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
 #[derive(Default)]
 pub struct Tally {
     by_name: HashMap<u32, (u64, u64)>,
+    /// Names by key (for the debug notice), at most [`MAX_NAMED`].
+    names: HashMap<u64, String>,
     last_publish: u64,
 }
+
+const MAX_NAMED: usize = 4096;
+
+/// How often the writer publishes the top N: the pace at which CUPTI hands over its buffers
+/// (250 ms). Once a second missed a 300-step PyTorch loop (~1.3 s) whole: its GEMMs became the
+/// top only after the loop had ended (device runs of 2026-11-26: 0 chosen launches in 15,862
+/// met while due, against 4,561 in a 3,000-step run).
+pub const PUBLISH_NS: u64 = 250_000_000;
 
 impl Tally {
     /// A kernel record's time, for the function whose id is `name` (its key computed once).
     pub fn add(&mut self, name: u32, mangled: impl FnOnce() -> u64, ns: u64) {
         let e = self.by_name.entry(name).or_insert_with(|| (mangled(), 0));
         e.1 = e.1.saturating_add(ns);
+    }
+
+    /// A kernel function's name by its key, for the debug notice.
+    pub fn name(&mut self, key: u64, mangled: &[u8]) {
+        if self.names.len() < MAX_NAMED {
+            self.names.entry(key).or_insert_with(|| short_name(mangled));
+        }
     }
 
     /// The top N keys by time.
@@ -1283,16 +1333,27 @@ impl Tally {
         v.into_iter().take(n.min(MAX_TOP)).map(|(_, k)| k).collect()
     }
 
-    /// Publish the top N for the launch callbacks (at most once a second of trace time).
+    /// Publish the top N for the launch callbacks (at most every [`PUBLISH_NS`] of trace time).
     pub fn publish(&mut self, now: u64) {
         let Some(Select::Top(n)) = config().map(|c| &c.select) else {
             return;
         };
-        if self.by_name.is_empty() || now.saturating_sub(self.last_publish) < 1_000_000_000 {
+        if self.by_name.is_empty() || now.saturating_sub(self.last_publish) < PUBLISH_NS {
             return;
         }
         self.last_publish = now;
         let top = self.top(*n);
+        if let Ok(mut v) = TOP_NAMES.try_lock() {
+            *v = top
+                .iter()
+                .map(|k| {
+                    self.names
+                        .get(k)
+                        .cloned()
+                        .unwrap_or_else(|| format!("{k:#x}"))
+                })
+                .collect();
+        }
         for (i, slot) in TOP.iter().enumerate() {
             slot.store(top.get(i).copied().unwrap_or(0), Ordering::Relaxed);
         }
@@ -1414,11 +1475,29 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
         s.write(&Record::Notice(Notice {
             level: "debug".into(),
             message: format!(
-                "kernel detail: {} launches of chosen kernels met while sampling was due, {} without a readable stream or context, {} turned down at arming; top-N published: {}",
+                "kernel detail: {} outermost launch calls while sampling was due, {} of them of chosen kernels, {} without a readable stream or context, {} turned down at arming; top-N published: {}",
+                DUE.load(Ordering::Relaxed),
                 CHOSEN_SEEN.load(Ordering::Relaxed),
                 NO_LAYOUT.load(Ordering::Relaxed),
                 TURNED_DOWN.load(Ordering::Relaxed),
                 TOP_READY.load(Ordering::Relaxed)
+            ),
+        }))?;
+        let names = |m: &Mutex<Vec<String>>| {
+            m.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .take(NAMES_KEPT)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
+        s.write(&Record::Notice(Notice {
+            level: "debug".into(),
+            message: format!(
+                "kernel detail: last top-N published: {}; launches met while due and not chosen, first names: {}",
+                names(&TOP_NAMES),
+                names(&UNCHOSEN_NAMES)
             ),
         }))?;
     }

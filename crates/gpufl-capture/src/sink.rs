@@ -415,7 +415,9 @@ impl Sink {
                         let id = self.kernel_name(bytes)?;
                         self.kernel_by_ptr.insert(name as usize, id);
                         if let Some(t) = self.kd_tally.as_mut() {
-                            t.add(id.0, || crate::kernel_detail::key(bytes), 0);
+                            let k = crate::kernel_detail::key(bytes);
+                            t.add(id.0, || k, 0);
+                            t.name(k, bytes);
                         }
                         if bytes.starts_with(b"triton_") {
                             self.generated_source(id, &String::from_utf8_lossy(bytes))?;
