@@ -458,6 +458,9 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
                     s.stream = unsafe { r.cupti.stream_id(ctx, stream, per_thread) };
                 }
             }
+            // A stack copy still held here was never handed to the writer (an entry whose exit
+            // never came): give its slot back.
+            stack::forget_copy(s);
             if s.has_stack {
                 stack::capture_into(s, r.python);
             }
@@ -468,6 +471,8 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
             }
             active.sample.end = r.cupti.timestamp();
             stack::push(active.sample);
+            // The pushed copy owns the stack copy now.
+            active.sample.native_copy = 0;
         }
     });
 }

@@ -173,6 +173,14 @@ impl Sink {
     }
 
     fn take_sample(&mut self, s: &Sample) -> Result<(), TraceError> {
+        // Native frames deferred to the writer: walked from the sample's stack copy now.
+        let completed;
+        let s = if s.native_copy != 0 {
+            completed = stack::complete_native(s);
+            &completed
+        } else {
+            s
+        };
         let sync = crate::cbids::sync_kind(s.domain, s.cbid);
         let stack = if s.has_stack {
             let entries = s.entries();

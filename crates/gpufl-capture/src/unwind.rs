@@ -136,6 +136,35 @@ pub fn module_of(addr: u64) -> Option<(String, Range<u64>)> {
     imp::module_of(addr)
 }
 
+/// Slots of stack copies ([`copy_stack`]), and the bytes each holds at most.
+pub const COPY_SLOTS: usize = 16;
+pub const COPY_BYTES: usize = 16 << 10;
+
+/// Copy the calling thread's stack (its registers and up to [`COPY_BYTES`] above its stack
+/// pointer) into a free slot, for [`walk_copy`] to unwind later on another thread: a walk's first
+/// steps through cold unwind tables can take tens of µs (page faults that wait on the process's
+/// memory-map lock), which a synchronization's capture should not pay on the application's
+/// thread. ~1 µs: one pass over hot stack memory. None when every slot is taken (the caller walks
+/// now) or the thread's stack bounds are unknown. The slot is the caller's until [`walk_copy`] or
+/// [`release_copy`].
+#[inline(never)]
+pub fn copy_stack() -> Option<usize> {
+    imp::copy_stack()
+}
+
+/// Unwind the copy in `slot` (see [`copy_stack`]) into `out` as [`capture_native_bounded`] would
+/// have at the copy's point (`out[0]` the return address into the function that called
+/// [`copy_stack`]), and free the slot. Returns the frames written and whether the walk stopped
+/// before the stack's end (the copy ended, or a step failed).
+pub fn walk_copy(slot: usize, out: &mut [u64]) -> (usize, bool) {
+    imp::walk_copy(slot, out)
+}
+
+/// Free a slot without walking it (its sample was dropped).
+pub fn release_copy(slot: usize) {
+    imp::release_copy(slot)
+}
+
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 mod imp {
     pub(super) fn prepare_thread() {}
@@ -144,6 +173,13 @@ mod imp {
     pub(super) fn module_of(_addr: u64) -> Option<(String, std::ops::Range<u64>)> {
         None
     }
+    pub(super) fn copy_stack() -> Option<usize> {
+        None
+    }
+    pub(super) fn walk_copy(_slot: usize, _out: &mut [u64]) -> (usize, bool) {
+        (0, true)
+    }
+    pub(super) fn release_copy(_slot: usize) {}
 }
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -288,6 +324,125 @@ mod imp {
             libc::pthread_attr_destroy(&mut attr);
             (rc == 0 && size > 0).then(|| (addr as u64, addr as u64 + size as u64))
         }
+    }
+
+    /// One stack copy: registers at the copy, its length in words, the words (atomics: a slot
+    /// is written by one thread and read by another, never at once, but no unsafe sharing).
+    struct CopySlot {
+        busy: std::sync::atomic::AtomicBool,
+        regs: [AtomicU64; 3],
+        words: AtomicU64,
+        data: [AtomicU64; super::COPY_BYTES / 8],
+    }
+
+    static COPIES: [CopySlot; super::COPY_SLOTS] = [const {
+        CopySlot {
+            busy: std::sync::atomic::AtomicBool::new(false),
+            regs: [const { AtomicU64::new(0) }; 3],
+            words: AtomicU64::new(0),
+            data: [const { AtomicU64::new(0) }; super::COPY_BYTES / 8],
+        }
+    }; super::COPY_SLOTS];
+
+    /// The calling thread's stack bounds (its unwinding state made if need be).
+    fn own_stack_bounds() -> Option<(u64, u64)> {
+        STATE
+            .try_with(|cell| {
+                let mut guard = cell.try_borrow_mut().ok()?;
+                if guard.is_none() {
+                    *guard = ThreadState::new();
+                }
+                guard.as_ref().map(|st| (st.stack_lo, st.stack_hi))
+            })
+            .ok()
+            .flatten()
+    }
+
+    #[inline(always)]
+    pub(super) fn copy_stack() -> Option<usize> {
+        let i = COPIES.iter().position(|c| {
+            c.busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        })?;
+        let slot = &COPIES[i];
+        let (pc, sp, bp): (u64, u64, u64);
+        // SAFETY: reads rip/rsp/rbp into general-purpose output registers; touches no memory
+        // and does not move the stack pointer.
+        unsafe {
+            core::arch::asm!(
+                "lea {pc}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                pc = out(reg) pc,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+        let Some((lo, hi)) = own_stack_bounds().filter(|&(lo, hi)| sp >= lo && sp < hi) else {
+            slot.busy.store(false, Ordering::Release);
+            return None;
+        };
+        let _ = lo;
+        let words = (((hi - sp) / 8) as usize).min(slot.data.len());
+        for (k, w) in slot.data[..words].iter().enumerate() {
+            // SAFETY: 8-byte aligned (rsp is) and within [sp, hi) of this thread's mapped stack.
+            w.store(
+                unsafe { std::ptr::read_volatile((sp + 8 * k as u64) as *const u64) },
+                Ordering::Relaxed,
+            );
+        }
+        for (r, v) in slot.regs.iter().zip([pc, sp, bp]) {
+            r.store(v, Ordering::Relaxed);
+        }
+        slot.words.store(words as u64, Ordering::Release);
+        // The frame described by (pc, sp) is this one: it must not be a tail call.
+        core::hint::black_box(Some(i))
+    }
+
+    pub(super) fn release_copy(slot: usize) {
+        if let Some(c) = COPIES.get(slot) {
+            c.busy.store(false, Ordering::Release);
+        }
+    }
+
+    pub(super) fn walk_copy(slot: usize, out: &mut [u64]) -> (usize, bool) {
+        let Some(c) = COPIES.get(slot) else {
+            return (0, true);
+        };
+        let words = (c.words.load(Ordering::Acquire) as usize).min(c.data.len());
+        let [pc, sp, bp] = [0, 1, 2].map(|k| c.regs[k].load(Ordering::Relaxed));
+        let copy: Vec<u64> = c.data[..words]
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        release_copy(slot);
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            if addr & 7 != 0 || addr < sp {
+                return Err(());
+            }
+            copy.get(((addr - sp) / 8) as usize).copied().ok_or(())
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            STATE
+                .try_with(|cell| {
+                    let Ok(mut guard) = cell.try_borrow_mut() else {
+                        return (0, true);
+                    };
+                    if guard.is_none() {
+                        *guard = ThreadState::new();
+                    }
+                    let Some(st) = guard.as_mut() else {
+                        return (0, true);
+                    };
+                    st.refresh();
+                    let (n, _, end) = walk_with(st, (pc, sp, bp), out, 0, None, &mut read_stack);
+                    (n, end != WalkEnd::Complete)
+                })
+                .unwrap_or((0, true))
+        }))
+        .unwrap_or((0, true))
     }
 
     pub(super) fn prepare_thread() {
@@ -564,11 +719,23 @@ mod imp {
                 Err(())
             }
         };
+        walk_with(st, (pc, sp, bp), out, skip, deadline, &mut read_stack)
+    }
+
+    /// [`walk`] with the stack's memory read through `read_stack`.
+    fn walk_with(
+        st: &mut ThreadState,
+        (pc, sp, bp): (u64, u64, u64),
+        out: &mut [u64],
+        skip: usize,
+        deadline: Option<u64>,
+        read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+    ) -> (usize, u64, WalkEnd) {
         let regs = UnwindRegsX86_64::new(pc, sp, bp);
         let mut iter = st
             .snap
             .unwinder
-            .iter_frames(pc, regs, &mut st.cache, &mut read_stack);
+            .iter_frames(pc, regs, &mut st.cache, read_stack);
         let (mut n, mut step, mut last) = (0usize, 0usize, pc);
         while n < out.len() && step < MAX_STEPS {
             if step > 0 && deadline.is_some_and(|d| mono_fine_ns() >= d) {

@@ -474,3 +474,64 @@ fn a_time_bound_cuts_a_deep_walk_and_says_so() {
     let (w, cut) = recurse_then(300, &mut || capture_native_bounded(&mut buf, 0, wide));
     assert_eq!((w, cut), (MAX_NATIVE_FRAMES, false));
 }
+
+// ---- stack copies walked on another thread (deferred native frames) -----------------------
+
+#[inline(never)]
+fn copy_c() -> (Option<usize>, Vec<u64>) {
+    let slot = gpufl_capture::unwind::copy_stack();
+    let mut buf = [0u64; MAX_NATIVE_FRAMES];
+    let n = capture_native(&mut buf, 0);
+    black_box((slot, buf[..n].to_vec()))
+}
+
+#[inline(never)]
+fn copy_b() -> (Option<usize>, Vec<u64>) {
+    black_box(copy_c())
+}
+
+#[inline(never)]
+fn copy_a() -> (Option<usize>, Vec<u64>) {
+    black_box(copy_b())
+}
+
+#[test]
+fn a_stack_copy_walked_on_another_thread_gives_the_live_callers() {
+    let (slot, live) = copy_a();
+    let slot = slot.expect("a free copy slot");
+    // Walked later, elsewhere, while this thread's stack has moved on.
+    let (walked, stopped) = std::thread::spawn(move || {
+        let mut buf = [0u64; MAX_NATIVE_FRAMES];
+        let (n, stopped) = gpufl_capture::unwind::walk_copy(slot, &mut buf);
+        (buf[..n].to_vec(), stopped)
+    })
+    .join()
+    .unwrap();
+    let (wn, ln) = (names(&walked), names(&live));
+    // Both start in copy_c (return addresses after two different calls), then the same callers.
+    let (wc, lc) = (find(&wn, "copy_c", 0), find(&ln, "copy_c", 0));
+    assert_eq!(wc, Some(0), "walked:\n{}", dump(&walked, &wn));
+    assert_eq!(lc, Some(0), "live:\n{}", dump(&live, &ln));
+    let b = find(&wn, "copy_b", 1).expect("copy_b in the walked copy");
+    let a = find(&wn, "copy_a", b + 1).expect("copy_a in the walked copy");
+    assert_eq!(
+        walked[1..=a],
+        live[1..=a],
+        "walked:\n{}live:\n{}",
+        dump(&walked, &wn),
+        dump(&live, &ln)
+    );
+    // 16 KiB of a test thread's stack does not reach its start: the walk stops at the copy's end,
+    // or goes on to the same frames as the live one.
+    let common = walked.len().min(live.len());
+    assert_eq!(walked[1..common], live[1..common]);
+    assert!(stopped || walked.len() == live.len());
+    // The slot is free again: every slot can be taken once more, and given back.
+    let taken: Vec<usize> = (0..gpufl_capture::unwind::COPY_SLOTS)
+        .filter_map(|_| gpufl_capture::unwind::copy_stack())
+        .collect();
+    assert!(taken.contains(&slot));
+    for s in taken {
+        gpufl_capture::unwind::release_copy(s);
+    }
+}
