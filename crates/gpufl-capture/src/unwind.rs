@@ -326,23 +326,29 @@ mod imp {
         }
     }
 
-    /// One stack copy: registers at the copy, its length in words, the words (atomics: a slot
-    /// is written by one thread and read by another, never at once, but no unsafe sharing).
+    /// One stack copy: registers at the copy, its length in words, the words. `busy` is the
+    /// slot's lock: taken (Acquire) by the one thread that copies into it, released (Release) by
+    /// the one that walks it or gives it back, so `data` is only ever touched by its holder.
     struct CopySlot {
         busy: std::sync::atomic::AtomicBool,
         regs: [AtomicU64; 3],
         words: AtomicU64,
-        data: [AtomicU64; super::COPY_BYTES / 8],
+        data: std::cell::UnsafeCell<[u64; super::COPY_BYTES / 8]>,
     }
+
+    // SAFETY: `data` is accessed only by the thread holding `busy` (see CopySlot).
+    unsafe impl Sync for CopySlot {}
 
     static COPIES: [CopySlot; super::COPY_SLOTS] = [const {
         CopySlot {
             busy: std::sync::atomic::AtomicBool::new(false),
             regs: [const { AtomicU64::new(0) }; 3],
             words: AtomicU64::new(0),
-            data: [const { AtomicU64::new(0) }; super::COPY_BYTES / 8],
+            data: std::cell::UnsafeCell::new([0; super::COPY_BYTES / 8]),
         }
     }; super::COPY_SLOTS];
+
+    const COPY_WORDS: usize = super::COPY_BYTES / 8;
 
     /// The calling thread's stack bounds (its unwinding state made if need be).
     fn own_stack_bounds() -> Option<(u64, u64)> {
@@ -385,13 +391,12 @@ mod imp {
             return None;
         };
         let _ = lo;
-        let words = (((hi - sp) / 8) as usize).min(slot.data.len());
-        for (k, w) in slot.data[..words].iter().enumerate() {
-            // SAFETY: 8-byte aligned (rsp is) and within [sp, hi) of this thread's mapped stack.
-            w.store(
-                unsafe { std::ptr::read_volatile((sp + 8 * k as u64) as *const u64) },
-                Ordering::Relaxed,
-            );
+        let words = (((hi - sp) / 8) as usize).min(COPY_WORDS);
+        // SAFETY: [sp, sp + 8 * words) lies within this thread's mapped stack (bounds checked
+        // above); the slot's data is ours while we hold `busy`; the two do not overlap (the
+        // slots are a static, not on any stack).
+        unsafe {
+            std::ptr::copy_nonoverlapping(sp as *const u64, slot.data.get().cast::<u64>(), words);
         }
         for (r, v) in slot.regs.iter().zip([pc, sp, bp]) {
             r.store(v, Ordering::Relaxed);
@@ -399,6 +404,33 @@ mod imp {
         slot.words.store(words as u64, Ordering::Release);
         // The frame described by (pc, sp) is this one: it must not be a tail call.
         core::hint::black_box(Some(i))
+    }
+
+    /// Touch every page of the copy slots once (here: at the recorder's start and on its writer
+    /// thread), so that a capture's copy never pays the first write to a fresh page (device run
+    /// of 2026-11-26: 4-60 µs per cold slot in a Trainer, where page faults wait on the memory-map
+    /// lock).
+    fn prefault_copies() {
+        static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if DONE.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        for c in &COPIES {
+            // A slot in use is being written by its capture (its pages are being touched anyway).
+            if c.busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            // A word per 4 KiB page, written (a read would map the shared zero page).
+            let base = c.data.get().cast::<u64>();
+            for k in (0..COPY_WORDS).step_by(512) {
+                // SAFETY: within the slot's data, which we hold.
+                unsafe { std::ptr::write_volatile(base.add(k), 0) };
+            }
+            c.busy.store(false, Ordering::Release);
+        }
     }
 
     pub(super) fn release_copy(slot: usize) {
@@ -411,12 +443,12 @@ mod imp {
         let Some(c) = COPIES.get(slot) else {
             return (0, true);
         };
-        let words = (c.words.load(Ordering::Acquire) as usize).min(c.data.len());
+        let words = (c.words.load(Ordering::Acquire) as usize).min(COPY_WORDS);
         let [pc, sp, bp] = [0, 1, 2].map(|k| c.regs[k].load(Ordering::Relaxed));
-        let copy: Vec<u64> = c.data[..words]
-            .iter()
-            .map(|w| w.load(Ordering::Relaxed))
-            .collect();
+        // SAFETY: the slot is ours (handed over with the sample that named it) until released
+        // below; its first `words` were written by the copy, published by the Release store of
+        // `words` that the Acquire load above reads.
+        let copy: Vec<u64> = unsafe { (&*c.data.get())[..words].to_vec() };
         release_copy(slot);
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             if addr & 7 != 0 || addr < sp {
@@ -551,6 +583,7 @@ mod imp {
             }
         }
         prefault(&snap);
+        prefault_copies();
     }
 
     /// Modules whose unwind tables [`prefault`] already brought in, by text start.
