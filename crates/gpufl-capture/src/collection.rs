@@ -216,6 +216,9 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
             unsafe { (c.enable_callback)(flag, sub, domain, id) };
         }
     }
+    // A call in progress across the switch may have its exit (or entry) unseen: threads count
+    // their launch depth afresh.
+    crate::sites::callbacks_switched();
 }
 
 /// Whether the driver domain's call-site callbacks are on. They are turned off when the driver

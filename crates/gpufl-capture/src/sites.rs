@@ -31,7 +31,7 @@ use crossbeam_queue::ArrayQueue;
 use gpufl_trace::StreamRole;
 use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -268,10 +268,58 @@ impl Default for Sampler {
     }
 }
 
+/// Depth of a thread's runtime launch/copy calls in progress (driver calls inside them are the
+/// same call), counted from the callbacks' entries and exits. The callbacks can be switched off
+/// while a call is in progress (pause, an always-on window closing): its exit is then never seen,
+/// and a depth left at 1 would make every later call of the thread look nested — never sampled
+/// again. So the count belongs to an epoch of the callbacks ([`SITE_EPOCH`], bumped whenever they
+/// are switched), and a thread meeting a newer epoch starts again from 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeDepth {
+    pub depth: u32,
+    pub epoch: u32,
+}
+
+impl RuntimeDepth {
+    /// A runtime call's entry in `epoch`: true when it is the outermost call.
+    pub fn enter(&mut self, epoch: u32) -> bool {
+        self.renew(epoch);
+        self.depth += 1;
+        self.depth == 1
+    }
+
+    /// A runtime call's exit in `epoch`: true when it closes the outermost call.
+    pub fn exit(&mut self, epoch: u32) -> bool {
+        self.renew(epoch);
+        self.depth = self.depth.saturating_sub(1);
+        self.depth == 0
+    }
+
+    /// Whether a runtime call is in progress (a driver call now is inside it).
+    pub fn inside(&mut self, epoch: u32) -> bool {
+        self.renew(epoch);
+        self.depth > 0
+    }
+
+    fn renew(&mut self, epoch: u32) {
+        if self.epoch != epoch {
+            *self = RuntimeDepth { depth: 0, epoch };
+        }
+    }
+}
+
+/// Bumped whenever the call-site callbacks are switched (see [`RuntimeDepth`]).
+static SITE_EPOCH: AtomicU32 = AtomicU32::new(0);
+
+/// The call-site callbacks were switched on or off (collection.rs, after the switch): depths
+/// counted so far may be stale (a call whose exit came, or will come, unseen).
+pub fn callbacks_switched() {
+    SITE_EPOCH.fetch_add(1, Ordering::Relaxed);
+}
+
 struct ThreadState {
     sampler: Sampler,
-    /// Depth of runtime launch/copy calls in progress (driver calls inside them are the same call).
-    runtime_depth: u32,
+    runtime: RuntimeDepth,
     /// Context uid whose default streams this thread already reported.
     last_ctx: u32,
     /// Entry time and correlation id of the outermost launch call in progress
@@ -284,7 +332,7 @@ thread_local! {
     static STATE: RefCell<ThreadState> = const {
         RefCell::new(ThreadState {
             sampler: Sampler::new(),
-            runtime_depth: 0,
+            runtime: RuntimeDepth { depth: 0, epoch: 0 },
             last_ctx: u32::MAX,
             call_start: 0,
             call_corr: 0,
@@ -532,15 +580,18 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         // Kernel launches only: graph work carries the driver graph launch's correlation id, whose
         // CUPTI record the analysis needs (collection.rs keeps graph launches' records).
         let timed = api_from_callbacks() && matches!(call.kind, SiteKind::Launch(_));
+        let epoch = SITE_EPOCH.load(Ordering::Relaxed);
         if site != 0 {
-            if runtime {
-                st.runtime_depth = st.runtime_depth.saturating_sub(1);
-            }
+            let outermost = if runtime {
+                st.runtime.exit(epoch)
+            } else {
+                !st.runtime.inside(epoch)
+            };
             // The exit of the outermost launch call: its api record.
             let corr: u32 = unsafe { cupti::cb_field(data, offset_of!(D, correlationId)) };
             // The exit of the call whose entry was timed (an exit without its entry, after the
             // callbacks were switched while a call was in progress, writes nothing).
-            if timed && st.runtime_depth == 0 && st.call_start != 0 && st.call_corr == corr {
+            if timed && outermost && st.call_start != 0 && st.call_corr == corr {
                 let ret: *const u32 =
                     unsafe { cupti::cb_field(data, offset_of!(D, functionReturnValue)) };
                 push_api(ApiCall {
@@ -562,12 +613,11 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
             return;
         }
         if runtime {
-            st.runtime_depth += 1;
-            if st.runtime_depth > 1 {
+            if !st.runtime.enter(epoch) {
                 return;
             }
             note(&RUNTIME_SEEN);
-        } else if st.runtime_depth > 0 {
+        } else if st.runtime.inside(epoch) {
             note(&DRIVER_NESTED_SEEN);
             return; // the driver call inside a runtime call: already decided
         } else {
@@ -638,6 +688,32 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_left_open_by_switched_callbacks_does_not_make_later_calls_nested() {
+        let mut d = RuntimeDepth::default();
+        // A launch, and a driver call inside it.
+        assert!(d.enter(0));
+        assert!(d.inside(0));
+        assert!(d.exit(0));
+        assert!(!d.inside(0));
+        // A launch whose exit is never seen: the callbacks went off while it ran.
+        assert!(d.enter(0));
+        // In the same epoch the next call would look nested (the bug this prevents) ...
+        let mut stale = d;
+        assert!(!stale.enter(0));
+        // ... after the switch it is the outermost call again, and so is its nested driver call's
+        // parent.
+        assert!(d.enter(1));
+        assert!(d.inside(1));
+        assert!(d.exit(1));
+        // An exit from before the switch, seen after it, does not go below zero.
+        let mut e = RuntimeDepth::default();
+        assert!(e.enter(3));
+        assert!(e.exit(4));
+        assert!(e.enter(4));
+        assert_eq!(e.depth, 1);
+    }
 
     #[test]
     fn names_classify_launches_and_copies() {
