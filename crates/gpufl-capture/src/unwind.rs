@@ -79,25 +79,33 @@ pub fn capture_native_bounded(out: &mut [u64], skip: usize, bound: Bound) -> (us
     capture_here(out, skip, bound)
 }
 
+/// rip, rsp and rbp of the frame of the (non-inlined) function this is inlined into.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[inline(always)]
+fn registers_here() -> (u64, u64, u64) {
+    let (pc, sp, bp): (u64, u64, u64);
+    // SAFETY: reads rip/rsp/rbp into general-purpose output registers; touches no memory and
+    // does not move the stack pointer.
+    unsafe {
+        core::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            pc = out(reg) pc,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    (pc, sp, bp)
+}
+
 /// The walk from the frame of the (non-inlined) public function this is inlined into.
 #[inline(always)]
 fn capture_here(out: &mut [u64], skip: usize, bound: Bound) -> (usize, bool) {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
-        let (pc, sp, bp): (u64, u64, u64);
-        // SAFETY: reads rip/rsp/rbp into general-purpose output registers; touches no memory
-        // and does not move the stack pointer.
-        unsafe {
-            core::arch::asm!(
-                "lea {pc}, [rip]",
-                "mov {sp}, rsp",
-                "mov {bp}, rbp",
-                pc = out(reg) pc,
-                sp = out(reg) sp,
-                bp = out(reg) bp,
-                options(nomem, nostack, preserves_flags),
-            );
-        }
+        let (pc, sp, bp) = registers_here();
         // `black_box` keeps the call from becoming a tail call: the frame described by
         // (pc, sp) must stay intact while we walk it.
         core::hint::black_box(imp::capture_from(pc, sp, bp, out, skip, bound))
@@ -366,26 +374,14 @@ mod imp {
 
     #[inline(always)]
     pub(super) fn copy_stack() -> Option<usize> {
+        use super::registers_here;
         let i = COPIES.iter().position(|c| {
             c.busy
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         })?;
         let slot = &COPIES[i];
-        let (pc, sp, bp): (u64, u64, u64);
-        // SAFETY: reads rip/rsp/rbp into general-purpose output registers; touches no memory
-        // and does not move the stack pointer.
-        unsafe {
-            core::arch::asm!(
-                "lea {pc}, [rip]",
-                "mov {sp}, rsp",
-                "mov {bp}, rbp",
-                pc = out(reg) pc,
-                sp = out(reg) sp,
-                bp = out(reg) bp,
-                options(nomem, nostack, preserves_flags),
-            );
-        }
+        let (pc, sp, bp) = registers_here();
         let Some((lo, hi)) = own_stack_bounds().filter(|&(lo, hi)| sp >= lo && sp < hi) else {
             slot.busy.store(false, Ordering::Release);
             return None;
