@@ -372,22 +372,16 @@ fn main() {
         }
     }
     let bytes = Arc::new(bytes);
-    if a.floor {
-        let n = {
-            let m = Model::load(
-                ParTraceReader::from_shared(bytes.clone(), "bench", 1).expect("a trace"),
-            );
-            m.kernel_count() + m.copy_count() + m.sync_count()
-        };
-        floor(&bytes, n, a.repeat);
-        return;
-    }
     // The timed records (kernels, copies, syncs) of the input, counted once.
     let n = {
         let m =
             Model::load(ParTraceReader::from_shared(bytes.clone(), "bench", 1).expect("a trace"));
         m.kernel_count() + m.copy_count() + m.sync_count()
     };
+    if a.floor {
+        floor(&bytes, n, a.repeat);
+        return;
+    }
     eprintln!(
         "{n} timed records, {:.1} bytes/record of zstd; cores available: {}",
         bytes.len() as f64 / n as f64,

@@ -376,12 +376,10 @@ fn load_api(c: &'static Cupti) -> Result<Api, String> {
 
 /// Stall reasons are collected unless `GPUFL_KERNEL_DETAIL_STALLS=0`.
 fn stalls_wanted() -> bool {
-    !matches!(
-        std::env::var("GPUFL_KERNEL_DETAIL_STALLS")
-            .as_deref()
-            .map(str::trim),
-        Ok("0" | "off" | "no" | "false")
-    )
+    std::env::var("GPUFL_KERNEL_DETAIL_STALLS")
+        .ok()
+        .and_then(|v| crate::options::parse_bool(&v))
+        != Some(false)
 }
 
 /// What kernel detail was asked to do (the closing notice repeats it).

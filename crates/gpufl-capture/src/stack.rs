@@ -345,33 +345,41 @@ pub fn complete_native(s: &Sample) -> Sample {
     done.native_copy = 0;
     let mut native = [0u64; MAX_NATIVE];
     let (n, stopped) = unwind::walk_copy(usize::from(s.native_copy - 1), &mut native);
+    // Deferred walks are those of stacks with the thread's own Python frames: cut at the
+    // interpreter, under the Python frames already in the sample.
+    let py = s.entries();
+    let room = MAX_FRAMES.saturating_sub(py.len());
+    let (kept, reached) = keep_native(&native[..n], true, &mut done.frames[..room]);
+    done.frames[kept..kept + py.len()].copy_from_slice(py);
+    done.len = (kept + py.len()) as u16;
+    done.native_cut = !reached && stopped;
+    done
+}
+
+/// The native frames of a walk (innermost first) that a stack keeps, written to `out` (as many as
+/// fit): past the recorder's own frames, and, with `to_interpreter`, up to the first frame in the
+/// Python interpreter (the Python frames stand for those). Returns how many, and whether the
+/// interpreter was reached.
+fn keep_native(native: &[u64], to_interpreter: bool, out: &mut [u64]) -> (usize, bool) {
     let r = ranges();
     let in_range =
         |a: u64, range: &Option<Range<u64>>| range.as_ref().is_some_and(|r| r.contains(&a));
-    let mut i = 0usize;
-    while i < n && in_range(native[i], &r.own) {
-        i += 1;
-    }
-    let py = s.entries();
-    let room = MAX_FRAMES.saturating_sub(py.len());
-    let mut kept = Vec::with_capacity(n - i);
-    let mut reached = false;
-    for &a in &native[i..n] {
-        if a == 0 || kept.len() >= room {
+    let start = native
+        .iter()
+        .position(|&a| !in_range(a, &r.own))
+        .unwrap_or(native.len());
+    let mut len = 0;
+    for &a in &native[start..] {
+        if a == 0 || len >= out.len() {
             break;
         }
-        if in_range(a, &r.interpreter) {
-            reached = true;
-            break;
+        if to_interpreter && in_range(a, &r.interpreter) {
+            return (len, true);
         }
-        kept.push(a);
+        out[len] = a;
+        len += 1;
     }
-    let len = kept.len() + py.len();
-    done.frames[..kept.len()].copy_from_slice(&kept);
-    done.frames[kept.len()..len].copy_from_slice(py);
-    done.len = len as u16;
-    done.native_cut = !reached && stopped;
-    done
+    (len, false)
 }
 
 fn ranges() -> &'static Ranges {
@@ -413,22 +421,20 @@ pub const SITE_UNWIND_NS: u64 = 5_000;
 /// walks again, further each time as the thread's unwind-rule cache fills.
 pub const SYNC_PY_UNWIND_NS: u64 = 6_000;
 
-/// [`SYNC_PY_UNWIND_NS`], or `GPUFL_SYNC_PY_UNWIND_US` (µs, ≥ 1).
 /// Whether a synchronization made from Python has its native frames walked by the writer from a
 /// copy of the stack ([`unwind::copy_stack`]) instead of on the waiting thread:
 /// `GPUFL_SYNC_NATIVE_DEFER=0` walks them in place (bounded by [`sync_py_unwind_ns`]).
 pub fn sync_native_deferred() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("GPUFL_SYNC_NATIVE_DEFER")
-                .as_deref()
-                .map(str::trim),
-            Ok("0" | "off" | "no" | "false")
-        )
+        std::env::var("GPUFL_SYNC_NATIVE_DEFER")
+            .ok()
+            .and_then(|v| crate::options::parse_bool(&v))
+            != Some(false)
     })
 }
 
+/// [`SYNC_PY_UNWIND_NS`], or `GPUFL_SYNC_PY_UNWIND_US` (µs, ≥ 1).
 pub fn sync_py_unwind_ns() -> u64 {
     static N: OnceLock<u64> = OnceLock::new();
     *N.get_or_init(|| {
@@ -543,24 +549,7 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
     out.native_elided = !want_native;
     out.native_cut = cut;
     let t_native = debug.then(std::time::Instant::now);
-    let r = ranges();
-    let in_range =
-        |a: u64, range: &Option<Range<u64>>| range.as_ref().is_some_and(|r| r.contains(&a));
-    let mut len = 0usize;
-    let mut i = 0usize;
-    while i < n && in_range(native[i], &r.own) {
-        i += 1;
-    }
-    for &a in &native[i..n] {
-        if a == 0 || len >= MAX_FRAMES {
-            break;
-        }
-        if pn > 0 && !other && in_range(a, &r.interpreter) {
-            break;
-        }
-        out.frames[len] = a;
-        len += 1;
-    }
+    let (mut len, _) = keep_native(&native[..n], pn > 0 && !other, &mut out.frames);
     let mut own_ids = [u32::MAX; MAX_PYTHON];
     if !other && pn > 0 {
         own_python_ids(&py[..pn], &mut own_ids[..pn]);

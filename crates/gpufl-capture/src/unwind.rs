@@ -358,18 +358,26 @@ mod imp {
 
     const COPY_WORDS: usize = super::COPY_BYTES / 8;
 
-    /// The calling thread's stack bounds (its unwinding state made if need be).
-    fn own_stack_bounds() -> Option<(u64, u64)> {
-        STATE
-            .try_with(|cell| {
-                let mut guard = cell.try_borrow_mut().ok()?;
-                if guard.is_none() {
-                    *guard = ThreadState::new();
-                }
-                guard.as_ref().map(|st| (st.stack_lo, st.stack_hi))
-            })
-            .ok()
-            .flatten()
+    /// Run `f` on this thread's unwinding state (made on first use), never unwinding into the
+    /// caller (catch_unwind is free on the non-panicking path; whatever framehop/gimli do on
+    /// malformed input stays here, away from C callers such as CUPTI). None when the state is in
+    /// use on this thread (a signal handler re-entered a walk), cannot be made (stack bounds
+    /// unknown), is gone (thread exiting), or `f` panicked.
+    fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            STATE
+                .try_with(|cell| {
+                    let mut guard = cell.try_borrow_mut().ok()?;
+                    if guard.is_none() {
+                        *guard = ThreadState::new();
+                    }
+                    guard.as_mut().map(f)
+                })
+                .ok()
+                .flatten()
+        }))
+        .ok()
+        .flatten()
     }
 
     #[inline(always)]
@@ -382,11 +390,15 @@ mod imp {
         })?;
         let slot = &COPIES[i];
         let (pc, sp, bp) = registers_here();
-        let Some((lo, hi)) = own_stack_bounds().filter(|&(lo, hi)| sp >= lo && sp < hi) else {
+        let Some(hi) = with_state(|st| {
+            (st.stack_lo..st.stack_hi)
+                .contains(&sp)
+                .then_some(st.stack_hi)
+        })
+        .flatten() else {
             slot.busy.store(false, Ordering::Release);
             return None;
         };
-        let _ = lo;
         let words = (((hi - sp) / 8) as usize).min(COPY_WORDS);
         // SAFETY: [sp, sp + 8 * words) lies within this thread's mapped stack (bounds checked
         // above); the slot's data is ours while we hold `busy`; the two do not overlap (the
@@ -452,37 +464,16 @@ mod imp {
             }
             copy.get(((addr - sp) / 8) as usize).copied().ok_or(())
         };
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            STATE
-                .try_with(|cell| {
-                    let Ok(mut guard) = cell.try_borrow_mut() else {
-                        return (0, true);
-                    };
-                    if guard.is_none() {
-                        *guard = ThreadState::new();
-                    }
-                    let Some(st) = guard.as_mut() else {
-                        return (0, true);
-                    };
-                    st.refresh();
-                    let (n, _, end) = walk_with(st, (pc, sp, bp), out, 0, None, &mut read_stack);
-                    (n, end != WalkEnd::Complete)
-                })
-                .unwrap_or((0, true))
-        }))
+        with_state(|st| {
+            st.refresh();
+            let (n, _, end) = walk_with(st, (pc, sp, bp), out, 0, None, &mut read_stack);
+            (n, end != WalkEnd::Complete)
+        })
         .unwrap_or((0, true))
     }
 
     pub(super) fn prepare_thread() {
-        let _ = std::panic::catch_unwind(|| {
-            let _ = STATE.try_with(|cell| {
-                if let Ok(mut guard) = cell.try_borrow_mut() {
-                    if guard.is_none() {
-                        *guard = ThreadState::new();
-                    }
-                }
-            });
-        });
+        let _ = with_state(|_| ());
     }
 
     pub(super) fn capture_from(
@@ -493,25 +484,7 @@ mod imp {
         skip: usize,
         bound: Bound,
     ) -> (usize, bool) {
-        // catch_unwind is free on the non-panicking path and guarantees we never unwind into
-        // C callers (CUPTI), whatever framehop/gimli do on malformed input.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            STATE
-                .try_with(|cell| {
-                    let Ok(mut guard) = cell.try_borrow_mut() else {
-                        return (0, false); // re-entered (signal handler) on this thread
-                    };
-                    if guard.is_none() {
-                        *guard = ThreadState::new();
-                    }
-                    match guard.as_mut() {
-                        Some(st) => capture_with(st, pc, sp, bp, out, skip, bound),
-                        None => (0, false),
-                    }
-                })
-                .unwrap_or((0, false)) // TLS already destroyed (thread exiting)
-        }))
-        .unwrap_or((0, false))
+        with_state(|st| capture_with(st, pc, sp, bp, out, skip, bound)).unwrap_or((0, false))
     }
 
     fn capture_with(
