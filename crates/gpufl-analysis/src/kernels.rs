@@ -768,8 +768,9 @@ fn table_in_pieces(
             variants.dedup_by(|b, a| {
                 let same = a.config_id == b.config_id;
                 if same {
-                    a.launches += b.launches;
-                    a.gpu_ns += b.gpu_ns;
+                    // Sums of a trace's durations: saturating, as the per-launch sums are.
+                    a.launches = a.launches.saturating_add(b.launches);
+                    a.gpu_ns = a.gpu_ns.saturating_add(b.gpu_ns);
                 }
                 same
             });
