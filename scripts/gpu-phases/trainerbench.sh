@@ -5,7 +5,8 @@
 # gpufl-api-discard (API records collected by CUPTI, dropped by the writer unwritten),
 # gpufl-api-cb (launch api records made by the call-site callbacks, GPUFL_API_FROM=callbacks),
 # gpufl-kernels-only, gpufl-subscribed (CUPTI subscribed, nothing collected, no telemetry),
-# gpufl-no-telemetry.
+# gpufl-no-telemetry, cupti-kernels-discard (CUPTI's concurrent-kernel records only, returned unread:
+# the floor of any recorder that collects every kernel through CUPTI).
 # 1. One process per mode, TRAINER_ROUNDS (default 8; 0 skips) interleaved rounds, the order of the
 #    modes reversed every other round; bare and bare-again are two unrecorded processes per round
 #    (the noise control). ~20 s a process on the H100 machine (imports dominate).
@@ -27,6 +28,7 @@ run_trainer() { # mode args...
     gpufl-api-discard) GPUFL_API_DISCARD=1 gpufl record -q -o "$TB/apidis" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$TB/nosites" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-kernels-only) env $KOPTS -o "$TB/kern" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    cupti-kernels-discard) env GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 GPUFL_TELEMETRY_MS=0 $KOPTS -o "$TB/kdis" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-subscribed) env GPUFL_ACTIVITY_KINDS=none GPUFL_TELEMETRY_MS=0 $KOPTS -o "$TB/sub" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-no-telemetry) GPUFL_TELEMETRY_MS=0 gpufl record -q -o "$TB/notel" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     torch-profiler) $PY bench/trainer_bench.py --mode $m "$@" --profiler ;;
