@@ -1,0 +1,3 @@
+//! # gpufl-server
+//!
+//! `gpufl serve`: uploads, ingest and the JSON API (docs/server-api.md).
