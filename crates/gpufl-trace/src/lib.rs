@@ -5,6 +5,7 @@
 //! No CUDA; threads only to decode blocks in parallel ([`par`]). The schema is documented in `docs/trace-format.md`.
 
 mod blocks;
+pub mod closed;
 pub mod error;
 mod fastpath;
 mod fastwrite;
@@ -25,6 +26,7 @@ pub mod telemetry;
 pub mod userpaths;
 pub mod writer;
 
+pub use closed::closed_len;
 pub use error::TraceError;
 pub use function::{Function, FunctionSource};
 pub use ids::{FrameId, StackId, StrId};
