@@ -1,3 +1,192 @@
 //! # gpufl-server
 //!
-//! `gpufl serve`: uploads, ingest and the JSON API (docs/server-api.md).
+//! `gpufl serve`: a team's sessions, uploaded with API keys, stored and analysed, answered as
+//! JSON (`/api/v1`, docs/server-api.md). Kept apart: [`api`] (HTTP: upload and read endpoints),
+//! [`ingest`] (the background analysis), [`db`] (SQL: SQLite embedded, PostgreSQL for scale) and
+//! [`blobs`] (raw files: a local directory, or S3). Several instances on one PostgreSQL and one
+//! bucket share the work.
+
+pub mod api;
+pub mod auth;
+pub mod blobs;
+pub mod db;
+pub mod error;
+pub mod ingest;
+
+pub use error::{ApiError, ServerError};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// Limits on what clients may send.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes of one session (all its files).
+    pub max_session_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_session_bytes: 16 << 30,
+        }
+    }
+}
+
+/// Where the server keeps things and how it answers.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: String,
+    /// The embedded default's home: `gpufl.db` and `store/` (and temporary files).
+    pub data: PathBuf,
+    /// `sqlite://…` or `postgres://…`; default: `sqlite://DATA/gpufl.db`.
+    pub db: Option<String>,
+    /// `s3://bucket/prefix`, `file:///dir` or a directory; default: `DATA/store`.
+    pub store: Option<String>,
+    pub limits: Limits,
+    /// Requests a second per key (bursts of twice that); 0: unlimited.
+    pub rate_per_key: f64,
+    /// Concurrent ingest jobs in this instance (0: none, an API-only instance).
+    pub ingest_workers: usize,
+    /// Threads of one analysis.
+    pub analysis_threads: usize,
+    /// How often an idle ingest worker looks for work uploaded to other instances, ms.
+    pub poll_ms: u64,
+}
+
+impl ServeConfig {
+    pub fn new(data: PathBuf) -> Self {
+        ServeConfig {
+            listen: "127.0.0.1:8470".into(),
+            data,
+            db: None,
+            store: None,
+            limits: Limits::default(),
+            rate_per_key: 200.0,
+            ingest_workers: 2,
+            analysis_threads: 2,
+            poll_ms: 1000,
+        }
+    }
+
+    pub fn db_url(&self) -> String {
+        self.db.clone().unwrap_or_else(|| {
+            format!("sqlite://{}?mode=rwc", self.data.join("gpufl.db").display())
+        })
+    }
+
+    pub fn store_url(&self) -> String {
+        self.store
+            .clone()
+            .unwrap_or_else(|| self.data.join("store").display().to_string())
+    }
+}
+
+/// What every request and job shares.
+pub struct AppState {
+    pub db: db::Db,
+    pub blobs: blobs::Blobs,
+    pub limits: Limits,
+    pub limiter: auth::RateLimiter,
+    pub ingest_wake: Notify,
+    /// This instance's name in claims (`host:pid:random`).
+    pub instance: String,
+    pub tmp_dir: PathBuf,
+    pub analysis_threads: usize,
+    pub poll_ms: u64,
+}
+
+/// Open the database (migrating it) and the store.
+pub async fn open(cfg: &ServeConfig) -> Result<Arc<AppState>, ServerError> {
+    std::fs::create_dir_all(&cfg.data)
+        .map_err(|e| ServerError::io(format!("creating {}", cfg.data.display()), e))?;
+    let db = db::Db::open(&cfg.db_url()).await?;
+    let blobs = blobs::Blobs::open(&cfg.store_url())?;
+    let tmp_dir = cfg.data.join("tmp");
+    std::fs::create_dir_all(&tmp_dir)
+        .map_err(|e| ServerError::io(format!("creating {}", tmp_dir.display()), e))?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    Ok(Arc::new(AppState {
+        db,
+        blobs,
+        limits: cfg.limits,
+        limiter: auth::RateLimiter::new(cfg.rate_per_key, cfg.rate_per_key * 2.0),
+        ingest_wake: Notify::new(),
+        instance: format!("{host}:{}:{}", std::process::id(), auth::random_hex(4)),
+        tmp_dir,
+        analysis_threads: cfg.analysis_threads.max(1),
+        poll_ms: cfg.poll_ms.max(10),
+    }))
+}
+
+/// Serve until ctrl-c / SIGTERM. Prints the address it listens on (port 0 picks one).
+pub async fn serve(cfg: ServeConfig) -> Result<(), ServerError> {
+    let st = open(&cfg).await?;
+    let requeued = ingest::requeue_old(&st.db).await?;
+    let listener = tokio::net::TcpListener::bind(&cfg.listen)
+        .await
+        .map_err(|e| ServerError::io(format!("listening on {}", cfg.listen), e))?;
+    let addr: SocketAddr = listener
+        .local_addr()
+        .map_err(|e| ServerError::io("local address", e))?;
+    eprintln!(
+        "gpufl serve: listening on http://{addr} (database {}, store {}, {} ingest worker(s){})",
+        redact(&cfg.db_url()),
+        st.blobs.describe,
+        cfg.ingest_workers,
+        if requeued > 0 {
+            format!(", {requeued} session(s) to analyse again")
+        } else {
+            String::new()
+        }
+    );
+    for _ in 0..cfg.ingest_workers {
+        tokio::spawn(ingest::worker(st.clone()));
+    }
+    let app = api::router(st);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| ServerError::io("serving", e))
+}
+
+/// A database URL without its password.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let cred = &url[s + 3..at];
+            let user = cred.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..s + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+/// A runtime for the CLI's blocking entry points.
+pub fn runtime() -> Result<tokio::runtime::Runtime, ServerError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ServerError::io("starting the async runtime", e))
+}

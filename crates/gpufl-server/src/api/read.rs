@@ -1,0 +1,441 @@
+//! The read endpoints (docs/server-api.md): a key reaches its own project's sessions only — every
+//! query is bounded by the caller's project, and another project's session answers 404.
+
+use crate::api::upload::{check_session_id, Manifest};
+use crate::auth::{self, KeyKind};
+use crate::db::{int, text};
+use crate::error::ApiError;
+use crate::AppState;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+async fn caller(st: &AppState, headers: &HeaderMap) -> Result<auth::Caller, ApiError> {
+    let c = auth::caller(&st.db, headers).await?;
+    st.limiter.take(&c.key_id)?;
+    auth::require(&c, KeyKind::Read)?;
+    Ok(c)
+}
+
+const SEVERITIES: [&str; 4] = ["", "LOW", "MEDIUM", "HIGH"];
+
+fn severity_name(n: i64) -> Value {
+    match n {
+        1..=3 => Value::from(SEVERITIES[n as usize]),
+        _ => Value::Null,
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub struct ListQuery {
+    app: Option<String>,
+    host: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    severity: Option<String>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+}
+
+/// `since` / `until`: ns since the epoch, or RFC 3339 UTC (`2026-11-26T14:00:00Z`).
+fn parse_time(s: &str) -> Result<i64, ApiError> {
+    if let Ok(n) = s.parse::<i64>() {
+        return Ok(n);
+    }
+    parse_rfc3339(s).ok_or_else(|| {
+        ApiError::bad(
+            "bad_query",
+            format!("{s:?}: a time is ns since the epoch or RFC 3339 (2026-11-26T14:00:00Z)"),
+        )
+    })
+}
+
+fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let rest = &s[19..];
+    let (frac, tz) = match rest.strip_prefix('.') {
+        Some(r) => {
+            let n = r.bytes().take_while(u8::is_ascii_digit).count();
+            let digits = &r[..n];
+            let mut ns: i64 = 0;
+            for (i, c) in digits.bytes().take(9).enumerate() {
+                ns += i64::from(c - b'0') * 10i64.pow(8 - i as u32);
+            }
+            (ns, &r[n..])
+        }
+        None => (0, rest),
+    };
+    if tz != "Z" && tz != "+00:00" {
+        return None;
+    }
+    // Days from the civil date (proleptic Gregorian).
+    let (y2, m2) = if mo <= 2 { (y - 1, mo + 9) } else { (y, mo - 3) };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + h * 3600 + mi * 60 + sec) * 1_000_000_000) + frac)
+}
+
+fn session_json(r: &sqlx::any::AnyRow) -> Value {
+    json!({
+        "id": text(r, "id"),
+        "app": text(r, "app"),
+        "host": text(r, "host"),
+        "command": text(r, "command"),
+        "start_unix_ns": int(r, "start_ns"),
+        "wall_ns": int(r, "wall_ns"),
+        "state": text(r, "state"),
+        "ingest": text(r, "ingest_state"),
+        "bytes": int(r, "bytes"),
+        "kernels": int(r, "kernels"),
+        "syncs": int(r, "syncs"),
+        "sync_blocked_ns": int(r, "blocked_ns"),
+        "gpu_busy_pct": int(r, "busy_ppm") as f64 / 10_000.0,
+        "top_severity": severity_name(int(r, "top_severity")),
+        "top_insight": text(r, "top_insight"),
+    })
+}
+
+const SESSION_COLS: &str = "id, app, host, command, start_ns, wall_ns, state, ingest_state, bytes, \
+    kernels, syncs, blocked_ns, busy_ppm, top_severity, top_insight";
+
+/// `GET /api/v1/sessions`.
+pub async fn list(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    let Query(q) = q.map_err(|e| ApiError::bad("bad_query", e.body_text()))?;
+    let mut sql = format!("SELECT {SESSION_COLS} FROM sessions WHERE project_id = $1");
+    let mut texts: Vec<String> = Vec::new();
+    let mut ints: Vec<i64> = Vec::new();
+    // Text parameters are $2.., integers follow them; numbered as they are added.
+    let mut conds: Vec<(String, bool)> = Vec::new();
+    if let Some(a) = &q.app {
+        conds.push(("app = ".into(), true));
+        texts.push(a.clone());
+    }
+    if let Some(h) = &q.host {
+        conds.push(("host = ".into(), true));
+        texts.push(h.clone());
+    }
+    if let Some(s) = &q.since {
+        conds.push(("start_ns >= ".into(), false));
+        ints.push(parse_time(s)?);
+    }
+    if let Some(u) = &q.until {
+        conds.push(("start_ns < ".into(), false));
+        ints.push(parse_time(u)?);
+    }
+    if let Some(s) = &q.severity {
+        let n = match s.to_ascii_uppercase().as_str() {
+            "LOW" => 1,
+            "MEDIUM" => 2,
+            "HIGH" => 3,
+            _ => {
+                return Err(ApiError::bad(
+                    "bad_query",
+                    "severity is LOW, MEDIUM or HIGH",
+                ))
+            }
+        };
+        conds.push(("top_severity >= ".into(), false));
+        ints.push(n);
+    }
+    let (mut ti, mut ii) = (2, 2 + texts.len());
+    for (c, is_text) in &conds {
+        let n = if *is_text {
+            ti += 1;
+            ti - 1
+        } else {
+            ii += 1;
+            ii - 1
+        };
+        sql.push_str(&format!(" AND {c}${n}"));
+    }
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let offset = q.offset.unwrap_or(0).max(0);
+    sql.push_str(&format!(
+        " ORDER BY start_ns DESC, id LIMIT {limit} OFFSET {offset}"
+    ));
+    let mut query = sqlx::query(&sql).bind(&c.project_id);
+    for t in &texts {
+        query = query.bind(t);
+    }
+    for i in &ints {
+        query = query.bind(*i);
+    }
+    let rows = query.fetch_all(&st.db.pool).await?;
+    Ok(Json(json!({
+        "sessions": rows.iter().map(session_json).collect::<Vec<_>>(),
+        "limit": limit,
+        "offset": offset,
+    })))
+}
+
+async fn session_row(
+    st: &AppState,
+    c: &auth::Caller,
+    id: &str,
+) -> Result<sqlx::any::AnyRow, ApiError> {
+    check_session_id(id).map_err(|_| ApiError::not_found())?;
+    sqlx::query(&format!(
+        "SELECT {SESSION_COLS}, manifest, warnings, ingest_error, analysis_version, uploaded_ns \
+         FROM sessions WHERE project_id = $1 AND id = $2"
+    ))
+    .bind(&c.project_id)
+    .bind(id)
+    .fetch_optional(&st.db.pool)
+    .await?
+    .ok_or_else(ApiError::not_found)
+}
+
+async fn doc(st: &AppState, c: &auth::Caller, id: &str, kind: &str) -> Result<Value, ApiError> {
+    let row = sqlx::query(
+        "SELECT body FROM session_docs WHERE project_id = $1 AND session_id = $2 AND kind = $3",
+    )
+    .bind(&c.project_id)
+    .bind(id)
+    .bind(kind)
+    .fetch_optional(&st.db.pool)
+    .await?;
+    Ok(row
+        .and_then(|r| serde_json::from_str(&text(&r, "body")).ok())
+        .unwrap_or(Value::Null))
+}
+
+/// `GET /api/v1/sessions/{id}`.
+pub async fn one(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    let r = session_row(&st, &c, &id).await?;
+    let mut v = session_json(&r);
+    let warnings: Value = serde_json::from_str(&text(&r, "warnings")).unwrap_or(json!([]));
+    v["warnings"] = warnings;
+    v["ingest_error"] = Value::from(text(&r, "ingest_error"));
+    v["analysis_version"] = Value::from(int(&r, "analysis_version"));
+    v["uploaded_unix_ns"] = Value::from(int(&r, "uploaded_ns"));
+    v["header"] = doc(&st, &c, &id, "header").await?;
+    let a = doc(&st, &c, &id, "analysis").await?;
+    v["totals"] = a.get("totals").cloned().unwrap_or(Value::Null);
+    v["attribution"] = a.get("attribution").cloned().unwrap_or(Value::Null);
+    v["gpu_idle"] = a.get("gpu_idle").cloned().unwrap_or(json!([]));
+    v["scopes"] = a.get("scopes").cloned().unwrap_or(json!([]));
+    Ok(Json(v))
+}
+
+/// `GET /api/v1/sessions/{id}/insights`.
+pub async fn insights(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    session_row(&st, &c, &id).await?;
+    let rows = sqlx::query(
+        "SELECT body FROM insights WHERE project_id = $1 AND session_id = $2 ORDER BY ord",
+    )
+    .bind(&c.project_id)
+    .bind(&id)
+    .fetch_all(&st.db.pool)
+    .await?;
+    let list: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| serde_json::from_str(&text(r, "body")).ok())
+        .collect();
+    Ok(Json(json!({ "session": id, "insights": list })))
+}
+
+#[derive(Deserialize)]
+pub struct LineQuery {
+    file: String,
+    line: i64,
+}
+
+/// `GET /api/v1/sessions/{id}/lines?file=&line=`: the line's synchronizations and copies (from
+/// the session's per-line profile) and the insights located there, with their frames.
+pub async fn line(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    q: Result<Query<LineQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    let Query(q) = q.map_err(|e| ApiError::bad("bad_query", e.body_text()))?;
+    session_row(&st, &c, &id).await?;
+    let profile = doc(&st, &c, &id, "profile").await?;
+    let matches = |loc: &Value| {
+        loc.get("file").and_then(Value::as_str) == Some(q.file.as_str())
+            && loc.get("line").and_then(Value::as_i64) == Some(q.line)
+    };
+    let lines: Vec<Value> = profile
+        .get("lines")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter(|l| l.get("location").is_some_and(matches))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let rows = sqlx::query(
+        "SELECT body FROM insights WHERE project_id = $1 AND session_id = $2 AND file = $3 AND line = $4 ORDER BY ord",
+    )
+    .bind(&c.project_id)
+    .bind(&id)
+    .bind(&q.file)
+    .bind(q.line)
+    .fetch_all(&st.db.pool)
+    .await?;
+    let ins: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| serde_json::from_str(&text(r, "body")).ok())
+        .collect();
+    if lines.is_empty() && ins.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "nothing recorded at that line in this session",
+        ));
+    }
+    Ok(Json(json!({
+        "session": id, "file": q.file, "line": q.line,
+        "activity": lines, "insights": ins,
+    })))
+}
+
+/// `GET /api/v1/sessions/{id}/kernels`.
+pub async fn kernels(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    session_row(&st, &c, &id).await?;
+    let rows = sqlx::query(
+        "SELECT body FROM kernels WHERE project_id = $1 AND session_id = $2 ORDER BY ord",
+    )
+    .bind(&c.project_id)
+    .bind(&id)
+    .fetch_all(&st.db.pool)
+    .await?;
+    let list: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| serde_json::from_str(&text(r, "body")).ok())
+        .collect();
+    Ok(Json(json!({ "session": id, "kernels": list })))
+}
+
+/// `GET /api/v1/sessions/{id}/telemetry`: per GPU the telemetry summary and the utilization
+/// series of the idle analysis.
+pub async fn telemetry(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    session_row(&st, &c, &id).await?;
+    let a = doc(&st, &c, &id, "analysis").await?;
+    Ok(Json(json!({
+        "session": id,
+        "telemetry": a.get("telemetry").cloned().unwrap_or(json!([])),
+        "utilization": a.get("gpu_idle").and_then(Value::as_array).map(|d| d.iter().map(|d| json!({
+            "device": d.get("device"),
+            "chunks": d.get("utilization"),
+        })).collect::<Vec<_>>()).unwrap_or_default(),
+    })))
+}
+
+fn manifest_of(r: &sqlx::any::AnyRow) -> Option<Manifest> {
+    serde_json::from_str(&text(r, "manifest")).ok()
+}
+
+/// `GET /api/v1/sessions/{id}/files`.
+pub async fn files(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    let r = session_row(&st, &c, &id).await?;
+    let m = manifest_of(&r).ok_or_else(ApiError::not_found)?;
+    Ok(Json(json!({ "session": id, "files": m.files })))
+}
+
+/// `GET /api/v1/sessions/{id}/files/{name}`: the file as uploaded, streamed part by part.
+pub async fn file(
+    State(st): State<Arc<AppState>>,
+    Path((id, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = caller(&st, &headers).await?;
+    let r = session_row(&st, &c, &id).await?;
+    let m = manifest_of(&r).ok_or_else(ApiError::not_found)?;
+    let Some(f) = m.files.into_iter().find(|f| f.name == name) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such file in this session",
+        ));
+    };
+    let blobs = st.blobs.clone();
+    let project = c.project_id.clone();
+    let size = f.size;
+    let stream = futures_util::stream::unfold(0u64, move |i| {
+        let blobs = blobs.clone();
+        let (project, id, f) = (project.clone(), id.clone(), f.clone());
+        async move {
+            if i >= f.parts {
+                return None;
+            }
+            let r = blobs
+                .get_part(&project, &id, &f.name, i as i64)
+                .await
+                .map(|b| b.slice(..(Manifest::part_size(&f, i) as usize).min(b.len())))
+                .map_err(std::io::Error::other);
+            Some((r, i + 1))
+        }
+    });
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/zstd".to_string()),
+            (header::CONTENT_LENGTH, size.to_string()),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rfc3339() {
+        assert_eq!(super::parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            super::parse_rfc3339("2026-11-26T14:00:00.5Z"),
+            Some(1_795_701_600_500_000_000)
+        );
+        assert_eq!(super::parse_rfc3339("2026-13-26T14:00:00Z"), None);
+        assert_eq!(super::parse_rfc3339("2026-11-26 14:00:00Z"), None);
+    }
+}

@@ -1,0 +1,522 @@
+//! `/api/v1/uploads/…`: resumable, idempotent, hash-checked uploads (docs/server-api.md).
+
+use crate::auth::{self, KeyKind};
+use crate::db::{int, now_ns, text};
+use crate::error::ApiError;
+use crate::AppState;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Bytes of one part (the last part of a file may be shorter).
+pub const PART_SIZE: u64 = 4 << 20;
+/// A completion's manifest, at most.
+const MAX_MANIFEST: usize = 1 << 20;
+/// Files in one session, at most.
+const MAX_FILES: usize = 4096;
+
+/// A session id: `[A-Za-z0-9._-]`, 1-200 characters, not `.` or `..`.
+pub fn check_session_id(s: &str) -> Result<(), ApiError> {
+    let ok = !s.is_empty()
+        && s.len() <= 200
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad(
+            "bad_session_id",
+            "a session id is 1-200 characters of [A-Za-z0-9._-], not . or ..",
+        ))
+    }
+}
+
+/// A trace file's name: `trace-NNNN.ndjson.zst` (4 to 6 digits).
+pub fn check_file_name(s: &str) -> Result<(), ApiError> {
+    let digits = s
+        .strip_prefix("trace-")
+        .and_then(|r| r.strip_suffix(".ndjson.zst"));
+    match digits {
+        Some(d) if (4..=6).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+        _ => Err(ApiError::bad(
+            "bad_file_name",
+            "a session's files are named trace-NNNN.ndjson.zst",
+        )),
+    }
+}
+
+fn check_hash(h: &str) -> bool {
+    h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[derive(Serialize)]
+pub struct PartInfo {
+    index: i64,
+    size: i64,
+    sha256: String,
+}
+
+#[derive(Serialize)]
+pub struct FileInfo {
+    name: String,
+    parts: Vec<PartInfo>,
+}
+
+#[derive(Serialize)]
+pub struct UploadStatus {
+    session: String,
+    part_size: u64,
+    state: String,
+    files: Vec<FileInfo>,
+}
+
+async fn caller(st: &AppState, headers: &HeaderMap) -> Result<auth::Caller, ApiError> {
+    let c = auth::caller(&st.db, headers).await?;
+    st.limiter.take(&c.key_id)?;
+    auth::require(&c, KeyKind::Upload)?;
+    Ok(c)
+}
+
+/// `GET /api/v1/uploads/{session}`: what the server holds of a session.
+pub async fn status(
+    State(st): State<Arc<AppState>>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<UploadStatus>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    check_session_id(&session)?;
+    let row = sqlx::query("SELECT state FROM sessions WHERE project_id = $1 AND id = $2")
+        .bind(&c.project_id)
+        .bind(&session)
+        .fetch_optional(&st.db.pool)
+        .await?;
+    let state = row
+        .map(|r| text(&r, "state"))
+        .unwrap_or_else(|| "absent".into());
+    let rows = sqlx::query(
+        "SELECT file, idx, size, sha256 FROM parts WHERE project_id = $1 AND session_id = $2 ORDER BY file, idx",
+    )
+    .bind(&c.project_id)
+    .bind(&session)
+    .fetch_all(&st.db.pool)
+    .await?;
+    let mut files: BTreeMap<String, Vec<PartInfo>> = BTreeMap::new();
+    for r in &rows {
+        files.entry(text(r, "file")).or_default().push(PartInfo {
+            index: int(r, "idx"),
+            size: int(r, "size"),
+            sha256: text(r, "sha256"),
+        });
+    }
+    Ok(Json(UploadStatus {
+        session,
+        part_size: PART_SIZE,
+        state,
+        files: files
+            .into_iter()
+            .map(|(name, parts)| FileInfo { name, parts })
+            .collect(),
+    }))
+}
+
+/// `PUT /api/v1/uploads/{session}/files/{name}/parts/{index}`.
+pub async fn put_part(
+    State(st): State<Arc<AppState>>,
+    Path((session, file, index)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    check_session_id(&session)?;
+    check_file_name(&file)?;
+    let max_parts = st.limits.max_session_bytes.div_ceil(PART_SIZE) as i64;
+    let idx: i64 = match index.parse::<i64>() {
+        Ok(i) if (0..max_parts).contains(&i) => i,
+        _ => {
+            return Err(ApiError::bad(
+                "bad_part_index",
+                format!("a part index is 0..{max_parts}"),
+            ))
+        }
+    };
+    let Some(len) = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return Err(ApiError::new(
+            StatusCode::LENGTH_REQUIRED,
+            "length_required",
+            "a part is sent with its Content-Length",
+        ));
+    };
+    if len > PART_SIZE {
+        return Err(too_large(format!(
+            "a part is at most {PART_SIZE} bytes; this one has {len}"
+        )));
+    }
+    let Some(want) = headers
+        .get("x-gpufl-sha256")
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|h| check_hash(h))
+    else {
+        return Err(ApiError::bad(
+            "missing_hash",
+            "a part is sent with its SHA-256 in X-Gpufl-Sha256 (64 hex digits)",
+        ));
+    };
+    let bytes: Bytes = axum::body::to_bytes(body, PART_SIZE as usize)
+        .await
+        .map_err(|_| {
+            too_large(format!(
+                "a part is at most {PART_SIZE} bytes, or the body was cut off"
+            ))
+        })?;
+    let got = hex::encode(Sha256::digest(&bytes));
+    if got != want {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "hash_mismatch",
+            format!("the part's SHA-256 is {got}, not {want}: resend it"),
+        ));
+    }
+    let size = bytes.len() as i64;
+    // The session's row, created by its first part.
+    sqlx::query(
+        "INSERT INTO sessions (project_id, id, state, created_ns) VALUES ($1, $2, 'uploading', $3) \
+         ON CONFLICT (project_id, id) DO NOTHING",
+    )
+    .bind(&c.project_id)
+    .bind(&session)
+    .bind(now_ns())
+    .execute(&st.db.pool)
+    .await?;
+    let old = sqlx::query(
+        "SELECT size, sha256 FROM parts WHERE project_id = $1 AND session_id = $2 AND file = $3 AND idx = $4",
+    )
+    .bind(&c.project_id)
+    .bind(&session)
+    .bind(&file)
+    .bind(idx)
+    .fetch_optional(&st.db.pool)
+    .await?;
+    let mut old_size = 0;
+    if let Some(o) = &old {
+        old_size = int(o, "size");
+        if old_size == size && text(o, "sha256") == got {
+            return Ok(Json(serde_json::json!({ "stored": false })));
+        }
+        // Only a longer version of a short (last) part replaces it: the same file, grown.
+        let conflict = || {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "part_conflict",
+                format!("part {idx} of {file} is stored with other bytes"),
+            )
+        };
+        if old_size >= size {
+            return Err(conflict());
+        }
+        let prev = st
+            .blobs
+            .get_part(&c.project_id, &session, &file, idx)
+            .await?;
+        if !bytes.starts_with(&prev) {
+            return Err(conflict());
+        }
+    }
+    let total = sqlx::query(
+        "SELECT COALESCE(SUM(size), 0) AS n FROM parts WHERE project_id = $1 AND session_id = $2",
+    )
+    .bind(&c.project_id)
+    .bind(&session)
+    .fetch_one(&st.db.pool)
+    .await;
+    let total = total.map(|r| sum(&r, "n")).unwrap_or(0);
+    if (total - old_size + size) as u64 > st.limits.max_session_bytes {
+        return Err(too_large(format!(
+            "a session is at most {} bytes",
+            st.limits.max_session_bytes
+        )));
+    }
+    st.blobs
+        .put_part(&c.project_id, &session, &file, idx, bytes)
+        .await?;
+    sqlx::query(
+        "INSERT INTO parts (project_id, session_id, file, idx, size, sha256) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (project_id, session_id, file, idx) DO UPDATE SET size = excluded.size, sha256 = excluded.sha256",
+    )
+    .bind(&c.project_id)
+    .bind(&session)
+    .bind(&file)
+    .bind(idx)
+    .bind(size)
+    .bind(&got)
+    .execute(&st.db.pool)
+    .await?;
+    Ok(Json(serde_json::json!({ "stored": true })))
+}
+
+/// `SUM` comes back as BIGINT from SQLite and NUMERIC from PostgreSQL: read either.
+fn sum(r: &sqlx::any::AnyRow, col: &str) -> i64 {
+    use sqlx::Row;
+    r.try_get::<i64, _>(col)
+        .or_else(|_| r.try_get::<f64, _>(col).map(|f| f as i64))
+        .or_else(|_| {
+            r.try_get::<String, _>(col)
+                .map(|s| s.parse::<f64>().unwrap_or(0.0) as i64)
+        })
+        .unwrap_or(0)
+}
+
+fn too_large(reason: String) -> ApiError {
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", reason)
+}
+
+/// One file of a completion's manifest.
+#[derive(Deserialize, Serialize, Clone, PartialEq, Eq, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestFile {
+    pub name: String,
+    pub size: u64,
+    pub sha256: String,
+    pub parts: u64,
+}
+
+#[derive(Deserialize, Serialize, Clone, PartialEq, Eq, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub files: Vec<ManifestFile>,
+}
+
+impl Manifest {
+    /// The size of part `i` of `f`.
+    pub fn part_size(f: &ManifestFile, i: u64) -> u64 {
+        (f.size - i * PART_SIZE).min(PART_SIZE)
+    }
+}
+
+fn malformed(reason: impl Into<String>) -> ApiError {
+    ApiError::bad("malformed_manifest", reason)
+}
+
+fn parse_manifest(body: &[u8], max_session: u64) -> Result<Manifest, ApiError> {
+    let mut m: Manifest = serde_json::from_slice(body).map_err(|e| {
+        malformed(format!(
+            "expected {{\"files\": [{{\"name\", \"size\", \"sha256\", \"parts\"}}]}}: {e}"
+        ))
+    })?;
+    if m.files.is_empty() || m.files.len() > MAX_FILES {
+        return Err(malformed(format!(
+            "a session has 1 to {MAX_FILES} files"
+        )));
+    }
+    m.files.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut total = 0u64;
+    for (i, f) in m.files.iter_mut().enumerate() {
+        check_file_name(&f.name)?;
+        f.sha256 = f.sha256.to_ascii_lowercase();
+        if !check_hash(&f.sha256) {
+            return Err(malformed(format!("{}: sha256 is 64 hex digits", f.name)));
+        }
+        if f.parts != f.size.div_ceil(PART_SIZE) {
+            return Err(malformed(format!(
+                "{}: {} bytes make {} parts of {PART_SIZE}, not {}",
+                f.name,
+                f.size,
+                f.size.div_ceil(PART_SIZE),
+                f.parts
+            )));
+        }
+        total = total.saturating_add(f.size);
+        let _ = i;
+    }
+    if m.files.windows(2).any(|w| w[0].name == w[1].name) {
+        return Err(malformed("a file is named twice"));
+    }
+    if total > max_session {
+        return Err(too_large(format!("a session is at most {max_session} bytes")));
+    }
+    Ok(m)
+}
+
+/// `POST /api/v1/uploads/{session}/complete`.
+pub async fn complete(
+    State(st): State<Arc<AppState>>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let c = caller(&st, &headers).await?;
+    check_session_id(&session)?;
+    let body = axum::body::to_bytes(body, MAX_MANIFEST)
+        .await
+        .map_err(|_| too_large(format!("a manifest is at most {MAX_MANIFEST} bytes")))?;
+    let m = parse_manifest(&body, st.limits.max_session_bytes)?;
+    let rows = sqlx::query(
+        "SELECT file, idx, size, sha256 FROM parts WHERE project_id = $1 AND session_id = $2",
+    )
+    .bind(&c.project_id)
+    .bind(&session)
+    .fetch_all(&st.db.pool)
+    .await?;
+    let held: BTreeMap<(String, i64), i64> = rows
+        .iter()
+        .map(|r| ((text(r, "file"), int(r, "idx")), int(r, "size")))
+        .collect();
+    let mut missing = Vec::new();
+    for f in &m.files {
+        for i in 0..f.parts {
+            let want = Manifest::part_size(f, i) as i64;
+            // A stored part longer than the manifest says is a later, grown version of it: the
+            // manifest's prefix of it is what this completion covers.
+            match held.get(&(f.name.clone(), i as i64)) {
+                Some(&s) if s >= want => {}
+                _ => missing.push(format!("{}#{i}", f.name)),
+            }
+        }
+    }
+    if !missing.is_empty() {
+        let n = missing.len();
+        missing.truncate(20);
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "incomplete",
+            format!(
+                "{n} part(s) missing or shorter than the manifest says: {}",
+                missing.join(", ")
+            ),
+        ));
+    }
+    // Each file's bytes against its hash, part by part from the store.
+    for f in &m.files {
+        let mut h = Sha256::new();
+        for i in 0..f.parts {
+            let b = st
+                .blobs
+                .get_part(&c.project_id, &session, &f.name, i as i64)
+                .await?;
+            let want = Manifest::part_size(f, i) as usize;
+            h.update(&b[..want.min(b.len())]);
+        }
+        let got = hex::encode(h.finalize());
+        if got != f.sha256 {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "hash_mismatch",
+                format!(
+                    "{}: the stored bytes hash to {got}, the manifest says {}",
+                    f.name, f.sha256
+                ),
+            ));
+        }
+    }
+    // The first file must open with a gpufl header.
+    let first = &m.files[0];
+    if first.parts == 0 {
+        return Err(not_gpufl("its first file is empty"));
+    }
+    let b = st
+        .blobs
+        .get_part(&c.project_id, &session, &first.name, 0)
+        .await?;
+    let b = b.slice(..(Manifest::part_size(first, 0) as usize).min(b.len()));
+    match gpufl_trace::TraceReader::from_bytes(b.to_vec(), first.name.clone()) {
+        Ok(mut r) => match r.next() {
+            Some(gpufl_trace::Record::Header(_)) => {}
+            _ => return Err(not_gpufl("its first file does not open with a gpufl header")),
+        },
+        Err(e) => return Err(not_gpufl(&e.to_string())),
+    }
+    let manifest = serde_json::to_string(&m).map_err(ApiError::internal)?;
+    let bytes: u64 = m.files.iter().map(|f| f.size).sum();
+    // Idempotent: only a different manifest moves the session (and only once, whoever races).
+    let prev = sqlx::query("SELECT state, manifest, ingest_state FROM sessions WHERE project_id = $1 AND id = $2")
+        .bind(&c.project_id)
+        .bind(&session)
+        .fetch_optional(&st.db.pool)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    let was_complete = text(&prev, "state") == "complete";
+    let r = sqlx::query(
+        "UPDATE sessions SET state = 'complete', manifest = $1, bytes = $2, uploaded_ns = $3, \
+         upload_gen = upload_gen + 1, ingest_state = 'pending' \
+         WHERE project_id = $4 AND id = $5 AND manifest <> $1",
+    )
+    .bind(&manifest)
+    .bind(bytes as i64)
+    .bind(now_ns())
+    .bind(&c.project_id)
+    .bind(&session)
+    .execute(&st.db.pool)
+    .await?;
+    let stored = if r.rows_affected() == 0 {
+        "unchanged"
+    } else if was_complete {
+        "extended"
+    } else {
+        "new"
+    };
+    if r.rows_affected() > 0 {
+        st.ingest_wake.notify_waiters();
+    }
+    let ingest = sqlx::query("SELECT ingest_state FROM sessions WHERE project_id = $1 AND id = $2")
+        .bind(&c.project_id)
+        .bind(&session)
+        .fetch_one(&st.db.pool)
+        .await
+        .map(|r| text(&r, "ingest_state"))?;
+    Ok(Json(serde_json::json!({
+        "session": session,
+        "state": "complete",
+        "stored": stored,
+        "ingest": ingest,
+    })))
+}
+
+fn not_gpufl(why: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "not_a_gpufl_session",
+        format!("not a gpufl session: {why}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_session_id("app-12-20261122T083249Z").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", "<x>", &"a".repeat(201)] {
+            assert!(check_session_id(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_file_name("trace-0000.ndjson.zst").is_ok());
+        assert!(check_file_name("trace-123456.ndjson.zst").is_ok());
+        for bad in ["trace-00.ndjson.zst", "../trace-0000.ndjson.zst", "trace-000a.ndjson.zst", "x"] {
+            assert!(check_file_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn manifests() {
+        let h = "a".repeat(64);
+        let ok = format!(r#"{{"files":[{{"name":"trace-0000.ndjson.zst","size":{},"sha256":"{h}","parts":2}}]}}"#, PART_SIZE + 1);
+        let m = parse_manifest(ok.as_bytes(), u64::MAX).unwrap();
+        assert_eq!(Manifest::part_size(&m.files[0], 1), 1);
+        let wrong_parts = ok.replace("\"parts\":2", "\"parts\":1");
+        assert_eq!(parse_manifest(wrong_parts.as_bytes(), u64::MAX).unwrap_err().code, "malformed_manifest");
+        assert_eq!(parse_manifest(b"{}", u64::MAX).unwrap_err().code, "malformed_manifest");
+        assert_eq!(parse_manifest(ok.as_bytes(), 10).unwrap_err().code, "too_large");
+    }
+}

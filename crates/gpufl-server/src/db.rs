@@ -1,0 +1,164 @@
+//! The SQL store: SQLite (embedded default) or PostgreSQL, through sqlx's `Any` driver, with the
+//! few statements that differ per backend chosen by [`Backend`]. Schema migrations run at start.
+
+use crate::error::ServerError;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Executor, Row};
+use std::time::Duration;
+
+/// Which SQL database the pool talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The pool and its backend.
+#[derive(Clone)]
+pub struct Db {
+    pub pool: AnyPool,
+    pub backend: Backend,
+}
+
+/// Schema versions, each a list of statements; `{BIG}`-free SQL common to both backends except
+/// where a pair is given. Append only: a released version never changes.
+const MIGRATIONS: &[&[&str]] = &[
+    // 1: projects, keys, sessions, parts, analysis rows.
+    &[
+        "CREATE TABLE projects (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_ns BIGINT NOT NULL)",
+        "CREATE TABLE api_keys (id TEXT PRIMARY KEY, project_id TEXT NOT NULL REFERENCES projects(id), \
+         kind TEXT NOT NULL, hash TEXT NOT NULL UNIQUE, created_ns BIGINT NOT NULL, revoked_ns BIGINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE sessions (project_id TEXT NOT NULL REFERENCES projects(id), id TEXT NOT NULL, \
+         state TEXT NOT NULL, upload_gen BIGINT NOT NULL DEFAULT 0, manifest TEXT NOT NULL DEFAULT '', \
+         bytes BIGINT NOT NULL DEFAULT 0, created_ns BIGINT NOT NULL, uploaded_ns BIGINT NOT NULL DEFAULT 0, \
+         ingest_state TEXT NOT NULL DEFAULT 'none', ingest_gen BIGINT NOT NULL DEFAULT -1, \
+         claimed_by TEXT NOT NULL DEFAULT '', claimed_ns BIGINT NOT NULL DEFAULT 0, \
+         ingest_count BIGINT NOT NULL DEFAULT 0, analysis_version BIGINT NOT NULL DEFAULT 0, \
+         app TEXT NOT NULL DEFAULT '', host TEXT NOT NULL DEFAULT '', command TEXT NOT NULL DEFAULT '', \
+         start_ns BIGINT NOT NULL DEFAULT 0, wall_ns BIGINT NOT NULL DEFAULT 0, kernels BIGINT NOT NULL DEFAULT 0, \
+         syncs BIGINT NOT NULL DEFAULT 0, blocked_ns BIGINT NOT NULL DEFAULT 0, busy_ppm BIGINT NOT NULL DEFAULT 0, \
+         top_severity BIGINT NOT NULL DEFAULT 0, top_insight TEXT NOT NULL DEFAULT '', \
+         warnings TEXT NOT NULL DEFAULT '[]', ingest_error TEXT NOT NULL DEFAULT '', \
+         PRIMARY KEY (project_id, id))",
+        "CREATE INDEX sessions_ingest ON sessions (ingest_state, uploaded_ns)",
+        "CREATE INDEX sessions_start ON sessions (project_id, start_ns)",
+        "CREATE TABLE parts (project_id TEXT NOT NULL, session_id TEXT NOT NULL, file TEXT NOT NULL, \
+         idx BIGINT NOT NULL, size BIGINT NOT NULL, sha256 TEXT NOT NULL, \
+         PRIMARY KEY (project_id, session_id, file, idx))",
+        "CREATE TABLE insights (project_id TEXT NOT NULL, session_id TEXT NOT NULL, ord BIGINT NOT NULL, \
+         severity BIGINT NOT NULL, category TEXT NOT NULL, rule TEXT NOT NULL, title TEXT NOT NULL, \
+         file TEXT NOT NULL, line BIGINT NOT NULL, impact_ns BIGINT NOT NULL, body TEXT NOT NULL, \
+         PRIMARY KEY (project_id, session_id, ord))",
+        "CREATE TABLE kernels (project_id TEXT NOT NULL, session_id TEXT NOT NULL, ord BIGINT NOT NULL, \
+         device BIGINT NOT NULL, name TEXT NOT NULL, launches BIGINT NOT NULL, total_ns BIGINT NOT NULL, \
+         body TEXT NOT NULL, PRIMARY KEY (project_id, session_id, ord))",
+        "CREATE TABLE session_docs (project_id TEXT NOT NULL, session_id TEXT NOT NULL, kind TEXT NOT NULL, \
+         body TEXT NOT NULL, PRIMARY KEY (project_id, session_id, kind))",
+        "CREATE TABLE ingest_log (project_id TEXT NOT NULL, session_id TEXT NOT NULL, instance TEXT NOT NULL, \
+         gen BIGINT NOT NULL, started_ns BIGINT NOT NULL, finished_ns BIGINT NOT NULL, outcome TEXT NOT NULL)",
+    ],
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+impl Db {
+    /// Connect (creating a SQLite file if needed) and migrate.
+    pub async fn open(url: &str) -> Result<Db, ServerError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else {
+            return Err(ServerError::Config(format!(
+                "--db {url:?}: expected sqlite://PATH or postgres://…"
+            )));
+        };
+        let mut opts = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 8 } else { 16 })
+            .acquire_timeout(Duration::from_secs(30));
+        if backend == Backend::Sqlite {
+            opts = opts.after_connect(|conn, _| {
+                Box::pin(async move {
+                    conn.execute("PRAGMA busy_timeout = 30000").await?;
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    conn.execute("PRAGMA foreign_keys = ON").await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = opts.connect(url).await?;
+        let db = Db { pool, backend };
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// Bring the schema to [`SCHEMA_VERSION`]; several instances starting at once on one
+    /// PostgreSQL serialize on an advisory lock.
+    async fn migrate(&self) -> Result<(), ServerError> {
+        let mut tx = self.pool.begin().await?;
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(7349215)")
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
+            .await?;
+        let found: Option<i64> = sqlx::query("SELECT MAX(version) AS v FROM schema_version")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get("v")?;
+        let found = found.unwrap_or(0);
+        if found > SCHEMA_VERSION {
+            return Err(ServerError::SchemaTooNew {
+                found,
+                known: SCHEMA_VERSION,
+            });
+        }
+        for (i, stmts) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+            for s in *stmts {
+                tx.execute(*s).await?;
+            }
+            sqlx::query("INSERT INTO schema_version (version) VALUES ($1)")
+                .bind(i as i64 + 1)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// ` FOR UPDATE SKIP LOCKED` where the backend has it (PostgreSQL); SQLite serializes writers.
+    pub fn skip_locked(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        }
+    }
+}
+
+/// A text column, empty when NULL.
+pub fn text(r: &AnyRow, col: &str) -> String {
+    r.try_get::<Option<String>, _>(col)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// An integer column, 0 when NULL.
+pub fn int(r: &AnyRow, col: &str) -> i64 {
+    r.try_get::<Option<i64>, _>(col)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

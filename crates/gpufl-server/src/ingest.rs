@@ -1,0 +1,390 @@
+//! Ingest: a background job per server instance claims a completed session (several instances
+//! on one PostgreSQL share the backlog through `FOR UPDATE SKIP LOCKED`; a claim older than the
+//! lease is taken over), reads its parts from the object store, analyses them with gpufl-analysis
+//! and stores the summary, insights, kernel table and documents in one transaction — only if the
+//! session was not uploaded again meanwhile (then it is pending again and analysed anew).
+
+use crate::api::upload::Manifest;
+use crate::db::{now_ns, text, Db};
+use crate::AppState;
+use gpufl_analysis::{Analysis, Config, Model, Severity};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bumped when what ingest stores changes (a newer analysis): sessions stored by an older one
+/// are analysed again at start.
+pub const ANALYSIS_VERSION: i64 = 1;
+
+/// A claim not finished after this long belongs to an instance that died: taken over.
+pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;
+
+/// The category an insight's card is filed under on the dashboard.
+pub fn category(rule: &str) -> &'static str {
+    match rule {
+        "sync-attribution" | "in-loop-sync" | "host-read" | "graph-replay-gaps" => {
+            "SYNCHRONIZATION"
+        }
+        "pageable-async-copy" | "blocking-copy" | "default-stream-barrier"
+        | "device-wide-sync" | "no-copy-compute-overlap" | "collective-wait" => {
+            "STREAMS & TRANSFERS"
+        }
+        "gpu-idle" | "launch-bound" | "low-utilization" | "torch-compile" => "IDLE GPU",
+        "low-occupancy" | "register-spill" | "under-filled-grid" | "warp-divergence"
+        | "uncoalesced-access" | "bank-conflicts" | "stall-reasons" => "KERNELS",
+        _ => "SYSTEM",
+    }
+}
+
+fn severity_rank(s: Severity) -> i64 {
+    match s {
+        Severity::Low => 1,
+        Severity::Medium => 2,
+        Severity::High => 3,
+    }
+}
+
+/// Mark every session stored by an older analysis as pending.
+pub async fn requeue_old(db: &Db) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE sessions SET ingest_state = 'pending' WHERE state = 'complete' \
+         AND ingest_state IN ('ready', 'corrupt') AND analysis_version <> $1",
+    )
+    .bind(ANALYSIS_VERSION)
+    .execute(&db.pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// A claimed session.
+struct Claim {
+    project: String,
+    session: String,
+    gen: i64,
+    manifest: Manifest,
+}
+
+async fn claim(db: &Db, instance: &str) -> Result<Option<Claim>, sqlx::Error> {
+    let now = now_ns();
+    let sql = format!(
+        "UPDATE sessions SET ingest_state = 'running', claimed_by = $1, claimed_ns = $2, \
+         ingest_gen = upload_gen, ingest_count = ingest_count + 1 \
+         WHERE (project_id, id) IN (SELECT project_id, id FROM sessions \
+           WHERE ingest_state = 'pending' OR (ingest_state = 'running' AND claimed_ns < $3) \
+           ORDER BY uploaded_ns LIMIT 1{}) \
+         RETURNING project_id, id, upload_gen, manifest",
+        db.skip_locked()
+    );
+    let row = sqlx::query(&sql)
+        .bind(instance)
+        .bind(now)
+        .bind(now - LEASE_NS)
+        .fetch_optional(&db.pool)
+        .await?;
+    Ok(row.and_then(|r| {
+        let manifest = serde_json::from_str(&text(&r, "manifest")).ok()?;
+        Some(Claim {
+            project: text(&r, "project_id"),
+            session: text(&r, "id"),
+            gen: crate::db::int(&r, "upload_gen"),
+            manifest,
+        })
+    }))
+}
+
+/// One insight as stored: the columns the API filters on, and the whole insight as JSON.
+pub struct InsightRow {
+    pub severity: i64,
+    pub category: &'static str,
+    pub rule: String,
+    pub title: String,
+    pub file: String,
+    pub line: i64,
+    pub impact_ns: i64,
+    pub body: String,
+}
+
+/// What one session's analysis stores.
+#[derive(Default)]
+pub struct Stored {
+    pub app: String,
+    pub host: String,
+    pub command: String,
+    pub start_ns: i64,
+    pub wall_ns: i64,
+    pub kernels: i64,
+    pub syncs: i64,
+    pub blocked_ns: i64,
+    pub busy_ppm: i64,
+    pub top_severity: i64,
+    pub top_insight: String,
+    pub warnings: Vec<String>,
+    pub insights: Vec<InsightRow>,
+    /// (device, name, launches, total ns, JSON).
+    pub kernels_rows: Vec<(i64, String, i64, i64, String)>,
+    /// (kind, JSON).
+    pub docs: Vec<(&'static str, String)>,
+    /// The files did not decode to a session (no header): kept, marked corrupt.
+    pub corrupt: Option<String>,
+}
+
+#[derive(Serialize)]
+struct InsightDoc<'a> {
+    category: &'static str,
+    #[serde(flatten)]
+    insight: &'a gpufl_analysis::Insight,
+}
+
+/// Read and analyse a session directory (blocking; bounded by the hardened reader's limits).
+pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
+    let mut out = Stored::default();
+    let mut reader = match gpufl_trace::ParSessionReader::open(dir, threads) {
+        Ok(r) => r,
+        Err(e) => {
+            out.corrupt = Some(e.to_string());
+            out.warnings.push(e.to_string());
+            return out;
+        }
+    };
+    let mut model = Model::load_items(&mut reader);
+    model.add_warnings(reader.warnings());
+    let cfg = Config::default();
+    let a: Analysis = gpufl_analysis::analyze_on(&model, &cfg, threads);
+    out.warnings = a.warnings.clone();
+    let Some(h) = model.header() else {
+        out.corrupt = Some("no header record: the files hold no readable gpufl session".into());
+        return out;
+    };
+    out.app = h.app_name.clone();
+    out.host = h.host.clone();
+    out.command = h.command_line.join(" ");
+    out.start_ns = h.start_unix_ns.min(i64::MAX as u64) as i64;
+    let t = &a.totals;
+    out.wall_ns = t.wall_ns.min(i64::MAX as u64) as i64;
+    out.kernels = t.kernels.min(i64::MAX as u64) as i64;
+    out.syncs = t.syncs.min(i64::MAX as u64) as i64;
+    out.blocked_ns = t.sync_blocked_ns.min(i64::MAX as u64) as i64;
+    out.busy_ppm = (t.gpu_busy_pct.clamp(0.0, 100.0) * 10_000.0) as i64;
+    if let Some(top) = a.insights.first() {
+        out.top_insight = top.title.clone();
+    }
+    out.top_severity = a
+        .insights
+        .iter()
+        .map(|i| severity_rank(i.severity))
+        .max()
+        .unwrap_or(0);
+    for i in &a.insights {
+        let cat = category(i.rule);
+        let doc = serde_json::to_string(&InsightDoc {
+            category: cat,
+            insight: i,
+        })
+        .unwrap_or_default();
+        out.insights.push(InsightRow {
+            severity: severity_rank(i.severity),
+            category: cat,
+            rule: i.rule.to_string(),
+            title: i.title.clone(),
+            file: i.location.file.clone(),
+            line: i.location.line.map(i64::from).unwrap_or(0),
+            impact_ns: i.impact_ns.min(i64::MAX as u64) as i64,
+            body: doc,
+        });
+    }
+    for k in &a.kernels.rows {
+        out.kernels_rows.push((
+            i64::from(k.device),
+            k.name.clone(),
+            k.launches.min(i64::MAX as u64) as i64,
+            k.total_ns.min(i64::MAX as u64) as i64,
+            serde_json::to_string(k).unwrap_or_default(),
+        ));
+    }
+    let header = serde_json::to_string(h).unwrap_or_default();
+    out.docs.push(("header", header));
+    let profile = gpufl_analysis::diff::profile(&model, &a, &cfg);
+    out.docs
+        .push(("profile", serde_json::to_string(&profile).unwrap_or_default()));
+    out.docs
+        .push(("analysis", serde_json::to_string(&a).unwrap_or_default()));
+    out
+}
+
+/// Write a claimed session's parts into `dir/<session>/` (each file cut to its manifest size).
+async fn fetch(st: &AppState, c: &Claim, dir: &Path) -> Result<PathBuf, crate::ServerError> {
+    let sdir = dir.join(&c.session);
+    tokio::fs::create_dir_all(&sdir)
+        .await
+        .map_err(|e| crate::ServerError::io(format!("creating {}", sdir.display()), e))?;
+    for f in &c.manifest.files {
+        let mut bytes = Vec::with_capacity(f.size.min(1 << 30) as usize);
+        for i in 0..f.parts {
+            let b = st
+                .blobs
+                .get_part(&c.project, &c.session, &f.name, i as i64)
+                .await?;
+            let want = Manifest::part_size(f, i) as usize;
+            bytes.extend_from_slice(&b[..want.min(b.len())]);
+        }
+        let p = sdir.join(&f.name);
+        tokio::fs::write(&p, bytes)
+            .await
+            .map_err(|e| crate::ServerError::io(format!("writing {}", p.display()), e))?;
+    }
+    Ok(sdir)
+}
+
+/// Store the results of a claim, if the session is still ours at the claimed generation.
+async fn store(st: &AppState, c: &Claim, s: &Stored, started: i64) -> Result<bool, sqlx::Error> {
+    let db = &st.db;
+    let mut tx = db.pool.begin().await?;
+    let state = if s.corrupt.is_some() { "corrupt" } else { "ready" };
+    let r = sqlx::query(
+        "UPDATE sessions SET ingest_state = $1, analysis_version = $2, claimed_by = '', \
+         app = $3, host = $4, command = $5, start_ns = $6, wall_ns = $7, kernels = $8, syncs = $9, \
+         blocked_ns = $10, busy_ppm = $11, top_severity = $12, top_insight = $13, warnings = $14, \
+         ingest_error = $15 \
+         WHERE project_id = $16 AND id = $17 AND claimed_by = $18 AND upload_gen = $19 AND ingest_state = 'running'",
+    )
+    .bind(state)
+    .bind(ANALYSIS_VERSION)
+    .bind(&s.app)
+    .bind(&s.host)
+    .bind(&s.command)
+    .bind(s.start_ns)
+    .bind(s.wall_ns)
+    .bind(s.kernels)
+    .bind(s.syncs)
+    .bind(s.blocked_ns)
+    .bind(s.busy_ppm)
+    .bind(s.top_severity)
+    .bind(&s.top_insight)
+    .bind(serde_json::to_string(&s.warnings).unwrap_or_else(|_| "[]".into()))
+    .bind(s.corrupt.clone().unwrap_or_default())
+    .bind(&c.project)
+    .bind(&c.session)
+    .bind(&st.instance)
+    .bind(c.gen)
+    .execute(&mut *tx)
+    .await?;
+    if r.rows_affected() == 0 {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    for t in ["insights", "kernels", "session_docs"] {
+        sqlx::query(&format!(
+            "DELETE FROM {t} WHERE project_id = $1 AND session_id = $2"
+        ))
+        .bind(&c.project)
+        .bind(&c.session)
+        .execute(&mut *tx)
+        .await?;
+    }
+    for (ord, i) in s.insights.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO insights (project_id, session_id, ord, severity, category, rule, title, file, line, impact_ns, body) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(&c.project)
+        .bind(&c.session)
+        .bind(ord as i64)
+        .bind(i.severity)
+        .bind(i.category)
+        .bind(&i.rule)
+        .bind(&i.title)
+        .bind(&i.file)
+        .bind(i.line)
+        .bind(i.impact_ns)
+        .bind(&i.body)
+        .execute(&mut *tx)
+        .await?;
+    }
+    for (ord, (dev, name, launches, total, body)) in s.kernels_rows.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO kernels (project_id, session_id, ord, device, name, launches, total_ns, body) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&c.project)
+        .bind(&c.session)
+        .bind(ord as i64)
+        .bind(*dev)
+        .bind(name)
+        .bind(*launches)
+        .bind(*total)
+        .bind(body)
+        .execute(&mut *tx)
+        .await?;
+    }
+    for (kind, body) in &s.docs {
+        sqlx::query(
+            "INSERT INTO session_docs (project_id, session_id, kind, body) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(&c.project)
+        .bind(&c.session)
+        .bind(*kind)
+        .bind(body)
+        .execute(&mut *tx)
+        .await?;
+    }
+    sqlx::query(
+        "INSERT INTO ingest_log (project_id, session_id, instance, gen, started_ns, finished_ns, outcome) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(&c.project)
+    .bind(&c.session)
+    .bind(&st.instance)
+    .bind(c.gen)
+    .bind(started)
+    .bind(now_ns())
+    .bind(state)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// One claim, analysed and stored. `Ok(false)`: nothing to claim.
+pub async fn run_once(st: &Arc<AppState>) -> Result<bool, crate::ServerError> {
+    let Some(c) = claim(&st.db, &st.instance).await? else {
+        return Ok(false);
+    };
+    let started = now_ns();
+    let tmp = st
+        .tmp_dir
+        .join(format!("ingest-{}", crate::auth::random_hex(8)));
+    let result = async {
+        let dir = fetch(st, &c, &tmp).await?;
+        let threads = st.analysis_threads;
+        let stored = tokio::task::spawn_blocking(move || analyse_dir(&dir, threads))
+            .await
+            .unwrap_or_else(|e| Stored {
+                corrupt: Some(format!("the analysis failed: {e}")),
+                ..Stored::default()
+            });
+        Ok::<_, crate::ServerError>(stored)
+    }
+    .await;
+    let _ = tokio::fs::remove_dir_all(&tmp).await;
+    let stored = result?;
+    store(st, &c, &stored, started).await?;
+    Ok(true)
+}
+
+/// The ingest loop of one worker: claim until none is left, then wait for an upload (or a
+/// second, to pick up other instances' uploads and expired claims).
+pub async fn worker(st: Arc<AppState>) {
+    loop {
+        match run_once(&st).await {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(e) => {
+                eprintln!("gpufl serve: ingest: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        let wake = st.ingest_wake.notified();
+        let _ = tokio::time::timeout(Duration::from_millis(st.poll_ms), wake).await;
+    }
+}
