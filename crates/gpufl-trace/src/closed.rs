@@ -35,13 +35,33 @@ const PLAIN_CHUNK: u64 = 64 << 10;
 /// The file's length is taken once, when it is opened: bytes appended while it is walked are left
 /// for a later call. Only regular files are opened (a FIFO is refused, as by the reader).
 pub fn closed_len(path: &Path) -> Result<u64, TraceError> {
-    let file = crate::reader::open_regular(path)?;
+    Ok(open_closed(path)?.closed)
+}
+
+/// A trace file opened for copying its closed prefix (see [`open_closed`]).
+#[derive(Debug)]
+pub struct ClosedFile {
+    /// The file, open for reading (its position is unspecified).
+    pub file: std::fs::File,
+    /// Its length when it was opened.
+    pub len: u64,
+    /// The length of its closed prefix ([`closed_len`]): bytes `[0, closed)` do not change while
+    /// the recorder appends, so they can be read from `file` after the walk.
+    pub closed: u64,
+}
+
+/// Open the trace file at `path` (a regular file only) and find its closed prefix, as
+/// [`closed_len`] does, keeping the file open so the prefix can be read from the same file even if
+/// the path is removed meanwhile (a rolling session deletes its oldest files).
+pub fn open_closed(path: &Path) -> Result<ClosedFile, TraceError> {
+    let mut file = crate::reader::open_regular(path)?;
     let io = |source| TraceError::Io {
         path: path.to_path_buf(),
         source,
     };
     let len = file.metadata().map_err(io)?.len();
-    closed_prefix_len(file, len).map_err(io)
+    let closed = closed_prefix_len(&mut file, len).map_err(io)?;
+    Ok(ClosedFile { file, len, closed })
 }
 
 /// [`closed_len`] of the first `len` bytes of `input` (read from its start; `len` is not checked

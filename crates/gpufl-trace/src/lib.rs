@@ -26,7 +26,7 @@ pub mod telemetry;
 pub mod userpaths;
 pub mod writer;
 
-pub use closed::closed_len;
+pub use closed::{closed_len, open_closed, ClosedFile};
 pub use error::TraceError;
 pub use function::{Function, FunctionSource};
 pub use ids::{FrameId, StackId, StrId};
