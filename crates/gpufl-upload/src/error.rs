@@ -1,0 +1,67 @@
+//! What can go wrong uploading a session.
+
+use std::path::PathBuf;
+
+/// Errors of an upload. [`UploadError::Server`] carries the server's own `error` code and
+/// `reason` (docs/server-api.md, "Errors"); its texts come from the server, so a terminal
+/// printing them should escape control characters.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// A local file or directory could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A trace file could not be opened as one (a FIFO, a device, …).
+    #[error(transparent)]
+    Trace(#[from] gpufl_trace::TraceError),
+    /// Not a session directory: no `trace-NNNN.ndjson.zst` file in it.
+    #[error("{} is not a gpufl session directory (no trace-NNNN.ndjson.zst file in it)", .0.display())]
+    NotASession(PathBuf),
+    /// The directory's name (the session id) has characters the server refuses.
+    #[error("{} cannot be uploaded: the server takes session names of [A-Za-z0-9._-] only", .0.display())]
+    BadSessionName(PathBuf),
+    /// No trace file of the session holds a closed block yet (the recorder has just started).
+    #[error("{}: no closed block yet (the recorder has just started?): nothing to send", .0.display())]
+    NothingClosed(PathBuf),
+    /// The server's options are unusable (an empty URL or key, a scheme other than http/https).
+    #[error("{0}")]
+    Options(String),
+    /// The server refused the request: a 4xx answer (other than 429), or a 5xx or 429 still there
+    /// after every retry.
+    #[error("{what}: the server answered {status} {code}: {reason}")]
+    Server {
+        /// The request, e.g. `PUT trace-0000.ndjson.zst part 3`.
+        what: String,
+        /// HTTP status.
+        status: u16,
+        /// The body's `error` code (`unknown_key`, `part_conflict`, …), or `http_STATUS` when the
+        /// body was not the server's JSON error.
+        code: String,
+        /// The body's `reason`, or what the body held when it was not JSON.
+        reason: String,
+    },
+    /// The server could not be reached (connection refused, DNS, TLS, timeout), after every retry.
+    #[error("{what}: could not reach the server after {attempts} attempt(s): {why}")]
+    Transport {
+        what: String,
+        attempts: u32,
+        why: String,
+    },
+    /// The server answered something that is not the protocol (not JSON, a redirect, a part size
+    /// out of range).
+    #[error("{what}: unexpected answer from the server: {why}")]
+    Protocol { what: String, why: String },
+}
+
+impl UploadError {
+    /// The server's `error` code, for an error the server answered.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            UploadError::Server { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
