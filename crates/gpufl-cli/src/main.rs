@@ -13,9 +13,11 @@ mod report_graphs;
 mod report_run;
 mod report_scopes;
 mod report_telemetry;
+mod serve;
 mod summary;
 mod term;
 mod trigger;
+mod upload;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -55,9 +57,15 @@ enum Cmd {
     /// Write sessions as a timeline: Perfetto's protobuf trace or Chrome's JSON trace events
     /// (threads, GPU streams, launch → kernel flows, scopes, telemetry counters, insights).
     Export(export::ExportArgs),
+    /// Send sessions to a gpufl server (`gpufl serve`): resumable, only what the server lacks.
+    Upload(upload::UploadArgs),
     /// Compare two sessions: wall, GPU busy, kernels, sync and copy time per line, insights new /
     /// gone / changed. Exit status 3 with --fail-on-regression when something regressed beyond it.
     Diff(diff::DiffArgs),
+    /// Serve a team's sessions: uploads with API keys, analysis, the JSON API (docs/server-api.md).
+    Serve(serve::ServeArgs),
+    /// Projects and API keys of a `gpufl serve` database.
+    Admin(serve::AdminArgs),
 }
 
 fn main() {
@@ -83,6 +91,9 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Trigger(args) => trigger::run(args),
         Cmd::Exporter(args) => exporter::run(args),
         Cmd::Export(args) => export::run(args),
+        Cmd::Upload(args) => upload::run(args),
         Cmd::Diff(args) => diff::run(args),
+        Cmd::Serve(args) => serve::serve(args),
+        Cmd::Admin(args) => serve::admin(args),
     }
 }

@@ -211,7 +211,7 @@ pub fn require(c: &Caller, kind: KeyKind) -> Result<(), ApiError> {
         StatusCode::FORBIDDEN,
         "wrong_key_kind",
         format!(
-            "this endpoint takes a {} key; this is a {} key",
+            "this endpoint takes a key of kind {}; this key is of kind {}",
             kind.as_str(),
             c.kind.as_str()
         ),
