@@ -197,7 +197,7 @@ async fn session_row(
 ) -> Result<sqlx::any::AnyRow, ApiError> {
     check_session_id(id).map_err(|_| ApiError::not_found())?;
     sqlx::query(&format!(
-        "SELECT {SESSION_COLS}, manifest, warnings, ingest_error, analysis_version, uploaded_ns \
+        "SELECT {SESSION_COLS}, manifest, warnings, ingest_error, analysis_version, uploaded_ns, ingest_count \
          FROM sessions WHERE project_id = $1 AND id = $2"
     ))
     .bind(&c.project_id)
@@ -235,6 +235,8 @@ pub async fn one(
     v["ingest_error"] = Value::from(text(&r, "ingest_error"));
     v["analysis_version"] = Value::from(int(&r, "analysis_version"));
     v["uploaded_unix_ns"] = Value::from(int(&r, "uploaded_ns"));
+    // How many times the session was analysed (claims of its ingest).
+    v["analyses"] = Value::from(int(&r, "ingest_count"));
     v["header"] = doc(&st, &c, &id, "header").await?;
     let a = doc(&st, &c, &id, "analysis").await?;
     v["totals"] = a.get("totals").cloned().unwrap_or(Value::Null);
