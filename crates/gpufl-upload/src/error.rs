@@ -24,7 +24,7 @@ pub enum UploadError {
     #[error("{} cannot be uploaded: the server takes session names of [A-Za-z0-9._-] only", .0.display())]
     BadSessionName(PathBuf),
     /// No trace file of the session holds a closed block yet (the recorder has just started).
-    #[error("{}: no closed block yet (the recorder has just started?): nothing to send", .0.display())]
+    #[error("{}: no closed block to send (a recorder that has just started, or not a gpufl trace)", .0.display())]
     NothingClosed(PathBuf),
     /// The server's options are unusable (an empty URL or key, a scheme other than http/https).
     #[error("{0}")]

@@ -219,7 +219,7 @@ impl Uploader {
         };
         progress(p.clone());
 
-        let what = format!("{session}: GET status");
+        let what = "GET status".to_string();
         let body = self.client.call(
             "GET",
             &format!("/uploads/{session}"),
@@ -272,7 +272,7 @@ impl Uploader {
                 |part, bytes| {
                     let send = parts::needs_send(part, &held);
                     if send {
-                        let what = format!("{session}: PUT {name} part {}", part.index);
+                        let what = format!("PUT {name} part {}", part.index);
                         self.client.call(
                             "PUT",
                             &format!("/uploads/{session}/files/{name}/parts/{}", part.index),
@@ -309,7 +309,7 @@ impl Uploader {
 
         p.event = Event::Completing;
         progress(p.clone());
-        let what = format!("{session}: POST complete");
+        let what = "POST complete".to_string();
         let json = serde_json::to_vec(&manifest).map_err(|e| UploadError::Protocol {
             what: what.clone(),
             why: e.to_string(),
@@ -452,7 +452,7 @@ mod tests {
         let mut events = Vec::new();
         let e = upload_session(&dir, &opts, &mut |p| events.push(p)).unwrap_err();
         assert!(
-            matches!(&e, UploadError::Transport { attempts: 3, what, .. } if what.ends_with("GET status")),
+            matches!(&e, UploadError::Transport { attempts: 3, what, .. } if what == "GET status"),
             "{e:?}"
         );
         assert_eq!(events.len(), 3, "{events:?}");
