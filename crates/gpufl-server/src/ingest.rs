@@ -209,7 +209,28 @@ pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
         .push(("profile", serde_json::to_string(&profile).unwrap_or_default()));
     out.docs
         .push(("analysis", serde_json::to_string(&a).unwrap_or_default()));
+    out.docs.push(("telemetry", telemetry_series(&model)));
     out
+}
+
+/// Samples kept per device and series: a chart's worth.
+pub const MAX_POINTS: usize = 2000;
+
+/// The NVML samples of each device, every k-th kept so that at most [`MAX_POINTS`] remain (`ts`
+/// on the trace clock; `origin_ns` is the session's first record on it).
+fn telemetry_series(model: &Model) -> String {
+    let (origin, _) = model.time_range();
+    let devices: Vec<serde_json::Value> = model
+        .telemetry()
+        .iter()
+        .map(|s| {
+            let step = s.len().div_ceil(MAX_POINTS).max(1);
+            let samples: Vec<gpufl_trace::Telemetry> =
+                (0..s.len()).step_by(step).map(|i| s.get(i)).collect();
+            serde_json::json!({ "device": s.device, "every": step, "samples": samples })
+        })
+        .collect();
+    serde_json::json!({ "origin_ns": origin, "devices": devices }).to_string()
 }
 
 /// Write a claimed session's parts into `dir/<session>/` (each file cut to its manifest size).

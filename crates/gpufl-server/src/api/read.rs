@@ -348,8 +348,8 @@ pub async fn kernels(
     Ok(Json(json!({ "session": id, "kernels": list })))
 }
 
-/// `GET /api/v1/sessions/{id}/telemetry`: per GPU the telemetry summary and the utilization
-/// series of the idle analysis.
+/// `GET /api/v1/sessions/{id}/telemetry`: per GPU the NVML samples (at most 2,000 a device),
+/// their summary, and the utilization series of the idle analysis.
 pub async fn telemetry(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -358,8 +358,10 @@ pub async fn telemetry(
     let c = caller(&st, &headers).await?;
     session_row(&st, &c, &id).await?;
     let a = doc(&st, &c, &id, "analysis").await?;
+    let series = doc(&st, &c, &id, "telemetry").await?;
     Ok(Json(json!({
         "session": id,
+        "series": series,
         "telemetry": a.get("telemetry").cloned().unwrap_or(json!([])),
         "utilization": a.get("gpu_idle").and_then(Value::as_array).map(|d| d.iter().map(|d| json!({
             "device": d.get("device"),
