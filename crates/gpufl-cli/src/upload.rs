@@ -233,11 +233,7 @@ fn width() -> usize {
 /// One progress line (escaped).
 fn progress_text(p: &Progress, at: usize, of: usize) -> String {
     let head = format!("[{at}/{of}] {}", term::esc(&p.session));
-    let pct = if p.total > 0 {
-        p.done.saturating_mul(100) / p.total
-    } else {
-        0
-    };
+    let pct = p.done.saturating_mul(100).checked_div(p.total).unwrap_or(0);
     let amount = format!("{pct:>3}% of {} · sent {}", size(p.total), size(p.sent));
     match &p.event {
         Event::Started => format!(
