@@ -122,6 +122,15 @@ def test_fatal_signal_keeps_the_session_and_the_exit_status(tmp_path, how, sig):
     notices = [x["message"] for x in dump(tmp_path / "sessions", "notice")]
     assert any(f"received {sig.name}" in m for m in notices), notices
     assert not dump(tmp_path / "sessions", "end"), "a crashed session has no end record"
+    if sig == signal.SIGSEGV:
+        # A hardware fault is located: on stderr from the handler (thread, pc, its mapping),
+        # in the notice by the writer (module and offset).
+        line = [x for x in r.stderr.splitlines() if x.startswith("gpufl: SIGSEGV on thread")]
+        assert line and " at pc 0x" in line[0] and " address 0x0" in line[0], r.stderr
+        assert " in /" in line[0], line[0]
+        assert any("pc 0x" in m and "address 0x0" in m for m in notices), notices
+    else:
+        assert "at pc 0x" not in r.stderr, r.stderr
 
 
 def test_sigint_handled_by_python_continues_and_ends_cleanly(tmp_path):

@@ -52,6 +52,11 @@ static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 static WRITER_TID: AtomicI32 = AtomicI32::new(0);
 /// Set once the handlers are installed.
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The last hardware fault: its thread, instruction and address (0: none), for the writer's
+/// notice.
+static FAULT_TID: AtomicI32 = AtomicI32::new(0);
+static FAULT_PC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FAULT_ADDR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The actions the program had before ours, per signal number (written once, before our
 /// handlers are installed; read only by the handler).
@@ -126,11 +131,257 @@ pub fn served() {
     }
 }
 
+/// A hardware fault's thread, instruction and address, if one was caught.
+pub fn last_fault() -> Option<(i32, u64, u64)> {
+    let tid = FAULT_TID.load(Ordering::Acquire);
+    (tid != 0).then(|| {
+        (
+            tid,
+            FAULT_PC.load(Ordering::Relaxed),
+            FAULT_ADDR.load(Ordering::Relaxed),
+        )
+    })
+}
+
+/// Where the hardware fault being flushed for happened: ` (thread T, pc 0x… in MODULE at +0x…,
+/// address 0x…)`, empty for a signal sent by `kill`.
+pub fn fault_text() -> String {
+    let Some((tid, pc, addr)) = last_fault() else {
+        return String::new();
+    };
+    let place = match crate::unwind::module_of(pc) {
+        Some((path, r)) => format!(" in {path} (+0x{:x} from its code's start)", pc - r.start),
+        None => String::new(),
+    };
+    format!(" (thread {tid}, pc 0x{pc:x}{place}, address 0x{addr:x})")
+}
+
+/// A fault raised by the hardware (not `kill`): its instruction and address.
+///
+/// # Safety
+/// `info` and `uctx` are the kernel's arguments to a SA_SIGINFO handler (or null).
+unsafe fn fault_of(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) -> Option<(u64, u64)> {
+    if info.is_null()
+        || !matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL)
+    {
+        return None;
+    }
+    // SAFETY: non-null siginfo from the kernel.
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as u64) };
+    if code <= 0 {
+        return None;
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    let pc = if uctx.is_null() {
+        0
+    } else {
+        // SAFETY: the kernel's ucontext for this signal.
+        unsafe { (*(uctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize] as u64 }
+    };
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    let pc = {
+        let _ = uctx;
+        0
+    };
+    Some((pc, addr))
+}
+
+/// Say on stderr where a hardware fault happened, with async-signal-safe calls only: the
+/// signal, the thread (id and name), the instruction and the address, and the mapping of the
+/// instruction from /proc/self/maps (`path+offset`), so that a crash under the recorder can be
+/// told apart from the program's own and located.
+fn report_fault(sig: i32, tid: i32, pc: u64, addr: u64) {
+    let mut b = Buf::new();
+    b.s("gpufl: ");
+    // No allocation here: the names of the faults this runs for.
+    b.s(match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        _ => "SIGILL",
+    });
+    b.s(" on thread ");
+    b.u(tid as u64);
+    b.s(" (");
+    let mut comm = [0u8; 32];
+    let n = read_file(b"/proc/thread-self/comm\0", &mut comm);
+    b.bytes(trim_nl(&comm[..n]));
+    b.s(") at pc 0x");
+    b.x(pc);
+    b.s(", address 0x");
+    b.x(addr);
+    if let Some((path, off)) = mapping_of(pc) {
+        b.s(" in ");
+        b.bytes(&path.0[..path.1]);
+        b.s("+0x");
+        b.x(off);
+    }
+    if tid == WRITER_TID.load(Ordering::Relaxed) {
+        b.s(" [the recorder's writer thread]");
+    }
+    b.s("\n");
+    // SAFETY: write(2) to stderr.
+    unsafe { libc::write(2, b.buf.as_ptr().cast(), b.len) };
+}
+
+fn trim_nl(b: &[u8]) -> &[u8] {
+    b.strip_suffix(b"\n").unwrap_or(b)
+}
+
+/// A fixed buffer formatter for the signal handler (no allocation).
+struct Buf {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl Buf {
+    fn new() -> Self {
+        Buf {
+            buf: [0; 512],
+            len: 0,
+        }
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        let n = b.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+        self.len += n;
+    }
+    fn s(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+    }
+    fn u(&mut self, mut v: u64) {
+        let mut d = [0u8; 20];
+        let mut i = d.len();
+        loop {
+            i -= 1;
+            d[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.bytes(&d[i..]);
+    }
+    fn x(&mut self, v: u64) {
+        let mut d = [0u8; 16];
+        let mut i = d.len();
+        let mut v = v;
+        loop {
+            i -= 1;
+            d[i] = b"0123456789abcdef"[(v & 15) as usize];
+            v >>= 4;
+            if v == 0 {
+                break;
+            }
+        }
+        self.bytes(&d[i..]);
+    }
+}
+
+/// Read a small file (NUL-terminated path) with open/read/close.
+fn read_file(path: &[u8], out: &mut [u8]) -> usize {
+    // SAFETY: open/read/close are async-signal-safe; `path` is NUL-terminated.
+    unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 0;
+        }
+        let n = libc::read(fd, out.as_mut_ptr().cast(), out.len());
+        libc::close(fd);
+        n.max(0) as usize
+    }
+}
+
+fn hex_val(b: &[u8]) -> Option<u64> {
+    let mut v: u64 = 0;
+    if b.is_empty() || b.len() > 16 {
+        return None;
+    }
+    for &c in b {
+        let d = (c as char).to_digit(16)?;
+        v = (v << 4) | u64::from(d);
+    }
+    Some(v)
+}
+
+/// The mapping of /proc/self/maps holding `pc`: its path (in a fixed buffer) and `pc`'s offset
+/// in the file. Reads the file in 4 KiB pieces, carrying a partial line over.
+fn mapping_of(pc: u64) -> Option<(([u8; 200], usize), u64)> {
+    // SAFETY: open/read/close are async-signal-safe.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 4096 + 512];
+    let mut have = 0usize;
+    let mut found = None;
+    'outer: loop {
+        // SAFETY: reading into our buffer's free tail.
+        let n = unsafe { libc::read(fd, buf[have..].as_mut_ptr().cast(), buf.len() - have) };
+        if n <= 0 {
+            break;
+        }
+        have += n as usize;
+        let mut start = 0;
+        while let Some(nl) = buf[start..have].iter().position(|&c| c == b'\n') {
+            let line = &buf[start..start + nl];
+            start += nl + 1;
+            // "lo-hi perms offset dev inode path"
+            let mut f = line.split(|&c| c == b' ').filter(|w| !w.is_empty());
+            let (Some(range), Some(_perms), Some(off)) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            let Some(dash) = range.iter().position(|&c| c == b'-') else {
+                continue;
+            };
+            let (Some(lo), Some(hi), Some(off)) = (
+                hex_val(&range[..dash]),
+                hex_val(&range[dash + 1..]),
+                hex_val(off),
+            ) else {
+                continue;
+            };
+            if (lo..hi).contains(&pc) {
+                let _dev = f.next();
+                let _inode = f.next();
+                let path = f.next().unwrap_or(b"[anonymous]");
+                let mut p = [0u8; 200];
+                let k = path.len().min(p.len());
+                p[..k].copy_from_slice(&path[path.len() - k..]);
+                found = Some(((p, k), pc - lo + off));
+                break 'outer;
+            }
+        }
+        // Keep the partial line; a line longer than the buffer is dropped.
+        if start == 0 && have == buf.len() {
+            have = 0;
+        } else {
+            buf.copy_within(start..have, 0);
+            have -= start;
+        }
+    }
+    // SAFETY: closing our descriptor.
+    unsafe { libc::close(fd) };
+    found
+}
+
 extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
     // SAFETY: errno location of this thread; restored before returning.
     let errno = unsafe { *libc::__errno_location() };
     // SAFETY: getpid/gettid are async-signal-safe syscalls.
     let (pid, tid) = unsafe { (libc::getpid(), libc::syscall(libc::SYS_gettid) as i32) };
+    // SAFETY: the kernel's arguments.
+    if let Some((pc, addr)) = unsafe { fault_of(sig, info, uctx) } {
+        FAULT_PC.store(pc, Ordering::Relaxed);
+        FAULT_ADDR.store(addr, Ordering::Relaxed);
+        FAULT_TID.store(tid, Ordering::Release);
+        report_fault(sig, tid, pc, addr);
+    }
     if pid == OWNER_PID.load(Ordering::Relaxed)
         && tid != WRITER_TID.load(Ordering::Relaxed)
         && WRITER_TID.load(Ordering::Relaxed) != 0

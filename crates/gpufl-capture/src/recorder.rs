@@ -846,9 +846,10 @@ fn flush_for_signal(
         s.write(&Record::Notice(Notice {
             level: "warning".into(),
             message: format!(
-                "received {}: recording flushed ({} GPU records still in flight left out); the \
+                "received {}{}: recording flushed ({} GPU records still in flight left out); the \
                  program may end here",
                 crate::crash::signal_name(sig),
+                crate::crash::fault_text(),
                 s.incomplete
             ),
         }))?;

@@ -432,8 +432,9 @@ fn standalone_thread<W: Write>(
                 && w.write(&Record::Notice(Notice {
                     level: "warning".into(),
                     message: format!(
-                        "received {}: recording flushed; the program may end here",
-                        crate::crash::signal_name(sig)
+                        "received {}{}: recording flushed; the program may end here",
+                        crate::crash::signal_name(sig),
+                        crate::crash::fault_text()
                     ),
                 }))
                 .is_ok()
