@@ -37,7 +37,12 @@ pub struct AdminArgs {
     #[command(subcommand)]
     cmd: AdminCmd,
     /// Home of the embedded default (as for `gpufl serve`).
-    #[arg(long, global = true, default_value = "./gpufl-data", env = "GPUFL_DATA")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "./gpufl-data",
+        env = "GPUFL_DATA"
+    )]
     data: PathBuf,
     /// Database URL (as for `gpufl serve`).
     #[arg(long, global = true, env = "GPUFL_DB")]
@@ -114,4 +119,3 @@ pub fn admin(a: AdminArgs) -> Result<i32> {
     })?;
     Ok(0)
 }
-

@@ -127,6 +127,24 @@ pub async fn status(
     }))
 }
 
+/// Bytes of a refused request's body read (and dropped) before answering, so that a client that
+/// reads the answer only after sending its body gets the 4xx instead of a broken connection.
+const DRAIN_MAX: u64 = 2 * PART_SIZE;
+
+/// Read and drop what is left of a body, up to [`DRAIN_MAX`] bytes.
+async fn drain(body: Option<Body>) {
+    use futures_util::StreamExt;
+    let Some(body) = body else { return };
+    let mut s = body.into_data_stream();
+    let mut n = 0u64;
+    while let Some(Ok(chunk)) = s.next().await {
+        n += chunk.len() as u64;
+        if n > DRAIN_MAX {
+            break;
+        }
+    }
+}
+
 /// `PUT /api/v1/uploads/{session}/files/{name}/parts/{index}`.
 pub async fn put_part(
     State(st): State<Arc<AppState>>,
@@ -134,7 +152,23 @@ pub async fn put_part(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let c = caller(&st, &headers).await?;
+    let mut body = Some(body);
+    let r = put_part_inner(&st, session, file, index, &headers, &mut body).await;
+    if r.is_err() {
+        drain(body).await;
+    }
+    r
+}
+
+async fn put_part_inner(
+    st: &AppState,
+    session: String,
+    file: String,
+    index: String,
+    headers: &HeaderMap,
+    body: &mut Option<Body>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let c = caller(st, headers).await?;
     check_session_id(&session)?;
     check_file_name(&file)?;
     let max_parts = st.limits.max_session_bytes.div_ceil(PART_SIZE) as i64;
@@ -159,6 +193,10 @@ pub async fn put_part(
         ));
     };
     if len > PART_SIZE {
+        if len > DRAIN_MAX {
+            // Not worth reading to answer: the connection closes under it.
+            body.take();
+        }
         return Err(too_large(format!(
             "a part is at most {PART_SIZE} bytes; this one has {len}"
         )));
@@ -174,6 +212,7 @@ pub async fn put_part(
             "a part is sent with its SHA-256 in X-Gpufl-Sha256 (64 hex digits)",
         ));
     };
+    let body = body.take().unwrap_or_default();
     let bytes: Bytes = axum::body::to_bytes(body, PART_SIZE as usize)
         .await
         .map_err(|_| {
@@ -316,9 +355,7 @@ fn parse_manifest(body: &[u8], max_session: u64) -> Result<Manifest, ApiError> {
         ))
     })?;
     if m.files.is_empty() || m.files.len() > MAX_FILES {
-        return Err(malformed(format!(
-            "a session has 1 to {MAX_FILES} files"
-        )));
+        return Err(malformed(format!("a session has 1 to {MAX_FILES} files")));
     }
     m.files.sort_by(|a, b| a.name.cmp(&b.name));
     let mut total = 0u64;
@@ -344,7 +381,9 @@ fn parse_manifest(body: &[u8], max_session: u64) -> Result<Manifest, ApiError> {
         return Err(malformed("a file is named twice"));
     }
     if total > max_session {
-        return Err(too_large(format!("a session is at most {max_session} bytes")));
+        return Err(too_large(format!(
+            "a session is at most {max_session} bytes"
+        )));
     }
     Ok(m)
 }
@@ -356,7 +395,13 @@ pub async fn complete(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let c = caller(&st, &headers).await?;
+    let c = match caller(&st, &headers).await {
+        Ok(c) => c,
+        Err(e) => {
+            drain(Some(body)).await;
+            return Err(e);
+        }
+    };
     check_session_id(&session)?;
     let body = axum::body::to_bytes(body, MAX_MANIFEST)
         .await
@@ -433,19 +478,25 @@ pub async fn complete(
     match gpufl_trace::TraceReader::from_bytes(b.to_vec(), first.name.clone()) {
         Ok(mut r) => match r.next() {
             Some(gpufl_trace::Record::Header(_)) => {}
-            _ => return Err(not_gpufl("its first file does not open with a gpufl header")),
+            _ => {
+                return Err(not_gpufl(
+                    "its first file does not open with a gpufl header",
+                ))
+            }
         },
         Err(e) => return Err(not_gpufl(&e.to_string())),
     }
     let manifest = serde_json::to_string(&m).map_err(ApiError::internal)?;
     let bytes: u64 = m.files.iter().map(|f| f.size).sum();
     // Idempotent: only a different manifest moves the session (and only once, whoever races).
-    let prev = sqlx::query("SELECT state, manifest, ingest_state FROM sessions WHERE project_id = $1 AND id = $2")
-        .bind(&c.project_id)
-        .bind(&session)
-        .fetch_optional(&st.db.pool)
-        .await?
-        .ok_or_else(ApiError::not_found)?;
+    let prev = sqlx::query(
+        "SELECT state, manifest, ingest_state FROM sessions WHERE project_id = $1 AND id = $2",
+    )
+    .bind(&c.project_id)
+    .bind(&session)
+    .fetch_optional(&st.db.pool)
+    .await?
+    .ok_or_else(ApiError::not_found)?;
     let was_complete = text(&prev, "state") == "complete";
     let r = sqlx::query(
         "UPDATE sessions SET state = 'complete', manifest = $1, bytes = $2, uploaded_ns = $3, \
@@ -503,7 +554,12 @@ mod tests {
         }
         assert!(check_file_name("trace-0000.ndjson.zst").is_ok());
         assert!(check_file_name("trace-123456.ndjson.zst").is_ok());
-        for bad in ["trace-00.ndjson.zst", "../trace-0000.ndjson.zst", "trace-000a.ndjson.zst", "x"] {
+        for bad in [
+            "trace-00.ndjson.zst",
+            "../trace-0000.ndjson.zst",
+            "trace-000a.ndjson.zst",
+            "x",
+        ] {
             assert!(check_file_name(bad).is_err(), "{bad:?}");
         }
     }
@@ -511,12 +567,26 @@ mod tests {
     #[test]
     fn manifests() {
         let h = "a".repeat(64);
-        let ok = format!(r#"{{"files":[{{"name":"trace-0000.ndjson.zst","size":{},"sha256":"{h}","parts":2}}]}}"#, PART_SIZE + 1);
+        let ok = format!(
+            r#"{{"files":[{{"name":"trace-0000.ndjson.zst","size":{},"sha256":"{h}","parts":2}}]}}"#,
+            PART_SIZE + 1
+        );
         let m = parse_manifest(ok.as_bytes(), u64::MAX).unwrap();
         assert_eq!(Manifest::part_size(&m.files[0], 1), 1);
         let wrong_parts = ok.replace("\"parts\":2", "\"parts\":1");
-        assert_eq!(parse_manifest(wrong_parts.as_bytes(), u64::MAX).unwrap_err().code, "malformed_manifest");
-        assert_eq!(parse_manifest(b"{}", u64::MAX).unwrap_err().code, "malformed_manifest");
-        assert_eq!(parse_manifest(ok.as_bytes(), 10).unwrap_err().code, "too_large");
+        assert_eq!(
+            parse_manifest(wrong_parts.as_bytes(), u64::MAX)
+                .unwrap_err()
+                .code,
+            "malformed_manifest"
+        );
+        assert_eq!(
+            parse_manifest(b"{}", u64::MAX).unwrap_err().code,
+            "malformed_manifest"
+        );
+        assert_eq!(
+            parse_manifest(ok.as_bytes(), 10).unwrap_err().code,
+            "too_large"
+        );
     }
 }

@@ -1,0 +1,1013 @@
+//! `gpufl serve`, `gpufl admin` and `gpufl upload` end to end, as separate processes, on each
+//! store: SQLite + a local directory (always), PostgreSQL + a local directory and PostgreSQL +
+//! an S3 API server (moto's) when `scripts/services.sh` started them (`GPUFL_TEST_PG_URL`,
+//! `GPUFL_TEST_S3` and the `AWS_*` variables; CI sets `GPUFL_REQUIRE_SERVICES=1`, and then a
+//! missing service fails the test instead of skipping it).
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GPUFL: &str = env!("CARGO_BIN_EXE_gpufl");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "gpufl-srv-{tag}-{}-{}",
+        std::process::id(),
+        rand_hex()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rand_hex() -> String {
+    let mut b = [0u8; 6];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Where a test's server keeps its data.
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    SqliteLocal,
+    PgLocal,
+    PgS3,
+}
+
+#[derive(Clone, Debug)]
+struct Stores {
+    data: PathBuf,
+    db: Option<String>,
+    store: Option<String>,
+}
+
+fn require_services() -> bool {
+    std::env::var("GPUFL_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
+}
+
+/// A fresh database and store for one test, or None (skipped) without the service.
+fn stores(b: Backend, tag: &str) -> Option<Stores> {
+    let data = tmpdir(tag);
+    let pg = || -> Option<String> {
+        let Ok(base) = std::env::var("GPUFL_TEST_PG_URL") else {
+            assert!(!require_services(), "GPUFL_TEST_PG_URL is not set");
+            eprintln!("skipped: no PostgreSQL (GPUFL_TEST_PG_URL; scripts/services.sh)");
+            return None;
+        };
+        let name = format!("gpufl_t_{}", rand_hex());
+        let out = Command::new("psql")
+            .arg(&base)
+            .args(["-qc", &format!("CREATE DATABASE {name}")])
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let at = base.rfind('/').unwrap();
+        Some(format!("{}/{name}", &base[..at]))
+    };
+    let s3 = || -> Option<String> {
+        let Ok(base) = std::env::var("GPUFL_TEST_S3") else {
+            assert!(!require_services(), "GPUFL_TEST_S3 is not set");
+            eprintln!("skipped: no S3 server (GPUFL_TEST_S3; scripts/services.sh)");
+            return None;
+        };
+        Some(format!("{}/t-{}", base.trim_end_matches('/'), rand_hex()))
+    };
+    Some(match b {
+        Backend::SqliteLocal => Stores {
+            data,
+            db: None,
+            store: None,
+        },
+        Backend::PgLocal => Stores {
+            data,
+            db: Some(pg()?),
+            store: None,
+        },
+        Backend::PgS3 => Stores {
+            data,
+            db: Some(pg()?),
+            store: Some(s3()?),
+        },
+    })
+}
+
+fn store_args(s: &Stores) -> Vec<String> {
+    let mut a = db_args(s);
+    if let Some(st) = &s.store {
+        a.extend(["--store".into(), st.clone()]);
+    }
+    a
+}
+
+/// What `gpufl admin` takes: the database only.
+fn db_args(s: &Stores) -> Vec<String> {
+    let mut a = vec!["--data".to_string(), s.data.display().to_string()];
+    if let Some(d) = &s.db {
+        a.extend(["--db".into(), d.clone()]);
+    }
+    a
+}
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(s: &Stores, extra: &[&str]) -> Server {
+    let mut child = Command::new(GPUFL)
+        .arg("serve")
+        .args(store_args(s))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let url = loop {
+        line.clear();
+        if err.read_line(&mut line).unwrap() == 0 {
+            panic!("gpufl serve ended before listening");
+        }
+        if let Some(i) = line.find("listening on http://") {
+            let rest = &line[i + "listening on ".len()..];
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    // Keep draining its stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).unwrap_or(0) > 0 {
+            if std::env::var("GPUFL_TEST_VERBOSE").is_ok() {
+                eprint!("server: {sink}");
+            }
+            sink.clear();
+        }
+    });
+    Server { child, url }
+}
+
+/// (upload key, read key) of a new project.
+fn project(s: &Stores, name: &str) -> (String, String) {
+    let out = Command::new(GPUFL)
+        .arg("admin")
+        .args(db_args(s))
+        .args(["create-project", name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let key = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{kind} key ")))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .unwrap()
+            .to_string()
+    };
+    (key("upload"), key("read"))
+}
+
+fn upload(url: &str, key: &str, dirs: &[PathBuf]) -> std::process::Output {
+    Command::new(GPUFL)
+        .arg("upload")
+        .args(dirs)
+        .args(["--server", url, "--api-key", key])
+        .output()
+        .unwrap()
+}
+
+fn get(url: &str, key: &str, path: &str) -> (u16, Value) {
+    let r = ureq::get(&format!("{url}{path}"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .call();
+    let resp = match r {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{path}: {e}"),
+    };
+    let status = resp.status();
+    let body = resp.into_string().unwrap_or_default();
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// Every bundled session directory (a directory holding trace files).
+fn bundled() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        let mut has = false;
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("trace-") && n.ends_with(".ndjson.zst"))
+            {
+                has = true;
+            }
+        }
+        if has {
+            out.push(d.to_path_buf());
+        }
+    }
+    walk(&root().join("testdata"), &mut out);
+    out.sort();
+    out
+}
+
+/// `gpufl info`'s kernel count of a session directory (`1.28 s, 114 kernels, …`).
+fn info_kernels(dir: &Path) -> i64 {
+    let out = Command::new(GPUFL).arg("info").arg(dir).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let i = w.iter().position(|x| *x == "kernels,")?;
+            w.get(i.checked_sub(1)?)?.parse::<i64>().ok()
+        })
+        .unwrap_or_else(|| panic!("no kernel count in gpufl info {}:\n{text}", dir.display()))
+}
+
+/// Wait until every listed session is analysed; their summaries by id.
+fn wait_ready(url: &str, rd: &str, ids: &[String]) -> std::collections::BTreeMap<String, Value> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let (st, v) = get(url, rd, "/api/v1/sessions?limit=1000");
+        assert_eq!(st, 200, "{v}");
+        let all: std::collections::BTreeMap<String, Value> = v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["id"].as_str().unwrap().to_string(), s.clone()))
+            .collect();
+        let pending: Vec<&String> = ids
+            .iter()
+            .filter(|id| {
+                !all.get(*id)
+                    .is_some_and(|s| s["ingest"] == "ready" || s["ingest"] == "corrupt")
+            })
+            .collect();
+        if pending.is_empty() {
+            return all;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not analysed after 300 s: {pending:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn id_of(dir: &Path) -> String {
+    dir.file_name().unwrap().to_str().unwrap().to_string()
+}
+
+/// Each bundled session arrives once, analysed, with `gpufl info`'s kernel count; uploading
+/// them all again stores nothing new and analyses nothing again; the raw files read back equal.
+fn uploads_every_bundled_session_once(b: Backend) {
+    let Some(s) = stores(b, "all") else { return };
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let (up, rd) = project(&s, "team");
+    let dirs = bundled();
+    assert!(dirs.len() >= 30, "{} bundled sessions", dirs.len());
+    let out = upload(&srv.url, &up, &dirs);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<String> = dirs.iter().map(|d| id_of(d)).collect();
+    let all = wait_ready(&srv.url, &rd, &ids);
+    for d in &dirs {
+        let v = &all[&id_of(d)];
+        assert_eq!(v["ingest"], "ready", "{v}");
+        assert_eq!(
+            v["kernels"].as_i64().unwrap(),
+            info_kernels(d),
+            "{}",
+            d.display()
+        );
+    }
+    let again = upload(&srv.url, &up, &dirs);
+    assert!(again.status.success());
+    for id in &ids {
+        let (st, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
+        assert_eq!(st, 200);
+        assert_eq!(v["analyses"], 1, "{id} analysed {} times", v["analyses"]);
+    }
+    // The raw file of one session, byte for byte.
+    let d = dirs
+        .iter()
+        .find(|d| id_of(d).starts_with("cpp_api"))
+        .unwrap();
+    let raw = ureq::get(&format!(
+        "{}/api/v1/sessions/{}/files/trace-0000.ndjson.zst",
+        srv.url,
+        id_of(d)
+    ))
+    .set("Authorization", &format!("Bearer {rd}"))
+    .call()
+    .unwrap();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut raw.into_reader(), &mut bytes).unwrap();
+    assert_eq!(
+        bytes,
+        std::fs::read(d.join("trace-0000.ndjson.zst")).unwrap()
+    );
+}
+
+#[test]
+fn uploads_every_bundled_session_once_sqlite_local() {
+    uploads_every_bundled_session_once(Backend::SqliteLocal);
+}
+
+#[test]
+fn uploads_every_bundled_session_once_postgres_local() {
+    uploads_every_bundled_session_once(Backend::PgLocal);
+}
+
+#[test]
+fn uploads_every_bundled_session_once_postgres_s3() {
+    uploads_every_bundled_session_once(Backend::PgS3);
+}
+
+/// A session of ~10 MiB (3 parts) whose strings are random: a file too big to send in one part.
+fn big_session(root: &Path) -> PathBuf {
+    use gpufl_trace::{Header, TraceWriter};
+    let name = format!("big-4242-{}", rand_hex());
+    let dir = root.join(&name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = Header {
+        session_id: name.clone(),
+        app_name: "big".into(),
+        ..Header::default()
+    };
+    let file = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = TraceWriter::new(file, &header).unwrap();
+    let mut f = std::fs::File::open("/dev/urandom").unwrap();
+    for _ in 0..220 {
+        let mut b = [0u8; 48 << 10];
+        std::io::Read::read_exact(&mut f, &mut b).unwrap();
+        let s: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        w.intern_str(&s).unwrap();
+        w.end_block().unwrap();
+    }
+    w.finish(1, "test").unwrap();
+    let size = std::fs::metadata(dir.join("trace-0000.ndjson.zst"))
+        .unwrap()
+        .len();
+    assert!(size > 8 << 20, "{size}");
+    dir
+}
+
+/// The server is killed (SIGKILL) while an upload is under way, then started again on the same
+/// data: uploading again completes every session, each stored once, the big file byte for byte.
+fn a_server_killed_mid_upload_loses_nothing(b: Backend) {
+    let Some(s) = stores(b, "kill") else { return };
+    let (up, rd) = project(&s, "team");
+    let big = big_session(&s.data);
+    let mut dirs = vec![big.clone()];
+    dirs.extend(bundled());
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let mut client = Command::new(GPUFL)
+        .arg("upload")
+        .args(&dirs)
+        .args(["--server", &srv.url, "--api-key", &up])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once part of the big file is there and its upload is not complete.
+    let big_id = id_of(&big);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, v) = get(&srv.url, &up, &format!("/api/v1/uploads/{big_id}"));
+        let parts = v["files"]
+            .as_array()
+            .map(|f| {
+                f.iter()
+                    .map(|f| f["parts"].as_array().unwrap().len())
+                    .sum::<usize>()
+            })
+            .unwrap_or(0);
+        if parts >= 1 && v["state"] == "uploading" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no part arrived: {v}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(srv);
+    let st = client.wait().unwrap();
+    assert!(
+        !st.success(),
+        "the upload cannot have succeeded against a dead server"
+    );
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let out = upload(&srv.url, &up, &dirs);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids: Vec<String> = dirs.iter().map(|d| id_of(d)).collect();
+    let all = wait_ready(&srv.url, &rd, &ids);
+    assert_eq!(all.len(), ids.len());
+    for d in &dirs[1..] {
+        assert_eq!(all[&id_of(d)]["kernels"].as_i64().unwrap(), info_kernels(d));
+    }
+    let raw = ureq::get(&format!(
+        "{}/api/v1/sessions/{big_id}/files/trace-0000.ndjson.zst",
+        srv.url
+    ))
+    .set("Authorization", &format!("Bearer {rd}"))
+    .call()
+    .unwrap();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut raw.into_reader(), &mut bytes).unwrap();
+    assert!(bytes == std::fs::read(big.join("trace-0000.ndjson.zst")).unwrap());
+    for id in &ids {
+        let (_, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
+        assert!(
+            v["analyses"].as_i64().unwrap() <= 2,
+            "{id}: {}",
+            v["analyses"]
+        );
+    }
+}
+
+#[test]
+fn a_server_killed_mid_upload_loses_nothing_sqlite_local() {
+    a_server_killed_mid_upload_loses_nothing(Backend::SqliteLocal);
+}
+
+#[test]
+fn a_server_killed_mid_upload_loses_nothing_postgres_s3() {
+    a_server_killed_mid_upload_loses_nothing(Backend::PgS3);
+}
+
+/// 64 uploads of distinct sessions and 64 of one session, all at once: every session stored and
+/// analysed once, kernel counts equal to `gpufl info`'s.
+fn concurrent_uploads(b: Backend) {
+    let Some(s) = stores(b, "conc") else { return };
+    let (up, rd) = project(&s, "team");
+    let src = bundled();
+    // 64 distinct sessions: the bundled ones under new names.
+    let mut distinct = Vec::new();
+    for i in 0..64 {
+        let from = &src[i % src.len()];
+        let to = s.data.join("copies").join(format!("{}-c{i}", id_of(from)));
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(from).unwrap().flatten() {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+        distinct.push((to, from.clone()));
+    }
+    let one = src
+        .iter()
+        .find(|d| id_of(d).starts_with("hf_trainer"))
+        .unwrap()
+        .clone();
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let mut kids = Vec::new();
+    for (d, _) in &distinct {
+        kids.push(
+            Command::new(GPUFL)
+                .arg("upload")
+                .arg(d)
+                .args(["--server", &srv.url, "--api-key", &up])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        kids.push(
+            Command::new(GPUFL)
+                .arg("upload")
+                .arg(&one)
+                .args(["--server", &srv.url, "--api-key", &up])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut ids: Vec<String> = distinct.iter().map(|(d, _)| id_of(d)).collect();
+    ids.push(id_of(&one));
+    let all = wait_ready(&srv.url, &rd, &ids);
+    for (d, from) in &distinct {
+        assert_eq!(
+            all[&id_of(d)]["kernels"].as_i64().unwrap(),
+            info_kernels(from)
+        );
+    }
+    assert_eq!(
+        all[&id_of(&one)]["kernels"].as_i64().unwrap(),
+        info_kernels(&one)
+    );
+    for id in &ids {
+        let (_, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
+        assert_eq!(v["analyses"], 1, "{id}");
+    }
+}
+
+#[test]
+fn concurrent_uploads_sqlite_local() {
+    concurrent_uploads(Backend::SqliteLocal);
+}
+
+#[test]
+fn concurrent_uploads_postgres_s3() {
+    concurrent_uploads(Backend::PgS3);
+}
+
+/// A backlog uploaded to an instance that does not ingest, then analysed by two instances on
+/// the same database and store: every session once (the database's ingest log), none twice.
+fn two_instances_share_a_backlog(b: Backend) {
+    let Some(s) = stores(b, "two") else { return };
+    let (up, rd) = project(&s, "team");
+    let dirs = bundled();
+    let ids: Vec<String> = dirs.iter().map(|d| id_of(d)).collect();
+    {
+        let api_only = serve(&s, &["--rate-limit", "0", "--ingest-workers", "0"]);
+        let out = upload(&api_only.url, &up, &dirs);
+        assert!(out.status.success());
+        let (_, v) = get(&api_only.url, &rd, "/api/v1/sessions?limit=1000");
+        assert!(v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["ingest"] == "pending"));
+    }
+    let a = serve(&s, &["--rate-limit", "0", "--ingest-workers", "2"]);
+    let b2 = serve(&s, &["--rate-limit", "0", "--ingest-workers", "2"]);
+    wait_ready(&a.url, &rd, &ids);
+    for id in &ids {
+        let (_, v) = get(&b2.url, &rd, &format!("/api/v1/sessions/{id}"));
+        assert_eq!(v["analyses"], 1, "{id}");
+        assert_eq!(v["ingest"], "ready", "{id}");
+    }
+}
+
+#[test]
+fn two_instances_share_a_backlog_sqlite_local() {
+    two_instances_share_a_backlog(Backend::SqliteLocal);
+}
+
+#[test]
+fn two_instances_share_a_backlog_postgres_s3() {
+    two_instances_share_a_backlog(Backend::PgS3);
+}
+
+/// Project A's keys never reach project B's sessions: every read endpoint answers 404 (as for a
+/// session that does not exist), keys of the wrong kind 403; A's upload key lands in A's own
+/// project and leaves B's session as it was.
+#[test]
+fn keys_reach_their_own_project_only() {
+    let s = stores(Backend::SqliteLocal, "keys").unwrap();
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let (a_up, a_rd) = project(&s, "a");
+    let (b_up, b_rd) = project(&s, "b");
+    let d = bundled()
+        .into_iter()
+        .find(|d| id_of(d).starts_with("cpp_api"))
+        .unwrap();
+    let id = id_of(&d);
+    assert!(upload(&srv.url, &b_up, std::slice::from_ref(&d))
+        .status
+        .success());
+    wait_ready(&srv.url, &b_rd, std::slice::from_ref(&id));
+    let reads = [
+        format!("/api/v1/sessions/{id}"),
+        format!("/api/v1/sessions/{id}/insights"),
+        format!("/api/v1/sessions/{id}/kernels"),
+        format!("/api/v1/sessions/{id}/telemetry"),
+        format!("/api/v1/sessions/{id}/files"),
+        format!("/api/v1/sessions/{id}/files/trace-0000.ndjson.zst"),
+        format!("/api/v1/sessions/{id}/lines?file=/work/main/examples/cpp_api.cu&line=19"),
+    ];
+    for p in &reads {
+        assert_eq!(get(&srv.url, &b_rd, p).0, 200, "B's own key on {p}");
+        assert_eq!(get(&srv.url, &a_rd, p).0, 404, "A's read key on {p}");
+        assert_eq!(get(&srv.url, &a_up, p).0, 403, "A's upload key on {p}");
+    }
+    let (_, list) = get(&srv.url, &a_rd, "/api/v1/sessions");
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 0);
+    // Upload endpoints: a read key is refused; A's upload key sees A's namespace only.
+    assert_eq!(
+        get(&srv.url, &a_rd, &format!("/api/v1/uploads/{id}")).0,
+        403
+    );
+    let (st, v) = get(&srv.url, &a_up, &format!("/api/v1/uploads/{id}"));
+    assert_eq!((st, v["state"].as_str()), (200, Some("absent")));
+    assert!(upload(&srv.url, &a_up, std::slice::from_ref(&d))
+        .status
+        .success());
+    wait_ready(&srv.url, &a_rd, std::slice::from_ref(&id));
+    let (_, vb) = get(&srv.url, &b_rd, &format!("/api/v1/sessions/{id}"));
+    assert_eq!(vb["analyses"], 1, "B's session untouched");
+    // A revoked key stops at once.
+    let out = Command::new(GPUFL)
+        .arg("admin")
+        .args(db_args(&s))
+        .args(["list-keys", "b"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rd_id = text
+        .lines()
+        .find(|l| l.contains(" read "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let out = Command::new(GPUFL)
+        .arg("admin")
+        .args(db_args(&s))
+        .args(["revoke-key", &rd_id])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (st, v) = get(&srv.url, &b_rd, &reads[0]);
+    assert_eq!((st, v["error"].as_str()), (401, Some("unknown_key")));
+}
+
+/// One bad request: what is sent, and the status and code it gets.
+struct Bad {
+    what: &'static str,
+    method: &'static str,
+    path: String,
+    key: Option<String>,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+    status: u16,
+    code: &'static str,
+}
+
+fn send(url: &str, b: &Bad) -> (u16, Value) {
+    let mut r = ureq::request(b.method, &format!("{url}{}", b.path));
+    if let Some(k) = &b.key {
+        r = r.set("Authorization", &format!("Bearer {k}"));
+    }
+    for (h, v) in &b.headers {
+        r = r.set(h, v);
+    }
+    let resp = match if b.method == "GET" {
+        r.call()
+    } else {
+        r.send_bytes(&b.body)
+    } {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{}: {e}", b.what),
+    };
+    let st = resp.status();
+    (
+        st,
+        serde_json::from_str(&resp.into_string().unwrap_or_default()).unwrap_or(Value::Null),
+    )
+}
+
+fn sha(b: &[u8]) -> String {
+    use std::io::Write;
+    // sha256sum, as a user would check a part.
+    let mut c = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(b).unwrap();
+    let out = c.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}
+
+/// Every kind of bad request gets its 4xx and a JSON reason, never a 5xx; the table is the one
+/// in docs/server-api.md.
+#[test]
+fn bad_requests_get_a_status_and_a_reason() {
+    let s = stores(Backend::SqliteLocal, "bad").unwrap();
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let (up, rd) = project(&s, "team");
+    let sess = "bad-1-20261126T000000Z";
+    let part = b"not a trace at all".to_vec();
+    let good = bundled()
+        .into_iter()
+        .find(|d| id_of(d).starts_with("cpp_api"))
+        .unwrap();
+    let gbytes = std::fs::read(good.join("trace-0000.ndjson.zst")).unwrap();
+    let put = |path: String, body: Vec<u8>, hash: String| Bad {
+        what: "",
+        method: "PUT",
+        path,
+        key: Some(up.clone()),
+        headers: vec![("X-Gpufl-Sha256", hash)],
+        body,
+        status: 0,
+        code: "",
+    };
+    // A part that is not a trace, stored, then completed: not a gpufl session.
+    let (st, _) = send(
+        &srv.url,
+        &put(
+            format!("/api/v1/uploads/{sess}/files/trace-0000.ndjson.zst/parts/0"),
+            part.clone(),
+            sha(&part),
+        ),
+    );
+    assert_eq!(st, 200);
+    let manifest = |size: usize, hash: &str, parts: usize| {
+        format!(r#"{{"files":[{{"name":"trace-0000.ndjson.zst","size":{size},"sha256":"{hash}","parts":{parts}}}]}}"#)
+            .into_bytes()
+    };
+    let mut rows: Vec<Bad> = Vec::new();
+    let mut row = |what,
+                   method,
+                   path: String,
+                   key: Option<&String>,
+                   headers: Vec<(&'static str, String)>,
+                   body: Vec<u8>,
+                   status,
+                   code| {
+        rows.push(Bad {
+            what,
+            method,
+            path,
+            key: key.cloned(),
+            headers,
+            body,
+            status,
+            code,
+        })
+    };
+    let p0 = |s: &str| format!("/api/v1/uploads/{s}/files/trace-0000.ndjson.zst/parts/0");
+    row(
+        "no key",
+        "GET",
+        "/api/v1/sessions".into(),
+        None,
+        vec![],
+        vec![],
+        401,
+        "missing_key",
+    );
+    let wrong = "gfl_rd_0000".to_string();
+    row(
+        "unknown key",
+        "GET",
+        "/api/v1/sessions".into(),
+        Some(&wrong),
+        vec![],
+        vec![],
+        401,
+        "unknown_key",
+    );
+    row(
+        "upload key on a read endpoint",
+        "GET",
+        "/api/v1/sessions".into(),
+        Some(&up),
+        vec![],
+        vec![],
+        403,
+        "wrong_key_kind",
+    );
+    row(
+        "read key on an upload endpoint",
+        "GET",
+        format!("/api/v1/uploads/{sess}"),
+        Some(&rd),
+        vec![],
+        vec![],
+        403,
+        "wrong_key_kind",
+    );
+    row(
+        "no such session",
+        "GET",
+        "/api/v1/sessions/nope-1-2".into(),
+        Some(&rd),
+        vec![],
+        vec![],
+        404,
+        "not_found",
+    );
+    row(
+        "session id with a slash (encoded)",
+        "GET",
+        "/api/v1/uploads/a%2Fb".into(),
+        Some(&up),
+        vec![],
+        vec![],
+        400,
+        "bad_session_id",
+    );
+    row(
+        "file name not a trace file",
+        "PUT",
+        format!("/api/v1/uploads/{sess}/files/passwd/parts/0"),
+        Some(&up),
+        vec![("X-Gpufl-Sha256", sha(&part))],
+        part.clone(),
+        400,
+        "bad_file_name",
+    );
+    row(
+        "part index out of range",
+        "PUT",
+        format!("/api/v1/uploads/{sess}/files/trace-0000.ndjson.zst/parts/99999999"),
+        Some(&up),
+        vec![("X-Gpufl-Sha256", sha(&part))],
+        part.clone(),
+        400,
+        "bad_part_index",
+    );
+    row(
+        "part without its hash",
+        "PUT",
+        p0(sess),
+        Some(&up),
+        vec![],
+        part.clone(),
+        400,
+        "missing_hash",
+    );
+    row(
+        "part whose hash differs",
+        "PUT",
+        p0("other-1-2"),
+        Some(&up),
+        vec![("X-Gpufl-Sha256", "0".repeat(64))],
+        part.clone(),
+        422,
+        "hash_mismatch",
+    );
+    row(
+        "part over 4 MiB",
+        "PUT",
+        p0("other-1-2"),
+        Some(&up),
+        vec![("X-Gpufl-Sha256", "0".repeat(64))],
+        vec![0u8; (4 << 20) + 1],
+        413,
+        "too_large",
+    );
+    row(
+        "a full part replaced by other bytes",
+        "PUT",
+        p0("full-1-2"),
+        Some(&up),
+        vec![("X-Gpufl-Sha256", sha(&vec![2u8; 4 << 20]))],
+        vec![2u8; 4 << 20],
+        409,
+        "part_conflict",
+    );
+    row(
+        "manifest not JSON",
+        "POST",
+        format!("/api/v1/uploads/{sess}/complete"),
+        Some(&up),
+        vec![],
+        b"{files".to_vec(),
+        400,
+        "malformed_manifest",
+    );
+    row(
+        "manifest with a wrong part count",
+        "POST",
+        format!("/api/v1/uploads/{sess}/complete"),
+        Some(&up),
+        vec![],
+        manifest(part.len(), &sha(&part), 2),
+        400,
+        "malformed_manifest",
+    );
+    row(
+        "manifest naming parts never sent",
+        "POST",
+        format!("/api/v1/uploads/{sess}/complete"),
+        Some(&up),
+        vec![],
+        manifest(5 << 20, &sha(&part), 2),
+        409,
+        "incomplete",
+    );
+    row(
+        "manifest whose file hash differs",
+        "POST",
+        format!("/api/v1/uploads/{sess}/complete"),
+        Some(&up),
+        vec![],
+        manifest(part.len(), &"a".repeat(64), 1),
+        422,
+        "hash_mismatch",
+    );
+    row(
+        "not a gpufl session",
+        "POST",
+        format!("/api/v1/uploads/{sess}/complete"),
+        Some(&up),
+        vec![],
+        manifest(part.len(), &sha(&part), 1),
+        422,
+        "not_a_gpufl_session",
+    );
+    row(
+        "no such endpoint",
+        "GET",
+        "/api/v1/nothing".into(),
+        Some(&rd),
+        vec![],
+        vec![],
+        404,
+        "no_route",
+    );
+    row(
+        "line query without a line",
+        "GET",
+        format!("/api/v1/sessions/{}/lines?file=x", id_of(&good)),
+        Some(&rd),
+        vec![],
+        vec![],
+        400,
+        "bad_query",
+    );
+    row(
+        "a time that is not one",
+        "GET",
+        "/api/v1/sessions?since=yesterday".into(),
+        Some(&rd),
+        vec![],
+        vec![],
+        400,
+        "bad_query",
+    );
+    // A full part stored first, for the conflict row.
+    let full = vec![1u8; 4 << 20];
+    assert_eq!(
+        send(&srv.url, &put(p0("full-1-2"), full.clone(), sha(&full))).0,
+        200
+    );
+    assert!(upload(&srv.url, &up, std::slice::from_ref(&good))
+        .status
+        .success());
+    wait_ready(&srv.url, &rd, &[id_of(&good)]);
+    let _ = gbytes;
+    let mut table = String::from("| request | status | error |\n|---|---|---|\n");
+    for b in &rows {
+        let (st, v) = send(&srv.url, b);
+        assert_eq!(st, b.status, "{}: {v}", b.what);
+        assert_eq!(v["error"], b.code, "{}: {v}", b.what);
+        assert!(
+            v["reason"].as_str().is_some_and(|r| !r.is_empty()),
+            "{}",
+            b.what
+        );
+        table.push_str(&format!("| {} | {st} | `{}` |\n", b.what, b.code));
+    }
+    // Rate limiting, on a server that allows 2 requests a second per key.
+    let slow = serve(&s, &["--rate-limit", "2"]);
+    let statuses: Vec<u16> = (0..10)
+        .map(|_| get(&slow.url, &rd, "/api/v1/sessions").0)
+        .collect();
+    assert!(statuses.contains(&429), "{statuses:?}");
+    let r = ureq::get(&format!("{}/api/v1/sessions", slow.url))
+        .set("Authorization", &format!("Bearer {rd}"))
+        .call();
+    if let Err(ureq::Error::Status(429, resp)) = r {
+        assert!(resp.header("Retry-After").is_some());
+    }
+    table.push_str("| more requests a second than the key's limit | 429 | `rate_limited` |\n");
+    eprintln!("{table}");
+}
