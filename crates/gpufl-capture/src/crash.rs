@@ -160,9 +160,16 @@ pub fn fault_text() -> String {
 ///
 /// # Safety
 /// `info` and `uctx` are the kernel's arguments to a SA_SIGINFO handler (or null).
-unsafe fn fault_of(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) -> Option<(u64, u64)> {
+unsafe fn fault_of(
+    sig: i32,
+    info: *mut libc::siginfo_t,
+    uctx: *mut libc::c_void,
+) -> Option<(u64, u64)> {
     if info.is_null()
-        || !matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL)
+        || !matches!(
+            sig,
+            libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+        )
     {
         return None;
     }
@@ -176,7 +183,9 @@ unsafe fn fault_of(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c_void
         0
     } else {
         // SAFETY: the kernel's ucontext for this signal.
-        unsafe { (*(uctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize] as u64 }
+        unsafe {
+            (*(uctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize] as u64
+        }
     };
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     let pc = {

@@ -181,12 +181,11 @@ pub async fn caller(db: &Db, headers: &HeaderMap) -> Result<Caller, ApiError> {
             "the Authorization header is not `Bearer KEY`",
         ));
     }
-    let row = sqlx::query(
-        "SELECT id, project_id, kind FROM api_keys WHERE hash = $1 AND revoked_ns = 0",
-    )
-    .bind(sha256_hex(key.as_bytes()))
-    .fetch_optional(&db.pool)
-    .await?;
+    let row =
+        sqlx::query("SELECT id, project_id, kind FROM api_keys WHERE hash = $1 AND revoked_ns = 0")
+            .bind(sha256_hex(key.as_bytes()))
+            .fetch_optional(&db.pool)
+            .await?;
     let Some(row) = row else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,

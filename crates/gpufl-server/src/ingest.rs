@@ -26,10 +26,12 @@ pub fn category(rule: &str) -> &'static str {
         "sync-attribution" | "in-loop-sync" | "host-read" | "graph-replay-gaps" => {
             "SYNCHRONIZATION"
         }
-        "pageable-async-copy" | "blocking-copy" | "default-stream-barrier"
-        | "device-wide-sync" | "no-copy-compute-overlap" | "collective-wait" => {
-            "STREAMS & TRANSFERS"
-        }
+        "pageable-async-copy"
+        | "blocking-copy"
+        | "default-stream-barrier"
+        | "device-wide-sync"
+        | "no-copy-compute-overlap"
+        | "collective-wait" => "STREAMS & TRANSFERS",
         "gpu-idle" | "launch-bound" | "low-utilization" | "torch-compile" => "IDLE GPU",
         "low-occupancy" | "register-spill" | "under-filled-grid" | "warp-divergence"
         | "uncoalesced-access" | "bank-conflicts" | "stall-reasons" => "KERNELS",
@@ -205,8 +207,10 @@ pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
     let header = serde_json::to_string(h).unwrap_or_default();
     out.docs.push(("header", header));
     let profile = gpufl_analysis::diff::profile(&model, &a, &cfg);
-    out.docs
-        .push(("profile", serde_json::to_string(&profile).unwrap_or_default()));
+    out.docs.push((
+        "profile",
+        serde_json::to_string(&profile).unwrap_or_default(),
+    ));
     out.docs
         .push(("analysis", serde_json::to_string(&a).unwrap_or_default()));
     out.docs.push(("telemetry", telemetry_series(&model)));
@@ -261,7 +265,11 @@ async fn fetch(st: &AppState, c: &Claim, dir: &Path) -> Result<PathBuf, crate::S
 async fn store(st: &AppState, c: &Claim, s: &Stored, started: i64) -> Result<bool, sqlx::Error> {
     let db = &st.db;
     let mut tx = db.pool.begin().await?;
-    let state = if s.corrupt.is_some() { "corrupt" } else { "ready" };
+    let state = if s.corrupt.is_some() {
+        "corrupt"
+    } else {
+        "ready"
+    };
     let r = sqlx::query(
         "UPDATE sessions SET ingest_state = $1, analysis_version = $2, claimed_by = '', \
          app = $3, host = $4, command = $5, start_ns = $6, wall_ns = $7, kernels = $8, syncs = $9, \

@@ -30,7 +30,11 @@ pub fn router(st: Arc<AppState>) -> Router {
         .nest("/api/v1", v1)
         .route("/healthz", get(|| async { "ok" }))
         .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such endpoint (see /api/v1)")
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_route",
+                "no such endpoint (see /api/v1)",
+            )
         })
         // Bodies are bounded by each handler (parts, manifests); this is the outer cap.
         .layer(axum::extract::DefaultBodyLimit::max(

@@ -57,7 +57,13 @@ fn parse_time(s: &str) -> Result<i64, ApiError> {
 
 fn parse_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
@@ -83,7 +89,11 @@ fn parse_rfc3339(s: &str) -> Option<i64> {
         return None;
     }
     // Days from the civil date (proleptic Gregorian).
-    let (y2, m2) = if mo <= 2 { (y - 1, mo + 9) } else { (y, mo - 3) };
+    let (y2, m2) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
     let era = y2.div_euclid(400);
     let yoe = y2 - era * 400;
     let doy = (153 * m2 + 2) / 5 + d - 1;
@@ -112,7 +122,8 @@ fn session_json(r: &sqlx::any::AnyRow) -> Value {
     })
 }
 
-const SESSION_COLS: &str = "id, app, host, command, start_ns, wall_ns, state, ingest_state, bytes, \
+const SESSION_COLS: &str =
+    "id, app, host, command, start_ns, wall_ns, state, ingest_state, bytes, \
     kernels, syncs, blocked_ns, busy_ppm, top_severity, top_insight";
 
 /// `GET /api/v1/sessions`.
