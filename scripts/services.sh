@@ -37,7 +37,10 @@ fi
 S3_PORT=${GPUFL_TEST_S3_PORT:-5055}
 if ! command -v moto_server >/dev/null 2>&1; then
   log "installing moto[server]"
-  python3 -m pip install -q 'moto[server]' >/dev/null 2>&1 || log "moto could not be installed"
+  python3 -m pip install -q 'moto[server]' >/dev/null 2>&1 \
+    || python3 -m pip install -q --user --break-system-packages 'moto[server]' >/dev/null 2>&1 \
+    || log "moto could not be installed"
+  export PATH="$PATH:$HOME/.local/bin"
   hash -r
 fi
 if command -v moto_server >/dev/null 2>&1; then

@@ -4,6 +4,11 @@
 # machine has among 3.11, 3.12 and 3.13 (3.13 checks that an unsupported interpreter is left alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# PostgreSQL and an S3 API server for the server's tests (skipped without them unless
+# GPUFL_REQUIRE_SERVICES=1): started when missing, idempotent.
+if [ -z "${GPUFL_TEST_PG_URL:-}" ] || [ -z "${GPUFL_TEST_S3:-}" ]; then
+  eval "$(bash scripts/services.sh)" || true
+fi
 cargo build --workspace
 cargo test --workspace
 pythons=()
