@@ -12,6 +12,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 
 /// Bumped when what ingest stores changes (a newer analysis): sessions stored by an older one
 /// are analysed again at start.
@@ -244,19 +245,19 @@ async fn fetch(st: &AppState, c: &Claim, dir: &Path) -> Result<PathBuf, crate::S
         .await
         .map_err(|e| crate::ServerError::io(format!("creating {}", sdir.display()), e))?;
     for f in &c.manifest.files {
-        let mut bytes = Vec::with_capacity(f.size.min(1 << 30) as usize);
+        // Part by part to disk: one part in memory at a time, whatever the session's size.
+        let p = sdir.join(&f.name);
+        let io = |e| crate::ServerError::io(format!("writing {}", p.display()), e);
+        let mut out = tokio::fs::File::create(&p).await.map_err(io)?;
         for i in 0..f.parts {
             let b = st
                 .blobs
                 .get_part(&c.project, &c.session, &f.name, i as i64)
                 .await?;
             let want = Manifest::part_size(f, i) as usize;
-            bytes.extend_from_slice(&b[..want.min(b.len())]);
+            out.write_all(&b[..want.min(b.len())]).await.map_err(io)?;
         }
-        let p = sdir.join(&f.name);
-        tokio::fs::write(&p, bytes)
-            .await
-            .map_err(|e| crate::ServerError::io(format!("writing {}", p.display()), e))?;
+        out.flush().await.map_err(io)?;
     }
     Ok(sdir)
 }
