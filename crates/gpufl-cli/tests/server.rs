@@ -1011,3 +1011,81 @@ fn bad_requests_get_a_status_and_a_reason() {
     table.push_str("| more requests a second than the key's limit | 429 | `rate_limited` |\n");
     eprintln!("{table}");
 }
+
+/// A session damaged after its header is stored, analysed as far as it reads, and answers with
+/// the reader's warnings; its raw file is kept as uploaded.
+#[test]
+fn a_damaged_session_is_kept_with_the_readers_warnings() {
+    let s = stores(Backend::SqliteLocal, "damaged").unwrap();
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let (up, rd) = project(&s, "team");
+    let src = bundled()
+        .into_iter()
+        .find(|d| id_of(d).starts_with("hf_trainer"))
+        .unwrap();
+    let d = s.data.join("damaged-1-20261126T000000Z");
+    std::fs::create_dir_all(&d).unwrap();
+    let mut b = std::fs::read(src.join("trace-0000.ndjson.zst")).unwrap();
+    let n = b.len();
+    for x in &mut b[n / 2..n / 2 + 64] {
+        *x ^= 0x5a;
+    }
+    std::fs::write(d.join("trace-0000.ndjson.zst"), &b).unwrap();
+    let out = upload(&srv.url, &up, std::slice::from_ref(&d));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = id_of(&d);
+    wait_ready(&srv.url, &rd, std::slice::from_ref(&id));
+    let (st, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
+    assert_eq!(st, 200);
+    let warnings = v["warnings"].as_array().unwrap();
+    assert!(!warnings.is_empty(), "{v}");
+    // Fewer kernels than the intact session: the damaged block is skipped, the rest kept.
+    let k = v["kernels"].as_i64().unwrap();
+    assert!(k > 0 && k < info_kernels(&src), "{k}");
+    let (st, files) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}/files"));
+    assert_eq!(st, 200);
+    assert_eq!(files["files"][0]["size"].as_u64().unwrap(), n as u64);
+}
+
+/// A session stored by an older analysis is analysed again when the server starts.
+#[test]
+fn sessions_of_an_older_analysis_are_analysed_again() {
+    let Some(s) = stores(Backend::PgLocal, "reanalyse") else {
+        return;
+    };
+    let (up, rd) = project(&s, "team");
+    let d = bundled()
+        .into_iter()
+        .find(|d| id_of(d).starts_with("cpp_api"))
+        .unwrap();
+    let id = id_of(&d);
+    {
+        let srv = serve(&s, &["--rate-limit", "0"]);
+        assert!(upload(&srv.url, &up, std::slice::from_ref(&d))
+            .status
+            .success());
+        wait_ready(&srv.url, &rd, std::slice::from_ref(&id));
+    }
+    let db = s.db.clone().unwrap();
+    let out = Command::new("psql")
+        .arg(&db)
+        .args(["-qc", "UPDATE sessions SET analysis_version = 0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
+        if v["analyses"] == 2 && v["ingest"] == "ready" {
+            assert!(v["analysis_version"].as_i64().unwrap() > 0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "not analysed again: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
