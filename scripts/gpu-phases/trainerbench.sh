@@ -44,7 +44,12 @@ if [ "${TRAINER_ROUNDS:-8}" -gt 0 ]; then
       # A process that failed: its status, and its session kept for a look.
       if [ $rc != 0 ]; then
         echo "EXIT round $round mode $m status $rc"
-        mkdir -p "$OUT/failed/$round-$m"; cp -r "$TB"/*/ "$OUT/failed/$round-$m/" 2>/dev/null
+        # Flat copies (the device tool does not bring back deep folders), with the notices.
+        for f in "$TB"/*/*/trace-*.ndjson.zst; do
+          [ -e "$f" ] || continue
+          cp "$f" "$OUT/failed-$round-$m-$(basename "$(dirname "$f")")-$(basename "$f")"
+          gpufl dump "$(dirname "$f")" --type notice 2>&1 | cut -c1-600
+        done
       fi
     done
     # Keep the last round's sessions for the notices below.
