@@ -2,6 +2,9 @@
 // Build: nvcc -g -O2 -lineinfo -I crates/gpufl-capture/include -o build/cpp_api examples/cpp_api.cu \
 //          -L target/release -lgpufl_capture -Xlinker -rpath -Xlinker "$PWD/target/release"
 // Run:   build/cpp_api [iters]    (writes a session under ./gpufl-sessions)
+// Upload: with GPUFL_SERVER and GPUFL_API_KEY set (a `gpufl serve` and an upload key), the
+//         sessions under ./gpufl-sessions are then sent with gpufl::uploadLogs (one line each on
+//         stderr; stdout is unchanged).
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
@@ -25,6 +28,7 @@ int main(int argc, char** argv) {
     opts.app_name = "cpp_api";
     opts.enable_synchronization = true;
     opts.enable_stack_trace = true;
+    opts.backend_url = std::getenv("GPUFL_SERVER");  // may be NULL
     opts.api_key = std::getenv("GPUFL_API_KEY");  // may be NULL
     gpufl::InitResult r = gpufl::init(opts);
     std::fprintf(stderr, "gpufl::init -> %d, session %s\n", static_cast<int>(r), gpufl::session_dir().c_str());
@@ -47,5 +51,15 @@ int main(int argc, char** argv) {
     std::printf("cpp_api: iters=%d x[0]=%.4f\n", iters, h);
     CHECK(cudaFree(d));
     gpufl::shutdown();
+
+    if (std::getenv("GPUFL_SERVER") && std::getenv("GPUFL_API_KEY")) {
+        // Deferred upload — runs post-shutdown, never during the workload.
+        gpufl::UploadOptions uopts;
+        uopts.log_path = opts.log_path;
+        uopts.backend_url = opts.backend_url;
+        uopts.api_key = opts.api_key;
+        gpufl::UploadResult u = gpufl::uploadLogs(uopts);
+        std::fprintf(stderr, "gpufl::uploadLogs -> %d\n", u.code);
+    }
     return 0;
 }

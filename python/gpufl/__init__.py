@@ -7,6 +7,7 @@
     @gpufl.scope("step")
     def step(): ...
     gpufl.shutdown()
+    gpufl.upload()                         # to a gpufl server: GPUFL_SERVER, GPUFL_API_KEY
 
 The capture library is found, in order: the one CUDA loaded under `gpufl record`
 (``CUDA_INJECTION64_PATH``), ``GPUFL_CAPTURE_LIB``, or ``libgpufl_capture.so`` next to the
@@ -21,7 +22,7 @@ import shutil
 import warnings
 
 __all__ = ["init", "shutdown", "scope", "pause", "resume", "capture_window", "session_dir",
-           "library_path"]
+           "upload", "UploadError", "library_path"]
 
 OK, ALREADY_RUNNING, DISABLED, INTERNAL_ERROR = 0, 1, 2, 3
 _LIB_NAME = "libgpufl_capture.so"
@@ -69,6 +70,9 @@ def _load():
             lib.gpufl_capture_window.restype = ctypes.c_int
         lib.gpufl_session_dir.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.gpufl_session_dir.restype = ctypes.c_ssize_t
+        if hasattr(lib, "gpufl_upload_logs"):
+            lib.gpufl_upload_logs.argtypes = [ctypes.c_void_p]
+            lib.gpufl_upload_logs.restype = ctypes.c_int
         _lib, _lib_path = lib, os.path.abspath(p)
         return _lib
     warnings.warn(
@@ -105,13 +109,14 @@ def _b(s):
 
 
 def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack_trace=False,
-         mode="default", kernel_detail=None):
+         mode="default", kernel_detail=None, backend_url=None, api_key=None):
     """Start recording this process. Returns 0 (recording), 1 (already recording, e.g. under
     `gpufl record`), 2 (GPU capture unavailable: scopes are still recorded when possible) or 3;
     -1 when the library is missing. `mode` is "default" or "always-on" (see the README).
     `kernel_detail` (docs/kernel-detail.md): an int N looks inside the top N kernels
     by GPU time, a string of comma-separated name fragments inside those kernels.
-    GPUFL_* environment variables override the arguments."""
+    `backend_url` and `api_key` (a gpufl server and an upload key) are what `upload()` uses when
+    not given its own. GPUFL_* environment variables override the arguments."""
     if mode not in ("default", "always-on"):
         raise ValueError(f"mode must be 'default' or 'always-on', not {mode!r}")
     lib = _load()
@@ -126,8 +131,8 @@ def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack
         _b(log_path),
         int(bool(enable_synchronization)),
         int(bool(enable_stack_trace)),
-        None,
-        None,
+        _b(backend_url),
+        _b(api_key),
         1 if mode == "always-on" else 0,
         _b(kernel_detail),
     )
@@ -170,6 +175,56 @@ def session_dir():
     buf = ctypes.create_string_buffer(4096)
     n = lib.gpufl_session_dir(buf, len(buf))
     return buf.value.decode() if n > 0 else None
+
+
+class _UploadOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("log_path", ctypes.c_char_p),
+        ("backend_url", ctypes.c_char_p),
+        ("api_key", ctypes.c_char_p),
+    ]
+
+
+class UploadError(RuntimeError):
+    """`upload()` could not start: no server or key, an unusable address, no session, or no
+    capture library. `code` is gpufl_upload_logs' result (below 0), or None without a library."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.code = code
+
+
+_UPLOAD_ERRORS = {
+    -1: "no server or no key configured (pass server= and api_key=, or give init() backend_url "
+        "and api_key, or set GPUFL_SERVER and GPUFL_API_KEY)",
+    -2: "the server's address is unusable (it must be http://… or https://…)",
+    -3: "no gpufl session under the log directory (or it cannot be read)",
+    -4: "internal error in the capture library",
+}
+
+
+def upload(path=None, server=None, api_key=None):
+    """Upload the sessions under `path` to a gpufl server (docs/server-api.md), as `gpufl upload`
+    does; call it after `shutdown()`. Every session found under `path` is sent, not only this
+    process's (the server stores each once); one still being recorded goes up to its last closed
+    block. Arguments left None fall back to what `init()` was given (after the GPUFL_* variables),
+    then to GPUFL_SERVER and ./gpufl-sessions. One line per session on stderr.
+
+    Returns the number of sessions that failed (0: all stored). Raises UploadError when nothing
+    could be uploaded (no server or key, a bad address, no session there, no library)."""
+    lib = _load()
+    if lib is None or not hasattr(lib, "gpufl_upload_logs"):
+        raise UploadError(
+            "gpufl.upload: " + ("capture library not found (set GPUFL_CAPTURE_LIB or put `gpufl` "
+                                "on PATH)" if lib is None else
+                                f"{_lib_path} is too old to upload (no gpufl_upload_logs)"))
+    o = _UploadOptions(ctypes.sizeof(_UploadOptions), _b(path and os.fspath(path)), _b(server),
+                       _b(api_key))
+    rc = lib.gpufl_upload_logs(ctypes.byref(o))
+    if rc < 0:
+        raise UploadError(f"gpufl.upload: {_UPLOAD_ERRORS.get(rc, f'error {rc}')}", rc)
+    return rc
 
 
 class scope:

@@ -87,6 +87,7 @@ fn options_from_c(o: *const GpuflOptions) -> Options {
 pub unsafe extern "C" fn gpufl_init(opts: *const GpuflOptions) -> c_int {
     std::panic::catch_unwind(|| {
         let opts = options_from_c(opts);
+        crate::upload::remember_init(&opts);
         match recorder::start(opts, StartedBy::Api) {
             Ok(_) => GPUFL_OK,
             Err(InitError::AlreadyRunning(_)) => GPUFL_ALREADY_RUNNING,
@@ -94,6 +95,64 @@ pub unsafe extern "C" fn gpufl_init(opts: *const GpuflOptions) -> c_int {
         }
     })
     .unwrap_or(GPUFL_INTERNAL_ERROR)
+}
+
+/// Upload options as C passes them (`gpufl_upload_options`). `struct_size` lets the struct grow
+/// compatibly: a field past the caller's `struct_size` is taken as not given.
+#[repr(C)]
+pub struct GpuflUploadOptions {
+    /// sizeof(gpufl_upload_options) as compiled by the caller.
+    pub struct_size: u32,
+    /// Directory searched for sessions; NULL or "": `gpufl_init`'s log_path (GPUFL_LOG_PATH),
+    /// else ./gpufl-sessions.
+    pub log_path: *const c_char,
+    /// NULL or "": `gpufl_init`'s backend_url (GPUFL_BACKEND_URL), else GPUFL_SERVER.
+    pub backend_url: *const c_char,
+    /// NULL or "": `gpufl_init`'s api_key (GPUFL_API_KEY).
+    pub api_key: *const c_char,
+}
+
+/// Read the C upload options (NULL: nothing given).
+fn upload_given_from_c(o: *const GpuflUploadOptions) -> crate::upload::Given {
+    let mut g = crate::upload::Given::default();
+    if o.is_null() {
+        return g;
+    }
+    // SAFETY: non-null pointer to a caller-owned struct of at least struct_size bytes.
+    let o = unsafe { &*o };
+    let covers =
+        |off: usize| (o.struct_size as usize) >= off + std::mem::size_of::<*const c_char>();
+    if covers(std::mem::offset_of!(GpuflUploadOptions, log_path)) {
+        g.log_path = opt_str(o.log_path);
+    }
+    if covers(std::mem::offset_of!(GpuflUploadOptions, backend_url)) {
+        g.backend_url = opt_str(o.backend_url);
+    }
+    if covers(std::mem::offset_of!(GpuflUploadOptions, api_key)) {
+        g.api_key = opt_str(o.api_key);
+    }
+    g
+}
+
+/// Upload the sessions under the log directory to a gpufl server (crate `gpufl-upload`, as
+/// `gpufl upload` does; see [`crate::upload`]): every session found there, not only this
+/// process's (the server stores each once). Meant for after `gpufl_shutdown`; called while
+/// recording, it sends what is closed and a later call sends the rest. Never touches CUDA.
+///
+/// Returns the number of sessions that failed (0: all stored), or below 0 before any upload:
+/// -1 no server or key configured, -2 an unusable server address, -3 no session under the log
+/// directory (or it cannot be read), -4 an internal error. Prints one line per session on stderr,
+/// prefixed `gpufl: ` (failures only with GPUFL_QUIET=1).
+///
+/// # Safety
+/// `opts` is NULL or points at a valid `gpufl_upload_options`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_upload_logs(opts: *const GpuflUploadOptions) -> c_int {
+    std::panic::catch_unwind(|| {
+        let given = upload_given_from_c(opts);
+        crate::upload::upload_logs(&given)
+    })
+    .unwrap_or(crate::upload::INTERNAL_ERROR)
 }
 
 /// Stop recording: flush everything and close the session. Safe to call twice or without init.
@@ -373,6 +432,32 @@ mod tests {
         let o = read(v3);
         assert_eq!(o.kernel_detail.as_deref(), Some("divergent"));
         assert_eq!(read(v1 - 1).app_name, Options::default().app_name);
+    }
+
+    /// Upload options past the caller's `struct_size` are not read; NULL and "" are not given.
+    #[test]
+    fn upload_options_are_read_up_to_the_callers_struct_size() {
+        let (dir, url, key) = (c"logs", c"http://h", c"");
+        let o = |size: usize| GpuflUploadOptions {
+            struct_size: size as u32,
+            log_path: dir.as_ptr(),
+            backend_url: url.as_ptr(),
+            api_key: key.as_ptr(),
+        };
+        let g = upload_given_from_c(&o(std::mem::size_of::<GpuflUploadOptions>()));
+        assert_eq!(
+            (g.log_path.as_deref(), g.backend_url.as_deref(), g.api_key),
+            (Some("logs"), Some("http://h"), None)
+        );
+        let g = upload_given_from_c(&o(std::mem::offset_of!(GpuflUploadOptions, api_key)));
+        assert_eq!(g.backend_url.as_deref(), Some("http://h"));
+        let g = upload_given_from_c(&o(std::mem::offset_of!(GpuflUploadOptions, backend_url)));
+        assert_eq!((g.log_path.as_deref(), g.backend_url), (Some("logs"), None));
+        assert_eq!(upload_given_from_c(&o(4)), crate::upload::Given::default());
+        assert_eq!(
+            upload_given_from_c(std::ptr::null()),
+            crate::upload::Given::default()
+        );
     }
 
     #[test]

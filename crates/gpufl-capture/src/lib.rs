@@ -39,3 +39,4 @@ pub mod stack;
 pub mod symbolize;
 pub mod telemetry;
 pub mod unwind;
+pub mod upload;

@@ -41,6 +41,32 @@ ptrdiff_t gpufl_session_dir(char* buf, size_t len);
 void gpufl_scope_push(const char* name);
 void gpufl_scope_pop(void);
 
+/* Deferred upload to a gpufl server (docs/server-api.md, "Uploading from a program"): after
+   gpufl_shutdown, send the sessions under log_path, as `gpufl upload` does. Every session found
+   there is sent, not only this process's: the server stores each once (one already there answers
+   "unchanged"). A session still being recorded is sent up to its last closed block. Never touches
+   CUDA. A field NULL or "" falls back to what gpufl_init was given (after the GPUFL_* variables
+   that override it), then to GPUFL_SERVER (backend_url) and ./gpufl-sessions (log_path). */
+typedef struct gpufl_upload_options {
+    uint32_t struct_size;          /* sizeof(gpufl_upload_options) */
+    const char* log_path;          /* directory searched for sessions (recursively) */
+    const char* backend_url;       /* http(s)://host[:port] */
+    const char* api_key;           /* an upload key, gfl_up_... */
+} gpufl_upload_options;
+
+/* Results of gpufl_upload_logs below 0: nothing was uploaded. */
+enum {
+    GPUFL_UPLOAD_NOT_CONFIGURED = -1,  /* no server or no key */
+    GPUFL_UPLOAD_BAD_OPTIONS = -2,     /* the server's address is not http(s)://... */
+    GPUFL_UPLOAD_NO_SESSION = -3,      /* log_path cannot be read or holds no session */
+    GPUFL_UPLOAD_INTERNAL_ERROR = -4
+};
+/* Upload. Returns the number of sessions that failed (0: all stored; those not tried after a
+   refused key or an unreachable server count as failed), or a GPUFL_UPLOAD_* code below 0. One
+   line per session on stderr, prefixed "gpufl: " (only failures with GPUFL_QUIET=1). Requests are
+   retried on connection errors and 5xx (5 times, backoff from 1 s). opts may be NULL. */
+int gpufl_upload_logs(const gpufl_upload_options* opts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,13 @@
 //   ... workload ...
 //   gpufl::shutdown();
 //
+//   // Deferred upload — runs post-shutdown, never during the workload.
+//   gpufl::UploadOptions uopts;
+//   uopts.log_path = opts.log_path;
+//   uopts.backend_url = opts.backend_url;   // unset: InitOptions' value, else GPUFL_SERVER
+//   uopts.api_key = opts.api_key;
+//   gpufl::uploadLogs(uopts);
+//
 // Link with -lgpufl_capture. Build with -g so stacks resolve to file:line.
 #pragma once
 #include <string>
@@ -93,6 +100,39 @@ inline std::string session_dir() {
     ptrdiff_t n = gpufl_session_dir(buf, sizeof(buf));
     return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
+
+// Deferred upload to a gpufl server (docs/server-api.md): unset fields fall back to what init was
+// given (after the GPUFL_* variables), then GPUFL_SERVER and ./gpufl-sessions.
+struct UploadOptions {
+    OptionString log_path;     // directory searched for sessions
+    OptionString backend_url;  // http(s)://host[:port]
+    OptionString api_key;      // an upload key, gfl_up_...
+};
+
+// What uploadLogs did: `code` is gpufl_upload_logs' result (sessions failed, or a
+// GPUFL_UPLOAD_* code below 0 when nothing was uploaded).
+struct UploadResult {
+    int code = 0;
+    bool ok() const { return code == 0; }                   // every session stored
+    int failed() const { return code > 0 ? code : 0; }       // sessions that failed
+    bool not_configured() const { return code == GPUFL_UPLOAD_NOT_CONFIGURED; }
+    explicit operator bool() const { return ok(); }
+};
+
+// Upload every session under log_path (not only this process's: the server stores each once;
+// one still being recorded goes up to its last closed block). Never throws, never touches CUDA;
+// one line per session on stderr.
+inline UploadResult uploadLogs(const UploadOptions& o) {
+    gpufl_upload_options c{};
+    c.struct_size = sizeof(c);
+    c.log_path = o.log_path.c_str_or_null();
+    c.backend_url = o.backend_url.c_str_or_null();
+    c.api_key = o.api_key.c_str_or_null();
+    UploadResult r;
+    r.code = gpufl_upload_logs(&c);
+    return r;
+}
+inline UploadResult upload_logs(const UploadOptions& o) { return uploadLogs(o); }
 
 // A named scope for the lifetime of the object (RAII): the report rolls up wall time, GPU busy
 // time, kernels and synchronizations per scope, and names the innermost scope of each insight.
