@@ -595,9 +595,8 @@ fn two_instances_share_a_backlog_postgres_s3() {
 /// Project A's keys never reach project B's sessions: every read endpoint answers 404 (as for a
 /// session that does not exist), keys of the wrong kind 403; A's upload key lands in A's own
 /// project and leaves B's session as it was.
-#[test]
-fn keys_reach_their_own_project_only() {
-    let s = stores(Backend::SqliteLocal, "keys").unwrap();
+fn keys_reach_their_own_project_only(b: Backend) {
+    let Some(s) = stores(b, "keys") else { return };
     let srv = serve(&s, &["--rate-limit", "0"]);
     let (a_up, a_rd) = project(&s, "a");
     let (b_up, b_rd) = project(&s, "b");
@@ -662,6 +661,80 @@ fn keys_reach_their_own_project_only() {
     assert!(out.status.success());
     let (st, v) = get(&srv.url, &b_rd, &reads[0]);
     assert_eq!((st, v["error"].as_str()), (401, Some("unknown_key")));
+}
+
+#[test]
+fn keys_reach_their_own_project_only_sqlite_local() {
+    keys_reach_their_own_project_only(Backend::SqliteLocal);
+}
+
+#[test]
+fn keys_reach_their_own_project_only_postgres_s3() {
+    keys_reach_their_own_project_only(Backend::PgS3);
+}
+
+/// A session still being written goes up to its last closed block; when its file has grown,
+/// uploading again sends the rest and the session is `extended`: analysed again, with the whole
+/// file's kernels.
+fn a_growing_session_is_completed_by_a_later_upload(b: Backend) {
+    let Some(s) = stores(b, "grow") else { return };
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let (up, rd) = project(&s, "team");
+    let src = bundled()
+        .into_iter()
+        .find(|d| id_of(d).starts_with("hf_trainer"))
+        .unwrap();
+    let whole = std::fs::read(src.join("trace-0000.ndjson.zst")).unwrap();
+    let d = s.data.join("growing-7-20261126T000000Z");
+    std::fs::create_dir_all(&d).unwrap();
+    let f = d.join("trace-0000.ndjson.zst");
+    // Cut in the middle of a block: what the recorder has on disk while it writes the next one.
+    let closed = {
+        std::fs::write(&f, &whole[..whole.len() * 2 / 3]).unwrap();
+        gpufl_trace::closed_len(&f).unwrap()
+    };
+    assert!(closed > 0 && (closed as usize) < whole.len() * 2 / 3);
+    let first = upload(&srv.url, &up, std::slice::from_ref(&d));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let id = id_of(&d);
+    let all = wait_ready(&srv.url, &rd, std::slice::from_ref(&id));
+    let early = all[&id]["kernels"].as_i64().unwrap();
+    let (_, files) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}/files"));
+    assert_eq!(
+        files["files"][0]["size"].as_u64(),
+        Some(closed),
+        "only the closed blocks"
+    );
+    std::fs::write(&f, &whole).unwrap();
+    let second = upload(&srv.url, &up, std::slice::from_ref(&d));
+    let out = String::from_utf8_lossy(&second.stdout);
+    assert!(second.status.success() && out.contains("extended"), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
+        if v["analyses"] == 2 && v["ingest"] == "ready" {
+            let k = v["kernels"].as_i64().unwrap();
+            assert!(k > early, "{k} <= {early}");
+            assert_eq!(k, info_kernels(&src));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_growing_session_is_completed_by_a_later_upload_sqlite_local() {
+    a_growing_session_is_completed_by_a_later_upload(Backend::SqliteLocal);
+}
+
+#[test]
+fn a_growing_session_is_completed_by_a_later_upload_postgres_s3() {
+    a_growing_session_is_completed_by_a_later_upload(Backend::PgS3);
 }
 
 /// One bad request: what is sent, and the status and code it gets.
