@@ -43,6 +43,7 @@ pub mod insights;
 pub mod intervals;
 pub mod kdetail;
 pub mod kernels;
+pub mod lines;
 pub mod model;
 pub mod occupancy;
 pub mod pipeline;

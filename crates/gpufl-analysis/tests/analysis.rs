@@ -1154,3 +1154,55 @@ fn testdata_every_session_analyzes_within_bounds() {
         }
     }
 }
+
+fn model_of(prefix: &str) -> Model {
+    let dir = std::fs::read_dir(testdata())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap();
+    let mut r = SessionReader::open(&dir).unwrap();
+    Model::load(r.by_ref())
+}
+
+/// The line detail: in the C++ session the event sync in `wait_for` (20 calls, its whole stack,
+/// innermost first, up to `main`); in the Trainer session the launches sampled at a line with
+/// their kernels' names; no line without a stack-carrying record.
+#[test]
+fn line_details_of_real_sessions() {
+    let m = model_of("cpp_api");
+    let lines = gpufl_analysis::lines::line_details(&m, &Config::default());
+    let sync = lines
+        .iter()
+        .find(|l| l.location.function.as_deref() == Some("wait_for"))
+        .expect("wait_for's line");
+    assert!(sync.location.file.ends_with("cpp_api.cu"));
+    assert_eq!(sync.syncs, 20);
+    assert!(sync.sync_p50_ns <= sync.sync_p99_ns && sync.sync_p99_ns <= sync.sync_max_ns);
+    assert!(sync.sync_blocked_ns >= sync.sync_max_ns);
+    let funcs: Vec<&str> = sync
+        .stack
+        .iter()
+        .filter_map(|f| f.function.as_deref())
+        .collect();
+    let at = |name: &str| funcs.iter().position(|f| f.contains(name));
+    let (w, mn) = (at("wait_for").expect("wait_for"), at("main").expect("main"));
+    assert!(w < mn, "innermost first: {funcs:?}");
+    assert!(lines.iter().all(|l| l.syncs + l.copies + l.launches > 0));
+
+    let m = model_of("hf_trainer");
+    let lines = gpufl_analysis::lines::line_details(&m, &Config::default());
+    let launch = lines
+        .iter()
+        .find(|l| l.launches > 0)
+        .expect("a line with sampled launches");
+    assert!(!launch.kernels.is_empty());
+    assert!(launch.kernels.len() <= gpufl_analysis::lines::MAX_KERNELS);
+    assert!(launch.launches >= launch.kernels.iter().map(|k| k.launches).sum::<u64>());
+    assert!(!launch.stack.is_empty());
+    assert!(
+        launch.stack.iter().any(|f| f.kind == "python"),
+        "a Python frame in the stack"
+    );
+}

@@ -321,11 +321,41 @@ fn uploads_every_bundled_session_once(b: Backend) {
         assert_eq!(st, 200);
         assert_eq!(v["analyses"], 1, "{id} analysed {} times", v["analyses"]);
     }
-    // The raw file of one session, byte for byte.
+    // The line detail of the C++ session's event sync, located by its insight.
     let d = dirs
         .iter()
         .find(|d| id_of(d).starts_with("cpp_api"))
         .unwrap();
+    let (_, ins) = get(
+        &srv.url,
+        &rd,
+        &format!("/api/v1/sessions/{}/insights", id_of(d)),
+    );
+    let sync = ins["insights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["rule"] == "sync-attribution")
+        .expect("a sync-attribution insight");
+    assert_eq!(sync["category"], "SYNCHRONIZATION");
+    let (file, line) = (
+        sync["location"]["file"].as_str().unwrap(),
+        sync["location"]["line"].as_i64().unwrap(),
+    );
+    let (st, detail) = get(
+        &srv.url,
+        &rd,
+        &format!(
+            "/api/v1/sessions/{}/lines?file={file}&line={line}",
+            id_of(d)
+        ),
+    );
+    assert_eq!(st, 200, "{detail}");
+    let act = &detail["activity"][0];
+    assert_eq!(act["syncs"], 20, "{detail}");
+    assert!(act["stack"].as_array().unwrap().len() >= 3, "{detail}");
+    assert!(!detail["insights"].as_array().unwrap().is_empty());
+    // The raw file of one session, byte for byte.
     let raw = ureq::get(&format!(
         "{}/api/v1/sessions/{}/files/trace-0000.ndjson.zst",
         srv.url,

@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 
 /// Bumped when what ingest stores changes (a newer analysis): sessions stored by an older one
 /// are analysed again at start.
-pub const ANALYSIS_VERSION: i64 = 1;
+pub const ANALYSIS_VERSION: i64 = 2;
 
 /// A claim not finished after this long belongs to an instance that died: taken over.
 pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;
@@ -215,6 +215,9 @@ pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
     out.docs
         .push(("analysis", serde_json::to_string(&a).unwrap_or_default()));
     out.docs.push(("telemetry", telemetry_series(&model)));
+    let lines = gpufl_analysis::lines::line_details(&model, &cfg);
+    out.docs
+        .push(("lines", serde_json::to_string(&lines).unwrap_or_default()));
     out
 }
 

@@ -285,8 +285,10 @@ pub struct LineQuery {
     line: i64,
 }
 
-/// `GET /api/v1/sessions/{id}/lines?file=&line=`: the line's synchronizations and copies (from
-/// the session's per-line profile) and the insights located there, with their frames.
+/// `GET /api/v1/sessions/{id}/lines?file=&line=`: what happened at the line (gpufl-analysis's
+/// line detail: synchronizations with their duration distribution, copies, the kernels launched
+/// there, a whole stack — one entry per distinct location at that line, e.g. per library frame)
+/// and the insights located there.
 pub async fn line(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -296,14 +298,13 @@ pub async fn line(
     let c = caller(&st, &headers).await?;
     let Query(q) = q.map_err(|e| ApiError::bad("bad_query", e.body_text()))?;
     session_row(&st, &c, &id).await?;
-    let profile = doc(&st, &c, &id, "profile").await?;
+    let details = doc(&st, &c, &id, "lines").await?;
     let matches = |loc: &Value| {
         loc.get("file").and_then(Value::as_str) == Some(q.file.as_str())
             && loc.get("line").and_then(Value::as_i64) == Some(q.line)
     };
-    let lines: Vec<Value> = profile
-        .get("lines")
-        .and_then(Value::as_array)
+    let lines: Vec<Value> = details
+        .as_array()
         .map(|a| {
             a.iter()
                 .filter(|l| l.get("location").is_some_and(matches))
