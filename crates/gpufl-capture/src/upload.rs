@@ -281,17 +281,7 @@ fn stored_line(o: &Outcome) -> String {
 
 /// A byte count as people read it.
 fn size(b: u64) -> String {
-    const KIB: f64 = 1024.0;
-    let f = b as f64;
-    if f < KIB {
-        format!("{b} B")
-    } else if f < KIB * KIB {
-        format!("{:.1} KiB", f / KIB)
-    } else if f < KIB * KIB * KIB {
-        format!("{:.1} MiB", f / KIB / KIB)
-    } else {
-        format!("{:.2} GiB", f / KIB / KIB / KIB)
-    }
+    gpufl_upload::human_size(b)
 }
 
 /// Control characters escaped (a server's reason, a path: text from elsewhere reaching a terminal).

@@ -284,6 +284,27 @@ fn wait_ready(url: &str, rd: &str, ids: &[String]) -> std::collections::BTreeMap
     }
 }
 
+/// The bundled session whose directory name starts with `prefix`.
+fn bundled_one(prefix: &str) -> PathBuf {
+    bundled()
+        .into_iter()
+        .find(|d| id_of(d).starts_with(prefix))
+        .unwrap_or_else(|| panic!("no bundled session {prefix}*"))
+}
+
+/// Wait until session `id` has been analysed `n` times and is ready; its detail.
+fn wait_analysed(url: &str, rd: &str, id: &str, n: i64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, v) = get(url, rd, &format!("/api/v1/sessions/{id}"));
+        if v["analyses"] == n && v["ingest"] == "ready" {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "not analysed {n} times: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn id_of(dir: &Path) -> String {
     dir.file_name().unwrap().to_str().unwrap().to_string()
 }
@@ -630,10 +651,7 @@ fn keys_reach_their_own_project_only(b: Backend) {
     let srv = serve(&s, &["--rate-limit", "0"]);
     let (a_up, a_rd) = project(&s, "a");
     let (b_up, b_rd) = project(&s, "b");
-    let d = bundled()
-        .into_iter()
-        .find(|d| id_of(d).starts_with("cpp_api"))
-        .unwrap();
+    let d = bundled_one("cpp_api");
     let id = id_of(&d);
     assert!(upload(&srv.url, &b_up, std::slice::from_ref(&d))
         .status
@@ -710,10 +728,7 @@ fn a_growing_session_is_completed_by_a_later_upload(b: Backend) {
     let Some(s) = stores(b, "grow") else { return };
     let srv = serve(&s, &["--rate-limit", "0"]);
     let (up, rd) = project(&s, "team");
-    let src = bundled()
-        .into_iter()
-        .find(|d| id_of(d).starts_with("hf_trainer"))
-        .unwrap();
+    let src = bundled_one("hf_trainer");
     let whole = std::fs::read(src.join("trace-0000.ndjson.zst")).unwrap();
     let d = s.data.join("growing-7-20261126T000000Z");
     std::fs::create_dir_all(&d).unwrap();
@@ -743,18 +758,10 @@ fn a_growing_session_is_completed_by_a_later_upload(b: Backend) {
     let second = upload(&srv.url, &up, std::slice::from_ref(&d));
     let out = String::from_utf8_lossy(&second.stdout);
     assert!(second.status.success() && out.contains("extended"), "{out}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
-        if v["analyses"] == 2 && v["ingest"] == "ready" {
-            let k = v["kernels"].as_i64().unwrap();
-            assert!(k > early, "{k} <= {early}");
-            assert_eq!(k, info_kernels(&src));
-            break;
-        }
-        assert!(Instant::now() < deadline, "{v}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let v = wait_analysed(&srv.url, &rd, &id, 2);
+    let k = v["kernels"].as_i64().unwrap();
+    assert!(k > early, "{k} <= {early}");
+    assert_eq!(k, info_kernels(&src));
 }
 
 #[test]
@@ -825,10 +832,7 @@ fn bad_requests_get_a_status_and_a_reason() {
     let (up, rd) = project(&s, "team");
     let sess = "bad-1-20261126T000000Z";
     let part = b"not a trace at all".to_vec();
-    let good = bundled()
-        .into_iter()
-        .find(|d| id_of(d).starts_with("cpp_api"))
-        .unwrap();
+    let good = bundled_one("cpp_api");
     let gbytes = std::fs::read(good.join("trace-0000.ndjson.zst")).unwrap();
     let put = |path: String, body: Vec<u8>, hash: String| Bad {
         what: "",
@@ -1122,10 +1126,7 @@ fn a_damaged_session_is_kept_with_the_readers_warnings() {
     let s = stores(Backend::SqliteLocal, "damaged").unwrap();
     let srv = serve(&s, &["--rate-limit", "0"]);
     let (up, rd) = project(&s, "team");
-    let src = bundled()
-        .into_iter()
-        .find(|d| id_of(d).starts_with("hf_trainer"))
-        .unwrap();
+    let src = bundled_one("hf_trainer");
     let d = s.data.join("damaged-1-20261126T000000Z");
     std::fs::create_dir_all(&d).unwrap();
     let mut b = std::fs::read(src.join("trace-0000.ndjson.zst")).unwrap();
@@ -1161,10 +1162,7 @@ fn sessions_of_an_older_analysis_are_analysed_again() {
         return;
     };
     let (up, rd) = project(&s, "team");
-    let d = bundled()
-        .into_iter()
-        .find(|d| id_of(d).starts_with("cpp_api"))
-        .unwrap();
+    let d = bundled_one("cpp_api");
     let id = id_of(&d);
     {
         let srv = serve(&s, &["--rate-limit", "0"]);
@@ -1181,14 +1179,6 @@ fn sessions_of_an_older_analysis_are_analysed_again() {
         .unwrap();
     assert!(out.status.success());
     let srv = serve(&s, &["--rate-limit", "0"]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
-        if v["analyses"] == 2 && v["ingest"] == "ready" {
-            assert!(v["analysis_version"].as_i64().unwrap() > 0);
-            break;
-        }
-        assert!(Instant::now() < deadline, "not analysed again: {v}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let v = wait_analysed(&srv.url, &rd, &id, 2);
+    assert!(v["analysis_version"].as_i64().unwrap() > 0);
 }

@@ -383,6 +383,21 @@ fn completion(body: &[u8]) -> Result<Completion, String> {
     serde_json::from_slice(body).map_err(|e| format!("not the completion JSON: {e}"))
 }
 
+/// A byte count as people read it (`512 B`, `4.6 KiB`, `1.2 MiB`, `3.05 GiB`).
+pub fn human_size(b: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let f = b as f64;
+    if f < KIB {
+        format!("{b} B")
+    } else if f < KIB * KIB {
+        format!("{:.1} KiB", f / KIB)
+    } else if f < KIB * KIB * KIB {
+        format!("{:.1} MiB", f / KIB / KIB)
+    } else {
+        format!("{:.2} GiB", f / KIB / KIB / KIB)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

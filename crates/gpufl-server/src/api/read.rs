@@ -257,6 +257,26 @@ pub async fn one(
     Ok(Json(v))
 }
 
+/// The JSON bodies of a session's rows of `table` (`insights`, `kernels`), in their order.
+async fn bodies(
+    st: &AppState,
+    c: &auth::Caller,
+    table: &'static str,
+    id: &str,
+) -> Result<Vec<Value>, ApiError> {
+    let rows = sqlx::query(&format!(
+        "SELECT body FROM {table} WHERE project_id = $1 AND session_id = $2 ORDER BY ord"
+    ))
+    .bind(&c.project_id)
+    .bind(id)
+    .fetch_all(&st.db.pool)
+    .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| serde_json::from_str(&text(r, "body")).ok())
+        .collect())
+}
+
 /// `GET /api/v1/sessions/{id}/insights`.
 pub async fn insights(
     State(st): State<Arc<AppState>>,
@@ -265,17 +285,7 @@ pub async fn insights(
 ) -> Result<Json<Value>, ApiError> {
     let c = caller(&st, &headers).await?;
     session_row(&st, &c, &id).await?;
-    let rows = sqlx::query(
-        "SELECT body FROM insights WHERE project_id = $1 AND session_id = $2 ORDER BY ord",
-    )
-    .bind(&c.project_id)
-    .bind(&id)
-    .fetch_all(&st.db.pool)
-    .await?;
-    let list: Vec<Value> = rows
-        .iter()
-        .filter_map(|r| serde_json::from_str(&text(r, "body")).ok())
-        .collect();
+    let list = bodies(&st, &c, "insights", &id).await?;
     Ok(Json(json!({ "session": id, "insights": list })))
 }
 
@@ -346,17 +356,7 @@ pub async fn kernels(
 ) -> Result<Json<Value>, ApiError> {
     let c = caller(&st, &headers).await?;
     session_row(&st, &c, &id).await?;
-    let rows = sqlx::query(
-        "SELECT body FROM kernels WHERE project_id = $1 AND session_id = $2 ORDER BY ord",
-    )
-    .bind(&c.project_id)
-    .bind(&id)
-    .fetch_all(&st.db.pool)
-    .await?;
-    let list: Vec<Value> = rows
-        .iter()
-        .filter_map(|r| serde_json::from_str(&text(r, "body")).ok())
-        .collect();
+    let list = bodies(&st, &c, "kernels", &id).await?;
     Ok(Json(json!({ "session": id, "kernels": list })))
 }
 
