@@ -1182,3 +1182,44 @@ fn sessions_of_an_older_analysis_are_analysed_again() {
     let v = wait_analysed(&srv.url, &rd, &id, 2);
     assert!(v["analysis_version"].as_i64().unwrap() > 0);
 }
+
+/// A session an instance of this host was analysing when it died (its claim names a process that
+/// no longer exists) is analysed again as soon as an instance starts, not after the lease.
+#[test]
+fn claims_of_a_dead_local_instance_are_taken_over() {
+    let Some(s) = stores(Backend::PgLocal, "orphan") else {
+        return;
+    };
+    let (up, rd) = project(&s, "team");
+    let d = bundled_one("cpp_api");
+    let id = id_of(&d);
+    {
+        let srv = serve(&s, &["--rate-limit", "0"]);
+        assert!(upload(&srv.url, &up, std::slice::from_ref(&d))
+            .status
+            .success());
+        wait_ready(&srv.url, &rd, std::slice::from_ref(&id));
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let sql = format!(
+        "UPDATE sessions SET ingest_state = 'running', claimed_by = '{}:4194999:dead', claimed_ns = {now_ns}",
+        host.trim()
+    );
+    let out = Command::new("psql")
+        .arg(s.db.as_ref().unwrap())
+        .args(["-qc", &sql])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let srv = serve(&s, &["--rate-limit", "0"]);
+    let v = wait_analysed(&srv.url, &rd, &id, 2);
+    assert_eq!(v["ingest"], "ready");
+}

@@ -60,6 +60,41 @@ pub async fn requeue_old(db: &Db) -> Result<u64, sqlx::Error> {
     Ok(r.rows_affected())
 }
 
+/// Claims left by instances of this host that are gone (their process no longer exists): pending
+/// again at once, instead of after the lease. Instances name themselves `host:pid:random`; a claim
+/// of another host, or of a live process, is left to its lease.
+pub async fn requeue_dead_local(db: &Db, me: &str) -> Result<u64, sqlx::Error> {
+    let host = me.split(':').next().unwrap_or("");
+    let rows = sqlx::query(
+        "SELECT DISTINCT claimed_by FROM sessions WHERE ingest_state = 'running' AND claimed_by <> ''",
+    )
+    .fetch_all(&db.pool)
+    .await?;
+    let mut n = 0;
+    for r in &rows {
+        let who = text(r, "claimed_by");
+        let mut parts = who.split(':');
+        let (Some(h), Some(pid)) = (
+            parts.next(),
+            parts.next().and_then(|p| p.parse::<u32>().ok()),
+        ) else {
+            continue;
+        };
+        if h != host || who == me || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let done = sqlx::query(
+            "UPDATE sessions SET ingest_state = 'pending', claimed_by = '' \
+             WHERE ingest_state = 'running' AND claimed_by = $1",
+        )
+        .bind(&who)
+        .execute(&db.pool)
+        .await?;
+        n += done.rows_affected();
+    }
+    Ok(n)
+}
+
 /// A claimed session.
 struct Claim {
     project: String,
@@ -411,7 +446,12 @@ pub async fn worker(st: Arc<AppState>) {
     loop {
         match run_once(&st).await {
             Ok(true) => continue,
-            Ok(false) => {}
+            Ok(false) => {
+                // Idle: take over the claims of an instance of this host that died.
+                if let Err(e) = requeue_dead_local(&st.db, &st.instance).await {
+                    eprintln!("gpufl serve: ingest: {e}");
+                }
+            }
             Err(e) => {
                 eprintln!("gpufl serve: ingest: {e}");
                 tokio::time::sleep(Duration::from_secs(1)).await;

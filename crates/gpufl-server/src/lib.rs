@@ -127,6 +127,7 @@ pub async fn open(cfg: &ServeConfig) -> Result<Arc<AppState>, ServerError> {
 pub async fn serve(cfg: ServeConfig) -> Result<(), ServerError> {
     let st = open(&cfg).await?;
     let requeued = ingest::requeue_old(&st.db).await?;
+    let orphans = ingest::requeue_dead_local(&st.db, &st.instance).await?;
     let listener = tokio::net::TcpListener::bind(&cfg.listen)
         .await
         .map_err(|e| ServerError::io(format!("listening on {}", cfg.listen), e))?;
@@ -138,8 +139,10 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServerError> {
         redact(&cfg.db_url()),
         st.blobs.describe,
         cfg.ingest_workers,
-        if requeued > 0 {
-            format!(", {requeued} session(s) to analyse again")
+        if requeued + orphans > 0 {
+            format!(
+                ", {requeued} session(s) to analyse again, {orphans} left by a stopped instance"
+            )
         } else {
             String::new()
         }
