@@ -342,6 +342,54 @@ fn uploads_every_bundled_session_once(b: Backend) {
         assert_eq!(st, 200);
         assert_eq!(v["analyses"], 1, "{id} analysed {} times", v["analyses"]);
     }
+    // The list's filters: by app, by host, by start time and by severity.
+    let list = |q: &str| -> Vec<Value> {
+        let (st, v) = get(&srv.url, &rd, &format!("/api/v1/sessions?limit=1000&{q}"));
+        assert_eq!(st, 200, "{q}: {v}");
+        v["sessions"].as_array().unwrap().clone()
+    };
+    let every: Vec<Value> = all.values().cloned().collect();
+    let cpp = list("app=cpp_api");
+    assert!(!cpp.is_empty() && cpp.iter().all(|s| s["app"] == "cpp_api"));
+    assert_eq!(
+        cpp.len(),
+        every.iter().filter(|s| s["app"] == "cpp_api").count()
+    );
+    let host = every[0]["host"].as_str().unwrap().to_string();
+    assert_eq!(
+        list(&format!("host={host}")).len(),
+        every.iter().filter(|s| s["host"] == host.as_str()).count()
+    );
+    let starts: Vec<i64> = every
+        .iter()
+        .map(|s| s["start_unix_ns"].as_i64().unwrap())
+        .collect();
+    let mid = {
+        let mut v = starts.clone();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let later = list(&format!("since={mid}"));
+    assert_eq!(later.len(), starts.iter().filter(|&&t| t >= mid).count());
+    assert!(
+        later
+            .windows(2)
+            .all(|w| w[0]["start_unix_ns"].as_i64() >= w[1]["start_unix_ns"].as_i64()),
+        "newest first"
+    );
+    assert_eq!(
+        list(&format!("until={mid}")).len(),
+        starts.iter().filter(|&&t| t < mid).count()
+    );
+    let high = list("severity=high");
+    assert!(!high.is_empty() && high.iter().all(|s| s["top_severity"] == "HIGH"));
+    let medium = list("severity=medium");
+    assert!(medium.len() > high.len());
+    assert!(medium
+        .iter()
+        .all(|s| s["top_severity"] == "HIGH" || s["top_severity"] == "MEDIUM"));
+    let (_, page) = get(&srv.url, &rd, "/api/v1/sessions?limit=5&offset=2");
+    assert_eq!(page["sessions"].as_array().unwrap().len(), 5);
     // The line detail of the C++ session's event sync, located by its insight.
     let d = dirs
         .iter()
