@@ -16,7 +16,7 @@
 //! `./gpufl-sessions` for the directory.
 
 use crate::options::Options;
-use gpufl_upload::{Event, Outcome, UploadError, UploadOptions, Uploader};
+use gpufl_upload::{Event, Outcome, UploadOptions, Uploader};
 use std::ffi::c_int;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -223,7 +223,7 @@ pub fn run(plan: &Plan, out: &mut dyn FnMut(&str, bool)) -> c_int {
                     &format!("upload of {name} failed: {}", esc(&e.to_string())),
                     true,
                 );
-                if let Some(why) = hopeless(&e) {
+                if let Some(why) = e.stops_the_rest() {
                     let left = n - i - 1;
                     if left > 0 {
                         out(
@@ -238,18 +238,6 @@ pub fn run(plan: &Plan, out: &mut dyn FnMut(&str, bool)) -> c_int {
         }
     }
     c_int::try_from(failed).unwrap_or(c_int::MAX)
-}
-
-/// Why an error would fail every other session alike (as `gpufl upload` judges it).
-fn hopeless(e: &UploadError) -> Option<&'static str> {
-    match e {
-        UploadError::Server {
-            status: 401 | 403, ..
-        } => Some("the key is refused"),
-        UploadError::Transport { .. } => Some("the server is out of reach"),
-        UploadError::Options(_) => Some("the options are unusable"),
-        _ => None,
-    }
 }
 
 fn session_name(dir: &Path) -> String {

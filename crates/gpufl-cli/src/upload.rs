@@ -10,7 +10,7 @@
 use crate::term;
 use anyhow::{bail, Result};
 use clap::Args;
-use gpufl_upload::{Event, Outcome, Progress, UploadError, UploadOptions, Uploader};
+use gpufl_upload::{Event, Outcome, Progress, UploadOptions, Uploader};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
@@ -57,7 +57,7 @@ pub fn run(args: UploadArgs) -> Result<i32> {
                     .map_or_else(|| term::esc_path(dir), |s| term::esc_path(s.as_ref()));
                 term::print(&format!("failed  {name}  {}\n", term::esc(&e.to_string())))?;
                 tally.failed += 1;
-                if let Some(why) = hopeless(&e) {
+                if let Some(why) = e.stops_the_rest() {
                     let left = n - i - 1;
                     if left > 0 {
                         term::eprint_line(&format!(
@@ -78,18 +78,6 @@ pub fn run(args: UploadArgs) -> Result<i32> {
     } else {
         1
     })
-}
-
-/// Why an error would fail every other session alike (a wrong key, a server out of reach).
-fn hopeless(e: &UploadError) -> Option<&'static str> {
-    match e {
-        UploadError::Server {
-            status: 401 | 403, ..
-        } => Some("the key is refused"),
-        UploadError::Transport { .. } => Some("the server is out of reach"),
-        UploadError::Options(_) => Some("the options are unusable"),
-        _ => None,
-    }
 }
 
 /// Sessions stored, by what the server did, and failed.

@@ -65,3 +65,18 @@ impl UploadError {
         }
     }
 }
+
+impl UploadError {
+    /// Why this error would fail every other session alike (a refused key, a server out of
+    /// reach, unusable options), so that a caller uploading several stops there; None otherwise.
+    pub fn stops_the_rest(&self) -> Option<&'static str> {
+        match self {
+            UploadError::Server {
+                status: 401 | 403, ..
+            } => Some("the key is refused"),
+            UploadError::Transport { .. } => Some("the server is out of reach"),
+            UploadError::Options(_) => Some("the options are unusable"),
+            _ => None,
+        }
+    }
+}
