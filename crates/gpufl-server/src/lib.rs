@@ -12,6 +12,7 @@ pub mod blobs;
 pub mod db;
 pub mod error;
 pub mod ingest;
+pub mod web;
 
 pub use error::{ApiError, ServerError};
 
@@ -54,6 +55,9 @@ pub struct ServeConfig {
     pub analysis_threads: usize,
     /// How often an idle ingest worker looks for work uploaded to other instances, ms.
     pub poll_ms: u64,
+    /// A project shown without a key (dashboard and read API), created when missing: `gpufl
+    /// serve --local` / `--demo`. Only for a loopback address (the CLI checks).
+    pub open_project: Option<String>,
 }
 
 impl ServeConfig {
@@ -68,6 +72,7 @@ impl ServeConfig {
             ingest_workers: 2,
             analysis_threads: 2,
             poll_ms: 1000,
+            open_project: None,
         }
     }
 
@@ -96,6 +101,8 @@ pub struct AppState {
     pub tmp_dir: PathBuf,
     pub analysis_threads: usize,
     pub poll_ms: u64,
+    /// The project opened without a key: (id, name).
+    pub open_project: Option<(String, String)>,
 }
 
 /// Open the database (migrating it) and the store.
@@ -107,6 +114,16 @@ pub async fn open(cfg: &ServeConfig) -> Result<Arc<AppState>, ServerError> {
     let tmp_dir = cfg.data.join("tmp");
     std::fs::create_dir_all(&tmp_dir)
         .map_err(|e| ServerError::io(format!("creating {}", tmp_dir.display()), e))?;
+    let open_project = match &cfg.open_project {
+        Some(name) => {
+            let id = match auth::project_id(&db, name).await {
+                Ok(id) => id,
+                Err(_) => auth::create_project(&db, name).await?.0,
+            };
+            Some((id, name.clone()))
+        }
+        None => None,
+    };
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "host".into());
@@ -120,6 +137,7 @@ pub async fn open(cfg: &ServeConfig) -> Result<Arc<AppState>, ServerError> {
         tmp_dir,
         analysis_threads: cfg.analysis_threads.max(1),
         poll_ms: cfg.poll_ms.max(10),
+        open_project,
     }))
 }
 

@@ -29,6 +29,7 @@ pub fn router(st: Arc<AppState>) -> Router {
     Router::new()
         .nest("/api/v1", v1)
         .route("/healthz", get(|| async { "ok" }))
+        .merge(crate::web::router())
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
