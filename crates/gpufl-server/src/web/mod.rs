@@ -13,6 +13,7 @@
 //! its Insights panel, a line's detail (`/sessions/{id}/line?file=&line=`), a kernel's detail
 //! (`/sessions/{id}/kernel?name=&device=`) and the comparison of two sessions (`/compare?a=&b=`).
 
+pub mod cards;
 pub mod charts;
 pub mod compare;
 pub mod data;

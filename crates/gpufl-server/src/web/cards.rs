@@ -1,0 +1,148 @@
+//! Insight cards, as the session page's Insights panel and the kernel page show them: severity,
+//! title, impact, the fix, and the source-line chip that opens the line's detail (with the
+//! library's line beside it when the cause sits in a library). Templates include
+//! `templates/card.html` inside `{% for card in … %}`.
+
+use super::data::InsightRow;
+use super::{fmt, url_encode};
+use serde_json::Value;
+
+/// A link to a line's detail, or (library locations) a label.
+#[derive(Debug, Clone)]
+pub struct Chip {
+    /// `/sessions/{id}/line?file=…&line=…`; empty for a label.
+    pub href: String,
+    /// `file:line` with the file shortened.
+    pub text: String,
+    /// The whole path, line and function.
+    pub title: String,
+}
+
+/// One insight as a card.
+#[derive(Debug, Clone)]
+pub struct Card {
+    pub severity: &'static str,
+    pub severity_class: &'static str,
+    pub category: String,
+    pub rule: String,
+    pub title: String,
+    /// `73.58s blocked across 50 calls`, or the time the rule attributes and its share of the run.
+    pub impact: String,
+    pub detail: String,
+    pub fix: String,
+    /// The user's line (None when the insight has none, e.g. `<driver-internal>`).
+    pub chip: Option<Chip>,
+    /// The library's line inside it.
+    pub lib: Option<Chip>,
+    /// `in train_step()`.
+    pub function: String,
+    /// The text of the line, when the recorder stored it.
+    pub code: String,
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn loc_text(file: &str, line: u64) -> String {
+    if line > 0 {
+        format!("{}:{line}", fmt::short_path(file, 48))
+    } else {
+        fmt::short_path(file, 48)
+    }
+}
+
+impl Card {
+    /// The card of a stored insight of session `session`.
+    pub fn from_row(r: &InsightRow, session: &str) -> Card {
+        let b = &r.body;
+        let loc = b.get("location").cloned().unwrap_or(Value::Null);
+        let file = s(&loc, "file");
+        let line = u(&loc, "line");
+        let function = s(&loc, "function");
+        let has_file = !file.is_empty() && !file.starts_with('<');
+        let chip = has_file.then(|| Chip {
+            href: format!(
+                "/sessions/{}/line?file={}&line={line}",
+                url_encode(session),
+                url_encode(file)
+            ),
+            text: loc_text(file, line),
+            title: if function.is_empty() {
+                format!("{file}:{line}")
+            } else {
+                format!("{file}:{line} in {function}()")
+            },
+        });
+        let lib = loc.get("library").filter(|l| l.is_object()).map(|l| Chip {
+            href: String::new(),
+            text: loc_text(s(l, "file"), u(l, "line")),
+            title: format!("{}:{} in {}()", s(l, "file"), u(l, "line"), s(l, "function")),
+        });
+        let count = u(b, "count");
+        let blocked = u(b, "blocked_ns");
+        let impact = if blocked > 0 {
+            format!(
+                "{} blocked across {} call{}",
+                fmt::dur_u(blocked),
+                fmt::count(count as i64),
+                if count == 1 { "" } else { "s" }
+            )
+        } else {
+            let share = b.get("share_of_wall").and_then(Value::as_f64).unwrap_or(0.0);
+            format!(
+                "{} ({} of the run)",
+                fmt::dur(r.impact_ns),
+                fmt::pct(share * 100.0)
+            )
+        };
+        Card {
+            severity: fmt::severity(r.severity),
+            severity_class: fmt::severity_class(r.severity),
+            category: r.category.clone(),
+            rule: r.rule.clone(),
+            title: r.title.clone(),
+            impact,
+            detail: s(b, "detail").to_string(),
+            fix: s(b, "fix").to_string(),
+            chip,
+            lib,
+            function: if function.is_empty() {
+                String::new()
+            } else {
+                format!("in {function}()")
+            },
+            code: s(&loc, "text").to_string(),
+        }
+    }
+}
+
+/// The categories of the Insights panel, in its order.
+pub const CATEGORIES: [&str; 5] = [
+    "SYNCHRONIZATION",
+    "STREAMS & TRANSFERS",
+    "IDLE GPU",
+    "KERNELS",
+    "SYSTEM",
+];
+
+/// Cards grouped by category, in [`CATEGORIES`] order, empty groups left out.
+pub fn grouped(rows: &[InsightRow], session: &str) -> Vec<(&'static str, Vec<Card>)> {
+    CATEGORIES
+        .iter()
+        .map(|c| {
+            (
+                *c,
+                rows.iter()
+                    .filter(|r| r.category == *c)
+                    .map(|r| Card::from_row(r, session))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}
