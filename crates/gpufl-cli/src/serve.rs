@@ -30,6 +30,84 @@ pub struct ServeArgs {
     /// Largest session accepted, MiB.
     #[arg(long, default_value_t = 16384)]
     max_session_mb: u64,
+    /// Open the dashboard and the read API without a key, on project "local" (loopback
+    /// addresses only), and load the sessions under each DIR into it (already stored ones are
+    /// not sent again).
+    #[arg(long, num_args = 0.., value_name = "DIR")]
+    local: Option<Vec<PathBuf>>,
+    /// `--local` on the bundled sessions (testdata/sessions) in a temporary data directory,
+    /// project "demo".
+    #[arg(long, conflicts_with = "local")]
+    demo: bool,
+}
+
+/// Whether `listen` (`HOST:PORT`) names a loopback address.
+fn loopback(listen: &str) -> bool {
+    let host = listen.rsplit_once(':').map_or(listen, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The bundled sessions: `testdata/sessions` here, else in the source tree this was built from.
+fn bundled_sessions() -> Result<PathBuf> {
+    let here = PathBuf::from("testdata/sessions");
+    if here.is_dir() {
+        return Ok(here);
+    }
+    let built = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/sessions"
+    ));
+    if built.is_dir() {
+        return Ok(built);
+    }
+    anyhow::bail!("--demo: the bundled sessions (testdata/sessions) are not here; run it from the gpufl repository")
+}
+
+/// Send the sessions under `dirs` to the server at `addr` with a key made for it (revoked after).
+fn import(addr: std::net::SocketAddr, key: auth::NewKey, dirs: Vec<PathBuf>, cfg: ServeConfig) {
+    let url = format!("http://{addr}");
+    let sessions = match gpufl_upload::find_sessions(&dirs) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gpufl serve: --local: {e}");
+            Vec::new()
+        }
+    };
+    let opts = gpufl_upload::UploadOptions::new(url, key.secret.clone());
+    let (mut ok, mut failed) = (0, 0);
+    match gpufl_upload::Uploader::new(&opts) {
+        Ok(up) => {
+            for dir in &sessions {
+                match up.upload(dir, &mut |_| {}) {
+                    Ok(_) => ok += 1,
+                    Err(e) => {
+                        failed += 1;
+                        eprintln!("gpufl serve: --local: {}: {e}", dir.display());
+                    }
+                }
+            }
+        }
+        Err(e) => eprintln!("gpufl serve: --local: {e}"),
+    }
+    eprintln!(
+        "gpufl serve: {ok} local session(s) loaded{}",
+        if failed > 0 {
+            format!(", {failed} failed")
+        } else {
+            String::new()
+        }
+    );
+    if let Ok(rt) = gpufl_server::runtime() {
+        let _ = rt.block_on(async {
+            let db = gpufl_server::db::Db::open(&cfg.db_url()).await?;
+            auth::revoke_key(&db, &key.id).await?;
+            Ok::<_, gpufl_server::ServerError>(())
+        });
+    }
 }
 
 #[derive(Args)]
@@ -74,8 +152,49 @@ pub fn serve(a: ServeArgs) -> Result<i32> {
     cfg.rate_per_key = a.rate_limit;
     cfg.limits.max_session_bytes = a.max_session_mb.saturating_mul(1 << 20);
     let rt = gpufl_server::runtime()?;
-    rt.block_on(gpufl_server::serve(cfg))
-        .context("gpufl serve")?;
+    let dirs = if a.demo {
+        cfg.data = std::env::temp_dir().join(format!("gpufl-demo-{}", std::process::id()));
+        cfg.db = None;
+        cfg.store = None;
+        cfg.open_project = Some("demo".into());
+        vec![bundled_sessions()?]
+    } else if let Some(d) = a.local {
+        cfg.open_project = Some("local".into());
+        d
+    } else {
+        Vec::new()
+    };
+    if cfg.open_project.is_some() && !loopback(&cfg.listen) {
+        anyhow::bail!(
+            "--local/--demo open the sessions without a key: listen on a loopback address (127.0.0.1:PORT), not {}",
+            cfg.listen
+        );
+    }
+    let Some(project) = cfg.open_project.clone() else {
+        rt.block_on(gpufl_server::serve(cfg))
+            .context("gpufl serve")?;
+        return Ok(0);
+    };
+    // The open project and a key to load the local sessions into it, before serving.
+    let key = rt.block_on(async {
+        let st = gpufl_server::open(&cfg).await?;
+        if auth::project_id(&st.db, &project).await.is_err() {
+            auth::create_project(&st.db, &project).await?;
+        }
+        auth::create_key(&st.db, &project, KeyKind::Upload).await
+    })?;
+    let for_import = cfg.clone();
+    let demo_dir = a.demo.then(|| cfg.data.clone());
+    let res = rt.block_on(gpufl_server::serve_with(cfg, move |addr| {
+        if dirs.is_empty() {
+            return;
+        }
+        std::thread::spawn(move || import(addr, key, dirs, for_import));
+    }));
+    if let Some(d) = demo_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    res.context("gpufl serve")?;
     Ok(0)
 }
 

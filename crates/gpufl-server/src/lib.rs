@@ -143,6 +143,14 @@ pub async fn open(cfg: &ServeConfig) -> Result<Arc<AppState>, ServerError> {
 
 /// Serve until ctrl-c / SIGTERM. Prints the address it listens on (port 0 picks one).
 pub async fn serve(cfg: ServeConfig) -> Result<(), ServerError> {
+    serve_with(cfg, |_| {}).await
+}
+
+/// [`serve`], calling `ready` with the address once the server listens (before it answers).
+pub async fn serve_with(
+    cfg: ServeConfig,
+    ready: impl FnOnce(SocketAddr) + Send + 'static,
+) -> Result<(), ServerError> {
     let st = open(&cfg).await?;
     let requeued = ingest::requeue_old(&st.db).await?;
     let orphans = ingest::requeue_dead_local(&st.db, &st.instance).await?;
@@ -165,9 +173,15 @@ pub async fn serve(cfg: ServeConfig) -> Result<(), ServerError> {
             String::new()
         }
     );
+    if let Some((_, name)) = &st.open_project {
+        eprintln!(
+            "gpufl serve: project {name:?} is open without a key: dashboard at http://{addr}/sessions"
+        );
+    }
     for _ in 0..cfg.ingest_workers {
         tokio::spawn(ingest::worker(st.clone()));
     }
+    ready(addr);
     let app = api::router(st);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
