@@ -56,6 +56,19 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/sessions/{id}/kernel", get(kernel::page))
         .route("/compare", get(compare::page))
         .layer(axum::middleware::map_response(secure_headers))
+        .layer(axum::middleware::from_fn(timing))
+}
+
+/// `Server-Timing: app;dur=MS`: the time from the request to the rendered page (queries and
+/// rendering; the body is a finished string by then) — what bench/dashboard_render.sh reads.
+async fn timing(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let t = std::time::Instant::now();
+    let mut r = next.run(req).await;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    if let Ok(v) = HeaderValue::from_str(&format!("app;dur={ms:.2}")) {
+        r.headers_mut().insert("server-timing", v);
+    }
+    r
 }
 
 async fn secure_headers(mut r: Response) -> Response {
@@ -167,7 +180,11 @@ impl IntoResponse for WebError {
             WebError::NotFound(r) => (StatusCode::NOT_FOUND, "Not found", r.as_str()),
             WebError::BadRequest(r) => (StatusCode::BAD_REQUEST, "Bad request", r.as_str()),
             WebError::Forbidden(r) => (StatusCode::FORBIDDEN, "Forbidden", r.as_str()),
-            WebError::Internal(r) => (StatusCode::INTERNAL_SERVER_ERROR, "Server error", r.as_str()),
+            WebError::Internal(r) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Server error",
+                r.as_str(),
+            ),
         };
         let page = ErrorPage {
             title,
