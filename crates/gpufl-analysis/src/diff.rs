@@ -27,7 +27,7 @@ use crate::totals::Totals;
 use crate::userframe::{user_frame, SourceLoc};
 use crate::{Analysis, Config};
 use gpufl_trace::StackId;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
 /// What a threshold or a pair of sessions can get wrong.
@@ -64,10 +64,11 @@ impl Default for Options {
 }
 
 /// One session, reduced to what [`diff`] compares.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Profile {
     pub totals: Totals,
     /// An always-on session (its GPU figures cover its windows only).
+    #[serde(default)]
     pub always_on: bool,
     /// Per kernel name, summed over devices; by name.
     pub kernels: Vec<KernelStat>,
@@ -75,14 +76,14 @@ pub struct Profile {
     pub lines: Vec<LineStat>,
     pub insights: Vec<InsightStat>,
     /// Per CUDA graph and device ([`Analysis::graphs`]); absent from JSON without graphs.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub graphs: Vec<GraphStat>,
 }
 
 /// A CUDA graph's replays on one device, as [`diff`] matches them: by the graph launch's user
 /// line, else (no launch line) by the names of its top operations. CUPTI's graph ids differ
 /// between runs and are not matched on.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct GraphStat {
     /// CUPTI's graph id in this session.
     pub graph: u32,
@@ -127,7 +128,7 @@ impl GraphStat {
 }
 
 /// A kernel name's launches and GPU time.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct KernelStat {
     /// Demangled name.
     pub name: String,
@@ -137,7 +138,7 @@ pub struct KernelStat {
 }
 
 /// What happened at one source line.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct LineStat {
     /// The user location (`<driver-internal>` for stacks without one; `<no stack>` for
     /// synchronizations and copies recorded without a stack).
@@ -154,7 +155,7 @@ pub struct LineStat {
 }
 
 /// An insight, as [`diff`] matches it.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct InsightStat {
     /// `rule @ location [sync kind] [subject] [#n]`: what matches across sessions.
     pub key: String,
@@ -1021,6 +1022,31 @@ mod tests {
             )],
             graphs: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_stored_profile_reads_back_as_it_was() {
+        // The server stores profiles as JSON and compares them later (its Compare page).
+        let mut p = base();
+        p.lines[0].location.library = Some(Box::new(loc("lib.py", 3, "x.item()")));
+        p.graphs.push(GraphStat {
+            graph: 7,
+            device: 0,
+            launch_location: None,
+            ops: vec!["k".into()],
+            replays: 3,
+            replay_median_ns: 10,
+            replay_total_ns: 30,
+            gap_idle_ns: 5,
+            busy_ns: 30,
+        });
+        let back: Profile = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+        // Without graphs (left out of the JSON) and without `always_on`.
+        let mut v = serde_json::to_value(base()).unwrap();
+        v.as_object_mut().unwrap().remove("always_on");
+        let back: Profile = serde_json::from_value(v).unwrap();
+        assert_eq!(back, base());
     }
 
     #[test]

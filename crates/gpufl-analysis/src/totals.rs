@@ -2,10 +2,10 @@
 
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Totals of one session.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     /// First to last timed record of the session (kernels, copies, memsets, syncs, API calls,
     /// callsites; not CUPTI's own overhead records), ns.

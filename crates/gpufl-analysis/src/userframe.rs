@@ -5,10 +5,10 @@
 use crate::error::AnalysisError;
 use crate::model::Model;
 use gpufl_trace::{FrameKind, StackId};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Where the user frame comes from.
-#[derive(Clone, Copy, Serialize, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum FrameOrigin {
     /// A Python frame (file, line and qualified function name from the interpreter).
@@ -28,7 +28,7 @@ pub enum FrameOrigin {
 
 /// A source location in the user's code, with the library line that issued the call when the user's
 /// line called into a library (docs/insights.md, "Locations: user frame and library frame").
-#[derive(Clone, Serialize, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub struct SourceLoc {
     /// Source file as recorded (full path); `"<driver-internal>"` when there is no user frame.
     pub file: String,

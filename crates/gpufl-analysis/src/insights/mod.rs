@@ -39,12 +39,12 @@ use crate::store::NONE;
 use crate::userframe::{user_frame, FrameOrigin, SourceLoc};
 use crate::Config;
 use gpufl_trace::{StackId, SyncKind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// How much an insight matters.
-#[derive(Serialize, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Severity {
     Low,
