@@ -99,6 +99,11 @@ pub struct KernelRow {
     /// Median and 99th percentile (nearest rank) of the durations, ns.
     pub p50_ns: u64,
     pub p99_ns: u64,
+    /// The distribution of the durations in power-of-2 buckets ([`log2_hist`]): `[k, n]` pairs,
+    /// `n` kernels of `2^k` to `2^(k+1)` ns (`k` = 0 also holds 0 ns), `k` increasing, empty
+    /// buckets left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub duration_log2: Vec<(u8, u64)>,
     /// Union of the kernel's intervals, ns.
     pub busy_ns: u64,
     /// `busy_ns` over the device's busy time, 0..1.
@@ -202,6 +207,20 @@ fn median_p99<T: Copy + Ord + Into<u64>>(v: &mut [T]) -> (u64, u64) {
     (med, p99)
 }
 
+/// Counts of durations (ns) in power-of-2 buckets: `(k, n)`, `n` durations in `2^k..2^(k+1)`
+/// (`k` = 0 also holds 0), `k` increasing, empty buckets left out (at most 64 pairs).
+pub fn log2_hist(durations: impl IntoIterator<Item = u64>) -> Vec<(u8, u64)> {
+    let mut n = [0u64; 64];
+    for d in durations {
+        n[63 - (d | 1).leading_zeros() as usize] += 1;
+    }
+    n.iter()
+        .enumerate()
+        .filter(|(_, &c)| c > 0)
+        .map(|(k, &c)| (k as u8, c))
+        .collect()
+}
+
 fn sat_u32(v: u64) -> u32 {
     v.min(u32::MAX as u64) as u32
 }
@@ -279,19 +298,22 @@ impl<'a> Durs<'a> {
         }
     }
 
-    /// Their sum (saturating), and their median and p99 ([`median_p99`]; reorders them).
-    fn figures(&mut self) -> (u64, u64, u64) {
+    /// Their sum (saturating), their median and p99 ([`median_p99`]; reorders them), and their
+    /// [`log2_hist`].
+    fn figures(&mut self) -> (u64, u64, u64, Vec<(u8, u64)>) {
         let sum = |a: u64, d: u64| a.saturating_add(d);
         match self {
             Durs::Narrow(v) => {
                 let total = v.iter().fold(0u64, |a, &d| sum(a, d as u64));
+                let hist = log2_hist(v.iter().map(|&d| d as u64));
                 let (p50, p99) = median_p99(v);
-                (total, p50, p99)
+                (total, p50, p99, hist)
             }
             Durs::Wide(v) => {
                 let total = v.iter().fold(0u64, |a, &d| sum(a, d));
+                let hist = log2_hist(v.iter().copied());
                 let (p50, p99) = median_p99(v);
-                (total, p50, p99)
+                (total, p50, p99, hist)
             }
         }
     }
@@ -740,7 +762,7 @@ fn table_in_pieces(
             if run.len() == 0 {
                 return None;
             }
-            let (total_ns, p50_ns, p99_ns) = run.figures();
+            let (total_ns, p50_ns, p99_ns, duration_log2) = run.figures();
             let launches = run.len() as u64;
             let dev_limits = limits.iter().find(|d| d.device == dev).map(|d| &d.limits);
             let mut variants: Vec<Variant> = group_launches[g]
@@ -796,6 +818,7 @@ fn table_in_pieces(
                 mean_ns: total_ns / launches,
                 p50_ns,
                 p99_ns,
+                duration_log2,
                 busy_ns,
                 busy_share: crate::insights::share(busy_ns, device_busy_ns),
                 device_busy_ns,
@@ -1204,6 +1227,17 @@ mod tests {
                     "round {round}, {}",
                     row.name
                 );
+                // The histogram counts every kernel once, each in its power-of-2 bucket.
+                let mut want: Vec<(u8, u64)> = Vec::new();
+                for &x in &d {
+                    let k = if x < 2 { 0 } else { x.ilog2() as u8 };
+                    match want.iter_mut().find(|w| w.0 == k) {
+                        Some(w) => w.1 += 1,
+                        None => want.push((k, 1)),
+                    }
+                }
+                want.sort_unstable();
+                assert_eq!(row.duration_log2, want, "round {round}, {}", row.name);
             }
             // Pieces of any size, on one thread and on several; boundaries inside runs of a slot.
             for (rows, threads) in [(1, 1), (7, 3), (64, 2), (999, 4), (2999, 2), (5000, 3)] {
@@ -1211,6 +1245,17 @@ mod tests {
                 assert_eq!(got, one, "round {round}, pieces of {rows}");
             }
         }
+    }
+
+    #[test]
+    fn durations_in_power_of_two_buckets() {
+        assert_eq!(log2_hist([]), vec![]);
+        assert_eq!(log2_hist([0, 1]), vec![(0, 2)]);
+        assert_eq!(log2_hist([2, 3, 4, 7, 8]), vec![(1, 2), (2, 2), (3, 1)]);
+        assert_eq!(
+            log2_hist([1023, 1024, u64::MAX, 1 << 63]),
+            vec![(9, 1), (10, 1), (63, 2)]
+        );
     }
 
     #[test]
