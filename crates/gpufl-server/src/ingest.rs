@@ -253,6 +253,11 @@ pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
     let lines = gpufl_analysis::lines::line_details(&model, &cfg);
     out.docs
         .push(("lines", serde_json::to_string(&lines).unwrap_or_default()));
+    out.docs.push((
+        "sources",
+        serde_json::to_string(&gpufl_analysis::lines::source_texts(&model, &lines))
+            .unwrap_or_default(),
+    ));
     out
 }
 
