@@ -1,18 +1,598 @@
-//! The line page (a helper fills this in).
+//! The line page (`/sessions/{id}/line?file=F&line=N`), the target of the insight chips: the
+//! source text around the line as the recorder stored it, the synchronizations and copies issued
+//! there (count, time, distribution), the whole Python + native stack, the kernels launched from
+//! the line with their stats (each linking to its kernel page) and the insights located there.
+//!
+//! Reads the session's `lines` document (gpufl-analysis's line details, at most 500 lines, one
+//! entry per distinct location at that line: e.g. per library frame inside it), its `sources`
+//! document (the texts of the lines the frames name) and the kernel rows of the kernels launched
+//! there (by name).
 
-use super::{viewer, WebError};
+use super::cards::Card;
+use super::charts::Bars;
+use super::data::{self, KernelRow};
+use super::{fmt, render, url_encode, viewer, Nav, WebError};
 use crate::AppState;
-use axum::extract::State;
-use axum::http::Uri;
+use askama::Template;
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
+use axum::http::Uri;
 use axum::response::Response;
+use gpufl_analysis::kernels::short_name;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+
+/// Lines of source shown either side of the line.
+pub const CONTEXT: u32 = 12;
+/// Kernels listed, at most.
+pub const MAX_KERNELS: usize = 50;
+/// Stacks shown (one per location at the line, the most time first), at most.
+pub const MAX_STACKS: usize = 3;
+
+#[derive(Deserialize, Default)]
+pub struct LineQuery {
+    file: Option<String>,
+    line: Option<String>,
+}
+
+/// A source location as the `lines` document stores it.
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct LocDoc {
+    pub file: String,
+    pub line: Option<u32>,
+    pub function: Option<String>,
+    pub text: Option<String>,
+    pub library: Option<Box<LocDoc>>,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct LineKernelDoc {
+    pub name: String,
+    pub launches: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct FrameDoc {
+    pub kind: String,
+    pub module: Option<String>,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub text: Option<String>,
+}
+
+/// One entry of the `lines` document (gpufl_analysis::lines::LineDetail); fields an older
+/// analysis did not write read as empty.
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+pub struct LineDoc {
+    pub location: LocDoc,
+    pub syncs: u64,
+    pub sync_blocked_ns: u64,
+    pub sync_p50_ns: u64,
+    pub sync_p99_ns: u64,
+    pub sync_max_ns: u64,
+    pub sync_hist: Vec<u64>,
+    pub copies: u64,
+    pub copy_ns: u64,
+    pub copy_bytes: u64,
+    pub launches: u64,
+    pub kernels: Vec<LineKernelDoc>,
+    pub stack: Vec<FrameDoc>,
+}
+
+/// One file of the `sources` document.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct SourceDoc {
+    file: String,
+    lines: Vec<(u32, String)>,
+}
+
+/// A row of the source listing: a line, or a gap (`⋮`).
+pub struct SrcLine {
+    pub gap: bool,
+    pub n: u32,
+    pub text: String,
+    pub hit: bool,
+}
+
+/// One distinct location at the line (per library frame inside it), when there are several.
+pub struct Variant {
+    pub via: String,
+    pub syncs: String,
+    pub blocked: String,
+    pub p50: String,
+    pub p99: String,
+    pub max: String,
+    pub copies: String,
+    pub launches: String,
+}
+
+pub struct FrameView {
+    pub user: bool,
+    pub kind: String,
+    pub function: String,
+    pub loc: String,
+    pub loc_title: String,
+    pub module: String,
+    pub text: String,
+}
+
+pub struct StackView {
+    pub label: String,
+    pub frames: Vec<FrameView>,
+}
+
+pub struct KernelLink {
+    pub href: String,
+    pub device: i64,
+}
+
+pub struct KernelView {
+    pub name: String,
+    pub short: String,
+    pub links: Vec<KernelLink>,
+    pub launches: String,
+    pub gpu: String,
+    pub mean: String,
+    pub p50: String,
+    pub p99: String,
+}
+
+#[derive(Template)]
+#[template(path = "line.html")]
+pub struct LinePage {
+    pub title: String,
+    pub nav: Option<Nav>,
+    pub session: String,
+    pub session_href: String,
+    pub file: String,
+    pub line: u32,
+    pub short: String,
+    pub function: String,
+    pub source: Vec<SrcLine>,
+    pub syncs: u64,
+    pub sync_blocked: String,
+    pub sync_p50: String,
+    pub sync_p99: String,
+    pub sync_max: String,
+    /// The distribution's SVG (from web::charts), empty when not stored.
+    pub sync_chart: String,
+    pub variants: Vec<Variant>,
+    pub copies: u64,
+    pub copy_time: String,
+    pub copy_bytes: String,
+    pub launches: u64,
+    pub stacks: Vec<StackView>,
+    /// Locations with a stack beyond those shown.
+    pub stacks_more: usize,
+    pub kernels: Vec<KernelView>,
+    pub cards: Vec<Card>,
+}
+
+fn bad(why: &str) -> WebError {
+    WebError::BadRequest(why.to_string())
+}
+
+/// The listing of `file` around `line`: every line with a text within [`CONTEXT`], gaps as `⋮`,
+/// the line itself always (with `hit_text` when the sources have none).
+pub fn listing(lines: &[(u32, String)], line: u32, hit_text: Option<&str>) -> Vec<SrcLine> {
+    let lo = line.saturating_sub(CONTEXT);
+    let hi = line.saturating_add(CONTEXT);
+    let mut near: BTreeMap<u32, &str> = lines
+        .iter()
+        .filter(|(n, _)| (lo..=hi).contains(n))
+        .map(|(n, t)| (*n, t.as_str()))
+        .collect();
+    if near.is_empty() && hit_text.is_none() {
+        return Vec::new();
+    }
+    near.entry(line).or_insert(hit_text.unwrap_or(""));
+    let mut out = Vec::new();
+    let mut prev: Option<u32> = None;
+    for (&n, &t) in &near {
+        if prev.is_some_and(|p| n > p + 1) {
+            out.push(SrcLine {
+                gap: true,
+                n: 0,
+                text: String::new(),
+                hit: false,
+            });
+        }
+        out.push(SrcLine {
+            gap: false,
+            n,
+            text: t.to_string(),
+            hit: n == line,
+        });
+        prev = Some(n);
+    }
+    out
+}
+
+/// Labels of the power-of-4 buckets from 1 µs (gpufl_analysis::lines::log4_us_hist).
+fn log4_label(i: usize) -> (String, String) {
+    if i == 0 {
+        return ("<1µs".into(), "shorter than 1µs".into());
+    }
+    let lo = 4u64.saturating_pow(i as u32 - 1).saturating_mul(1000);
+    let hi = lo.saturating_mul(4);
+    (
+        fmt::dur_u(lo),
+        format!("{} to {}", fmt::dur_u(lo), fmt::dur_u(hi)),
+    )
+}
+
+/// The sync-duration bars of a histogram (counts per bucket).
+pub fn sync_bars(hist: &[u64]) -> String {
+    if hist.iter().all(|&n| n == 0) {
+        return String::new();
+    }
+    let bars = hist
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let (label, range) = log4_label(i);
+            let tip = format!(
+                "{} synchronization{} of {range}",
+                fmt::count(n as i64),
+                if n == 1 { "" } else { "s" }
+            );
+            (label, n as f64, tip)
+        })
+        .collect();
+    Bars {
+        title: "Synchronization durations (count per duration bucket)".into(),
+        height: 150.0,
+        bars,
+    }
+    .render()
+}
+
+fn loc_label(file: &str, line: Option<u32>) -> String {
+    match line {
+        Some(l) => format!("{}:{l}", fmt::short_path(file, 56)),
+        None => fmt::short_path(file, 56),
+    }
+}
+
+fn frames_view(
+    stack: &[FrameDoc],
+    user_files: &HashSet<&str>,
+    file: &str,
+    line: u32,
+) -> Vec<FrameView> {
+    stack
+        .iter()
+        .map(|f| {
+            let ffile = f.file.as_deref().unwrap_or("");
+            let user = (ffile == file && f.line == Some(line))
+                || (!ffile.is_empty() && user_files.contains(ffile));
+            FrameView {
+                user,
+                kind: f.kind.clone(),
+                function: f.function.clone().unwrap_or_default(),
+                loc: if ffile.is_empty() {
+                    String::new()
+                } else {
+                    loc_label(ffile, f.line)
+                },
+                loc_title: match f.line {
+                    Some(l) if !ffile.is_empty() => format!("{ffile}:{l}"),
+                    _ => ffile.to_string(),
+                },
+                module: f.module.clone().unwrap_or_default(),
+                text: f.text.clone().unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// Kernel rows of the session by name (every device): the rows of those names only.
+pub async fn kernel_rows_named(
+    st: &AppState,
+    project: &str,
+    id: &str,
+    names: &[&str],
+) -> Result<Vec<KernelRow>, WebError> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
+    let sql = format!(
+        "SELECT ord, device, name, launches, total_ns, body FROM kernels \
+         WHERE project_id = $1 AND session_id = $2 AND name IN ({}) ORDER BY total_ns DESC, ord",
+        marks.join(", ")
+    );
+    let mut q = sqlx::query(&sql).bind(project).bind(id);
+    for n in names {
+        q = q.bind(*n);
+    }
+    let rows = q.fetch_all(&st.db.pool).await?;
+    Ok(rows
+        .iter()
+        .map(|r| KernelRow {
+            ord: crate::db::int(r, "ord"),
+            device: crate::db::int(r, "device"),
+            name: crate::db::text(r, "name"),
+            launches: crate::db::int(r, "launches"),
+            total_ns: crate::db::int(r, "total_ns"),
+            body: serde_json::from_str(&crate::db::text(r, "body")).unwrap_or_default(),
+        })
+        .collect())
+}
+
+fn body_u(b: &serde_json::Value, k: &str) -> i64 {
+    b.get(k)
+        .and_then(serde_json::Value::as_u64)
+        .map(|v| v.min(i64::MAX as u64) as i64)
+        .unwrap_or(0)
+}
 
 pub async fn page(
     State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
     headers: HeaderMap,
     uri: Uri,
+    q: Result<Query<LineQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, WebError> {
-    let _v = viewer(&st, &headers, &uri.to_string()).await?;
-    Err(WebError::NotFound("not built yet".into()))
+    let v = viewer(&st, &headers, &uri.to_string()).await?;
+    let Query(q) = q.map_err(|e| WebError::BadRequest(e.body_text()))?;
+    let file = q
+        .file
+        .filter(|f| !f.is_empty())
+        .ok_or_else(|| bad("no file given (?file=…&line=…)"))?;
+    let line: u32 = q
+        .line
+        .as_deref()
+        .ok_or_else(|| bad("no line given (?file=…&line=…)"))?
+        .trim()
+        .parse()
+        .map_err(|_| bad("line must be a line number"))?;
+    let session = data::session(&st, &v.project_id, &id).await?;
+    let docs: Vec<LineDoc> = data::doc(&st, &v.project_id, &id, "lines")
+        .await?
+        .unwrap_or_default();
+    let user_files: HashSet<&str> = docs
+        .iter()
+        .map(|d| d.location.file.as_str())
+        .filter(|f| !f.starts_with('<'))
+        .collect();
+    let here: Vec<&LineDoc> = docs
+        .iter()
+        .filter(|d| d.location.file == file && d.location.line == Some(line))
+        .collect();
+    let cards: Vec<Card> = data::insights(&st, &v.project_id, &id)
+        .await?
+        .iter()
+        .filter(|r| r.file == file && r.line == i64::from(line))
+        .map(|r| Card::from_row(r, &id))
+        .collect();
+    if here.is_empty() && cards.is_empty() {
+        return Err(WebError::NotFound(format!(
+            "nothing recorded at {file}:{line} in this session"
+        )));
+    }
+    let function = here
+        .iter()
+        .find_map(|d| d.location.function.clone())
+        .or_else(|| {
+            cards.iter().find(|c| !c.function.is_empty()).map(|c| {
+                c.function
+                    .trim_start_matches("in ")
+                    .trim_end_matches("()")
+                    .to_string()
+            })
+        })
+        .unwrap_or_default();
+    let hit_text = here
+        .iter()
+        .find_map(|d| d.location.text.as_deref())
+        .or_else(|| {
+            cards
+                .iter()
+                .find(|c| !c.code.is_empty())
+                .map(|c| c.code.as_str())
+        });
+
+    // Source text around the line.
+    let sources: Vec<SourceDoc> = data::doc(&st, &v.project_id, &id, "sources")
+        .await?
+        .unwrap_or_default();
+    let texts = sources
+        .into_iter()
+        .find(|s| s.file == file)
+        .map(|s| s.lines)
+        .unwrap_or_default();
+    let source = listing(&texts, line, hit_text);
+
+    // Synchronizations and copies: summed over the locations at the line.
+    let sum = |f: fn(&LineDoc) -> u64| here.iter().map(|d| f(d)).fold(0u64, u64::saturating_add);
+    let syncs = sum(|d| d.syncs);
+    let mut hist: Vec<u64> = Vec::new();
+    for d in &here {
+        if hist.len() < d.sync_hist.len() {
+            hist.resize(d.sync_hist.len(), 0);
+        }
+        for (a, b) in hist.iter_mut().zip(&d.sync_hist) {
+            *a = a.saturating_add(*b);
+        }
+    }
+    // With one location its percentiles; with several, the busiest one's (the table lists each).
+    let top = here
+        .iter()
+        .max_by_key(|d| (d.syncs, d.sync_blocked_ns))
+        .copied();
+    let variants: Vec<Variant> = if here.len() > 1 {
+        here.iter()
+            .map(|d| Variant {
+                via: match &d.location.library {
+                    Some(l) => format!(
+                        "via {}:{} in {}()",
+                        fmt::short_path(&l.file, 48),
+                        l.line.unwrap_or(0),
+                        l.function.as_deref().unwrap_or("?")
+                    ),
+                    None => "directly".into(),
+                },
+                syncs: fmt::count(d.syncs as i64),
+                blocked: fmt::dur_u(d.sync_blocked_ns),
+                p50: fmt::dur_u(d.sync_p50_ns),
+                p99: fmt::dur_u(d.sync_p99_ns),
+                max: fmt::dur_u(d.sync_max_ns),
+                copies: fmt::count(d.copies as i64),
+                launches: fmt::count(d.launches as i64),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+
+    // Stacks: one per location at the line (the longest synchronization's, else a copy's or a
+    // launch's).
+    let stacks: Vec<StackView> = here
+        .iter()
+        .filter(|d| !d.stack.is_empty())
+        .take(MAX_STACKS)
+        .map(|d| StackView {
+            label: match &d.location.library {
+                Some(l) => format!(
+                    "through {}:{}",
+                    fmt::short_path(&l.file, 48),
+                    l.line.unwrap_or(0)
+                ),
+                None => String::new(),
+            },
+            frames: frames_view(&d.stack, &user_files, &file, line),
+        })
+        .collect();
+
+    // Kernels launched from the line, merged over its locations, with their kernel rows.
+    let mut merged: HashMap<&str, (u64, u64)> = HashMap::new();
+    for d in &here {
+        for k in &d.kernels {
+            let e = merged.entry(k.name.as_str()).or_default();
+            e.0 = e.0.saturating_add(k.launches);
+            e.1 = e.1.saturating_add(k.total_ns);
+        }
+    }
+    let mut list: Vec<(&str, u64, u64)> = merged.into_iter().map(|(n, (l, t))| (n, l, t)).collect();
+    list.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
+    list.truncate(MAX_KERNELS);
+    let names: Vec<&str> = list.iter().map(|k| k.0).collect();
+    let rows = kernel_rows_named(&st, &v.project_id, &id, &names).await?;
+    let kernels: Vec<KernelView> = list
+        .iter()
+        .map(|&(name, launches, total)| {
+            let mine: Vec<&KernelRow> = rows.iter().filter(|r| r.name == name).collect();
+            let best = mine.iter().max_by_key(|r| (r.launches, -r.device)).copied();
+            let stat = |k: &str| {
+                best.map(|r| fmt::dur(body_u(&r.body, k)))
+                    .unwrap_or_else(|| "–".into())
+            };
+            let mut devs: Vec<i64> = mine.iter().map(|r| r.device).collect();
+            devs.sort_unstable();
+            KernelView {
+                name: name.to_string(),
+                short: short_name(name).to_string(),
+                links: devs
+                    .into_iter()
+                    .map(|d| KernelLink {
+                        href: format!(
+                            "/sessions/{}/kernel?name={}&device={d}",
+                            url_encode(&id),
+                            url_encode(name)
+                        ),
+                        device: d,
+                    })
+                    .collect(),
+                launches: fmt::count(launches.min(i64::MAX as u64) as i64),
+                gpu: fmt::dur_u(total),
+                mean: stat("mean_ns"),
+                p50: stat("p50_ns"),
+                p99: stat("p99_ns"),
+            }
+        })
+        .collect();
+
+    let short = format!("{}:{line}", fmt::short_path(&file, 72));
+    render(&LinePage {
+        title: short.clone(),
+        nav: Some(v.nav()),
+        session_href: format!("/sessions/{}", url_encode(&session.id)),
+        session: session.id,
+        short,
+        function,
+        source,
+        syncs,
+        sync_blocked: fmt::dur_u(sum(|d| d.sync_blocked_ns)),
+        sync_p50: fmt::dur_u(top.map_or(0, |d| d.sync_p50_ns)),
+        sync_p99: fmt::dur_u(top.map_or(0, |d| d.sync_p99_ns)),
+        sync_max: fmt::dur_u(here.iter().map(|d| d.sync_max_ns).max().unwrap_or(0)),
+        sync_chart: sync_bars(&hist),
+        variants,
+        copies: sum(|d| d.copies),
+        copy_time: fmt::dur_u(sum(|d| d.copy_ns)),
+        copy_bytes: fmt::bytes(sum(|d| d.copy_bytes).min(i64::MAX as u64) as i64),
+        launches: sum(|d| d.launches),
+        stacks_more: here
+            .iter()
+            .filter(|d| !d.stack.is_empty())
+            .count()
+            .saturating_sub(MAX_STACKS),
+        stacks,
+        kernels,
+        cards,
+        file,
+        line,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listing_shows_gaps_and_the_hit_line() {
+        let lines: Vec<(u32, String)> = [1u32, 30, 40, 41, 43, 52, 53, 60]
+            .iter()
+            .map(|&n| (n, format!("l{n}")))
+            .collect();
+        let l = listing(&lines, 42, Some("hit"));
+        let shown: Vec<String> = l
+            .iter()
+            .map(|s| {
+                if s.gap {
+                    "⋮".into()
+                } else {
+                    format!("{}{}", s.n, if s.hit { "*" } else { "" })
+                }
+            })
+            .collect();
+        assert_eq!(shown, ["30", "⋮", "40", "41", "42*", "43", "⋮", "52", "53"]);
+        assert_eq!(l[4].text, "hit");
+        assert!(listing(&[], 5, None).is_empty());
+        let only = listing(&[], 5, Some("x = 1"));
+        assert_eq!(
+            (only.len(), only[0].hit, only[0].text.as_str()),
+            (1, true, "x = 1")
+        );
+    }
+
+    #[test]
+    fn sync_bars_label_power_of_four_buckets() {
+        assert_eq!(sync_bars(&[]), "");
+        let svg = sync_bars(&[1, 0, 3]);
+        assert!(svg.contains("&lt;1µs") && svg.contains("4.0µs"), "{svg}");
+        assert!(
+            svg.contains("3 synchronizations of 4.0µs to 16.0µs"),
+            "{svg}"
+        );
+    }
 }
