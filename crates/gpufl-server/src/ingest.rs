@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 
 /// Bumped when what ingest stores changes (a newer analysis): sessions stored by an older one
 /// are analysed again at start.
-pub const ANALYSIS_VERSION: i64 = 2;
+pub const ANALYSIS_VERSION: i64 = 3;
 
 /// A claim not finished after this long belongs to an instance that died: taken over.
 pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;
@@ -258,6 +258,8 @@ pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
         serde_json::to_string(&gpufl_analysis::lines::source_texts(&model, &lines))
             .unwrap_or_default(),
     ));
+    out.docs.push(("timeline", timeline_doc(&a)));
+    out.docs.push(("scopes", scopes_doc(&a)));
     out
 }
 
@@ -465,4 +467,71 @@ pub async fn worker(st: Arc<AppState>) {
         let wake = st.ingest_wake.notified();
         let _ = tokio::time::timeout(Duration::from_millis(st.poll_ms), wake).await;
     }
+}
+
+/// The session page's utilization over time: per device its idle summary and, per chunk of the
+/// utilization series, busy time and idle time by class (which the analysis's JSON leaves out).
+fn timeline_doc(a: &Analysis) -> String {
+    let devices: Vec<serde_json::Value> = a
+        .gpu_idle
+        .iter()
+        .map(|d| {
+            let chunks: Vec<serde_json::Value> = d
+                .utilization
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let idle = d.chunk_idle.get(i).map_or([0; 4], |x| x.by_class);
+                    serde_json::json!({
+                        "start_offset_ns": c.start_offset_ns,
+                        "duration_ns": c.duration_ns,
+                        "busy_ns": c.busy_ns,
+                        "busy_share": c.busy_share,
+                        "low": c.low,
+                        "unobserved_ns": c.unobserved_ns,
+                        "idle_ns": {
+                            "kernel_wait": idle[0],
+                            "launch": idle[1],
+                            "sync": idle[2],
+                            "other": idle[3],
+                        },
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "device": d.device,
+                "active_start_offset_ns": d.active_start_offset_ns,
+                "active_ns": d.active_ns,
+                "busy_ns": d.busy_ns,
+                "idle_ns": d.idle_ns,
+                "paused_ns": d.paused_ns,
+                "unobserved_ns": d.unobserved_ns,
+                "gaps": d.gaps,
+                "by_class": d.by_class,
+                "top_gaps": d.top_gaps,
+                "low_utilization_chunks": d.low_utilization_chunks,
+                "chunks": chunks,
+            })
+        })
+        .collect();
+    serde_json::json!({ "devices": devices }).to_string()
+}
+
+/// Scope rows kept in the `scopes` document: the first of the tree order (parents first).
+pub const MAX_SCOPE_ROWS: usize = 2000;
+/// Range rows kept in the `scopes` document: the longest in total.
+pub const MAX_RANGE_ROWS: usize = 500;
+
+/// The session page's scope tree and ranges, cut to [`MAX_SCOPE_ROWS`] / [`MAX_RANGE_ROWS`]
+/// rows (`scopes_total` / `ranges_total`: how many there are).
+fn scopes_doc(a: &Analysis) -> String {
+    let scopes = &a.scopes[..a.scopes.len().min(MAX_SCOPE_ROWS)];
+    let ranges = &a.ranges[..a.ranges.len().min(MAX_RANGE_ROWS)];
+    serde_json::json!({
+        "scopes_total": a.scopes.len(),
+        "scopes": scopes,
+        "ranges_total": a.ranges.len(),
+        "ranges": ranges,
+    })
+    .to_string()
 }
