@@ -41,6 +41,7 @@ const A_SESSIONS: &[&str] = &[
     "diffpair_new-",
     "hf_trainer-",
     "nvtx_ranges-",
+    "jax_train-",
 ];
 const B_SESSION: &str = "launch_bound-1009-";
 
@@ -975,17 +976,13 @@ fn browser_sessions_session_line_kernel() {
         id
     };
     journey("pytorch_train_sync-1304-", false);
-    save_shot("session.png", &{
-        b.goto(&format!(
-            "{}/sessions/{}",
-            f.url,
-            enc(f.id("pytorch_train_sync-1304-"))
-        ));
-        b.screenshot_full(12000)
-    });
+    // The session page's screenshot: a session with every section filled (insights of three
+    // categories, telemetry, NVTX scopes and ranges).
+    b.goto(&format!("{}/sessions/{}", f.url, enc(f.id("nvtx_ranges-"))));
+    assert_no_error(&b);
+    save_shot("session.png", &b.screenshot_full(12000));
     // hf_trainer: the chip's line launched kernels; one of them opens its detail.
     let id = journey("hf_trainer-", true);
-    save_shot("line.png", &b.screenshot_full(6000));
     let k = b.find("section#line-kernels tr.kernel a.kernel-link");
     let kname = b.text(&k);
     b.click_nav(&k);
@@ -1011,12 +1008,36 @@ fn browser_sessions_session_line_kernel() {
     }
     b.find("section#kernel-durations");
     b.find("section#kernel-sites");
-    save_shot("kernel.png", &b.screenshot_full(6000));
     // The session page's kernel table links to the same kind of page.
     b.goto(&format!("{}/sessions/{}", f.url, enc(&id)));
     let k = b.find("section#kernels tr.kernel a.kernel-link");
     b.click_nav(&k);
     b.find("#kernel-config");
+    // The line and kernel screenshots: jax_train's synchronizing line (a line with fewer
+    // insights than hf_trainer's `trainer.train()`, which holds nearly all of them).
+    let jax = f.id("jax_train-").to_string();
+    let (_, ins) = api(&f.url, &f.a_rd, &format!("/api/v1/sessions/{jax}/insights"));
+    let loc = ins["insights"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|i| i["rule"] == "sync-attribution" && i["location"]["file"].is_string())
+        })
+        .map(|i| i["location"].clone())
+        .expect("a located sync insight in jax_train");
+    b.goto(&format!(
+        "{}/sessions/{}/line?file={}&line={}",
+        f.url,
+        enc(&jax),
+        enc(loc["file"].as_str().unwrap()),
+        loc["line"]
+    ));
+    assert_no_error(&b);
+    save_shot("line.png", &b.screenshot_full(8000));
+    let k = b.find("section#line-kernels tr.kernel a.kernel-link");
+    b.click_nav(&k);
+    assert_no_error(&b);
+    save_shot("kernel.png", &b.screenshot_full(8000));
 }
 
 /// Comparing two sessions through the form.
