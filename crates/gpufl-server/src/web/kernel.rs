@@ -283,7 +283,17 @@ pub fn duration_bars(hist: &[(u8, u64)]) -> String {
     ) else {
         return String::new();
     };
-    let bars = (lo..=hi.min(63))
+    // At least MIN_BUCKETS buckets, the empty ones around the range, so one bucket reads as
+    // a bar among others.
+    const MIN_BUCKETS: u8 = 8;
+    let (mut lo, mut hi) = (lo, hi.min(63));
+    while hi - lo + 1 < MIN_BUCKETS && (lo > 0 || hi < 63) {
+        lo = lo.saturating_sub(1);
+        if hi - lo + 1 < MIN_BUCKETS && hi < 63 {
+            hi += 1;
+        }
+    }
+    let bars = (lo..=hi)
         .map(|k| {
             let n = hist.iter().filter(|h| h.0 == k).map(|h| h.1).sum::<u64>();
             let from = 1u64 << k;
@@ -546,9 +556,13 @@ mod tests {
     #[test]
     fn duration_bars_fill_the_buckets_between() {
         assert_eq!(duration_bars(&[]), "");
-        let svg = duration_bars(&[(10, 3), (13, 1)]);
-        // Buckets 2^10..2^13: four bars.
-        assert_eq!(svg.matches("<rect").count(), 4, "{svg}");
+        let svg = duration_bars(&[(10, 3), (15, 1)]);
+        // Buckets 2^10..2^15 and the empty ones around them: eight bars.
+        assert_eq!(svg.matches("<rect").count(), 8, "{svg}");
+        let wide = duration_bars(&[(1, 3), (20, 1)]);
+        assert_eq!(wide.matches("<rect").count(), 20, "{wide}");
+        let edge = duration_bars(&[(0, 1)]);
+        assert_eq!(edge.matches("<rect").count(), 8, "{edge}");
         assert!(svg.contains("3 launches of 1.0µs to 2.0µs"), "{svg}");
     }
 

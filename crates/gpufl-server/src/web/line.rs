@@ -154,7 +154,6 @@ pub struct LinePage {
     pub session_href: String,
     pub file: String,
     pub line: u32,
-    pub short: String,
     pub function: String,
     pub source: Vec<SrcLine>,
     pub syncs: u64,
@@ -162,6 +161,8 @@ pub struct LinePage {
     pub sync_p50: String,
     pub sync_p99: String,
     pub sync_max: String,
+    /// Whose median and p99 these are, when several locations at the line synchronized.
+    pub pct_note: String,
     /// The distribution's SVG (from web::charts), empty when not stored.
     pub sync_chart: String,
     pub variants: Vec<Variant>,
@@ -521,19 +522,26 @@ pub async fn page(
         })
         .collect();
 
-    let short = format!("{}:{line}", fmt::short_path(&file, 72));
     render(&LinePage {
-        title: short.clone(),
+        title: format!("{}:{line}", fmt::short_path(&file, 72)),
         nav: Some(v.nav()),
         session_href: format!("/sessions/{}", url_encode(&session.id)),
         session: session.id,
-        short,
         function,
         source,
         syncs,
         sync_blocked: fmt::dur_u(sum(|d| d.sync_blocked_ns)),
         sync_p50: fmt::dur_u(top.map_or(0, |d| d.sync_p50_ns)),
         sync_p99: fmt::dur_u(top.map_or(0, |d| d.sync_p99_ns)),
+        pct_note: match (here.iter().filter(|d| d.syncs > 0).count(), top) {
+            (n, Some(t)) if n > 1 => format!(
+                "Median and p99 of the location with the most synchronizations ({} of them); \
+                 the distribution counts all {}; the locations below list each one's.",
+                fmt::count(t.syncs as i64),
+                fmt::count(syncs as i64)
+            ),
+            _ => String::new(),
+        },
         sync_max: fmt::dur_u(here.iter().map(|d| d.sync_max_ns).max().unwrap_or(0)),
         sync_chart: sync_bars(&hist),
         variants,
