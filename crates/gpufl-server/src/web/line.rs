@@ -156,6 +156,8 @@ pub struct LinePage {
     pub line: u32,
     pub function: String,
     pub source: Vec<SrcLine>,
+    /// The recorder stored texts of this file (lines elsewhere in it).
+    pub file_has_text: bool,
     pub syncs: u64,
     pub sync_blocked: String,
     pub sync_p50: String,
@@ -412,6 +414,7 @@ pub async fn page(
         .map(|s| s.lines)
         .unwrap_or_default();
     let source = listing(&texts, line, hit_text);
+    let file_has_text = !texts.is_empty();
 
     // Synchronizations and copies: summed over the locations at the line.
     let sum = |f: fn(&LineDoc) -> u64| here.iter().map(|d| f(d)).fold(0u64, u64::saturating_add);
@@ -529,6 +532,7 @@ pub async fn page(
         session: session.id,
         function,
         source,
+        file_has_text,
         syncs,
         sync_blocked: fmt::dur_u(sum(|d| d.sync_blocked_ns)),
         sync_p50: fmt::dur_u(top.map_or(0, |d| d.sync_p50_ns)),
