@@ -901,8 +901,8 @@ fn assert_no_error(b: &Browser) {
 /// line (its stack, the kernels launched there) → a kernel; screenshots of each page.
 #[test]
 fn browser_sessions_session_line_kernel() {
-    let f = fixture();
     let Some(b) = browser() else { return };
+    let f = fixture();
     login(&b, &f, &f.a_rd);
     // The sessions list: a row per session of project A, none of B's.
     let rows = b.find_all("table#sessions tr.session");
@@ -1043,8 +1043,8 @@ fn browser_sessions_session_line_kernel() {
 /// Comparing two sessions through the form.
 #[test]
 fn browser_compare() {
-    let f = fixture();
     let Some(b) = browser() else { return };
+    let f = fixture();
     login(&b, &f, &f.a_rd);
     let (base, new) = (f.id("diffpair_base-"), f.id("diffpair_new-"));
     b.find("form#compare-form");
@@ -1082,8 +1082,8 @@ fn browser_compare() {
 /// The hostile session's pages show its strings as text and run nothing.
 #[test]
 fn browser_hostile_session_runs_no_script() {
-    let f = fixture();
     let Some(b) = browser() else { return };
+    let f = fixture();
     login(&b, &f, &f.a_rd);
     // The list shows it (its command line holds the strings).
     assert_inert(&b);
@@ -1211,8 +1211,8 @@ fn browser_a_key_cannot_open_project_b() {
 /// Logging out forgets the key: the next page is the login form.
 #[test]
 fn browser_logout_returns_to_the_login_form() {
-    let f = fixture();
     let Some(b) = browser() else { return };
+    let f = fixture();
     login(&b, &f, &f.a_rd);
     b.find("#project");
     let out: Element = b.find("form.logout button");
