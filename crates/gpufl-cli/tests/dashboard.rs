@@ -29,7 +29,7 @@ const GPUFL: &str = env!("CARGO_BIN_EXE_gpufl");
 /// What a hostile trace puts in its strings: a script element and an attribute break-out.
 const SCRIPT: &str = "<script>window.__pwned=1</script>";
 const IMG: &str = "\"><img src=x onerror=\"window.__pwned=2\">";
-const HOSTILE_ID: &str = "hostile-4242-20261126T120000Z";
+const HOSTILE_ID: &str = "hostile-4242-20261121T222640Z";
 /// The line of the hostile file where it synchronizes and launches.
 const HOSTILE_LINE: u32 = 42;
 
@@ -149,7 +149,7 @@ fn write_hostile_session(parent: &Path) -> PathBuf {
     use gpufl_trace::*;
     let dir = parent.join(HOSTILE_ID);
     std::fs::create_dir_all(&dir).unwrap();
-    let start_unix = 1_795_700_000_000_000_000u64;
+    let start_unix = 1_795_300_000_000_000_000u64;
     let t0 = 1_000_000_000u64;
     let header = Header {
         gpufl_version: "0.1.0".into(),
