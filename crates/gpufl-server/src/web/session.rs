@@ -1065,6 +1065,53 @@ mod tests {
     }
 
     #[test]
+    fn a_session_not_analysed_says_so_and_shows_no_figures() {
+        let s = SessionRow {
+            id: "app-1-20261122T000000Z".into(),
+            app: "<b>app</b>".into(),
+            state: "complete".into(),
+            ingest: "pending".into(),
+            ..SessionRow::default()
+        };
+        let page = SessionPage {
+            title: s.app.clone(),
+            nav: None,
+            id: s.id.clone(),
+            host: String::new(),
+            command: String::new(),
+            start: fmt::time(s.start_ns),
+            duration: fmt::dur(s.wall_ns),
+            warnings: vec!["a <warning>".into()],
+            ingest_error: String::new(),
+            pending: pending_text(&s),
+            stats: Vec::new(),
+            groups: Vec::new(),
+            devices: Vec::new(),
+            telemetry: Vec::new(),
+            scopes: Vec::new(),
+            scopes_more: 0,
+            ranges: Vec::new(),
+            ranges_more: 0,
+            kernels: Vec::new(),
+            kernels_more: 0,
+        };
+        let html = page.render().unwrap();
+        assert!(
+            html.contains("id=\"session-title\">&#60;b&#62;app&#60;/b&#62;</h1>")
+                || html.contains("id=\"session-title\">&lt;b&gt;app&lt;/b&gt;</h1>"),
+            "{html}"
+        );
+        assert!(html.contains("ingest pending"), "{html}");
+        assert!(!html.contains("id=\"headline\""), "{html}");
+        assert!(!html.contains("<warning>"), "{html}");
+        let ready = SessionRow {
+            ingest: "ready".into(),
+            ..s
+        };
+        assert!(pending_text(&ready).is_empty());
+    }
+
+    #[test]
     fn reasons_leave_idle_out_and_name_unknown_bits() {
         assert_eq!(reasons(throttle::GPU_IDLE), "");
         assert_eq!(
