@@ -64,7 +64,8 @@ impl Card {
         let file = s(&loc, "file");
         let line = u(&loc, "line");
         let function = s(&loc, "function");
-        let has_file = !file.is_empty() && !file.starts_with('<');
+        // A line to open: a kernel rule's location names the kernel, with no line.
+        let has_file = !file.is_empty() && !file.starts_with('<') && line > 0;
         let chip = has_file.then(|| Chip {
             href: format!(
                 "/sessions/{}/line?file={}&line={line}",
@@ -81,10 +82,16 @@ impl Card {
         let lib = loc.get("library").filter(|l| l.is_object()).map(|l| Chip {
             href: String::new(),
             text: loc_text(s(l, "file"), u(l, "line")),
-            title: format!("{}:{} in {}()", s(l, "file"), u(l, "line"), s(l, "function")),
+            title: format!(
+                "{}:{} in {}()",
+                s(l, "file"),
+                u(l, "line"),
+                s(l, "function")
+            ),
         });
         let count = u(b, "count");
         let blocked = u(b, "blocked_ns");
+        let detail = s(b, "detail");
         let impact = if blocked > 0 {
             format!(
                 "{} blocked across {} call{}",
@@ -92,13 +99,24 @@ impl Card {
                 fmt::count(count as i64),
                 if count == 1 { "" } else { "s" }
             )
+        } else if r.impact_ns <= 0 {
+            String::new()
         } else {
-            let share = b.get("share_of_wall").and_then(Value::as_f64).unwrap_or(0.0);
+            let share = b
+                .get("share_of_wall")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
             format!(
                 "{} ({} of the run)",
                 fmt::dur(r.impact_ns),
                 fmt::pct(share * 100.0)
             )
+        };
+        // The sync rules' detail opens with the same sentence: said once.
+        let impact = if !impact.is_empty() && detail.starts_with(&impact) {
+            String::new()
+        } else {
+            impact
         };
         Card {
             severity: fmt::severity(r.severity),
@@ -107,7 +125,7 @@ impl Card {
             rule: r.rule.clone(),
             title: r.title.clone(),
             impact,
-            detail: s(b, "detail").to_string(),
+            detail: detail.to_string(),
             fix: s(b, "fix").to_string(),
             chip,
             lib,
@@ -145,4 +163,76 @@ pub fn grouped(rows: &[InsightRow], session: &str) -> Vec<(&'static str, Vec<Car
         })
         .filter(|(_, v)| !v.is_empty())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(body: Value, impact_ns: i64) -> InsightRow {
+        InsightRow {
+            ord: 0,
+            severity: 3,
+            category: "SYNCHRONIZATION".into(),
+            rule: "in-loop-sync".into(),
+            title: "In-loop sync × 50".into(),
+            file: String::new(),
+            line: 0,
+            impact_ns,
+            body,
+        }
+    }
+
+    #[test]
+    fn a_card_links_its_line_and_names_the_library_line_beside_it() {
+        let c = Card::from_row(
+            &row(
+                json!({
+                    "location": {"file": "/w/a b&c.py", "line": 90, "function": "train_step",
+                                 "library": {"file": "/site-packages/transformers/trainer.py",
+                                             "line": 2612, "function": "_inner_training_loop"}},
+                    "count": 50, "blocked_ns": 73_580_000_000u64,
+                    "detail": "the GPU then sat idle", "fix": "move .item() out of the loop"
+                }),
+                73_580_000_000,
+            ),
+            "s/1",
+        );
+        let chip = c.chip.expect("a chip");
+        assert_eq!(
+            chip.href,
+            "/sessions/s%2F1/line?file=%2Fw%2Fa%20b%26c.py&line=90"
+        );
+        assert_eq!(chip.text, "/w/a b&c.py:90");
+        assert_eq!(c.impact, "73.58s blocked across 50 calls");
+        assert_eq!(c.function, "in train_step()");
+        let lib = c.lib.expect("the library's line");
+        assert!(lib.text.ends_with("trainer.py:2612"), "{}", lib.text);
+        assert_eq!(c.severity_class, "sev-high");
+    }
+
+    #[test]
+    fn no_chip_without_a_line_and_no_sentence_said_twice_or_empty() {
+        let k = Card::from_row(
+            &row(
+                json!({"location": {"file": "gemm_kernel"}, "share_of_wall": 0.0}),
+                0,
+            ),
+            "s",
+        );
+        assert!(k.chip.is_none(), "a kernel's location has no line to open");
+        assert_eq!(k.impact, "", "no `0ns (0.0% of the run)`");
+        let d = Card::from_row(
+            &row(
+                json!({"location": {"file": "<driver-internal>"}, "count": 2, "blocked_ns": 5_000,
+                       "detail": "5.0µs blocked across 2 calls at x.cu:3 in main()"}),
+                5_000,
+            ),
+            "s",
+        );
+        assert!(d.chip.is_none());
+        assert_eq!(d.impact, "", "the detail already opens with it");
+        assert!(d.detail.starts_with("5.0µs blocked across 2 calls"));
+    }
 }

@@ -75,7 +75,11 @@ fn num(v: f64) -> String {
 
 impl LineChart {
     pub fn render(&self) -> String {
-        let h = if self.height > 0.0 { self.height } else { 140.0 };
+        let h = if self.height > 0.0 {
+            self.height
+        } else {
+            140.0
+        };
         let (mut x0, mut x1, mut ymax) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
         for s in &self.series {
             for &(x, y) in &s.points {
@@ -172,7 +176,11 @@ pub struct StackedColumns {
 
 impl StackedColumns {
     pub fn render(&self) -> String {
-        let h = if self.height > 0.0 { self.height } else { 140.0 };
+        let h = if self.height > 0.0 {
+            self.height
+        } else {
+            140.0
+        };
         let tallest = self
             .columns
             .iter()
@@ -253,7 +261,11 @@ pub struct Bars {
 
 impl Bars {
     pub fn render(&self) -> String {
-        let h = if self.height > 0.0 { self.height } else { 140.0 };
+        let h = if self.height > 0.0 {
+            self.height
+        } else {
+            140.0
+        };
         let ymax = self
             .bars
             .iter()

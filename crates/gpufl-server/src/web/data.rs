@@ -129,11 +129,7 @@ pub struct InsightRow {
 }
 
 /// A session's insights, highest impact first (ingest's order).
-pub async fn insights(
-    st: &AppState,
-    project: &str,
-    id: &str,
-) -> Result<Vec<InsightRow>, WebError> {
+pub async fn insights(st: &AppState, project: &str, id: &str) -> Result<Vec<InsightRow>, WebError> {
     let rows = sqlx::query(
         "SELECT ord, severity, category, rule, title, file, line, impact_ns, body FROM insights \
          WHERE project_id = $1 AND session_id = $2 ORDER BY ord",
@@ -197,13 +193,12 @@ pub async fn top_kernels(
     .bind(id)
     .fetch_all(&st.db.pool)
     .await?;
-    let n = sqlx::query(
-        "SELECT COUNT(*) AS n FROM kernels WHERE project_id = $1 AND session_id = $2",
-    )
-    .bind(project)
-    .bind(id)
-    .fetch_one(&st.db.pool)
-    .await?;
+    let n =
+        sqlx::query("SELECT COUNT(*) AS n FROM kernels WHERE project_id = $1 AND session_id = $2")
+            .bind(project)
+            .bind(id)
+            .fetch_one(&st.db.pool)
+            .await?;
     Ok((rows.iter().map(kernel_row).collect(), int(&n, "n")))
 }
 
