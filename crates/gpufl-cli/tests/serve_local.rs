@@ -1,0 +1,192 @@
+//! `gpufl serve --local DIR…`: the dashboard and the read API open without a key on a loopback
+//! address, the sessions under DIR loaded into project "local" (through the upload protocol, so
+//! a restart does not store them twice); refused on a non-loopback address; a project's read key
+//! still sees its own project.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GPUFL: &str = env!("CARGO_BIN_EXE_gpufl");
+
+fn bundled(prefix: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/sessions");
+    std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no bundled session {prefix}"))
+}
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(data: &Path, args: &[&str]) -> Server {
+    let mut child = Command::new(GPUFL)
+        .arg("serve")
+        .arg("--data")
+        .arg(data)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let url = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "gpufl serve ended before listening"
+        );
+        if let Some(i) = line.find("listening on http://") {
+            break line[i + "listening on ".len()..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string();
+        }
+    };
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    Server { child, url }
+}
+
+fn get(url: &str, key: Option<&str>) -> (u16, String) {
+    let agent = ureq::AgentBuilder::new().redirects(0).build();
+    let mut req = agent.get(url);
+    if let Some(k) = key {
+        req = req.set("Authorization", &format!("Bearer {k}"));
+    }
+    match req.call() {
+        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(s, r)) => (s, r.into_string().unwrap_or_default()),
+        Err(e) => panic!("{url}: {e}"),
+    }
+}
+
+/// The open project's sessions once every one is analysed.
+fn wait_ready(url: &str, n: usize) -> Vec<serde_json::Value> {
+    let t = Instant::now();
+    loop {
+        let (st, body) = get(&format!("{url}/api/v1/sessions"), None);
+        assert_eq!(st, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let s = v["sessions"].as_array().unwrap().clone();
+        if s.len() == n && s.iter().all(|x| x["ingest"] == "ready") {
+            return s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "not analysed: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn local_sessions_open_without_a_key_and_are_stored_once() {
+    let tmp = std::env::temp_dir().join(format!("gpufl-local-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let src = tmp.join("sessions");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut ids = Vec::new();
+    for p in ["cpp_api-", "stream_sync_loop-1427"] {
+        let from = bundled(p);
+        let id = from.file_name().unwrap().to_owned();
+        let to = src.join(&id);
+        std::fs::create_dir_all(&to).unwrap();
+        for f in std::fs::read_dir(&from).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
+        }
+        ids.push(id.to_string_lossy().into_owned());
+    }
+    let data = tmp.join("data");
+    let src_s = src.to_str().unwrap();
+    {
+        let s = serve(&data, &["--local", src_s]);
+        let list = wait_ready(&s.url, 2);
+        let mut got: Vec<String> = list
+            .iter()
+            .map(|x| x["id"].as_str().unwrap().to_string())
+            .collect();
+        got.sort();
+        ids.sort();
+        assert_eq!(got, ids);
+        let (st, html) = get(&format!("{}/sessions", s.url), None);
+        assert_eq!(st, 200, "the list opens without a key");
+        for id in &ids {
+            assert!(html.contains(id.as_str()), "{id} listed");
+        }
+        assert!(html.contains("local"), "the project is named");
+        let (st, html) = get(&format!("{}/sessions/{}", s.url, ids[0]), None);
+        assert_eq!(st, 200);
+        assert!(html.contains("id=\"insights\""), "the session page");
+        // A project's read key still sees that project, not the open one.
+        let out = Command::new(GPUFL)
+            .args(["admin", "--data"])
+            .arg(&data)
+            .args(["create-project", "other"])
+            .output()
+            .unwrap();
+        let keys = String::from_utf8_lossy(&out.stdout).into_owned();
+        let rd = keys
+            .split_whitespace()
+            .find(|w| w.starts_with("gfl_rd_"))
+            .expect("a read key")
+            .to_string();
+        let (st, body) = get(&format!("{}/api/v1/sessions", s.url), Some(&rd));
+        assert_eq!(st, 200);
+        assert!(body.contains("\"sessions\":[]"), "{body}");
+        let (st, _) = get(&format!("{}/sessions/{}", s.url, ids[0]), Some(&rd));
+        assert_eq!(st, 404, "the open project's session is not the key's");
+    }
+    // Started again on the same data: nothing is stored or analysed twice.
+    {
+        let s = serve(&data, &["--local", src_s]);
+        std::thread::sleep(Duration::from_secs(2));
+        let list = wait_ready(&s.url, 2);
+        assert_eq!(list.len(), 2);
+    }
+    // Without a key and without --local the dashboard asks for one.
+    {
+        let s = serve(&data, &[]);
+        let (st, _) = get(&format!("{}/sessions", s.url), None);
+        assert_eq!(st, 303, "to the login form");
+        let (st, _) = get(&format!("{}/api/v1/sessions", s.url), None);
+        assert_eq!(st, 401);
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn an_open_project_is_refused_on_a_non_loopback_address() {
+    let tmp = std::env::temp_dir().join(format!("gpufl-local-nl-{}", std::process::id()));
+    let out = Command::new(GPUFL)
+        .arg("serve")
+        .arg("--data")
+        .arg(&tmp)
+        .args(["--listen", "0.0.0.0:0", "--local"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loopback"), "{err}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
