@@ -126,7 +126,75 @@ pub struct FrameView {
 
 pub struct StackView {
     pub label: String,
+    pub groups: Vec<FrameGroup>,
+}
+
+/// Consecutive frames of a stack: shown, or (a run of [`FOLD_MIN`] or more native frames that
+/// are not the user's) folded under a summary.
+pub struct FrameGroup {
+    /// The 1-based number of its first frame in the stack.
+    pub start: usize,
+    pub folded: bool,
+    /// `12 native frames in libcupti.so, libjax.so`.
+    pub summary: String,
     pub frames: Vec<FrameView>,
+}
+
+/// Native frames in a row folded under one summary, at least.
+pub const FOLD_MIN: usize = 4;
+
+/// Split frames into shown runs and folded runs of native library frames.
+pub fn fold_frames(frames: Vec<FrameView>) -> Vec<FrameGroup> {
+    let foldable = |f: &FrameView| f.kind == "native" && !f.user;
+    let mut groups: Vec<FrameGroup> = Vec::new();
+    let mut i = 0;
+    let mut it = frames.into_iter().peekable();
+    while let Some(f) = it.next() {
+        let start = i + 1;
+        let fold = foldable(&f);
+        let mut run = vec![f];
+        i += 1;
+        while let Some(n) = it.peek() {
+            if foldable(n) != fold {
+                break;
+            }
+            run.push(it.next().expect("peeked"));
+            i += 1;
+        }
+        let folded = fold && run.len() >= FOLD_MIN;
+        let summary = if folded {
+            let mut mods: Vec<&str> = Vec::new();
+            for f in &run {
+                let m = f.module.rsplit('/').next().unwrap_or("");
+                if !m.is_empty() && !mods.contains(&m) {
+                    mods.push(m);
+                }
+            }
+            let more = mods.len().saturating_sub(3);
+            let mut s = format!("{} native frames", run.len());
+            if !mods.is_empty() {
+                s.push_str(" in ");
+                s.push_str(&mods[..mods.len().min(3)].join(", "));
+                if more > 0 {
+                    s.push_str(&format!(" and {more} more"));
+                }
+            }
+            s
+        } else {
+            String::new()
+        };
+        // A shown run after a shown run (a short native run between Python frames) joins it.
+        match groups.last_mut() {
+            Some(g) if !g.folded && !folded => g.frames.extend(run),
+            _ => groups.push(FrameGroup {
+                start,
+                folded,
+                summary,
+                frames: run,
+            }),
+        }
+    }
+    groups
 }
 
 pub struct KernelLink {
@@ -473,7 +541,7 @@ pub async fn page(
                 ),
                 None => String::new(),
             },
-            frames: frames_view(&d.stack, &user_files, &file, line),
+            groups: fold_frames(frames_view(&d.stack, &user_files, &file, line)),
         })
         .collect();
 
@@ -569,6 +637,48 @@ pub async fn page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fv(kind: &str, module: &str, user: bool) -> FrameView {
+        FrameView {
+            user,
+            kind: kind.into(),
+            function: "f".into(),
+            loc: String::new(),
+            loc_title: String::new(),
+            module: module.into(),
+            text: String::new(),
+        }
+    }
+
+    #[test]
+    fn long_runs_of_native_library_frames_fold_and_the_rest_shows() {
+        let mut frames: Vec<FrameView> = (0..6)
+            .map(|i| {
+                fv(
+                    "native",
+                    if i < 4 {
+                        "/x/libcupti.so"
+                    } else {
+                        "/y/libjax.so"
+                    },
+                    false,
+                )
+            })
+            .collect();
+        frames.push(fv("python", "", true));
+        frames.push(fv("native", "/z/libpython.so", false));
+        frames.push(fv("python", "", false));
+        frames.extend((0..3).map(|_| fv("native", "/z/libpython.so", false)));
+        let g = fold_frames(frames);
+        assert_eq!(g.len(), 2, "one folded run, then one shown run");
+        assert!(g[0].folded);
+        assert_eq!(g[0].start, 1);
+        assert_eq!(g[0].summary, "6 native frames in libcupti.so, libjax.so");
+        assert!(!g[1].folded);
+        assert_eq!(g[1].start, 7);
+        assert_eq!(g[1].frames.len(), 6, "short native runs stay shown");
+        assert!(fold_frames(Vec::new()).is_empty());
+    }
 
     #[test]
     fn listing_shows_gaps_and_the_hit_line() {
