@@ -13,18 +13,18 @@
 //! each page go to `$GPUFL_SCREENSHOTS` (scripts/screenshots.sh: docs/screenshots), else to
 //! target/dashboard-screenshots.
 
+mod common;
 mod webdriver;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use webdriver::{Browser, Element};
 
-const GPUFL: &str = env!("CARGO_BIN_EXE_gpufl");
+use common::{bundled, GPUFL};
 
 /// What a hostile trace puts in its strings: a script element and an attribute break-out.
 const SCRIPT: &str = "<script>window.__pwned=1</script>";
@@ -45,9 +45,7 @@ const A_SESSIONS: &[&str] = &[
 ];
 const B_SESSION: &str = "launch_bound-1009-";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use common::root;
 
 fn hostile_path() -> String {
     format!("/srv/app/{SCRIPT}{IMG}.py")
@@ -116,25 +114,6 @@ fn rand_hex() -> String {
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
         .unwrap();
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// The bundled session directory whose name starts with `prefix`.
-fn bundled(prefix: &str) -> PathBuf {
-    let dir = root().join("testdata/sessions");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(prefix))
-        })
-        .collect();
-    v.sort();
-    v.into_iter()
-        .next()
-        .unwrap_or_else(|| panic!("no bundled session {prefix}*"))
 }
 
 fn id_of(dir: &Path) -> String {
@@ -484,35 +463,11 @@ fn start_fixture() -> Fixture {
     };
     let (a_up, a_rd) = project("team-a");
     let (b_up, b_rd) = project("team-b");
-    let mut child = Command::new(GPUFL)
-        .args(["serve", "--data"])
+    let mut cmd = Command::new(GPUFL);
+    cmd.args(["serve", "--data"])
         .arg(&data)
-        .args(["--listen", "127.0.0.1:0", "--rate-limit", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let url = loop {
-        line.clear();
-        if err.read_line(&mut line).unwrap() == 0 {
-            panic!("gpufl serve ended before listening");
-        }
-        if let Some(i) = line.find("listening on http://") {
-            let rest = &line[i + "listening on ".len()..];
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while err.read_line(&mut sink).unwrap_or(0) > 0 {
-            if std::env::var("GPUFL_TEST_VERBOSE").is_ok() {
-                eprint!("server: {sink}");
-            }
-            sink.clear();
-        }
-    });
+        .args(["--listen", "127.0.0.1:0", "--rate-limit", "0"]);
+    let (child, url) = common::spawn_serve(cmd);
     let mut dirs: Vec<PathBuf> = A_SESSIONS.iter().map(|p| bundled(p)).collect();
     dirs.push(write_hostile_session(&data.join("hostile")));
     let b_dir = bundled(B_SESSION);

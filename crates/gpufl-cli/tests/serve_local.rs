@@ -3,21 +3,12 @@
 //! a restart does not store them twice); refused on a non-loopback address; a project's read key
 //! still sees its own project.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-const GPUFL: &str = env!("CARGO_BIN_EXE_gpufl");
-
-fn bundled(prefix: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/sessions");
-    std::fs::read_dir(&d)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
-        .unwrap_or_else(|| panic!("no bundled session {prefix}"))
-}
+mod common;
+use common::{bundled, GPUFL};
 
 struct Server {
     child: Child,
@@ -32,38 +23,13 @@ impl Drop for Server {
 }
 
 fn serve(data: &Path, args: &[&str]) -> Server {
-    let mut child = Command::new(GPUFL)
-        .arg("serve")
+    let mut cmd = Command::new(GPUFL);
+    cmd.arg("serve")
         .arg("--data")
         .arg(data)
         .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let url = loop {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "gpufl serve ended before listening"
-        );
-        if let Some(i) = line.find("listening on http://") {
-            break line[i + "listening on ".len()..]
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .to_string();
-        }
-    };
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while err.read_line(&mut sink).unwrap_or(0) > 0 {
-            sink.clear();
-        }
-    });
+        .args(args);
+    let (child, url) = common::spawn_serve(cmd);
     Server { child, url }
 }
 
@@ -157,12 +123,20 @@ fn local_sessions_open_without_a_key_and_are_stored_once() {
         let (st, _) = get(&format!("{}/sessions/{}", s.url, ids[0]), Some(&rd));
         assert_eq!(st, 404, "the open project's session is not the key's");
     }
-    // Started again on the same data: nothing is stored or analysed twice.
+    // Started again on the same data: nothing is stored or analysed twice (the sessions are
+    // `unchanged` to the upload protocol).
     {
         let s = serve(&data, &["--local", src_s]);
         std::thread::sleep(Duration::from_secs(2));
         let list = wait_ready(&s.url, 2);
-        assert_eq!(list.len(), 2);
+        for x in &list {
+            let (_, body) = get(
+                &format!("{}/api/v1/sessions/{}", s.url, x["id"].as_str().unwrap()),
+                None,
+            );
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["analyses"], 1, "stored and analysed once: {v}");
+        }
     }
     // Without a key and without --local the dashboard asks for one.
     {

@@ -5,16 +5,14 @@
 //! missing service fails the test instead of skipping it).
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const GPUFL: &str = env!("CARGO_BIN_EXE_gpufl");
+mod common;
+use common::GPUFL;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use common::root;
 
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
@@ -133,37 +131,12 @@ impl Drop for Server {
 }
 
 fn serve(s: &Stores, extra: &[&str]) -> Server {
-    let mut child = Command::new(GPUFL)
-        .arg("serve")
+    let mut cmd = Command::new(GPUFL);
+    cmd.arg("serve")
         .args(store_args(s))
         .args(["--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let url = loop {
-        line.clear();
-        if err.read_line(&mut line).unwrap() == 0 {
-            panic!("gpufl serve ended before listening");
-        }
-        if let Some(i) = line.find("listening on http://") {
-            let rest = &line[i + "listening on ".len()..];
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    // Keep draining its stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while err.read_line(&mut sink).unwrap_or(0) > 0 {
-            if std::env::var("GPUFL_TEST_VERBOSE").is_ok() {
-                eprint!("server: {sink}");
-            }
-            sink.clear();
-        }
-    });
+        .args(extra);
+    let (child, url) = common::spawn_serve(cmd);
     Server { child, url }
 }
 

@@ -1,0 +1,67 @@
+//! What the server's integration tests share (`mod common;` in server.rs, dashboard.rs,
+//! serve_local.rs): starting `gpufl serve` and finding a bundled session.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub const GPUFL: &str = env!("CARGO_BIN_EXE_gpufl");
+
+/// The repository's root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Start `cmd` (a `gpufl serve …` with its arguments) and wait for the address it prints; its
+/// stderr keeps being drained (echoed with `GPUFL_TEST_VERBOSE`) so it never blocks on a full pipe.
+pub fn spawn_serve(mut cmd: Command) -> (Child, String) {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let url = loop {
+        line.clear();
+        if err.read_line(&mut line).unwrap() == 0 {
+            panic!("gpufl serve ended before listening");
+        }
+        if let Some(i) = line.find("listening on http://") {
+            let rest = &line[i + "listening on ".len()..];
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).unwrap_or(0) > 0 {
+            if std::env::var("GPUFL_TEST_VERBOSE").is_ok() {
+                eprint!("server: {sink}");
+            }
+            sink.clear();
+        }
+    });
+    (child, url)
+}
+
+/// The bundled session (testdata/sessions) whose directory name starts with `prefix` (the first
+/// in name order).
+pub fn bundled(prefix: &str) -> PathBuf {
+    let dir = root().join("testdata/sessions");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .collect();
+    v.sort();
+    v.into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no bundled session {prefix}*"))
+}
