@@ -439,27 +439,10 @@ fn start_fixture() -> Fixture {
     let data =
         std::env::temp_dir().join(format!("gpufl-dash-{}-{}", std::process::id(), rand_hex()));
     std::fs::create_dir_all(&data).unwrap();
-    let project = |name: &str| -> (String, String) {
-        let out = Command::new(GPUFL)
-            .args(["admin", "--data"])
-            .arg(&data)
-            .args(["create-project", name])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
-        let key = |kind: &str| {
-            text.lines()
-                .find(|l| l.starts_with(&format!("{kind} key ")))
-                .and_then(|l| l.split_whitespace().nth(2))
-                .unwrap()
-                .to_string()
-        };
-        (key("upload"), key("read"))
+    let project = |name: &str| {
+        let mut admin = Command::new(GPUFL);
+        admin.args(["admin", "--data"]).arg(&data);
+        common::create_project(admin, name)
     };
     let (a_up, a_rd) = project("team-a");
     let (b_up, b_rd) = project("team-b");
@@ -467,7 +450,7 @@ fn start_fixture() -> Fixture {
     cmd.args(["serve", "--data"])
         .arg(&data)
         .args(["--listen", "127.0.0.1:0", "--rate-limit", "0"]);
-    let (child, url) = common::spawn_serve(cmd);
+    let (child, url) = common::spawn_serve_child(cmd);
     let mut dirs: Vec<PathBuf> = A_SESSIONS.iter().map(|p| bundled(p)).collect();
     dirs.push(write_hostile_session(&data.join("hostile")));
     let b_dir = bundled(B_SESSION);

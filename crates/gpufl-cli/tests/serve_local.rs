@@ -4,23 +4,11 @@
 //! still sees its own project.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{bundled, GPUFL};
-
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{bundled, Server, GPUFL};
 
 fn serve(data: &Path, args: &[&str]) -> Server {
     let mut cmd = Command::new(GPUFL);
@@ -29,8 +17,7 @@ fn serve(data: &Path, args: &[&str]) -> Server {
         .arg(data)
         .args(["--listen", "127.0.0.1:0"])
         .args(args);
-    let (child, url) = common::spawn_serve(cmd);
-    Server { child, url }
+    common::spawn_serve(cmd)
 }
 
 fn get(url: &str, key: Option<&str>) -> (u16, String) {
@@ -105,18 +92,9 @@ fn local_sessions_open_without_a_key_and_are_stored_once() {
         assert_eq!(st, 200);
         assert!(html.contains("id=\"insights\""), "the session page");
         // A project's read key still sees that project, not the open one.
-        let out = Command::new(GPUFL)
-            .args(["admin", "--data"])
-            .arg(&data)
-            .args(["create-project", "other"])
-            .output()
-            .unwrap();
-        let keys = String::from_utf8_lossy(&out.stdout).into_owned();
-        let rd = keys
-            .split_whitespace()
-            .find(|w| w.starts_with("gfl_rd_"))
-            .expect("a read key")
-            .to_string();
+        let mut admin = Command::new(GPUFL);
+        admin.args(["admin", "--data"]).arg(&data);
+        let (_, rd) = common::create_project(admin, "other");
         let (st, body) = get(&format!("{}/api/v1/sessions", s.url), Some(&rd));
         assert_eq!(st, 200);
         assert!(body.contains("\"sessions\":[]"), "{body}");

@@ -6,11 +6,11 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::GPUFL;
+use common::{Server, GPUFL};
 
 use common::root;
 
@@ -118,50 +118,20 @@ fn db_args(s: &Stores) -> Vec<String> {
     a
 }
 
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(s: &Stores, extra: &[&str]) -> Server {
     let mut cmd = Command::new(GPUFL);
     cmd.arg("serve")
         .args(store_args(s))
         .args(["--listen", "127.0.0.1:0"])
         .args(extra);
-    let (child, url) = common::spawn_serve(cmd);
-    Server { child, url }
+    common::spawn_serve(cmd)
 }
 
 /// (upload key, read key) of a new project.
 fn project(s: &Stores, name: &str) -> (String, String) {
-    let out = Command::new(GPUFL)
-        .arg("admin")
-        .args(db_args(s))
-        .args(["create-project", name])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let key = |kind: &str| {
-        text.lines()
-            .find(|l| l.starts_with(&format!("{kind} key ")))
-            .and_then(|l| l.split_whitespace().nth(2))
-            .unwrap()
-            .to_string()
-    };
-    (key("upload"), key("read"))
+    let mut admin = Command::new(GPUFL);
+    admin.arg("admin").args(db_args(s));
+    common::create_project(admin, name)
 }
 
 fn upload(url: &str, key: &str, dirs: &[PathBuf]) -> std::process::Output {

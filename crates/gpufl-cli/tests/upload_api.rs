@@ -6,17 +6,15 @@
 //! fallbacks. No GPU needed (`gpufl_init` without CUDA writes a scopes-only session).
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-const GPUFL: &str = env!("CARGO_BIN_EXE_gpufl");
+mod common;
+use common::{Server, GPUFL};
 const SESSION: &str = "cpp_api-639-20261122T061858Z";
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use common::root;
 
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("gpufl-upapi-{tag}-{}", std::process::id()));
@@ -25,72 +23,20 @@ fn tmpdir(tag: &str) -> PathBuf {
     d
 }
 
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(data: &Path) -> Server {
-    let mut child = Command::new(GPUFL)
-        .arg("serve")
+    let mut cmd = Command::new(GPUFL);
+    cmd.arg("serve")
         .arg("--data")
         .arg(data)
-        .args(["--listen", "127.0.0.1:0", "--rate-limit", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let url = loop {
-        line.clear();
-        if err.read_line(&mut line).unwrap() == 0 {
-            panic!("gpufl serve ended before listening");
-        }
-        if let Some(i) = line.find("listening on http://") {
-            let rest = &line[i + "listening on ".len()..];
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while err.read_line(&mut sink).unwrap_or(0) > 0 {
-            sink.clear();
-        }
-    });
-    Server { child, url }
+        .args(["--listen", "127.0.0.1:0", "--rate-limit", "0"]);
+    common::spawn_serve(cmd)
 }
 
 /// (upload key, read key) of a new project.
 fn project(data: &Path, name: &str) -> (String, String) {
-    let out = Command::new(GPUFL)
-        .arg("admin")
-        .arg("--data")
-        .arg(data)
-        .args(["create-project", name])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let key = |kind: &str| {
-        text.lines()
-            .find(|l| l.starts_with(&format!("{kind} key ")))
-            .and_then(|l| l.split_whitespace().nth(2))
-            .unwrap()
-            .to_string()
-    };
-    (key("upload"), key("read"))
+    let mut admin = Command::new(GPUFL);
+    admin.arg("admin").arg("--data").arg(data);
+    common::create_project(admin, name)
 }
 
 fn get(url: &str, key: &str, path: &str) -> (u16, Value) {

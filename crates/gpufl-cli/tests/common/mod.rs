@@ -1,5 +1,6 @@
 //! What the server's integration tests share (`mod common;` in server.rs, dashboard.rs,
-//! serve_local.rs): starting `gpufl serve` and finding a bundled session.
+//! serve_local.rs, upload_api.rs): starting `gpufl serve`, creating a project, finding a bundled
+//! session.
 
 #![allow(dead_code)]
 
@@ -16,7 +17,7 @@ pub fn root() -> PathBuf {
 
 /// Start `cmd` (a `gpufl serve …` with its arguments) and wait for the address it prints; its
 /// stderr keeps being drained (echoed with `GPUFL_TEST_VERBOSE`) so it never blocks on a full pipe.
-pub fn spawn_serve(mut cmd: Command) -> (Child, String) {
+pub fn spawn_serve_child(mut cmd: Command) -> (Child, String) {
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -44,6 +45,45 @@ pub fn spawn_serve(mut cmd: Command) -> (Child, String) {
         }
     });
     (child, url)
+}
+
+/// A running `gpufl serve`, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// [`spawn_serve_child`] as a [`Server`].
+pub fn spawn_serve(cmd: Command) -> Server {
+    let (child, url) = spawn_serve_child(cmd);
+    Server { child, url }
+}
+
+/// Run `admin` (a `gpufl admin` with its database arguments) `create-project NAME`: the new
+/// project's (upload key, read key).
+pub fn create_project(mut admin: Command, name: &str) -> (String, String) {
+    let out = admin.args(["create-project", name]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let key = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{kind} key ")))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .unwrap()
+            .to_string()
+    };
+    (key("upload"), key("read"))
 }
 
 /// The bundled session (testdata/sessions) whose directory name starts with `prefix` (the first
