@@ -48,12 +48,9 @@ fn u(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
 
+/// A chip's `file:line` (no line when 0).
 fn loc_text(file: &str, line: u64) -> String {
-    if line > 0 {
-        format!("{}:{line}", fmt::short_path(file, 48))
-    } else {
-        fmt::short_path(file, 48)
-    }
+    fmt::loc(file, u32::try_from(line).ok().filter(|l| *l > 0), 48)
 }
 
 impl Card {

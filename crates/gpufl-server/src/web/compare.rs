@@ -221,10 +221,7 @@ pub struct Loc {
 }
 
 fn loc_text(l: &SourceLoc) -> String {
-    match l.line {
-        Some(n) => format!("{}:{n}", fmt::short_path(&l.file, 36)),
-        None => fmt::short_path(&l.file, 36),
-    }
+    fmt::loc(&l.file, l.line, 36)
 }
 
 fn loc_title(l: &SourceLoc) -> String {

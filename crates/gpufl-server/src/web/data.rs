@@ -222,3 +222,27 @@ pub async fn kernel(
     .await?;
     Ok(row.as_ref().map(kernel_row))
 }
+
+/// Kernel rows of the session with one of `names` (every device), most GPU time first.
+pub async fn kernels_named(
+    st: &AppState,
+    project: &str,
+    id: &str,
+    names: &[&str],
+) -> Result<Vec<KernelRow>, WebError> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let marks: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
+    let sql = format!(
+        "SELECT ord, device, name, launches, total_ns, body FROM kernels \
+         WHERE project_id = $1 AND session_id = $2 AND name IN ({}) ORDER BY total_ns DESC, ord",
+        marks.join(", ")
+    );
+    let mut q = sqlx::query(&sql).bind(project).bind(id);
+    for n in names {
+        q = q.bind(*n);
+    }
+    let rows = q.fetch_all(&st.db.pool).await?;
+    Ok(rows.iter().map(kernel_row).collect())
+}

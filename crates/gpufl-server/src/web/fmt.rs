@@ -130,6 +130,25 @@ pub fn short_path(p: &str, n: usize) -> String {
     format!("…{tail}")
 }
 
+/// The first `n` characters of `s`, with `…` at the end when cut.
+pub fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// `file:line` with the file shortened to its last `n` characters ([`short_path`]); the file
+/// alone without a line.
+pub fn loc(file: &str, line: Option<u32>, n: usize) -> String {
+    match line {
+        Some(l) => format!("{}:{l}", short_path(file, n)),
+        None => short_path(file, n),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +167,10 @@ mod tests {
         assert_eq!(time(1_795_702_721_992_287_729), "2026-11-26 14:18:41");
         assert_eq!(time(0), "–");
         assert_eq!(short_path("/a/b/c/train.py", 8), "…rain.py");
+        assert_eq!(cut("python3 train.py", 8), "python3…");
+        assert_eq!(cut("short", 8), "short");
+        assert_eq!(loc("/a/b/c/train.py", Some(9), 8), "…rain.py:9");
+        assert_eq!(loc("k", None, 8), "k");
         assert_eq!(severity(3), "HIGH");
         assert_eq!(severity_rank("Medium"), 2);
     }

@@ -9,7 +9,6 @@
 use super::cards::Card;
 use super::charts::Bars;
 use super::data::{self, InsightRow};
-use super::line::kernel_rows_named;
 use super::{fmt, render, url_encode, viewer, Nav, WebError};
 use crate::AppState;
 use askama::Template;
@@ -377,7 +376,7 @@ pub async fn page(
     };
     let session = data::session(&st, &v.project_id, &id).await?;
     // The kernel's rows on every device (one per device: few).
-    let rows = kernel_rows_named(&st, &v.project_id, &id, &[name.as_str()]).await?;
+    let rows = data::kernels_named(&st, &v.project_id, &id, &[name.as_str()]).await?;
     let row = match device {
         Some(d) => rows.iter().find(|r| r.device == d),
         None => rows.first(),

@@ -326,13 +326,6 @@ pub fn sync_bars(hist: &[u64]) -> String {
     .render()
 }
 
-fn loc_label(file: &str, line: Option<u32>) -> String {
-    match line {
-        Some(l) => format!("{}:{l}", fmt::short_path(file, 56)),
-        None => fmt::short_path(file, 56),
-    }
-}
-
 fn frames_view(
     stack: &[FrameDoc],
     user_files: &HashSet<&str>,
@@ -352,7 +345,7 @@ fn frames_view(
                 loc: if ffile.is_empty() {
                     String::new()
                 } else {
-                    loc_label(ffile, f.line)
+                    fmt::loc(ffile, f.line, 56)
                 },
                 loc_title: match f.line {
                     Some(l) if !ffile.is_empty() => format!("{ffile}:{l}"),
@@ -363,40 +356,6 @@ fn frames_view(
             }
         })
         .collect()
-}
-
-/// Kernel rows of the session by name (every device): the rows of those names only.
-pub async fn kernel_rows_named(
-    st: &AppState,
-    project: &str,
-    id: &str,
-    names: &[&str],
-) -> Result<Vec<KernelRow>, WebError> {
-    if names.is_empty() {
-        return Ok(Vec::new());
-    }
-    let marks: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
-    let sql = format!(
-        "SELECT ord, device, name, launches, total_ns, body FROM kernels \
-         WHERE project_id = $1 AND session_id = $2 AND name IN ({}) ORDER BY total_ns DESC, ord",
-        marks.join(", ")
-    );
-    let mut q = sqlx::query(&sql).bind(project).bind(id);
-    for n in names {
-        q = q.bind(*n);
-    }
-    let rows = q.fetch_all(&st.db.pool).await?;
-    Ok(rows
-        .iter()
-        .map(|r| KernelRow {
-            ord: crate::db::int(r, "ord"),
-            device: crate::db::int(r, "device"),
-            name: crate::db::text(r, "name"),
-            launches: crate::db::int(r, "launches"),
-            total_ns: crate::db::int(r, "total_ns"),
-            body: serde_json::from_str(&crate::db::text(r, "body")).unwrap_or_default(),
-        })
-        .collect())
 }
 
 fn body_u(b: &serde_json::Value, k: &str) -> i64 {
@@ -558,7 +517,7 @@ pub async fn page(
     list.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
     list.truncate(MAX_KERNELS);
     let names: Vec<&str> = list.iter().map(|k| k.0).collect();
-    let rows = kernel_rows_named(&st, &v.project_id, &id, &names).await?;
+    let rows = data::kernels_named(&st, &v.project_id, &id, &names).await?;
     let kernels: Vec<KernelView> = list
         .iter()
         .map(|&(name, launches, total)| {

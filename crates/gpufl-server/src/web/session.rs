@@ -988,15 +988,6 @@ fn range_view(r: &RangeRow) -> RangeView {
 }
 
 /// The first `n` characters of a name, with `…` after when cut.
-fn cut(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(n - 1).collect();
-    out.push('…');
-    out
-}
-
 fn u(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
@@ -1025,7 +1016,7 @@ fn kernel_view(k: &data::KernelRow, session: &str) -> KernelView {
         .and_then(|l| l.get("regs"))
         .and_then(Value::as_u64);
     KernelView {
-        short: cut(gpufl_analysis::kernels::short_name(&k.name), 80),
+        short: fmt::cut(gpufl_analysis::kernels::short_name(&k.name), 80),
         href: format!(
             "/sessions/{}/kernel?name={}&device={}",
             url_encode(session),

@@ -359,15 +359,6 @@ pub struct Row {
     pub ingest_error: String,
 }
 
-fn shorten(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let head: String = s.chars().take(n - 1).collect();
-        format!("{head}…")
-    }
-}
-
 impl Row {
     fn of(s: &SessionRow) -> Row {
         let ready = s.ingest == "ready";
@@ -382,7 +373,7 @@ impl Row {
             },
             host: s.host.clone(),
             command: s.command.clone(),
-            command_short: shorten(&s.command, COMMAND_CHARS),
+            command_short: fmt::cut(&s.command, COMMAND_CHARS),
             start: fmt::time(s.start_ns),
             duration: figures(fmt::dur(s.wall_ns)),
             busy: figures(fmt::pct(s.busy_pct())),
