@@ -7,12 +7,16 @@ table shows the median of those ratios with their range and their mean with a 95
 geometric mean of the round's "bare" and "bare-again" medians when the round has both (two bare
 processes, one early and one late in the round, whose order alternates between rounds), else its
 "bare" median; "bare-again" over "bare" alone is printed as the noise control. Mean steal time per
-loop is shown when the VM reports any. Usage: python bench/summarize.py FILE.jsonl"""
+loop is shown when the VM reports any. For bench/trainer_bench.py the same table is given for the
+median step of each process's steady window (robust to a few steps slowed by the host) beside its
+total. Usage: python bench/summarize.py FILE.jsonl"""
 import json
 import statistics
 import sys
 
-METRICS = [("wall_ms_all", "wall time"), ("thread_cpu_ms_all", "main-thread CPU time"),
+METRICS = [("wall_ms_all", "wall time"),
+           ("step_med_ms_all", "median step time (bench/trainer_bench.py)"),
+           ("thread_cpu_ms_all", "main-thread CPU time"),
            ("process_cpu_ms_all", "process CPU time (all threads)")]
 
 rows = []

@@ -8,7 +8,9 @@ Per mode, over every cycle of every process of that mode:
   estimate  on/off2 + (off1/off2 - 1): what recording costs when it never pauses.
 Each with its median and mean ± 2 standard errors (n = cycles). Then the low quantiles of the
 pooled loops, recorded over paused (min, p10, p25): the host's interruptions only ever add time,
-so the fastest loops of each kind show the work added with the least noise. The mode recorded
+so the fastest loops of each kind show the work added with the least noise. For
+bench/trainer_bench.py --toggle, on/off2 is also given from each segment's median step (robust
+to a few steps slowed by the host). The mode recorded
 without gpufl (switching does nothing there) is the method's own bias.
 Usage: python bench/summarize_toggle.py FILE.jsonl"""
 import json
@@ -24,7 +26,7 @@ def stats(v):
     return f"{statistics.median(v):.3f}x  (mean {m:.3f} ± {2 * se:.3f}, n={len(v)})"
 
 
-modes = {}
+modes, med = {}, {}
 for line in open(sys.argv[1]):
     try:
         r = json.loads(line)
@@ -32,6 +34,9 @@ for line in open(sys.argv[1]):
         continue
     if not r.get("toggle"):
         continue
+    if "on_med_ms" in r:
+        d = med.setdefault(r["mode"], [])
+        d += [on / o2 for on, o2 in zip(r["on_med_ms"], r["off2_med_ms"])]
     d = modes.setdefault(r["mode"], {"on": [], "spill": [], "est": [], "paused": set(), "off2": [],
                                      "on_ms": [], "off_ms": []})
     d["on_ms"] += r["on_ms"]
@@ -48,6 +53,12 @@ for mode, d in modes.items():
     how = "recording switched" if True in d["paused"] else "no switching (not recorded)"
     print(f"{mode:<22} on/off2 {stats(d['on'])}   off1/off2 {stats(d['spill'])}   "
           f"estimate {stats(d['est'])}   off2 median {statistics.median(d['off2']):.1f} ms  [{how}]")
+
+
+if med:
+    print("-- the same with each segment's median step (bench/trainer_bench.py --toggle): on/off2")
+    for mode, v in med.items():
+        print(f"{mode:<22} on/off2 {stats(v)}")
 
 
 def q(v, p):

@@ -13,22 +13,30 @@ interleaved rounds and bench/summarize.py gives the median of the per-round pair
     gpufl-always-on       under `gpufl record --always-on`
     torch-profiler        trainer.train() inside torch.profiler.profile(CPU, CUDA), as a user would
 
-Prints one JSON line: {"mode", "steps", "warmup", "wall_ms_all": [steady ms], "train_ms",
-"loss"} (the shape bench/summarize.py reads).
+Prints one JSON line: {"mode", "steps", "warmup", "wall_ms_all": [steady ms], "step_med_ms_all":
+[the median step's ms over the same steps], "thread_cpu_ms_all": [the main thread's CPU ms over
+them], "process_cpu_ms_all": [the process's CPU ms, all threads], "step_ms": [each step's ms],
+"train_ms", "loss"} (the shape bench/summarize.py reads). The window's total takes every pause in
+(the recorder's and the machine's alike); the median step is the steady per-step cost, robust to a
+few steps slowed by a neighbour on a shared host — the two are reported side by side.
 
 In-process A/B (`--toggle K`, under `gpufl record`): after the warm-up, the steps run in cycles of
 three segments of K steps — recording on, paused (OFF1), paused again (OFF2) — switched with
 gpufl_pause()/gpufl_resume() at step ends; prints the segment times in the shape of
-bench/launch_bound.py --toggle ({"toggle": true, "on_ms", "off1_ms", "off2_ms"}), which
+bench/launch_bound.py --toggle ({"toggle": true, "on_ms", "off1_ms", "off2_ms"}, and each
+segment's median step as "on_med_ms", "off1_med_ms", "off2_med_ms"), which
 bench/summarize_toggle.py reads. Not recorded, the switch does nothing: the method's own bias.
 Run:    python bench/trainer_bench.py --mode bare [--steps 120] [--warmup 20] [--profiler]
         gpufl record -- python bench/trainer_bench.py --mode gpufl --steps 320 --toggle 10
 """
-import argparse
-import json
-import os
-import tempfile
 import time
+
+T_START = time.perf_counter()
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
@@ -38,6 +46,7 @@ import torch  # noqa: E402
 from transformers import (GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback,  # noqa: E402
                           TrainingArguments)
 
+T_IMPORTED = time.perf_counter()
 VOCAB, CTX, SEED = 8192, 128, 0
 
 
@@ -73,6 +82,7 @@ class StepClock(TrainerCallback):
 
     def __init__(self, warmup=0, toggle=0):
         self.t = {}  # step -> end of the step
+        self.cpu = {}  # step -> (main thread CPU s, process CPU s) at the end of the step
         self.t0 = {}  # step -> after the switch that follows it (toggle)
         self.warmup, self.toggle = warmup, toggle
         self.lib = gpufl_lib() if toggle else None
@@ -83,6 +93,7 @@ class StepClock(TrainerCallback):
             torch.cuda.synchronize()  # segments end when their work has run
         step = state.global_step
         self.t[step] = time.perf_counter()
+        self.cpu[step] = (time.thread_time(), time.process_time())
         if self.toggle and step >= self.warmup and self.lib is not None:
             phase = ((step - self.warmup) // self.toggle) % 3  # the phase the next step is in
             if (step - self.warmup) % self.toggle == 0 and phase in (0, 1):
@@ -90,12 +101,18 @@ class StepClock(TrainerCallback):
                 self.paused = self.paused or (phase == 1 and rc == 0)
         self.t0[step] = time.perf_counter()  # the switch is not timed
 
-    def segments(self, steps):
-        """(on, off1, off2) ms per whole cycle."""
+    def segments(self, steps, median=False):
+        """(on, off1, off2) ms per whole cycle: each segment's total, or (`median`) its median
+        step (a step's time runs from the switch after the step before to its end)."""
         on, off1, off2 = [], [], []
         k, s = self.toggle, self.warmup
         while s + 3 * k <= steps:
-            seg = [(self.t[s + (i + 1) * k] - self.t0[s + i * k]) * 1e3 for i in range(3)]
+            if median:
+                seg = [statistics.median((self.t[j] - self.t0[j - 1]) * 1e3
+                                         for j in range(s + i * k + 1, s + (i + 1) * k + 1))
+                       for i in range(3)]
+            else:
+                seg = [(self.t[s + (i + 1) * k] - self.t0[s + i * k]) * 1e3 for i in range(3)]
             on.append(seg[0]), off1.append(seg[1]), off2.append(seg[2])
             s += 3 * k
         return on, off1, off2
@@ -142,14 +159,25 @@ def main():
         if clock.lib is not None:
             clock.lib.gpufl_resume()
         on, off1, off2 = clock.segments(a.steps)
+        mon, moff1, moff2 = clock.segments(a.steps, median=True)
         r = lambda v: [round(w, 3) for w in v]
         print(json.dumps({"mode": a.mode, "toggle": True, "on_ms": r(on), "off1_ms": r(off1),
-                          "off2_ms": r(off2), "paused_by_gpufl": clock.paused,
+                          "off2_ms": r(off2), "on_med_ms": r(mon), "off1_med_ms": r(moff1),
+                          "off2_med_ms": r(moff2), "paused_by_gpufl": clock.paused,
                           "steps": a.toggle}), flush=True)
         return
     steady = (clock.t[a.steps] - clock.t[a.warmup]) * 1e3
+    step_ms = [(clock.t[s] - clock.t[s - 1]) * 1e3 for s in range(a.warmup + 1, a.steps + 1)]
+    cpu = [(clock.cpu[a.steps][i] - clock.cpu[a.warmup][i]) * 1e3 for i in (0, 1)]
     print(json.dumps({"mode": a.mode, "steps": a.steps, "warmup": a.warmup,
-                      "wall_ms_all": [round(steady, 3)], "train_ms": round((t1 - t0) * 1e3, 3),
+                      "wall_ms_all": [round(steady, 3)],
+                      "step_med_ms_all": [round(statistics.median(step_ms), 4)],
+                      "thread_cpu_ms_all": [round(cpu[0], 3)],
+                      "process_cpu_ms_all": [round(cpu[1], 3)],
+                      "step_ms": [round(v, 3) for v in step_ms],
+                      "train_ms": round((t1 - t0) * 1e3, 3),
+                      "import_ms": round((T_IMPORTED - T_START) * 1e3, 1),
+                      "setup_ms": round((t0 - T_IMPORTED) * 1e3, 1),
                       "loss": round(result.training_loss, 6)}), flush=True)
 
 

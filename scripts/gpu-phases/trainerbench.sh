@@ -5,11 +5,13 @@
 # gpufl-api-discard (API records collected by CUPTI, dropped by the writer unwritten),
 # gpufl-api-cb (launch api records made by the call-site callbacks, GPUFL_API_FROM=callbacks),
 # gpufl-kernels-only, gpufl-subscribed (CUPTI subscribed, nothing collected, no telemetry),
-# gpufl-no-telemetry, cupti-kernels-discard (CUPTI's concurrent-kernel records only, returned unread:
+# gpufl-no-telemetry, gpufl-no-sync (no synchronization callbacks), cupti-kernels-discard (CUPTI's concurrent-kernel records only, returned unread:
 # the floor of any recorder that collects every kernel through CUPTI).
 # 1. One process per mode, TRAINER_ROUNDS (default 8; 0 skips) interleaved rounds, the order of the
 #    modes reversed every other round; bare and bare-again are two unrecorded processes per round
 #    (the noise control). ~20 s a process on the H100 machine (imports dominate).
+#    TRAINER_DEADLINE_S (seconds since the phase began; default none): no round starts that the
+#    last round's length says would end after it (a call's time limit cuts no process short).
 # 2. In-process A/B (TRAINER_TOGGLE_PROCS processes per mode, default 0): recording on / paused /
 #    paused in cycles of TRAINER_TOGGLE_K steps inside one recorded process (bench/summarize_toggle.py).
 TB="$S/trainerbench"; mkdir -p "$TB"
@@ -26,6 +28,7 @@ run_trainer() { # mode args...
     gpufl-api-runtime) GPUFL_API_DOMAINS=runtime gpufl record -q -o "$TB/apirt" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-api-cb) GPUFL_API_FROM=callbacks gpufl record -q -o "$TB/apicb" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-api-discard) GPUFL_API_DISCARD=1 gpufl record -q -o "$TB/apidis" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-no-sync) GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q -o "$TB/nosync" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o "$TB/nosites" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-kernels-only) env $KOPTS -o "$TB/kern" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     cupti-kernels-discard) env GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 GPUFL_TELEMETRY_MS=0 $KOPTS -o "$TB/kdis" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
@@ -36,11 +39,21 @@ run_trainer() { # mode args...
 }
 if [ "${TRAINER_ROUNDS:-8}" -gt 0 ]; then
   log "(t) Trainer overhead: bench/trainer_bench.py, ${TRAINER_ROUNDS:-8} interleaved rounds: $TMODES"
+  tb_begin=$SECONDS; tb_last=0
   for round in $(seq ${TRAINER_ROUNDS:-8}); do
+    if [ -n "${TRAINER_DEADLINE_S:-}" ] && [ $((SECONDS - tb_begin + tb_last)) -gt "$TRAINER_DEADLINE_S" ]; then
+      echo "STOP before round $round: $((SECONDS - tb_begin)) s gone, a round takes $tb_last s, deadline $TRAINER_DEADLINE_S s"
+      break
+    fi
+    tb_round=$SECONDS
+    # The sessions of the round before (the last round's stay for the notices below).
+    rm -rf "$TB"/*/
     echo "{\"round\": $round}"
     order=$TMODES; [ $((round % 2)) = 0 ] && order=$(echo $TMODES | tr ' ' '\n' | tac | tr '\n' ' ')
     for m in $order; do
+      tb_p=$SECONDS
       run_trainer $m --steps ${TRAINER_STEPS:-120} --warmup ${TRAINER_WARMUP:-20}; rc=$?
+      echo "PROC round $round mode $m $((SECONDS - tb_p)) s"
       # A process that failed: its status, and its session kept for a look.
       if [ $rc != 0 ]; then
         echo "EXIT round $round mode $m status $rc"
@@ -52,8 +65,7 @@ if [ "${TRAINER_ROUNDS:-8}" -gt 0 ]; then
         done
       fi
     done
-    # Keep the last round's sessions for the notices below.
-    [ "$round" -lt "${TRAINER_ROUNDS:-8}" ] && rm -rf "$TB"/*/
+    tb_last=$((SECONDS - tb_round))
   done 2>&1 | tee -a "$OUT/trainerbench.log" | grep '^{"' | tee -a "$OUT/trainerbench.jsonl"
   $PY bench/summarize.py "$OUT/trainerbench.jsonl" | tee -a "$OUT/summary.txt"
 fi
@@ -73,4 +85,4 @@ for d in "$TB"/*/*/; do
   gpufl info "$d" 2>&1 | grep -E "kernels|syncs|windows|files" | head -5 | tee -a "$OUT/summary.txt"
   gpufl dump "$d" --type notice 2>/dev/null | grep -h -e "stack capture" -e "call-site" -e "budget" -e "\"debug\"" | cut -c1-400 | tee -a "$OUT/summary.txt"
 done
-rm -rf "$TB"
+# The last round's sessions stay (in sessions.tgz).

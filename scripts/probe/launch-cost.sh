@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Probe (GPU machine): the clock's cost (clock-cost.sh), then the launching thread's cost per
+# kernel launch in a C++ loop (launchcost.cu), bare and under each recording mode, REPS times
+# interleaved (MODES, REPS; LC_ARGS: rounds and batch; LC_TOGGLE=1: in-process A/B, see
+# launchcost.cu). Logs under $OUT.
+set -u
+OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT"
+BIN=$PWD/.device-bin; export PATH=$BIN:$PATH GPUFL_CAPTURE_LIB=$BIN/libgpufl_capture.so
+[ "${CLOCK:-1}" = 1 ] && bash scripts/probe/clock-cost.sh
+nvcc -O2 -o /tmp/launchcost scripts/probe/launchcost.cu -ldl || exit 1
+K="GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none"
+LC_ARGS=${LC_ARGS:-}
+one() { # mode
+  case $1 in
+    bare) /tmp/launchcost $LC_ARGS ;;
+    subscribed) env GPUFL_ACTIVITY_KINDS=none GPUFL_TELEMETRY_MS=0 $K -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    kernels-discard) env GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 GPUFL_TELEMETRY_MS=0 $K -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    kernels-only) env $K -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    no-sync) GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    no-api) gpufl record -q --api-records none -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    default) gpufl record -q -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    runtime-sites) GPUFL_SITE_DOMAINS=runtime gpufl record -q -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    pinned) taskset -c ${PIN_CPU:-5} /tmp/launchcost $LC_ARGS ;;
+    always-on) gpufl record -q --always-on -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+  esac
+}
+for rep in $(seq ${REPS:-3}); do
+  for m in ${MODES:-bare subscribed kernels-discard kernels-only no-sync no-api default always-on}; do
+    echo "$m: $(one $m 2>&1 | grep -e 'launch ns' -e 'toggle' -e LC_)"
+    rm -rf /tmp/lc
+  done
+done 2>&1 | tee "$OUT/launchcost.txt"
