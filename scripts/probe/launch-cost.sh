@@ -17,6 +17,8 @@ one() { # mode
     kernels-discard) env GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 GPUFL_TELEMETRY_MS=0 $K -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     kernels-only) env $K -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     no-sync) GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    api-only) GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    sync-only) env GPUFL_ACTIVITY_KINDS=none GPUFL_TELEMETRY_MS=0 gpufl record -q --no-stacks --api-records none -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     no-api) gpufl record -q --api-records none -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     default) gpufl record -q -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     runtime-sites) GPUFL_SITE_DOMAINS=runtime gpufl record -q -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;

@@ -5,6 +5,8 @@
 // (gpufl_pause / gpufl_resume of the injected capture library) — and the median recorded / second
 // paused ratio, for the rounds that start in the first LC_EARLY_S seconds (default 2.5: while the
 // driver call-site callbacks are still on for their first look) and for those after.
+// LC_EXTRA=N: after each launch, N calls each of cudaGetLastError and cudaGetDevice (what PyTorch
+// makes around its launches), to see what recording costs the calls it does not record.
 //   nvcc -O2 -o launchcost launchcost.cu -ldl && ./launchcost [rounds] [batch]
 #include <algorithm>
 #include <chrono>
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
         }
         if (!pause || !resume) { fprintf(stderr, "LC_TOGGLE: no gpufl_pause in %s\n", inj); return 1; }
     }
+    int extra = getenv("LC_EXTRA") ? atoi(getenv("LC_EXTRA")) : 0, dev = 0;
     double early_s = getenv("LC_EARLY_S") ? atof(getenv("LC_EARLY_S")) : 2.5;
     auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < 2000; i++) empty<<<1, 32, 0, s>>>(nullptr);
@@ -50,7 +53,12 @@ int main(int argc, char **argv) {
             if (phase == 1) pause();
         }
         auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < batch; i++) empty<<<1, 32, 0, s>>>(nullptr);
+        for (int i = 0; i < batch; i++) {
+            empty<<<1, 32, 0, s>>>(nullptr);
+            for (int k = 0; k < extra; k++) {
+                if (cudaGetLastError() != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess) return 1;
+            }
+        }
         auto t1 = std::chrono::steady_clock::now();
         cudaStreamSynchronize(s);
         double ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / batch;
