@@ -5,8 +5,9 @@
 # gpufl-api-discard (API records collected by CUPTI, dropped by the writer unwritten),
 # gpufl-api-cb (launch api records made by the call-site callbacks, GPUFL_API_FROM=callbacks),
 # gpufl-kernels-only, gpufl-subscribed (CUPTI subscribed, nothing collected, no telemetry),
-# gpufl-no-telemetry, gpufl-no-sync (no synchronization callbacks), cupti-kernels-discard (CUPTI's concurrent-kernel records only, returned unread:
-# the floor of any recorder that collects every kernel through CUPTI).
+# gpufl-no-telemetry, gpufl-no-sync (no synchronization callbacks), cupti-kernels-discard
+# (CUPTI's concurrent-kernel records only, returned unread: the floor of any recorder that collects
+# every kernel through CUPTI).
 # 1. One process per mode, TRAINER_ROUNDS (default 8; 0 skips) interleaved rounds, the order of the
 #    modes reversed every other round; bare and bare-again are two unrecorded processes per round
 #    (the noise control). ~20 s a process on the H100 machine (imports dominate).
