@@ -307,6 +307,38 @@ struct SessionPage {
     kernels_more: i64,
 }
 
+impl SessionPage {
+    /// The page's head (title, the session's row, its ingest state) with every section empty.
+    fn head(s: &SessionRow, nav: Option<Nav>) -> SessionPage {
+        SessionPage {
+            title: if s.app.is_empty() {
+                s.id.clone()
+            } else {
+                s.app.clone()
+            },
+            nav,
+            id: s.id.clone(),
+            host: s.host.clone(),
+            command: s.command.clone(),
+            start: fmt::time(s.start_ns),
+            duration: fmt::dur(s.wall_ns),
+            warnings: s.warnings.clone(),
+            ingest_error: s.ingest_error.clone(),
+            pending: pending_text(s),
+            stats: Vec::new(),
+            groups: Vec::new(),
+            devices: Vec::new(),
+            telemetry: Vec::new(),
+            scopes: Vec::new(),
+            scopes_more: 0,
+            ranges: Vec::new(),
+            ranges_more: 0,
+            kernels: Vec::new(),
+            kernels_more: 0,
+        }
+    }
+}
+
 pub async fn page(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -317,32 +349,7 @@ pub async fn page(
     let p = v.project_id.as_str();
     let s = data::session(&st, p, &id).await?;
     let ready = s.ingest == "ready";
-    let mut page = SessionPage {
-        title: if s.app.is_empty() {
-            s.id.clone()
-        } else {
-            s.app.clone()
-        },
-        nav: Some(v.nav()),
-        id: s.id.clone(),
-        host: s.host.clone(),
-        command: s.command.clone(),
-        start: fmt::time(s.start_ns),
-        duration: fmt::dur(s.wall_ns),
-        warnings: s.warnings.clone(),
-        ingest_error: s.ingest_error.clone(),
-        pending: pending_text(&s),
-        stats: Vec::new(),
-        groups: Vec::new(),
-        devices: Vec::new(),
-        telemetry: Vec::new(),
-        scopes: Vec::new(),
-        scopes_more: 0,
-        ranges: Vec::new(),
-        ranges_more: 0,
-        kernels: Vec::new(),
-        kernels_more: 0,
-    };
+    let mut page = SessionPage::head(&s, Some(v.nav()));
     if !ready {
         return render(&page);
     }
@@ -1064,28 +1071,8 @@ mod tests {
             ingest: "pending".into(),
             ..SessionRow::default()
         };
-        let page = SessionPage {
-            title: s.app.clone(),
-            nav: None,
-            id: s.id.clone(),
-            host: String::new(),
-            command: String::new(),
-            start: fmt::time(s.start_ns),
-            duration: fmt::dur(s.wall_ns),
-            warnings: vec!["a <warning>".into()],
-            ingest_error: String::new(),
-            pending: pending_text(&s),
-            stats: Vec::new(),
-            groups: Vec::new(),
-            devices: Vec::new(),
-            telemetry: Vec::new(),
-            scopes: Vec::new(),
-            scopes_more: 0,
-            ranges: Vec::new(),
-            ranges_more: 0,
-            kernels: Vec::new(),
-            kernels_more: 0,
-        };
+        let mut page = SessionPage::head(&s, None);
+        page.warnings = vec!["a <warning>".into()];
         let html = page.render().unwrap();
         assert!(
             html.contains("id=\"session-title\">&#60;b&#62;app&#60;/b&#62;</h1>")
