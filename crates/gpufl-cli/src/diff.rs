@@ -4,8 +4,7 @@
 //! [`EXIT_REGRESSION`] (something regressed beyond it), 2 (an error: a path that is not one
 //! session, a bad option).
 
-use crate::kernel_table::clip;
-use crate::report::secs;
+use crate::report::style::{clip, secs};
 use crate::summary::expand_sessions;
 use crate::term::{esc, esc_path};
 use anyhow::{bail, Result};

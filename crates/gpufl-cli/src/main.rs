@@ -6,13 +6,8 @@ mod export;
 mod exporter;
 #[cfg(test)]
 mod fuzz;
-mod kernel_table;
 mod record;
 mod report;
-mod report_graphs;
-mod report_run;
-mod report_scopes;
-mod report_telemetry;
 mod serve;
 mod summary;
 mod term;

@@ -5,6 +5,7 @@
 //! warp instruction, global load and store sectors per request over the ideal, and the share of
 //! shared-memory wavefronts that are bank conflicts.
 
+use super::style::clip;
 use gpufl_analysis::kdetail::DetailSummary;
 use gpufl_analysis::kernels::{short_name, KernelRow, KernelTable};
 use gpufl_analysis::{fmt_duration, Limiter};
@@ -98,14 +99,6 @@ fn detail_columns(d: Option<&DetailSummary>) -> String {
             d.store_ideal_assumed
         ),
     )
-}
-
-/// A name of at most `n` characters.
-pub(crate) fn clip(s: &str, n: usize) -> String {
-    match s.char_indices().nth(n) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
 }
 
 /// The kernel's signature without `void ` and its parameter list (the first `(` outside template

@@ -3,7 +3,10 @@
 //! the ranks side by side, the processes without CUDA work in one line, the clock alignment, the
 //! cross-rank insights; then each rank's own report.
 
-use crate::report::{render, render_insight, secs, SessionReport, Style};
+use super::insight::render_insight;
+use super::session::render;
+use super::style::{cut, secs, Style};
+use super::SessionReport;
 use crate::term::{esc, esc_path};
 use anyhow::Result;
 use gpufl_analysis::{analyze_run, Config, Model, RunAnalysis, RunMember};
@@ -111,17 +114,6 @@ pub(crate) fn render_json(run: &Run, reports: &[SessionReport]) -> Result<String
         serde_json::to_string_pretty(&serde_json::json!({ "run": run, "sessions": reports }))?;
     s.push('\n');
     Ok(s)
-}
-
-/// A title cut to `n` characters.
-fn cut(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n - 1).collect();
-        t.push('…');
-        t
-    }
 }
 
 pub(crate) fn render_text(

@@ -1,0 +1,147 @@
+//! One insight of the text report (a session's or the run's cross-rank ones): severity, title,
+//! detail, the basis of an always-on estimate, the source line (library line and the user's call),
+//! the thread it was inferred through, the scope and the fix.
+
+use super::style::{secs, Style};
+use crate::term::esc;
+use gpufl_analysis::{FrameOrigin, Insight};
+
+/// How an always-on session's insight rests on its data: exact, or estimated from the windows.
+fn basis_line(b: &gpufl_analysis::Basis, impact_ns: u64) -> String {
+    match b.kind {
+        gpufl_analysis::BasisKind::Exact => {
+            "exact: from records kept throughout the run (always-on)".to_string()
+        }
+        gpufl_analysis::BasisKind::Estimated => {
+            let mut s = format!(
+                "estimated from windows covering {:.1} % of the run ({} observed): figures measured in the windows only",
+                b.coverage * 100.0,
+                secs(b.observed_ns)
+            );
+            if let Some(x) = b.extrapolated_impact_ns {
+                s += &format!(
+                    "; {} there, ≈ {} over the whole run if the windows are typical",
+                    secs(impact_ns),
+                    secs(x)
+                );
+            }
+            s
+        }
+    }
+}
+
+/// Insight number `n` of a list, as it reads under "Insights" or "Cross-rank insights".
+pub(super) fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Style) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "  {n:>2}. {} {}  {}",
+        st.severity(ins.severity),
+        st.paint("1", &esc(&ins.title)),
+        st.paint("2", &format!("[{}]", ins.rule))
+    );
+    if !ins.detail.is_empty() {
+        let _ = writeln!(out, "             {}", esc(&ins.detail));
+    }
+    if let Some(b) = &ins.basis {
+        let _ = writeln!(
+            out,
+            "             {}",
+            st.paint("2", &basis_line(b, ins.impact_ns))
+        );
+    }
+    let loc = &ins.location;
+    if loc.origin == gpufl_analysis::FrameOrigin::Device {
+        let _ = writeln!(
+            out,
+            "             at {} (the whole device: no source line)",
+            st.paint("36", &esc(&loc.file))
+        );
+        let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
+        return;
+    }
+    if loc.origin == FrameOrigin::Kernel {
+        // No launch line: the kernel's name stands for it (already in the title).
+        let _ = writeln!(
+            out,
+            "             at kernel {} (no launch call site recorded)",
+            st.paint("36", &esc(&loc.file))
+        );
+        let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
+        return;
+    }
+    let describe = |file: &str, l: &gpufl_analysis::SourceLoc| {
+        let mut at = file.to_string();
+        if let Some(line) = l.line {
+            at += &format!(":{line}");
+        }
+        if let Some(f) = &l.function {
+            at += &format!("  {f}");
+        }
+        esc(&at).into_owned()
+    };
+    let text = |out: &mut String, t: &Option<String>| {
+        if let Some(t) = t {
+            let _ = writeln!(
+                out,
+                "                 {}",
+                st.paint("2", &format!("│ {}", esc(t)))
+            );
+        }
+    };
+    if let Some(lib) = &loc.library {
+        let _ = writeln!(
+            out,
+            "             at {}  {}",
+            st.paint("36", &describe(lib.package_path(), lib)),
+            st.paint("2", "(library line that issued the call)")
+        );
+        text(out, &lib.text);
+        if loc.origin == FrameOrigin::DriverInternal {
+            let _ = writeln!(out, "              ← (no frame of your code in the stack)");
+        } else {
+            let _ = writeln!(
+                out,
+                "              ← {}  {}",
+                st.paint("36", &describe(&loc.file, loc)),
+                st.paint("2", "(your call)")
+            );
+            text(out, &loc.text);
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "             at {}",
+            st.paint("36", &describe(&loc.file, loc))
+        );
+        text(out, &loc.text);
+    }
+    if let Some(inf) = &ins.inferred {
+        let tids: Vec<String> = inf.via_tids.iter().map(|t| t.to_string()).collect();
+        let part = if inf.via_stacks < inf.stacks {
+            format!(" ({} of {} stacks here)", inf.via_stacks, inf.stacks)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "             {}",
+            st.paint(
+                "2",
+                &format!(
+                    "via thread {} (inferred: the calling thread ran no Python; docs/insights.md#cross-thread-python-attribution){part}",
+                    tids.join(", ")
+                )
+            )
+        );
+    }
+    if let Some(path) = &ins.scope {
+        let p: Vec<String> = path.iter().map(|s| esc(s).into_owned()).collect();
+        let _ = writeln!(
+            out,
+            "             in scope {}",
+            st.paint("35", &p.join(" > "))
+        );
+    }
+    let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
+}

@@ -1,0 +1,178 @@
+//! `gpufl report`: the insights of one or more sessions, ranked by time impact.
+//!
+//! The command (arguments, loading, JSON) is here; the text is drawn by the modules below: one
+//! session's report ([`session`]), the run view over several ranks ([`run`]), one insight
+//! ([`insight`]), the sections ([`graphs`], [`scopes`], [`telemetry`], [`kernels`]) and the look
+//! ([`style`]).
+
+mod graphs;
+mod insight;
+mod kernels;
+mod run;
+mod scopes;
+mod session;
+pub(crate) mod style;
+mod telemetry;
+
+use crate::summary::expand_sessions;
+use anyhow::Result;
+use clap::Args;
+use gpufl_analysis::{analyze_on, Analysis, Config, FrameFilter, Model};
+use gpufl_trace::ParSessionReader;
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// Session directories (or directories containing sessions, e.g. one per process).
+    #[arg(required = true)]
+    sessions: Vec<PathBuf>,
+    /// Print the insights as JSON (stable field names) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Count frames whose file or module contains PATTERN as user code (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    include: Vec<String>,
+    /// Never pick frames whose file or module contains PATTERN as the user frame (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// Your own code, where it would otherwise count as a library (your package installed in
+    /// site-packages): frames whose file contains PATTERN are user frames (repeatable; also
+    /// GPUFL_USER_PATHS, colon-separated).
+    #[arg(long = "user-path", value_name = "PATTERN")]
+    user_path: Vec<String>,
+    /// Colours: auto (on a terminal, unless NO_COLOR is set), always, never.
+    #[arg(long, default_value = "auto")]
+    color: String,
+    /// Threads to decode and analyse with (default: GPUFL_THREADS, else every available core).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// For a run (the sessions of one `gpufl record` of several processes): print the run view
+    /// only (ranks side by side, cross-rank insights), not each session's report after it.
+    #[arg(long)]
+    run_only: bool,
+    /// Never print the run view: one report per session, as for unrelated sessions.
+    #[arg(long, conflicts_with = "run_only")]
+    no_run: bool,
+}
+
+/// One session's report, as `--json` prints it.
+#[derive(Serialize)]
+pub(crate) struct SessionReport {
+    pub(crate) session: String,
+    command: Vec<String>,
+    gpus: Vec<String>,
+    #[serde(flatten)]
+    pub(crate) analysis: Analysis,
+}
+
+pub fn run(args: ReportArgs) -> Result<i32> {
+    let dirs = expand_sessions(&args.sessions)?;
+    let cfg = config(&args.include, &args.exclude, &args.user_path);
+    let threads = threads(args.threads);
+    let run_dirs = run::run_dirs(&args.sessions);
+    let mut reports = Vec::new();
+    let mut models = Vec::new();
+    for dir in dirs {
+        let (r, m) = load_with_model(&dir, &cfg, threads)?;
+        reports.push(r);
+        models.push(m);
+    }
+    if !args.no_run && run::is_run(&run_dirs, &models) {
+        let run = run::analyze(&run_dirs, &reports, &models, &cfg);
+        drop(models);
+        if args.json {
+            crate::term::print(&run::render_json(&run, &reports)?)?;
+            return Ok(0);
+        }
+        let color = color_of(&args.color);
+        let st = style::Style { color };
+        crate::term::print(&run::render_text(&run, &reports, args.run_only, &st))?;
+        return Ok(0);
+    }
+    drop(models);
+    if args.json {
+        crate::term::print(&render_json(&reports)?)?;
+        return Ok(0);
+    }
+    crate::term::print(&render_text(&reports, color_of(&args.color)))?;
+    Ok(0)
+}
+
+/// The analysis settings of `--include`, `--exclude`, `--user-path` and GPUFL_USER_PATHS.
+pub(crate) fn config(include: &[String], exclude: &[String], user_path: &[String]) -> Config {
+    let mut filter = FrameFilter::default();
+    filter.include.extend(include.iter().cloned());
+    filter.include.extend(user_path.iter().cloned());
+    if let Ok(v) = std::env::var("GPUFL_USER_PATHS") {
+        filter
+            .include
+            .extend(v.split(':').filter(|p| !p.is_empty()).map(str::to_string));
+    }
+    filter.exclude.extend(exclude.iter().cloned());
+    Config { filter }
+}
+
+/// `--threads N`, else GPUFL_THREADS, else every available core.
+pub(crate) fn threads(arg: Option<usize>) -> usize {
+    match arg {
+        Some(n) if n > 0 => n.min(gpufl_trace::par::MAX_THREADS),
+        _ => gpufl_trace::default_threads(),
+    }
+}
+
+fn color_of(arg: &str) -> bool {
+    match arg {
+        "always" => true,
+        "never" => false,
+        _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    }
+}
+
+/// Read, load and analyze one session directory.
+#[cfg(test)]
+pub(crate) fn load(dir: &std::path::Path, cfg: &Config, threads: usize) -> Result<SessionReport> {
+    load_with_model(dir, cfg, threads).map(|(r, _)| r)
+}
+
+/// Read, load and analyze one session directory; the model too (for the run view).
+pub(crate) fn load_with_model(
+    dir: &std::path::Path,
+    cfg: &Config,
+    threads: usize,
+) -> Result<(SessionReport, Model)> {
+    let mut reader = ParSessionReader::open(dir, threads)?;
+    let mut model = Model::load_items(&mut reader);
+    model.add_warnings(reader.warnings());
+    let analysis = analyze_on(&model, cfg, threads);
+    let header = model.header();
+    let report = SessionReport {
+        session: dir.display().to_string(),
+        command: header.map(|h| h.command_line.clone()).unwrap_or_default(),
+        gpus: header
+            .map(|h| h.gpus.iter().map(|g| g.name.clone()).collect())
+            .unwrap_or_default(),
+        analysis,
+    };
+    Ok((report, model))
+}
+
+/// The `--json` output.
+pub(crate) fn render_json(reports: &[SessionReport]) -> Result<String> {
+    let mut s = serde_json::to_string_pretty(&serde_json::json!({ "sessions": reports }))?;
+    s.push('\n');
+    Ok(s)
+}
+
+/// The text report.
+pub(crate) fn render_text(reports: &[SessionReport], color: bool) -> String {
+    let mut out = String::new();
+    for (i, r) in reports.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        session::render(&mut out, r, &style::Style { color });
+    }
+    out
+}
