@@ -121,8 +121,8 @@ pub(crate) fn load(p: &Path, cfg: &Config, threads: usize) -> Result<(Side, Prof
 }
 
 pub fn run(args: DiffArgs) -> Result<i32> {
-    let cfg = crate::report::config(&args.include, &args.exclude, &args.user_path);
-    let threads = crate::report::threads(args.threads);
+    let cfg = crate::options::analysis_config(&args.include, &args.exclude, &args.user_path);
+    let threads = crate::options::threads(args.threads);
     let (base, bp) = load(&args.base, &cfg, threads)?;
     let (new, np) = load(&args.new, &cfg, threads)?;
     let opts = Options {

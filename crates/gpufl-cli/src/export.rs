@@ -42,8 +42,8 @@ pub struct ExportArgs {
 
 pub fn run(args: ExportArgs) -> Result<i32> {
     let dirs = find_sessions(&args.sessions)?;
-    let config = crate::report::config(&[], &[], &args.user_path);
-    let threads = crate::report::threads(args.threads);
+    let config = crate::options::analysis_config(&[], &[], &args.user_path);
+    let threads = crate::options::threads(args.threads);
     let opts = Options {
         format: match args.format {
             FormatArg::Perfetto => Format::Perfetto,

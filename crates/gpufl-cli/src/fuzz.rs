@@ -11,8 +11,9 @@
 //! gpufl fuzz -- --nocapture` (`GPUFL_FUZZ_KEEP=DIR` also writes the input there).
 //! docs/robustness.md has the long runs.
 
+use crate::options::fuzz as knobs;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -705,10 +706,6 @@ fn now_ms() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok()?.trim().parse().ok()
-}
-
 /// Runs inputs until the time is up; panics listing the seeds of inputs that panicked.
 fn fuzz_for(secs: u64, first_seed: u64, max_inputs: Option<u64>) {
     // One run at a time: runs share the process's temporary directory (each removes it first)
@@ -739,8 +736,8 @@ fn fuzz_for(secs: u64, first_seed: u64, max_inputs: Option<u64>) {
             }
         });
     });
-    let keep = std::env::var_os("GPUFL_FUZZ_KEEP").map(PathBuf::from);
-    let verbose = max_inputs.is_some() || std::env::var_os("GPUFL_FUZZ_VERBOSE").is_some();
+    let keep = knobs::keep();
+    let verbose = max_inputs.is_some() || knobs::verbose();
     let (mut inputs, mut panics, mut peak_max, mut slowest) =
         (0u64, Vec::new(), 0usize, (0u128, 0u64));
     let mut hist: std::collections::BTreeMap<&'static str, u64> = Default::default();
@@ -813,15 +810,15 @@ fn fuzz_for(secs: u64, first_seed: u64, max_inputs: Option<u64>) {
 
 #[test]
 fn fuzz() {
-    let secs = env_u64("GPUFL_FUZZ_SECS").unwrap_or(15);
-    let seed = env_u64("GPUFL_FUZZ_SEED").unwrap_or_else(|| {
+    let secs = knobs::secs().unwrap_or(15);
+    let seed = knobs::seed().unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_secs())
             .wrapping_mul(1_000_003)
     });
     println!("fuzz: GPUFL_FUZZ_SEED={seed} GPUFL_FUZZ_SECS={secs}");
-    fuzz_for(secs, seed, env_u64("GPUFL_FUZZ_INPUTS"));
+    fuzz_for(secs, seed, knobs::inputs());
 }
 
 /// Inputs the random runs found panicking, replayed on every run: 1795605398800036 (odd numbers

@@ -6,6 +6,7 @@ mod export;
 mod exporter;
 #[cfg(test)]
 mod fuzz;
+mod options;
 mod record;
 mod report;
 mod serve;

@@ -66,8 +66,8 @@ fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = explicit {
         return Ok(p.to_path_buf());
     }
-    if let Some(p) = std::env::var_os("GPUFL_CAPTURE_LIB") {
-        return Ok(PathBuf::from(p));
+    if let Some(p) = crate::options::capture_lib() {
+        return Ok(p);
     }
     let exe = std::env::current_exe().context("cannot locate the gpufl binary")?;
     let dir = exe.parent().unwrap_or(Path::new("."));
@@ -117,7 +117,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     if let Some(ms) = args.telemetry_ms {
         cmd.env("GPUFL_TELEMETRY_MS", ms.to_string());
     }
-    if std::env::var_os("NVTX_INJECTION64_PATH").is_none() {
+    if !crate::options::nvtx_injection_set() {
         // NVTX ranges become scopes: NVTX loads this library, which hands over to CUPTI (nvtx.rs).
         cmd.env("NVTX_INJECTION64_PATH", &lib);
     }

@@ -202,8 +202,8 @@ pub fn families(page: &mut Page) {
 /// The default socket: `$GPUFL_EXPORTER_SOCKET`, else the node-wide one when run as root, else the
 /// user's.
 pub fn default_socket() -> PathBuf {
-    if let Some(p) = std::env::var_os(feed::ENV_SOCKET).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
+    if let Some(p) = crate::options::exporter_socket() {
+        return p;
     }
     // SAFETY: getuid/geteuid have no preconditions.
     let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };

@@ -14,10 +14,11 @@ mod session;
 pub(crate) mod style;
 mod telemetry;
 
+use crate::options;
 use crate::summary::expand_sessions;
 use anyhow::Result;
 use clap::Args;
-use gpufl_analysis::{analyze_on, Analysis, Config, FrameFilter, Model};
+use gpufl_analysis::{analyze_on, Analysis, Config, Model};
 use gpufl_trace::ParSessionReader;
 use serde::Serialize;
 use std::io::IsTerminal;
@@ -69,8 +70,8 @@ pub(crate) struct SessionReport {
 
 pub fn run(args: ReportArgs) -> Result<i32> {
     let dirs = expand_sessions(&args.sessions)?;
-    let cfg = config(&args.include, &args.exclude, &args.user_path);
-    let threads = threads(args.threads);
+    let cfg = options::analysis_config(&args.include, &args.exclude, &args.user_path);
+    let threads = options::threads(args.threads);
     let run_dirs = run::run_dirs(&args.sessions);
     let mut reports = Vec::new();
     let mut models = Vec::new();
@@ -100,33 +101,11 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// The analysis settings of `--include`, `--exclude`, `--user-path` and GPUFL_USER_PATHS.
-pub(crate) fn config(include: &[String], exclude: &[String], user_path: &[String]) -> Config {
-    let mut filter = FrameFilter::default();
-    filter.include.extend(include.iter().cloned());
-    filter.include.extend(user_path.iter().cloned());
-    if let Ok(v) = std::env::var("GPUFL_USER_PATHS") {
-        filter
-            .include
-            .extend(v.split(':').filter(|p| !p.is_empty()).map(str::to_string));
-    }
-    filter.exclude.extend(exclude.iter().cloned());
-    Config { filter }
-}
-
-/// `--threads N`, else GPUFL_THREADS, else every available core.
-pub(crate) fn threads(arg: Option<usize>) -> usize {
-    match arg {
-        Some(n) if n > 0 => n.min(gpufl_trace::par::MAX_THREADS),
-        _ => gpufl_trace::default_threads(),
-    }
-}
-
 fn color_of(arg: &str) -> bool {
     match arg {
         "always" => true,
         "never" => false,
-        _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        _ => std::io::stdout().is_terminal() && !crate::options::no_color(),
     }
 }
 
