@@ -4,7 +4,7 @@
 //! most [`MAX_DEPTH`] per thread, [`MAX_THREADS`] threads), the thread and stream sets (capped,
 //! the rest going to one "other" track) and the first pass's flow bits.
 
-use crate::links::End;
+use crate::links::{End, Links};
 use crate::scan::{Clock, Scan};
 use crate::sink::{Arg, Cat, Event, Metric, Sink, Track};
 use crate::ExportError;
@@ -112,271 +112,320 @@ impl Walker<'_> {
         (a, self.clock.unix(end.max(start)).saturating_sub(a))
     }
 
-    fn gpu_flow(&mut self, links: &mut crate::links::Links, corr: u32) -> Option<u64> {
+    fn gpu_flow(&mut self, links: &mut Links, corr: u32) -> Option<u64> {
         (links.take_gpu(corr) == End::Target).then(|| flow_id(self.sess, corr))
     }
 
+    /// One record: its event(s) to the sink; interning records fill the symbol tables.
     fn record(&mut self, rec: Record, scan: &mut Scan) -> Result<(), ExportError> {
         if self.sym.observe(&rec) {
             return Ok(());
         }
         match rec {
             Record::Header(h) => self.clock = Clock::from_header(&h),
-            Record::Kernel(k) => {
-                let (ts, dur) = self.slice(k.start, k.end);
-                let track = self.stream(k.dev, k.stream);
-                let flow_in = self.gpu_flow(&mut scan.links, k.corr);
-                let grid = format!("{}×{}×{}", k.grid[0], k.grid[1], k.grid[2]);
-                let block = format!("{}×{}×{}", k.block[0], k.block[1], k.block[2]);
-                let name = self.sym.str(k.name).to_string();
-                let mut args = vec![
-                    ("corr", Arg::U(k.corr as u64)),
-                    ("grid", Arg::S(&grid)),
-                    ("block", Arg::S(&block)),
-                    ("regs", Arg::U(k.regs as u64)),
-                    (
-                        "smem",
-                        Arg::U(k.smem_static.max(0) as u64 + k.smem_dynamic.max(0) as u64),
-                    ),
-                    ("local_mem", Arg::U(k.local_mem as u64)),
-                ];
-                graph_args(&mut args, k.graph);
-                self.emit(&Event {
-                    track,
-                    ts,
-                    dur: Some(dur),
-                    name: &name,
-                    cat: Cat::Kernel,
-                    args: &args,
-                    flow_out: None,
-                    flow_in,
-                })?;
-            }
-            Record::Memcpy(c) => {
-                let (ts, dur) = self.slice(c.start, c.end);
-                let track = self.stream(c.dev, c.stream);
-                let flow_in = self.gpu_flow(&mut scan.links, c.corr);
-                let kind = spelling(&c.kind);
-                let name = format!("memcpy {kind}");
-                let (src, dst) = (spelling(&c.src_kind), spelling(&c.dst_kind));
-                let mut args = vec![
-                    ("corr", Arg::U(c.corr as u64)),
-                    ("bytes", Arg::U(c.bytes)),
-                    ("src_kind", Arg::S(&src)),
-                    ("dst_kind", Arg::S(&dst)),
-                ];
-                graph_args(&mut args, c.graph);
-                self.emit(&Event {
-                    track,
-                    ts,
-                    dur: Some(dur),
-                    name: &name,
-                    cat: Cat::Memcpy,
-                    args: &args,
-                    flow_out: None,
-                    flow_in,
-                })?;
-            }
-            Record::Memset(s) => {
-                let (ts, dur) = self.slice(s.start, s.end);
-                let track = self.stream(s.dev, s.stream);
-                let flow_in = self.gpu_flow(&mut scan.links, s.corr);
-                let kind = spelling(&s.mem_kind);
-                let mut args = vec![
-                    ("corr", Arg::U(s.corr as u64)),
-                    ("bytes", Arg::U(s.bytes)),
-                    ("value", Arg::U(s.value as u64)),
-                    ("mem_kind", Arg::S(&kind)),
-                ];
-                graph_args(&mut args, s.graph);
-                self.emit(&Event {
-                    track,
-                    ts,
-                    dur: Some(dur),
-                    name: "memset",
-                    cat: Cat::Memset,
-                    args: &args,
-                    flow_out: None,
-                    flow_in,
-                })?;
-            }
-            Record::Sync(s) => {
-                let (ts, dur) = self.slice(s.start, s.end);
-                let track = self.thread(s.tid);
-                let kind = spelling(&s.kind);
-                let name = format!("sync {kind}");
-                let stack = s.stack.map(|id| self.stack(id)).unwrap_or_default();
-                let mut args = vec![("corr", Arg::U(s.corr as u64)), ("kind", Arg::S(&kind))];
-                if let Some(st) = s.stream {
-                    args.push(("stream", Arg::U(st as u64)));
-                }
-                if s.stack.is_some() {
-                    args.push(("stack", Arg::List(&stack)));
-                }
-                self.emit(&Event {
-                    track,
-                    ts,
-                    dur: Some(dur),
-                    name: &name,
-                    cat: Cat::Sync,
-                    args: &args,
-                    flow_out: None,
-                    flow_in: None,
-                })?;
-            }
-            Record::Api(a) => {
-                let (ts, dur) = self.slice(a.start, a.end);
-                let track = self.thread(Some(a.tid));
-                let flow_out = (scan.links.take_api(a.corr) == End::Source)
-                    .then(|| flow_id(self.sess, a.corr));
-                let name = self.sym.str(a.name).to_string();
-                let domain = spelling(&a.domain);
-                let args = [
-                    ("corr", Arg::U(a.corr as u64)),
-                    ("domain", Arg::S(&domain)),
-                    ("cbid", Arg::U(a.cbid as u64)),
-                    ("ret", Arg::U(a.ret as u64)),
-                ];
-                self.emit(&Event {
-                    track,
-                    ts,
-                    dur: Some(dur),
-                    name: &name,
-                    cat: Cat::Api,
-                    args: &args,
-                    flow_out,
-                    flow_in: None,
-                })?;
-            }
-            Record::Callsite(c) => {
-                let ts = self.clock.unix(c.ts);
-                let track = self.thread(Some(c.tid));
-                let flow_out = (scan.links.take_site(c.corr) == End::Source)
-                    .then(|| flow_id(self.sess, c.corr));
-                let name = format!("launch site: {}", self.sym.str(c.api));
-                let stack = self.stack(c.stack);
-                let args = [
-                    ("corr", Arg::U(c.corr as u64)),
-                    ("weight", Arg::U(c.weight.unwrap_or(1))),
-                    ("stack", Arg::List(&stack)),
-                ];
-                self.emit(&Event {
-                    track,
-                    ts,
-                    dur: Some(0),
-                    name: &name,
-                    cat: Cat::Callsite,
-                    args: &args,
-                    flow_out,
-                    flow_in: None,
-                })?;
-            }
-            Record::Scope(s) => {
-                let ts = self.clock.unix(s.ts);
-                if !self.scopes.contains_key(&s.tid) && self.scopes.len() >= MAX_THREADS {
-                    self.stats.lost_scopes += 1;
-                    return Ok(());
-                }
-                let th = self.scopes.entry(s.tid).or_default();
-                if !s.end {
-                    if th.open.len() < MAX_DEPTH {
-                        th.open.push((self.sym.str(s.name).to_string(), ts));
-                    } else {
-                        th.deeper += 1;
-                    }
-                } else if th.deeper > 0 {
-                    th.deeper -= 1;
-                    self.stats.lost_scopes += 1;
-                } else if let Some((name, start)) = th.open.pop() {
-                    let source = spelling(&s.source);
-                    let depth = th.open.len() as u64;
-                    let track = self.thread(Some(s.tid));
-                    let args = [("source", Arg::S(&source)), ("depth", Arg::U(depth))];
-                    self.emit(&Event {
-                        track,
-                        ts: start,
-                        dur: Some(ts.saturating_sub(start)),
-                        name: &name,
-                        cat: Cat::Scope,
-                        args: &args,
-                        flow_out: None,
-                        flow_in: None,
-                    })?;
-                } else {
-                    self.stats.lost_scopes += 1;
-                }
-            }
-            Record::Range(r) => {
-                let (ts, dur) = self.slice(r.start, r.end);
-                let name = self.sym.str(r.name).to_string();
-                let mut args = vec![("id", Arg::U(r.id)), ("tid", Arg::U(r.tid))];
-                if let Some(t) = r.end_tid {
-                    args.push(("end_tid", Arg::U(t)));
-                }
-                self.emit(&Event {
-                    track: Track::Ranges,
-                    ts,
-                    dur: Some(dur),
-                    name: &name,
-                    cat: Cat::Range,
-                    args: &args,
-                    flow_out: None,
-                    flow_in: None,
-                })?;
-            }
-            Record::Window(w) => {
-                let (ts, dur) = self.slice(w.start, w.end);
-                let name = format!("window ({})", w.reason);
-                self.emit(&Event {
-                    track: Track::Capture,
-                    ts,
-                    dur: Some(dur),
-                    name: &name,
-                    cat: Cat::Capture,
-                    args: &[],
-                    flow_out: None,
-                    flow_in: None,
-                })?;
-            }
-            Record::Capture(c) => {
-                let ts = self.clock.unix(c.ts);
-                let name = if c.recording {
-                    "recording resumed"
-                } else {
-                    "recording paused"
-                };
-                self.emit(&Event {
-                    track: Track::Capture,
-                    ts,
-                    dur: None,
-                    name,
-                    cat: Cat::Capture,
-                    args: &[],
-                    flow_out: None,
-                    flow_in: None,
-                })?;
-            }
-            Record::Telemetry(t) => {
-                let ts = self.clock.unix(t.ts);
-                let samples = [
-                    (Metric::GpuUtil, t.gpu_util.map(f64::from)),
-                    (Metric::MemUtil, t.mem_util.map(f64::from)),
-                    (Metric::MemUsed, t.mem_used.map(|v| v as f64)),
-                    (Metric::Temp, t.temp_c.map(f64::from)),
-                    (Metric::Power, t.power_mw.map(|v| v as f64 / 1000.0)),
-                    (Metric::SmClock, t.sm_mhz.map(f64::from)),
-                    (Metric::MemClock, t.mem_mhz.map(f64::from)),
-                    (Metric::PcieTx, t.pcie_tx_kbs.map(|v| v as f64)),
-                    (Metric::PcieRx, t.pcie_rx_kbs.map(|v| v as f64)),
-                ];
-                for (m, v) in samples {
-                    if let Some(v) = v {
-                        self.stats.counters += 1;
-                        self.sink.counter(self.sess, t.dev, m, ts, v)?;
-                    }
-                }
-            }
+            Record::Kernel(k) => self.kernel(&k, &mut scan.links)?,
+            Record::Memcpy(c) => self.memcpy(&c, &mut scan.links)?,
+            Record::Memset(s) => self.memset(&s, &mut scan.links)?,
+            Record::Sync(s) => self.sync(&s)?,
+            Record::Api(a) => self.api(&a, &mut scan.links)?,
+            Record::Callsite(c) => self.callsite(&c, &mut scan.links)?,
+            Record::Scope(s) => self.scope(&s)?,
+            Record::Range(r) => self.range(&r)?,
+            Record::Window(w) => self.window(&w)?,
+            Record::Capture(c) => self.capture(&c)?,
+            Record::Telemetry(t) => self.telemetry(&t)?,
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// A kernel: a slice on its stream, the end of its launch's flow.
+    fn kernel(&mut self, k: &gpufl_trace::Kernel, links: &mut Links) -> Result<(), ExportError> {
+        let (ts, dur) = self.slice(k.start, k.end);
+        let track = self.stream(k.dev, k.stream);
+        let flow_in = self.gpu_flow(links, k.corr);
+        let grid = format!("{}×{}×{}", k.grid[0], k.grid[1], k.grid[2]);
+        let block = format!("{}×{}×{}", k.block[0], k.block[1], k.block[2]);
+        let name = self.sym.str(k.name).to_string();
+        let mut args = vec![
+            ("corr", Arg::U(k.corr as u64)),
+            ("grid", Arg::S(&grid)),
+            ("block", Arg::S(&block)),
+            ("regs", Arg::U(k.regs as u64)),
+            (
+                "smem",
+                Arg::U(k.smem_static.max(0) as u64 + k.smem_dynamic.max(0) as u64),
+            ),
+            ("local_mem", Arg::U(k.local_mem as u64)),
+        ];
+        graph_args(&mut args, k.graph);
+        self.emit(&Event {
+            track,
+            ts,
+            dur: Some(dur),
+            name: &name,
+            cat: Cat::Kernel,
+            args: &args,
+            flow_out: None,
+            flow_in,
+        })?;
+        Ok(())
+    }
+
+    /// A copy: a slice on its stream, the end of its launch's flow.
+    fn memcpy(&mut self, c: &gpufl_trace::Memcpy, links: &mut Links) -> Result<(), ExportError> {
+        let (ts, dur) = self.slice(c.start, c.end);
+        let track = self.stream(c.dev, c.stream);
+        let flow_in = self.gpu_flow(links, c.corr);
+        let kind = spelling(&c.kind);
+        let name = format!("memcpy {kind}");
+        let (src, dst) = (spelling(&c.src_kind), spelling(&c.dst_kind));
+        let mut args = vec![
+            ("corr", Arg::U(c.corr as u64)),
+            ("bytes", Arg::U(c.bytes)),
+            ("src_kind", Arg::S(&src)),
+            ("dst_kind", Arg::S(&dst)),
+        ];
+        graph_args(&mut args, c.graph);
+        self.emit(&Event {
+            track,
+            ts,
+            dur: Some(dur),
+            name: &name,
+            cat: Cat::Memcpy,
+            args: &args,
+            flow_out: None,
+            flow_in,
+        })?;
+        Ok(())
+    }
+
+    /// A memset: a slice on its stream, the end of its launch's flow.
+    fn memset(&mut self, s: &gpufl_trace::Memset, links: &mut Links) -> Result<(), ExportError> {
+        let (ts, dur) = self.slice(s.start, s.end);
+        let track = self.stream(s.dev, s.stream);
+        let flow_in = self.gpu_flow(links, s.corr);
+        let kind = spelling(&s.mem_kind);
+        let mut args = vec![
+            ("corr", Arg::U(s.corr as u64)),
+            ("bytes", Arg::U(s.bytes)),
+            ("value", Arg::U(s.value as u64)),
+            ("mem_kind", Arg::S(&kind)),
+        ];
+        graph_args(&mut args, s.graph);
+        self.emit(&Event {
+            track,
+            ts,
+            dur: Some(dur),
+            name: "memset",
+            cat: Cat::Memset,
+            args: &args,
+            flow_out: None,
+            flow_in,
+        })?;
+        Ok(())
+    }
+
+    /// A synchronization: a slice on its thread, with its stack.
+    fn sync(&mut self, s: &gpufl_trace::Sync) -> Result<(), ExportError> {
+        let (ts, dur) = self.slice(s.start, s.end);
+        let track = self.thread(s.tid);
+        let kind = spelling(&s.kind);
+        let name = format!("sync {kind}");
+        let stack = s.stack.map(|id| self.stack(id)).unwrap_or_default();
+        let mut args = vec![("corr", Arg::U(s.corr as u64)), ("kind", Arg::S(&kind))];
+        if let Some(st) = s.stream {
+            args.push(("stream", Arg::U(st as u64)));
+        }
+        if s.stack.is_some() {
+            args.push(("stack", Arg::List(&stack)));
+        }
+        self.emit(&Event {
+            track,
+            ts,
+            dur: Some(dur),
+            name: &name,
+            cat: Cat::Sync,
+            args: &args,
+            flow_out: None,
+            flow_in: None,
+        })?;
+        Ok(())
+    }
+
+    /// A CUDA API call: a slice on its thread, the start of a flow to its GPU work.
+    fn api(&mut self, a: &gpufl_trace::Api, links: &mut Links) -> Result<(), ExportError> {
+        let (ts, dur) = self.slice(a.start, a.end);
+        let track = self.thread(Some(a.tid));
+        let flow_out = (links.take_api(a.corr) == End::Source).then(|| flow_id(self.sess, a.corr));
+        let name = self.sym.str(a.name).to_string();
+        let domain = spelling(&a.domain);
+        let args = [
+            ("corr", Arg::U(a.corr as u64)),
+            ("domain", Arg::S(&domain)),
+            ("cbid", Arg::U(a.cbid as u64)),
+            ("ret", Arg::U(a.ret as u64)),
+        ];
+        self.emit(&Event {
+            track,
+            ts,
+            dur: Some(dur),
+            name: &name,
+            cat: Cat::Api,
+            args: &args,
+            flow_out,
+            flow_in: None,
+        })?;
+        Ok(())
+    }
+
+    /// A launch call site: an instant on its thread with its stack, the start of a flow to its GPU
+    /// work.
+    fn callsite(
+        &mut self,
+        c: &gpufl_trace::Callsite,
+        links: &mut Links,
+    ) -> Result<(), ExportError> {
+        let ts = self.clock.unix(c.ts);
+        let track = self.thread(Some(c.tid));
+        let flow_out = (links.take_site(c.corr) == End::Source).then(|| flow_id(self.sess, c.corr));
+        let name = format!("launch site: {}", self.sym.str(c.api));
+        let stack = self.stack(c.stack);
+        let args = [
+            ("corr", Arg::U(c.corr as u64)),
+            ("weight", Arg::U(c.weight.unwrap_or(1))),
+            ("stack", Arg::List(&stack)),
+        ];
+        self.emit(&Event {
+            track,
+            ts,
+            dur: Some(0),
+            name: &name,
+            cat: Cat::Callsite,
+            args: &args,
+            flow_out,
+            flow_in: None,
+        })?;
+        Ok(())
+    }
+
+    /// A scope's open or close: a close makes the slice of the scope it ends, on its thread (opens
+    /// kept per thread up to [`MAX_DEPTH`], threads up to [`MAX_THREADS`]).
+    fn scope(&mut self, s: &gpufl_trace::Scope) -> Result<(), ExportError> {
+        let ts = self.clock.unix(s.ts);
+        if !self.scopes.contains_key(&s.tid) && self.scopes.len() >= MAX_THREADS {
+            self.stats.lost_scopes += 1;
+            return Ok(());
+        }
+        let th = self.scopes.entry(s.tid).or_default();
+        if !s.end {
+            if th.open.len() < MAX_DEPTH {
+                th.open.push((self.sym.str(s.name).to_string(), ts));
+            } else {
+                th.deeper += 1;
+            }
+        } else if th.deeper > 0 {
+            th.deeper -= 1;
+            self.stats.lost_scopes += 1;
+        } else if let Some((name, start)) = th.open.pop() {
+            let source = spelling(&s.source);
+            let depth = th.open.len() as u64;
+            let track = self.thread(Some(s.tid));
+            let args = [("source", Arg::S(&source)), ("depth", Arg::U(depth))];
+            self.emit(&Event {
+                track,
+                ts: start,
+                dur: Some(ts.saturating_sub(start)),
+                name: &name,
+                cat: Cat::Scope,
+                args: &args,
+                flow_out: None,
+                flow_in: None,
+            })?;
+        } else {
+            self.stats.lost_scopes += 1;
+        }
+        Ok(())
+    }
+
+    /// An NVTX start/end range: a slice on the ranges track.
+    fn range(&mut self, r: &gpufl_trace::Range) -> Result<(), ExportError> {
+        let (ts, dur) = self.slice(r.start, r.end);
+        let name = self.sym.str(r.name).to_string();
+        let mut args = vec![("id", Arg::U(r.id)), ("tid", Arg::U(r.tid))];
+        if let Some(t) = r.end_tid {
+            args.push(("end_tid", Arg::U(t)));
+        }
+        self.emit(&Event {
+            track: Track::Ranges,
+            ts,
+            dur: Some(dur),
+            name: &name,
+            cat: Cat::Range,
+            args: &args,
+            flow_out: None,
+            flow_in: None,
+        })?;
+        Ok(())
+    }
+
+    /// An always-on window: a slice on the capture track.
+    fn window(&mut self, w: &gpufl_trace::Window) -> Result<(), ExportError> {
+        let (ts, dur) = self.slice(w.start, w.end);
+        let name = format!("window ({})", w.reason);
+        self.emit(&Event {
+            track: Track::Capture,
+            ts,
+            dur: Some(dur),
+            name: &name,
+            cat: Cat::Capture,
+            args: &[],
+            flow_out: None,
+            flow_in: None,
+        })?;
+        Ok(())
+    }
+
+    /// Recording paused or resumed: an instant on the capture track.
+    fn capture(&mut self, c: &gpufl_trace::CaptureState) -> Result<(), ExportError> {
+        let ts = self.clock.unix(c.ts);
+        let name = if c.recording {
+            "recording resumed"
+        } else {
+            "recording paused"
+        };
+        self.emit(&Event {
+            track: Track::Capture,
+            ts,
+            dur: None,
+            name,
+            cat: Cat::Capture,
+            args: &[],
+            flow_out: None,
+            flow_in: None,
+        })?;
+        Ok(())
+    }
+
+    /// A telemetry sample: one counter per metric it has.
+    fn telemetry(&mut self, t: &gpufl_trace::Telemetry) -> Result<(), ExportError> {
+        let ts = self.clock.unix(t.ts);
+        let samples = [
+            (Metric::GpuUtil, t.gpu_util.map(f64::from)),
+            (Metric::MemUtil, t.mem_util.map(f64::from)),
+            (Metric::MemUsed, t.mem_used.map(|v| v as f64)),
+            (Metric::Temp, t.temp_c.map(f64::from)),
+            (Metric::Power, t.power_mw.map(|v| v as f64 / 1000.0)),
+            (Metric::SmClock, t.sm_mhz.map(f64::from)),
+            (Metric::MemClock, t.mem_mhz.map(f64::from)),
+            (Metric::PcieTx, t.pcie_tx_kbs.map(|v| v as f64)),
+            (Metric::PcieRx, t.pcie_rx_kbs.map(|v| v as f64)),
+        ];
+        for (m, v) in samples {
+            if let Some(v) = v {
+                self.stats.counters += 1;
+                self.sink.counter(self.sess, t.dev, m, ts, v)?;
+            }
         }
         Ok(())
     }
