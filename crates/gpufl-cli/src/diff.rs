@@ -230,7 +230,27 @@ fn rate_text(r: &FDelta, unit: &str) -> String {
 pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> String {
     let mut out = String::new();
     let o = &mut out;
-    let cap = |n: usize| if limit == 0 { n } else { n.min(limit) };
+    heading(o, base, new, d);
+    totals(o, d);
+    kernels(o, d, limit);
+    graphs(o, d, limit);
+    lines(o, d, limit);
+    insights(o, d, limit);
+    regressions(o, d);
+    out
+}
+
+/// Rows shown of `n`: all with `--limit 0`, else at most `limit`.
+fn cap(limit: usize, n: usize) -> usize {
+    if limit == 0 {
+        n
+    } else {
+        n.min(limit)
+    }
+}
+
+/// The two sessions (path, command, warnings) and the threshold.
+fn heading(o: &mut String, base: &Side, new: &Side, d: &Diff) {
     let _ = writeln!(o, "gpufl diff");
     for (label, s) in [("base", base), ("new ", new)] {
         let _ = writeln!(o, "  {label}  {}", esc(&s.session));
@@ -246,10 +266,14 @@ pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> St
         "  changes under {} % of the base are hidden; relative changes are against the base",
         d.threshold_pct
     );
-
     if d.is_unchanged() {
         let _ = writeln!(o, "  No change beyond the threshold.");
     }
+}
+
+/// Totals: wall, GPU busy, counts, time blocked in syncs; rates per second where the sessions'
+/// lengths differ.
+fn totals(o: &mut String, d: &Diff) {
     let t = &d.totals;
     let _ = writeln!(
         o,
@@ -286,7 +310,10 @@ pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> St
             share(&r.gpu_busy_ns),
         );
     }
+}
 
+/// Kernels matched by name, their launches and GPU time.
+fn kernels(o: &mut String, d: &Diff, limit: usize) {
     let _ = writeln!(
         o,
         "\n  Kernels ({}; matched by name over all GPUs)",
@@ -298,7 +325,7 @@ pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> St
             "    {:<8} {:>17} {:>25} {:>12} {:>9}  kernel",
             "", "launches", "GPU time", "delta", "change"
         );
-        let shown = &d.kernels[..cap(d.kernels.len())];
+        let shown = &d.kernels[..cap(limit, d.kernels.len())];
         let shorts: Vec<&str> = shown.iter().map(|k| short_name(&k.name)).collect();
         for (k, short) in shown.iter().zip(&shorts) {
             // The short name, unless another row shares it: then the name with its template
@@ -328,9 +355,12 @@ pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> St
                 clip(&esc(name), 70)
             );
         }
-        more(o, d.kernels.len(), cap(d.kernels.len()));
+        more(o, d.kernels.len(), cap(limit, d.kernels.len()));
     }
+}
 
+/// CUDA graphs, when the sessions replayed any: replays, time per replay, GPU idle between.
+fn graphs(o: &mut String, d: &Diff, limit: usize) {
     if !d.graphs.is_empty() || d.graphs_hidden > 0 {
         let _ = writeln!(
             o,
@@ -349,13 +379,16 @@ pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> St
                 "replay time",
                 "GPU idle between"
             );
-            for g in d.graphs.iter().take(cap(d.graphs.len())) {
+            for g in d.graphs.iter().take(cap(limit, d.graphs.len())) {
                 graph_row(o, g);
             }
-            more(o, d.graphs.len(), cap(d.graphs.len()));
+            more(o, d.graphs.len(), cap(limit, d.graphs.len()));
         }
     }
+}
 
+/// Sync and copy time per source line.
+fn lines(o: &mut String, d: &Diff, limit: usize) {
     let _ = writeln!(
         o,
         "\n  Lines: sync and copy time per source line ({})",
@@ -367,59 +400,70 @@ pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> St
             "    {:<8} {:>11} {:>25} {:>12} {:>11} {:>25}  line",
             "", "syncs", "blocked in syncs", "delta", "copies", "copy time (GPU)"
         );
-        for l in d.lines.iter().take(cap(d.lines.len())) {
-            let (inb, inn) = (l.status != Status::New, l.status != Status::Gone);
-            // Columns of a kind the line has in neither session stay blank.
-            let (syncs, blocked, delta) = if l.syncs.base == 0 && l.syncs.new == 0 {
-                Default::default()
-            } else {
-                (
-                    format!("{} → {}", l.syncs.base, l.syncs.new),
-                    format!(
-                        "{} → {}",
-                        side_secs(l.sync_blocked_ns.base, inb),
-                        side_secs(l.sync_blocked_ns.new, inn)
-                    ),
-                    signed_secs(l.sync_blocked_ns.delta),
-                )
-            };
-            let (copies, copy_ns) = if l.copies.base == 0 && l.copies.new == 0 {
-                Default::default()
-            } else {
-                (
-                    format!("{} → {}", l.copies.base, l.copies.new),
-                    format!(
-                        "{} → {}",
-                        side_secs(l.copy_ns.base, inb),
-                        side_secs(l.copy_ns.new, inn)
-                    ),
-                )
-            };
-            let _ = writeln!(
-                o,
-                "    {:<8} {:>11} {:>25} {:>12} {:>11} {:>25}  {}",
-                l.status.as_str(),
-                syncs,
-                blocked,
-                delta,
-                copies,
-                copy_ns,
-                place(&l.location)
-            );
+        for l in d.lines.iter().take(cap(limit, d.lines.len())) {
+            line_row(o, l);
         }
-        more(o, d.lines.len(), cap(d.lines.len()));
+        more(o, d.lines.len(), cap(limit, d.lines.len()));
     }
+}
 
+/// One source line: syncs and time blocked in them, copies and their GPU time.
+fn line_row(o: &mut String, l: &diff::LineDelta) {
+    let (inb, inn) = (l.status != Status::New, l.status != Status::Gone);
+    // Columns of a kind the line has in neither session stay blank.
+    let (syncs, blocked, delta) = if l.syncs.base == 0 && l.syncs.new == 0 {
+        Default::default()
+    } else {
+        (
+            format!("{} → {}", l.syncs.base, l.syncs.new),
+            format!(
+                "{} → {}",
+                side_secs(l.sync_blocked_ns.base, inb),
+                side_secs(l.sync_blocked_ns.new, inn)
+            ),
+            signed_secs(l.sync_blocked_ns.delta),
+        )
+    };
+    let (copies, copy_ns) = if l.copies.base == 0 && l.copies.new == 0 {
+        Default::default()
+    } else {
+        (
+            format!("{} → {}", l.copies.base, l.copies.new),
+            format!(
+                "{} → {}",
+                side_secs(l.copy_ns.base, inb),
+                side_secs(l.copy_ns.new, inn)
+            ),
+        )
+    };
+    let _ = writeln!(
+        o,
+        "    {:<8} {:>11} {:>25} {:>12} {:>11} {:>25}  {}",
+        l.status.as_str(),
+        syncs,
+        blocked,
+        delta,
+        copies,
+        copy_ns,
+        place(&l.location)
+    );
+}
+
+/// Insights matched by rule and location.
+fn insights(o: &mut String, d: &Diff, limit: usize) {
     let _ = writeln!(
         o,
         "\n  Insights ({}; matched by rule and location)",
         counts(d.insights.iter().map(|i| i.status), d.insights_hidden)
     );
-    for i in d.insights.iter().take(cap(d.insights.len())) {
+    for i in d.insights.iter().take(cap(limit, d.insights.len())) {
         insight_row(o, i);
     }
-    more(o, d.insights.len(), cap(d.insights.len()));
+    more(o, d.insights.len(), cap(limit, d.insights.len()));
+}
 
+/// With `--fail-on-regression`: what regressed beyond it, or that nothing did.
+fn regressions(o: &mut String, d: &Diff) {
     if let Some(f) = d.fail_on_regression_pct {
         if d.regressions.is_empty() {
             let _ = writeln!(o, "\n  No regression beyond {f} %.");
@@ -433,7 +477,6 @@ pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> St
             }
         }
     }
-    out
 }
 
 /// Where a line or insight is, escaped: `file:line  function`, `kernel NAME`, `GPU 0`.
