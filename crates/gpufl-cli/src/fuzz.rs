@@ -235,64 +235,8 @@ fn memchr_all(b: &[u8]) -> Vec<usize> {
 fn hostile_lines(rng: &mut Rng) -> String {
     let id = rng.pick(&["0", "7", "4294967295", "200000000", "4294967294"]);
     match rng.below(14) {
-        13 => {
-            // CUDA graph work: replays (kernels with a graph node, many per correlation id or one
-            // each), graph nodes cloned in chains and cycles, generated kernels' sources.
-            let max = if rng.chance(20) { 60_000 } else { 3_000 };
-            let n = 1 + rng.below(max);
-            let per = 1 + rng.below(64);
-            let max_graphs = if rng.chance(20) { 5_000 } else { 4 };
-            let graphs = 1 + rng.below(max_graphs);
-            let mut s = String::with_capacity(n * 260);
-            for i in 0..n {
-                let node = if rng.chance(50) { i % 7 } else { i };
-                s += &format!(
-                    "{{\"t\":\"kernel\",\"name\":{},\"start\":{},\"end\":{},\"dev\":0,\"ctx\":1,\"stream\":7,\"corr\":{},\"grid\":[1,1,1],\"block\":[32,1,1],\"regs\":8,\"smem_static\":0,\"smem_dynamic\":0,\"local_mem\":0,\"graph\":[{},{node}]}}\n",
-                    i % 5,
-                    1000 + i * 10,
-                    if rng.chance(5) { rng.pick(ODD_NUMBERS).to_string() } else { (1005 + i * 10).to_string() },
-                    i / per,
-                    i % graphs,
-                );
-                if rng.chance(10) {
-                    s += &format!(
-                        "{{\"t\":\"gnode\",\"graph\":{},\"node\":{node},\"from\":[1,{}]}}\n",
-                        i % graphs,
-                        if rng.chance(50) { node } else { (node + 1) % 7 }
-                    );
-                }
-            }
-            s += &format!(
-                "{{\"t\":\"gnode\",\"graph\":{id},\"node\":{},\"stack\":{id},\"tid\":{}}}\n",
-                rng.pick(ODD_NUMBERS),
-                rng.pick(ODD_NUMBERS)
-            );
-            s += &format!(
-                "{{\"t\":\"function\",\"name\":{id},\"module\":0,\"source\":{{\"file\":{id},\"line\":{},\"note\":{id}}}}}\n",
-                rng.pick(ODD_NUMBERS)
-            );
-            s
-        }
-        12 => {
-            // Many distinct devices, contexts and streams (per-device and per-stream work must
-            // stay linear).
-            let max = if rng.chance(20) { 60_000 } else { 5_000 };
-            let n = 1 + rng.below(max);
-            let (d, c) = (rng.chance(50), rng.chance(70));
-            let mut s = String::with_capacity(n * 300);
-            for i in 0..n {
-                let dev = if d { i } else { i % 2 };
-                let ctx = if c { i } else { 1 };
-                s += &format!(
-                    "{{\"t\":\"stream\",\"ctx\":{ctx},\"stream\":{i},\"role\":\"{}\"}}\n{{\"t\":\"memcpy\",\"kind\":\"HtoD\",\"src_kind\":\"pageable\",\"dst_kind\":\"device\",\"bytes\":4,\"start\":{},\"end\":{},\"dev\":{dev},\"ctx\":{ctx},\"stream\":{i},\"corr\":{i}}}\n{{\"t\":\"telemetry\",\"ts\":{},\"dev\":{dev},\"gpu_util\":5}}\n",
-                    if i % 3 == 0 { "legacy_default" } else { "other" },
-                    1000 + i * 10,
-                    1004 + i * 10,
-                    1000 + i * 10
-                );
-            }
-            s
-        }
+        13 => graph_work(rng, id),
+        12 => many_streams(rng),
         0 => format!("{{\"t\":\"str\",\"id\":{id},\"s\":\"{}\"}}\n", rng.pick(NASTY_STRINGS)),
         1 => format!(
             "{{\"t\":\"frame\",\"id\":{id},\"kind\":\"python\",\"func\":{},\"file\":{},\"line\":{}}}\n",
@@ -306,30 +250,7 @@ fn hostile_lines(rng: &mut Rng) -> String {
             rng.pick(ODD_NUMBERS),
             id
         ),
-        3 => {
-            // Deep nesting, on one thread or interleaved with closes.
-            let max = if rng.chance(20) { 120_000 } else { 3_000 };
-            let n = 1 + rng.below(max);
-            let tid = rng.pick(&["1", "0", "18446744073709551615"]);
-            let mut s = String::with_capacity(n * 64);
-            for i in 0..n {
-                s += &format!(
-                    "{{\"t\":\"scope\",\"ts\":{},\"tid\":{tid},\"name\":{},\"depth\":{i},\"source\":\"nvtx\"}}\n",
-                    1000 + i,
-                    i % 7
-                );
-            }
-            if rng.chance(50) {
-                for i in 0..n {
-                    s += &format!(
-                        "{{\"t\":\"scope\",\"ts\":{},\"tid\":{tid},\"name\":0,\"depth\":{},\"end\":true,\"source\":\"api\"}}\n",
-                        1000 + n + i,
-                        n - i - 1
-                    );
-                }
-            }
-            s
-        }
+        3 => deep_scopes(rng),
         4 => format!(
             "{{\"t\":\"header\",\"format\":\"{}\",\"version\":{},\"gpufl_version\":\"x\",\"session_id\":\"{}\",\"app_name\":\"a\",\"host\":\"{}\",\"pid\":1,\"ppid\":0,\"command_line\":[\"{}\"],\"start_unix_ns\":{},\"clock\":{{\"trace_ns\":{},\"unix_ns\":0}},\"gpus\":[],\"options\":{{\"enable_synchronization\":true,\"enable_stack_trace\":true,\"api_records\":\"sync\",\"log_path\":\"/\",\"started_by\":\"test\",\"mode\":\"always-on\"}},\"capture\":{{\"status\":\"partial\",\"reason\":\"{}\"}}}}\n",
             rng.pick(&["gpufl-trace", "other", ""]),
@@ -393,6 +314,91 @@ fn hostile_lines(rng: &mut Rng) -> String {
             rng.pick(&["1", "0", "18446744073709551615"])
         ),
     }
+}
+
+/// CUDA graph work: replays (kernels with a graph node, many per correlation id or one
+/// each), graph nodes cloned in chains and cycles, generated kernels' sources.
+fn graph_work(rng: &mut Rng, id: &str) -> String {
+    let max = if rng.chance(20) { 60_000 } else { 3_000 };
+    let n = 1 + rng.below(max);
+    let per = 1 + rng.below(64);
+    let max_graphs = if rng.chance(20) { 5_000 } else { 4 };
+    let graphs = 1 + rng.below(max_graphs);
+    let mut s = String::with_capacity(n * 260);
+    for i in 0..n {
+        let node = if rng.chance(50) { i % 7 } else { i };
+        s += &format!(
+            "{{\"t\":\"kernel\",\"name\":{},\"start\":{},\"end\":{},\"dev\":0,\"ctx\":1,\"stream\":7,\"corr\":{},\"grid\":[1,1,1],\"block\":[32,1,1],\"regs\":8,\"smem_static\":0,\"smem_dynamic\":0,\"local_mem\":0,\"graph\":[{},{node}]}}\n",
+            i % 5,
+            1000 + i * 10,
+            if rng.chance(5) { rng.pick(ODD_NUMBERS).to_string() } else { (1005 + i * 10).to_string() },
+            i / per,
+            i % graphs,
+        );
+        if rng.chance(10) {
+            s += &format!(
+                "{{\"t\":\"gnode\",\"graph\":{},\"node\":{node},\"from\":[1,{}]}}\n",
+                i % graphs,
+                if rng.chance(50) { node } else { (node + 1) % 7 }
+            );
+        }
+    }
+    s += &format!(
+        "{{\"t\":\"gnode\",\"graph\":{id},\"node\":{},\"stack\":{id},\"tid\":{}}}\n",
+        rng.pick(ODD_NUMBERS),
+        rng.pick(ODD_NUMBERS)
+    );
+    s += &format!(
+        "{{\"t\":\"function\",\"name\":{id},\"module\":0,\"source\":{{\"file\":{id},\"line\":{},\"note\":{id}}}}}\n",
+        rng.pick(ODD_NUMBERS)
+    );
+    s
+}
+
+/// Many distinct devices, contexts and streams (per-device and per-stream work must
+/// stay linear).
+fn many_streams(rng: &mut Rng) -> String {
+    let max = if rng.chance(20) { 60_000 } else { 5_000 };
+    let n = 1 + rng.below(max);
+    let (d, c) = (rng.chance(50), rng.chance(70));
+    let mut s = String::with_capacity(n * 300);
+    for i in 0..n {
+        let dev = if d { i } else { i % 2 };
+        let ctx = if c { i } else { 1 };
+        s += &format!(
+            "{{\"t\":\"stream\",\"ctx\":{ctx},\"stream\":{i},\"role\":\"{}\"}}\n{{\"t\":\"memcpy\",\"kind\":\"HtoD\",\"src_kind\":\"pageable\",\"dst_kind\":\"device\",\"bytes\":4,\"start\":{},\"end\":{},\"dev\":{dev},\"ctx\":{ctx},\"stream\":{i},\"corr\":{i}}}\n{{\"t\":\"telemetry\",\"ts\":{},\"dev\":{dev},\"gpu_util\":5}}\n",
+            if i % 3 == 0 { "legacy_default" } else { "other" },
+            1000 + i * 10,
+            1004 + i * 10,
+            1000 + i * 10
+        );
+    }
+    s
+}
+
+/// Deep nesting, on one thread or interleaved with closes.
+fn deep_scopes(rng: &mut Rng) -> String {
+    let max = if rng.chance(20) { 120_000 } else { 3_000 };
+    let n = 1 + rng.below(max);
+    let tid = rng.pick(&["1", "0", "18446744073709551615"]);
+    let mut s = String::with_capacity(n * 64);
+    for i in 0..n {
+        s += &format!(
+            "{{\"t\":\"scope\",\"ts\":{},\"tid\":{tid},\"name\":{},\"depth\":{i},\"source\":\"nvtx\"}}\n",
+            1000 + i,
+            i % 7
+        );
+    }
+    if rng.chance(50) {
+        for i in 0..n {
+            s += &format!(
+                "{{\"t\":\"scope\",\"ts\":{},\"tid\":{tid},\"name\":0,\"depth\":{},\"end\":true,\"source\":\"api\"}}\n",
+                1000 + n + i,
+                n - i - 1
+            );
+        }
+    }
+    s
 }
 
 /// Mutate text (NDJSON) in place: one of the text-level mutations.
