@@ -9,9 +9,11 @@ use super::style::{cut, secs, Style};
 use super::SessionReport;
 use crate::term::{esc, esc_path};
 use anyhow::Result;
+use gpufl_analysis::run::Folded;
 use gpufl_analysis::{analyze_run, Config, Model, RunAnalysis, RunMember};
 use gpufl_trace::run::{is_run_dir, read_run, RunRecord};
 use serde::Serialize;
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 /// The run directories among `paths` and directly under them (as `find_sessions` looks).
@@ -122,7 +124,6 @@ pub(crate) fn render_text(
     run_only: bool,
     st: &Style,
 ) -> String {
-    use std::fmt::Write;
     let a = &run.analysis;
     let mut out = String::new();
     let title = match run.runs.as_slice() {
@@ -130,36 +131,7 @@ pub(crate) fn render_text(
         _ => format!("gpufl run · {} sessions", a.processes),
     };
     let _ = writeln!(out, "{}", st.paint("1", &title));
-    for r in &run.runs {
-        match (&r.record, &r.error) {
-            (Some(rec), _) => {
-                let end = match (rec.exit_code, &rec.signal) {
-                    (_, Some(sig)) => format!(" · killed by {}", esc(sig)),
-                    (Some(c), None) => format!(" · exit {c}"),
-                    (None, None) => " · no end recorded".to_string(),
-                };
-                let wall = rec
-                    .end_unix_ns
-                    .map(|e| format!(" · {}", secs(e.saturating_sub(rec.start_unix_ns))))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "  command   {}{end}{wall} · host {}",
-                    esc(&rec.command.join(" ")),
-                    esc(&rec.host)
-                );
-            }
-            (None, Some(e)) => {
-                let _ = writeln!(
-                    out,
-                    "  {} run record unreadable: {}",
-                    st.paint("33", "warning:"),
-                    esc(e)
-                );
-            }
-            (None, None) => {}
-        }
-    }
+    run_records(&mut out, &run.runs, st);
     let folded = a.without_cuda_work.as_ref();
     let _ = writeln!(
         out,
@@ -171,60 +143,9 @@ pub(crate) fn render_text(
             .map(|f| format!(", {} without", f.processes))
             .unwrap_or_default()
     );
-    let _ = writeln!(
-        out,
-        "\n  {:>4} {:>7}  {:<16} {:>9} {:>8} {:>8} {:>18} {:>6} {:>9}  top insight",
-        "rank", "pid", "GPU", "wall", "GPU busy", "kernels", "comm kernels", "syncs", "blocked"
-    );
-    for r in &a.ranks {
-        let rank = r.rank.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
-        let gpu = r
-            .gpu
-            .as_ref()
-            .map(|g| {
-                let name = g.name.trim_start_matches("NVIDIA ");
-                cut(&format!("{} {name}", g.index), 16)
-            })
-            .unwrap_or_else(|| "-".into());
-        let top = r
-            .top_insight
-            .as_ref()
-            .map(|t| {
-                format!(
-                    "{} {}",
-                    st.severity(t.severity).trim_end(),
-                    esc(&cut(&t.title, 60))
-                )
-            })
-            .unwrap_or_else(|| "none".into());
-        let _ = writeln!(
-            out,
-            "  {:>4} {:>7}  {:<16} {:>9} {:>7.1}% {:>8} {:>18} {:>6} {:>9}  {top}",
-            rank,
-            r.pid,
-            esc(&gpu),
-            secs(r.wall_ns),
-            r.gpu_busy_pct,
-            r.kernels,
-            format!("{} ({})", r.comm_kernels, secs(r.comm_ns)),
-            r.syncs,
-            secs(r.sync_blocked_ns),
-        );
-    }
+    rank_table(&mut out, a, st);
     if let Some(f) = folded {
-        let pids: Vec<String> = f.pids.iter().map(|p| p.to_string()).collect();
-        let _ = writeln!(
-            out,
-            "  {} without CUDA work: {} (pid {}) · no kernels, copies or memsets · {} telemetry samples",
-            if f.processes == 1 {
-                "1 process".to_string()
-            } else {
-                format!("{} processes", f.processes)
-            },
-            esc(&f.apps.join(", ")),
-            pids.join(", "),
-            f.telemetry_samples
-        );
+        without_cuda_work(&mut out, f);
     }
     if let Some(c) = &a.clock {
         let how = match c.method {
@@ -269,4 +190,100 @@ pub(crate) fn render_text(
         }
     }
     out
+}
+
+/// Each run directory's record: the command, how it ended, its wall time and host; or why it could
+/// not be read.
+fn run_records(out: &mut String, runs: &[RunDir], st: &Style) {
+    for r in runs {
+        match (&r.record, &r.error) {
+            (Some(rec), _) => {
+                let end = match (rec.exit_code, &rec.signal) {
+                    (_, Some(sig)) => format!(" · killed by {}", esc(sig)),
+                    (Some(c), None) => format!(" · exit {c}"),
+                    (None, None) => " · no end recorded".to_string(),
+                };
+                let wall = rec
+                    .end_unix_ns
+                    .map(|e| format!(" · {}", secs(e.saturating_sub(rec.start_unix_ns))))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "  command   {}{end}{wall} · host {}",
+                    esc(&rec.command.join(" ")),
+                    esc(&rec.host)
+                );
+            }
+            (None, Some(e)) => {
+                let _ = writeln!(
+                    out,
+                    "  {} run record unreadable: {}",
+                    st.paint("33", "warning:"),
+                    esc(e)
+                );
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+/// The ranks side by side: one row each, with its top insight.
+fn rank_table(out: &mut String, a: &RunAnalysis, st: &Style) {
+    let _ = writeln!(
+        out,
+        "\n  {:>4} {:>7}  {:<16} {:>9} {:>8} {:>8} {:>18} {:>6} {:>9}  top insight",
+        "rank", "pid", "GPU", "wall", "GPU busy", "kernels", "comm kernels", "syncs", "blocked"
+    );
+    for r in &a.ranks {
+        let rank = r.rank.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+        let gpu = r
+            .gpu
+            .as_ref()
+            .map(|g| {
+                let name = g.name.trim_start_matches("NVIDIA ");
+                cut(&format!("{} {name}", g.index), 16)
+            })
+            .unwrap_or_else(|| "-".into());
+        let top = r
+            .top_insight
+            .as_ref()
+            .map(|t| {
+                format!(
+                    "{} {}",
+                    st.severity(t.severity).trim_end(),
+                    esc(&cut(&t.title, 60))
+                )
+            })
+            .unwrap_or_else(|| "none".into());
+        let _ = writeln!(
+            out,
+            "  {:>4} {:>7}  {:<16} {:>9} {:>7.1}% {:>8} {:>18} {:>6} {:>9}  {top}",
+            rank,
+            r.pid,
+            esc(&gpu),
+            secs(r.wall_ns),
+            r.gpu_busy_pct,
+            r.kernels,
+            format!("{} ({})", r.comm_kernels, secs(r.comm_ns)),
+            r.syncs,
+            secs(r.sync_blocked_ns),
+        );
+    }
+}
+
+/// The processes without CUDA work, in one line.
+fn without_cuda_work(out: &mut String, f: &Folded) {
+    let pids: Vec<String> = f.pids.iter().map(|p| p.to_string()).collect();
+    let _ = writeln!(
+        out,
+        "  {} without CUDA work: {} (pid {}) · no kernels, copies or memsets · {} telemetry samples",
+        if f.processes == 1 {
+            "1 process".to_string()
+        } else {
+            format!("{} processes", f.processes)
+        },
+        esc(&f.apps.join(", ")),
+        pids.join(", "),
+        f.telemetry_samples
+    );
 }
