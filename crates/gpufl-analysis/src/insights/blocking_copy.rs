@@ -28,7 +28,7 @@ use super::pageable_async_copy::{
     api_name, bandwidth_gbps, call_ns, copy_calls, op_span, plural, where_, window, CopyCall,
     Names, Window,
 };
-use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, Ctx, Insight};
 use crate::store::NONE;
 use crate::views::CopyOp;
 use gpufl_trace::{CopyKind, MemoryKind};
@@ -244,7 +244,6 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
     let n = g.count();
     let blocked = g.call_ns + g.wait_ns;
     let bw = bandwidth_gbps(g.bytes, g.copy_ns);
-    let share_of_wall = share(blocked, cx.wall_ns);
     let title = format!(
         "Blocking {api} × {n} @ {} · {} host blocked",
         location.short(),
@@ -288,26 +287,11 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
         g.bytes,
         fmt_duration(g.copy_ns),
     );
-    Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: Severity::from_share(blocked, w.ns),
-        title,
-        detail,
-        fix: FIX.to_string(),
-        location,
-        count: n,
-        impact_ns: blocked,
-        share_of_wall,
-        window_ns: w.ns,
-        share_of_window: share(blocked, w.ns),
-        blocked_ns: blocked,
-        gpu_idle_ns: 0,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::BlockingCopy(Data {
+    Insight::new(RULE, location, title, detail, FIX)
+        .count(n)
+        .impact(blocked, w.ns, cx.wall_ns)
+        .blocked(blocked)
+        .data(Data {
             api,
             sync_copies: g.sync_copies,
             memsets: g.memsets,
@@ -319,8 +303,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
             copy_ns: g.copy_ns,
             bandwidth_gbps: bw,
             pageable: g.pageable,
-        })),
-    }
+        })
 }
 
 #[cfg(test)]

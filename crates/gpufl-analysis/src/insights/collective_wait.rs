@@ -41,7 +41,7 @@
 
 use super::timeline::location_note;
 use super::timeline::{LocationSource, Locator};
-use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, share, Ctx, Insight};
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
 use crate::store::NONE;
@@ -707,23 +707,11 @@ pub(crate) fn run(
         lr.rank
     );
     let sev_window = window.max(1);
-    let insight = Insight {
-        rule: RULE,
-        severity: Severity::from_share(impact, sev_window),
-        title,
-        detail,
-        fix,
-        location,
-        count: late_colls.len() as u64,
-        impact_ns: impact,
-        share_of_wall: share(impact, sev_window),
-        window_ns: window,
-        share_of_window: share(impact, sev_window),
-        blocked_ns: 0,
-        gpu_idle_ns: 0,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::CollectiveWait(Data {
+    let insight = Insight::new(RULE, location, title, detail, fix)
+        .count(late_colls.len() as u64)
+        .impact(impact, sev_window, sev_window)
+        .window(window)
+        .data(Data {
             late_rank: lr.rank,
             late_session: lr.session.clone(),
             waiting_ranks: waiting,
@@ -743,10 +731,7 @@ pub(crate) fn run(
             host_bound,
             location_source: src,
             clock: method,
-        })),
-        scope,
-        inferred: None,
-        basis: None,
-    };
+        })
+        .scope(scope);
     (vec![insight], Some(align), warnings)
 }

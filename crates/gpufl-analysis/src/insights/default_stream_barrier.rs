@@ -34,7 +34,7 @@
 //!   agree; operations left without a location are left out.
 
 use super::pageable_async_copy::{api_name, op_span, plural, where_, window, Names, Window};
-use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, Ctx, Insight};
 use gpufl_trace::{CopyKind, StreamRole};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -422,7 +422,6 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
     let api = g.names.top();
     let n = g.kernels + g.copies + g.memsets;
     let impact = g.others_wait + g.own_wait;
-    let share_of_wall = share(impact, cx.wall_ns);
     let title = format!(
         "Legacy default stream: {api} × {n} @ {} · {} of stream waiting",
         location.short(),
@@ -460,26 +459,10 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
         waits.join("; "),
         w.describe(impact),
     );
-    Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: Severity::from_share(impact, w.ns),
-        title,
-        detail,
-        fix: FIX.to_string(),
-        location,
-        count: n,
-        impact_ns: impact,
-        share_of_wall,
-        window_ns: w.ns,
-        share_of_window: share(impact, w.ns),
-        blocked_ns: 0,
-        gpu_idle_ns: 0,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::DefaultStreamBarrier(Data {
+    Insight::new(RULE, location, title, detail, FIX)
+        .count(n)
+        .impact(impact, w.ns, cx.wall_ns)
+        .data(Data {
             api,
             kernels: g.kernels,
             copies: g.copies,
@@ -489,8 +472,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
             waiting_ops: g.waiting_ops,
             other_streams: g.streams.len() as u64,
             stream_role_recorded: g.recorded,
-        })),
-    }
+        })
 }
 
 #[cfg(test)]

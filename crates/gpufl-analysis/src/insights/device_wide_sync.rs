@@ -30,7 +30,7 @@
 
 use super::default_stream_barrier::{gpu_ops, OpKind};
 use super::pageable_async_copy::{plural, where_, window, Window};
-use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, Ctx, Insight};
 use crate::store::NONE;
 use gpufl_trace::{CopyKind, SyncKind};
 use serde::Serialize;
@@ -233,7 +233,6 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
 
 fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
     let location = cx.locs[loc as usize].clone();
-    let share_of_wall = share(g.extra, cx.wall_ns);
     let title = format!(
         "Device-wide sync × {} @ {} · {} waiting for other streams",
         g.count,
@@ -261,30 +260,15 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
         fmt_duration(g.blocked),
         w.describe(g.extra),
     );
-    Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: Severity::from_share(g.extra, w.ns),
-        title,
-        detail,
-        fix: FIX.to_string(),
-        location,
-        count: g.count,
-        impact_ns: g.extra,
-        share_of_wall,
-        window_ns: w.ns,
-        share_of_window: share(g.extra, w.ns),
-        blocked_ns: g.blocked,
-        gpu_idle_ns: 0,
-        sync_kind: Some(SyncKind::ContextSynchronize),
-        median_kernels_between: None,
-        data: Some(RuleData::DeviceWideSync(Data {
+    Insight::new(RULE, location, title, detail, FIX)
+        .count(g.count)
+        .impact(g.extra, w.ns, cx.wall_ns)
+        .blocked(g.blocked)
+        .sync_kind(Some(SyncKind::ContextSynchronize))
+        .data(Data {
             syncs_at_line: g.at_line,
             extra_wait_ns: g.extra,
             other_streams: g.other_streams,
             unknown_caller: g.unknown,
-        })),
-    }
+        })
 }

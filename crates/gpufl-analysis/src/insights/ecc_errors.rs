@@ -8,7 +8,7 @@
 //! - **Impact:** 0 (not time); **location:** the device (no source line). GPUs without ECC, or with
 //!   ECC off, have no counters and never fire.
 
-use super::{Ctx, Insight, RuleData, Severity};
+use super::{Ctx, Insight, Severity};
 use crate::telemetry::Series;
 use crate::userframe::SourceLoc;
 use serde::Serialize;
@@ -89,25 +89,11 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
     } else {
         return None;
     };
-    Some(Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity,
-        title,
-        detail,
-        fix: fix.to_string(),
-        location: SourceLoc::device(s.device),
-        count: unc_max.max(data.corrected_new),
-        impact_ns: 0,
-        share_of_wall: 0.0,
-        window_ns: cx.wall_ns,
-        share_of_window: 0.0,
-        blocked_ns: 0,
-        gpu_idle_ns: 0,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::EccErrors(data)),
-    })
+    Some(
+        Insight::new(RULE, SourceLoc::device(s.device), title, detail, fix)
+            .count(unc_max.max(data.corrected_new))
+            .window(cx.wall_ns)
+            .severity(severity)
+            .data(data),
+    )
 }

@@ -37,7 +37,7 @@ pub use super::timeline::LocationSource;
 use super::timeline::{device_timelines, location_note, op_corr, ApiCursor, Locator};
 use super::timeline::{order_and_last_start, push_capped, Listed, OpWalk, StartOrdered};
 use super::utilization::{ChunkIdle, Util};
-use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, in_function, share, Ctx, Insight};
 use crate::model::Model;
 use crate::store::NONE;
 use crate::userframe::SourceLoc;
@@ -827,26 +827,11 @@ fn insight(
         IdleClass::Other => FIX_OTHER,
         _ => FIX_LAUNCH,
     };
-    Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: Severity::from_share(idle, window),
-        title,
-        detail,
-        fix: fix.to_string(),
-        location,
-        count: gaps,
-        impact_ns: idle,
-        share_of_wall: share(idle, cx.wall_ns),
-        window_ns: window,
-        share_of_window: share(idle, window),
-        blocked_ns: 0,
-        gpu_idle_ns: idle,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::GpuIdle(Data {
+    Insight::new(RULE, location, title, detail, fix)
+        .count(gaps)
+        .impact(idle, window, cx.wall_ns)
+        .gpu_idle(idle)
+        .data(Data {
             class,
             gaps,
             idle_ns: idle,
@@ -864,8 +849,7 @@ fn insight(
                 .collect(),
             blocking_call,
             location_source: src,
-        })),
-    }
+        })
 }
 
 #[cfg(test)]

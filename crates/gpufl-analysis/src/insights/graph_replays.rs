@@ -17,7 +17,7 @@
 
 use super::graphs::GraphSummary;
 use super::timeline::unknown_loc;
-use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, in_function, Ctx, Insight};
 use serde::Serialize;
 
 pub(crate) const RULE: &str = "graph-replay-gaps";
@@ -136,27 +136,14 @@ pub(crate) fn run(cx: &Ctx, graphs: &[GraphSummary]) -> Vec<Insight> {
                 ),
             )
         };
-        out.push(Insight {
-            scope: None,
-            inferred: None,
-            basis: None,
-            rule: RULE,
-            severity: Severity::from_share(impact, window),
-            title,
-            detail,
-            fix: fix.to_string(),
-            location,
-            count: g.replays,
-            impact_ns: impact,
-            share_of_wall: share(impact, cx.wall_ns),
-            window_ns: window,
-            share_of_window: share(impact, window),
-            blocked_ns: if synced { g.sync_blocked_ns } else { 0 },
-            gpu_idle_ns: impact,
-            sync_kind: None,
-            median_kernels_between: None,
-            data: Some(RuleData::GraphReplayGaps(Data { graph: g.clone() })),
-        });
+        out.push(
+            Insight::new(RULE, location, title, detail, fix)
+                .count(g.replays)
+                .impact(impact, window, cx.wall_ns)
+                .blocked(if synced { g.sync_blocked_ns } else { 0 })
+                .gpu_idle(impact)
+                .data(Data { graph: g.clone() }),
+        );
     }
     out
 }

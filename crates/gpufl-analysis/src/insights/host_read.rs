@@ -20,7 +20,7 @@
 //! - **Severity:** on the impact's share of the span: HIGH above 50 %, MEDIUM above 10 %.
 
 use super::gpu_idle::MIN_GAP_NS;
-use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, in_function, share, Ctx, Insight};
 use crate::store::NONE;
 use crate::views::CopyOp;
 use gpufl_trace::CopyKind;
@@ -134,40 +134,27 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             fmt_duration(median),
             share(idle, window) * 100.0
         );
-        out.push(Insight {
-            scope: None,
-            inferred: None,
-            basis: None,
-            rule: RULE,
-            severity: Severity::from_share(idle, window),
-            title: format!(
-                "Host read × {} @ {} · a {}-byte device→host copy, then the GPU idles {} until \
-                 the next step",
-                l.reads,
-                location.short(),
-                l.max_bytes,
-                fmt_duration(idle)
-            ),
-            detail,
-            fix: FIX.to_string(),
-            location,
-            count: l.reads,
-            impact_ns: idle,
-            share_of_wall: share(idle, cx.wall_ns),
-            window_ns: window,
-            share_of_window: share(idle, window),
-            blocked_ns: 0,
-            gpu_idle_ns: idle,
-            sync_kind: None,
-            median_kernels_between: None,
-            data: Some(RuleData::HostRead(Data {
-                reads: l.reads,
-                max_bytes: l.max_bytes,
-                reads_then_idle: n_idle,
-                idle_ns: idle,
-                median_idle_ns: median,
-            })),
-        });
+        let title = format!(
+            "Host read × {} @ {} · a {}-byte device→host copy, then the GPU idles {} until \
+             the next step",
+            l.reads,
+            location.short(),
+            l.max_bytes,
+            fmt_duration(idle)
+        );
+        out.push(
+            Insight::new(RULE, location, title, detail, FIX)
+                .count(l.reads)
+                .impact(idle, window, cx.wall_ns)
+                .gpu_idle(idle)
+                .data(Data {
+                    reads: l.reads,
+                    max_bytes: l.max_bytes,
+                    reads_then_idle: n_idle,
+                    idle_ns: idle,
+                    median_idle_ns: median,
+                }),
+        );
     }
     out
 }

@@ -26,7 +26,7 @@
 //!   startup (CUDA and framework initialisation, often seconds) does not: a short recording
 //!   would otherwise rate every loop LOW. `share_of_wall` is still reported.
 
-use super::{fmt_duration, in_function, share, Ctx, Insight, Severity};
+use super::{fmt_duration, in_function, Ctx, Insight};
 use crate::store::NONE;
 use std::sync::OnceLock;
 
@@ -227,27 +227,21 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
              launch call sites' weights (no pair of syncs fell inside a window), GPU idle only where \
              it was observed (always-on windows)",
     }
-    Some(Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: Severity::from_share(impact, window),
-        title: format!("In-loop sync × {n} — likely blocking GPU pipelining"),
-        detail,
-        fix: FIX.to_string(),
-        location,
-        count: n as u64,
-        impact_ns: impact,
-        share_of_wall: share(impact, cx.wall_ns),
-        window_ns: window,
-        share_of_window: share(impact, window),
-        blocked_ns: blocked,
-        gpu_idle_ns: idle,
-        sync_kind: same_kind.then_some(kind),
-        median_kernels_between: Some(med),
-        data: None,
-    })
+    Some(
+        Insight::new(
+            RULE,
+            location,
+            format!("In-loop sync × {n} — likely blocking GPU pipelining"),
+            detail,
+            FIX,
+        )
+        .count(n as u64)
+        .impact(impact, window, cx.wall_ns)
+        .blocked(blocked)
+        .gpu_idle(idle)
+        .sync_kind(same_kind.then_some(kind))
+        .median_kernels_between(med),
+    )
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! kernels matter, where a kernel is launched, how it is described.
 
 use super::timeline::{LocationSource, Locator};
-use super::{fmt_duration, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, Ctx, Insight, RuleData};
 use crate::kernels::short_name as short_kernel;
 use crate::kernels::KernelRow;
 use crate::userframe::{FrameOrigin, SourceLoc};
@@ -102,25 +102,8 @@ pub(super) struct KernelInsight {
 
 pub(super) fn insight(cx: &Ctx, k: KernelInsight) -> Insight {
     let window = k.window_ns.max(k.impact_ns);
-    Insight {
-        rule: k.rule,
-        severity: Severity::from_share(k.impact_ns, window),
-        title: k.title,
-        detail: k.detail,
-        fix: k.fix,
-        location: k.location,
-        count: k.launches,
-        impact_ns: k.impact_ns,
-        share_of_wall: super::share(k.impact_ns, cx.wall_ns),
-        window_ns: window,
-        share_of_window: super::share(k.impact_ns, window),
-        blocked_ns: 0,
-        gpu_idle_ns: 0,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(k.data),
-        scope: None,
-        inferred: None,
-        basis: None,
-    }
+    Insight::new(k.rule, k.location, k.title, k.detail, k.fix)
+        .count(k.launches)
+        .impact(k.impact_ns, window, cx.wall_ns)
+        .data(k.data)
 }

@@ -22,7 +22,7 @@
 use super::timeline::{
     location_note, median_p99, most_frequent_per_key, BusyIndex, LocationSource, Locator,
 };
-use super::{fmt_duration, in_function, share, short_function, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, in_function, share, short_function, Ctx, Insight};
 use crate::store::NONE;
 use serde::Serialize;
 
@@ -484,33 +484,17 @@ fn insight(
         fmt_duration(impact),
         location_note(src, "these launches")
     );
-    Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: Severity::from_share(impact, window),
-        title,
-        detail,
-        fix: FIX.to_string(),
-        location,
-        count: launches,
-        impact_ns: impact,
-        share_of_wall: share(impact, cx.wall_ns),
-        window_ns: window,
-        share_of_window: share(impact, window),
-        blocked_ns: 0,
-        gpu_idle_ns: impact,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::LaunchBound(Data {
+    Insight::new(RULE, location, title, detail, FIX)
+        .count(launches)
+        .impact(impact, window, cx.wall_ns)
+        .gpu_idle(impact)
+        .data(Data {
             launches,
             short_launches: short,
             recoverable_ns: impact,
             kernels,
             location_source: src,
-        })),
-    }
+        })
 }
 
 #[cfg(test)]

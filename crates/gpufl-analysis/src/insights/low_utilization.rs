@@ -29,7 +29,7 @@
 use super::gpu_idle::{
     DeviceIdle, Gap, IdleClass, FIX_LAUNCH, FIX_OTHER, FIX_SYNC, LOW_UTILIZATION, UTIL_CHUNKS,
 };
-use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, share, Ctx, Insight, Severity};
 use crate::userframe::SourceLoc;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -242,40 +242,28 @@ fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
         IdleClass::Other | IdleClass::KernelWait => FIX_OTHER,
         IdleClass::Launch => FIX_LAUNCH,
     };
-    Some(Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: if idle as u128 * 2 > window as u128 {
-            Severity::Medium
-        } else {
-            Severity::Low
-        },
-        title,
-        detail,
-        fix: fix.to_string(),
-        location,
-        count: runs.len() as u64,
-        impact_ns: 0,
-        share_of_wall: 0.0,
-        window_ns: window,
-        share_of_window: share(idle, window),
-        blocked_ns: 0,
-        gpu_idle_ns: idle,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::LowUtilization(Data {
-            device: d.device,
-            chunks: chunks.len() as u32,
-            low_chunks: d.low_utilization_chunks,
-            counted_chunks,
-            runs,
-            idle_ns: idle,
-            pause_ns: pause_total,
-            nvml_gpu_util_pct: nvml,
-        })),
-    })
+    Some(
+        Insight::new(RULE, location, title, detail, fix)
+            .count(runs.len() as u64)
+            .window(window)
+            .share_of_window(share(idle, window))
+            .severity(if idle as u128 * 2 > window as u128 {
+                Severity::Medium
+            } else {
+                Severity::Low
+            })
+            .gpu_idle(idle)
+            .data(Data {
+                device: d.device,
+                chunks: chunks.len() as u32,
+                low_chunks: d.low_utilization_chunks,
+                counted_chunks,
+                runs,
+                idle_ns: idle,
+                pause_ns: pause_total,
+                nvml_gpu_util_pct: nvml,
+            }),
+    )
 }
 
 /// Chunks `i..j` (all low) as a run.

@@ -12,7 +12,7 @@
 //!   (PyTorch's `memory_reserved`, not only `memory_allocated`).
 //! - **Location:** the device (no source line).
 
-use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, share, Ctx, Insight, Severity};
 use crate::telemetry::Series;
 use crate::userframe::SourceLoc;
 use serde::Serialize;
@@ -108,36 +108,22 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         fmt_duration(sampled),
         share(above_ns, sampled) * 100.0
     );
-    Some(Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity,
-        title,
-        detail,
-        fix: FIX.to_string(),
-        location: SourceLoc::device(s.device),
-        count: n,
-        impact_ns: 0,
-        share_of_wall: 0.0,
-        window_ns: sampled,
-        share_of_window: 0.0,
-        blocked_ns: 0,
-        gpu_idle_ns: 0,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::MemoryPressure(Data {
-            device: s.device,
-            peak_used_bytes: used,
-            total_bytes: total,
-            peak_share,
-            above_ns,
-            above_share: share(above_ns, sampled),
-            first_above_offset_ns: (first as i128 - origin as i128)
-                .clamp(i64::MIN as i128, i64::MAX as i128)
-                as i64,
-            samples: n,
-        })),
-    })
+    Some(
+        Insight::new(RULE, SourceLoc::device(s.device), title, detail, FIX)
+            .count(n)
+            .window(sampled)
+            .severity(severity)
+            .data(Data {
+                device: s.device,
+                peak_used_bytes: used,
+                total_bytes: total,
+                peak_share,
+                above_ns,
+                above_share: share(above_ns, sampled),
+                first_above_offset_ns: (first as i128 - origin as i128)
+                    .clamp(i64::MIN as i128, i64::MAX as i128)
+                    as i64,
+                samples: n,
+            }),
+    )
 }

@@ -33,101 +33,17 @@ pub(crate) mod utilization;
 pub(crate) mod warp_divergence;
 
 use crate::corrs::KernelCorrs;
+pub use crate::insight::{fmt_duration, short_function, Inferred, Insight, Severity};
+pub(crate) use crate::insight::{in_function, share};
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
 use crate::store::NONE;
 use crate::userframe::{user_frame, FrameOrigin, SourceLoc};
 use crate::Config;
-use gpufl_trace::{StackId, SyncKind};
-use serde::{Deserialize, Serialize};
+use gpufl_trace::StackId;
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::OnceLock;
-
-/// How much an insight matters.
-#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Severity {
-    Low,
-    Medium,
-    High,
-}
-
-impl Severity {
-    /// HIGH if `impact` is more than 50 % of `window`, MEDIUM if more than 10 %, LOW otherwise
-    /// (exactly 10 % is LOW, exactly 50 % MEDIUM; an empty window is LOW). Integer arithmetic, so
-    /// the boundaries are exact.
-    pub fn from_share(impact_ns: u64, window_ns: u64) -> Severity {
-        let (i, w) = (impact_ns as u128, window_ns as u128);
-        if w == 0 {
-            Severity::Low
-        } else if i * 2 > w {
-            Severity::High
-        } else if i * 10 > w {
-            Severity::Medium
-        } else {
-            Severity::Low
-        }
-    }
-}
-
-/// One finding of a rule, with its source location and fix.
-#[derive(Serialize, Clone, Debug)]
-pub struct Insight {
-    /// The rule's name (`"sync-attribution"`, `"low-occupancy"`, …).
-    pub rule: &'static str,
-    pub severity: Severity,
-    pub title: String,
-    pub detail: String,
-    pub fix: String,
-    pub location: SourceLoc,
-    /// Operations the insight covers (synchronizations, copies, launches…).
-    pub count: u64,
-    /// Time the rule attributes to this finding, ns (see each rule); insights are ranked by it.
-    pub impact_ns: u64,
-    /// `impact_ns / wall_ns` of the session, 0..1.
-    pub share_of_wall: f64,
-    /// The time severity is measured against, ns: the session's wall time for sync-attribution,
-    /// the loop's span for in-loop-sync, the sampled time for the telemetry rules (see each rule).
-    pub window_ns: u64,
-    /// `impact_ns / window_ns`, 0..1: what [`Insight::severity`] is computed from.
-    pub share_of_window: f64,
-    /// Host time blocked in the covered synchronizations, ns (for StreamWaitEvent: the enqueue).
-    pub blocked_ns: u64,
-    /// GPU idle time the rule attributes to the synchronizations, ns (0 for sync-attribution).
-    pub gpu_idle_ns: u64,
-    /// The synchronizations' kind; None when they mix kinds.
-    pub sync_kind: Option<SyncKind>,
-    /// in-loop-sync: median number of kernel launches between consecutive synchronizations.
-    pub median_kernels_between: Option<f64>,
-    /// The rule's own figures (rules other than the two sync rules).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data: Option<RuleData>,
-    /// The innermost named scope (outermost first) open on the thread of the insight's
-    /// representative event: its longest synchronization at [`Insight::location`], else its
-    /// longest API call (launch, copy, memset) with a call-site stack there. Filled after the rules
-    /// run ([`name_scopes`]); None without scopes or without such an event.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub scope: Option<Vec<String>>,
-    /// Set when the location's Python frames were read from another thread (cross-thread Python
-    /// attribution: the calling thread ran no Python). Filled after the rules run ([`mark_inferred`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inferred: Option<Inferred>,
-    /// In an always-on session: whether the figures are exact (records kept all the time) or
-    /// estimated from the GPU activity windows, and the observed share they rest on (absent in
-    /// default-mode sessions, which observe everything). Filled after the rules run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub basis: Option<crate::sampling::Basis>,
-}
-
-/// How an insight's location was inferred from another thread.
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
-pub struct Inferred {
-    /// The threads whose Python frames were read (OS thread ids), smallest first.
-    pub via_tids: Vec<u64>,
-    /// Stacks at this location whose Python frames came from another thread, and all its stacks.
-    pub via_stacks: u32,
-    pub stacks: u32,
-}
 
 /// Fill [`Insight::inferred`] of every insight whose location has stacks read from another thread.
 pub(crate) fn mark_inferred(cx: &Ctx, insights: &mut [Insight]) {
@@ -244,58 +160,41 @@ pub enum RuleData {
     StallReasons(stall_reasons::Data),
 }
 
-/// `part / whole` clamped to 0..1 (0 for an empty whole).
-pub(crate) fn share(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        (part as f64 / whole as f64).min(1.0)
-    }
-}
-
-/// `73.58s`, `12.40ms`, `710.2µs` or `850ns`.
-pub fn fmt_duration(ns: u64) -> String {
-    let n = ns as f64;
-    if ns >= 1_000_000_000 {
-        format!("{:.2}s", n / 1e9)
-    } else if ns >= 1_000_000 {
-        format!("{:.2}ms", n / 1e6)
-    } else if ns >= 1_000 {
-        format!("{:.1}µs", n / 1e3)
-    } else {
-        format!("{ns}ns")
-    }
-}
-
-/// A function name for prose: the C++ parameter list dropped (`step(CUstream_st*, int)` →
-/// `step`), so that `in {name}()` reads well.
-pub fn short_function(name: &str) -> &str {
-    let t = name.trim_end();
-    if !t.ends_with(')') {
-        return t;
-    }
-    let mut depth = 0i32;
-    for (i, c) in t.char_indices().rev() {
-        match c {
-            ')' => depth += 1,
-            '(' => {
-                depth -= 1;
-                if depth == 0 {
-                    return if i == 0 { t } else { &t[..i] };
-                }
+/// `impl From<rule::Data> for RuleData`, so that a rule hands its figures to
+/// [`Insight::data`] without naming this enum.
+macro_rules! rule_data_from {
+    ($($variant:ident($rule:ident)),* $(,)?) => {
+        $(impl From<$rule::Data> for RuleData {
+            fn from(d: $rule::Data) -> RuleData {
+                RuleData::$variant(d)
             }
-            _ => {}
-        }
-    }
-    t
+        })*
+    };
 }
 
-/// ` in func()` or nothing.
-pub(crate) fn in_function(loc: &SourceLoc) -> String {
-    loc.function
-        .as_deref()
-        .map(|f| format!(" in {}()", short_function(f)))
-        .unwrap_or_default()
+rule_data_from! {
+    DefaultStreamBarrier(default_stream_barrier),
+    PageableAsyncCopy(pageable_async_copy),
+    BlockingCopy(blocking_copy),
+    DeviceWideSync(device_wide_sync),
+    NoCopyComputeOverlap(no_copy_compute_overlap),
+    GpuIdle(gpu_idle),
+    LaunchBound(launch_bound),
+    LowUtilization(low_utilization),
+    Throttling(throttling),
+    MemoryPressure(memory_pressure),
+    EccErrors(ecc_errors),
+    LowOccupancy(low_occupancy),
+    RegisterSpill(register_spill),
+    UnderFilledGrid(under_filled_grid),
+    HostRead(host_read),
+    CollectiveWait(collective_wait),
+    GraphReplayGaps(graph_replays),
+    TorchCompile(torch_compile),
+    WarpDivergence(warp_divergence),
+    UncoalescedAccess(uncoalesced_access),
+    BankConflicts(bank_conflicts),
+    StallReasons(stall_reasons),
 }
 
 /// What every rule needs: the model, the session's wall time, device busy intervals, and the user
@@ -479,37 +378,4 @@ pub(crate) fn rank(v: &mut [Insight]) {
             .then_with(|| a.location.cmp(&b.location))
             .then_with(|| a.title.cmp(&b.title))
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn severity_boundaries_are_exact() {
-        assert_eq!(Severity::from_share(1000, 10_000), Severity::Low);
-        assert_eq!(Severity::from_share(1001, 10_000), Severity::Medium);
-        assert_eq!(Severity::from_share(5000, 10_000), Severity::Medium);
-        assert_eq!(Severity::from_share(5001, 10_000), Severity::High);
-        assert_eq!(Severity::from_share(5, 0), Severity::Low);
-        assert!(Severity::High > Severity::Medium && Severity::Medium > Severity::Low);
-    }
-
-    #[test]
-    fn durations_and_function_names() {
-        assert_eq!(fmt_duration(73_580_000_000), "73.58s");
-        assert_eq!(fmt_duration(12_400_000), "12.40ms");
-        assert_eq!(fmt_duration(710_200), "710.2µs");
-        assert_eq!(fmt_duration(850), "850ns");
-        assert_eq!(
-            short_function("step(CUstream_st*, int, float const*)"),
-            "step"
-        );
-        assert_eq!(short_function("train_step"), "train_step");
-        assert_eq!(
-            short_function("ns::f<int (*)(int)>(int)"),
-            "ns::f<int (*)(int)>"
-        );
-        assert_eq!(short_function("(anonymous)"), "(anonymous)");
-    }
 }

@@ -27,7 +27,7 @@ use super::timeline::{
     device_timelines, issuing_api, location_note, op_corr, op_end, op_start, BusyIndex,
     LocationSource, Locator,
 };
-use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, in_function, Ctx, Insight};
 use crate::model::Model;
 use crate::pipeline::{predict, Prediction, Stages};
 use crate::store::NONE;
@@ -387,26 +387,10 @@ fn insight(cx: &Ctx, locator: &Locator, group: &[(u32, LocationSource, Seq)]) ->
         four.speedup,
         location_note(src, "the copies")
     );
-    Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: Severity::from_share(impact, cx.gpu_wall_ns()),
-        title,
-        detail,
-        fix: FIX.to_string(),
-        location,
-        count: n,
-        impact_ns: impact,
-        share_of_wall: share(impact, cx.wall_ns),
-        window_ns: cx.gpu_wall_ns(),
-        share_of_window: share(impact, cx.gpu_wall_ns()),
-        blocked_ns: 0,
-        gpu_idle_ns: 0,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::NoCopyComputeOverlap(Data {
+    Insight::new(RULE, location, title, detail, FIX)
+        .count(n)
+        .impact(impact, cx.gpu_wall_ns(), cx.wall_ns)
+        .data(Data {
             sequences: n,
             stages,
             measured_ns: measured,
@@ -414,6 +398,5 @@ fn insight(cx: &Ctx, locator: &Locator, group: &[(u32, LocationSource, Seq)]) ->
             two_streams: two,
             four_streams: four,
             location_source: src,
-        })),
-    }
+        })
 }

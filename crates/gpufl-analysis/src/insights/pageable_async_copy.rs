@@ -15,7 +15,7 @@
 //! - Copies without a callsite (older sessions, or callsites dropped by the recorder's rate cap)
 //!   have no location and are left out: the figures of a line are then lower bounds.
 
-use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, in_function, share, Ctx, Insight};
 use crate::views::CopyOp;
 use gpufl_trace::{CopyKind, MemoryKind};
 use serde::Serialize;
@@ -301,7 +301,6 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
     let location = cx.locs[loc as usize].clone();
     let api = g.names.top();
     let bw = bandwidth_gbps(g.bytes, g.copy_ns);
-    let share_of_wall = share(g.blocked, cx.wall_ns);
     let title = format!(
         "Pageable {api} × {} @ {} · {} host blocked",
         g.count,
@@ -319,26 +318,11 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
         fmt_duration(g.blocked),
         w.describe(g.blocked),
     );
-    Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: Severity::from_share(g.blocked, w.ns),
-        title,
-        detail,
-        fix: FIX.to_string(),
-        location,
-        count: g.count,
-        impact_ns: g.blocked,
-        share_of_wall,
-        window_ns: w.ns,
-        share_of_window: share(g.blocked, w.ns),
-        blocked_ns: g.blocked,
-        gpu_idle_ns: 0,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::PageableAsyncCopy(Data {
+    Insight::new(RULE, location, title, detail, FIX)
+        .count(g.count)
+        .impact(g.blocked, w.ns, cx.wall_ns)
+        .blocked(g.blocked)
+        .data(Data {
             api,
             bytes: g.bytes,
             copy_ns: g.copy_ns,
@@ -346,8 +330,7 @@ fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
             host_to_device: g.h2d,
             device_to_host: g.d2h,
             other_direction: g.other,
-        })),
-    }
+        })
 }
 
 #[cfg(test)]

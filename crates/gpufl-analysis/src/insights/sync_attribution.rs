@@ -9,7 +9,7 @@
 //!   10 %, LOW otherwise.
 //! - Syncs with no user frame group under `<driver-internal>`.
 
-use super::{fmt_duration, in_function, share, Ctx, Insight, Severity};
+use super::{fmt_duration, in_function, share, Ctx, Insight};
 use crate::store::NONE;
 use crate::views::sync_kind_from_u8;
 use gpufl_trace::SyncKind;
@@ -68,27 +68,11 @@ fn insight(cx: &Ctx, kind: SyncKind, loc: u32, count: u64, blocked: u64) -> Insi
             in_function(&location)
         )
     };
-    Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity: Severity::from_share(blocked, cx.wall_ns),
-        title,
-        detail,
-        fix: fix(kind).to_string(),
-        location,
-        count,
-        impact_ns: blocked,
-        share_of_wall,
-        window_ns: cx.wall_ns,
-        share_of_window: share_of_wall,
-        blocked_ns: blocked,
-        gpu_idle_ns: 0,
-        sync_kind: Some(kind),
-        median_kernels_between: None,
-        data: None,
-    }
+    Insight::new(RULE, location, title, detail, fix(kind))
+        .count(count)
+        .impact(blocked, cx.wall_ns, cx.wall_ns)
+        .blocked(blocked)
+        .sync_kind(Some(kind))
 }
 
 fn fix(kind: SyncKind) -> &'static str {

@@ -16,7 +16,7 @@
 //!   (`1 − sm_mhz / sm_max_mhz`; 0 when either is unknown): busy time that ran slower.
 //! - **Location:** the device (no source line).
 
-use super::{fmt_duration, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, share, Ctx, Insight, Severity};
 use crate::telemetry::{throttle_time, Series};
 use crate::userframe::SourceLoc;
 use gpufl_trace::throttle;
@@ -159,39 +159,25 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
     } else {
         FIX_POWER
     };
-    Some(Insight {
-        scope: None,
-        inferred: None,
-        basis: None,
-        rule: RULE,
-        severity,
-        title,
-        detail,
-        fix: fix.to_string(),
-        location: SourceLoc::device(s.device),
-        count: throttled,
-        impact_ns: lost_ns,
-        share_of_wall: share(lost_ns, cx.wall_ns),
-        window_ns: t.sampled_ns,
-        share_of_window: share(lost_ns, t.sampled_ns),
-        blocked_ns: 0,
-        gpu_idle_ns: 0,
-        sync_kind: None,
-        median_kernels_between: None,
-        data: Some(RuleData::Throttling(Data {
-            device: s.device,
-            sampled_ns: t.sampled_ns,
-            throttled_ns: t.throttled_ns,
-            throttled_share: t.throttled_share,
-            power_ns: t.power_ns,
-            thermal_ns: t.thermal_ns,
-            hw_slowdown_ns: t.hw_slowdown_ns,
-            hardware_ns,
-            throttled_sm_mhz: clk,
-            sm_max_mhz: sm_max,
-            max_temp_c: max_temp,
-            max_power_w: max_power.map(|p| p as f64 / 1000.0),
-            lost_ns,
-        })),
-    })
+    Some(
+        Insight::new(RULE, SourceLoc::device(s.device), title, detail, fix)
+            .count(throttled)
+            .impact(lost_ns, t.sampled_ns, cx.wall_ns)
+            .severity(severity)
+            .data(Data {
+                device: s.device,
+                sampled_ns: t.sampled_ns,
+                throttled_ns: t.throttled_ns,
+                throttled_share: t.throttled_share,
+                power_ns: t.power_ns,
+                thermal_ns: t.thermal_ns,
+                hw_slowdown_ns: t.hw_slowdown_ns,
+                hardware_ns,
+                throttled_sm_mhz: clk,
+                sm_max_mhz: sm_max,
+                max_temp_c: max_temp,
+                max_power_w: max_power.map(|p| p as f64 / 1000.0),
+                lost_ns,
+            }),
+    )
 }

@@ -22,7 +22,7 @@
 //!   when their GPU idle is over half the session's wall time), their GPU idle time the impact.
 
 use super::timeline::most_frequent_per_key;
-use super::{fmt_duration, in_function, share, Ctx, Insight, RuleData, Severity};
+use super::{fmt_duration, in_function, Ctx, Insight, Severity};
 use crate::store::NONE;
 use gpufl_trace::StackId;
 use serde::Serialize;
@@ -260,35 +260,22 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         } else {
             (re_idle, re_ns)
         };
-        out.push(Insight {
-            scope: None,
-            inferred: None,
-            basis: None,
-            rule: RULE,
-            severity,
-            title,
-            detail,
-            fix: FIX.to_string(),
-            location: loc,
-            count: eps.len() as u64,
-            impact_ns: impact,
-            share_of_wall: share(impact, cx.wall_ns),
-            window_ns: window,
-            share_of_window: share(impact, window),
-            blocked_ns: 0,
-            gpu_idle_ns: idle_ns,
-            sync_kind: None,
-            median_kernels_between: None,
-            data: Some(RuleData::TorchCompile(Data {
-                compilations: eps.len() as u64,
-                recompilations: later.len() as u64,
-                compile_ns,
-                gpu_idle_ns: idle_ns,
-                recompile_ns: re_ns,
-                recompile_gpu_idle_ns: re_idle,
-                episodes: kept,
-            })),
-        });
+        out.push(
+            Insight::new(RULE, loc, title, detail, FIX)
+                .count(eps.len() as u64)
+                .impact(impact, window, cx.wall_ns)
+                .severity(severity)
+                .gpu_idle(idle_ns)
+                .data(Data {
+                    compilations: eps.len() as u64,
+                    recompilations: later.len() as u64,
+                    compile_ns,
+                    gpu_idle_ns: idle_ns,
+                    recompile_ns: re_ns,
+                    recompile_gpu_idle_ns: re_idle,
+                    episodes: kept,
+                }),
+        );
     }
     out
 }
