@@ -1,13 +1,13 @@
 //! The contract between the rules and everything that reads their findings: an [`Insight`] (one
-//! finding of a rule, built with [`Insight::new`] and its setters), its [`Severity`], how its
+//! finding of a rule, built with `Insight::new` and its setters), its [`Severity`], how its
 //! location was [`Inferred`], and the prose helpers every rule writes with ([`fmt_duration`],
-//! [`short_function`], [`in_function`], [`share`]; the first three live in [`crate::text`] so that
-//! lower modules use them without depending on the rules).
+//! [`short_function`], `in_function`, `share`; all but `in_function` live in `crate::text` so
+//! that lower modules use them without depending on the rules).
 //!
 //! A rule's own figures are one variant of [`RuleData`], declared with the rule table
 //! (`crate::rules`).
 
-use crate::insights::RuleData;
+use crate::rules::RuleData;
 pub(crate) use crate::text::share;
 pub use crate::text::{fmt_duration, short_function};
 use crate::userframe::SourceLoc;
@@ -60,7 +60,7 @@ pub struct Insight {
     /// The time severity is measured against, ns: the session's wall time for sync-attribution,
     /// the loop's span for in-loop-sync, the sampled time for the telemetry rules (see each rule).
     pub window_ns: u64,
-    /// `impact_ns / window_ns`, 0..1: what [`Insight::severity`] is computed from.
+    /// `impact_ns / window_ns`, 0..1: what `severity` is computed from.
     pub share_of_window: f64,
     /// Host time blocked in the covered synchronizations, ns (for StreamWaitEvent: the enqueue).
     pub blocked_ns: u64,
