@@ -42,8 +42,7 @@
 use crate::insight::{fmt_duration, share, Insight};
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
-use crate::shared::timeline::location_note;
-use crate::shared::timeline::{LocationSource, Locator};
+use crate::shared::timeline::{location_note, most_frequent_per_key, LocationSource, Locator};
 use crate::shared::Ctx;
 use crate::store::NONE;
 use crate::userframe::SourceLoc;
@@ -164,6 +163,15 @@ impl<'a> Rank<'a> {
             offset: 0,
         }
     }
+
+    /// Start and end of kernel `k` on the aligned clock (an inverted interval made empty).
+    fn at(&self, k: usize) -> (i128, i128) {
+        let r = self.m.kernel(k);
+        (
+            r.start as i128 + self.offset,
+            r.end.max(r.start) as i128 + self.offset,
+        )
+    }
 }
 
 /// Per location of the call that ended a host stretch: the stretch time, votes `(0, location)`
@@ -212,11 +220,50 @@ pub(crate) fn run(
     if ps.len() < 2 {
         return (Vec::new(), None, warnings);
     }
+    let (names, colls) = match_collectives(&ps, &mut warnings);
+    if colls.is_empty() {
+        warnings.push(
+            "no communication kernel name is common to every rank: collectives not matched".into(),
+        );
+        return (Vec::new(), None, warnings);
+    }
+    let (method, hosts) = align_clocks(&mut ps, &colls, &mut warnings);
+    let mut spread = Spread::of(&ps, &colls);
+    let align = ClockAlignment {
+        method,
+        hosts,
+        error_bound_ns: (method == ClockMethod::SameHost).then_some(SAME_HOST_ERROR_NS),
+        end_spread_ns: Some(median_of(&mut spread.end_spreads).max(0) as u64),
+        collectives: colls.len() as u64,
+    };
+    let late_sum = &spread.late_sum;
+    let Some(l) = (0..ps.len()).max_by_key(|&pi| (late_sum[pi], std::cmp::Reverse(pi))) else {
+        return (Vec::new(), Some(align), warnings);
+    };
+    let waits = Waits::of(&ps, &colls, l);
+    let figures = Figures::of(&waits, &spread, l, ps.len(), colls.len());
+    if !figures.fires {
+        return (Vec::new(), Some(align), warnings);
+    }
+    let host = host_time(&ps[l], l, &colls, &waits, figures.median_late, cfg);
+    let found = Found {
+        names: &names,
+        method,
+        waits: &waits,
+        figures: &figures,
+    };
+    (vec![insight(&ps, l, &found, host)], Some(align), warnings)
+}
+
+/// The collectives: per kernel name, the n-th kernel of each participant (start order); names
+/// missing on some participant left out, and a name with different counts matched up to the
+/// smallest (with a warning). Returns the names (indexed by [`Coll::name`]) and the collectives.
+fn match_collectives(ps: &[Rank], warnings: &mut Vec<String>) -> (Vec<String>, Vec<Coll>) {
     // Kernels of each name, per participant.
     let mut names: Vec<String> = Vec::new();
     let mut name_ix: HashMap<String, usize> = HashMap::new();
     let mut per: Vec<Vec<Vec<usize>>> = Vec::new();
-    for p in &ps {
+    for p in ps {
         let mut by: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
         for &i in &p.comm {
             let n = p.m.str(p.m.kernel(i).name);
@@ -267,14 +314,17 @@ pub(crate) fn run(
             "more than {MAX_COLLECTIVES} collectives: the rest were left out"
         ));
     }
-    if colls.is_empty() {
-        warnings.push(
-            "no communication kernel name is common to every rank: collectives not matched".into(),
-        );
-        return (Vec::new(), None, warnings);
-    }
+    (names, colls)
+}
 
-    // Clocks.
+/// Put the participants' clocks on one time line (each one's `offset`): one host's sessions on
+/// its wall clock through their headers' clock pairs, else each rank on the first one's clock
+/// through the collectives' end times (with a warning). Returns the method and the hosts.
+fn align_clocks(
+    ps: &mut [Rank],
+    colls: &[Coll],
+    warnings: &mut Vec<String>,
+) -> (ClockMethod, Vec<String>) {
     let mut hosts: Vec<String> = ps
         .iter()
         .map(|p| p.m.header().map(|h| h.host.clone()).unwrap_or_default())
@@ -302,130 +352,214 @@ pub(crate) fn run(
         ));
         ClockMethod::CollectiveEnds
     };
-    let at = |pi: usize, k: usize| -> (i128, i128) {
-        let r = ps[pi].m.kernel(k);
-        (
-            r.start as i128 + ps[pi].offset,
-            r.end.max(r.start) as i128 + ps[pi].offset,
-        )
-    };
-    let np = ps.len();
-    let mut spreads: Vec<i128> = Vec::with_capacity(colls.len());
-    let mut late_sum = vec![0i128; np];
-    let (mut first, mut last) = (i128::MAX, i128::MIN);
-    for c in &colls {
-        let se: Vec<(i128, i128)> = (0..np).map(|pi| at(pi, c.k[pi])).collect();
-        let (lo, hi) = se.iter().fold((i128::MAX, i128::MIN), |(a, b), &(_, e)| {
-            (a.min(e), b.max(e))
-        });
-        spreads.push(hi - lo);
-        first = first.min(se.iter().map(|x| x.0).min().unwrap_or(first));
-        last = last.max(hi);
-        for pi in 0..np {
+    (method, hosts)
+}
+
+/// The matched collectives on the aligned clocks.
+struct Spread {
+    /// Per collective: the spread of its end times across the participants.
+    end_spreads: Vec<i128>,
+    /// Per participant: its summed lateness (its start after every other participant's).
+    late_sum: Vec<i128>,
+    /// The first start and the last end of them all.
+    first: i128,
+    last: i128,
+}
+
+impl Spread {
+    fn of(ps: &[Rank], colls: &[Coll]) -> Spread {
+        let np = ps.len();
+        let mut end_spreads: Vec<i128> = Vec::with_capacity(colls.len());
+        let mut late_sum = vec![0i128; np];
+        let (mut first, mut last) = (i128::MAX, i128::MIN);
+        for c in colls {
+            let se: Vec<(i128, i128)> = (0..np).map(|pi| ps[pi].at(c.k[pi])).collect();
+            let (lo, hi) = se.iter().fold((i128::MAX, i128::MIN), |(a, b), &(_, e)| {
+                (a.min(e), b.max(e))
+            });
+            end_spreads.push(hi - lo);
+            first = first.min(se.iter().map(|x| x.0).min().unwrap_or(first));
+            last = last.max(hi);
+            for pi in 0..np {
+                let others = (0..np)
+                    .filter(|&q| q != pi)
+                    .map(|q| se[q].0)
+                    .max()
+                    .unwrap_or(se[pi].0);
+                late_sum[pi] += (se[pi].0 - others).max(0);
+            }
+        }
+        Spread {
+            end_spreads,
+            late_sum,
+            first,
+            last,
+        }
+    }
+}
+
+/// The late rank's lateness at each collective, and the other ranks' waits for it.
+struct Waits {
+    /// Per collective: the late rank's start after the latest start of the others, ns (0 when
+    /// it was not last).
+    lateness: Vec<u64>,
+    /// The other ranks' time in their communication kernels before the late rank's start, and
+    /// all their communication kernel time, ns.
+    wait: u64,
+    comm: u64,
+    /// Collectives the late rank started last.
+    last_count: u64,
+    /// Collectives it reached at least [`MIN_LATE_NS`] after the others (indices).
+    late_colls: Vec<usize>,
+    /// Waiting time per kernel name (index into the names).
+    op_votes: HashMap<usize, u64>,
+}
+
+impl Waits {
+    fn of(ps: &[Rank], colls: &[Coll], l: usize) -> Waits {
+        let np = ps.len();
+        let mut lateness: Vec<u64> = Vec::with_capacity(colls.len());
+        let (mut wait, mut comm, mut last_count) = (0u64, 0u64, 0u64);
+        let mut late_colls: Vec<usize> = Vec::new();
+        let mut op_votes: HashMap<usize, u64> = HashMap::new();
+        for (ci, c) in colls.iter().enumerate() {
+            let sl = ps[l].at(c.k[l]).0;
             let others = (0..np)
-                .filter(|&q| q != pi)
-                .map(|q| se[q].0)
+                .filter(|&q| q != l)
+                .map(|q| ps[q].at(c.k[q]).0)
                 .max()
-                .unwrap_or(se[pi].0);
-            late_sum[pi] += (se[pi].0 - others).max(0);
+                .unwrap_or(sl);
+            let late = (sl - others).max(0) as u64;
+            lateness.push(late);
+            if late > 0 {
+                last_count += 1;
+            }
+            for q in (0..np).filter(|&q| q != l) {
+                let (s, e) = ps[q].at(c.k[q]);
+                let d = (e - s) as u64;
+                comm += d;
+                let w = ((sl - s).max(0) as u64).min(d);
+                wait += w;
+                *op_votes.entry(c.name).or_default() += w;
+            }
+            if late >= MIN_LATE_NS {
+                late_colls.push(ci);
+            }
+        }
+        Waits {
+            lateness,
+            wait,
+            comm,
+            last_count,
+            late_colls,
+            op_votes,
         }
     }
-    let align = ClockAlignment {
-        method,
-        hosts,
-        error_bound_ns: (method == ClockMethod::SameHost).then_some(SAME_HOST_ERROR_NS),
-        end_spread_ns: Some(median_of(&mut spreads).max(0) as u64),
-        collectives: colls.len() as u64,
-    };
-    let Some(l) = (0..np).max_by_key(|&pi| (late_sum[pi], std::cmp::Reverse(pi))) else {
-        return (Vec::new(), Some(align), warnings);
-    };
+}
 
-    // The late rank's lateness, the others' waits.
-    let mut lateness: Vec<u64> = Vec::with_capacity(colls.len());
-    let (mut wait, mut comm, mut last_count) = (0u64, 0u64, 0u64);
-    let mut late_colls: Vec<usize> = Vec::new();
-    let mut op_votes: HashMap<usize, u64> = HashMap::new();
-    for (ci, c) in colls.iter().enumerate() {
-        let sl = at(l, c.k[l]).0;
-        let others = (0..np)
-            .filter(|&q| q != l)
-            .map(|q| at(q, c.k[q]).0)
-            .max()
-            .unwrap_or(sl);
-        let late = (sl - others).max(0) as u64;
-        lateness.push(late);
-        if late > 0 {
-            last_count += 1;
-        }
-        for q in (0..np).filter(|&q| q != l) {
-            let (s, e) = at(q, c.k[q]);
-            let d = (e - s) as u64;
-            comm += d;
-            let w = ((sl - s).max(0) as u64).min(d);
-            wait += w;
-            *op_votes.entry(c.name).or_default() += w;
-        }
-        if late >= MIN_LATE_NS {
-            late_colls.push(ci);
+/// The rule's figures over the collectives, and whether it fires.
+struct Figures {
+    /// The lateness of the late collectives (at least [`MIN_LATE_NS`]), sorted.
+    sorted: Vec<u64>,
+    median_late: u64,
+    /// Matched collectives.
+    n: u64,
+    /// Their span (first start to last end, aligned), ns.
+    window: u64,
+    /// The mean over the other ranks of their waiting time, ns.
+    impact: u64,
+    /// The late rank's share of all ranks' summed lateness.
+    dominance: f64,
+    fires: bool,
+}
+
+impl Figures {
+    fn of(w: &Waits, s: &Spread, l: usize, np: usize, n: usize) -> Figures {
+        let mut sorted: Vec<u64> = w
+            .lateness
+            .iter()
+            .copied()
+            .filter(|&x| x >= MIN_LATE_NS)
+            .collect();
+        sorted.sort_unstable();
+        let median_late = pct(&sorted, 50);
+        let window = (s.last - s.first).max(0) as u64;
+        let impact = w.wait / (np as u64 - 1);
+        let all_late: i128 = s.late_sum.iter().sum();
+        let dominance = if all_late > 0 {
+            s.late_sum[l] as f64 / all_late as f64
+        } else {
+            0.0
+        };
+        let fires = sorted.len() as u64 >= MIN_LATE_COLLECTIVES
+            && s.late_sum[l] * 100 >= all_late * MIN_DOMINANCE_PCT as i128
+            && w.comm > 0
+            && (w.wait as u128) * 100 >= (w.comm as u128) * MIN_WAIT_PCT as u128
+            && (impact as u128) * 100 >= (window as u128) * MIN_WINDOW_PCT as u128;
+        Figures {
+            sorted,
+            median_late,
+            n: n as u64,
+            window,
+            impact,
+            dominance,
+            fires,
         }
     }
-    let mut sorted: Vec<u64> = lateness
-        .iter()
-        .copied()
-        .filter(|&x| x >= MIN_LATE_NS)
-        .collect();
-    sorted.sort_unstable();
-    let median_late = pct(&sorted, 50);
-    let n = colls.len() as u64;
-    let window = (last - first).max(0) as u64;
-    let impact = wait / (np as u64 - 1);
-    let all_late: i128 = late_sum.iter().sum();
-    let dominance = if all_late > 0 {
-        late_sum[l] as f64 / all_late as f64
-    } else {
-        0.0
-    };
-    let fires = sorted.len() as u64 >= MIN_LATE_COLLECTIVES
-        && late_sum[l] * 100 >= all_late * MIN_DOMINANCE_PCT as i128
-        && comm > 0
-        && (wait as u128) * 100 >= (comm as u128) * MIN_WAIT_PCT as u128
-        && (impact as u128) * 100 >= (window as u128) * MIN_WINDOW_PCT as u128;
-    if !fires {
-        return (Vec::new(), Some(align), warnings);
+}
+
+/// The late rank's host calls (API records and synchronizations of every thread of the
+/// process), and how their lines are found.
+struct HostCalls<'c> {
+    m: &'c Model,
+    cx: &'c Ctx<'c>,
+    locator: &'c Locator<'c>,
+    /// (start, end, call) by start: API records (call `i`), then synchronizations (call
+    /// `na + i`: a sync may have no API record of its own).
+    calls: Vec<(u64, u64, usize)>,
+    /// API records.
+    na: usize,
+}
+
+/// The line of a host call, how it was found, and the call's (thread, start).
+type CallLine = (u32, LocationSource, Option<(u64, u64)>);
+
+impl<'c> HostCalls<'c> {
+    fn new(cx: &'c Ctx<'c>, locator: &'c Locator<'c>) -> HostCalls<'c> {
+        let m = cx.m;
+        let na = m.api_count() as usize;
+        // Status polls (`cudaEventQuery`, `cuStreamQuery`…) are left out: watchdog and proxy
+        // threads (PyTorch's NCCL watchdog) issue them on their own schedule, whatever the host
+        // is doing.
+        let mut calls: Vec<(u64, u64, usize)> = (0..na)
+            .map(|i| (i, m.api(i)))
+            .filter(|(_, a)| !m.str(a.name).contains("Query"))
+            .map(|(i, a)| (a.start, a.end.max(a.start), i))
+            .chain((0..m.sync_count()).map(|i| {
+                let s = m.sync(i);
+                (s.start, s.end.max(s.start), na + i)
+            }))
+            .collect();
+        calls.sort_unstable();
+        HostCalls {
+            m,
+            cx,
+            locator,
+            calls,
+            na,
+        }
     }
 
-    // Where the late rank's host spent the time.
-    let lr = &ps[l];
-    let m = lr.m;
-    let busy = DeviceBusy::new(m);
-    let (t0, t1) = m.time_range();
-    let cx = Ctx::new(m, cfg, &busy, t1.saturating_sub(t0));
-    let locator = Locator::new(&cx);
-    // Host calls of every thread: API records (index i), then synchronizations (index
-    // `api_count + i`: a sync may have no API record of its own).
-    let na = m.api_count() as usize;
-    // Status polls (`cudaEventQuery`, `cuStreamQuery`…) are left out: watchdog and proxy threads
-    // (PyTorch's NCCL watchdog) issue them on their own schedule, whatever the host is doing.
-    let mut calls: Vec<(u64, u64, usize)> = (0..na)
-        .map(|i| (i, m.api(i)))
-        .filter(|(_, a)| !m.str(a.name).contains("Query"))
-        .map(|(i, a)| (a.start, a.end.max(a.start), i))
-        .chain((0..m.sync_count()).map(|i| {
-            let s = m.sync(i);
-            (s.start, s.end.max(s.start), na + i)
-        }))
-        .collect();
-    calls.sort_unstable();
-    // The line of a host call, and how it was found.
-    let call_loc = |c: usize| -> (u32, LocationSource, Option<(u64, u64)>) {
-        if c < na {
+    /// The line of host call `c`.
+    fn call_loc(&self, c: usize) -> CallLine {
+        let m = self.m;
+        if c < self.na {
             let a = m.api(c);
-            let (loc, src) = locator.locate(a.corr, None, Some(&a), a.start);
+            let (loc, src) = self.locator.locate(a.corr, None, Some(&a), a.start);
             (loc, src, Some((a.tid, a.start)))
         } else {
-            let i = c - na;
-            let loc = cx.sync_loc.get(i).copied().unwrap_or(NONE);
+            let i = c - self.na;
+            let loc = self.cx.sync_loc.get(i).copied().unwrap_or(NONE);
             let s = m.sync(i);
             let src = if loc == NONE {
                 LocationSource::None
@@ -434,14 +568,16 @@ pub(crate) fn run(
             };
             (loc, src, s.tid.map(|t| (t, s.start)))
         }
-    };
-    // The line of the call at `calls[pos]` that ended a stretch. A launch without a call-site
-    // stack of its own (launches are sampled) takes the sampled call sites of the same kernel
-    // function from the same thread; else the first call after it on the same thread that has
-    // one, before that thread's next synchronization (at most 256 calls on): the host reached
-    // that line right after the stretch.
-    let stretch_end_loc = |pos: usize| -> (u32, LocationSource, Option<(u64, u64)>) {
-        let first = call_loc(calls[pos].2);
+    }
+
+    /// The line of the call at `calls[pos]` that ended a stretch. A launch without a call-site
+    /// stack of its own (launches are sampled) takes the sampled call sites of the same kernel
+    /// function from the same thread; else the first call after it on the same thread that has
+    /// one, before that thread's next synchronization (at most 256 calls on): the host reached
+    /// that line right after the stretch.
+    fn stretch_end_loc(&self, pos: usize) -> CallLine {
+        let (m, calls, na) = (self.m, &self.calls, self.na);
+        let first = self.call_loc(calls[pos].2);
         if first.1 <= LocationSource::Sync || pos >= calls.len() {
             return first;
         }
@@ -450,7 +586,7 @@ pub(crate) fn run(
         };
         if calls[pos].2 < na {
             let a = m.api(calls[pos].2);
-            if let Some(loc) = locator.kernel_thread_line(a.corr, a.tid) {
+            if let Some(loc) = self.locator.kernel_thread_line(a.corr, a.tid) {
                 return (loc, LocationSource::KernelCallsites, first.2);
             }
         }
@@ -465,28 +601,42 @@ pub(crate) fn run(
             if a.tid != tid {
                 continue;
             }
-            if let Some(loc) = cx.callsite_loc(a.corr) {
+            if let Some(loc) = self.cx.callsite_loc(a.corr) {
                 return (loc, LocationSource::NextCallsite, Some((a.tid, a.start)));
             }
         }
         first
-    };
-    // Launch start of each of the late rank's communication kernels (its kernel start when the
-    // launch has no API record).
-    let launch_at = |k: usize| -> u64 {
-        let r = m.kernel(k);
-        cx.api(r.corr).map_or(r.start, |a| a.start)
-    };
+    }
+
+    /// Launch start of kernel `k` (its start when the launch has no API record).
+    fn launch_at(&self, k: usize) -> u64 {
+        let r = self.m.kernel(k);
+        self.cx.api(r.corr).map_or(r.start, |a| a.start)
+    }
+}
+
+/// The longest stretch without a CUDA call before a late collective: the call that ended it
+/// (index into the host calls), the call before it, its length, and the collective's lateness.
+type Stretch = (usize, Option<usize>, u64, u64);
+
+/// Whether a stretch explains its collective's lateness: at least half of it.
+fn explains(g: &Stretch) -> bool {
+    g.2.saturating_mul(2) >= g.3
+}
+
+/// Per late collective: the late rank's longest stretch without a CUDA call between its
+/// previous communication kernel's launch and this one's.
+fn stretches(h: &HostCalls, lr: &Rank, l: usize, colls: &[Coll], w: &Waits) -> Vec<Stretch> {
+    let (t0, calls) = (h.m.time_range().0, &h.calls);
     let pos_of: HashMap<usize, usize> = lr.comm.iter().enumerate().map(|(i, &k)| (k, i)).collect();
-    // (after call, before call, stretch, lateness) per late collective.
-    let mut gaps: Vec<(usize, Option<usize>, u64, u64)> = Vec::new();
-    for &ci in &late_colls {
+    let mut gaps: Vec<Stretch> = Vec::new();
+    for &ci in &w.late_colls {
         let k = colls[ci].k[l];
-        let end = launch_at(k);
+        let end = h.launch_at(k);
         let begin = pos_of
             .get(&k)
             .and_then(|&p| p.checked_sub(1))
-            .map_or(t0, |p| launch_at(lr.comm[p]));
+            .map_or(t0, |p| h.launch_at(lr.comm[p]));
         let from = calls.partition_point(|c| c.0 < begin);
         let mut best: Option<(u64, usize, Option<usize>)> = None;
         let mut reach: Option<(u64, usize)> = None;
@@ -505,15 +655,55 @@ pub(crate) fn run(
             }
         }
         if let Some((d, after, before)) = best {
-            gaps.push((after, before, d, lateness[ci]));
+            gaps.push((after, before, d, w.lateness[ci]));
         }
     }
+    gaps
+}
+
+/// Where the late rank's host spent the time: the insight's location and host figures.
+struct Host {
+    loc: u32,
+    location: SourceLoc,
+    /// The line of the call before the stretch.
+    before: Option<SourceLoc>,
+    src: LocationSource,
+    /// The scope open where the stretch ended.
+    scope: Option<Vec<String>>,
+    host_bound: bool,
+    gap_median: Option<u64>,
+    /// Late collectives whose stretch explains their lateness, and all with a stretch.
+    explained: usize,
+    stretches: usize,
+    /// The title's lateness: where the host made the rank late when host-bound (the later
+    /// buckets' small lateness would hide it), else the median over the late collectives.
+    title_late: u64,
+}
+
+/// A location: its index, the call before the stretch, how it was found, the scope open there.
+type Line = (u32, Option<SourceLoc>, LocationSource, Option<Vec<String>>);
+
+/// Where the late rank's host spent the time before its late collectives (see the module doc).
+fn host_time(
+    lr: &Rank,
+    l: usize,
+    colls: &[Coll],
+    w: &Waits,
+    median_late: u64,
+    cfg: &Config,
+) -> Host {
+    let m = lr.m;
+    let busy = DeviceBusy::new(m);
+    let (t0, t1) = m.time_range();
+    let cx = Ctx::new(m, cfg, &busy, t1.saturating_sub(t0));
+    let locator = Locator::new(&cx);
+    let h = HostCalls::new(&cx, &locator);
+    let gaps = stretches(&h, lr, l, colls, w);
     // The host explains a collective's lateness when its stretch is at least half of it; the run
     // is host-bound when such collectives hold at least half of all the lateness. (With DDP's
     // gradient buckets, the first collective of a step is late by the host's whole delay and the
     // later ones by a little each, with short stretches between backward's launches: a median
     // over all of them would hide the one stretch that matters.)
-    let explains = |g: &(usize, Option<usize>, u64, u64)| g.2.saturating_mul(2) >= g.3;
     let late_all = gaps.iter().fold(0u64, |a, g| a.saturating_add(g.3));
     let late_explained = gaps
         .iter()
@@ -529,9 +719,7 @@ pub(crate) fn run(
         .collect();
     stretch.sort_unstable();
     let gap_median = (!stretch.is_empty()).then(|| pct(&stretch, 50));
-    let explained_count = gaps.iter().filter(|g| explains(g)).count();
-    // How late the rank arrives where its host made it late (the title's figure when host-bound:
-    // the later buckets' small lateness would hide it).
+    let explained = gaps.iter().filter(|g| explains(g)).count();
     let mut explained_late: Vec<u64> = gaps.iter().filter(|g| explains(g)).map(|g| g.3).collect();
     explained_late.sort_unstable();
     let title_late = if host_bound && !explained_late.is_empty() {
@@ -539,98 +727,183 @@ pub(crate) fn run(
     } else {
         median_late
     };
+    let (loc, before, src, scope) = if host_bound {
+        stretch_line(&h, &gaps)
+    } else {
+        None
+    }
+    .unwrap_or_else(|| launch_line(&h, l, colls, &w.late_colls));
+    Host {
+        loc,
+        location: locator.source_loc(loc),
+        before,
+        src,
+        scope,
+        host_bound,
+        gap_median,
+        explained,
+        stretches: gaps.len(),
+        title_late,
+    }
+}
+
+/// The line of the call that ended the most stretch time (of the stretches that explain their
+/// collective's lateness), with the call before it and the scope open there; None without one.
+fn stretch_line(h: &HostCalls, gaps: &[Stretch]) -> Option<Line> {
     let mut by_loc: HashMap<u32, LocVotes> = HashMap::new();
     // Per location of the call that ended a stretch: the stretch time, votes for the call before.
     let mut where_at: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
-    if host_bound {
-        for &(after, before, d, _) in gaps.iter().filter(|g| explains(g)) {
-            let (loc, src, at) = stretch_end_loc(after);
-            where_at.push((loc, at));
-            let e = by_loc.entry(loc).or_insert((0, Vec::new(), src));
-            e.0 += d;
-            e.2 = e.2.max(src);
-            if let Some(b) = before {
-                e.1.push((0, call_loc(b).0));
-            }
+    for &(after, before, d, _) in gaps.iter().filter(|g| explains(g)) {
+        let (loc, src, at) = h.stretch_end_loc(after);
+        where_at.push((loc, at));
+        let e = by_loc.entry(loc).or_insert((0, Vec::new(), src));
+        e.0 += d;
+        e.2 = e.2.max(src);
+        if let Some(b) = before {
+            e.1.push((0, h.call_loc(b).0));
         }
     }
-    let (loc, before_loc, src, scope) = match by_loc
+    let (loc, (_, votes, src)) = by_loc
         .into_iter()
-        .max_by_key(|(loc, v)| (v.0, std::cmp::Reverse(*loc)))
-    {
-        Some((loc, (_, votes, src))) => {
-            let before = crate::shared::timeline::most_frequent_per_key(votes)
-                .first()
-                .map(|&(_, b)| b)
-                .filter(|&b| b != NONE && b != loc)
-                .map(|b| locator.source_loc(b));
-            // The scope open where the stretch ended, on the calling thread.
-            let scope = where_at
-                .iter()
-                .find(|w| w.0 == loc)
-                .and_then(|w| w.1)
-                .and_then(|(tid, ts)| m.innermost_scope(tid, ts.saturating_sub(1)))
-                .map(|i| m.scope_path(i));
-            (loc, before, src, scope)
-        }
-        None => {
-            // The collectives' own launch line.
-            let mut votes = Vec::new();
-            let mut src = LocationSource::None;
-            for &ci in &late_colls {
-                let r = m.kernel(colls[ci].k[l]);
-                let a = cx.api(r.corr);
-                let (loc, s) = locator.locate(r.corr, None, a.as_ref(), r.start);
-                if loc != NONE {
-                    votes.push((0, loc));
-                    src = src.min(s);
-                }
-            }
-            let loc = crate::shared::timeline::most_frequent_per_key(votes)
-                .first()
-                .map_or(NONE, |v| v.1);
-            (
-                loc,
-                None,
-                if loc == NONE {
-                    LocationSource::None
-                } else {
-                    src
-                },
-                None,
-            )
-        }
-    };
-    let location = locator.source_loc(loc);
+        .max_by_key(|(loc, v)| (v.0, std::cmp::Reverse(*loc)))?;
+    let before = most_frequent_per_key(votes)
+        .first()
+        .map(|&(_, b)| b)
+        .filter(|&b| b != NONE && b != loc)
+        .map(|b| h.locator.source_loc(b));
+    // The scope open where the stretch ended, on the calling thread.
+    let scope = where_at
+        .iter()
+        .find(|w| w.0 == loc)
+        .and_then(|w| w.1)
+        .and_then(|(tid, ts)| h.m.innermost_scope(tid, ts.saturating_sub(1)))
+        .map(|i| h.m.scope_path(i));
+    Some((loc, before, src, scope))
+}
 
-    let top_name = op_votes
+/// The late collectives' own launch line (the most frequent).
+fn launch_line(h: &HostCalls, l: usize, colls: &[Coll], late_colls: &[usize]) -> Line {
+    let mut votes = Vec::new();
+    let mut src = LocationSource::None;
+    for &ci in late_colls {
+        let r = h.m.kernel(colls[ci].k[l]);
+        let a = h.cx.api(r.corr);
+        let (loc, s) = h.locator.locate(r.corr, None, a.as_ref(), r.start);
+        if loc != NONE {
+            votes.push((0, loc));
+            src = src.min(s);
+        }
+    }
+    let loc = most_frequent_per_key(votes).first().map_or(NONE, |v| v.1);
+    let src = if loc == NONE {
+        LocationSource::None
+    } else {
+        src
+    };
+    (loc, None, src, None)
+}
+
+/// What the insight is written from, besides the ranks and the host's time.
+struct Found<'f> {
+    names: &'f [String],
+    method: ClockMethod,
+    waits: &'f Waits,
+    figures: &'f Figures,
+}
+
+/// The insight: rank `l` late at the collectives, the others waiting for it.
+fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
+    let (lr, w, f) = (&ps[l], found.waits, found.figures);
+    let top_name = w
+        .op_votes
         .iter()
         .max_by_key(|(ix, w)| (**w, std::cmp::Reverse(**ix)))
         .map_or(0, |(ix, _)| *ix);
-    let kernel = names[top_name].clone();
+    let kernel = found.names[top_name].clone();
     let op = crate::comm::collective_op(&kernel);
     let what = op.unwrap_or_else(|| crate::kernels::short_name(&kernel));
-    let waiting: Vec<u32> = (0..np).filter(|&q| q != l).map(|q| ps[q].rank).collect();
+    let waiting: Vec<u32> = (0..ps.len())
+        .filter(|&q| q != l)
+        .map(|q| ps[q].rank)
+        .collect();
     let waiting_txt = waiting
         .iter()
         .map(|r| r.to_string())
         .collect::<Vec<_>>()
         .join(", ");
-    let at_txt = if loc == NONE {
+    let at_txt = if host.loc == NONE {
         String::new()
     } else {
-        format!(" @ {}", location.short())
+        format!(" @ {}", host.location.short())
     };
     let title = format!(
         "Collective wait × {} · rank {} arrives {} late at {what} · rank{} {waiting_txt} wait{} {} in it{at_txt}",
-        late_colls.len(),
+        w.late_colls.len(),
         lr.rank,
-        fmt_duration(title_late),
+        fmt_duration(host.title_late),
         if waiting.len() == 1 { "" } else { "s" },
         if waiting.len() == 1 { "s" } else { "" },
-        fmt_duration(impact),
+        fmt_duration(f.impact),
     );
-    let clock_txt = match method {
+    let detail = format!(
+        "{what} kernels on rank{} {waiting_txt} spend {:.0}% of their time ({} of {}) waiting for rank {}, \
+         which starts them last in {} of {} collectives and at least {} late in {}: median {} (p90 {}) \
+         after the next-latest rank.{} \
+         ({}; the same collective on each rank matched by order of its kernel name.)",
+        if waiting.len() == 1 { "" } else { "s" },
+        share(w.wait, w.comm) * 100.0,
+        fmt_duration(w.wait),
+        fmt_duration(w.comm),
+        lr.rank,
+        w.last_count,
+        f.n,
+        fmt_duration(MIN_LATE_NS),
+        f.sorted.len(),
+        fmt_duration(f.median_late),
+        fmt_duration(pct(&f.sorted, 90)),
+        host_text(lr, &host),
+        clock_text(found.method),
+    );
+    let fix = format!(
+        "Make rank {} arrive with the others: find the work only it does before the collective \
+         (data loading or preprocessing, logging, checkpointing, evaluation on one rank, an uneven \
+         shard) and move it off the training loop (DataLoader workers, a background thread), spread \
+         it over every rank, or do it at the same point on all of them. The other ranks' GPUs idle \
+         in {what} meanwhile: their kernels are not slow, and no change to them helps.",
+        lr.rank
+    );
+    let sev_window = f.window.max(1);
+    Insight::new(RULE, host.location, title, detail, fix)
+        .count(w.late_colls.len() as u64)
+        .impact(f.impact, sev_window, sev_window)
+        .window(f.window)
+        .data(Data {
+            late_rank: lr.rank,
+            late_session: lr.session.clone(),
+            waiting_ranks: waiting,
+            op: op.map(str::to_string),
+            kernel,
+            collectives: f.n,
+            last_collectives: w.last_count,
+            late_collectives: f.sorted.len() as u64,
+            median_late_ns: f.median_late,
+            p90_late_ns: pct(&f.sorted, 90),
+            lateness_share: f.dominance,
+            wait_ns: w.wait,
+            comm_ns: w.comm,
+            wait_share: share(w.wait, w.comm),
+            host_gap_median_ns: host.gap_median,
+            gap_before: host.before,
+            host_bound: host.host_bound,
+            location_source: host.src,
+            clock: found.method,
+        })
+        .scope(host.scope)
+}
+
+/// How the clocks were aligned, for the detail.
+fn clock_text(method: ClockMethod) -> String {
+    match method {
         ClockMethod::SameHost => format!(
             "clocks of one host, aligned within {}",
             fmt_duration(SAME_HOST_ERROR_NS)
@@ -638,10 +911,15 @@ pub(crate) fn run(
         ClockMethod::CollectiveEnds => {
             "hosts differ: clocks aligned on the collectives' end times (approximate)".to_string()
         }
-    };
-    let host_txt = match (host_bound, gap_median) {
+    }
+}
+
+/// What the late rank's host did, for the detail.
+fn host_text(lr: &Rank, h: &Host) -> String {
+    let location = &h.location;
+    match (h.host_bound, h.gap_median) {
         (true, Some(g)) => {
-            let between = match (&before_loc, loc == NONE) {
+            let between = match (&h.before, h.loc == NONE) {
                 (Some(b), false) => format!(
                     ": between {}{} and the next CUDA call at {}{}",
                     b.short(),
@@ -656,12 +934,12 @@ pub(crate) fn run(
                 ),
                 _ => String::new(),
             };
-            let which = if explained_count == gaps.len() {
+            let which = if h.explained == h.stretches {
                 "each late collective".to_string()
             } else {
                 format!(
-                    "{explained_count} of the {} late collectives (those it makes late)",
-                    gaps.len()
+                    "{} of the {} late collectives (those it makes late)",
+                    h.explained, h.stretches
                 )
             };
             format!(
@@ -669,7 +947,7 @@ pub(crate) fn run(
                  — the time goes to code run between those calls that makes none{}.",
                 lr.rank,
                 fmt_duration(g),
-                location_note(src, "that call")
+                location_note(h.src, "that call")
             )
         }
         (false, Some(g)) => format!(
@@ -677,62 +955,11 @@ pub(crate) fn run(
              delay is its GPU work before the collective (uneven work or a slower GPU), launched @ the line named{}.",
             lr.rank,
             fmt_duration(g),
-            location_note(src, "the collective's launch")
+            location_note(h.src, "the collective's launch")
         ),
         (_, None) => format!(
             " Rank {}'s session has no API records, so its host's time cannot be placed.",
             lr.rank
         ),
-    };
-    let detail = format!(
-        "{what} kernels on rank{} {waiting_txt} spend {:.0}% of their time ({} of {}) waiting for rank {}, \
-         which starts them last in {last_count} of {n} collectives and at least {} late in {}: median {} (p90 {}) \
-         after the next-latest rank.{host_txt} \
-         ({clock_txt}; the same collective on each rank matched by order of its kernel name.)",
-        if waiting.len() == 1 { "" } else { "s" },
-        share(wait, comm) * 100.0,
-        fmt_duration(wait),
-        fmt_duration(comm),
-        lr.rank,
-        fmt_duration(MIN_LATE_NS),
-        sorted.len(),
-        fmt_duration(median_late),
-        fmt_duration(pct(&sorted, 90)),
-    );
-    let fix = format!(
-        "Make rank {} arrive with the others: find the work only it does before the collective \
-         (data loading or preprocessing, logging, checkpointing, evaluation on one rank, an uneven \
-         shard) and move it off the training loop (DataLoader workers, a background thread), spread \
-         it over every rank, or do it at the same point on all of them. The other ranks' GPUs idle \
-         in {what} meanwhile: their kernels are not slow, and no change to them helps.",
-        lr.rank
-    );
-    let sev_window = window.max(1);
-    let insight = Insight::new(RULE, location, title, detail, fix)
-        .count(late_colls.len() as u64)
-        .impact(impact, sev_window, sev_window)
-        .window(window)
-        .data(Data {
-            late_rank: lr.rank,
-            late_session: lr.session.clone(),
-            waiting_ranks: waiting,
-            op: op.map(str::to_string),
-            kernel,
-            collectives: n,
-            last_collectives: last_count,
-            late_collectives: sorted.len() as u64,
-            median_late_ns: median_late,
-            p90_late_ns: pct(&sorted, 90),
-            lateness_share: dominance,
-            wait_ns: wait,
-            comm_ns: comm,
-            wait_share: share(wait, comm),
-            host_gap_median_ns: gap_median,
-            gap_before: before_loc,
-            host_bound,
-            location_source: src,
-            clock: method,
-        })
-        .scope(scope);
-    (vec![insight], Some(align), warnings)
+    }
 }

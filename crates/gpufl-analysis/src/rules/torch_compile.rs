@@ -25,6 +25,7 @@ use crate::insight::{fmt_duration, in_function, Insight, Severity};
 use crate::shared::timeline::most_frequent_per_key;
 use crate::shared::Ctx;
 use crate::store::NONE;
+use crate::userframe::SourceLoc;
 use gpufl_trace::StackId;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -79,6 +80,22 @@ pub struct Data {
 type Call = (u64, u64, u64, u32);
 
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
+    let calls = calls(cx);
+    if !calls.iter().any(|c| c.1) {
+        return Vec::new();
+    }
+    let mut found = episodes(cx, &calls);
+    let first_run = first_runs(cx, &calls);
+    found.sort_by_key(|(l, e)| (*l, e.start_ns));
+    found
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|line| line_insight(cx, line, &first_run))
+        .collect()
+}
+
+/// The CUDA calls with a stack (synchronizations, and API calls with a `callsite` stack not cut
+/// short inside CUDA), each with whether it is compiling, by (thread, start, end).
+fn calls(cx: &Ctx) -> Vec<(Call, bool)> {
     let m = cx.m;
     // Which stacks are compiling, on first need (a stack is looked at once).
     let mut compiling: HashMap<u32, bool> = HashMap::new();
@@ -111,14 +128,15 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             is_compiling(stack),
         ));
     }
-    if !calls.iter().any(|c| c.1) {
-        return Vec::new();
-    }
     calls.sort_unstable_by_key(|c| (c.0 .2, c.0 .0, c.0 .1));
-    let origin = m.time_range().0;
-    let all_busy = cx.busy.intervals(None);
+    calls
+}
 
-    // Episodes per thread: (line, episode).
+/// The compilations, per thread: (line, episode) of each run of compiling calls with no other
+/// CUDA call between them, spanning at least [`MIN_SPAN_NS`], at a user line.
+fn episodes(cx: &Ctx, calls: &[(Call, bool)]) -> Vec<(u32, Episode)> {
+    let origin = cx.m.time_range().0;
+    let all_busy = cx.busy.intervals(None);
     let mut found: Vec<(u32, Episode)> = Vec::new();
     for thread in calls.chunk_by(|a, b| a.0 .2 == b.0 .2) {
         let mut i = 0;
@@ -158,12 +176,16 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             i = j;
         }
     }
-    // Where the compiled function already ran before a compilation (a non-compiling call at the
-    // same line, on any thread), that compilation is a recompilation (or a new graph), whatever
-    // its rank: a first compilation that hit Inductor's caches can make no CUDA call and go
-    // unseen, while a later one that autotunes new kernels is seen.
+    found
+}
+
+/// Per line, the first time the compiled code ran there (a non-compiling call, on any thread).
+/// A compilation after it is a recompilation (or a new graph), whatever its rank: a first
+/// compilation that hit Inductor's caches can make no CUDA call and go unseen, while a later one
+/// that autotunes new kernels is seen.
+fn first_runs(cx: &Ctx, calls: &[(Call, bool)]) -> HashMap<u32, u64> {
     let mut first_run: HashMap<u32, u64> = HashMap::new();
-    for &((start, _, _, st), comp) in &calls {
+    for &((start, _, _, st), comp) in calls {
         if comp {
             continue;
         }
@@ -172,111 +194,125 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             *e = (*e).min(start);
         }
     }
-    found.sort_by_key(|(l, e)| (*l, e.start_ns));
-    let mut out = Vec::new();
-    for line in found.chunk_by(|a, b| a.0 == b.0) {
-        let loc = cx.locs[line[0].0 as usize].clone();
-        let eps: Vec<&Episode> = line.iter().map(|(_, e)| e).collect();
-        let sum = |it: &[&Episode], f: fn(&Episode) -> u64| -> u64 {
-            it.iter().fold(0u64, |a, e| a.saturating_add(f(e)))
-        };
-        let (compile_ns, idle_ns) = (sum(&eps, |e| e.span_ns), sum(&eps, |e| e.gpu_idle_ns));
-        let ran_from = first_run
-            .get(&line[0].0)
-            .map_or(u64::MAX, |&t| t.saturating_sub(origin));
-        // The first compilation unless the function had already run at this line before it.
-        let n_first = usize::from(eps[0].start_ns < ran_from);
-        let later = &eps[n_first..];
-        let (re_ns, re_idle) = (sum(later, |e| e.span_ns), sum(later, |e| e.gpu_idle_ns));
-        let severity = if later.is_empty() {
-            Severity::Low
-        } else if (re_idle as u128) * 2 > cx.wall_ns as u128 {
-            Severity::High
-        } else {
-            Severity::Medium
-        };
-        let mut kept: Vec<Episode> = eps.iter().map(|e| (*e).clone()).collect();
-        if kept.len() > MAX_EPISODES {
-            kept.sort_by(|a, b| b.span_ns.cmp(&a.span_ns).then(a.start_ns.cmp(&b.start_ns)));
-            kept.truncate(MAX_EPISODES);
-            kept.sort_by_key(|e| e.start_ns);
-        }
-        let title = if later.is_empty() {
-            format!(
-                "torch.compile compiling @ {} · up to {} once, GPU idle {}",
-                loc.short(),
-                fmt_duration(compile_ns),
-                fmt_duration(idle_ns)
-            )
-        } else {
-            format!(
-                "torch.compile compiling × {} @ {} · {} recompilation(s) up to {}, GPU idle {}",
-                eps.len(),
-                loc.short(),
-                later.len(),
-                fmt_duration(re_ns),
-                fmt_duration(re_idle)
-            )
-        };
-        let times = match eps.len() {
-            1 => "once".to_string(),
-            n => format!("{n} times"),
-        };
-        let mut detail = format!(
-            "Dynamo compiled at {}{} {times}",
-            loc.short(),
-            in_function(&loc)
-        );
-        if let Some(first) = eps.first().filter(|_| n_first == 1) {
-            detail.push_str(&format!(
-                ": first at +{} for up to {} (GPU idle {}, {} compiling CUDA calls)",
-                fmt_duration(first.start_ns),
-                fmt_duration(first.span_ns),
-                fmt_duration(first.gpu_idle_ns),
-                first.calls
-            ));
-        }
-        if !later.is_empty() {
-            let longest = later.iter().map(|e| e.span_ns).max().unwrap_or(0);
-            detail.push_str(&format!(
-                "{}{} after the compiled code had run at this line — recompilations (a guard \
-                 failed) or new graphs (after a graph break) — for up to {} in all (longest {}, \
-                 the first at +{}), with the GPU idle {} meanwhile",
-                if n_first == 1 { "; then " } else { ": " },
-                later.len(),
-                fmt_duration(re_ns),
-                fmt_duration(longest),
-                fmt_duration(later[0].start_ns),
-                fmt_duration(re_idle)
-            ));
-        }
-        detail.push_str(
-            ". A span runs from the thread's last CUDA call before compiling to its first after \
-             it: the recorder sees the host only at CUDA calls.",
-        );
-        // The first compilation is a one-off at startup (gpu-idle leaves such pauses out too):
-        // listed, not ranked by its idle time; recompilations are what the loop pays again.
-        let (impact, window) = if later.is_empty() {
-            (0, compile_ns)
-        } else {
-            (re_idle, re_ns)
-        };
-        out.push(
-            Insight::new(RULE, loc, title, detail, FIX)
-                .count(eps.len() as u64)
-                .impact(impact, window, cx.wall_ns)
-                .severity(severity)
-                .gpu_idle(idle_ns)
-                .data(Data {
-                    compilations: eps.len() as u64,
-                    recompilations: later.len() as u64,
-                    compile_ns,
-                    gpu_idle_ns: idle_ns,
-                    recompile_ns: re_ns,
-                    recompile_gpu_idle_ns: re_idle,
-                    episodes: kept,
-                }),
-        );
+    first_run
+}
+
+/// The insight of one line's compilations (in time order).
+fn line_insight(cx: &Ctx, line: &[(u32, Episode)], first_run: &HashMap<u32, u64>) -> Insight {
+    let origin = cx.m.time_range().0;
+    let loc = cx.locs[line[0].0 as usize].clone();
+    let eps: Vec<&Episode> = line.iter().map(|(_, e)| e).collect();
+    let (compile_ns, idle_ns) = (sum(&eps, |e| e.span_ns), sum(&eps, |e| e.gpu_idle_ns));
+    let ran_from = first_run
+        .get(&line[0].0)
+        .map_or(u64::MAX, |&t| t.saturating_sub(origin));
+    // The first compilation unless the function had already run at this line before it.
+    let n_first = usize::from(eps[0].start_ns < ran_from);
+    let later = &eps[n_first..];
+    let (re_ns, re_idle) = (sum(later, |e| e.span_ns), sum(later, |e| e.gpu_idle_ns));
+    let severity = if later.is_empty() {
+        Severity::Low
+    } else if (re_idle as u128) * 2 > cx.wall_ns as u128 {
+        Severity::High
+    } else {
+        Severity::Medium
+    };
+    let mut kept: Vec<Episode> = eps.iter().map(|e| (*e).clone()).collect();
+    if kept.len() > MAX_EPISODES {
+        kept.sort_by(|a, b| b.span_ns.cmp(&a.span_ns).then(a.start_ns.cmp(&b.start_ns)));
+        kept.truncate(MAX_EPISODES);
+        kept.sort_by_key(|e| e.start_ns);
     }
-    out
+    let title = if later.is_empty() {
+        format!(
+            "torch.compile compiling @ {} · up to {} once, GPU idle {}",
+            loc.short(),
+            fmt_duration(compile_ns),
+            fmt_duration(idle_ns)
+        )
+    } else {
+        format!(
+            "torch.compile compiling × {} @ {} · {} recompilation(s) up to {}, GPU idle {}",
+            eps.len(),
+            loc.short(),
+            later.len(),
+            fmt_duration(re_ns),
+            fmt_duration(re_idle)
+        )
+    };
+    let detail = detail(&loc, &eps, n_first, (re_ns, re_idle));
+    // The first compilation is a one-off at startup (gpu-idle leaves such pauses out too):
+    // listed, not ranked by its idle time; recompilations are what the loop pays again.
+    let (impact, window) = if later.is_empty() {
+        (0, compile_ns)
+    } else {
+        (re_idle, re_ns)
+    };
+    Insight::new(RULE, loc, title, detail, FIX)
+        .count(eps.len() as u64)
+        .impact(impact, window, cx.wall_ns)
+        .severity(severity)
+        .gpu_idle(idle_ns)
+        .data(Data {
+            compilations: eps.len() as u64,
+            recompilations: later.len() as u64,
+            compile_ns,
+            gpu_idle_ns: idle_ns,
+            recompile_ns: re_ns,
+            recompile_gpu_idle_ns: re_idle,
+            episodes: kept,
+        })
+}
+
+/// Σ `f` over episodes, saturating.
+fn sum(eps: &[&Episode], f: fn(&Episode) -> u64) -> u64 {
+    eps.iter().fold(0u64, |a, e| a.saturating_add(f(e)))
+}
+
+/// The detail of a line's insight: its compilations, the first (`n_first` 1) and the later ones
+/// (their summed span and GPU idle in `re`).
+fn detail(
+    loc: &SourceLoc,
+    eps: &[&Episode],
+    n_first: usize,
+    (re_ns, re_idle): (u64, u64),
+) -> String {
+    let later = &eps[n_first..];
+    let times = match eps.len() {
+        1 => "once".to_string(),
+        n => format!("{n} times"),
+    };
+    let mut detail = format!(
+        "Dynamo compiled at {}{} {times}",
+        loc.short(),
+        in_function(loc)
+    );
+    if let Some(first) = eps.first().filter(|_| n_first == 1) {
+        detail.push_str(&format!(
+            ": first at +{} for up to {} (GPU idle {}, {} compiling CUDA calls)",
+            fmt_duration(first.start_ns),
+            fmt_duration(first.span_ns),
+            fmt_duration(first.gpu_idle_ns),
+            first.calls
+        ));
+    }
+    if !later.is_empty() {
+        let longest = later.iter().map(|e| e.span_ns).max().unwrap_or(0);
+        detail.push_str(&format!(
+            "{}{} after the compiled code had run at this line — recompilations (a guard \
+             failed) or new graphs (after a graph break) — for up to {} in all (longest {}, \
+             the first at +{}), with the GPU idle {} meanwhile",
+            if n_first == 1 { "; then " } else { ": " },
+            later.len(),
+            fmt_duration(re_ns),
+            fmt_duration(longest),
+            fmt_duration(later[0].start_ns),
+            fmt_duration(re_idle)
+        ));
+    }
+    detail.push_str(
+        ". A span runs from the thread's last CUDA call before compiling to its first after \
+         it: the recorder sees the host only at CUDA calls.",
+    );
+    detail
 }
