@@ -16,19 +16,39 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Rules (one file each under `insights/`, documented there and in `docs/insights.md`):
-//! `sync-attribution`, `in-loop-sync`, and the streams seed's `pageable-async-copy`,
-//! `blocking-copy`, `default-stream-barrier`, `device-wide-sync`, `no-copy-compute-overlap`,
-//! `gpu-idle` (with a per-device idle summary and utilization series), `launch-bound` and
-//! `low-utilization` (gpu-idle's low chunks and what the host did then, with NVML's utilization as
-//! a second opinion when recorded); from GPU telemetry, `throttling`, `memory-pressure` and
+//! Where things are:
+//!
+//! - [`insight`]: the contract between the rules and their readers: [`Insight`] (built with a
+//!   constructor and setters), [`Severity`], and the prose helpers (`fmt_duration`,
+//!   `short_function`, `share`, which live in the lower module `text` so that [`model`],
+//!   [`kernels`] and [`telemetry`] use them without depending on the rules).
+//! - `shared`: what the rules share and nothing that is a rule: the context (`Ctx`: every stack's
+//!   user location), the device timelines and call-site location (`timeline`), copies and
+//!   streams (`copies`), every device's idle gaps and utilization (`idle`: the [`DeviceIdle`] of
+//!   `gpu_idle` in the analysis), the kernel rules' sites (`kernel_site`, `detail_site`), the CUDA
+//!   graph summary (`graphs`), the [`Analysis::attribution`], and what is done to the insights
+//!   after the rules (`finish`: scopes, cross-thread locations, ranking).
+//! - [`rules`]: one file per rule, each importing only the contract, `shared` and the lower
+//!   modules, and the one rule table, [`rules::RULES`] (name, category, exactness in always-on
+//!   sessions, doc anchor, the function that runs it; [`rules::spec`] finds a row), which
+//!   [`analyze_on`] runs, [`sampling::rule_is_exact`] reads, and a test checks against
+//!   `docs/insights.md`. Each rule's own figures are a variant of [`RuleData`].
+//! - [`insights`]: the earlier paths (`insights::collective_wait`, `insights::attribution`, …),
+//!   re-exported.
+//!
+//! Rules (documented in their files and in `docs/insights.md`): `sync-attribution`,
+//! `in-loop-sync`, and the streams seed's `pageable-async-copy`, `blocking-copy`,
+//! `default-stream-barrier`, `device-wide-sync`, `no-copy-compute-overlap`, `host-read`;
+//! `gpu-idle` (over every device's idle gaps), `launch-bound` and `low-utilization` (the idle
+//! gaps' low chunks and what the host did then, with NVML's utilization as a second opinion when
+//! recorded), `torch-compile`; from GPU telemetry, `throttling`, `memory-pressure` and
 //! `ecc-errors` (with a per-device telemetry summary); and the kernel rules `low-occupancy`,
 //! `register-spill` and `under-filled-grid`, over the kernel table ([`kernels`], with theoretical
 //! occupancy from [`occupancy`]; communication kernels, [`comm`], left out); over the counters
 //! and PC samples from inside kernels ([`kdetail`]), `warp-divergence`, `uncoalesced-access`,
-//! `bank-conflicts` and `stall-reasons`. Over the sessions of
-//! a run (one per rank), [`analyze_run`] summarizes the ranks side by side and runs the cross-rank
-//! rule `collective-wait`.
+//! `bank-conflicts` and `stall-reasons`; over the CUDA graph summary, `graph-replay-gaps`. Over
+//! the sessions of a run (one per rank), [`analyze_run`] summarizes the ranks side by side and
+//! runs the cross-rank rule `collective-wait`.
 //!
 //! [`diff`] compares two analysed sessions (`gpufl diff`): a [`diff::Profile`] of each, then a
 //! typed [`diff::Diff`] of totals, kernels, sync and copy time per line, and insights.

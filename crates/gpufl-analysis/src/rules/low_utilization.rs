@@ -1,6 +1,6 @@
 //! Rule `low-utilization`: the stretches of a device's active range where its GPU was busy less
-//! than half the time, and what the host was doing then. It reads `gpu-idle`'s data, not the
-//! records again: its utilization series ([`UTIL_CHUNKS`] chunks of the active range, busy = union
+//! than half the time, and what the host was doing then. It reads the devices' idle summaries
+//! ([`crate::shared::idle`], the `gpu_idle` of the analysis), not the records again: their utilization series ([`UTIL_CHUNKS`] chunks of the active range, busy = union
 //! of kernels, copies and memsets) and its classification of each idle gap (`launch`, `sync`,
 //! `other`, `kernel_wait`, with the user line of the launch or of the sync / blocking copy).
 //!
@@ -83,7 +83,7 @@ pub struct Run {
 pub struct Data {
     pub device: u32,
     pub chunks: u32,
-    /// gpu-idle's low chunks, and those in counted runs.
+    /// The summary's low chunks, and those in counted runs.
     pub low_chunks: u32,
     pub counted_chunks: u32,
     /// Counted runs, in time order.

@@ -1,5 +1,7 @@
-//! Rule `gpu-idle`: the idle gaps of each device between its GPU work, classified by what the host
-//! was doing, with a per-device summary (class totals, largest gaps, utilization over time).
+//! Every device's idle gaps between its GPU work, classified by what the host was doing, with a
+//! per-device summary ([`DeviceIdle`]: class totals, largest gaps, utilization over time; the
+//! `gpu_idle` of the analysis). Shared, not a rule: the rule `gpu-idle` makes its insights from
+//! the gaps grouped by (class, line) ([`IdleScan::groups`]), `low-utilization` reads the summary.
 //!
 //! - **Gaps:** per device, the union of kernels, copies and memsets between the device's first and
 //!   last op (`[first start, last end]`, its *active range*); a gap is a hole in that union.
@@ -15,23 +17,15 @@
 //!   of the same kernel function, else (sessions without call sites) the next synchronization with
 //!   a stack on the issuing thread (approximate; said in the insight). `sync`: the sync's own
 //!   stack, or the blocking copy's call site. `other`: no line.
-//! - **Insights:** one per user line (classes folded: its largest class names it). A line's gaps
-//!   lose their *one-off pauses* first: from the longest down, each gap longer than all the line's
-//!   shorter gaps together (the wait before the first step, a lazy module load, a checkpoint) is
-//!   listed in the summary's top gaps but not in the insight. **Impact:** the remaining idle time.
-//!   **Window:** the span from the line's first gap to its last, one-off pauses cut out (like
-//!   in-loop-sync's loop span: startup does not grow with the run). **Fires** with at least
-//!   [`MIN_GAPS`] gaps, an impact of at least 1 % of the devices' active ranges (less the one-off
-//!   pauses) and of at least 5 % of the window for `launch`, 10 % for `sync` (the same calls are in
-//!   sync-attribution, which counts the host's blocked time: this one only reports the GPU idle
-//!   they cause when it is large) and 10 % for `other` (one insight for the whole session, no
-//!   line).
-//! - **Severity:** on the impact's share of the window: HIGH above 50 %, MEDIUM above 10 %.
+//! - **One-off pauses** of a (class, line) ([`Group::settle`]): from the longest gap down, each
+//!   gap longer than all the group's shorter gaps together (the wait before the first step, a lazy
+//!   module load, a checkpoint) is left out of its figures (it stays in the summary's top gaps).
 //! - **Not observed:** a gap that overlaps a paused interval or, in an always-on session, time
 //!   outside its windows ([`Model::unobserved`]) is neither a gap nor idle time: what the GPU did
 //!   there is unknown (a window's first op may follow work that ran before the window opened).
-//! - **Utilization:** each device's active range cut into [`UTIL_CHUNKS`] equal chunks (as
-//!   `nsys analyze gpu_time_util`), the busy share of each; chunks under 50 % are flagged `low`.
+//! - **Utilization** ([`utilization`]): each device's active range cut into [`UTIL_CHUNKS`] equal
+//!   chunks (as `nsys analyze gpu_time_util`), the busy share of each; chunks under 50 % are
+//!   flagged `low`.
 
 pub(crate) mod utilization;
 
@@ -506,7 +500,7 @@ impl DeviceScan<'_> {
 }
 
 /// The idle gaps of every device: each device's summary, and the gaps grouped by (class, line)
-/// for gpu-idle's insights.
+/// for the rule gpu-idle's insights.
 #[derive(Default)]
 pub(crate) struct IdleScan {
     /// Per device with GPU work, in the model's device order.

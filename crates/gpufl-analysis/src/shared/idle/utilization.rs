@@ -1,7 +1,7 @@
-//! The utilization series of `gpu-idle` (a device's active range cut into [`UTIL_CHUNKS`] equal
-//! chunks, as `nsys analyze gpu_time_util`): busy time per chunk, and what the host was doing
-//! during each chunk's idle time (gpu-idle's gap classes and lines), which `low-utilization`
-//! reads.
+//! The utilization series of each device's idle summary (its active range cut into
+//! [`UTIL_CHUNKS`] equal chunks, as `nsys analyze gpu_time_util`): busy time per chunk, and what
+//! the host was doing during each chunk's idle time (the idle gaps' classes and lines), which
+//! `low-utilization` reads.
 
 use super::{IdleClass, UtilChunk, LOW_UTILIZATION, UTIL_CHUNKS};
 use crate::insight::share;
@@ -19,7 +19,7 @@ pub struct ChunkLine {
     pub blocking_call: Option<String>,
 }
 
-/// What the host was doing during one chunk's idle time, by gpu-idle's classification of the
+/// What the host was doing during one chunk's idle time, by the idle scan's classification of the
 /// gaps (or their parts) that fall in the chunk.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ChunkIdle {
@@ -29,7 +29,7 @@ pub struct ChunkIdle {
     pub lines: Vec<ChunkLine>,
 }
 
-/// Idle time of a (class, line) in a chunk, and (length, index into gpu-idle's blocked index) of
+/// Idle time of a (class, line) in a chunk, and (length, index into the idle scan's blocked index) of
 /// its longest gap's blocked call.
 type LineAcc = (u64, Option<(u64, usize)>);
 
