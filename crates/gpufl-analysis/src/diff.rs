@@ -21,8 +21,9 @@
 //!   inside GPU busy time; docs/diff.md). Sessions of different lengths compare in absolute
 //!   terms; [`TotalsDiff::per_second`] gives the rates beside them.
 
-use crate::insights::{Insight, RuleData, Severity};
+use crate::insight::{Insight, Severity};
 use crate::model::Model;
+use crate::rules::RuleData;
 use crate::totals::Totals;
 use crate::userframe::{user_frame, SourceLoc};
 use crate::{Analysis, Config};

@@ -31,7 +31,7 @@ pub const LIBRARY_PATTERNS: [&str; 7] = [
 
 /// A kernel name for tables and titles: `void ns::kern<float, 4>(float*, int)` → `ns::kern`.
 pub fn short_name(name: &str) -> &str {
-    let f = crate::insights::short_function(name);
+    let f = crate::text::short_function(name);
     let f = f.strip_prefix("void ").unwrap_or(f);
     match f.find('<') {
         Some(i) if i > 0 => &f[..i],
@@ -820,7 +820,7 @@ fn table_in_pieces(
                 p99_ns,
                 duration_log2,
                 busy_ns,
-                busy_share: crate::insights::share(busy_ns, device_busy_ns),
+                busy_share: crate::text::share(busy_ns, device_busy_ns),
                 device_busy_ns,
                 configs: variants.len() as u32,
                 launch: top.config,

@@ -16,19 +16,39 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Rules (one file each under `insights/`, documented there and in `docs/insights.md`):
-//! `sync-attribution`, `in-loop-sync`, and the streams seed's `pageable-async-copy`,
-//! `blocking-copy`, `default-stream-barrier`, `device-wide-sync`, `no-copy-compute-overlap`,
-//! `gpu-idle` (with a per-device idle summary and utilization series), `launch-bound` and
-//! `low-utilization` (gpu-idle's low chunks and what the host did then, with NVML's utilization as
-//! a second opinion when recorded); from GPU telemetry, `throttling`, `memory-pressure` and
+//! Where things are:
+//!
+//! - [`insight`]: the contract between the rules and their readers: [`Insight`] (built with a
+//!   constructor and setters), [`Severity`], and the prose helpers (`fmt_duration`,
+//!   `short_function`, `share`, which live in the lower module `text` so that [`model`],
+//!   [`kernels`] and [`telemetry`] use them without depending on the rules).
+//! - `shared`: what the rules share and nothing that is a rule: the context (`Ctx`: every stack's
+//!   user location), the device timelines and call-site location (`timeline`), copies and
+//!   streams (`copies`), every device's idle gaps and utilization (`idle`: the [`DeviceIdle`] of
+//!   `gpu_idle` in the analysis), the kernel rules' sites (`kernel_site`, `detail_site`), the CUDA
+//!   graph summary (`graphs`), the [`Analysis::attribution`], and what is done to the insights
+//!   after the rules (`finish`: scopes, cross-thread locations, ranking).
+//! - [`rules`]: one file per rule, each importing only the contract, `shared` and the lower
+//!   modules, and the one rule table, [`rules::RULES`] (name, category, exactness in always-on
+//!   sessions, doc anchor, the function that runs it; [`rules::spec`] finds a row), which
+//!   [`analyze_on`] runs, [`sampling::rule_is_exact`] reads, and a test checks against
+//!   `docs/insights.md`. Each rule's own figures are a variant of [`RuleData`].
+//! - [`insights`]: the earlier paths (`insights::collective_wait`, `insights::attribution`, …),
+//!   re-exported.
+//!
+//! Rules (documented in their files and in `docs/insights.md`): `sync-attribution`,
+//! `in-loop-sync`, and the streams seed's `pageable-async-copy`, `blocking-copy`,
+//! `default-stream-barrier`, `device-wide-sync`, `no-copy-compute-overlap`, `host-read`;
+//! `gpu-idle` (over every device's idle gaps), `launch-bound` and `low-utilization` (the idle
+//! gaps' low chunks and what the host did then, with NVML's utilization as a second opinion when
+//! recorded), `torch-compile`; from GPU telemetry, `throttling`, `memory-pressure` and
 //! `ecc-errors` (with a per-device telemetry summary); and the kernel rules `low-occupancy`,
 //! `register-spill` and `under-filled-grid`, over the kernel table ([`kernels`], with theoretical
 //! occupancy from [`occupancy`]; communication kernels, [`comm`], left out); over the counters
 //! and PC samples from inside kernels ([`kdetail`]), `warp-divergence`, `uncoalesced-access`,
-//! `bank-conflicts` and `stall-reasons`. Over the sessions of
-//! a run (one per rank), [`analyze_run`] summarizes the ranks side by side and runs the cross-rank
-//! rule `collective-wait`.
+//! `bank-conflicts` and `stall-reasons`; over the CUDA graph summary, `graph-replay-gaps`. Over
+//! the sessions of a run (one per rank), [`analyze_run`] summarizes the ranks side by side and
+//! runs the cross-rank rule `collective-wait`.
 //!
 //! [`diff`] compares two analysed sessions (`gpufl diff`): a [`diff::Profile`] of each, then a
 //! typed [`diff::Diff`] of totals, kernels, sync and copy time per line, and insights.
@@ -39,6 +59,7 @@ mod corrs;
 pub mod diff;
 pub mod error;
 mod fold;
+pub mod insight;
 pub mod insights;
 pub mod intervals;
 pub mod kdetail;
@@ -47,29 +68,33 @@ pub mod lines;
 pub mod model;
 pub mod occupancy;
 pub mod pipeline;
+pub mod rules;
 pub mod run;
 pub mod sampling;
 pub mod scopes;
+mod shared;
 mod store;
 pub mod telemetry;
+mod text;
 pub mod totals;
 pub mod userframe;
 pub mod views;
 mod work;
 
 pub use error::AnalysisError;
-pub use insights::gpu_idle::{ClassTotal, DeviceIdle, Gap, IdleByClass, IdleClass, UtilChunk};
-pub use insights::graphs::{GraphOp, GraphSummary};
-pub use insights::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
-pub use insights::utilization::{ChunkIdle, ChunkLine};
-pub use insights::{fmt_duration, Insight, RuleData, Severity};
+pub use insight::{fmt_duration, Insight, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelSource, KernelTable};
 pub use model::{Model, Window, WindowReason};
 pub use occupancy::{Limiter, Occupancy, SmLimits};
+pub use rules::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
+pub use rules::RuleData;
 pub use run::{analyze_run, RunAnalysis, RunMember};
 pub use sampling::{Basis, BasisKind, CallsPerLine, Sampling};
 pub use scopes::{rollup_path, RangeRollup, RangeSpan, ScopeRollup, ScopeSpan, MAX_SCOPE_DEPTH};
+pub use shared::graphs::{GraphOp, GraphSummary};
+pub use shared::idle::utilization::{ChunkIdle, ChunkLine};
+pub use shared::idle::{ClassTotal, DeviceIdle, Gap, IdleByClass, IdleClass, UtilChunk};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
 pub use totals::{totals, Totals};
 pub use userframe::{
@@ -86,14 +111,13 @@ pub struct Config {
     pub filter: FrameFilter,
 }
 
-/// What one task of [`analyze_on`] returns.
-enum Part {
-    Idle(Vec<Insight>, Vec<DeviceIdle>, Vec<Insight>),
-    Found(Vec<Insight>),
-    Attribution(insights::attribution::Attribution),
+/// What one task of the first stage of [`analyze_on`] returns.
+enum Product {
+    Idle(shared::idle::IdleScan),
+    Attribution(shared::attribution::Attribution),
     Scopes(Vec<scopes::ScopeRollup>, Vec<scopes::RangeRollup>),
+    Graphs(Vec<GraphSummary>),
     Sampling(Option<sampling::Sampling>),
-    Graphs(Vec<GraphSummary>, Vec<Insight>),
 }
 
 /// Result of [`analyze`].
@@ -102,7 +126,7 @@ pub struct Analysis {
     pub totals: Totals,
     /// Sync and GPU time by what their locations name (a user line, inferred, a library line,
     /// `<driver-internal>`).
-    pub attribution: insights::attribution::Attribution,
+    pub attribution: shared::attribution::Attribution,
     /// Ranked by `impact_ns`, highest first; ties by rule, then location, then title.
     pub insights: Vec<Insight>,
     /// Whether CPU stacks were captured (some sync carries one, or the trace has stack records):
@@ -113,7 +137,7 @@ pub struct Analysis {
     /// Per device with GPU work: idle gaps by class, the longest gaps, utilization over time
     /// (rule `gpu-idle`, docs/insights.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub gpu_idle: Vec<insights::gpu_idle::DeviceIdle>,
+    pub gpu_idle: Vec<DeviceIdle>,
     /// Per device with NVML samples: min / mean / max of each metric, throttling time, ECC
     /// counters (`telemetry` records; absent without them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -148,91 +172,50 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
 
 /// Run every rule over a model, on up to `threads` threads; the same analysis as [`analyze`].
 /// The device busy intervals, then the kernel table, are computed piece by piece on every
-/// thread; then the rules run as tasks on the threads, the longest first: GPU idle time and low
-/// utilization, in-loop-sync, the kernel rules, the attribution, the other rules, the scopes,
-/// the CUDA graphs, the sampling summary. Their insights are concatenated in the order the rules always ran.
+/// thread; then, as tasks on the threads, what the rules share (every device's idle gaps, the
+/// CUDA graph summary) beside the analysis's own summaries (attribution, scopes, sampling); then
+/// the rules of the table ([`rules::RULES`]), their insights concatenated in the table's order,
+/// the order the rules always ran in (ranking keeps it among equals).
 pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
     let threads = threads.max(1);
     let busy = DeviceBusy::new_on(m, threads);
     let totals = totals::totals_with(m, &busy);
     let kernels = kernels::table_on(m, &busy, threads);
-    let cx = insights::Ctx::new(m, cfg, &busy, totals.wall_ns);
-    let task = |i: usize| -> Part {
+    let cx = shared::Ctx::new(m, cfg, &busy, totals.wall_ns);
+    // The longest first.
+    let task = |i: usize| -> Product {
         match i {
-            0 => {
-                let (found, gpu_idle) = insights::gpu_idle::run(&cx);
-                let low = insights::low_utilization::run(&cx, &gpu_idle);
-                Part::Idle(found, gpu_idle, low)
-            }
-            1 => Part::Found(insights::in_loop_sync::run(&cx)),
-            2 => {
-                let mut found = insights::low_occupancy::run(&cx, &kernels);
-                found.extend(insights::register_spill::run(&cx, &kernels));
-                found.extend(insights::under_filled_grid::run(&cx, &kernels));
-                found.extend(insights::warp_divergence::run(&cx, &kernels));
-                found.extend(insights::uncoalesced_access::run(&cx, &kernels));
-                found.extend(insights::bank_conflicts::run(&cx, &kernels));
-                found.extend(insights::stall_reasons::run(&cx, &kernels));
-                Part::Found(found)
-            }
-            3 => Part::Attribution(insights::attribution::attribute(&cx)),
-            4 => {
-                let mut found = insights::host_read::run(&cx);
-                found.extend(insights::default_stream_barrier::run(&cx));
-                found.extend(insights::pageable_async_copy::run(&cx));
-                found.extend(insights::blocking_copy::run(&cx));
-                found.extend(insights::device_wide_sync::run(&cx));
-                found.extend(insights::no_copy_compute_overlap::run(&cx));
-                Part::Found(found)
-            }
-            5 => {
-                let mut found = insights::sync_attribution::run(&cx);
-                found.extend(insights::torch_compile::run(&cx));
-                Part::Found(found)
-            }
-            6 => Part::Found(insights::launch_bound::run(&cx)),
-            7 => {
-                let mut found = insights::throttling::run(&cx);
-                found.extend(insights::memory_pressure::run(&cx));
-                found.extend(insights::ecc_errors::run(&cx));
-                Part::Found(found)
-            }
-            8 => Part::Scopes(scopes::rollup(m, &busy), scopes::range_rollup(m, &busy)),
-            9 => {
-                let graphs = insights::graphs::summarize(&cx);
-                let found = insights::graph_replays::run(&cx, &graphs);
-                Part::Graphs(graphs, found)
-            }
-            _ => Part::Sampling(sampling::summarize(m, &cx.stack_loc, &cx.locs)),
+            0 => Product::Idle(shared::idle::scan(&cx)),
+            1 => Product::Attribution(shared::attribution::attribute(&cx)),
+            2 => Product::Scopes(scopes::rollup(m, &busy), scopes::range_rollup(m, &busy)),
+            3 => Product::Graphs(shared::graphs::summarize(&cx)),
+            _ => Product::Sampling(sampling::summarize(m, &cx.stack_loc, &cx.locs)),
         }
     };
-    let parts = <[Part; 11]>::try_from(work::pieces(11, threads, task));
+    let products = <[Product; 5]>::try_from(work::pieces(5, threads, task));
     let Ok(
-        [Part::Idle(idle_found, gpu_idle, low_util), Part::Found(in_loop), Part::Found(kernel_found), Part::Attribution(attribution), Part::Found(others), Part::Found(sync_attr), Part::Found(launch), Part::Found(tele), Part::Scopes(scopes, ranges), Part::Graphs(graphs, graph_found), Part::Sampling(sampling)],
-    ) = parts
+        [Product::Idle(idle), Product::Attribution(attribution), Product::Scopes(scopes, ranges), Product::Graphs(graphs), Product::Sampling(sampling)],
+    ) = products
     else {
         unreachable!("one result per task, in task order")
     };
-    // In the order the rules always ran (ranking keeps it among equals).
-    let mut insights = sync_attr;
-    insights.extend(in_loop);
-    insights.extend(others);
-    insights.extend(idle_found);
-    insights.extend(launch);
-    insights.extend(low_util);
-    insights.extend(tele);
+    let inputs = shared::Inputs {
+        cx: &cx,
+        kernels: &kernels,
+        idle: &idle,
+        graphs: &graphs,
+    };
+    let mut insights = rules::run_all(&inputs, threads);
     let origin = m.time_range().0;
     let telemetry = m
         .telemetry()
         .iter()
         .map(|s| telemetry::summarize(s, origin))
         .collect();
-    insights.extend(kernel_found);
-    insights.extend(graph_found);
-    insights::name_scopes(&cx, &mut insights);
-    insights::mark_inferred(&cx, &mut insights);
+    shared::finish::name_scopes(&cx, &mut insights);
+    shared::finish::mark_inferred(&cx, &mut insights);
     sampling::mark_basis(m, &mut insights);
-    insights::rank(&mut insights);
+    shared::finish::rank(&mut insights);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
     let unattributed = totals.syncs - totals.syncs_with_stack;
@@ -247,7 +230,7 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
         insights,
         has_stacks,
         warnings,
-        gpu_idle,
+        gpu_idle: idle.devices,
         telemetry,
         kernels,
         scopes,

@@ -2,10 +2,10 @@
 //! `torchrun` writes one session per process (docs/trace-format.md, "Run directories"). A run has
 //! a summary per rank (processes with CUDA work, side by side), the processes without CUDA work
 //! folded into one line, and the cross-rank rule `collective-wait`
-//! ([`crate::insights::collective_wait`]). Each session keeps its own [`Analysis`].
+//! ([`crate::rules::collective_wait`]). Each session keeps its own [`Analysis`].
 
-use crate::insights::collective_wait::{self, ClockAlignment};
-use crate::insights::{Insight, Severity};
+use crate::insight::{Insight, Severity};
+use crate::rules::collective_wait::{self, ClockAlignment};
 use crate::{Analysis, Config, Model};
 use serde::Serialize;
 
@@ -195,7 +195,7 @@ pub fn analyze_run(members: &[RunMember], cfg: &Config) -> RunAnalysis {
         .collect();
     let (mut insights, clock, w) = collective_wait::run(parts, cfg);
     warnings.extend(w);
-    crate::insights::rank(&mut insights);
+    crate::shared::finish::rank(&mut insights);
     RunAnalysis {
         processes: members.len() as u32,
         ranks,

@@ -15,7 +15,7 @@
 //!   `extrapolated_impact_ns` (impact / coverage) is given beside it only when every window was a
 //!   periodic `sampled` one (a triggered or API window was opened for a reason: not typical).
 
-use crate::insights::Insight;
+use crate::insight::Insight;
 use crate::model::{Model, WindowReason};
 use crate::userframe::SourceLoc;
 use serde::Serialize;
@@ -48,12 +48,10 @@ pub struct Basis {
     pub extrapolated_impact_ns: Option<u64>,
 }
 
-/// Whether a rule's figures come only from records kept all the time in an always-on session.
+/// Whether a rule's figures come only from records kept all the time in an always-on session
+/// (the rule table's `exact`, [`crate::rules::RULES`]; false for a name no rule has).
 pub fn rule_is_exact(rule: &str) -> bool {
-    matches!(
-        rule,
-        "sync-attribution" | "in-loop-sync" | "throttling" | "memory-pressure" | "ecc-errors"
-    )
+    crate::rules::spec(rule).is_some_and(|r| r.exact)
 }
 
 /// Calls of one API at one user line, estimated from the sampled call sites.

@@ -313,7 +313,7 @@ pub(crate) fn throttle_time(s: &Series) -> Option<ThrottleTime> {
             t.hw_slowdown_ns += dt;
         }
     }
-    t.throttled_share = crate::insights::share(t.throttled_ns, t.sampled_ns);
+    t.throttled_share = crate::text::share(t.throttled_ns, t.sampled_ns);
     (t.samples > 0).then_some(t)
 }
 

@@ -44,6 +44,10 @@ mod compile_rules;
 // bank-conflicts, stall-reasons.
 #[path = "analysis/detail_rules.rs"]
 mod detail_rules;
+// The rule table (issue 34): every rule documented in docs/insights.md under its anchor, every
+// documented rule in the table, the categories the server groups by.
+#[path = "analysis/rule_table.rs"]
+mod rule_table;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record

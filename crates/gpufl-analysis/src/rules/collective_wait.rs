@@ -1,0 +1,965 @@
+//! Rule `collective-wait` (a run rule: it reads several sessions, one per rank): communication
+//! kernels whose time is mostly spent waiting for one late rank — a straggler.
+//!
+//! - **Participants:** the sessions with communication kernels ([`crate::comm::is_comm_kernel`]);
+//!   at least two.
+//! - **Clocks:** every `start`/`end` is on its session's CUPTI clock. Sessions of one host are
+//!   put on the host's wall clock with each header's clock pair (`unix_ns − trace_ns`);
+//!   [`SAME_HOST_ERROR_NS`] bounds the error. Sessions of several hosts are aligned on the
+//!   collectives themselves: each rank's offset is the median, over matched collectives, of the
+//!   difference between the first participant's end time and its own (a collective ends at about
+//!   the same instant on every rank: the last data exchanged reaches them all); lateness is then
+//!   measured against that assumption, and the median spread of the ends is reported.
+//! - **Matching:** per kernel name, the n-th kernel of each rank (start order) is the same
+//!   collective (NCCL requires every rank to issue a communicator's collectives in one order);
+//!   names missing on some rank are left out, and a name with different counts is matched up to the
+//!   smallest (a warning says so).
+//! - **Lateness** of a rank at a collective: its kernel's start minus the latest start of the
+//!   other ranks (positive when it arrives last). The **late rank** has the largest sum of
+//!   positive lateness. Each other rank's **wait** at a collective: the part of its kernel before
+//!   the late rank's start (at most the kernel's duration).
+//! - **Late collectives:** those the late rank reaches ≥ [`MIN_LATE_NS`] after every other rank
+//!   (with DDP's gradient buckets, typically the first collective of each step: the later ones
+//!   queue behind it on the waiting ranks, so the late rank is late there by little).
+//! - **Fires** with at least [`MIN_LATE_COLLECTIVES`] late collectives, the late rank holding ≥
+//!   [`MIN_DOMINANCE_PCT`] % of all ranks' summed lateness (not ranks taking turns), the other
+//!   ranks' communication kernels spending ≥ [`MIN_WAIT_PCT`] % of their time waiting for it,
+//!   and that wait ≥ [`MIN_WINDOW_PCT`] % of the window. A balanced run (ranks arriving in turn
+//!   within tens of µs) raises nothing.
+//! - **Host line:** for each collective the late rank reached ≥ [`MIN_LATE_NS`] late, its
+//!   longest stretch without any CUDA call (API and sync records of every thread of the process,
+//!   status polls such as `cudaEventQuery` left out) between
+//!   its previous communication kernel's launch and this one's: the time the host spent in code
+//!   that makes no CUDA call. The location is the first CUDA call after that stretch (its call
+//!   site; the line the host reached late), the call before it is named in the detail; the one
+//!   with the most such time over the run wins. The recorder sees the host only at CUDA calls,
+//!   so the line that takes the time lies between those two. When that stretch is short beside
+//!   the lateness, the delay is on the late rank's GPU (its work before the collective), and the
+//!   location is the collective's own launch line.
+//! - **Impact:** the mean over the other ranks of their waiting time. **Window:** the span of the
+//!   matched collectives (first start to last end, aligned). **Severity** on their ratio.
+
+use crate::insight::{fmt_duration, share, Insight};
+use crate::intervals::DeviceBusy;
+use crate::model::Model;
+use crate::shared::timeline::{location_note, most_frequent_per_key, LocationSource, Locator};
+use crate::shared::Ctx;
+use crate::store::NONE;
+use crate::userframe::SourceLoc;
+use crate::Config;
+use serde::Serialize;
+use std::collections::HashMap;
+
+pub(crate) const RULE: &str = "collective-wait";
+/// A collective the late rank reaches this much after every other rank is a late one, ns.
+pub const MIN_LATE_NS: u64 = 200_000;
+/// Fewest late collectives for an insight.
+pub const MIN_LATE_COLLECTIVES: u64 = 3;
+/// The late rank's share of all ranks' summed lateness, percent.
+pub const MIN_DOMINANCE_PCT: u64 = 80;
+/// Least share of the other ranks' communication kernel time spent waiting, percent.
+pub const MIN_WAIT_PCT: u64 = 50;
+/// Least share of the window the waiting takes, percent.
+pub const MIN_WINDOW_PCT: u64 = 1;
+/// Error bound of times aligned between sessions of one host, ns: each session's clock pair is
+/// two reads taken back to back (CUPTI's clock, then the wall clock; 182 ns apart in
+/// `testdata/sessions/pytorch_train_sync-1304-…`), so two sessions are within the sum of two
+/// such gaps, plus the wall clock being stepped between the two sessions' reads (NTP slews
+/// rather than steps on a running host). 10 µs leaves a wide margin; lateness is only reported
+/// from [`MIN_LATE_NS`], 20 times that.
+pub const SAME_HOST_ERROR_NS: u64 = 10_000;
+/// Collectives matched at most (per run): more are left out, with a warning.
+pub const MAX_COLLECTIVES: usize = 1 << 20;
+
+/// How the ranks' clocks were put on one time line.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockMethod {
+    /// One host: each session's header clock pair maps its times to the host's wall clock.
+    SameHost,
+    /// Several hosts: offsets from the matched collectives' end times.
+    CollectiveEnds,
+}
+
+/// The clock alignment of a run's ranks.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct ClockAlignment {
+    pub method: ClockMethod,
+    /// Distinct hosts of the participants.
+    pub hosts: Vec<String>,
+    /// Bound on the error between two ranks' aligned times, ns (one host only; None across hosts,
+    /// where the alignment rests on the collectives ending together).
+    pub error_bound_ns: Option<u64>,
+    /// Median over matched collectives of their end times' spread across ranks, after alignment,
+    /// ns: small when the clocks agree (a collective ends nearly together on every rank).
+    pub end_spread_ns: Option<u64>,
+    /// Matched collectives.
+    pub collectives: u64,
+}
+
+/// The rule's own figures.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Data {
+    /// The late rank (its `rank` header field, else its position among the participants).
+    pub late_rank: u32,
+    /// Its session (directory name).
+    pub late_session: String,
+    /// The other participants' ranks.
+    pub waiting_ranks: Vec<u32>,
+    /// The collective operation most often waited for (`AllReduce`), and its kernel's name.
+    pub op: Option<String>,
+    pub kernel: String,
+    pub collectives: u64,
+    /// Collectives the late rank reached last, and ≥ [`MIN_LATE_NS`] after the others.
+    pub last_collectives: u64,
+    pub late_collectives: u64,
+    /// Median and 90th percentile (nearest rank) of its lateness over the late collectives, ns.
+    pub median_late_ns: u64,
+    pub p90_late_ns: u64,
+    /// Its share of all ranks' summed lateness, 0..1.
+    pub lateness_share: f64,
+    /// The other ranks' time waiting in communication kernels, summed, and their whole
+    /// communication kernel time, ns.
+    pub wait_ns: u64,
+    pub comm_ns: u64,
+    /// `wait_ns / comm_ns`.
+    pub wait_share: f64,
+    /// Median of the late rank's longest stretch without a CUDA call before each late collective
+    /// (when host-bound: before each late collective whose lateness it explains, at least half of
+    /// it), ns (None without API records).
+    pub host_gap_median_ns: Option<u64>,
+    /// The CUDA call that ended that stretch (the location), and the one before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_before: Option<SourceLoc>,
+    /// Whether the stretches explain the lateness: the late collectives whose stretch is at least
+    /// half of their lateness hold at least half of all lateness. Else the delay is the late
+    /// rank's GPU work before the collective.
+    pub host_bound: bool,
+    pub location_source: LocationSource,
+    pub clock: ClockMethod,
+}
+
+/// One rank's part in the rule: its model, rank number and the offset that aligns its clock.
+pub(crate) struct Rank<'a> {
+    pub m: &'a Model,
+    pub rank: u32,
+    pub session: String,
+    /// Its communication kernels (indices into the model's kernels), by start.
+    comm: Vec<usize>,
+    offset: i128,
+}
+
+impl<'a> Rank<'a> {
+    pub(crate) fn new(m: &'a Model, rank: u32, session: String) -> Rank<'a> {
+        let mut comm: Vec<usize> = (0..m.kernel_count())
+            .filter(|&i| crate::comm::is_comm_kernel(m.str(m.kernel(i).name)))
+            .collect();
+        comm.sort_by_key(|&i| (m.kernel(i).start, i));
+        Rank {
+            m,
+            rank,
+            session,
+            comm,
+            offset: 0,
+        }
+    }
+
+    /// Start and end of kernel `k` on the aligned clock (an inverted interval made empty).
+    fn at(&self, k: usize) -> (i128, i128) {
+        let r = self.m.kernel(k);
+        (
+            r.start as i128 + self.offset,
+            r.end.max(r.start) as i128 + self.offset,
+        )
+    }
+}
+
+/// Per location of the call that ended a host stretch: the stretch time, votes `(0, location)`
+/// for the call before it, and the least precise way a location was found.
+type LocVotes = (u64, Vec<(u32, u32)>, LocationSource);
+
+/// One matched collective: per participant, its kernel (index into the model's kernels).
+struct Coll {
+    name: usize,
+    k: Vec<usize>,
+}
+
+fn median_of(v: &mut [i128]) -> i128 {
+    v.sort_unstable();
+    if v.is_empty() {
+        0
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+/// ` (`text`)` for a line's text, or nothing.
+fn quoted(text: &Option<String>) -> String {
+    text.as_deref()
+        .map(|t| format!(" (`{}`)", t.trim()))
+        .unwrap_or_default()
+}
+
+/// Nearest-rank percentile of sorted values.
+fn pct(v: &[u64], p: usize) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    let r = (v.len() * p).div_ceil(100).max(1);
+    v[r - 1]
+}
+
+/// Run the rule over the ranks (the sessions of one run). Returns the insights, the clock
+/// alignment (None with fewer than two participants) and warnings.
+pub(crate) fn run(
+    ranks: Vec<Rank>,
+    cfg: &Config,
+) -> (Vec<Insight>, Option<ClockAlignment>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut ps: Vec<Rank> = ranks.into_iter().filter(|r| !r.comm.is_empty()).collect();
+    if ps.len() < 2 {
+        return (Vec::new(), None, warnings);
+    }
+    let (names, colls) = match_collectives(&ps, &mut warnings);
+    if colls.is_empty() {
+        warnings.push(
+            "no communication kernel name is common to every rank: collectives not matched".into(),
+        );
+        return (Vec::new(), None, warnings);
+    }
+    let (method, hosts) = align_clocks(&mut ps, &colls, &mut warnings);
+    let mut spread = Spread::of(&ps, &colls);
+    let align = ClockAlignment {
+        method,
+        hosts,
+        error_bound_ns: (method == ClockMethod::SameHost).then_some(SAME_HOST_ERROR_NS),
+        end_spread_ns: Some(median_of(&mut spread.end_spreads).max(0) as u64),
+        collectives: colls.len() as u64,
+    };
+    let late_sum = &spread.late_sum;
+    let Some(l) = (0..ps.len()).max_by_key(|&pi| (late_sum[pi], std::cmp::Reverse(pi))) else {
+        return (Vec::new(), Some(align), warnings);
+    };
+    let waits = Waits::of(&ps, &colls, l);
+    let figures = Figures::of(&waits, &spread, l, ps.len(), colls.len());
+    if !figures.fires {
+        return (Vec::new(), Some(align), warnings);
+    }
+    let host = host_time(&ps[l], l, &colls, &waits, figures.median_late, cfg);
+    let found = Found {
+        names: &names,
+        method,
+        waits: &waits,
+        figures: &figures,
+    };
+    (vec![insight(&ps, l, &found, host)], Some(align), warnings)
+}
+
+/// The collectives: per kernel name, the n-th kernel of each participant (start order); names
+/// missing on some participant left out, and a name with different counts matched up to the
+/// smallest (with a warning). Returns the names (indexed by [`Coll::name`]) and the collectives.
+fn match_collectives(ps: &[Rank], warnings: &mut Vec<String>) -> (Vec<String>, Vec<Coll>) {
+    // Kernels of each name, per participant.
+    let mut names: Vec<String> = Vec::new();
+    let mut name_ix: HashMap<String, usize> = HashMap::new();
+    let mut per: Vec<Vec<Vec<usize>>> = Vec::new();
+    for p in ps {
+        let mut by: Vec<Vec<usize>> = vec![Vec::new(); names.len()];
+        for &i in &p.comm {
+            let n = p.m.str(p.m.kernel(i).name);
+            let ix = *name_ix.entry(n.to_string()).or_insert_with(|| {
+                names.push(n.to_string());
+                names.len() - 1
+            });
+            if by.len() <= ix {
+                by.resize(ix + 1, Vec::new());
+            }
+            by[ix].push(i);
+        }
+        per.push(by);
+    }
+    let mut colls: Vec<Coll> = Vec::new();
+    for (ix, name) in names.iter().enumerate() {
+        let counts: Vec<usize> = per
+            .iter()
+            .map(|by| by.get(ix).map_or(0, |v| v.len()))
+            .collect();
+        let n = counts.iter().copied().min().unwrap_or(0);
+        if n == 0 {
+            continue;
+        }
+        if counts.iter().any(|&c| c != n) {
+            warnings.push(format!(
+                "ranks recorded different numbers of {} kernels ({}): the first {n} of each were matched",
+                crate::kernels::short_name(name),
+                counts
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        for j in 0..n {
+            if colls.len() >= MAX_COLLECTIVES {
+                break;
+            }
+            colls.push(Coll {
+                name: ix,
+                k: per.iter().map(|by| by[ix][j]).collect(),
+            });
+        }
+    }
+    if colls.len() >= MAX_COLLECTIVES {
+        warnings.push(format!(
+            "more than {MAX_COLLECTIVES} collectives: the rest were left out"
+        ));
+    }
+    (names, colls)
+}
+
+/// Put the participants' clocks on one time line (each one's `offset`): one host's sessions on
+/// its wall clock through their headers' clock pairs, else each rank on the first one's clock
+/// through the collectives' end times (with a warning). Returns the method and the hosts.
+fn align_clocks(
+    ps: &mut [Rank],
+    colls: &[Coll],
+    warnings: &mut Vec<String>,
+) -> (ClockMethod, Vec<String>) {
+    let mut hosts: Vec<String> = ps
+        .iter()
+        .map(|p| p.m.header().map(|h| h.host.clone()).unwrap_or_default())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    let method = if hosts.len() == 1 {
+        for p in ps.iter_mut() {
+            p.offset =
+                p.m.header()
+                    .map_or(0, |h| h.clock.unix_ns as i128 - h.clock.trace_ns as i128);
+        }
+        ClockMethod::SameHost
+    } else {
+        for pi in 1..ps.len() {
+            let mut d: Vec<i128> = colls
+                .iter()
+                .map(|c| ps[0].m.kernel(c.k[0]).end as i128 - ps[pi].m.kernel(c.k[pi]).end as i128)
+                .collect();
+            ps[pi].offset = median_of(&mut d);
+        }
+        warnings.push(format!(
+            "the ranks ran on {} hosts: their clocks are aligned on the collectives' end times, not measured (docs/insights.md, rule collective-wait)",
+            hosts.len()
+        ));
+        ClockMethod::CollectiveEnds
+    };
+    (method, hosts)
+}
+
+/// The matched collectives on the aligned clocks.
+struct Spread {
+    /// Per collective: the spread of its end times across the participants.
+    end_spreads: Vec<i128>,
+    /// Per participant: its summed lateness (its start after every other participant's).
+    late_sum: Vec<i128>,
+    /// The first start and the last end of them all.
+    first: i128,
+    last: i128,
+}
+
+impl Spread {
+    fn of(ps: &[Rank], colls: &[Coll]) -> Spread {
+        let np = ps.len();
+        let mut end_spreads: Vec<i128> = Vec::with_capacity(colls.len());
+        let mut late_sum = vec![0i128; np];
+        let (mut first, mut last) = (i128::MAX, i128::MIN);
+        for c in colls {
+            let se: Vec<(i128, i128)> = (0..np).map(|pi| ps[pi].at(c.k[pi])).collect();
+            let (lo, hi) = se.iter().fold((i128::MAX, i128::MIN), |(a, b), &(_, e)| {
+                (a.min(e), b.max(e))
+            });
+            end_spreads.push(hi - lo);
+            first = first.min(se.iter().map(|x| x.0).min().unwrap_or(first));
+            last = last.max(hi);
+            for pi in 0..np {
+                let others = (0..np)
+                    .filter(|&q| q != pi)
+                    .map(|q| se[q].0)
+                    .max()
+                    .unwrap_or(se[pi].0);
+                late_sum[pi] += (se[pi].0 - others).max(0);
+            }
+        }
+        Spread {
+            end_spreads,
+            late_sum,
+            first,
+            last,
+        }
+    }
+}
+
+/// The late rank's lateness at each collective, and the other ranks' waits for it.
+struct Waits {
+    /// Per collective: the late rank's start after the latest start of the others, ns (0 when
+    /// it was not last).
+    lateness: Vec<u64>,
+    /// The other ranks' time in their communication kernels before the late rank's start, and
+    /// all their communication kernel time, ns.
+    wait: u64,
+    comm: u64,
+    /// Collectives the late rank started last.
+    last_count: u64,
+    /// Collectives it reached at least [`MIN_LATE_NS`] after the others (indices).
+    late_colls: Vec<usize>,
+    /// Waiting time per kernel name (index into the names).
+    op_votes: HashMap<usize, u64>,
+}
+
+impl Waits {
+    fn of(ps: &[Rank], colls: &[Coll], l: usize) -> Waits {
+        let np = ps.len();
+        let mut lateness: Vec<u64> = Vec::with_capacity(colls.len());
+        let (mut wait, mut comm, mut last_count) = (0u64, 0u64, 0u64);
+        let mut late_colls: Vec<usize> = Vec::new();
+        let mut op_votes: HashMap<usize, u64> = HashMap::new();
+        for (ci, c) in colls.iter().enumerate() {
+            let sl = ps[l].at(c.k[l]).0;
+            let others = (0..np)
+                .filter(|&q| q != l)
+                .map(|q| ps[q].at(c.k[q]).0)
+                .max()
+                .unwrap_or(sl);
+            let late = (sl - others).max(0) as u64;
+            lateness.push(late);
+            if late > 0 {
+                last_count += 1;
+            }
+            for q in (0..np).filter(|&q| q != l) {
+                let (s, e) = ps[q].at(c.k[q]);
+                let d = (e - s) as u64;
+                comm += d;
+                let w = ((sl - s).max(0) as u64).min(d);
+                wait += w;
+                *op_votes.entry(c.name).or_default() += w;
+            }
+            if late >= MIN_LATE_NS {
+                late_colls.push(ci);
+            }
+        }
+        Waits {
+            lateness,
+            wait,
+            comm,
+            last_count,
+            late_colls,
+            op_votes,
+        }
+    }
+}
+
+/// The rule's figures over the collectives, and whether it fires.
+struct Figures {
+    /// The lateness of the late collectives (at least [`MIN_LATE_NS`]), sorted.
+    sorted: Vec<u64>,
+    median_late: u64,
+    /// Matched collectives.
+    n: u64,
+    /// Their span (first start to last end, aligned), ns.
+    window: u64,
+    /// The mean over the other ranks of their waiting time, ns.
+    impact: u64,
+    /// The late rank's share of all ranks' summed lateness.
+    dominance: f64,
+    fires: bool,
+}
+
+impl Figures {
+    fn of(w: &Waits, s: &Spread, l: usize, np: usize, n: usize) -> Figures {
+        let mut sorted: Vec<u64> = w
+            .lateness
+            .iter()
+            .copied()
+            .filter(|&x| x >= MIN_LATE_NS)
+            .collect();
+        sorted.sort_unstable();
+        let median_late = pct(&sorted, 50);
+        let window = (s.last - s.first).max(0) as u64;
+        let impact = w.wait / (np as u64 - 1);
+        let all_late: i128 = s.late_sum.iter().sum();
+        let dominance = if all_late > 0 {
+            s.late_sum[l] as f64 / all_late as f64
+        } else {
+            0.0
+        };
+        let fires = sorted.len() as u64 >= MIN_LATE_COLLECTIVES
+            && s.late_sum[l] * 100 >= all_late * MIN_DOMINANCE_PCT as i128
+            && w.comm > 0
+            && (w.wait as u128) * 100 >= (w.comm as u128) * MIN_WAIT_PCT as u128
+            && (impact as u128) * 100 >= (window as u128) * MIN_WINDOW_PCT as u128;
+        Figures {
+            sorted,
+            median_late,
+            n: n as u64,
+            window,
+            impact,
+            dominance,
+            fires,
+        }
+    }
+}
+
+/// The late rank's host calls (API records and synchronizations of every thread of the
+/// process), and how their lines are found.
+struct HostCalls<'c> {
+    m: &'c Model,
+    cx: &'c Ctx<'c>,
+    locator: &'c Locator<'c>,
+    /// (start, end, call) by start: API records (call `i`), then synchronizations (call
+    /// `na + i`: a sync may have no API record of its own).
+    calls: Vec<(u64, u64, usize)>,
+    /// API records.
+    na: usize,
+}
+
+/// The line of a host call, how it was found, and the call's (thread, start).
+type CallLine = (u32, LocationSource, Option<(u64, u64)>);
+
+impl<'c> HostCalls<'c> {
+    fn new(cx: &'c Ctx<'c>, locator: &'c Locator<'c>) -> HostCalls<'c> {
+        let m = cx.m;
+        let na = m.api_count() as usize;
+        // Status polls (`cudaEventQuery`, `cuStreamQuery`…) are left out: watchdog and proxy
+        // threads (PyTorch's NCCL watchdog) issue them on their own schedule, whatever the host
+        // is doing.
+        let mut calls: Vec<(u64, u64, usize)> = (0..na)
+            .map(|i| (i, m.api(i)))
+            .filter(|(_, a)| !m.str(a.name).contains("Query"))
+            .map(|(i, a)| (a.start, a.end.max(a.start), i))
+            .chain((0..m.sync_count()).map(|i| {
+                let s = m.sync(i);
+                (s.start, s.end.max(s.start), na + i)
+            }))
+            .collect();
+        calls.sort_unstable();
+        HostCalls {
+            m,
+            cx,
+            locator,
+            calls,
+            na,
+        }
+    }
+
+    /// The line of host call `c`.
+    fn call_loc(&self, c: usize) -> CallLine {
+        let m = self.m;
+        if c < self.na {
+            let a = m.api(c);
+            let (loc, src) = self.locator.locate(a.corr, None, Some(&a), a.start);
+            (loc, src, Some((a.tid, a.start)))
+        } else {
+            let i = c - self.na;
+            let loc = self.cx.sync_loc.get(i).copied().unwrap_or(NONE);
+            let s = m.sync(i);
+            let src = if loc == NONE {
+                LocationSource::None
+            } else {
+                LocationSource::Sync
+            };
+            (loc, src, s.tid.map(|t| (t, s.start)))
+        }
+    }
+
+    /// The line of the call at `calls[pos]` that ended a stretch. A launch without a call-site
+    /// stack of its own (launches are sampled) takes the sampled call sites of the same kernel
+    /// function from the same thread; else the first call after it on the same thread that has
+    /// one, before that thread's next synchronization (at most 256 calls on): the host reached
+    /// that line right after the stretch.
+    fn stretch_end_loc(&self, pos: usize) -> CallLine {
+        let (m, calls, na) = (self.m, &self.calls, self.na);
+        let first = self.call_loc(calls[pos].2);
+        if first.1 <= LocationSource::Sync || pos >= calls.len() {
+            return first;
+        }
+        let Some((tid, _)) = first.2 else {
+            return first;
+        };
+        if calls[pos].2 < na {
+            let a = m.api(calls[pos].2);
+            if let Some(loc) = self.locator.kernel_thread_line(a.corr, a.tid) {
+                return (loc, LocationSource::KernelCallsites, first.2);
+            }
+        }
+        for c in calls[pos + 1..].iter().take(256) {
+            if c.2 >= na {
+                if m.sync(c.2 - na).tid == Some(tid) {
+                    break;
+                }
+                continue;
+            }
+            let a = m.api(c.2);
+            if a.tid != tid {
+                continue;
+            }
+            if let Some(loc) = self.cx.callsite_loc(a.corr) {
+                return (loc, LocationSource::NextCallsite, Some((a.tid, a.start)));
+            }
+        }
+        first
+    }
+
+    /// Launch start of kernel `k` (its start when the launch has no API record).
+    fn launch_at(&self, k: usize) -> u64 {
+        let r = self.m.kernel(k);
+        self.cx.api(r.corr).map_or(r.start, |a| a.start)
+    }
+}
+
+/// The longest stretch without a CUDA call before a late collective: the call that ended it
+/// (index into the host calls), the call before it, its length, and the collective's lateness.
+type Stretch = (usize, Option<usize>, u64, u64);
+
+/// Whether a stretch explains its collective's lateness: at least half of it.
+fn explains(g: &Stretch) -> bool {
+    g.2.saturating_mul(2) >= g.3
+}
+
+/// Per late collective: the late rank's longest stretch without a CUDA call between its
+/// previous communication kernel's launch and this one's.
+fn stretches(h: &HostCalls, lr: &Rank, l: usize, colls: &[Coll], w: &Waits) -> Vec<Stretch> {
+    let (t0, calls) = (h.m.time_range().0, &h.calls);
+    let pos_of: HashMap<usize, usize> = lr.comm.iter().enumerate().map(|(i, &k)| (k, i)).collect();
+    let mut gaps: Vec<Stretch> = Vec::new();
+    for &ci in &w.late_colls {
+        let k = colls[ci].k[l];
+        let end = h.launch_at(k);
+        let begin = pos_of
+            .get(&k)
+            .and_then(|&p| p.checked_sub(1))
+            .map_or(t0, |p| h.launch_at(lr.comm[p]));
+        let from = calls.partition_point(|c| c.0 < begin);
+        let mut best: Option<(u64, usize, Option<usize>)> = None;
+        let mut reach: Option<(u64, usize)> = None;
+        for (j, c) in calls[from..]
+            .iter()
+            .enumerate()
+            .take_while(|(_, c)| c.0 <= end)
+        {
+            if let Some((re, ri)) = reach {
+                if c.0 > re && best.is_none_or(|b| c.0 - re > b.0) {
+                    best = Some((c.0 - re, from + j, Some(ri)));
+                }
+            }
+            if reach.is_none_or(|(re, _)| c.1 > re) {
+                reach = Some((c.1, c.2));
+            }
+        }
+        if let Some((d, after, before)) = best {
+            gaps.push((after, before, d, w.lateness[ci]));
+        }
+    }
+    gaps
+}
+
+/// Where the late rank's host spent the time: the insight's location and host figures.
+struct Host {
+    loc: u32,
+    location: SourceLoc,
+    /// The line of the call before the stretch.
+    before: Option<SourceLoc>,
+    src: LocationSource,
+    /// The scope open where the stretch ended.
+    scope: Option<Vec<String>>,
+    host_bound: bool,
+    gap_median: Option<u64>,
+    /// Late collectives whose stretch explains their lateness, and all with a stretch.
+    explained: usize,
+    stretches: usize,
+    /// The title's lateness: where the host made the rank late when host-bound (the later
+    /// buckets' small lateness would hide it), else the median over the late collectives.
+    title_late: u64,
+}
+
+/// A location: its index, the call before the stretch, how it was found, the scope open there.
+type Line = (u32, Option<SourceLoc>, LocationSource, Option<Vec<String>>);
+
+/// Where the late rank's host spent the time before its late collectives (see the module doc).
+fn host_time(
+    lr: &Rank,
+    l: usize,
+    colls: &[Coll],
+    w: &Waits,
+    median_late: u64,
+    cfg: &Config,
+) -> Host {
+    let m = lr.m;
+    let busy = DeviceBusy::new(m);
+    let (t0, t1) = m.time_range();
+    let cx = Ctx::new(m, cfg, &busy, t1.saturating_sub(t0));
+    let locator = Locator::new(&cx);
+    let h = HostCalls::new(&cx, &locator);
+    let gaps = stretches(&h, lr, l, colls, w);
+    // The host explains a collective's lateness when its stretch is at least half of it; the run
+    // is host-bound when such collectives hold at least half of all the lateness. (With DDP's
+    // gradient buckets, the first collective of a step is late by the host's whole delay and the
+    // later ones by a little each, with short stretches between backward's launches: a median
+    // over all of them would hide the one stretch that matters.)
+    let late_all = gaps.iter().fold(0u64, |a, g| a.saturating_add(g.3));
+    let late_explained = gaps
+        .iter()
+        .filter(|g| explains(g))
+        .fold(0u64, |a, g| a.saturating_add(g.3));
+    let host_bound = !gaps.is_empty() && late_explained.saturating_mul(2) >= late_all;
+    // The stretches reported: those of the collectives the host explains when host-bound, all
+    // of them otherwise.
+    let mut stretch: Vec<u64> = gaps
+        .iter()
+        .filter(|g| !host_bound || explains(g))
+        .map(|g| g.2)
+        .collect();
+    stretch.sort_unstable();
+    let gap_median = (!stretch.is_empty()).then(|| pct(&stretch, 50));
+    let explained = gaps.iter().filter(|g| explains(g)).count();
+    let mut explained_late: Vec<u64> = gaps.iter().filter(|g| explains(g)).map(|g| g.3).collect();
+    explained_late.sort_unstable();
+    let title_late = if host_bound && !explained_late.is_empty() {
+        pct(&explained_late, 50)
+    } else {
+        median_late
+    };
+    let (loc, before, src, scope) = if host_bound {
+        stretch_line(&h, &gaps)
+    } else {
+        None
+    }
+    .unwrap_or_else(|| launch_line(&h, l, colls, &w.late_colls));
+    Host {
+        loc,
+        location: locator.source_loc(loc),
+        before,
+        src,
+        scope,
+        host_bound,
+        gap_median,
+        explained,
+        stretches: gaps.len(),
+        title_late,
+    }
+}
+
+/// The line of the call that ended the most stretch time (of the stretches that explain their
+/// collective's lateness), with the call before it and the scope open there; None without one.
+fn stretch_line(h: &HostCalls, gaps: &[Stretch]) -> Option<Line> {
+    let mut by_loc: HashMap<u32, LocVotes> = HashMap::new();
+    // Per location of the call that ended a stretch: the stretch time, votes for the call before.
+    let mut where_at: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
+    for &(after, before, d, _) in gaps.iter().filter(|g| explains(g)) {
+        let (loc, src, at) = h.stretch_end_loc(after);
+        where_at.push((loc, at));
+        let e = by_loc.entry(loc).or_insert((0, Vec::new(), src));
+        e.0 += d;
+        e.2 = e.2.max(src);
+        if let Some(b) = before {
+            e.1.push((0, h.call_loc(b).0));
+        }
+    }
+    let (loc, (_, votes, src)) = by_loc
+        .into_iter()
+        .max_by_key(|(loc, v)| (v.0, std::cmp::Reverse(*loc)))?;
+    let before = most_frequent_per_key(votes)
+        .first()
+        .map(|&(_, b)| b)
+        .filter(|&b| b != NONE && b != loc)
+        .map(|b| h.locator.source_loc(b));
+    // The scope open where the stretch ended, on the calling thread.
+    let scope = where_at
+        .iter()
+        .find(|w| w.0 == loc)
+        .and_then(|w| w.1)
+        .and_then(|(tid, ts)| h.m.innermost_scope(tid, ts.saturating_sub(1)))
+        .map(|i| h.m.scope_path(i));
+    Some((loc, before, src, scope))
+}
+
+/// The late collectives' own launch line (the most frequent).
+fn launch_line(h: &HostCalls, l: usize, colls: &[Coll], late_colls: &[usize]) -> Line {
+    let mut votes = Vec::new();
+    let mut src = LocationSource::None;
+    for &ci in late_colls {
+        let r = h.m.kernel(colls[ci].k[l]);
+        let a = h.cx.api(r.corr);
+        let (loc, s) = h.locator.locate(r.corr, None, a.as_ref(), r.start);
+        if loc != NONE {
+            votes.push((0, loc));
+            src = src.min(s);
+        }
+    }
+    let loc = most_frequent_per_key(votes).first().map_or(NONE, |v| v.1);
+    let src = if loc == NONE {
+        LocationSource::None
+    } else {
+        src
+    };
+    (loc, None, src, None)
+}
+
+/// What the insight is written from, besides the ranks and the host's time.
+struct Found<'f> {
+    names: &'f [String],
+    method: ClockMethod,
+    waits: &'f Waits,
+    figures: &'f Figures,
+}
+
+/// The insight: rank `l` late at the collectives, the others waiting for it.
+fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
+    let (lr, w, f) = (&ps[l], found.waits, found.figures);
+    let top_name = w
+        .op_votes
+        .iter()
+        .max_by_key(|(ix, w)| (**w, std::cmp::Reverse(**ix)))
+        .map_or(0, |(ix, _)| *ix);
+    let kernel = found.names[top_name].clone();
+    let op = crate::comm::collective_op(&kernel);
+    let what = op.unwrap_or_else(|| crate::kernels::short_name(&kernel));
+    let waiting: Vec<u32> = (0..ps.len())
+        .filter(|&q| q != l)
+        .map(|q| ps[q].rank)
+        .collect();
+    let waiting_txt = waiting
+        .iter()
+        .map(|r| r.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let at_txt = if host.loc == NONE {
+        String::new()
+    } else {
+        format!(" @ {}", host.location.short())
+    };
+    let title = format!(
+        "Collective wait × {} · rank {} arrives {} late at {what} · rank{} {waiting_txt} wait{} {} in it{at_txt}",
+        w.late_colls.len(),
+        lr.rank,
+        fmt_duration(host.title_late),
+        if waiting.len() == 1 { "" } else { "s" },
+        if waiting.len() == 1 { "s" } else { "" },
+        fmt_duration(f.impact),
+    );
+    let detail = format!(
+        "{what} kernels on rank{} {waiting_txt} spend {:.0}% of their time ({} of {}) waiting for rank {}, \
+         which starts them last in {} of {} collectives and at least {} late in {}: median {} (p90 {}) \
+         after the next-latest rank.{} \
+         ({}; the same collective on each rank matched by order of its kernel name.)",
+        if waiting.len() == 1 { "" } else { "s" },
+        share(w.wait, w.comm) * 100.0,
+        fmt_duration(w.wait),
+        fmt_duration(w.comm),
+        lr.rank,
+        w.last_count,
+        f.n,
+        fmt_duration(MIN_LATE_NS),
+        f.sorted.len(),
+        fmt_duration(f.median_late),
+        fmt_duration(pct(&f.sorted, 90)),
+        host_text(lr, &host),
+        clock_text(found.method),
+    );
+    let fix = format!(
+        "Make rank {} arrive with the others: find the work only it does before the collective \
+         (data loading or preprocessing, logging, checkpointing, evaluation on one rank, an uneven \
+         shard) and move it off the training loop (DataLoader workers, a background thread), spread \
+         it over every rank, or do it at the same point on all of them. The other ranks' GPUs idle \
+         in {what} meanwhile: their kernels are not slow, and no change to them helps.",
+        lr.rank
+    );
+    let sev_window = f.window.max(1);
+    Insight::new(RULE, host.location, title, detail, fix)
+        .count(w.late_colls.len() as u64)
+        .impact(f.impact, sev_window, sev_window)
+        .window(f.window)
+        .data(Data {
+            late_rank: lr.rank,
+            late_session: lr.session.clone(),
+            waiting_ranks: waiting,
+            op: op.map(str::to_string),
+            kernel,
+            collectives: f.n,
+            last_collectives: w.last_count,
+            late_collectives: f.sorted.len() as u64,
+            median_late_ns: f.median_late,
+            p90_late_ns: pct(&f.sorted, 90),
+            lateness_share: f.dominance,
+            wait_ns: w.wait,
+            comm_ns: w.comm,
+            wait_share: share(w.wait, w.comm),
+            host_gap_median_ns: host.gap_median,
+            gap_before: host.before,
+            host_bound: host.host_bound,
+            location_source: host.src,
+            clock: found.method,
+        })
+        .scope(host.scope)
+}
+
+/// How the clocks were aligned, for the detail.
+fn clock_text(method: ClockMethod) -> String {
+    match method {
+        ClockMethod::SameHost => format!(
+            "clocks of one host, aligned within {}",
+            fmt_duration(SAME_HOST_ERROR_NS)
+        ),
+        ClockMethod::CollectiveEnds => {
+            "hosts differ: clocks aligned on the collectives' end times (approximate)".to_string()
+        }
+    }
+}
+
+/// What the late rank's host did, for the detail.
+fn host_text(lr: &Rank, h: &Host) -> String {
+    let location = &h.location;
+    match (h.host_bound, h.gap_median) {
+        (true, Some(g)) => {
+            let between = match (&h.before, h.loc == NONE) {
+                (Some(b), false) => format!(
+                    ": between {}{} and the next CUDA call at {}{}",
+                    b.short(),
+                    quoted(&b.text),
+                    location.short(),
+                    quoted(&location.text)
+                ),
+                (None, false) => format!(
+                    ": up to the CUDA call at {}{}",
+                    location.short(),
+                    quoted(&location.text)
+                ),
+                _ => String::new(),
+            };
+            let which = if h.explained == h.stretches {
+                "each late collective".to_string()
+            } else {
+                format!(
+                    "{} of the {} late collectives (those it makes late)",
+                    h.explained, h.stretches
+                )
+            };
+            format!(
+                " Rank {}'s host made no CUDA call for {} (median) before {which}{between} \
+                 — the time goes to code run between those calls that makes none{}.",
+                lr.rank,
+                fmt_duration(g),
+                location_note(h.src, "that call")
+            )
+        }
+        (false, Some(g)) => format!(
+            " Rank {}'s host kept making CUDA calls (longest stretch without one: {} median): the \
+             delay is its GPU work before the collective (uneven work or a slower GPU), launched @ the line named{}.",
+            lr.rank,
+            fmt_duration(g),
+            location_note(h.src, "the collective's launch")
+        ),
+        (_, None) => format!(
+            " Rank {}'s session has no API records, so its host's time cannot be placed.",
+            lr.rank
+        ),
+    }
+}

@@ -1,0 +1,237 @@
+//! Rule `gpu-idle`: the idle gaps of each device between its GPU work, classified by what the
+//! host was doing ([`crate::shared::idle`]: gaps, classes, the line of each gap, one-off pauses),
+//! one insight per user line.
+//!
+//! - **Insights:** one per user line (classes folded: its largest class names it). A line's gaps
+//!   lose their *one-off pauses* first: from the longest down, each gap longer than all the line's
+//!   shorter gaps together (the wait before the first step, a lazy module load, a checkpoint) is
+//!   listed in the summary's top gaps but not in the insight. **Impact:** the remaining idle time.
+//!   **Window:** the span from the line's first gap to its last, one-off pauses cut out (like
+//!   in-loop-sync's loop span: startup does not grow with the run). **Fires** with at least
+//!   [`MIN_GAPS`] gaps, an impact of at least 1 % of the devices' active ranges (less the one-off
+//!   pauses) and of at least 5 % of the window for `launch`, 10 % for `sync` (the same calls are in
+//!   sync-attribution, which counts the host's blocked time: this one only reports the GPU idle
+//!   they cause when it is large) and 10 % for `other` (one insight for the whole session, no
+//!   line).
+//! - **Severity:** on the impact's share of the window: HIGH above 50 %, MEDIUM above 10 %.
+
+use crate::insight::{fmt_duration, in_function, share, Insight};
+use crate::shared::idle::{
+    BlockedIndex, ClassFigures, Group, IdleClass, IdleScan, FIX_LAUNCH, FIX_OTHER, FIX_SYNC,
+};
+use crate::shared::timeline::{location_note, LocationSource, Locator};
+use crate::shared::Ctx;
+use crate::store::NONE;
+use serde::Serialize;
+use std::cmp::Reverse;
+
+pub(crate) const RULE: &str = "gpu-idle";
+/// Fewest gaps (one-off pauses excluded) for a line's insight.
+pub const MIN_GAPS: u64 = 3;
+/// Least share (percent) of the window for an insight, per class.
+const MIN_SHARE_PCT: [u64; 4] = [101, 5, 10, 10];
+/// Least share (percent) of the devices' active ranges (less the line's one-off pauses) for an
+/// insight: a few gaps in a short burst of a long session do not make one.
+const MIN_ACTIVE_PCT: u64 = 1;
+
+/// Idle time of one class at one line (in an insight's data).
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassIdle {
+    pub class: IdleClass,
+    /// Gaps counted (one-off pauses excluded).
+    pub gaps: u64,
+    pub idle_ns: u64,
+    /// One-off pauses left out.
+    pub one_off_gaps: u64,
+    pub one_off_ns: u64,
+    /// The line's span for this class, one-off pauses cut out.
+    pub window_ns: u64,
+}
+
+/// The rule's own figures.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Data {
+    /// The class with the most idle time at this line.
+    pub class: IdleClass,
+    pub gaps: u64,
+    pub idle_ns: u64,
+    /// Longest gap counted.
+    pub largest_gap_ns: u64,
+    /// The classes that fired at this line.
+    pub classes: Vec<ClassIdle>,
+    /// `sync` class: what blocked (a sync kind such as `StreamSynchronize`, or an API name such
+    /// as `cudaMemcpy`).
+    pub blocking_call: Option<String>,
+    /// The least precise way a gap's line was found.
+    pub location_source: LocationSource,
+}
+
+/// Run the rule over the devices' idle gaps.
+pub(crate) fn run(cx: &Ctx, idle: &IdleScan) -> Vec<Insight> {
+    if idle.groups.is_empty() {
+        return Vec::new();
+    }
+    let locator = Locator::new(cx);
+    let (blocked, groups, active_ns) = (&idle.blocked, &idle.groups, idle.active_ns);
+    let n = cx.locs.len() + 1;
+    let mut out = Vec::new();
+    for slot in 0..n {
+        // The classes that fire at this line.
+        let mut fired: Vec<(IdleClass, ClassFigures, &Group)> = Vec::new();
+        for class in [IdleClass::Launch, IdleClass::Sync, IdleClass::Other] {
+            let g = &groups[class.index() * n + slot];
+            if g.gaps == 0 {
+                continue;
+            }
+            let f = g.settle(cx.m);
+            let pct = MIN_SHARE_PCT[class.index()];
+            if f.gaps >= MIN_GAPS
+                && f.idle_ns as u128 * 100 >= f.window_ns as u128 * pct as u128
+                && f.idle_ns as u128 * 100
+                    >= active_ns.saturating_sub(f.one_off_ns) as u128 * MIN_ACTIVE_PCT as u128
+            {
+                fired.push((class, f, g));
+            }
+        }
+        if fired.is_empty() {
+            continue;
+        }
+        fired.sort_by_key(|f| Reverse(f.1.idle_ns));
+        let loc = if slot == n - 1 { NONE } else { slot as u32 };
+        out.push(insight(cx, &locator, blocked, loc, &fired));
+    }
+    out
+}
+
+fn insight(
+    cx: &Ctx,
+    locator: &Locator,
+    blocked: &BlockedIndex,
+    loc: u32,
+    fired: &[(IdleClass, ClassFigures, &Group)],
+) -> Insight {
+    let class = fired[0].0;
+    let idle: u64 = fired.iter().map(|f| f.1.idle_ns).sum();
+    let gaps: u64 = fired.iter().map(|f| f.1.gaps).sum();
+    let window = fired
+        .iter()
+        .map(|f| f.1.window_ns)
+        .max()
+        .unwrap_or(0)
+        .max(idle);
+    let one_off_n: u64 = fired.iter().map(|f| f.1.one_off_gaps).sum();
+    let one_off: u64 = fired.iter().map(|f| f.1.one_off_ns).sum();
+    let largest = fired.iter().map(|f| f.1.largest).max().unwrap_or(0);
+    let src = fired
+        .iter()
+        .filter_map(|f| f.2.src)
+        .max()
+        .unwrap_or(LocationSource::None);
+    let blocking_call = fired
+        .iter()
+        .find(|f| f.0 == IdleClass::Sync)
+        .and_then(|f| f.2.blocker)
+        .map(|(_, b)| blocked.label(cx, b));
+    let location = locator.source_loc(loc);
+    let pct = share(idle, window) * 100.0;
+    let at = if loc == NONE {
+        String::new()
+    } else {
+        format!(" @ {}", location.short())
+    };
+    let span = if loc == NONE {
+        "its span"
+    } else {
+        "the line's span"
+    };
+    let title = match class {
+        IdleClass::Sync => format!(
+            "GPU idle × {gaps}{at} · {} while the host was blocked in {} ({pct:.1}% of {span})",
+            fmt_duration(idle),
+            blocking_call.as_deref().unwrap_or("a sync"),
+        ),
+        IdleClass::Other => format!(
+            "GPU idle × {gaps} · {} with work already queued ({pct:.1}% of its span)",
+            fmt_duration(idle)
+        ),
+        _ => format!(
+            "GPU idle × {gaps}{at} · {} waiting for the host to issue work ({pct:.1}% of {span})",
+            fmt_duration(idle)
+        ),
+    };
+    let what = match class {
+        IdleClass::Sync => "the blocking copy",
+        _ => "these calls",
+    };
+    let mut detail = match class {
+        IdleClass::Sync => format!(
+            "{gaps} gaps ({} in all, longest {}) while the thread that issued the next GPU work was blocked in {} at {}{}: \
+             the GPU was waiting on something other than its own work (a host callback, another device or process, a \
+             pageable copy staged by the host); sync-attribution lists the same calls' host time",
+            fmt_duration(idle),
+            fmt_duration(largest),
+            blocking_call.as_deref().unwrap_or("a sync"),
+            location.short(),
+            in_function(&location)
+        ),
+        IdleClass::Other => format!(
+            "{gaps} gaps ({} in all, longest {}) that no host activity explains: the next work had already been issued \
+             and no sync of its thread covered the gap",
+            fmt_duration(idle),
+            fmt_duration(largest)
+        ),
+        _ => format!(
+            "{gaps} gaps ({} in all, longest {}) ended by work issued at {}{}: the host called it only after the GPU \
+             had run out of work (slow launches, CPU work or a sync before the call)",
+            fmt_duration(idle),
+            fmt_duration(largest),
+            location.short(),
+            in_function(&location)
+        ),
+    };
+    if fired.len() > 1 {
+        let parts: Vec<String> = fired
+            .iter()
+            .map(|f| format!("{:?} {}", f.0, fmt_duration(f.1.idle_ns)).to_lowercase())
+            .collect();
+        detail += &format!(" (by class: {})", parts.join(", "));
+    }
+    if one_off_n > 0 {
+        detail += &format!(
+            "; {one_off_n} one-off pause{} ({}, e.g. startup) left out",
+            if one_off_n == 1 { "" } else { "s" },
+            fmt_duration(one_off)
+        );
+    }
+    if loc != NONE || class != IdleClass::Other {
+        detail += &location_note(src, what);
+    }
+    let fix = match class {
+        IdleClass::Sync => FIX_SYNC,
+        IdleClass::Other => FIX_OTHER,
+        _ => FIX_LAUNCH,
+    };
+    Insight::new(RULE, location, title, detail, fix)
+        .count(gaps)
+        .impact(idle, window, cx.wall_ns)
+        .gpu_idle(idle)
+        .data(Data {
+            class,
+            gaps,
+            idle_ns: idle,
+            largest_gap_ns: largest,
+            classes: fired
+                .iter()
+                .map(|f| ClassIdle {
+                    class: f.0,
+                    gaps: f.1.gaps,
+                    idle_ns: f.1.idle_ns,
+                    one_off_gaps: f.1.one_off_gaps,
+                    one_off_ns: f.1.one_off_ns,
+                    window_ns: f.1.window_ns,
+                })
+                .collect(),
+            blocking_call,
+            location_source: src,
+        })
+}

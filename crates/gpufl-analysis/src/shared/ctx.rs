@@ -1,0 +1,194 @@
+//! What every rule reads: [`Ctx`], the model with the session's wall time, the devices' busy
+//! intervals, and the user location of every stack, synchronization and call site (computed once
+//! per distinct stack), with the lookups the rules share (an API call by correlation id, a call
+//! site's line, the GPU-observed span of an always-on session).
+
+use crate::corrs::KernelCorrs;
+use crate::intervals::DeviceBusy;
+use crate::model::Model;
+use crate::store::NONE;
+use crate::userframe::{user_frame, FrameOrigin, SourceLoc};
+use crate::Config;
+use gpufl_trace::StackId;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Per location: how many of its stacks were read from another thread, and from which threads.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LocVia {
+    pub stacks: u32,
+    pub via_stacks: u32,
+    pub tids: Vec<u64>,
+}
+
+/// What every rule needs: the model, the session's wall time, device busy intervals, and the user
+/// location of each synchronization (computed once per distinct stack).
+pub(crate) struct Ctx<'a> {
+    pub m: &'a Model,
+    pub wall_ns: u64,
+    pub busy: &'a DeviceBusy,
+    /// Distinct user locations.
+    pub locs: Vec<SourceLoc>,
+    /// Index into `locs` of each sync's user location, [`NONE`] for a sync without a stack.
+    pub sync_loc: Vec<u32>,
+    /// Index into `locs` of each model stack's user location.
+    pub stack_loc: Vec<u32>,
+    /// Per model stack: a walk cut short inside CUDA ([`crate::userframe::is_cut_in_cuda`]).
+    stack_cut: Vec<bool>,
+    /// (corr, index) of every API record, sorted by corr.
+    pub(crate) api_by_corr: Vec<(u32, u32)>,
+    /// Per location (index into `locs`): stacks read from another thread.
+    pub loc_via: Vec<LocVia>,
+    /// The kernels' distinct correlation ids, on first need.
+    kernel_corrs: OnceLock<Option<Vec<u32>>>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(m: &'a Model, cfg: &Config, busy: &'a DeviceBusy, wall_ns: u64) -> Ctx<'a> {
+        let mut locs = Vec::new();
+        let mut index: HashMap<SourceLoc, u32> = HashMap::new();
+        let stack_loc: Vec<u32> = (0..m.stack_count())
+            .map(|s| {
+                let loc = user_frame(m, StackId(s as u32), &cfg.filter);
+                *index.entry(loc).or_insert_with_key(|loc| {
+                    locs.push(loc.clone());
+                    (locs.len() - 1) as u32
+                })
+            })
+            .collect();
+        // Only a stack without a user or library line can be a walk cut short in CUDA.
+        let stack_cut: Vec<bool> = stack_loc
+            .iter()
+            .enumerate()
+            .map(|(s, &l)| {
+                locs[l as usize].is_unattributed()
+                    && crate::userframe::is_cut_in_cuda(m, StackId(s as u32))
+            })
+            .collect();
+        let mut loc_via = vec![LocVia::default(); locs.len()];
+        for (s, &l) in stack_loc.iter().enumerate() {
+            let v = &mut loc_via[l as usize];
+            v.stacks += 1;
+            if let Some(t) = m.stack_via(StackId(s as u32)) {
+                v.via_stacks += 1;
+                if !v.tids.contains(&t) && v.tids.len() < 8 {
+                    v.tids.push(t);
+                    v.tids.sort_unstable();
+                }
+            }
+        }
+        let sync_loc = m
+            .syncs
+            .stack
+            .iter()
+            .map(|s| stack_loc.get(s as usize).copied().unwrap_or(NONE))
+            .collect();
+        let mut api_by_corr: Vec<(u32, u32)> = (0..m.apis.corr.len())
+            .map(|i| (m.apis.corr.get(i), i as u32))
+            .collect();
+        api_by_corr.sort_unstable();
+        Ctx {
+            m,
+            wall_ns,
+            busy,
+            locs,
+            sync_loc,
+            stack_loc,
+            stack_cut,
+            api_by_corr,
+            loc_via,
+            kernel_corrs: OnceLock::new(),
+        }
+    }
+
+    /// The kernels' distinct non-zero correlation ids, sorted (built on the first call, shared by
+    /// the rules).
+    pub fn kernel_corrs(&self) -> KernelCorrs<'_> {
+        let col = &self.m.kernels.corr;
+        KernelCorrs::of(
+            col,
+            self.kernel_corrs
+                .get_or_init(|| crate::corrs::sorted_copy(col)),
+        )
+    }
+
+    /// Whether model stack `stack` carries Python frames read from another thread.
+    pub fn stack_is_via(&self, stack: u32) -> bool {
+        self.m.stack_via(StackId(stack)).is_some()
+    }
+
+    /// Whether most stacks of location `loc` were read from another thread.
+    pub fn loc_is_via(&self, loc: u32) -> bool {
+        self.loc_via
+            .get(loc as usize)
+            .is_some_and(|v| v.via_stacks * 2 > v.stacks)
+    }
+
+    /// The API call with this correlation id (`api` records; None when API records were off).
+    pub fn api(&self, corr: u32) -> Option<crate::views::ApiRec> {
+        let i = self.api_by_corr.partition_point(|a| a.0 < corr);
+        let &(c, idx) = self.api_by_corr.get(i)?;
+        (c == corr).then(|| self.m.api(idx as usize))
+    }
+
+    /// Index into `locs` of the user location of the API call with this correlation id, from its
+    /// `callsite` record (copies, memsets, sampled launches); None also when that record's walk was
+    /// cut short inside CUDA (its stack names no line, and the call is then located as an unsampled
+    /// one would be).
+    pub fn callsite_loc(&self, corr: u32) -> Option<u32> {
+        let (stack, _) = self.m.callsite(corr)?;
+        if self.stack_is_cut(stack.index() as u32) {
+            return None;
+        }
+        self.stack_loc.get(stack.index()).copied()
+    }
+
+    /// Whether model stack `stack` is a walk cut short inside CUDA (it names no line).
+    pub fn stack_is_cut(&self, stack: u32) -> bool {
+        self.stack_cut.get(stack as usize).copied().unwrap_or(false)
+    }
+
+    pub fn is_driver_internal(&self, loc: u32) -> bool {
+        self.locs[loc as usize].origin == FrameOrigin::DriverInternal
+    }
+
+    /// The idle gap of `dev` that begins at `t` ([`DeviceBusy::idle_after`]), 0 when that gap
+    /// overlaps time in which the GPU was not observed (paused, or an always-on session outside
+    /// its windows): what the GPU did there is unknown.
+    pub fn observed_idle_after(&self, dev: Option<u32>, t: u64) -> u64 {
+        let g = self.busy.idle_after(dev, t);
+        if g > 0 && self.m.unobserved_in(t, t.saturating_add(g)) > 0 {
+            0
+        } else {
+            g
+        }
+    }
+
+    /// The span `[a, b)` as a severity window of a rule that reads GPU activity: in an always-on
+    /// session, its GPU-observed time only (the time outside windows cannot hold the rule's
+    /// events); `b - a` otherwise.
+    pub fn gpu_span(&self, a: u64, b: u64) -> u64 {
+        let d = b.saturating_sub(a);
+        if self.m.is_always_on() {
+            d.saturating_sub(self.m.unobserved_in(a, b))
+        } else {
+            d
+        }
+    }
+
+    /// The session's wall time as the severity window of a rule that reads GPU activity: in an
+    /// always-on session its GPU-observed time ([`Model::observed_ns`]), else `wall_ns`.
+    pub fn gpu_wall_ns(&self) -> u64 {
+        if self.m.is_always_on() {
+            self.m.observed_ns()
+        } else {
+            self.wall_ns
+        }
+    }
+
+    /// Device of a sync's context, if known.
+    pub fn sync_device(&self, i: usize) -> Option<u32> {
+        let ctx = self.m.syncs.ctx.get(i);
+        self.m.device_of_ctx(ctx)
+    }
+}

@@ -1,0 +1,45 @@
+//! What the rules share, and nothing that is a rule: a rule file imports the contract
+//! ([`crate::insight`]), these modules and the lower modules (model, kernel table, telemetry…),
+//! never another rule.
+//!
+//! - [`Ctx`] (`ctx.rs`): the model, wall time, busy intervals and every stack's user location.
+//! - [`timeline`]: each device's GPU ops in start order, the API call that issued an op, busy
+//!   intervals, the kernels graph launches ran, and [`timeline::Locator`], the user line of a
+//!   launch or copy (its call site, the kernel's sampled call sites, or the next sync).
+//! - [`copies`]: copies and memsets per API call, "copy then wait" pairs, every GPU op with its
+//!   stream, and a line's severity window (the copy and stream rules).
+//! - [`idle`]: each device's idle gaps, classified by what the host was doing, with the
+//!   utilization series ([`idle::utilization`]); gpu-idle's insights and low-utilization read it.
+//! - [`kernel_site`] and [`detail_site`]: which kernels the kernel rules look at, where a kernel
+//!   is launched, how it is described.
+//! - [`graphs`]: CUDA graphs as units (the `graphs` of the analysis; graph-replay-gaps reads it).
+//! - [`attribution`]: where the session's sync and GPU time is attributed (an analysis output).
+//! - [`finish`]: what is done to the insights once every rule has run (scopes, cross-thread
+//!   locations, ranking).
+//!
+//! [`Inputs`] is what a rule of the table ([`crate::rules::RULES`]) is given.
+
+pub mod attribution;
+pub(crate) mod copies;
+mod ctx;
+pub(crate) mod detail_site;
+pub(crate) mod finish;
+pub mod graphs;
+pub(crate) mod idle;
+pub(crate) mod kernel_site;
+pub(crate) mod timeline;
+
+pub(crate) use ctx::Ctx;
+
+use crate::kernels::KernelTable;
+use graphs::GraphSummary;
+use idle::IdleScan;
+
+/// What the rules of one session read: the context, and the products computed once before they
+/// run (the kernel table, every device's idle gaps, the CUDA graph summary).
+pub(crate) struct Inputs<'a> {
+    pub cx: &'a Ctx<'a>,
+    pub kernels: &'a KernelTable,
+    pub idle: &'a IdleScan,
+    pub graphs: &'a [GraphSummary],
+}
