@@ -25,7 +25,7 @@
 //! (`tick` every turn of its loop); requests come through atomics (async-signal-safe).
 
 use crate::collection;
-use crate::options::{Mode, Options};
+use crate::options::{Mode, Options, TriggerSignal};
 use crate::sink::Sink;
 use gpufl_trace::{Record, TraceError, Window};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -144,16 +144,6 @@ pub struct Scheduler {
     pub written: [u64; 3],
 }
 
-fn env_ms(name: &str) -> Option<Duration> {
-    std::env::var(name)
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .filter(|&v| v > 0)
-        .map(Duration::from_millis)
-}
-
 impl Scheduler {
     /// A scheduler for an always-on recording (None in the default mode).
     pub fn new(opts: &Options) -> Option<Scheduler> {
@@ -161,15 +151,12 @@ impl Scheduler {
             return None;
         }
         ACTIVE.store(true, Ordering::Release);
-        let budget_pct = std::env::var("GPUFL_ALWAYS_ON_BUDGET")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .unwrap_or(DEFAULT_BUDGET_PCT);
+        // GPUFL_ALWAYS_ON_BUDGET, GPUFL_WINDOW_MS, GPUFL_WINDOW_PERIOD_MS.
+        let knobs = crate::options::knobs();
         Some(Scheduler {
-            window: env_ms("GPUFL_WINDOW_MS").unwrap_or(Duration::from_millis(WINDOW_MS)),
-            fixed_period: env_ms("GPUFL_WINDOW_PERIOD_MS"),
-            budget_pct,
+            window: knobs.window,
+            fixed_period: knobs.window_period,
+            budget_pct: knobs.always_on_budget_pct,
             next_open: Instant::now() + FIRST_WINDOW_AFTER,
             open: None,
             pending_rate: None,
@@ -274,26 +261,10 @@ impl Scheduler {
 /// Install the trigger signal handler (always-on only; where the program left the default
 /// action). Returns a notice when it was not installed for a reason the user should know.
 pub fn install_trigger_signal() -> Option<String> {
-    let sig = match std::env::var("GPUFL_TRIGGER_SIGNAL") {
-        Ok(v) => match v
-            .trim()
-            .trim_start_matches("SIG")
-            .to_ascii_uppercase()
-            .as_str()
-        {
-            "0" | "" | "NONE" => return None,
-            "USR1" => libc::SIGUSR1,
-            "USR2" => libc::SIGUSR2,
-            n => match n.parse::<i32>() {
-                Ok(k) if k > 0 && k < 65 => k,
-                _ => {
-                    return Some(format!(
-                        "GPUFL_TRIGGER_SIGNAL={v:?} is not a signal; no trigger signal"
-                    ))
-                }
-            },
-        },
-        Err(_) => libc::SIGUSR2,
+    let sig = match &crate::options::knobs().trigger_signal {
+        TriggerSignal::Off => return None,
+        TriggerSignal::Signal(sig) => *sig,
+        TriggerSignal::Invalid(notice) => return Some(notice.clone()),
     };
     // SAFETY: plain sigaction calls.
     unsafe {

@@ -4,11 +4,9 @@
 
 use crate::cbids;
 use crate::cupti::{self, Cupti};
+use crate::options::knobs;
 use crate::options::Options;
-use crate::recorder::{
-    buffer_completed, buffer_requested, cupti_flush_period, cupti_flushes_itself,
-    site_stacks_enabled, Msg, DISABLED, RECORDER, SITES,
-};
+use crate::recorder::{buffer_completed, buffer_requested, Msg, DISABLED, RECORDER, SITES};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -17,10 +15,11 @@ use std::sync::Mutex;
 /// turn collection on. Returns notices for what could not be enabled.
 pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String> {
     let mut notices = Vec::new();
+    let knobs = knobs();
     // SAFETY (whole function): plain CUPTI calls with valid arguments; results are checked.
     unsafe {
         // Benchmark knob: GPUFL_THREAD_ID_TYPE=default leaves CUPTI's default thread ids.
-        if std::env::var("GPUFL_THREAD_ID_TYPE").map_or(true, |v| v != "default") {
+        if knobs.system_thread_ids {
             if let Some(f) = c.set_thread_id_type {
                 f(cupti::THREAD_ID_TYPE_SYSTEM);
             }
@@ -29,7 +28,7 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
         // between the application's launching threads. Must precede the buffer callbacks and the
         // activity kinds. Older CUPTI rejects the attribute; nothing is lost then.
         // Benchmark knob: GPUFL_PER_THREAD_BUFFERS=0 leaves CUPTI's default.
-        if std::env::var("GPUFL_PER_THREAD_BUFFERS").map_or(true, |v| v != "0") {
+        if knobs.per_thread_buffers {
             if let Some(f) = c.activity_set_attribute {
                 let mut on: u8 = 1;
                 let mut size = std::mem::size_of::<u8>();
@@ -47,8 +46,8 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
                 c.result_string(rc)
             ));
         }
-        if cupti_flushes_itself() {
-            let ms = cupti_flush_period().map_or(0, |p| p.as_millis() as u32);
+        if knobs.cupti_flushes_itself {
+            let ms = knobs.cupti_flush_period.map_or(0, |p| p.as_millis() as u32);
             match c.activity_flush_period {
                 Some(f) => {
                     let rc = f(ms);
@@ -61,7 +60,7 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
         }
         // Benchmark knob: GPUFL_HW_TRACE=1 asks CUPTI for hardware-based kernel tracing (CUPTI
         // 12.8+, where the GPU supports it); the answer is written as a notice.
-        if std::env::var("GPUFL_HW_TRACE").is_ok_and(|v| v == "1") {
+        if knobs.hw_trace {
             match c.activity_enable_hw_trace {
                 Some(f) => {
                     let rc = f(1);
@@ -73,7 +72,9 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
                 None => notices.push("cuptiActivityEnableHWTrace unavailable".into()),
             }
         }
-        if opts.enable_stack_trace && site_stacks_enabled() {
+        // Call-site stacks of launches, copies and memsets: on with stacks, unless
+        // GPUFL_SITE_STACKS=0.
+        if opts.enable_stack_trace && knobs.site_stacks {
             SITES.get_or_init(|| crate::sites::SiteTable::build(c));
         }
         if let Some(cupti) = crate::recorder::cupti_loaded() {
@@ -135,17 +136,10 @@ fn activity_kinds() -> Vec<(u32, &'static str)> {
     // Synchronizations come from API callbacks (below), not from CUPTI's SYNCHRONIZATION
     // activity kind, which costs 25-45 % on a launch-bound PyTorch loop (docs/benchmarks.md).
     // Benchmark knob: GPUFL_ACTIVITY_KINDS=kernels,memcpy,… restricts the activity kinds.
-    if let Ok(only) = std::env::var("GPUFL_ACTIVITY_KINDS") {
-        kinds.retain(|(_, name)| only.split(',').any(|k| k.trim() == *name));
+    if let Some(only) = &knobs().activity_kinds {
+        kinds.retain(|(_, name)| only.iter().any(|k| k.as_str() == *name));
     }
     kinds
-}
-
-/// A benchmark knob listing what to keep (`A,B`): whether it keeps `item` (all when unset or
-/// empty). Read once per call.
-fn knob(var: &str) -> impl Fn(&str) -> bool {
-    let list = std::env::var(var).unwrap_or_default();
-    move |item| list.is_empty() || list.split(',').any(|x| x.trim() == item)
 }
 
 /// Turn collection on or off: activity kinds, API records, and the API callbacks (call sites and
@@ -175,13 +169,13 @@ fn set_collection(
         let flag = u32::from(on);
         if opts.enable_synchronization {
             // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
-            let want = knob("GPUFL_CALLBACK_DOMAINS");
-            if want("runtime") {
+            let want = &knobs().callback_domains;
+            if want.keeps("runtime") {
                 for &id in cbids::RUNTIME_SYNC {
                     (c.enable_callback)(flag, sub, cupti::DOMAIN_RUNTIME, id);
                 }
             }
-            if want("driver") {
+            if want.keeps("driver") {
                 for &id in cbids::DRIVER_SYNC {
                     (c.enable_callback)(flag, sub, cupti::DOMAIN_DRIVER, id);
                 }
@@ -197,7 +191,7 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
     // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|graph|copy
     // (comma-separated; `graph`: cudaGraphLaunch / cuGraphLaunch) restrict the call-site
     // callbacks (default: all).
-    let (domains, kinds) = (knob("GPUFL_SITE_DOMAINS"), knob("GPUFL_SITE_KINDS"));
+    let (domains, kinds) = (&knobs().site_domains, &knobs().site_kinds);
     let driver_on = DRIVER_SITES.load(Ordering::SeqCst);
     for (domain, id) in table.ids() {
         let dom = if domain == cupti::DOMAIN_RUNTIME {
@@ -206,7 +200,7 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
             "driver"
         };
         let kind = table.kind(domain, id).map_or("launch", |k| k.knob_name());
-        if domains(dom) && kinds(kind) {
+        if domains.keeps(dom) && kinds.keeps(kind) {
             let flag = u32::from(
                 on && (domain == cupti::DOMAIN_RUNTIME
                     || driver_on
@@ -396,9 +390,17 @@ fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<Str
     };
     // Benchmark knob: GPUFL_API_DOMAINS=runtime|driver keeps the selected functions of those
     // domains only (default both).
-    let want = knob("GPUFL_API_DOMAINS");
-    let rt = if want("runtime") { rt } else { Vec::new() };
-    let drv = if want("driver") { drv } else { Vec::new() };
+    let want = &knobs().api_domains;
+    let rt = if want.keeps("runtime") {
+        rt
+    } else {
+        Vec::new()
+    };
+    let drv = if want.keeps("driver") {
+        drv
+    } else {
+        Vec::new()
+    };
     // Benchmark knob GPUFL_API_FROM=callbacks: kernel launches' api records come from the
     // call-site callbacks (crate::sites), not from CUPTI (graph launches keep CUPTI's: graph work
     // carries the driver graph launch's correlation id). Default-mode selection only: always-on

@@ -75,7 +75,7 @@ pub fn set_writer_thread() {
 /// Install the handlers (once per process; `GPUFL_SIGNALS=0` leaves the program's signals alone).
 /// Returns a notice when some could not be installed.
 pub fn install() -> Option<String> {
-    if std::env::var("GPUFL_SIGNALS").is_ok_and(|v| v == "0") {
+    if !crate::options::knobs().signals {
         return None;
     }
     static ONCE: std::sync::Once = std::sync::Once::new();

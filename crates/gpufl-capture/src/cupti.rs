@@ -223,9 +223,9 @@ pub unsafe fn cb_field<T: Copy>(data: *const c_void, off: usize) -> T {
 /// /usr/local/cuda `extras/CUPTI/lib64`; then the loader's default search by soname.
 pub fn candidate_paths() -> Vec<String> {
     let mut out = Vec::new();
-    if let Ok(p) = std::env::var("GPUFL_CUPTI_LIB") {
+    if let Some(p) = &crate::options::knobs().cupti_lib {
         // An explicit choice is the only candidate.
-        return vec![p];
+        return vec![p.clone()];
     }
     for dir in loaded_cuda_lib_dirs() {
         for sub in [".", "../../cuda_cupti/lib", "../cuda_cupti/lib"] {

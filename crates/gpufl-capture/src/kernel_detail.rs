@@ -116,15 +116,17 @@ impl Config {
         })
     }
 
+    /// The settings from the knobs, `GPUFL_KERNEL_DETAIL` winning over the init option.
     fn from_env() -> Option<Config> {
-        let v = |k: &str| std::env::var(k).ok();
+        let k = crate::options::knobs();
         Config::parse(
-            v("GPUFL_KERNEL_DETAIL")
+            k.kernel_detail
+                .clone()
                 .or_else(|| OPTION.get().cloned())
                 .as_deref(),
-            v("GPUFL_KERNEL_DETAIL_SAMPLES").as_deref(),
-            v("GPUFL_KERNEL_DETAIL_GAP_MS").as_deref(),
-            v("GPUFL_KERNEL_DETAIL_BUDGET").as_deref(),
+            k.kernel_detail_samples.as_deref(),
+            k.kernel_detail_gap_ms.as_deref(),
+            k.kernel_detail_budget.as_deref(),
         )
     }
 }
@@ -376,10 +378,7 @@ fn load_api(c: &'static Cupti) -> Result<Api, String> {
 
 /// Stall reasons are collected unless `GPUFL_KERNEL_DETAIL_STALLS=0`.
 fn stalls_wanted() -> bool {
-    std::env::var("GPUFL_KERNEL_DETAIL_STALLS")
-        .ok()
-        .and_then(|v| crate::options::parse_bool(&v))
-        != Some(false)
+    crate::options::knobs().kernel_detail_stalls
 }
 
 /// What kernel detail was asked to do (the closing notice repeats it).

@@ -5,7 +5,7 @@ use crate::cbids;
 use crate::collection::enable_collection;
 pub use crate::collection::{is_paused, set_recording};
 use crate::cupti::{self, cb_field, Cupti};
-use crate::options::Options;
+use crate::options::{Discard, Options};
 use crate::pool;
 use crate::procinfo;
 use crate::pyframes;
@@ -21,25 +21,11 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How often the writer thread asks CUPTI for completed buffers (`GPUFL_FLUSH_MS`, 0 = never:
-/// CUPTI then delivers only full buffers, and a crash can lose more than a second).
-const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(250);
-
-pub(crate) fn cupti_flush_period() -> Option<Duration> {
-    match std::env::var("GPUFL_FLUSH_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        Some(0) => None,
-        Some(ms) => Some(Duration::from_millis(ms)),
-        None => Some(CUPTI_FLUSH_PERIOD),
-    }
-}
-/// Benchmark knob `GPUFL_FLUSH_MODE=cupti`: CUPTI's own worker flushes every period
+/// CUPTI then delivers only full buffers, and a crash can lose more than a second; read in
+/// [`crate::options::Knobs::cupti_flush_period`]). Benchmark knob `GPUFL_FLUSH_MODE=cupti`
+/// ([`crate::options::Knobs::cupti_flushes_itself`]): CUPTI's own worker flushes every period
 /// (`cuptiActivityFlushPeriod`) instead of the writer thread calling `cuptiActivityFlushAll`.
-pub(crate) fn cupti_flushes_itself() -> bool {
-    static C: OnceLock<bool> = OnceLock::new();
-    *C.get_or_init(|| std::env::var("GPUFL_FLUSH_MODE").is_ok_and(|v| v == "cupti"))
-}
+pub(crate) const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(250);
 
 /// How often the writer closes a compressed block (bounds what a crash loses: with CUPTI's buffers
 /// asked for every [`CUPTI_FLUSH_PERIOD`], a record is on disk at most ~0.75 s after CUPTI
@@ -111,12 +97,6 @@ pub(crate) static DISABLED: AtomicBool = AtomicBool::new(false);
 /// Launch / copy / memset callback ids (call-site stacks), when enabled.
 pub(crate) static SITES: OnceLock<crate::sites::SiteTable> = OnceLock::new();
 
-/// Call-site stacks of launches, copies and memsets: on with stacks, unless
-/// `GPUFL_SITE_STACKS=0`.
-pub(crate) fn site_stacks_enabled() -> bool {
-    std::env::var("GPUFL_SITE_STACKS").map_or(true, |v| v != "0")
-}
-
 /// Set when a CUDA context is being destroyed: the writer closes a block promptly.
 static FLUSH_REQUEST: AtomicBool = AtomicBool::new(false);
 
@@ -155,6 +135,8 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     if let Some(r) = RECORDER.get() {
         return Err(InitError::AlreadyRunning(r.session_dir.clone()));
     }
+    // Every GPUFL_* knob, read now rather than by the first callback that needs one.
+    let _ = crate::options::knobs();
     for w in opts.apply_env() {
         say(false, &w);
     }
@@ -269,7 +251,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
 }
 
 fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64) -> Header {
-    let job = procinfo::Job::from_env();
+    let job = crate::options::knobs().job.clone();
     Header {
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
@@ -643,7 +625,10 @@ fn writer_thread(
     // The module list for native stacks, built here rather than by the first capture on the hot
     // path; kept current below (libraries loaded later, rebuilds a bounded walk asked for).
     crate::unwind::service();
-    let flush_period = cupti_flush_period().filter(|_| !cupti_flushes_itself());
+    let knobs = crate::options::knobs();
+    let flush_period = knobs
+        .cupti_flush_period
+        .filter(|_| !knobs.cupti_flushes_itself);
     let mut last_cupti_flush = Instant::now();
     let mut last_block = Instant::now();
     crate::crash::set_writer_thread();
@@ -859,32 +844,12 @@ fn flush_for_signal(
     deferred
 }
 
-/// Benchmark knob `GPUFL_DISCARD`: `1` returns buffers to CUPTI untouched; `iterate` walks their
-/// records with `cuptiActivityGetNextRecord` only; `decode` also decodes them; none is written.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Discard {
-    No,
-    Untouched,
-    Iterate,
-    Decode,
-}
-
-fn discard_buffers() -> Discard {
-    static D: OnceLock<Discard> = OnceLock::new();
-    *D.get_or_init(|| match std::env::var("GPUFL_DISCARD").as_deref() {
-        Ok("1") => Discard::Untouched,
-        Ok("iterate") => Discard::Iterate,
-        Ok("decode") => Discard::Decode,
-        _ => Discard::No,
-    })
-}
-
 fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) {
     let result = (|| -> Result<(), TraceError> {
         let Some(s) = sink.as_mut() else {
             return Ok(());
         };
-        match discard_buffers() {
+        match crate::options::knobs().discard {
             Discard::No => {}
             Discard::Untouched => return Ok(()),
             mode => {

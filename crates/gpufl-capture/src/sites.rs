@@ -46,14 +46,7 @@ pub const BURST_NS: u64 = 2_000_000;
 
 /// The budget's share in ppm: `GPUFL_SITE_BUDGET` (percent, 0 < p ≤ 100) or [`BUDGET_PPM`].
 pub fn budget_ppm() -> u64 {
-    static P: OnceLock<u64> = OnceLock::new();
-    *P.get_or_init(|| {
-        std::env::var("GPUFL_SITE_BUDGET")
-            .ok()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|p| *p > 0.0 && *p <= 100.0)
-            .map_or(BUDGET_PPM, |p| (p * 10_000.0) as u64)
-    })
+    crate::options::knobs().site_budget_ppm
 }
 
 /// Callback ids above this are not classified (CUPTI's tables end well below).
@@ -357,8 +350,7 @@ pub struct ApiCall {
 /// launch inside a runtime launch left out) instead of CUPTI's API activity records, which are
 /// then not asked for launches (`collection.rs`). Read once.
 pub fn api_from_callbacks() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_API_FROM").is_ok_and(|v| v == "callbacks"))
+    crate::options::knobs().api_from_callbacks
 }
 
 /// Launch calls timed by the callbacks, drained by the writer.
@@ -532,8 +524,7 @@ impl DriverSitePolicy {
     /// [`Self::step`] with what the callbacks saw, applied (writer thread). `GPUFL_DRIVER_SITES=1`
     /// (and kernel detail) keeps the driver callbacks on.
     pub fn tick(&mut self, now: Instant) {
-        static KEEP: OnceLock<bool> = OnceLock::new();
-        if *KEEP.get_or_init(|| std::env::var_os("GPUFL_DRIVER_SITES").is_some_and(|v| v == "1")) {
+        if crate::options::knobs().driver_sites {
             return;
         }
         // Kernel detail samples launches at their entry, whichever domain they come through

@@ -180,10 +180,7 @@ fn pending() -> &'static ArrayQueue<Pending> {
 /// `GPUFL_PY_DEFER=0` turns it off.
 fn defer_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("GPUFL_PY_DEFER").map_or(true, |v| v != "0")
-            && pyframes::safe_reads_available()
-    })
+    *ON.get_or_init(|| crate::options::knobs().py_defer && pyframes::safe_reads_available())
 }
 
 fn registry_get(id: u32) -> Option<Option<PyFrameInfo>> {
@@ -425,38 +422,18 @@ pub const SYNC_PY_UNWIND_NS: u64 = 6_000;
 /// copy of the stack ([`unwind::copy_stack`]) instead of on the waiting thread:
 /// `GPUFL_SYNC_NATIVE_DEFER=0` walks them in place (bounded by [`sync_py_unwind_ns`]).
 pub fn sync_native_deferred() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("GPUFL_SYNC_NATIVE_DEFER")
-            .ok()
-            .and_then(|v| crate::options::parse_bool(&v))
-            != Some(false)
-    })
+    crate::options::knobs().sync_native_defer
 }
 
 /// [`SYNC_PY_UNWIND_NS`], or `GPUFL_SYNC_PY_UNWIND_US` (µs, ≥ 1).
 pub fn sync_py_unwind_ns() -> u64 {
-    static N: OnceLock<u64> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("GPUFL_SYNC_PY_UNWIND_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&n| n >= 1)
-            .map_or(SYNC_PY_UNWIND_NS, |us| us * 1000)
-    })
+    crate::options::knobs().sync_py_unwind_ns
 }
 
 /// Time bound of a call site's native walk, ns: `GPUFL_SITE_UNWIND_US` (µs, ≥ 1) or
 /// [`SITE_UNWIND_NS`].
 pub fn site_unwind_ns() -> u64 {
-    static N: OnceLock<u64> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("GPUFL_SITE_UNWIND_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&n| n >= 1)
-            .map_or(SITE_UNWIND_NS, |us| us * 1000)
-    })
+    crate::options::knobs().site_unwind_ns
 }
 
 /// Capture the calling thread's merged stack into `out` (frames and len only), for a
@@ -605,13 +582,7 @@ pub const OTHER_REUSE_NS: u64 = 2_000_000;
 
 /// [`OTHER_REUSE_NS`], or `GPUFL_XTHREAD_REUSE_US` (µs; 0: read every time).
 fn other_reuse_ns() -> u64 {
-    static N: OnceLock<u64> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("GPUFL_XTHREAD_REUSE_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(OTHER_REUSE_NS, |us| us.saturating_mul(1000))
-    })
+    crate::options::knobs().xthread_reuse_ns
 }
 
 /// The Python frames this thread last read from another thread: (when, frames, ids, via tid).
@@ -743,8 +714,7 @@ fn own_python_ids(py: &[PyFrameRaw], ids: &mut [u32]) {
 
 /// `GPUFL_CROSS_THREAD=0` turns cross-thread Python attribution off.
 fn cross_thread_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_CROSS_THREAD").map_or(true, |v| v != "0"))
+    crate::options::knobs().cross_thread
 }
 
 thread_local! {
@@ -753,14 +723,7 @@ thread_local! {
 }
 
 fn native_every() -> u32 {
-    static N: OnceLock<u32> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("GPUFL_NATIVE_EVERY")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &u32| n >= 1)
-            .unwrap_or(NATIVE_EVERY)
-    })
+    crate::options::knobs().native_every
 }
 
 /// Key of a Python call site for [`native_due`]: its raw frames, and whether they were read from
@@ -777,8 +740,7 @@ fn site_key(py: &[PyFrameRaw], other: bool) -> u64 {
 /// `GPUFL_SITE_NATIVE=1`: call sites made from Python also get their native frames (see
 /// [`capture_for`]).
 fn site_native_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_SITE_NATIVE").is_ok_and(|v| v == "1"))
+    crate::options::knobs().site_native
 }
 
 /// Whether this Python call site's native frames are due for a full unwind.
@@ -804,8 +766,7 @@ fn native_due(py: &[PyFrameRaw], other: bool) -> bool {
 
 /// `GPUFL_DEBUG_COST=1`: keep a breakdown of the first captures' cost (for benchmarks).
 pub(crate) fn debug_cost_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_DEBUG_COST").is_ok_and(|v| v == "1"))
+    crate::options::knobs().debug_cost
 }
 
 static DEBUG_COST: Mutex<Vec<String>> = Mutex::new(Vec::new());

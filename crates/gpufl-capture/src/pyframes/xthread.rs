@@ -240,9 +240,10 @@ fn refuses_unreadable(m: &SafeMem) -> bool {
 /// checked without a system call ([`direct_unchanged`]), reads are rare: the safe way is the
 /// default, the pipe a benchmark knob.
 fn chosen_via() -> Via {
-    match std::env::var("GPUFL_XTHREAD_READ").as_deref() {
-        Ok("pipe") => Via::Pipe,
-        _ => Via::VmReadv,
+    if crate::options::knobs().xthread_read_pipe {
+        Via::Pipe
+    } else {
+        Via::VmReadv
     }
 }
 
@@ -907,8 +908,7 @@ fn main_fast(
 
 /// `GPUFL_XTHREAD_DIRECT=0` turns [`direct_unchanged`] off (every check is a copy the kernel makes).
 fn direct_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_XTHREAD_DIRECT").map_or(true, |v| v != "0"))
+    crate::options::knobs().xthread_direct
 }
 
 /// What the cross-thread path reads once per process, read now (at the recorder's start, not in
