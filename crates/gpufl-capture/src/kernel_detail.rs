@@ -41,7 +41,6 @@
 use crate::clock::mono_ns;
 use crate::cubin_lines::LineTable;
 use crate::cupti::{self, cb_field, sys, Cupti};
-use crate::dl::{self, Lib};
 use crate::sink::Sink;
 use crossbeam_queue::SegQueue;
 use gpufl_trace::{
@@ -206,7 +205,8 @@ struct Armed {
     trace_t0: u64,
 }
 
-/// The entry points used here, looked up once.
+/// The entry points used here: CUPTI's ([`Cupti::sass`]) and the driver's
+/// ([`crate::driver::Driver`]), taken from their tables once.
 struct Api {
     cupti: &'static Cupti,
     sass_set_config: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsSetConfig_Params) -> u32,
@@ -225,12 +225,7 @@ struct Api {
     pc: Option<crate::kernel_stall::PcApi>,
     /// Where each launch entry point keeps its stream.
     streams: HashMap<(u32, u32), StreamAt>,
-    _cuda: Lib,
 }
-
-// SAFETY: function pointers and a library handle, usable from any thread.
-unsafe impl Send for Api {}
-unsafe impl Sync for Api {}
 
 static API: OnceLock<Api> = OnceLock::new();
 
@@ -332,21 +327,8 @@ pub fn key(name: &[u8]) -> u64 {
     h | 1
 }
 
-macro_rules! sym {
-    ($lib:expr, $name:literal) => {
-        // SAFETY: the field's type is the documented signature of this function.
-        match unsafe { dl::func(&$lib, $name) } {
-            Some(f) => f,
-            None => return Err(format!("{} lacks {}", $lib.path, $name.to_string_lossy())),
-        }
-    };
-}
-
 fn load_api(c: &'static Cupti) -> Result<Api, String> {
-    let cuda = Lib::already_loaded("libcuda.so.1")
-        .or_else(|| Lib::open("libcuda.so.1"))
-        .ok_or("the CUDA driver (libcuda.so.1) was not found")?;
-    let lib = &c.lib;
+    let cuda = crate::driver::get().ok_or("the CUDA driver (libcuda.so.1) was not found")?;
     let mut streams = HashMap::new();
     for domain in [cupti::DOMAIN_RUNTIME, cupti::DOMAIN_DRIVER] {
         for id in 0..=crate::cbids::MAX_CBID {
@@ -355,24 +337,28 @@ fn load_api(c: &'static Cupti) -> Result<Api, String> {
             }
         }
     }
+    let sass = c.sass.as_ref().map_err(|e| e.clone())?;
+    let lacks = |name: &str| format!("{} lacks {name}", cuda.lib.path);
     Ok(Api {
         cupti: c,
-        sass_set_config: sym!(lib, c"cuptiSassMetricsSetConfig"),
-        sass_enable: sym!(lib, c"cuptiSassMetricsEnable"),
-        sass_disable: sym!(lib, c"cuptiSassMetricsDisable"),
-        sass_props: sym!(lib, c"cuptiSassMetricsGetDataProperties"),
-        sass_flush: sym!(lib, c"cuptiSassMetricsFlushData"),
-        sass_metric: sym!(lib, c"cuptiSassMetricsGetProperties"),
-        chip_name: sym!(lib, c"cuptiDeviceGetChipName"),
-        // SAFETY: as in sym!.
-        profiler_init: unsafe { dl::func(lib, c"cuptiProfilerInitialize") },
-        cubin_crc: sym!(lib, c"cuptiGetCubinCrc"),
-        stream_is_capturing: sym!(cuda, c"cuStreamIsCapturing"),
-        ctx_get_device: sym!(cuda, c"cuCtxGetDevice"),
-        stream_sync: sym!(cuda, c"cuStreamSynchronize"),
-        pc: crate::kernel_stall::PcApi::load(lib, &cuda).filter(|_| stalls_wanted()),
+        sass_set_config: sass.set_config,
+        sass_enable: sass.enable,
+        sass_disable: sass.disable,
+        sass_props: sass.get_data_properties,
+        sass_flush: sass.flush_data,
+        sass_metric: sass.get_properties,
+        chip_name: sass.chip_name,
+        profiler_init: sass.profiler_init,
+        cubin_crc: sass.cubin_crc,
+        stream_is_capturing: cuda
+            .stream_is_capturing
+            .ok_or_else(|| lacks("cuStreamIsCapturing"))?,
+        ctx_get_device: cuda.ctx_get_device.ok_or_else(|| lacks("cuCtxGetDevice"))?,
+        stream_sync: cuda
+            .stream_synchronize
+            .ok_or_else(|| lacks("cuStreamSynchronize"))?,
+        pc: crate::kernel_stall::PcApi::load(c, cuda).filter(|_| stalls_wanted()),
         streams,
-        _cuda: cuda,
     })
 }
 

@@ -23,7 +23,7 @@
 //! recorder's callbacks).
 use crate::cubin_lines::LineTable;
 use crate::cupti::{self, sys, Cupti};
-use crate::dl::{self, Lib};
+use crate::driver::Driver;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex};
@@ -38,7 +38,8 @@ const MAX_READS: usize = 16;
 /// CUPTI's prefix of stall reason names.
 const PREFIX: &str = "smsp__pcsamp_warps_issue_stalled_";
 
-/// The PC Sampling API's entry points (absent from old CUPTI: then no stall reasons).
+/// The PC Sampling API's entry points (absent from old CUPTI: then no stall reasons), from
+/// CUPTI's table ([`Cupti::pc_sampling`]), and the driver's context calls ([`Driver`]).
 pub struct PcApi {
     enable: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingEnableParams) -> u32,
     disable: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingDisableParams) -> u32,
@@ -54,22 +55,20 @@ pub struct PcApi {
 
 impl PcApi {
     /// The entry points, if this CUPTI and driver have them all.
-    pub fn load(cupti: &Lib, cuda: &Lib) -> Option<PcApi> {
-        // SAFETY (each): the field's type is the documented signature of the named function.
-        unsafe {
-            Some(PcApi {
-                enable: dl::func(cupti, c"cuptiPCSamplingEnable")?,
-                disable: dl::func(cupti, c"cuptiPCSamplingDisable")?,
-                start: dl::func(cupti, c"cuptiPCSamplingStart")?,
-                stop: dl::func(cupti, c"cuptiPCSamplingStop")?,
-                get_data: dl::func(cupti, c"cuptiPCSamplingGetData")?,
-                num_reasons: dl::func(cupti, c"cuptiPCSamplingGetNumStallReasons")?,
-                reasons: dl::func(cupti, c"cuptiPCSamplingGetStallReasons")?,
-                set_config: dl::func(cupti, c"cuptiPCSamplingSetConfigurationAttribute")?,
-                push_ctx: dl::func(cuda, c"cuCtxPushCurrent_v2")?,
-                pop_ctx: dl::func(cuda, c"cuCtxPopCurrent_v2")?,
-            })
-        }
+    pub fn load(cupti: &Cupti, cuda: &Driver) -> Option<PcApi> {
+        let pc = cupti.pc_sampling.as_ref()?;
+        Some(PcApi {
+            enable: pc.enable,
+            disable: pc.disable,
+            start: pc.start,
+            stop: pc.stop,
+            get_data: pc.get_data,
+            num_reasons: pc.num_reasons,
+            reasons: pc.reasons,
+            set_config: pc.set_config,
+            push_ctx: cuda.ctx_push_current?,
+            pop_ctx: cuda.ctx_pop_current?,
+        })
     }
 }
 
