@@ -26,6 +26,7 @@ use crate::cupti::{self, sys, Cupti};
 use crate::driver::Driver;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 /// Sampling period: 2^(PERIOD + 5) cycles (2^17: no samples dropped on the H100, ~22,000 in a
@@ -128,10 +129,8 @@ struct Enabled {
 }
 
 // SAFETY: the raw pointers point into this struct's own heap buffers; it is only used under
-// the STATE mutex.
+// the `enabled` mutex of [`STALLS`].
 unsafe impl Send for Enabled {}
-
-static STATE: Mutex<Option<Enabled>> = Mutex::new(None);
 
 /// PC sampling stays enabled at most this long after it was enabled or last stopped, ns: enabled,
 /// even stopped, it costs every launch ~2 µs (launch-bound loop, device run 9), so it goes off
@@ -140,11 +139,28 @@ pub const WINDOW_NS: u64 = 2_000_000_000;
 /// Enabled as a context is created ([`prepare`]), it waits this long for its first stall sample
 /// (a top-N choice needs a tally of GPU time first; a framework loads and sets up meanwhile).
 pub const STARTUP_WINDOW_NS: u64 = 30_000_000_000;
-/// Monotonic time after which PC sampling is turned off (0: not enabled).
-static DEADLINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// PC sampling's process-wide state (the module's one static).
+struct Stalls {
+    /// The context PC sampling is enabled on.
+    enabled: Mutex<Option<Enabled>>,
+    /// Monotonic time after which PC sampling is turned off (0: not enabled).
+    deadline: AtomicU64,
+    /// What the first stall sample saw (a debug notice): timings and CUPTI's buffer counts.
+    first: Mutex<Option<String>>,
+    /// The last start's timings (ms): enabling (0 when already enabled), starting.
+    last_start: Mutex<(f64, f64)>,
+}
+
+static STALLS: Stalls = Stalls {
+    enabled: Mutex::new(None),
+    deadline: AtomicU64::new(0),
+    first: Mutex::new(None),
+    last_start: Mutex::new((0.0, 0.0)),
+};
 
 fn extend(by: u64) {
-    DEADLINE.store(
+    STALLS.deadline.store(
         crate::clock::mono_ns().saturating_add(by),
         std::sync::atomic::Ordering::Relaxed,
     );
@@ -153,18 +169,13 @@ fn extend(by: u64) {
 /// Whether PC sampling is enabled and its window ended by `now` (monotonic ns): one atomic load.
 #[inline]
 pub fn expired(now: u64) -> bool {
-    let d = DEADLINE.load(std::sync::atomic::Ordering::Relaxed);
+    let d = STALLS.deadline.load(std::sync::atomic::Ordering::Relaxed);
     d != 0 && now > d
 }
 
-/// What the first stall sample saw (a debug notice): timings and CUPTI's buffer counts.
-static FIRST: Mutex<Option<String>> = Mutex::new(None);
-/// The last start's timings (ms): enabling (0 when already enabled), starting.
-static LAST_START: Mutex<(f64, f64)> = Mutex::new((0.0, 0.0));
-
 /// The first stall sample's debug line, once.
 pub fn take_first() -> Option<String> {
-    FIRST.lock().ok()?.take()
+    STALLS.first.lock().ok()?.take()
 }
 
 fn ms(t: std::time::Instant) -> f64 {
@@ -306,7 +317,9 @@ fn enable(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<Enabled, String> {
 }
 
 fn disable_locked(api: &PcApi, st: &mut Option<Enabled>, current: *mut c_void) {
-    DEADLINE.store(0, std::sync::atomic::Ordering::Relaxed);
+    STALLS
+        .deadline
+        .store(0, std::sync::atomic::Ordering::Relaxed);
     let Some(mut e) = st.take() else { return };
     let ctx = e.ctx as *mut c_void;
     let other = ctx != current;
@@ -340,14 +353,14 @@ fn disable_locked(api: &PcApi, st: &mut Option<Enabled>, current: *mut c_void) {
 /// Turn PC sampling off wherever it is enabled (before a SASS-metrics sample, a pause, the
 /// end). `current`: the context current on this thread (null: none known).
 pub fn disable(api: &PcApi, current: *mut c_void) {
-    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = STALLS.enabled.lock().unwrap_or_else(|e| e.into_inner());
     disable_locked(api, &mut st, current);
 }
 
 /// Enable PC sampling on a new context (current on this thread), stopped, unless it is enabled
 /// on another one already.
 pub fn prepare(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
-    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = STALLS.enabled.lock().unwrap_or_else(|e| e.into_inner());
     if st.is_none() {
         *st = Some(enable(c, api, ctx)?);
         extend(STARTUP_WINDOW_NS);
@@ -357,7 +370,7 @@ pub fn prepare(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
 
 /// Start sampling on `ctx` (current on this thread), enabling it there first if needed.
 pub fn start(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
-    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = STALLS.enabled.lock().unwrap_or_else(|e| e.into_inner());
     if st.as_ref().is_some_and(|e| e.ctx != ctx as usize) {
         disable_locked(api, &mut st, ctx);
     }
@@ -381,8 +394,10 @@ pub fn start(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
         return Err(m);
     }
     e.started = true;
-    DEADLINE.store(u64::MAX, std::sync::atomic::Ordering::Relaxed); // not while started
-    if let Ok(mut l) = LAST_START.lock() {
+    STALLS
+        .deadline
+        .store(u64::MAX, std::sync::atomic::Ordering::Relaxed); // not while started
+    if let Ok(mut l) = STALLS.last_start.lock() {
         *l = (t_enable, ms(t1));
     }
     Ok(())
@@ -501,7 +516,7 @@ pub fn stop_and_read(
     key: u64,
     tables: &BTreeMap<u32, Arc<LineTable>>,
 ) -> Result<(Option<StallCounts>, u64), String> {
-    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = STALLS.enabled.lock().unwrap_or_else(|e| e.into_inner());
     let Some(e) = st.as_mut().filter(|e| e.ctx == ctx as usize && e.started) else {
         return Ok((None, 0));
     };
@@ -553,9 +568,9 @@ pub fn stop_and_read(
         }
     }
     let pcs = raw.len() as u64;
-    if let Ok(mut f) = FIRST.lock() {
+    if let Ok(mut f) = STALLS.first.lock() {
         if f.is_none() {
-            let (en, stt) = LAST_START.lock().map(|l| *l).unwrap_or_default();
+            let (en, stt) = STALLS.last_start.lock().map(|l| *l).unwrap_or_default();
             let fns: std::collections::BTreeSet<String> = raw
                 .iter()
                 .take(64)
