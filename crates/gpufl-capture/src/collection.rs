@@ -6,10 +6,47 @@ use crate::cbids;
 use crate::cupti::{self, Cupti};
 use crate::options::knobs;
 use crate::options::Options;
-use crate::recorder::{buffer_completed, buffer_requested, Msg, DISABLED, RECORDER, SITES};
+use crate::recorder::{buffer_completed, buffer_requested, is_disabled, Msg};
+use crate::sites::SiteTable;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+
+/// What is being collected and how it was switched (the module's one static).
+struct Collection {
+    /// Launch / copy / memset callback ids (call-site stacks), when enabled.
+    sites: OnceLock<SiteTable>,
+    /// Whether the driver domain's call-site callbacks are on. They are turned off when the
+    /// driver launches and copies they see are made inside runtime calls (the runtime's callback
+    /// already decided for those, so they only cost: ~2 % of a launch-bound PyTorch loop), except
+    /// for driver functions seen called directly, and back on for a while every so often to look
+    /// again ([`crate::sites::DriverSitePolicy`]).
+    driver_sites: AtomicBool,
+    /// The GPU activity kinds are on (kernel detail turns the kernel kind off around a sampled
+    /// launch, and back on only if they still are).
+    gpu_kinds_on: AtomicBool,
+    /// An always-on window of GPU activity: 0 none open, 1 sampled, 2 full detail.
+    window: AtomicU8,
+    /// Set while the program has paused recording (`pause`).
+    paused: AtomicBool,
+    /// Serializes pause/resume (never taken on a CUPTI callback path).
+    pause_lock: Mutex<()>,
+}
+
+static COLLECTION: Collection = Collection {
+    sites: OnceLock::new(),
+    driver_sites: AtomicBool::new(true),
+    gpu_kinds_on: AtomicBool::new(false),
+    window: AtomicU8::new(0),
+    paused: AtomicBool::new(false),
+    pause_lock: Mutex::new(()),
+};
+
+/// The call-site callback ids, when call-site stacks are collected (read by every API callback).
+#[inline]
+pub(crate) fn site_table() -> Option<&'static SiteTable> {
+    COLLECTION.sites.get()
+}
 
 /// Set up activity collection once (buffers, thread ids, flush period, resource callbacks), then
 /// turn collection on. Returns notices for what could not be enabled.
@@ -75,10 +112,12 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
         // Call-site stacks of launches, copies and memsets: on with stacks, unless
         // GPUFL_SITE_STACKS=0.
         if opts.enable_stack_trace && knobs.site_stacks {
-            SITES.get_or_init(|| crate::sites::SiteTable::build(c));
+            COLLECTION
+                .sites
+                .get_or_init(|| crate::sites::SiteTable::build(c));
         }
         if let Some(cupti) = crate::recorder::cupti_loaded() {
-            if let Some(n) = crate::kernel_detail::start(cupti, SITES.get().is_some()) {
+            if let Some(n) = crate::kernel_detail::start(cupti, COLLECTION.sites.get().is_some()) {
                 notices.push(n);
             }
         }
@@ -106,7 +145,7 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
             cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING,
         );
         // Where CUDA graph nodes come from (crate::graphnodes): with call-site stacks only.
-        if SITES.get().is_some() {
+        if COLLECTION.sites.get().is_some() {
             for id in [
                 cupti::CBID_RESOURCE_GRAPHNODE_CREATED,
                 cupti::CBID_RESOURCE_GRAPHNODE_CLONED,
@@ -153,7 +192,7 @@ fn set_collection(
 ) {
     // Always-on: GPU activity only inside an open window, API records only in a full-detail one.
     let aon = opts.mode == crate::options::Mode::AlwaysOn;
-    let window = WINDOW.load(Ordering::SeqCst);
+    let window = COLLECTION.window.load(Ordering::SeqCst);
     let gpu_on = on && (!aon || window > 0);
     let api_on = on && (!aon || window == 2);
     if !gpu_on {
@@ -185,14 +224,16 @@ fn set_collection(
 }
 
 /// Turn the call-site callbacks (launches, graph launches, copies, memsets) on or off; the driver domain's stay
-/// off while [`DRIVER_SITES`] says they are redundant.
+/// off while `Collection::driver_sites` says they are redundant.
 fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
-    let Some(table) = SITES.get() else { return };
+    let Some(table) = COLLECTION.sites.get() else {
+        return;
+    };
     // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|graph|copy
     // (comma-separated; `graph`: cudaGraphLaunch / cuGraphLaunch) restrict the call-site
     // callbacks (default: all).
     let (domains, kinds) = (&knobs().site_domains, &knobs().site_kinds);
-    let driver_on = DRIVER_SITES.load(Ordering::SeqCst);
+    let driver_on = COLLECTION.driver_sites.load(Ordering::SeqCst);
     for (domain, id) in table.ids() {
         let dom = if domain == cupti::DOMAIN_RUNTIME {
             "runtime"
@@ -215,30 +256,28 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
     crate::sites::callbacks_switched();
 }
 
-/// Whether the driver domain's call-site callbacks are on. They are turned off when the driver
-/// launches and copies they see are made inside runtime calls (the runtime's callback already
-/// decided for those, so they only cost: ~2 % of a launch-bound PyTorch loop), except for driver
-/// functions seen called directly, and back on for a while every so often to look again
-/// ([`crate::sites::DriverSitePolicy`]).
-static DRIVER_SITES: AtomicBool = AtomicBool::new(true);
-
 /// Turn the driver domain's call-site callbacks on or off (writer thread). Takes effect now when
 /// call sites are being collected (not paused; in always-on, inside a window), else at the next
 /// change of collection.
 pub(crate) fn set_driver_sites(on: bool) {
-    let Some(r) = RECORDER.get() else { return };
-    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
+    let Some(r) = crate::recorder::get() else {
+        return;
+    };
+    if r.pid != std::process::id() || is_disabled() {
         return;
     }
-    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if DRIVER_SITES.swap(on, Ordering::SeqCst) == on {
+    let _guard = COLLECTION
+        .pause_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if COLLECTION.driver_sites.swap(on, Ordering::SeqCst) == on {
         return;
     }
-    if PAUSED.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
+    if COLLECTION.paused.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
         return;
     }
     let aon = r.opts.mode == crate::options::Mode::AlwaysOn;
-    if aon && WINDOW.load(Ordering::SeqCst) == 0 {
+    if aon && COLLECTION.window.load(Ordering::SeqCst) == 0 {
         return;
     }
     set_site_callbacks(r.cupti, r.subscriber.load(Ordering::SeqCst), true);
@@ -246,7 +285,7 @@ pub(crate) fn set_driver_sites(on: bool) {
 
 /// Turn the GPU activity kinds (kernels, copies, memsets, CUPTI overhead) on or off.
 fn set_gpu_kinds(c: &Cupti, on: bool, notices: &mut Vec<String>) {
-    GPU_KINDS_ON.store(on, Ordering::SeqCst);
+    COLLECTION.gpu_kinds_on.store(on, Ordering::SeqCst);
     for (k, name) in activity_kinds() {
         // SAFETY: plain CUPTI calls.
         let rc = unsafe {
@@ -265,34 +304,32 @@ fn set_gpu_kinds(c: &Cupti, on: bool, notices: &mut Vec<String>) {
     }
 }
 
-/// The GPU activity kinds are on (kernel detail turns the kernel kind off around a sampled
-/// launch, and back on only if they still are).
-static GPU_KINDS_ON: AtomicBool = AtomicBool::new(false);
-
 /// Whether the GPU activity kinds are on now.
 pub(crate) fn gpu_kinds_on() -> bool {
-    GPU_KINDS_ON.load(Ordering::SeqCst)
+    COLLECTION.gpu_kinds_on.load(Ordering::SeqCst)
 }
-
-/// An always-on window of GPU activity: 0 none open, 1 sampled, 2 full detail.
-static WINDOW: AtomicU8 = AtomicU8::new(0);
 
 /// Open (`open`, `detail`: a full-detail window) or close the always-on window. Returns the
 /// window's edge on the trace clock — taken after collection is on when opening, before it goes
 /// off when closing, so the window holds every GPU record of its span — or None when no window
 /// can open (paused, stopped, not recording). Closing flushes what CUPTI completed to the writer.
 pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
-    let r = RECORDER.get()?;
-    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
+    let r = crate::recorder::get()?;
+    if r.pid != std::process::id() || is_disabled() {
         return None;
     }
-    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = COLLECTION
+        .pause_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let mut ignored = Vec::new();
     if open {
-        if PAUSED.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
+        if COLLECTION.paused.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
             return None;
         }
-        WINDOW.store(if detail { 2 } else { 1 }, Ordering::SeqCst);
+        COLLECTION
+            .window
+            .store(if detail { 2 } else { 1 }, Ordering::SeqCst);
         set_site_callbacks(r.cupti, r.subscriber.load(Ordering::SeqCst), true);
         set_gpu_kinds(r.cupti, true, &mut ignored);
         if detail {
@@ -301,8 +338,8 @@ pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
         Some(r.cupti.timestamp())
     } else {
         let ts = r.cupti.timestamp();
-        let was = WINDOW.swap(0, Ordering::SeqCst);
-        if !PAUSED.load(Ordering::SeqCst) && !r.stopped.load(Ordering::SeqCst) {
+        let was = COLLECTION.window.swap(0, Ordering::SeqCst);
+        if !COLLECTION.paused.load(Ordering::SeqCst) && !r.stopped.load(Ordering::SeqCst) {
             set_gpu_kinds(r.cupti, false, &mut ignored);
             set_site_callbacks(r.cupti, r.subscriber.load(Ordering::SeqCst), false);
             if was == 2 {
@@ -405,7 +442,7 @@ fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<Str
     // call-site callbacks (crate::sites), not from CUPTI (graph launches keep CUPTI's: graph work
     // carries the driver graph launch's correlation id). Default-mode selection only: always-on
     // detail windows select their API records themselves.
-    let (rt, drv) = match SITES.get() {
+    let (rt, drv) = match COLLECTION.sites.get() {
         Some(t) if crate::sites::api_from_callbacks() => {
             let keep = |domain: u32| {
                 move |id: &u32| {
@@ -438,14 +475,9 @@ fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<Str
     }
 }
 
-/// Set while the program has paused recording (`pause`).
-static PAUSED: AtomicBool = AtomicBool::new(false);
-/// Serializes pause/resume (never taken on a CUPTI callback path).
-static PAUSE_LOCK: Mutex<()> = Mutex::new(());
-
 /// Whether recording is paused by the program.
 pub fn is_paused() -> bool {
-    PAUSED.load(Ordering::Relaxed)
+    COLLECTION.paused.load(Ordering::Relaxed)
 }
 
 /// Pause (`recording = false`) or resume recording. While paused nothing is collected: no activity
@@ -453,17 +485,20 @@ pub fn is_paused() -> bool {
 /// `capture` record marks each change. Returns false when no recorder runs (not started, stopped,
 /// or in a forked child); pausing twice or resuming a running recorder does nothing.
 pub fn set_recording(recording: bool) -> bool {
-    let Some(r) = RECORDER.get() else {
+    let Some(r) = crate::recorder::get() else {
         return false;
     };
-    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
+    if r.pid != std::process::id() || is_disabled() {
         return false;
     }
-    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = COLLECTION
+        .pause_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if r.stopped.load(Ordering::SeqCst) {
         return false;
     }
-    if PAUSED.load(Ordering::SeqCst) != recording {
+    if COLLECTION.paused.load(Ordering::SeqCst) != recording {
         return true;
     }
     let sub = r.subscriber.load(Ordering::SeqCst);
@@ -472,11 +507,11 @@ pub fn set_recording(recording: bool) -> bool {
     // and ends after it restarts.
     let ts = if recording {
         set_collection(r.cupti, sub, &r.opts, true, &mut ignored);
-        PAUSED.store(false, Ordering::SeqCst);
+        COLLECTION.paused.store(false, Ordering::SeqCst);
         r.cupti.timestamp()
     } else {
         let ts = r.cupti.timestamp();
-        PAUSED.store(true, Ordering::SeqCst);
+        COLLECTION.paused.store(true, Ordering::SeqCst);
         set_collection(r.cupti, sub, &r.opts, false, &mut ignored);
         // SAFETY: plain CUPTI call: hands what was collected so far to the writer.
         unsafe { (r.cupti.activity_flush_all)(0) };

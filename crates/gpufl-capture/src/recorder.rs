@@ -89,37 +89,59 @@ pub struct Recorder {
     pub(crate) pid: u32,
 }
 
-pub(crate) static RECORDER: OnceLock<Recorder> = OnceLock::new();
-static START_LOCK: Mutex<()> = Mutex::new(());
-static CUPTI: OnceLock<Cupti> = OnceLock::new();
-/// Set in a forked child (CUPTI state does not survive fork) and after stop: callbacks return at once.
-pub(crate) static DISABLED: AtomicBool = AtomicBool::new(false);
-/// Launch / copy / memset callback ids (call-site stacks), when enabled.
-pub(crate) static SITES: OnceLock<crate::sites::SiteTable> = OnceLock::new();
+/// The recorder's process-wide state (the module's one static).
+pub(crate) struct RecorderState {
+    /// The running recorder (set once).
+    recorder: OnceLock<Recorder>,
+    /// Serializes [`start`].
+    start_lock: Mutex<()>,
+    /// CUPTI, once loaded.
+    cupti: OnceLock<Cupti>,
+    /// Set in a forked child (CUPTI state does not survive fork) and after stop: callbacks return
+    /// at once.
+    disabled: AtomicBool,
+    /// Set when a CUDA context is being destroyed: the writer closes a block promptly.
+    flush_request: AtomicBool,
+    /// The exit and fork hooks are registered once.
+    exit_hooks: std::sync::Once,
+}
 
-/// Set when a CUDA context is being destroyed: the writer closes a block promptly.
-static FLUSH_REQUEST: AtomicBool = AtomicBool::new(false);
+static STATE: RecorderState = RecorderState {
+    recorder: OnceLock::new(),
+    start_lock: Mutex::new(()),
+    cupti: OnceLock::new(),
+    disabled: AtomicBool::new(false),
+    flush_request: AtomicBool::new(false),
+    exit_hooks: std::sync::Once::new(),
+};
+
+/// Whether the recorder's callbacks are off for good (a forked child, or after stop).
+#[inline]
+pub(crate) fn is_disabled() -> bool {
+    STATE.disabled.load(Ordering::Relaxed)
+}
 
 /// The recorder, if running.
 pub fn get() -> Option<&'static Recorder> {
-    RECORDER.get()
+    STATE.recorder.get()
 }
 
 /// Now, on the trace clock: CUPTI's timestamp when CUPTI is loaded, else CLOCK_REALTIME in ns
 /// (what `cuptiGetTimestamp` returns on Linux: its values match the wall clock to ~1 µs).
 pub fn trace_clock() -> u64 {
-    CUPTI
+    STATE
+        .cupti
         .get()
         .map_or_else(procinfo::unix_ns, |c| c.timestamp())
 }
 
 /// CUPTI, loaded now if it was not yet (NVTX's injection entry point may run before cuInit).
 pub fn cupti_loaded() -> Option<&'static Cupti> {
-    if let Some(c) = CUPTI.get() {
+    if let Some(c) = STATE.cupti.get() {
         return Some(c);
     }
     let c = Cupti::load().ok()?;
-    Some(CUPTI.get_or_init(|| c))
+    Some(STATE.cupti.get_or_init(|| c))
 }
 
 /// Print one line on stderr, prefixed "gpufl: ".
@@ -131,8 +153,8 @@ fn say(quiet: bool, msg: &str) {
 
 /// Start recording this process. Safe to call more than once (later calls report AlreadyRunning).
 pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, InitError> {
-    let _guard = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(r) = RECORDER.get() {
+    let _guard = STATE.start_lock.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = STATE.recorder.get() {
         return Err(InitError::AlreadyRunning(r.session_dir.clone()));
     }
     // Every GPUFL_* knob, read now rather than by the first callback that needs one.
@@ -154,9 +176,9 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     }
     let mut header = base_header(&opts, by, &dir_name, start_unix_ns);
 
-    let cupti = match CUPTI.get() {
+    let cupti = match STATE.cupti.get() {
         Some(c) => Ok(c),
-        None => Cupti::load().map(|c| CUPTI.get_or_init(|| c)),
+        None => Cupti::load().map(|c| STATE.cupti.get_or_init(|| c)),
     };
     let cupti = match cupti {
         Ok(c) => c,
@@ -214,7 +236,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     let (tx, rx) = channel();
     let file_path = session_dir.join(session::FIRST_TRACE_FILE);
     let quiet = opts.quiet;
-    let rec = RECORDER.get_or_init(|| Recorder {
+    let rec = STATE.recorder.get_or_init(|| Recorder {
         opts,
         session_dir: session_dir.clone(),
         cupti,
@@ -229,7 +251,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         .name("gpufl-writer".into())
         .spawn(move || writer_thread(rx, file_path, header, notices, cupti));
     if let Err(e) = spawned {
-        DISABLED.store(true, Ordering::SeqCst);
+        STATE.disabled.store(true, Ordering::SeqCst);
         crate::scopes::set_enabled(false);
         say(
             false,
@@ -342,7 +364,7 @@ unsafe extern "C" fn on_callback(_ud: *mut c_void, domain: u32, cbid: u32, data:
 }
 
 unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
-    if DISABLED.load(Ordering::Relaxed)
+    if STATE.disabled.load(Ordering::Relaxed)
         || data.is_null()
         || (crate::kernel_detail::active() && crate::kernel_detail::busy())
     {
@@ -356,7 +378,7 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             crate::kernel_detail::on_context_created(data)
         },
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING => {
-            FLUSH_REQUEST.store(true, Ordering::Relaxed);
+            STATE.flush_request.store(true, Ordering::Relaxed);
         }
         // SAFETY: CUPTI passes a CUpti_ResourceData for resource callbacks.
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_MODULE_LOADED => unsafe {
@@ -366,7 +388,9 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             if cbid == cupti::CBID_RESOURCE_GRAPHNODE_CREATED
                 || cbid == cupti::CBID_RESOURCE_GRAPHNODE_CLONED =>
         {
-            let Some(r) = RECORDER.get() else { return };
+            let Some(r) = STATE.recorder.get() else {
+                return;
+            };
             // SAFETY: CUPTI passes a CUpti_ResourceData for resource callbacks.
             unsafe { crate::graphnodes::on_graph_node(r.cupti, r.python, cbid, data) }
         }
@@ -374,14 +398,16 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             crate::sink::MODULE_UNLOADS.fetch_add(1, Ordering::Release);
         }
         cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
-            if let Some(kind) = SITES.get().and_then(|t| t.kind(domain, cbid)) {
+            if let Some(kind) = crate::collection::site_table().and_then(|t| t.kind(domain, cbid)) {
                 if matches!(kind, crate::sites::SiteKind::Launch(_))
                     && crate::kernel_detail::active()
                 {
                     // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
                     unsafe { crate::kernel_detail::on_launch(domain, cbid, data) }
                 }
-                let Some(r) = RECORDER.get() else { return };
+                let Some(r) = STATE.recorder.get() else {
+                    return;
+                };
                 let call = crate::sites::SiteCall {
                     cupti: r.cupti,
                     kind,
@@ -405,7 +431,9 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
 unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
     use std::mem::offset_of;
     type D = cupti::sys::CUpti_CallbackData;
-    let Some(r) = RECORDER.get() else { return };
+    let Some(r) = STATE.recorder.get() else {
+        return;
+    };
     let Some((_, param, per_thread)) = cbids::sync_kind(domain, cbid) else {
         return;
     };
@@ -519,7 +547,7 @@ pub(crate) unsafe extern "C" fn buffer_requested(
     max_records: *mut usize,
 ) {
     let _ = std::panic::catch_unwind(|| {
-        let p = if DISABLED.load(Ordering::Relaxed) {
+        let p = if STATE.disabled.load(Ordering::Relaxed) {
             None
         } else {
             pool::take()
@@ -552,7 +580,7 @@ pub(crate) unsafe extern "C" fn buffer_completed(
         if buf.is_null() {
             return;
         }
-        let Some(r) = RECORDER.get() else {
+        let Some(r) = STATE.recorder.get() else {
             pool::give_back(buf);
             return;
         };
@@ -612,7 +640,7 @@ fn writer_thread(
         let result = s.end_block();
         report(&mut sink, result);
     }
-    let telemetry = match (sink.as_mut(), RECORDER.get()) {
+    let telemetry = match (sink.as_mut(), STATE.recorder.get()) {
         (Some(s), Some(r)) => {
             let tx = r.tx.clone();
             let ms = header.options.telemetry_ms.unwrap_or(0);
@@ -632,7 +660,11 @@ fn writer_thread(
     let mut last_cupti_flush = Instant::now();
     let mut last_block = Instant::now();
     crate::crash::set_writer_thread();
-    let opts = RECORDER.get().map(|r| r.opts.clone()).unwrap_or_default();
+    let opts = STATE
+        .recorder
+        .get()
+        .map(|r| r.opts.clone())
+        .unwrap_or_default();
     let mut always_on = crate::always_on::Scheduler::new(&opts);
     let mut driver_sites = crate::sites::DriverSitePolicy::new(Instant::now());
     let mut rolling = path
@@ -757,7 +789,8 @@ fn writer_thread(
             last_block = Instant::now();
             continue;
         }
-        let stopped = RECORDER
+        let stopped = STATE
+            .recorder
             .get()
             .is_none_or(|r| r.stopped.load(Ordering::Relaxed));
         if !stopping && !stopped && flush_period.is_some_and(|p| last_cupti_flush.elapsed() >= p) {
@@ -765,7 +798,7 @@ fn writer_thread(
             unsafe { (cupti.activity_flush_all)(0) };
             last_cupti_flush = Instant::now();
         }
-        let forced = FLUSH_REQUEST.swap(false, Ordering::Relaxed);
+        let forced = STATE.flush_request.swap(false, Ordering::Relaxed);
         let due = last_block.elapsed() >= BLOCK_PERIOD;
         if forced || due {
             let result = (|| -> Result<(), TraceError> {
@@ -899,7 +932,7 @@ fn report(sink: &mut Option<Sink>, result: Result<(), TraceError>) {
 
 /// Stop recording: flush CUPTI, write the end record, close the file. Idempotent; bounded in time.
 pub fn stop(reason: &'static str) -> Option<Counts> {
-    let Some(r) = RECORDER.get() else {
+    let Some(r) = STATE.recorder.get() else {
         return crate::scopes::stop_standalone(reason);
     };
     if r.pid != std::process::id() {
@@ -942,7 +975,7 @@ pub fn stop(reason: &'static str) -> Option<Counts> {
         return None;
     }
     let counts = ack_rx.recv_timeout(STOP_TIMEOUT).ok().flatten();
-    DISABLED.store(true, Ordering::SeqCst);
+    STATE.disabled.store(true, Ordering::SeqCst);
     if reason != "exit" {
         // SAFETY: our own subscriber; lets another tool subscribe after us.
         unsafe { (c.unsubscribe)(sub) };
@@ -963,14 +996,13 @@ extern "C" fn at_exit() {
 }
 
 extern "C" fn in_forked_child() {
-    DISABLED.store(true, Ordering::SeqCst);
+    STATE.disabled.store(true, Ordering::SeqCst);
     crate::pyframes::xthread::FORK_GEN.fetch_add(1, Ordering::SeqCst);
     crate::scopes::set_enabled(false);
 }
 
 fn register_exit_hooks() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+    STATE.exit_hooks.call_once(|| {
         // SAFETY: registering plain extern "C" functions that never unwind.
         unsafe {
             libc::atexit(at_exit);
