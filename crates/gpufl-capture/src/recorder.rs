@@ -997,7 +997,7 @@ extern "C" fn at_exit() {
 
 extern "C" fn in_forked_child() {
     STATE.disabled.store(true, Ordering::SeqCst);
-    crate::pyframes::xthread::FORK_GEN.fetch_add(1, Ordering::SeqCst);
+    crate::pyframes::xthread::note_fork();
     crate::scopes::set_enabled(false);
 }
 
