@@ -76,11 +76,21 @@ impl Reason {
     }
 }
 
-/// Whether this process records in always-on mode (set at start).
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// A pending full-detail request: its length in ms (0: none) and reason.
-static REQUEST_MS: AtomicU64 = AtomicU64::new(0);
-static REQUEST_REASON: AtomicU8 = AtomicU8::new(0);
+/// Whether this process records in always-on mode, and a pending full-detail request (the
+/// module's one static; atomics only: a signal handler writes it).
+struct Requests {
+    /// Always-on mode (set at start).
+    active: AtomicBool,
+    /// The pending request's length in ms (0: none) and reason.
+    ms: AtomicU64,
+    reason: AtomicU8,
+}
+
+static REQUESTS: Requests = Requests {
+    active: AtomicBool::new(false),
+    ms: AtomicU64::new(0),
+    reason: AtomicU8::new(0),
+};
 
 /// Length of a requested window in ms: `seconds`, or the default when not positive and finite.
 pub fn window_ms(seconds: f64) -> u64 {
@@ -95,17 +105,17 @@ pub fn window_ms(seconds: f64) -> u64 {
 /// Ask for a full-detail window of `seconds`. False when not recording in always-on mode.
 /// Async-signal-safe (atomics only).
 pub fn request_window(seconds: f64, reason: Reason) -> bool {
-    if !ACTIVE.load(Ordering::Acquire) {
+    if !REQUESTS.active.load(Ordering::Acquire) {
         return false;
     }
-    REQUEST_REASON.store(reason as u8, Ordering::Release);
-    REQUEST_MS.store(window_ms(seconds), Ordering::Release);
+    REQUESTS.reason.store(reason as u8, Ordering::Release);
+    REQUESTS.ms.store(window_ms(seconds), Ordering::Release);
     true
 }
 
 fn take_request() -> Option<(u64, Reason)> {
-    let ms = REQUEST_MS.swap(0, Ordering::AcqRel);
-    (ms > 0).then(|| (ms, Reason::from_u8(REQUEST_REASON.load(Ordering::Acquire))))
+    let ms = REQUESTS.ms.swap(0, Ordering::AcqRel);
+    (ms > 0).then(|| (ms, Reason::from_u8(REQUESTS.reason.load(Ordering::Acquire))))
 }
 
 /// Duty cycle and period after a window that saw `records` GPU records in `window`.
@@ -150,7 +160,7 @@ impl Scheduler {
         if opts.mode != Mode::AlwaysOn {
             return None;
         }
-        ACTIVE.store(true, Ordering::Release);
+        REQUESTS.active.store(true, Ordering::Release);
         // GPUFL_ALWAYS_ON_BUDGET, GPUFL_WINDOW_MS, GPUFL_WINDOW_PERIOD_MS.
         let knobs = crate::options::knobs();
         Some(Scheduler {
@@ -243,7 +253,7 @@ impl Scheduler {
     /// At stop: close a window still open, write a summary notice.
     pub fn finish(&mut self, sink: &mut Sink) -> Result<(), TraceError> {
         self.close(sink, Instant::now())?;
-        ACTIVE.store(false, Ordering::Release);
+        REQUESTS.active.store(false, Ordering::Release);
         sink.write(&Record::Notice(gpufl_trace::Notice {
             level: "info".into(),
             message: format!(
@@ -338,13 +348,13 @@ mod tests {
 
     #[test]
     fn requests_need_an_always_on_recorder() {
-        ACTIVE.store(false, Ordering::SeqCst);
+        REQUESTS.active.store(false, Ordering::SeqCst);
         assert!(!request_window(1.0, Reason::Api));
         assert_eq!(take_request(), None);
-        ACTIVE.store(true, Ordering::SeqCst);
+        REQUESTS.active.store(true, Ordering::SeqCst);
         assert!(request_window(1.5, Reason::Trigger));
         assert_eq!(take_request(), Some((1500, Reason::Trigger)));
         assert_eq!(take_request(), None, "a request is taken once");
-        ACTIVE.store(false, Ordering::SeqCst);
+        REQUESTS.active.store(false, Ordering::SeqCst);
     }
 }
