@@ -598,6 +598,8 @@ pub(crate) unsafe extern "C" fn buffer_completed(
     });
 }
 
+/// The writer thread: opens the trace, then serves the channel and the periodic duties until a
+/// stop request ([`Writer::run`]).
 fn writer_thread(
     rx: Receiver<Msg>,
     path: PathBuf,
@@ -612,11 +614,59 @@ fn writer_thread(
     if let Some(e) = info.error {
         notices.push(format!("GPU list unavailable: {e}"));
     }
-    let opened = std::fs::File::create(&path)
+    let mut sink = open_trace(&path, &header, notices, cupti);
+    let telemetry = start_telemetry(&mut sink, &header, cupti);
+    // The module list for native stacks, built here rather than by the first capture on the hot
+    // path; kept current below (libraries loaded later, rebuilds a bounded walk asked for).
+    crate::unwind::service();
+    let knobs = crate::options::knobs();
+    let flush_period = knobs
+        .cupti_flush_period
+        .filter(|_| !knobs.cupti_flushes_itself);
+    let last_cupti_flush = Instant::now();
+    let last_block = Instant::now();
+    crate::crash::set_writer_thread();
+    let opts = STATE
+        .recorder
+        .get()
+        .map(|r| r.opts.clone())
+        .unwrap_or_default();
+    let always_on = crate::always_on::Scheduler::new(&opts);
+    let driver_sites = crate::sites::DriverSitePolicy::new(Instant::now());
+    let rolling = path
+        .parent()
+        .and_then(|dir| crate::rolling::Rolling::new(dir, opts.max_disk_bytes));
+    Writer {
+        rx,
+        sink,
+        header,
+        cupti,
+        telemetry,
+        flush_period,
+        last_cupti_flush,
+        last_block,
+        always_on,
+        driver_sites,
+        rolling,
+    }
+    .run();
+}
+
+/// Create the trace file with `header`, write the start `notices` and close the first block, so
+/// that the header reaches the disk now, not with the first periodic block: a program that
+/// crashes early still leaves a session that says what was recorded. None (said once) when it
+/// cannot be written: records are then discarded.
+fn open_trace(
+    path: &Path,
+    header: &Header,
+    notices: Vec<String>,
+    cupti: &'static Cupti,
+) -> Option<Sink> {
+    let opened = std::fs::File::create(path)
         .map_err(TraceError::from)
-        .and_then(|f| TraceWriter::new(BufWriter::with_capacity(1 << 20, f), &header));
+        .and_then(|f| TraceWriter::new(BufWriter::with_capacity(1 << 20, f), header));
     let mut sink = match opened {
-        Ok(w) => Some(Sink::new(w, Some(cupti)).with_feed(&header)),
+        Ok(w) => Some(Sink::new(w, Some(cupti)).with_feed(header)),
         Err(e) => {
             say(
                 false,
@@ -635,12 +685,20 @@ fn writer_thread(
                 message: n,
             }));
         }
-        // The header reaches the disk now, not with the first periodic block: a program that
-        // crashes early still leaves a session that says what was recorded.
         let result = s.end_block();
         report(&mut sink, result);
     }
-    let telemetry = match (sink.as_mut(), STATE.recorder.get()) {
+    sink
+}
+
+/// Start the telemetry thread (when the trace is open and the period is not 0); it sends its
+/// rounds on the writer's channel.
+fn start_telemetry(
+    sink: &mut Option<Sink>,
+    header: &Header,
+    cupti: &'static Cupti,
+) -> Option<crate::telemetry::Handle> {
+    match (sink.as_mut(), STATE.recorder.get()) {
         (Some(s), Some(r)) => {
             let tx = r.tx.clone();
             let ms = header.options.telemetry_ms.unwrap_or(0);
@@ -649,39 +707,69 @@ fn writer_thread(
             crate::telemetry::start_for(s, &header.gpus, ms, clock, send)
         }
         _ => None,
-    };
-    // The module list for native stacks, built here rather than by the first capture on the hot
-    // path; kept current below (libraries loaded later, rebuilds a bounded walk asked for).
-    crate::unwind::service();
-    let knobs = crate::options::knobs();
-    let flush_period = knobs
-        .cupti_flush_period
-        .filter(|_| !knobs.cupti_flushes_itself);
-    let mut last_cupti_flush = Instant::now();
-    let mut last_block = Instant::now();
-    crate::crash::set_writer_thread();
-    let opts = STATE
-        .recorder
-        .get()
-        .map(|r| r.opts.clone())
-        .unwrap_or_default();
-    let mut always_on = crate::always_on::Scheduler::new(&opts);
-    let mut driver_sites = crate::sites::DriverSitePolicy::new(Instant::now());
-    let mut rolling = path
-        .parent()
-        .and_then(|dir| crate::rolling::Rolling::new(dir, opts.max_disk_bytes));
-    // A stop request met while serving a signal's flush, handled on the next turn.
-    let mut deferred: Option<Msg> = None;
-    loop {
-        // Short waits: a fatal signal's flush request is polled here (a signal handler cannot
-        // use the channel).
-        let msg = match deferred.take() {
-            Some(m) => Ok(m),
-            None => rx.recv_timeout(Duration::from_millis(25)),
-        };
-        let stopping = matches!(msg, Ok(Msg::Stop { .. }));
+    }
+}
+
+/// The writer thread's state between the turns of its loop.
+struct Writer {
+    rx: Receiver<Msg>,
+    /// None once a write failed ([`report`]): records are then discarded, buffers recycled.
+    sink: Option<Sink>,
+    header: Header,
+    cupti: &'static Cupti,
+    telemetry: Option<crate::telemetry::Handle>,
+    /// How often CUPTI is asked for its completed buffers (None: never, or CUPTI flushes itself).
+    flush_period: Option<Duration>,
+    last_cupti_flush: Instant,
+    last_block: Instant,
+    always_on: Option<crate::always_on::Scheduler>,
+    driver_sites: crate::sites::DriverSitePolicy,
+    rolling: Option<crate::rolling::Rolling>,
+}
+
+impl Writer {
+    /// Serve the channel until a stop request (or until every sender is gone).
+    fn run(mut self) {
+        // A stop request met while serving a signal's flush, handled on the next turn.
+        let mut deferred: Option<Msg> = None;
+        loop {
+            // Short waits: a fatal signal's flush request is polled here (a signal handler
+            // cannot use the channel).
+            let msg = match deferred.take() {
+                Some(m) => Ok(m),
+                None => self.rx.recv_timeout(Duration::from_millis(25)),
+            };
+            let stopping = matches!(msg, Ok(Msg::Stop { .. }));
+            self.drain_queues();
+            match msg {
+                Ok(Msg::Buffer {
+                    ptr,
+                    valid,
+                    dropped,
+                }) => take_buffer(&mut self.sink, ptr, valid, dropped),
+                Ok(Msg::Telemetry(t)) => take_telemetry(&mut self.sink, t),
+                Ok(Msg::Stop { reason, ack }) => return self.stop(reason, ack),
+                Ok(Msg::Capture { ts, recording }) => take_capture(&mut self.sink, ts, recording),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            self.tick();
+            if let Some(sig) = crate::crash::pending() {
+                deferred = flush_for_signal(&mut self.sink, &self.rx, self.cupti, sig);
+                crate::crash::served();
+                self.last_block = Instant::now();
+                continue;
+            }
+            self.flush_cupti_if_due(stopping);
+            self.close_block_if_due();
+        }
+    }
+
+    /// Write what the hot paths queued (samples, scopes, modules, kernel detail's samples) and
+    /// publish kernel detail's top N.
+    fn drain_queues(&mut self) {
         let result = (|| -> Result<(), TraceError> {
-            let Some(s) = sink.as_mut() else {
+            let Some(s) = self.sink.as_mut() else {
                 return Ok(());
             };
             s.drain_samples()?;
@@ -693,136 +781,149 @@ fn writer_thread(
             }
             Ok(())
         })();
-        report(&mut sink, result);
-        match msg {
-            Ok(Msg::Buffer {
-                ptr,
-                valid,
-                dropped,
-            }) => take_buffer(&mut sink, ptr, valid, dropped),
-            Ok(Msg::Telemetry(t)) => take_telemetry(&mut sink, t),
-            Ok(Msg::Stop { reason, ack }) => {
-                if let Some(t) = &telemetry {
-                    t.stop();
-                }
-                loop {
-                    match rx.try_recv() {
-                        Ok(Msg::Buffer {
-                            ptr,
-                            valid,
-                            dropped,
-                        }) => take_buffer(&mut sink, ptr, valid, dropped),
-                        Ok(Msg::Telemetry(t)) => take_telemetry(&mut sink, t),
-                        Ok(Msg::Capture { ts, recording }) => {
-                            take_capture(&mut sink, ts, recording)
-                        }
-                        _ => break,
-                    }
-                }
-                let counts = sink.take().and_then(|mut s| {
-                    if let Some(a) = always_on.as_mut() {
-                        let _ = a.finish(&mut s);
-                    }
-                    let _ = s.drain_samples();
-                    let _ = crate::scopes::finish_into(&mut s);
-                    let _ = crate::modules::finish_into(&mut s);
-                    let _ = crate::kernel_detail::finish_into(&mut s);
-                    crate::telemetry::finish(telemetry.as_ref(), &mut s);
-                    let (incomplete, from_callbacks, discarded) =
-                        (s.incomplete, s.api_from_callbacks, s.discarded_api);
-                    let mut say = |level: &str, message: String| {
-                        let _ = s.write(&Record::Notice(Notice {
-                            level: level.into(),
-                            message,
-                        }));
-                    };
-                    for line in stack::debug_cost_lines() {
-                        say("debug", line);
-                    }
-                    if let Some(line) = driver_sites.summary(Instant::now()) {
-                        say("info", line);
-                    }
-                    let limited = crate::sites::take_rate_limited();
-                    if limited > 0 {
-                        say("info", format!(
-                            "call-site stacks: {limited} launch/copy captures skipped for the time budget (their calls are counted in later captures' weights)"
-                        ));
-                    }
-                    if incomplete > 0 {
-                        say("info", format!(
-                            "{incomplete} GPU activity records without end times (work still in flight at a forced flush) left out"
-                        ));
-                    }
-                    if from_callbacks > 0 {
-                        say("info", format!(
-                            "GPUFL_API_FROM=callbacks: {from_callbacks} launch api records made by the call-site callbacks (benchmark knob)"
-                        ));
-                    }
-                    if discarded > 0 {
-                        say("info", format!(
-                            "GPUFL_API_DISCARD=1: {discarded} API records dropped unwritten (benchmark knob)"
-                        ));
-                    }
-                    if let Some(cost) = stack::cost_summary() {
-                        say("info", cost);
-                    }
-                    crate::metrics_feed::before_end(&mut s);
-                    s.finish(reason).ok()
-                });
-                let _ = ack.send(counts);
-                return;
-            }
-            Ok(Msg::Capture { ts, recording }) => take_capture(&mut sink, ts, recording),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
+        report(&mut self.sink, result);
+    }
+
+    /// The periodic duties of every turn: always-on windows, the metrics feed, the driver
+    /// call-site policy, the module list.
+    fn tick(&mut self) {
+        if let Some(a) = self.always_on.as_mut() {
+            let result = a.tick(self.sink.as_mut(), Instant::now());
+            report(&mut self.sink, result);
         }
-        if let Some(a) = always_on.as_mut() {
-            let result = a.tick(sink.as_mut(), Instant::now());
-            report(&mut sink, result);
-        }
-        crate::metrics_feed::tick(sink.as_mut());
-        driver_sites.tick(Instant::now());
+        crate::metrics_feed::tick(self.sink.as_mut());
+        self.driver_sites.tick(Instant::now());
         crate::unwind::service();
-        if let Some(sig) = crate::crash::pending() {
-            deferred = flush_for_signal(&mut sink, &rx, cupti, sig);
-            crate::crash::served();
-            last_block = Instant::now();
-            continue;
-        }
+    }
+
+    /// Ask CUPTI for its completed buffers when the period has passed (not once stopping).
+    fn flush_cupti_if_due(&mut self, stopping: bool) {
         let stopped = STATE
             .recorder
             .get()
             .is_none_or(|r| r.stopped.load(Ordering::Relaxed));
-        if !stopping && !stopped && flush_period.is_some_and(|p| last_cupti_flush.elapsed() >= p) {
+        if !stopping
+            && !stopped
+            && self
+                .flush_period
+                .is_some_and(|p| self.last_cupti_flush.elapsed() >= p)
+        {
             // SAFETY: default flush: delivers completed buffers to buffer_completed on this thread.
-            unsafe { (cupti.activity_flush_all)(0) };
-            last_cupti_flush = Instant::now();
+            unsafe { (self.cupti.activity_flush_all)(0) };
+            self.last_cupti_flush = Instant::now();
         }
+    }
+
+    /// Close a block every [`BLOCK_PERIOD`], or at once when a context is being destroyed (with
+    /// the buffers CUPTI could not get from the pool counted first); rolling files follow.
+    fn close_block_if_due(&mut self) {
         let forced = STATE.flush_request.swap(false, Ordering::Relaxed);
-        let due = last_block.elapsed() >= BLOCK_PERIOD;
-        if forced || due {
-            let result = (|| -> Result<(), TraceError> {
-                let Some(s) = sink.as_mut() else {
-                    return Ok(());
-                };
-                let lost = pool::take_refused();
-                if lost > 0 {
-                    s.write(&Record::Dropped(Dropped {
-                        source: "buffer_pool".into(),
-                        count: lost,
-                    }))?;
-                }
-                if s.has_unblocked() || forced {
-                    s.end_block()?;
-                    if let Some(r) = rolling.as_mut() {
-                        r.after_block(s, &header)?;
-                    }
-                }
-                Ok(())
-            })();
-            report(&mut sink, result);
-            last_block = Instant::now();
+        let due = self.last_block.elapsed() >= BLOCK_PERIOD;
+        if !(forced || due) {
+            return;
         }
+        let result = (|| -> Result<(), TraceError> {
+            let Some(s) = self.sink.as_mut() else {
+                return Ok(());
+            };
+            let lost = pool::take_refused();
+            if lost > 0 {
+                s.write(&Record::Dropped(Dropped {
+                    source: "buffer_pool".into(),
+                    count: lost,
+                }))?;
+            }
+            if s.has_unblocked() || forced {
+                s.end_block()?;
+                if let Some(r) = self.rolling.as_mut() {
+                    r.after_block(s, &self.header)?;
+                }
+            }
+            Ok(())
+        })();
+        report(&mut self.sink, result);
+        self.last_block = Instant::now();
+    }
+
+    /// A stop request: stop telemetry, take what is still on the channel, write the closing
+    /// records and the end record, and answer with the session's counts.
+    fn stop(mut self, reason: &'static str, ack: Sender<Option<Counts>>) {
+        if let Some(t) = &self.telemetry {
+            t.stop();
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(Msg::Buffer {
+                    ptr,
+                    valid,
+                    dropped,
+                }) => take_buffer(&mut self.sink, ptr, valid, dropped),
+                Ok(Msg::Telemetry(t)) => take_telemetry(&mut self.sink, t),
+                Ok(Msg::Capture { ts, recording }) => take_capture(&mut self.sink, ts, recording),
+                _ => break,
+            }
+        }
+        let counts = self.sink.take().and_then(|mut s| {
+            if let Some(a) = self.always_on.as_mut() {
+                let _ = a.finish(&mut s);
+            }
+            let _ = s.drain_samples();
+            let _ = crate::scopes::finish_into(&mut s);
+            let _ = crate::modules::finish_into(&mut s);
+            let _ = crate::kernel_detail::finish_into(&mut s);
+            crate::telemetry::finish(self.telemetry.as_ref(), &mut s);
+            closing_notices(&mut s, &self.driver_sites);
+            crate::metrics_feed::before_end(&mut s);
+            s.finish(reason).ok()
+        });
+        let _ = ack.send(counts);
+    }
+}
+
+/// The notices that close a session: the capture cost breakdown, the driver call-site policy,
+/// what the call-site budget skipped, records left out, the benchmark knobs' counts, the capture
+/// cost summary.
+fn closing_notices(s: &mut Sink, driver_sites: &crate::sites::DriverSitePolicy) {
+    let (incomplete, from_callbacks, discarded) =
+        (s.incomplete, s.api_from_callbacks, s.discarded_api);
+    let mut say = |level: &str, message: String| {
+        let _ = s.write(&Record::Notice(Notice {
+            level: level.into(),
+            message,
+        }));
+    };
+    for line in stack::debug_cost_lines() {
+        say("debug", line);
+    }
+    if let Some(line) = driver_sites.summary(Instant::now()) {
+        say("info", line);
+    }
+    let limited = crate::sites::take_rate_limited();
+    if limited > 0 {
+        say("info", format!(
+            "call-site stacks: {limited} launch/copy captures skipped for the time budget (their calls are counted in later captures' weights)"
+        ));
+    }
+    if incomplete > 0 {
+        say("info", format!(
+            "{incomplete} GPU activity records without end times (work still in flight at a forced flush) left out"
+        ));
+    }
+    if from_callbacks > 0 {
+        say("info", format!(
+            "GPUFL_API_FROM=callbacks: {from_callbacks} launch api records made by the call-site callbacks (benchmark knob)"
+        ));
+    }
+    if discarded > 0 {
+        say(
+            "info",
+            format!(
+                "GPUFL_API_DISCARD=1: {discarded} API records dropped unwritten (benchmark knob)"
+            ),
+        );
+    }
+    if let Some(cost) = stack::cost_summary() {
+        say("info", cost);
     }
 }
 
