@@ -485,6 +485,7 @@ impl Knobs {
 /// The knobs, read from the process environment at the first call (the recorder's start makes
 /// it, before any hot path; code that runs before a recorder, such as NVTX's injection entry
 /// point or the test entry points, reads them at its first use).
+#[inline]
 pub fn knobs() -> &'static Knobs {
     static KNOBS: OnceLock<Knobs> = OnceLock::new();
     KNOBS.get_or_init(|| Knobs::from_env_with(|k| std::env::var(k).ok()))

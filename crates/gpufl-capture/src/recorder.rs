@@ -90,7 +90,7 @@ pub struct Recorder {
 }
 
 /// The recorder's process-wide state (the module's one static).
-pub(crate) struct RecorderState {
+struct RecorderState {
     /// The running recorder (set once).
     recorder: OnceLock<Recorder>,
     /// Serializes [`start`].
