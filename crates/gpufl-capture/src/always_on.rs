@@ -25,7 +25,7 @@
 //! (`tick` every turn of its loop); requests come through atomics (async-signal-safe).
 
 use crate::collection;
-use crate::options::{Mode, Options};
+use crate::options::{Mode, Options, TriggerSignal};
 use crate::sink::Sink;
 use gpufl_trace::{Record, TraceError, Window};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -76,11 +76,21 @@ impl Reason {
     }
 }
 
-/// Whether this process records in always-on mode (set at start).
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// A pending full-detail request: its length in ms (0: none) and reason.
-static REQUEST_MS: AtomicU64 = AtomicU64::new(0);
-static REQUEST_REASON: AtomicU8 = AtomicU8::new(0);
+/// Whether this process records in always-on mode, and a pending full-detail request (the
+/// module's one static; atomics only: a signal handler writes it).
+struct Requests {
+    /// Always-on mode (set at start).
+    active: AtomicBool,
+    /// The pending request's length in ms (0: none) and reason.
+    ms: AtomicU64,
+    reason: AtomicU8,
+}
+
+static REQUESTS: Requests = Requests {
+    active: AtomicBool::new(false),
+    ms: AtomicU64::new(0),
+    reason: AtomicU8::new(0),
+};
 
 /// Length of a requested window in ms: `seconds`, or the default when not positive and finite.
 pub fn window_ms(seconds: f64) -> u64 {
@@ -95,17 +105,17 @@ pub fn window_ms(seconds: f64) -> u64 {
 /// Ask for a full-detail window of `seconds`. False when not recording in always-on mode.
 /// Async-signal-safe (atomics only).
 pub fn request_window(seconds: f64, reason: Reason) -> bool {
-    if !ACTIVE.load(Ordering::Acquire) {
+    if !REQUESTS.active.load(Ordering::Acquire) {
         return false;
     }
-    REQUEST_REASON.store(reason as u8, Ordering::Release);
-    REQUEST_MS.store(window_ms(seconds), Ordering::Release);
+    REQUESTS.reason.store(reason as u8, Ordering::Release);
+    REQUESTS.ms.store(window_ms(seconds), Ordering::Release);
     true
 }
 
 fn take_request() -> Option<(u64, Reason)> {
-    let ms = REQUEST_MS.swap(0, Ordering::AcqRel);
-    (ms > 0).then(|| (ms, Reason::from_u8(REQUEST_REASON.load(Ordering::Acquire))))
+    let ms = REQUESTS.ms.swap(0, Ordering::AcqRel);
+    (ms > 0).then(|| (ms, Reason::from_u8(REQUESTS.reason.load(Ordering::Acquire))))
 }
 
 /// Duty cycle and period after a window that saw `records` GPU records in `window`.
@@ -144,32 +154,19 @@ pub struct Scheduler {
     pub written: [u64; 3],
 }
 
-fn env_ms(name: &str) -> Option<Duration> {
-    std::env::var(name)
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .filter(|&v| v > 0)
-        .map(Duration::from_millis)
-}
-
 impl Scheduler {
     /// A scheduler for an always-on recording (None in the default mode).
     pub fn new(opts: &Options) -> Option<Scheduler> {
         if opts.mode != Mode::AlwaysOn {
             return None;
         }
-        ACTIVE.store(true, Ordering::Release);
-        let budget_pct = std::env::var("GPUFL_ALWAYS_ON_BUDGET")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .unwrap_or(DEFAULT_BUDGET_PCT);
+        REQUESTS.active.store(true, Ordering::Release);
+        // GPUFL_ALWAYS_ON_BUDGET, GPUFL_WINDOW_MS, GPUFL_WINDOW_PERIOD_MS.
+        let knobs = crate::options::knobs();
         Some(Scheduler {
-            window: env_ms("GPUFL_WINDOW_MS").unwrap_or(Duration::from_millis(WINDOW_MS)),
-            fixed_period: env_ms("GPUFL_WINDOW_PERIOD_MS"),
-            budget_pct,
+            window: knobs.window,
+            fixed_period: knobs.window_period,
+            budget_pct: knobs.always_on_budget_pct,
             next_open: Instant::now() + FIRST_WINDOW_AFTER,
             open: None,
             pending_rate: None,
@@ -256,7 +253,7 @@ impl Scheduler {
     /// At stop: close a window still open, write a summary notice.
     pub fn finish(&mut self, sink: &mut Sink) -> Result<(), TraceError> {
         self.close(sink, Instant::now())?;
-        ACTIVE.store(false, Ordering::Release);
+        REQUESTS.active.store(false, Ordering::Release);
         sink.write(&Record::Notice(gpufl_trace::Notice {
             level: "info".into(),
             message: format!(
@@ -274,26 +271,10 @@ impl Scheduler {
 /// Install the trigger signal handler (always-on only; where the program left the default
 /// action). Returns a notice when it was not installed for a reason the user should know.
 pub fn install_trigger_signal() -> Option<String> {
-    let sig = match std::env::var("GPUFL_TRIGGER_SIGNAL") {
-        Ok(v) => match v
-            .trim()
-            .trim_start_matches("SIG")
-            .to_ascii_uppercase()
-            .as_str()
-        {
-            "0" | "" | "NONE" => return None,
-            "USR1" => libc::SIGUSR1,
-            "USR2" => libc::SIGUSR2,
-            n => match n.parse::<i32>() {
-                Ok(k) if k > 0 && k < 65 => k,
-                _ => {
-                    return Some(format!(
-                        "GPUFL_TRIGGER_SIGNAL={v:?} is not a signal; no trigger signal"
-                    ))
-                }
-            },
-        },
-        Err(_) => libc::SIGUSR2,
+    let sig = match &crate::options::knobs().trigger_signal {
+        TriggerSignal::Off => return None,
+        TriggerSignal::Signal(sig) => *sig,
+        TriggerSignal::Invalid(notice) => return Some(notice.clone()),
     };
     // SAFETY: plain sigaction calls.
     unsafe {
@@ -367,13 +348,13 @@ mod tests {
 
     #[test]
     fn requests_need_an_always_on_recorder() {
-        ACTIVE.store(false, Ordering::SeqCst);
+        REQUESTS.active.store(false, Ordering::SeqCst);
         assert!(!request_window(1.0, Reason::Api));
         assert_eq!(take_request(), None);
-        ACTIVE.store(true, Ordering::SeqCst);
+        REQUESTS.active.store(true, Ordering::SeqCst);
         assert!(request_window(1.5, Reason::Trigger));
         assert_eq!(take_request(), Some((1500, Reason::Trigger)));
         assert_eq!(take_request(), None, "a request is taken once");
-        ACTIVE.store(false, Ordering::SeqCst);
+        REQUESTS.active.store(false, Ordering::SeqCst);
     }
 }

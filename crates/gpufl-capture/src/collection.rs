@@ -4,23 +4,59 @@
 
 use crate::cbids;
 use crate::cupti::{self, Cupti};
+use crate::options::knobs;
 use crate::options::Options;
-use crate::recorder::{
-    buffer_completed, buffer_requested, cupti_flush_period, cupti_flushes_itself,
-    site_stacks_enabled, Msg, DISABLED, RECORDER, SITES,
-};
+use crate::recorder::{buffer_completed, buffer_requested, is_disabled, Msg};
+use crate::sites::SiteTable;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+
+/// What is being collected and how it was switched (the module's one static).
+struct Collection {
+    /// Launch / copy / memset callback ids (call-site stacks), when enabled.
+    sites: OnceLock<SiteTable>,
+    /// Whether the driver domain's call-site callbacks are on. They are turned off when the
+    /// driver launches and copies they see are made inside runtime calls (the runtime's callback
+    /// already decided for those, so they only cost: ~2 % of a launch-bound PyTorch loop), except
+    /// for driver functions seen called directly, and back on for a while every so often to look
+    /// again ([`crate::sites::DriverSitePolicy`]).
+    driver_sites: AtomicBool,
+    /// The GPU activity kinds are on (kernel detail turns the kernel kind off around a sampled
+    /// launch, and back on only if they still are).
+    gpu_kinds_on: AtomicBool,
+    /// An always-on window of GPU activity: 0 none open, 1 sampled, 2 full detail.
+    window: AtomicU8,
+    /// Set while the program has paused recording (`pause`).
+    paused: AtomicBool,
+    /// Serializes pause/resume (never taken on a CUPTI callback path).
+    pause_lock: Mutex<()>,
+}
+
+static COLLECTION: Collection = Collection {
+    sites: OnceLock::new(),
+    driver_sites: AtomicBool::new(true),
+    gpu_kinds_on: AtomicBool::new(false),
+    window: AtomicU8::new(0),
+    paused: AtomicBool::new(false),
+    pause_lock: Mutex::new(()),
+};
+
+/// The call-site callback ids, when call-site stacks are collected (read by every API callback).
+#[inline]
+pub(crate) fn site_table() -> Option<&'static SiteTable> {
+    COLLECTION.sites.get()
+}
 
 /// Set up activity collection once (buffers, thread ids, flush period, resource callbacks), then
 /// turn collection on. Returns notices for what could not be enabled.
 pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> Vec<String> {
     let mut notices = Vec::new();
+    let knobs = knobs();
     // SAFETY (whole function): plain CUPTI calls with valid arguments; results are checked.
     unsafe {
         // Benchmark knob: GPUFL_THREAD_ID_TYPE=default leaves CUPTI's default thread ids.
-        if std::env::var("GPUFL_THREAD_ID_TYPE").map_or(true, |v| v != "default") {
+        if knobs.system_thread_ids {
             if let Some(f) = c.set_thread_id_type {
                 f(cupti::THREAD_ID_TYPE_SYSTEM);
             }
@@ -29,7 +65,7 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
         // between the application's launching threads. Must precede the buffer callbacks and the
         // activity kinds. Older CUPTI rejects the attribute; nothing is lost then.
         // Benchmark knob: GPUFL_PER_THREAD_BUFFERS=0 leaves CUPTI's default.
-        if std::env::var("GPUFL_PER_THREAD_BUFFERS").map_or(true, |v| v != "0") {
+        if knobs.per_thread_buffers {
             if let Some(f) = c.activity_set_attribute {
                 let mut on: u8 = 1;
                 let mut size = std::mem::size_of::<u8>();
@@ -47,8 +83,8 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
                 c.result_string(rc)
             ));
         }
-        if cupti_flushes_itself() {
-            let ms = cupti_flush_period().map_or(0, |p| p.as_millis() as u32);
+        if knobs.cupti_flushes_itself {
+            let ms = knobs.cupti_flush_period.map_or(0, |p| p.as_millis() as u32);
             match c.activity_flush_period {
                 Some(f) => {
                     let rc = f(ms);
@@ -61,7 +97,7 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
         }
         // Benchmark knob: GPUFL_HW_TRACE=1 asks CUPTI for hardware-based kernel tracing (CUPTI
         // 12.8+, where the GPU supports it); the answer is written as a notice.
-        if std::env::var("GPUFL_HW_TRACE").is_ok_and(|v| v == "1") {
+        if knobs.hw_trace {
             match c.activity_enable_hw_trace {
                 Some(f) => {
                     let rc = f(1);
@@ -73,11 +109,15 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
                 None => notices.push("cuptiActivityEnableHWTrace unavailable".into()),
             }
         }
-        if opts.enable_stack_trace && site_stacks_enabled() {
-            SITES.get_or_init(|| crate::sites::SiteTable::build(c));
+        // Call-site stacks of launches, copies and memsets: on with stacks, unless
+        // GPUFL_SITE_STACKS=0.
+        if opts.enable_stack_trace && knobs.site_stacks {
+            COLLECTION
+                .sites
+                .get_or_init(|| crate::sites::SiteTable::build(c));
         }
         if let Some(cupti) = crate::recorder::cupti_loaded() {
-            if let Some(n) = crate::kernel_detail::start(cupti, SITES.get().is_some()) {
+            if let Some(n) = crate::kernel_detail::start(cupti, COLLECTION.sites.get().is_some()) {
                 notices.push(n);
             }
         }
@@ -105,7 +145,7 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
             cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING,
         );
         // Where CUDA graph nodes come from (crate::graphnodes): with call-site stacks only.
-        if SITES.get().is_some() {
+        if COLLECTION.sites.get().is_some() {
             for id in [
                 cupti::CBID_RESOURCE_GRAPHNODE_CREATED,
                 cupti::CBID_RESOURCE_GRAPHNODE_CLONED,
@@ -135,17 +175,10 @@ fn activity_kinds() -> Vec<(u32, &'static str)> {
     // Synchronizations come from API callbacks (below), not from CUPTI's SYNCHRONIZATION
     // activity kind, which costs 25-45 % on a launch-bound PyTorch loop (docs/benchmarks.md).
     // Benchmark knob: GPUFL_ACTIVITY_KINDS=kernels,memcpy,… restricts the activity kinds.
-    if let Ok(only) = std::env::var("GPUFL_ACTIVITY_KINDS") {
-        kinds.retain(|(_, name)| only.split(',').any(|k| k.trim() == *name));
+    if let Some(only) = &knobs().activity_kinds {
+        kinds.retain(|(_, name)| only.iter().any(|k| k.as_str() == *name));
     }
     kinds
-}
-
-/// A benchmark knob listing what to keep (`A,B`): whether it keeps `item` (all when unset or
-/// empty). Read once per call.
-fn knob(var: &str) -> impl Fn(&str) -> bool {
-    let list = std::env::var(var).unwrap_or_default();
-    move |item| list.is_empty() || list.split(',').any(|x| x.trim() == item)
 }
 
 /// Turn collection on or off: activity kinds, API records, and the API callbacks (call sites and
@@ -159,7 +192,7 @@ fn set_collection(
 ) {
     // Always-on: GPU activity only inside an open window, API records only in a full-detail one.
     let aon = opts.mode == crate::options::Mode::AlwaysOn;
-    let window = WINDOW.load(Ordering::SeqCst);
+    let window = COLLECTION.window.load(Ordering::SeqCst);
     let gpu_on = on && (!aon || window > 0);
     let api_on = on && (!aon || window == 2);
     if !gpu_on {
@@ -175,13 +208,13 @@ fn set_collection(
         let flag = u32::from(on);
         if opts.enable_synchronization {
             // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
-            let want = knob("GPUFL_CALLBACK_DOMAINS");
-            if want("runtime") {
+            let want = &knobs().callback_domains;
+            if want.keeps("runtime") {
                 for &id in cbids::RUNTIME_SYNC {
                     (c.enable_callback)(flag, sub, cupti::DOMAIN_RUNTIME, id);
                 }
             }
-            if want("driver") {
+            if want.keeps("driver") {
                 for &id in cbids::DRIVER_SYNC {
                     (c.enable_callback)(flag, sub, cupti::DOMAIN_DRIVER, id);
                 }
@@ -191,14 +224,16 @@ fn set_collection(
 }
 
 /// Turn the call-site callbacks (launches, graph launches, copies, memsets) on or off; the driver domain's stay
-/// off while [`DRIVER_SITES`] says they are redundant.
+/// off while `Collection::driver_sites` says they are redundant.
 fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
-    let Some(table) = SITES.get() else { return };
+    let Some(table) = COLLECTION.sites.get() else {
+        return;
+    };
     // Benchmark knobs: GPUFL_SITE_DOMAINS=runtime|driver and GPUFL_SITE_KINDS=launch|graph|copy
     // (comma-separated; `graph`: cudaGraphLaunch / cuGraphLaunch) restrict the call-site
     // callbacks (default: all).
-    let (domains, kinds) = (knob("GPUFL_SITE_DOMAINS"), knob("GPUFL_SITE_KINDS"));
-    let driver_on = DRIVER_SITES.load(Ordering::SeqCst);
+    let (domains, kinds) = (&knobs().site_domains, &knobs().site_kinds);
+    let driver_on = COLLECTION.driver_sites.load(Ordering::SeqCst);
     for (domain, id) in table.ids() {
         let dom = if domain == cupti::DOMAIN_RUNTIME {
             "runtime"
@@ -206,7 +241,7 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
             "driver"
         };
         let kind = table.kind(domain, id).map_or("launch", |k| k.knob_name());
-        if domains(dom) && kinds(kind) {
+        if domains.keeps(dom) && kinds.keeps(kind) {
             let flag = u32::from(
                 on && (domain == cupti::DOMAIN_RUNTIME
                     || driver_on
@@ -221,30 +256,28 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
     crate::sites::callbacks_switched();
 }
 
-/// Whether the driver domain's call-site callbacks are on. They are turned off when the driver
-/// launches and copies they see are made inside runtime calls (the runtime's callback already
-/// decided for those, so they only cost: ~2 % of a launch-bound PyTorch loop), except for driver
-/// functions seen called directly, and back on for a while every so often to look again
-/// ([`crate::sites::DriverSitePolicy`]).
-static DRIVER_SITES: AtomicBool = AtomicBool::new(true);
-
 /// Turn the driver domain's call-site callbacks on or off (writer thread). Takes effect now when
 /// call sites are being collected (not paused; in always-on, inside a window), else at the next
 /// change of collection.
 pub(crate) fn set_driver_sites(on: bool) {
-    let Some(r) = RECORDER.get() else { return };
-    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
+    let Some(r) = crate::recorder::get() else {
+        return;
+    };
+    if r.pid != std::process::id() || is_disabled() {
         return;
     }
-    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if DRIVER_SITES.swap(on, Ordering::SeqCst) == on {
+    let _guard = COLLECTION
+        .pause_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if COLLECTION.driver_sites.swap(on, Ordering::SeqCst) == on {
         return;
     }
-    if PAUSED.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
+    if COLLECTION.paused.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
         return;
     }
     let aon = r.opts.mode == crate::options::Mode::AlwaysOn;
-    if aon && WINDOW.load(Ordering::SeqCst) == 0 {
+    if aon && COLLECTION.window.load(Ordering::SeqCst) == 0 {
         return;
     }
     set_site_callbacks(r.cupti, r.subscriber.load(Ordering::SeqCst), true);
@@ -252,7 +285,7 @@ pub(crate) fn set_driver_sites(on: bool) {
 
 /// Turn the GPU activity kinds (kernels, copies, memsets, CUPTI overhead) on or off.
 fn set_gpu_kinds(c: &Cupti, on: bool, notices: &mut Vec<String>) {
-    GPU_KINDS_ON.store(on, Ordering::SeqCst);
+    COLLECTION.gpu_kinds_on.store(on, Ordering::SeqCst);
     for (k, name) in activity_kinds() {
         // SAFETY: plain CUPTI calls.
         let rc = unsafe {
@@ -271,34 +304,32 @@ fn set_gpu_kinds(c: &Cupti, on: bool, notices: &mut Vec<String>) {
     }
 }
 
-/// The GPU activity kinds are on (kernel detail turns the kernel kind off around a sampled
-/// launch, and back on only if they still are).
-static GPU_KINDS_ON: AtomicBool = AtomicBool::new(false);
-
 /// Whether the GPU activity kinds are on now.
 pub(crate) fn gpu_kinds_on() -> bool {
-    GPU_KINDS_ON.load(Ordering::SeqCst)
+    COLLECTION.gpu_kinds_on.load(Ordering::SeqCst)
 }
-
-/// An always-on window of GPU activity: 0 none open, 1 sampled, 2 full detail.
-static WINDOW: AtomicU8 = AtomicU8::new(0);
 
 /// Open (`open`, `detail`: a full-detail window) or close the always-on window. Returns the
 /// window's edge on the trace clock — taken after collection is on when opening, before it goes
 /// off when closing, so the window holds every GPU record of its span — or None when no window
 /// can open (paused, stopped, not recording). Closing flushes what CUPTI completed to the writer.
 pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
-    let r = RECORDER.get()?;
-    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
+    let r = crate::recorder::get()?;
+    if r.pid != std::process::id() || is_disabled() {
         return None;
     }
-    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = COLLECTION
+        .pause_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let mut ignored = Vec::new();
     if open {
-        if PAUSED.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
+        if COLLECTION.paused.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
             return None;
         }
-        WINDOW.store(if detail { 2 } else { 1 }, Ordering::SeqCst);
+        COLLECTION
+            .window
+            .store(if detail { 2 } else { 1 }, Ordering::SeqCst);
         set_site_callbacks(r.cupti, r.subscriber.load(Ordering::SeqCst), true);
         set_gpu_kinds(r.cupti, true, &mut ignored);
         if detail {
@@ -307,8 +338,8 @@ pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
         Some(r.cupti.timestamp())
     } else {
         let ts = r.cupti.timestamp();
-        let was = WINDOW.swap(0, Ordering::SeqCst);
-        if !PAUSED.load(Ordering::SeqCst) && !r.stopped.load(Ordering::SeqCst) {
+        let was = COLLECTION.window.swap(0, Ordering::SeqCst);
+        if !COLLECTION.paused.load(Ordering::SeqCst) && !r.stopped.load(Ordering::SeqCst) {
             set_gpu_kinds(r.cupti, false, &mut ignored);
             set_site_callbacks(r.cupti, r.subscriber.load(Ordering::SeqCst), false);
             if was == 2 {
@@ -396,14 +427,22 @@ fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<Str
     };
     // Benchmark knob: GPUFL_API_DOMAINS=runtime|driver keeps the selected functions of those
     // domains only (default both).
-    let want = knob("GPUFL_API_DOMAINS");
-    let rt = if want("runtime") { rt } else { Vec::new() };
-    let drv = if want("driver") { drv } else { Vec::new() };
+    let want = &knobs().api_domains;
+    let rt = if want.keeps("runtime") {
+        rt
+    } else {
+        Vec::new()
+    };
+    let drv = if want.keeps("driver") {
+        drv
+    } else {
+        Vec::new()
+    };
     // Benchmark knob GPUFL_API_FROM=callbacks: kernel launches' api records come from the
     // call-site callbacks (crate::sites), not from CUPTI (graph launches keep CUPTI's: graph work
     // carries the driver graph launch's correlation id). Default-mode selection only: always-on
     // detail windows select their API records themselves.
-    let (rt, drv) = match SITES.get() {
+    let (rt, drv) = match COLLECTION.sites.get() {
         Some(t) if crate::sites::api_from_callbacks() => {
             let keep = |domain: u32| {
                 move |id: &u32| {
@@ -436,14 +475,9 @@ fn enable_api_records(c: &Cupti, opts: &Options, on: bool, notices: &mut Vec<Str
     }
 }
 
-/// Set while the program has paused recording (`pause`).
-static PAUSED: AtomicBool = AtomicBool::new(false);
-/// Serializes pause/resume (never taken on a CUPTI callback path).
-static PAUSE_LOCK: Mutex<()> = Mutex::new(());
-
 /// Whether recording is paused by the program.
 pub fn is_paused() -> bool {
-    PAUSED.load(Ordering::Relaxed)
+    COLLECTION.paused.load(Ordering::Relaxed)
 }
 
 /// Pause (`recording = false`) or resume recording. While paused nothing is collected: no activity
@@ -451,17 +485,20 @@ pub fn is_paused() -> bool {
 /// `capture` record marks each change. Returns false when no recorder runs (not started, stopped,
 /// or in a forked child); pausing twice or resuming a running recorder does nothing.
 pub fn set_recording(recording: bool) -> bool {
-    let Some(r) = RECORDER.get() else {
+    let Some(r) = crate::recorder::get() else {
         return false;
     };
-    if r.pid != std::process::id() || DISABLED.load(Ordering::Relaxed) {
+    if r.pid != std::process::id() || is_disabled() {
         return false;
     }
-    let _guard = PAUSE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = COLLECTION
+        .pause_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if r.stopped.load(Ordering::SeqCst) {
         return false;
     }
-    if PAUSED.load(Ordering::SeqCst) != recording {
+    if COLLECTION.paused.load(Ordering::SeqCst) != recording {
         return true;
     }
     let sub = r.subscriber.load(Ordering::SeqCst);
@@ -470,11 +507,11 @@ pub fn set_recording(recording: bool) -> bool {
     // and ends after it restarts.
     let ts = if recording {
         set_collection(r.cupti, sub, &r.opts, true, &mut ignored);
-        PAUSED.store(false, Ordering::SeqCst);
+        COLLECTION.paused.store(false, Ordering::SeqCst);
         r.cupti.timestamp()
     } else {
         let ts = r.cupti.timestamp();
-        PAUSED.store(true, Ordering::SeqCst);
+        COLLECTION.paused.store(true, Ordering::SeqCst);
         set_collection(r.cupti, sub, &r.opts, false, &mut ignored);
         // SAFETY: plain CUPTI call: hands what was collected so far to the writer.
         unsafe { (r.cupti.activity_flush_all)(0) };

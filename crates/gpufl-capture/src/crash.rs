@@ -19,7 +19,7 @@
 //! No `end` record is written: after SIGINT or SIGTERM a program handler may let it continue, and
 //! its session then ends as usual at exit.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Longest wait for the writer in a signal handler.
@@ -40,54 +40,79 @@ const IDLE: u32 = 0;
 const REQUESTED: u32 = 1;
 const DONE: u32 = 2;
 
-/// The futex word: IDLE, REQUESTED (by a handler) or DONE (by the writer).
-static STATE: AtomicU32 = AtomicU32::new(IDLE);
-/// The signal of the pending request.
-static SIGNO: AtomicI32 = AtomicI32::new(0);
-/// A handler is waiting (one at a time).
-static BUSY: AtomicBool = AtomicBool::new(false);
-/// The process that installed the handlers (the recording one).
-static OWNER_PID: AtomicI32 = AtomicI32::new(0);
-/// The writer thread's id (0: none yet).
-static WRITER_TID: AtomicI32 = AtomicI32::new(0);
-/// Set once the handlers are installed.
-static INSTALLED: AtomicBool = AtomicBool::new(false);
-/// The last hardware fault: its thread, instruction and address (0: none), for the writer's
-/// notice.
-static FAULT_TID: AtomicI32 = AtomicI32::new(0);
-static FAULT_PC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static FAULT_ADDR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// The actions the program had before ours, per signal number (written once, before our
 /// handlers are installed; read only by the handler).
 struct Saved(std::cell::UnsafeCell<[libc::sigaction; 65]>);
 // SAFETY: written once under `install`'s Once before any handler can run, read-only afterwards.
 unsafe impl Sync for Saved {}
-static SAVED: Saved = Saved(std::cell::UnsafeCell::new(unsafe { std::mem::zeroed() }));
+
+/// What the signal handlers and the writer share (the module's one static): atomics only (and the
+/// saved actions, written once before any handler runs), so the handlers stay async-signal-safe.
+struct Crash {
+    /// The futex word: IDLE, REQUESTED (by a handler) or DONE (by the writer).
+    state: AtomicU32,
+    /// The signal of the pending request.
+    signo: AtomicI32,
+    /// A handler is waiting (one at a time).
+    busy: AtomicBool,
+    /// The process that installed the handlers (the recording one).
+    owner_pid: AtomicI32,
+    /// The writer thread's id (0: none yet).
+    writer_tid: AtomicI32,
+    /// Set once the handlers are installed.
+    installed: AtomicBool,
+    /// The last hardware fault: its thread, instruction and address (0: none), for the writer's
+    /// notice.
+    fault_tid: AtomicI32,
+    fault_pc: AtomicU64,
+    fault_addr: AtomicU64,
+    /// The program's actions before ours.
+    saved: Saved,
+    /// The handlers are installed once per process.
+    install_once: std::sync::Once,
+}
+
+static CRASH: Crash = Crash {
+    state: AtomicU32::new(IDLE),
+    signo: AtomicI32::new(0),
+    busy: AtomicBool::new(false),
+    owner_pid: AtomicI32::new(0),
+    writer_tid: AtomicI32::new(0),
+    installed: AtomicBool::new(false),
+    fault_tid: AtomicI32::new(0),
+    fault_pc: AtomicU64::new(0),
+    fault_addr: AtomicU64::new(0),
+    // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags).
+    saved: Saved(std::cell::UnsafeCell::new(unsafe { std::mem::zeroed() })),
+    install_once: std::sync::Once::new(),
+};
 
 pub use gpufl_trace::signals::signal_name;
 
 /// The calling thread is the one that answers flush requests (the writer thread).
 pub fn set_writer_thread() {
-    WRITER_TID.store(crate::procinfo::gettid() as i32, Ordering::SeqCst);
+    CRASH
+        .writer_tid
+        .store(crate::procinfo::gettid() as i32, Ordering::SeqCst);
 }
 
 /// Install the handlers (once per process; `GPUFL_SIGNALS=0` leaves the program's signals alone).
 /// Returns a notice when some could not be installed.
 pub fn install() -> Option<String> {
-    if std::env::var("GPUFL_SIGNALS").is_ok_and(|v| v == "0") {
+    if !crate::options::knobs().signals {
         return None;
     }
-    static ONCE: std::sync::Once = std::sync::Once::new();
     let mut failed = Vec::new();
-    ONCE.call_once(|| {
+    CRASH.install_once.call_once(|| {
         // SAFETY: getpid has no preconditions.
-        OWNER_PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        CRASH
+            .owner_pid
+            .store(unsafe { libc::getpid() }, Ordering::SeqCst);
         for sig in SIGNALS {
-            // SAFETY: plain sigaction calls; `SAVED` is written here only, before the handler
+            // SAFETY: plain sigaction calls; `CRASH.saved` is written here only, before the handler
             // for `sig` exists.
             unsafe {
-                let saved = &mut (*SAVED.0.get())[sig as usize];
+                let saved = &mut (*CRASH.saved.0.get())[sig as usize];
                 if libc::sigaction(sig, std::ptr::null(), saved) != 0 {
                     failed.push(signal_name(sig));
                     continue;
@@ -104,7 +129,7 @@ pub fn install() -> Option<String> {
                 }
             }
         }
-        INSTALLED.store(true, Ordering::SeqCst);
+        CRASH.installed.store(true, Ordering::SeqCst);
     });
     if failed.is_empty() {
         None
@@ -118,27 +143,28 @@ pub fn install() -> Option<String> {
 
 /// For the writer thread: the signal of a pending flush request, if any.
 pub fn pending() -> Option<i32> {
-    (STATE.load(Ordering::Acquire) == REQUESTED).then(|| SIGNO.load(Ordering::Acquire))
+    (CRASH.state.load(Ordering::Acquire) == REQUESTED).then(|| CRASH.signo.load(Ordering::Acquire))
 }
 
 /// For the writer thread: the request is served (the handler may go on).
 pub fn served() {
-    if STATE
+    if CRASH
+        .state
         .compare_exchange(REQUESTED, DONE, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
     {
-        futex_wake(&STATE);
+        futex_wake(&CRASH.state);
     }
 }
 
 /// A hardware fault's thread, instruction and address, if one was caught.
 pub fn last_fault() -> Option<(i32, u64, u64)> {
-    let tid = FAULT_TID.load(Ordering::Acquire);
+    let tid = CRASH.fault_tid.load(Ordering::Acquire);
     (tid != 0).then(|| {
         (
             tid,
-            FAULT_PC.load(Ordering::Relaxed),
-            FAULT_ADDR.load(Ordering::Relaxed),
+            CRASH.fault_pc.load(Ordering::Relaxed),
+            CRASH.fault_addr.load(Ordering::Relaxed),
         )
     })
 }
@@ -225,7 +251,7 @@ fn report_fault(sig: i32, tid: i32, pc: u64, addr: u64) {
         b.s("+0x");
         b.x(off);
     }
-    if tid == WRITER_TID.load(Ordering::Relaxed) {
+    if tid == CRASH.writer_tid.load(Ordering::Relaxed) {
         b.s(" [the recorder's writer thread]");
     }
     b.s("\n");
@@ -386,21 +412,21 @@ extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c
     let (pid, tid) = unsafe { (libc::getpid(), libc::syscall(libc::SYS_gettid) as i32) };
     // SAFETY: the kernel's arguments.
     if let Some((pc, addr)) = unsafe { fault_of(sig, info, uctx) } {
-        FAULT_PC.store(pc, Ordering::Relaxed);
-        FAULT_ADDR.store(addr, Ordering::Relaxed);
-        FAULT_TID.store(tid, Ordering::Release);
+        CRASH.fault_pc.store(pc, Ordering::Relaxed);
+        CRASH.fault_addr.store(addr, Ordering::Relaxed);
+        CRASH.fault_tid.store(tid, Ordering::Release);
         report_fault(sig, tid, pc, addr);
     }
-    if pid == OWNER_PID.load(Ordering::Relaxed)
-        && tid != WRITER_TID.load(Ordering::Relaxed)
-        && WRITER_TID.load(Ordering::Relaxed) != 0
-        && !BUSY.swap(true, Ordering::AcqRel)
+    if pid == CRASH.owner_pid.load(Ordering::Relaxed)
+        && tid != CRASH.writer_tid.load(Ordering::Relaxed)
+        && CRASH.writer_tid.load(Ordering::Relaxed) != 0
+        && !CRASH.busy.swap(true, Ordering::AcqRel)
     {
-        SIGNO.store(sig, Ordering::Release);
-        STATE.store(REQUESTED, Ordering::Release);
+        CRASH.signo.store(sig, Ordering::Release);
+        CRASH.state.store(REQUESTED, Ordering::Release);
         wait_served(FLUSH_DEADLINE);
-        STATE.store(IDLE, Ordering::Release);
-        BUSY.store(false, Ordering::Release);
+        CRASH.state.store(IDLE, Ordering::Release);
+        CRASH.busy.store(false, Ordering::Release);
     }
     // SAFETY: chains with the arguments the kernel gave us.
     unsafe { chain(sig, info, uctx) };
@@ -412,7 +438,7 @@ extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c
 fn wait_served(limit: Duration) {
     let start = crate::clock::mono_ns();
     let limit = limit.as_nanos() as u64;
-    while STATE.load(Ordering::Acquire) == REQUESTED {
+    while CRASH.state.load(Ordering::Acquire) == REQUESTED {
         let spent = crate::clock::mono_ns().saturating_sub(start);
         if spent >= limit {
             return; // abandoned: never a hang
@@ -426,7 +452,7 @@ fn wait_served(limit: Duration) {
         unsafe {
             libc::syscall(
                 libc::SYS_futex,
-                STATE.as_ptr(),
+                CRASH.state.as_ptr(),
                 libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
                 REQUESTED,
                 &ts as *const libc::timespec,
@@ -452,8 +478,8 @@ fn futex_wake(word: &AtomicU32) {
 /// # Safety
 /// Called from the signal handler with the kernel's arguments.
 unsafe fn chain(sig: i32, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
-    // SAFETY: SAVED is read-only once handlers run.
-    let old = unsafe { &(*SAVED.0.get())[sig as usize] };
+    // SAFETY: `CRASH.saved` is read-only once handlers run.
+    let old = unsafe { &(*CRASH.saved.0.get())[sig as usize] };
     let h = old.sa_sigaction;
     if h == libc::SIG_IGN {
         return;
@@ -508,15 +534,15 @@ mod tests {
     /// One test for the shared request word (tests run in parallel).
     #[test]
     fn requests_are_served_or_abandoned_in_time() {
-        STATE.store(REQUESTED, Ordering::SeqCst);
+        CRASH.state.store(REQUESTED, Ordering::SeqCst);
         let t = std::time::Instant::now();
         wait_served(Duration::from_millis(120));
         let waited = t.elapsed();
         assert!(waited >= Duration::from_millis(100), "{waited:?}");
         assert!(waited < Duration::from_secs(2), "{waited:?}");
 
-        STATE.store(REQUESTED, Ordering::SeqCst);
-        SIGNO.store(libc::SIGTERM, Ordering::SeqCst);
+        CRASH.state.store(REQUESTED, Ordering::SeqCst);
+        CRASH.signo.store(libc::SIGTERM, Ordering::SeqCst);
         let server = std::thread::spawn(|| {
             std::thread::sleep(Duration::from_millis(30));
             assert_eq!(pending(), Some(libc::SIGTERM));
@@ -525,9 +551,9 @@ mod tests {
         let t = std::time::Instant::now();
         wait_served(Duration::from_secs(5));
         assert!(t.elapsed() < Duration::from_secs(2));
-        assert_eq!(STATE.load(Ordering::SeqCst), DONE);
+        assert_eq!(CRASH.state.load(Ordering::SeqCst), DONE);
         assert_eq!(pending(), None);
         server.join().unwrap();
-        STATE.store(IDLE, Ordering::SeqCst);
+        CRASH.state.store(IDLE, Ordering::SeqCst);
     }
 }

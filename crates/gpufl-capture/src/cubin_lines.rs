@@ -655,6 +655,33 @@ impl State {
 
 /// Decodes the unit at `start` of `.debug_line` (`sec`); returns where the next one starts.
 fn unit(sec: &[u8], start: usize, ctx: &Ctx<'_>, out: &mut Builder) -> Result<usize> {
+    let (p, mut h) = unit_header(sec, start)?;
+    let mut files = file_table(&mut h, &p, ctx, out)?;
+    run_program(sec, &p, ctx, &mut files, out)?;
+    // A sequence without DW_LNE_end_sequence is dropped.
+    Ok(p.end)
+}
+
+/// What a unit's header says about its line program.
+struct Program<'a> {
+    version: u16,
+    /// 64-bit DWARF (offsets of 8 bytes).
+    off64: bool,
+    /// Where the program starts, and where the unit ends.
+    start: usize,
+    end: usize,
+    min_inst: u64,
+    max_ops: u64,
+    line_base: i64,
+    line_range: u64,
+    opcode_base: u8,
+    /// Operand counts of the standard opcodes.
+    std_lengths: &'a [u8],
+}
+
+/// The header of the unit at `start`, and a reader over the rest of the header (its directory
+/// and file tables).
+fn unit_header(sec: &[u8], start: usize) -> Result<(Program<'_>, Reader<'_>)> {
     let mut r = Reader {
         data: sec,
         pos: start,
@@ -709,140 +736,127 @@ fn unit(sec: &[u8], start: usize, ctx: &Ctx<'_>, out: &mut Builder) -> Result<us
     let std_lengths = h
         .bytes(usize::from(opcode_base.saturating_sub(1)))
         .ok_or(bad("header"))?;
+    let p = Program {
+        version,
+        off64,
+        start: program,
+        end,
+        min_inst,
+        max_ops,
+        line_base,
+        line_range,
+        opcode_base,
+        std_lengths,
+    };
+    Ok((p, h))
+}
 
-    // File table → interned paths; `file_base` is the index of the first file (1 before DWARF 5).
+/// A unit's files: interned paths, the index of the first (1 before DWARF 5), and the include
+/// directories of DWARF 2-4 (for files the program defines).
+struct Files<'a> {
+    ids: Vec<u32>,
+    base: u64,
+    v4_dirs: Vec<&'a [u8]>,
+}
+
+/// The directory and file tables (`h` is at them) → interned paths.
+fn file_table<'a>(
+    h: &mut Reader<'a>,
+    p: &Program<'_>,
+    ctx: &Ctx<'a>,
+    out: &mut Builder,
+) -> Result<Files<'a>> {
     let mut v4_dirs: Vec<&[u8]> = Vec::new();
-    let (mut files, file_base): (Vec<u32>, u64) = if version >= 5 {
-        let dirs = entries(&mut h, off64, ctx)?;
+    if p.version >= 5 {
+        let dirs = entries(h, p.off64, ctx)?;
         let comp = dirs.first().map_or(&[][..], |d| d.0);
         let dirs = dirs
             .iter()
             .enumerate()
             .map(|(i, d)| out.path(if i == 0 { &[] } else { comp }, d.0))
             .collect::<Result<Vec<Vec<u8>>>>()?;
-        let files = entries(&mut h, off64, ctx)?
+        let ids = entries(h, p.off64, ctx)?
             .into_iter()
             .map(|(name, dir)| {
                 let dir = usize::try_from(dir).ok().and_then(|d| dirs.get(d));
                 out.file(dir.map_or(&[][..], |d| d), name)
             })
             .collect::<Result<Vec<u32>>>()?;
-        (files, 0)
-    } else {
-        loop {
-            let d = h.cstr().ok_or(bad("include directories"))?;
-            if d.is_empty() {
-                break;
-            }
-            v4_dirs.push(d);
-            if v4_dirs.len() as u64 > MAX_ENTRIES {
-                return Err(bad("include directories"));
-            }
+        return Ok(Files {
+            ids,
+            base: 0,
+            v4_dirs,
+        });
+    }
+    loop {
+        let d = h.cstr().ok_or(bad("include directories"))?;
+        if d.is_empty() {
+            break;
         }
-        let mut files = Vec::new();
-        loop {
-            let name = h.cstr().ok_or(bad("file names"))?;
-            if name.is_empty() {
-                break;
-            }
-            let dir = h.uleb().ok_or(bad("file names"))?;
-            h.uleb().ok_or(bad("file names"))?;
-            h.uleb().ok_or(bad("file names"))?;
-            files.push(file_v4(&v4_dirs, name, dir, out)?);
-            if files.len() as u64 > MAX_ENTRIES {
-                return Err(bad("file names"));
-            }
+        v4_dirs.push(d);
+        if v4_dirs.len() as u64 > MAX_ENTRIES {
+            return Err(bad("include directories"));
         }
-        (files, 1)
-    };
+    }
+    let mut ids = Vec::new();
+    loop {
+        let name = h.cstr().ok_or(bad("file names"))?;
+        if name.is_empty() {
+            break;
+        }
+        let dir = h.uleb().ok_or(bad("file names"))?;
+        h.uleb().ok_or(bad("file names"))?;
+        h.uleb().ok_or(bad("file names"))?;
+        ids.push(file_v4(&v4_dirs, name, dir, out)?);
+        if ids.len() as u64 > MAX_ENTRIES {
+            return Err(bad("file names"));
+        }
+    }
+    Ok(Files {
+        ids,
+        base: 1,
+        v4_dirs,
+    })
+}
 
-    // The program.
+/// Runs the line program of `p` (in `sec`), adding the rows of each ended sequence to `out`.
+fn run_program(
+    sec: &[u8],
+    p: &Program<'_>,
+    ctx: &Ctx<'_>,
+    files: &mut Files<'_>,
+    out: &mut Builder,
+) -> Result<()> {
+    let end = p.end;
     let mut r = Reader {
         data: &sec[..end],
-        pos: program,
+        pos: p.start,
     };
     let mut st = State::new();
     let mut seq: Vec<(usize, RawRow)> = Vec::new();
-    let advance = |st: &mut State, adv: u64| {
-        if max_ops == 1 {
-            st.address = st.address.wrapping_add(min_inst.wrapping_mul(adv));
-        } else {
-            let ops = st.op_index.wrapping_add(adv);
-            st.address = st
-                .address
-                .wrapping_add(min_inst.wrapping_mul(ops / max_ops));
-            st.op_index = ops % max_ops;
-        }
-    };
+    let (opcode_base, line_range) = (p.opcode_base, p.line_range);
     let truncated = || bad("line program truncated");
     while r.pos < end {
         let op = r.u8().ok_or_else(truncated)?;
         if op == 0 {
-            let len = r.uleb().ok_or_else(truncated)?;
-            let ext_end = usize::try_from(len)
-                .ok()
-                .and_then(|l| r.pos.checked_add(l))
-                .filter(|&e| e <= end)
-                .ok_or_else(truncated)?;
-            if len == 0 {
-                continue;
-            }
-            match r.u8().ok_or_else(truncated)? {
-                // DW_LNE_end_sequence
-                1 => {
-                    emit(&mut seq, &st, true, &files, file_base, out)?;
-                    for (s, row) in seq.drain(..) {
-                        out.rows.entry(s).or_default().push(row);
-                    }
-                    st = State::new();
-                }
-                // DW_LNE_set_address
-                2 => {
-                    let at = r.pos;
-                    let stored = r.uint(ext_end - at).ok_or(bad("set_address"))?;
-                    match ctx.resolve(at, stored) {
-                        Some((s, addr)) => {
-                            st.section = Some(s);
-                            st.address = addr;
-                        }
-                        None => st.section = None,
-                    }
-                    st.op_index = 0;
-                }
-                // DW_LNE_define_file (DWARF 2-4)
-                3 if version < 5 => {
-                    let mut e = Reader {
-                        data: &sec[..ext_end],
-                        pos: r.pos,
-                    };
-                    let name = e.cstr().ok_or(bad("define_file"))?;
-                    let dir = e.uleb().ok_or(bad("define_file"))?;
-                    if files.len() as u64 >= MAX_ENTRIES {
-                        return Err(bad("define_file"));
-                    }
-                    files.push(file_v4(&v4_dirs, name, dir, out)?);
-                }
-                // DW_LNE_set_discriminator, vendor opcodes (nvcc's 0x90 for inlining): skipped.
-                _ => {}
-            }
-            r.pos = ext_end;
+            extended(sec, &mut r, p, ctx, &mut st, &mut seq, files, out)?;
         } else if op >= opcode_base {
             let adjusted = u64::from(op - opcode_base);
-            advance(&mut st, adjusted / line_range);
+            advance(p, &mut st, adjusted / line_range);
             st.line = st
                 .line
-                .wrapping_add(line_base.wrapping_add((adjusted % line_range) as i64));
-            emit(&mut seq, &st, false, &files, file_base, out)?;
+                .wrapping_add(p.line_base.wrapping_add((adjusted % line_range) as i64));
+            emit(&mut seq, &st, false, &files.ids, files.base, out)?;
         } else {
             match op {
-                1 => emit(&mut seq, &st, false, &files, file_base, out)?,
+                1 => emit(&mut seq, &st, false, &files.ids, files.base, out)?,
                 2 => {
                     let adv = r.uleb().ok_or_else(truncated)?;
-                    advance(&mut st, adv);
+                    advance(p, &mut st, adv);
                 }
                 3 => st.line = st.line.wrapping_add(r.sleb().ok_or_else(truncated)?),
                 4 => st.file = r.uleb().ok_or_else(truncated)?,
-                8 => advance(&mut st, u64::from(255 - opcode_base) / line_range),
+                8 => advance(p, &mut st, u64::from(255 - opcode_base) / line_range),
                 9 => {
                     let adv = r.uint(2).ok_or_else(truncated)?;
                     st.address = st.address.wrapping_add(adv);
@@ -851,7 +865,7 @@ fn unit(sec: &[u8], start: usize, ctx: &Ctx<'_>, out: &mut Builder) -> Result<us
                 // set_column, negate_stmt, basic_block, prologue_end, epilogue_begin, set_isa,
                 // and unknown standard opcodes: skip their operands.
                 _ => {
-                    let n = std_lengths.get(usize::from(op) - 1).copied().unwrap_or(0);
+                    let n = p.std_lengths.get(usize::from(op) - 1).copied().unwrap_or(0);
                     for _ in 0..n {
                         r.uleb().ok_or_else(truncated)?;
                     }
@@ -859,8 +873,84 @@ fn unit(sec: &[u8], start: usize, ctx: &Ctx<'_>, out: &mut Builder) -> Result<us
             }
         }
     }
-    // A sequence without DW_LNE_end_sequence is dropped.
-    Ok(end)
+    Ok(())
+}
+
+/// Advance the address by `adv` operations (VLIW: `max_ops` per instruction).
+fn advance(p: &Program<'_>, st: &mut State, adv: u64) {
+    if p.max_ops == 1 {
+        st.address = st.address.wrapping_add(p.min_inst.wrapping_mul(adv));
+    } else {
+        let ops = st.op_index.wrapping_add(adv);
+        st.address = st
+            .address
+            .wrapping_add(p.min_inst.wrapping_mul(ops / p.max_ops));
+        st.op_index = ops % p.max_ops;
+    }
+}
+
+/// An extended opcode (after its 0 byte; `r` is at its length).
+#[allow(clippy::too_many_arguments)]
+fn extended(
+    sec: &[u8],
+    r: &mut Reader<'_>,
+    p: &Program<'_>,
+    ctx: &Ctx<'_>,
+    st: &mut State,
+    seq: &mut Vec<(usize, RawRow)>,
+    files: &mut Files<'_>,
+    out: &mut Builder,
+) -> Result<()> {
+    let truncated = || bad("line program truncated");
+    let len = r.uleb().ok_or_else(truncated)?;
+    let ext_end = usize::try_from(len)
+        .ok()
+        .and_then(|l| r.pos.checked_add(l))
+        .filter(|&e| e <= p.end)
+        .ok_or_else(truncated)?;
+    if len == 0 {
+        return Ok(());
+    }
+    match r.u8().ok_or_else(truncated)? {
+        // DW_LNE_end_sequence
+        1 => {
+            emit(seq, st, true, &files.ids, files.base, out)?;
+            for (s, row) in seq.drain(..) {
+                out.rows.entry(s).or_default().push(row);
+            }
+            *st = State::new();
+        }
+        // DW_LNE_set_address
+        2 => {
+            let at = r.pos;
+            let stored = r.uint(ext_end - at).ok_or(bad("set_address"))?;
+            match ctx.resolve(at, stored) {
+                Some((s, addr)) => {
+                    st.section = Some(s);
+                    st.address = addr;
+                }
+                None => st.section = None,
+            }
+            st.op_index = 0;
+        }
+        // DW_LNE_define_file (DWARF 2-4)
+        3 if p.version < 5 => {
+            let mut e = Reader {
+                data: &sec[..ext_end],
+                pos: r.pos,
+            };
+            let name = e.cstr().ok_or(bad("define_file"))?;
+            let dir = e.uleb().ok_or(bad("define_file"))?;
+            if files.ids.len() as u64 >= MAX_ENTRIES {
+                return Err(bad("define_file"));
+            }
+            files.ids.push(file_v4(&files.v4_dirs, name, dir, out)?);
+        }
+        // DW_LNE_set_discriminator, vendor opcodes (nvcc's 0x90 for inlining): skipped.
+        _ => {}
+    }
+    r.pos = ext_end;
+    Ok(())
 }
 
 /// The interned path of a DWARF 2-4 file entry (`dir` 0: the compilation directory, unknown

@@ -3,9 +3,12 @@
 //! Types and struct layouts come from `cudarc::cupti::sys`; the functions are looked up here with
 //! dlsym on the library we chose, so a missing symbol (an older CUPTI) is an `Option`, never a panic,
 //! and return codes are read as plain integers (an unknown code is not undefined behaviour).
+//! This is the one place CUPTI's entry points are looked up: [`Cupti`] holds all of them (the
+//! recorder's, NVTX's injection entry point, kernel detail's SASS metrics and PC sampling); the
+//! other modules call through it. The CUDA driver's are in [`crate::driver`].
 
 use crate::dl::{self, Lib};
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::Path;
 
 pub use cudarc::cupti::sys;
@@ -79,6 +82,43 @@ pub struct Cupti {
     /// `cuptiGetGraphId(CUgraph, uint32_t*)` and `cuptiGetGraphNodeId(CUgraphNode, uint64_t*)`.
     pub get_graph_id: Option<unsafe extern "C" fn(*mut c_void, *mut u32) -> u32>,
     pub get_graph_node_id: Option<unsafe extern "C" fn(*mut c_void, *mut u64) -> u32>,
+    /// CUPTI's `InitializeInjectionNvtx2` (NVTX's injection signature; [`crate::nvtx`]).
+    pub initialize_injection_nvtx2: Option<unsafe extern "C" fn(*const c_void) -> c_int>,
+    /// Kernel detail's SASS metrics API, or which symbol this CUPTI lacks.
+    pub sass: Result<SassApi, String>,
+    /// Kernel detail's PC Sampling API (stall reasons), when this CUPTI has all of it.
+    pub pc_sampling: Option<PcSamplingApi>,
+}
+
+/// The SASS metrics API and the calls kernel detail makes with it ([`crate::kernel_detail`]).
+#[derive(Clone, Copy)]
+pub struct SassApi {
+    pub set_config: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsSetConfig_Params) -> u32,
+    pub enable: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsEnable_Params) -> u32,
+    pub disable: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsDisable_Params) -> u32,
+    pub get_data_properties:
+        unsafe extern "C" fn(*mut sys::CUpti_SassMetricsGetDataProperties_Params) -> u32,
+    pub flush_data: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsFlushData_Params) -> u32,
+    pub get_properties:
+        unsafe extern "C" fn(*mut sys::CUpti_SassMetrics_GetProperties_Params) -> u32,
+    pub chip_name: unsafe extern "C" fn(*mut sys::CUpti_Device_GetChipName_Params) -> u32,
+    pub profiler_init:
+        Option<unsafe extern "C" fn(*mut sys::CUpti_Profiler_Initialize_Params) -> u32>,
+    pub cubin_crc: unsafe extern "C" fn(*mut sys::CUpti_GetCubinCrcParams) -> u32,
+}
+
+/// The PC Sampling API ([`crate::kernel_stall`]).
+#[derive(Clone, Copy)]
+pub struct PcSamplingApi {
+    pub enable: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingEnableParams) -> u32,
+    pub disable: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingDisableParams) -> u32,
+    pub start: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingStartParams) -> u32,
+    pub stop: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingStopParams) -> u32,
+    pub get_data: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingGetDataParams) -> u32,
+    pub num_reasons:
+        unsafe extern "C" fn(*mut sys::CUpti_PCSamplingGetNumStallReasonsParams) -> u32,
+    pub reasons: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingGetStallReasonsParams) -> u32,
+    pub set_config: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingConfigurationInfoParams) -> u32,
 }
 
 /// Why CUPTI could not be loaded.
@@ -110,6 +150,48 @@ macro_rules! opt {
         // SAFETY: as in req!.
         unsafe { dl::func(&$lib, $name) }
     };
+}
+
+/// Look up a function kernel detail needs: a missing one is `Err("<path> lacks <name>")`.
+macro_rules! need {
+    ($lib:expr, $name:literal) => {
+        // SAFETY: the field's type is the documented signature of this CUPTI function.
+        match unsafe { dl::func(&$lib, $name) } {
+            Some(f) => f,
+            None => return Err(format!("{} lacks {}", $lib.path, $name.to_string_lossy())),
+        }
+    };
+}
+
+impl SassApi {
+    fn load(lib: &Lib) -> Result<SassApi, String> {
+        Ok(SassApi {
+            set_config: need!(lib, c"cuptiSassMetricsSetConfig"),
+            enable: need!(lib, c"cuptiSassMetricsEnable"),
+            disable: need!(lib, c"cuptiSassMetricsDisable"),
+            get_data_properties: need!(lib, c"cuptiSassMetricsGetDataProperties"),
+            flush_data: need!(lib, c"cuptiSassMetricsFlushData"),
+            get_properties: need!(lib, c"cuptiSassMetricsGetProperties"),
+            chip_name: need!(lib, c"cuptiDeviceGetChipName"),
+            profiler_init: opt!(lib, c"cuptiProfilerInitialize"),
+            cubin_crc: need!(lib, c"cuptiGetCubinCrc"),
+        })
+    }
+}
+
+impl PcSamplingApi {
+    fn load(lib: &Lib) -> Option<PcSamplingApi> {
+        Some(PcSamplingApi {
+            enable: opt!(lib, c"cuptiPCSamplingEnable")?,
+            disable: opt!(lib, c"cuptiPCSamplingDisable")?,
+            start: opt!(lib, c"cuptiPCSamplingStart")?,
+            stop: opt!(lib, c"cuptiPCSamplingStop")?,
+            get_data: opt!(lib, c"cuptiPCSamplingGetData")?,
+            num_reasons: opt!(lib, c"cuptiPCSamplingGetNumStallReasons")?,
+            reasons: opt!(lib, c"cuptiPCSamplingGetStallReasons")?,
+            set_config: opt!(lib, c"cuptiPCSamplingSetConfigurationAttribute")?,
+        })
+    }
 }
 
 impl Cupti {
@@ -146,6 +228,9 @@ impl Cupti {
             activity_enable_hw_trace: opt!(lib, c"cuptiActivityEnableHWTrace"),
             get_graph_id: opt!(lib, c"cuptiGetGraphId"),
             get_graph_node_id: opt!(lib, c"cuptiGetGraphNodeId"),
+            initialize_injection_nvtx2: opt!(lib, c"InitializeInjectionNvtx2"),
+            sass: SassApi::load(&lib),
+            pc_sampling: PcSamplingApi::load(&lib),
             lib,
         })
     }
@@ -223,9 +308,9 @@ pub unsafe fn cb_field<T: Copy>(data: *const c_void, off: usize) -> T {
 /// /usr/local/cuda `extras/CUPTI/lib64`; then the loader's default search by soname.
 pub fn candidate_paths() -> Vec<String> {
     let mut out = Vec::new();
-    if let Ok(p) = std::env::var("GPUFL_CUPTI_LIB") {
+    if let Some(p) = &crate::options::knobs().cupti_lib {
         // An explicit choice is the only candidate.
-        return vec![p];
+        return vec![p.clone()];
     }
     for dir in loaded_cuda_lib_dirs() {
         for sub in [".", "../../cuda_cupti/lib", "../cuda_cupti/lib"] {

@@ -1,17 +1,8 @@
 //! GPU facts for the session header, read through the CUDA driver API (loaded at run time).
 
-use crate::dl::{self, Lib};
+use crate::driver::Driver;
 use gpufl_trace::{Gpu, GpuLimits};
 use std::ffi::c_char;
-
-type CuInit = unsafe extern "C" fn(u32) -> i32;
-type CuDriverGetVersion = unsafe extern "C" fn(*mut i32) -> i32;
-type CuDeviceGetCount = unsafe extern "C" fn(*mut i32) -> i32;
-type CuDeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
-type CuDeviceGetName = unsafe extern "C" fn(*mut c_char, i32, i32) -> i32;
-type CuDeviceGetUuid = unsafe extern "C" fn(*mut [u8; 16], i32) -> i32;
-type CuDeviceGetAttribute = unsafe extern "C" fn(*mut i32, i32, i32) -> i32;
-type CuDeviceTotalMem = unsafe extern "C" fn(*mut usize, i32) -> i32;
 
 // CUdevice_attribute values (cuda.h; cudarc's `driver::sys::CUdevice_attribute_enum`, checked in
 // the tests below), named without their CU_DEVICE_ATTRIBUTE_ prefix.
@@ -62,24 +53,19 @@ pub struct DeviceInfo {
 /// Query every visible GPU. Calls cuInit(0), which waits for an initialization in progress on
 /// another thread; safe to call from a background thread at any time.
 pub fn query() -> DeviceInfo {
-    let Some(lib) = Lib::already_loaded("libcuda.so.1").or_else(|| Lib::open("libcuda.so.1"))
-    else {
+    let Some(driver) = crate::driver::get() else {
         return DeviceInfo {
             error: Some("CUDA driver (libcuda.so.1) not found".into()),
             ..Default::default()
         };
     };
-    // SAFETY: the types match the CUDA driver API signatures.
-    unsafe { query_with(&lib) }
+    // SAFETY: the driver's entry points, with their signatures.
+    unsafe { query_with(driver) }
 }
 
-unsafe fn query_with(lib: &Lib) -> DeviceInfo {
+unsafe fn query_with(d: &Driver) -> DeviceInfo {
     let mut info = DeviceInfo::default();
-    let (Some(init), Some(count), Some(get)) = (
-        unsafe { dl::func::<CuInit>(lib, c"cuInit") },
-        unsafe { dl::func::<CuDeviceGetCount>(lib, c"cuDeviceGetCount") },
-        unsafe { dl::func::<CuDeviceGet>(lib, c"cuDeviceGet") },
-    ) else {
+    let (Some(init), Some(count), Some(get)) = (d.init, d.device_get_count, d.device_get) else {
         info.error = Some("CUDA driver lacks cuInit/cuDeviceGetCount".into());
         return info;
     };
@@ -88,17 +74,14 @@ unsafe fn query_with(lib: &Lib) -> DeviceInfo {
         info.error = Some(format!("cuInit failed with CUresult {rc}"));
         return info;
     }
-    if let Some(f) = unsafe { dl::func::<CuDriverGetVersion>(lib, c"cuDriverGetVersion") } {
+    if let Some(f) = d.driver_get_version {
         let mut v = 0;
         if unsafe { f(&mut v) } == 0 {
             info.driver_version = Some(v as u32);
         }
     }
-    let name_f = unsafe { dl::func::<CuDeviceGetName>(lib, c"cuDeviceGetName") };
-    let uuid_f = unsafe { dl::func::<CuDeviceGetUuid>(lib, c"cuDeviceGetUuid_v2") }
-        .or_else(|| unsafe { dl::func::<CuDeviceGetUuid>(lib, c"cuDeviceGetUuid") });
-    let attr_f = unsafe { dl::func::<CuDeviceGetAttribute>(lib, c"cuDeviceGetAttribute") };
-    let mem_f = unsafe { dl::func::<CuDeviceTotalMem>(lib, c"cuDeviceTotalMem_v2") };
+    let (name_f, uuid_f) = (d.device_get_name, d.device_get_uuid);
+    let (attr_f, mem_f) = (d.device_get_attribute, d.device_total_mem);
     let mut n = 0;
     if unsafe { count(&mut n) } != 0 {
         info.error = Some("cuDeviceGetCount failed".into());

@@ -361,7 +361,7 @@ pub extern "C" fn gpufl_test_readv_cost(iovecs: u32, iters: u32) -> f64 {
 /// `out` points at `n` writable u64.
 #[no_mangle]
 pub unsafe extern "C" fn gpufl_test_xthread_stats(out: *mut u64, n: usize) -> usize {
-    let stats = &crate::pyframes::xthread::STATS;
+    let stats = crate::pyframes::xthread::stats();
     let k = n.min(stats.len());
     if out.is_null() {
         return 0;

@@ -30,18 +30,30 @@ pub struct Cloned {
     pub from_node: u64,
 }
 
-/// Clones seen by the callbacks, drained by the writer.
-pub fn clone_queue() -> &'static ArrayQueue<Cloned> {
-    static Q: OnceLock<ArrayQueue<Cloned>> = OnceLock::new();
-    Q.get_or_init(|| ArrayQueue::new(1 << 15))
+/// What the resource callbacks share with the writer (the module's one static).
+struct GraphNodes {
+    /// Clones seen by the callbacks ([`clone_queue`]).
+    cloned: OnceLock<ArrayQueue<Cloned>>,
+    /// Created nodes seen (their stacks captured up to [`MAX_CREATED`]).
+    created: AtomicU64,
+    /// Clones lost because the queue was full.
+    dropped: AtomicU64,
 }
 
-static CREATED: AtomicU64 = AtomicU64::new(0);
-static DROPPED: AtomicU64 = AtomicU64::new(0);
+static GRAPH_NODES: GraphNodes = GraphNodes {
+    cloned: OnceLock::new(),
+    created: AtomicU64::new(0),
+    dropped: AtomicU64::new(0),
+};
+
+/// Clones seen by the callbacks, drained by the writer.
+pub fn clone_queue() -> &'static ArrayQueue<Cloned> {
+    GRAPH_NODES.cloned.get_or_init(|| ArrayQueue::new(1 << 15))
+}
 
 /// Clones lost since the last call (the queue was full).
 pub fn take_dropped() -> u64 {
-    DROPPED.swap(0, Ordering::Relaxed)
+    GRAPH_NODES.dropped.swap(0, Ordering::Relaxed)
 }
 
 /// CUPTI's ids of a graph (0 when unknown) and a node (None when CUPTI cannot give it: the node
@@ -105,12 +117,14 @@ pub unsafe fn on_graph_node(c: &Cupti, python: bool, cbid: u32, data: *const c_v
                 from_node: fnode,
             };
             if clone_queue().push(clone).is_err() {
-                DROPPED.fetch_add(1, Ordering::Relaxed);
+                GRAPH_NODES.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
         return;
     }
-    if crate::collection::is_paused() || CREATED.fetch_add(1, Ordering::Relaxed) >= MAX_CREATED {
+    if crate::collection::is_paused()
+        || GRAPH_NODES.created.fetch_add(1, Ordering::Relaxed) >= MAX_CREATED
+    {
         return;
     }
     let mut s = Sample::empty();

@@ -41,7 +41,6 @@
 use crate::clock::mono_ns;
 use crate::cubin_lines::LineTable;
 use crate::cupti::{self, cb_field, sys, Cupti};
-use crate::dl::{self, Lib};
 use crate::sink::Sink;
 use crossbeam_queue::SegQueue;
 use gpufl_trace::{
@@ -51,7 +50,7 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_void, CStr};
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Which kernels to look inside.
@@ -116,48 +115,183 @@ impl Config {
         })
     }
 
+    /// The settings from the knobs, `GPUFL_KERNEL_DETAIL` winning over the init option.
     fn from_env() -> Option<Config> {
-        let v = |k: &str| std::env::var(k).ok();
+        let k = crate::options::knobs();
         Config::parse(
-            v("GPUFL_KERNEL_DETAIL")
-                .or_else(|| OPTION.get().cloned())
+            k.kernel_detail
+                .clone()
+                .or_else(|| KD.option.get().cloned())
                 .as_deref(),
-            v("GPUFL_KERNEL_DETAIL_SAMPLES").as_deref(),
-            v("GPUFL_KERNEL_DETAIL_GAP_MS").as_deref(),
-            v("GPUFL_KERNEL_DETAIL_BUDGET").as_deref(),
+            k.kernel_detail_samples.as_deref(),
+            k.kernel_detail_gap_ms.as_deref(),
+            k.kernel_detail_budget.as_deref(),
         )
     }
 }
 
-static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
-/// The init option (`InitOptions::kernel_detail`), given before the settings are first read.
-static OPTION: OnceLock<String> = OnceLock::new();
+/// Kernel detail's process-wide state: the settings, the entry points, what the launch callbacks
+/// and the writer share, and the counters of the closing notices ([`Stats`]). One instance,
+/// [`KD`]; every field is an atomic, a lock-free queue, a once-set cell or a lock taken off the
+/// plain launch path (as before it was gathered here).
+struct KernelDetail {
+    /// The settings, read once.
+    config: OnceLock<Option<Config>>,
+    /// The init option (`InitOptions::kernel_detail`), given before the settings are first read.
+    option: OnceLock<String>,
+    /// On (configured, CUPTI has the API, no error so far).
+    on: AtomicBool,
+    /// The entry points; set when kernel detail starts.
+    api: OnceLock<Api>,
+    /// What kernel detail was asked to do (the closing notice repeats it).
+    description: OnceLock<String>,
+    /// Devices whose metric configuration is set: device → metric ids in [`METRICS`] order (0:
+    /// not on this chip).
+    devices: Mutex<BTreeMap<i32, [u64; 12]>>,
+    /// Line tables of the loaded cubins, by CUPTI's CRC (low 32 bits, as SASS records carry it).
+    tables: Mutex<BTreeMap<u32, Arc<LineTable>>>,
+    /// Why it stopped (written once as a notice).
+    failed: Mutex<Option<String>>,
+    /// Samples taken, and what they found, for the writer.
+    done: SegQueue<Sampled>,
+    /// What the first sample read (debug notice).
+    first: Mutex<Option<String>>,
+    /// No sample before this time (monotonic ns): the budget's pause.
+    next_ns: AtomicU64,
+    /// Samples per function key: (count, last time).
+    per_kernel: Mutex<BTreeMap<u64, (u32, u64)>>,
+    /// Top-N selection published by the writer (keys; 0 = empty), and whether it has been.
+    top: [AtomicU64; MAX_TOP],
+    top_ready: AtomicBool,
+    /// Bumped when collection is turned off (launch callbacks then stop mid-call): threads start
+    /// counting their depth again.
+    epoch: AtomicU32,
+    /// The first distinct names of launches met while due and not chosen, and the names last
+    /// published as the top N (for the debug notice: a selection that never meets its launches).
+    unchosen_names: Mutex<Vec<String>>,
+    unchosen_full: AtomicBool,
+    top_names: Mutex<Vec<String>>,
+    /// The context whose patching is on (and whether the kernel activity kind was turned off for
+    /// it): taken by the sampled launch's exit, or by [`abandon`] when that exit will not come.
+    open: Mutex<Option<(usize, bool, Kind)>>,
+    /// PC sampling failed (stall reasons stopped), and why.
+    stalls_failed: AtomicBool,
+    stalls_why: Mutex<Option<String>>,
+    /// A sample is in progress: no other is started.
+    pending_on: AtomicBool,
+    /// What was sampled, for the closing notices.
+    stats: Stats,
+}
+
+/// Kernel detail's counters (for the closing notices).
+struct Stats {
+    /// Samples taken.
+    samples: AtomicUsize,
+    /// PC records read in all, and samples that read none.
+    pc_records: AtomicU64,
+    empty: AtomicU64,
+    /// Kernels folded with counters, and written.
+    folded: AtomicU64,
+    written: AtomicU64,
+    /// Launches chosen and due, and those turned down for a capture in progress on their stream.
+    armed: AtomicU64,
+    capturing: AtomicU64,
+    /// Launches of chosen functions seen at a launch entry when sampling was not paused; those
+    /// whose stream or context could not be read; those turned down by `arm` (capture, no device).
+    chosen_seen: AtomicU64,
+    no_layout: AtomicU64,
+    turned_down: AtomicU64,
+    /// Outermost launch calls met while sampling was due (chosen or not): with `chosen_seen`,
+    /// where a recording that sampled nothing lost its launches.
+    due: AtomicU64,
+    /// Launches sampled for stall reasons, PC records read for them, kstall records written.
+    stall_n: AtomicU64,
+    stall_pcs: AtomicU64,
+    stall_written: AtomicU64,
+    /// Time the launching threads spent sampling (all samples; stall samples), and enabling PC
+    /// sampling at context creation, ns.
+    spent_ns: AtomicU64,
+    stall_spent_ns: AtomicU64,
+    prepare_ns: AtomicU64,
+    /// Samples abandoned when collection was turned off.
+    abandoned: AtomicU64,
+}
+
+impl KernelDetail {
+    const fn new() -> KernelDetail {
+        KernelDetail {
+            config: OnceLock::new(),
+            option: OnceLock::new(),
+            on: AtomicBool::new(false),
+            api: OnceLock::new(),
+            description: OnceLock::new(),
+            devices: Mutex::new(BTreeMap::new()),
+            tables: Mutex::new(BTreeMap::new()),
+            failed: Mutex::new(None),
+            done: SegQueue::new(),
+            first: Mutex::new(None),
+            next_ns: AtomicU64::new(0),
+            per_kernel: Mutex::new(BTreeMap::new()),
+            top: [const { AtomicU64::new(0) }; MAX_TOP],
+            top_ready: AtomicBool::new(false),
+            epoch: AtomicU32::new(0),
+            unchosen_names: Mutex::new(Vec::new()),
+            unchosen_full: AtomicBool::new(false),
+            top_names: Mutex::new(Vec::new()),
+            open: Mutex::new(None),
+            stalls_failed: AtomicBool::new(false),
+            stalls_why: Mutex::new(None),
+            pending_on: AtomicBool::new(false),
+            stats: Stats {
+                samples: AtomicUsize::new(0),
+                pc_records: AtomicU64::new(0),
+                empty: AtomicU64::new(0),
+                folded: AtomicU64::new(0),
+                written: AtomicU64::new(0),
+                armed: AtomicU64::new(0),
+                capturing: AtomicU64::new(0),
+                chosen_seen: AtomicU64::new(0),
+                no_layout: AtomicU64::new(0),
+                turned_down: AtomicU64::new(0),
+                due: AtomicU64::new(0),
+                stall_n: AtomicU64::new(0),
+                stall_pcs: AtomicU64::new(0),
+                stall_written: AtomicU64::new(0),
+                spent_ns: AtomicU64::new(0),
+                stall_spent_ns: AtomicU64::new(0),
+                prepare_ns: AtomicU64::new(0),
+                abandoned: AtomicU64::new(0),
+            },
+        }
+    }
+}
+
+/// Kernel detail's state (the module's one static).
+static KD: KernelDetail = KernelDetail::new();
 
 /// The init option's value (the environment variable still wins). Call before [`config`].
 pub fn set_option(value: Option<&str>) {
     if let Some(v) = value {
-        let _ = OPTION.set(v.to_string());
+        let _ = KD.option.set(v.to_string());
     }
 }
-/// On (configured, CUPTI has the API, no error so far).
-static ON: AtomicBool = AtomicBool::new(false);
 
 /// The settings, read once.
 pub fn config() -> Option<&'static Config> {
-    CONFIG.get_or_init(Config::from_env).as_ref()
+    KD.config.get_or_init(Config::from_env).as_ref()
 }
 
 /// Whether kernel detail was started (its launch callbacks must run, even after an error turned
 /// it off, so that a launch that turned patching on also turns it off).
 #[inline]
 pub fn active() -> bool {
-    API.get().is_some()
+    KD.api.get().is_some()
 }
 
 /// Whether kernel detail is being collected.
 #[inline]
 pub fn on() -> bool {
-    ON.load(Ordering::Relaxed)
+    KD.on.load(Ordering::Relaxed)
 }
 
 thread_local! {
@@ -204,7 +338,8 @@ struct Armed {
     trace_t0: u64,
 }
 
-/// The entry points used here, looked up once.
+/// The entry points used here: CUPTI's ([`Cupti::sass`]) and the driver's
+/// ([`crate::driver::Driver`]), taken from their tables once.
 struct Api {
     cupti: &'static Cupti,
     sass_set_config: unsafe extern "C" fn(*mut sys::CUpti_SassMetricsSetConfig_Params) -> u32,
@@ -223,14 +358,7 @@ struct Api {
     pc: Option<crate::kernel_stall::PcApi>,
     /// Where each launch entry point keeps its stream.
     streams: HashMap<(u32, u32), StreamAt>,
-    _cuda: Lib,
 }
-
-// SAFETY: function pointers and a library handle, usable from any thread.
-unsafe impl Send for Api {}
-unsafe impl Sync for Api {}
-
-static API: OnceLock<Api> = OnceLock::new();
 
 /// Where a launch call's parameters hold its stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,38 +411,9 @@ const METRICS: [&str; 12] = [
     "smsp__sass_l1tex_pipe_lsu_wavefronts_mem_shared_ideal",
 ];
 
-/// Devices whose metric configuration is set: device → metric ids in [`METRICS`] order (0:
-/// not on this chip).
-static DEVICES: Mutex<BTreeMap<i32, [u64; 12]>> = Mutex::new(BTreeMap::new());
-/// Line tables of the loaded cubins, by CUPTI's CRC (low 32 bits, as SASS records carry it).
-static TABLES: Mutex<BTreeMap<u32, Arc<LineTable>>> = Mutex::new(BTreeMap::new());
-/// Why it stopped (written once as a notice).
-static FAILED: Mutex<Option<String>> = Mutex::new(None);
-/// Samples taken, and what they found, for the writer.
-static DONE: SegQueue<Sampled> = SegQueue::new();
-static SAMPLES: AtomicUsize = AtomicUsize::new(0);
-/// PC records read in all, and samples that read none (for the closing notice).
-static PC_RECORDS: AtomicU64 = AtomicU64::new(0);
-static EMPTY: AtomicU64 = AtomicU64::new(0);
-/// What the first sample read (debug notice).
-static FIRST: Mutex<Option<String>> = Mutex::new(None);
-/// Kernels folded with counters, and written.
-static FOLDED: AtomicU64 = AtomicU64::new(0);
-static WRITTEN: AtomicU64 = AtomicU64::new(0);
-/// Launches chosen and due, and those turned down for a capture in progress on their stream.
-static ARMED_N: AtomicU64 = AtomicU64::new(0);
-static CAPTURING: AtomicU64 = AtomicU64::new(0);
-/// No sample before this time (monotonic ns): the budget's pause.
-static NEXT_NS: AtomicU64 = AtomicU64::new(0);
-/// Samples per function key: (count, last time).
-static PER_KERNEL: Mutex<BTreeMap<u64, (u32, u64)>> = Mutex::new(BTreeMap::new());
-/// Top-N selection published by the writer (keys; 0 = empty), and whether it has been.
-static TOP: [AtomicU64; MAX_TOP] = [const { AtomicU64::new(0) }; MAX_TOP];
-static TOP_READY: AtomicBool = AtomicBool::new(false);
-
 fn fail(why: String) {
-    ON.store(false, Ordering::Relaxed);
-    let mut f = FAILED.lock().unwrap_or_else(|e| e.into_inner());
+    KD.on.store(false, Ordering::Relaxed);
+    let mut f = KD.failed.lock().unwrap_or_else(|e| e.into_inner());
     if f.is_none() {
         *f = Some(why);
     }
@@ -330,21 +429,8 @@ pub fn key(name: &[u8]) -> u64 {
     h | 1
 }
 
-macro_rules! sym {
-    ($lib:expr, $name:literal) => {
-        // SAFETY: the field's type is the documented signature of this function.
-        match unsafe { dl::func(&$lib, $name) } {
-            Some(f) => f,
-            None => return Err(format!("{} lacks {}", $lib.path, $name.to_string_lossy())),
-        }
-    };
-}
-
 fn load_api(c: &'static Cupti) -> Result<Api, String> {
-    let cuda = Lib::already_loaded("libcuda.so.1")
-        .or_else(|| Lib::open("libcuda.so.1"))
-        .ok_or("the CUDA driver (libcuda.so.1) was not found")?;
-    let lib = &c.lib;
+    let cuda = crate::driver::get().ok_or("the CUDA driver (libcuda.so.1) was not found")?;
     let mut streams = HashMap::new();
     for domain in [cupti::DOMAIN_RUNTIME, cupti::DOMAIN_DRIVER] {
         for id in 0..=crate::cbids::MAX_CBID {
@@ -353,37 +439,35 @@ fn load_api(c: &'static Cupti) -> Result<Api, String> {
             }
         }
     }
+    let sass = c.sass.as_ref().map_err(|e| e.clone())?;
+    let lacks = |name: &str| format!("{} lacks {name}", cuda.lib.path);
     Ok(Api {
         cupti: c,
-        sass_set_config: sym!(lib, c"cuptiSassMetricsSetConfig"),
-        sass_enable: sym!(lib, c"cuptiSassMetricsEnable"),
-        sass_disable: sym!(lib, c"cuptiSassMetricsDisable"),
-        sass_props: sym!(lib, c"cuptiSassMetricsGetDataProperties"),
-        sass_flush: sym!(lib, c"cuptiSassMetricsFlushData"),
-        sass_metric: sym!(lib, c"cuptiSassMetricsGetProperties"),
-        chip_name: sym!(lib, c"cuptiDeviceGetChipName"),
-        // SAFETY: as in sym!.
-        profiler_init: unsafe { dl::func(lib, c"cuptiProfilerInitialize") },
-        cubin_crc: sym!(lib, c"cuptiGetCubinCrc"),
-        stream_is_capturing: sym!(cuda, c"cuStreamIsCapturing"),
-        ctx_get_device: sym!(cuda, c"cuCtxGetDevice"),
-        stream_sync: sym!(cuda, c"cuStreamSynchronize"),
-        pc: crate::kernel_stall::PcApi::load(lib, &cuda).filter(|_| stalls_wanted()),
+        sass_set_config: sass.set_config,
+        sass_enable: sass.enable,
+        sass_disable: sass.disable,
+        sass_props: sass.get_data_properties,
+        sass_flush: sass.flush_data,
+        sass_metric: sass.get_properties,
+        chip_name: sass.chip_name,
+        profiler_init: sass.profiler_init,
+        cubin_crc: sass.cubin_crc,
+        stream_is_capturing: cuda
+            .stream_is_capturing
+            .ok_or_else(|| lacks("cuStreamIsCapturing"))?,
+        ctx_get_device: cuda.ctx_get_device.ok_or_else(|| lacks("cuCtxGetDevice"))?,
+        stream_sync: cuda
+            .stream_synchronize
+            .ok_or_else(|| lacks("cuStreamSynchronize"))?,
+        pc: crate::kernel_stall::PcApi::load(c, cuda).filter(|_| stalls_wanted()),
         streams,
-        _cuda: cuda,
     })
 }
 
 /// Stall reasons are collected unless `GPUFL_KERNEL_DETAIL_STALLS=0`.
 fn stalls_wanted() -> bool {
-    std::env::var("GPUFL_KERNEL_DETAIL_STALLS")
-        .ok()
-        .and_then(|v| crate::options::parse_bool(&v))
-        != Some(false)
+    crate::options::knobs().kernel_detail_stalls
 }
-
-/// What kernel detail was asked to do (the closing notice repeats it).
-static DESCRIPTION: OnceLock<String> = OnceLock::new();
 
 /// At the recorder's start (after CUPTI is loaded and call-site callbacks are set up): turn kernel
 /// detail on if configured. Returns why it cannot, when it cannot (the capture is then partial).
@@ -397,9 +481,9 @@ pub fn start(c: &'static Cupti, launch_callbacks: bool) -> Option<String> {
     }
     match load_api(c) {
         Ok(api) => {
-            let _ = API.set(api);
-            ON.store(true, Ordering::Relaxed);
-            let _ = DESCRIPTION.set(format!(
+            let _ = KD.api.set(api);
+            KD.on.store(true, Ordering::Relaxed);
+            let _ = KD.description.set(format!(
                 "kernel detail on: {}; at most {} sampled launches per kernel, {} ms apart, {:.1} % of the time",
                 match &cfg.select {
                     Select::Top(n) => format!("the top {n} kernels by GPU time"),
@@ -417,7 +501,8 @@ pub fn start(c: &'static Cupti, launch_callbacks: bool) -> Option<String> {
 
 /// Whether stall reasons are being collected (kernel detail on, CUPTI has PC sampling, no error).
 pub fn stalls_on() -> bool {
-    on() && API.get().is_some_and(|a| a.pc.is_some()) && !STALLS_FAILED.load(Ordering::Relaxed)
+    on() && KD.api.get().is_some_and(|a| a.pc.is_some())
+        && !KD.stalls_failed.load(Ordering::Relaxed)
 }
 
 /// A context was created: enable PC sampling on it now, before its modules load, so that the
@@ -429,7 +514,7 @@ pub unsafe fn on_context_created(data: *const c_void) {
     if !stalls_on() {
         return;
     }
-    let Some(api) = API.get() else { return };
+    let Some(api) = KD.api.get() else { return };
     let Some(pc) = api.pc.as_ref() else { return };
     // SAFETY: CUpti_ResourceData's first field is the context.
     let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(sys::CUpti_ResourceData, context)) };
@@ -439,7 +524,9 @@ pub unsafe fn on_context_created(data: *const c_void) {
     BUSY.with(|b| b.set(true));
     let t0 = mono_ns();
     let r = crate::kernel_stall::prepare(api.cupti, pc, ctx);
-    PREPARE_NS.fetch_add(mono_ns().saturating_sub(t0), Ordering::Relaxed);
+    KD.stats
+        .prepare_ns
+        .fetch_add(mono_ns().saturating_sub(t0), Ordering::Relaxed);
     BUSY.with(|b| b.set(false));
     if let Err(e) = r {
         stalls_fail(e);
@@ -452,7 +539,7 @@ pub fn on_module_image(image: &[u8]) {
     if !on() {
         return;
     }
-    let Some(api) = API.get() else { return };
+    let Some(api) = KD.api.get() else { return };
     let mut p: sys::CUpti_GetCubinCrcParams = unsafe { std::mem::zeroed() };
     p.size = std::mem::size_of::<sys::CUpti_GetCubinCrcParams>();
     p.cubinSize = image.len();
@@ -462,7 +549,7 @@ pub fn on_module_image(image: &[u8]) {
         return;
     }
     let table = LineTable::parse(image).unwrap_or_default();
-    TABLES
+    KD.tables
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(p.cubinCrc as u32, Arc::new(table));
@@ -477,7 +564,7 @@ pub unsafe fn on_launch(domain: u32, cbid: u32, data: *const c_void) {
     // SAFETY: CUpti_CallbackData field offsets.
     let exit: u32 = unsafe { cb_field(data, offset_of!(D, callbackSite)) };
     let runtime = domain == cupti::DOMAIN_RUNTIME;
-    let epoch = EPOCH.load(Ordering::Relaxed);
+    let epoch = KD.epoch.load(Ordering::Relaxed);
     let mut d = DEPTH.with(|x| x.get());
     if d.epoch != epoch {
         // Collection was turned off since: exits of calls open then were not seen.
@@ -511,7 +598,7 @@ pub unsafe fn on_launch(domain: u32, cbid: u32, data: *const c_void) {
 pub struct Depth {
     pub runtime: u32,
     pub driver: u32,
-    /// [`EPOCH`] when counted.
+    /// The module state's `epoch` when counted.
     pub epoch: u32,
 }
 
@@ -550,10 +637,6 @@ impl Depth {
         }
     }
 }
-
-/// Bumped when collection is turned off (launch callbacks then stop mid-call): threads start
-/// counting their depth again.
-static EPOCH: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Functions whose names a thread has matched against a name selection, at most.
 const MAX_NAME_CHOICES: usize = 4096;
@@ -595,7 +678,8 @@ fn chosen(cfg: &Config, k: u64, mangled: &[u8]) -> bool {
         // Nothing before the first tally: the first kernels launched (initialisation,
         // random fills) are rarely the ones that matter, and a sample's pause would delay those.
         Select::Top(_) => {
-            TOP_READY.load(Ordering::Relaxed) && TOP.iter().any(|t| t.load(Ordering::Relaxed) == k)
+            KD.top_ready.load(Ordering::Relaxed)
+                && KD.top.iter().any(|t| t.load(Ordering::Relaxed) == k)
         }
     }
 }
@@ -603,8 +687,8 @@ fn chosen(cfg: &Config, k: u64, mangled: &[u8]) -> bool {
 unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     type D = sys::CUpti_CallbackData;
     let now = mono_ns();
-    if crate::kernel_stall::expired(now) && !PENDING_ON.load(Ordering::Acquire) {
-        if let Some(pc) = API.get().and_then(|a| a.pc.as_ref()) {
+    if crate::kernel_stall::expired(now) && !KD.pending_on.load(Ordering::Acquire) {
+        if let Some(pc) = KD.api.get().and_then(|a| a.pc.as_ref()) {
             // SAFETY: CUpti_CallbackData field offsets.
             let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(D, context)) };
             BUSY.with(|b| b.set(true));
@@ -612,11 +696,11 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
             BUSY.with(|b| b.set(false));
         }
     }
-    if now < NEXT_NS.load(Ordering::Relaxed) || PENDING_ON.load(Ordering::Acquire) {
+    if now < KD.next_ns.load(Ordering::Relaxed) || KD.pending_on.load(Ordering::Acquire) {
         return;
     }
-    DUE.fetch_add(1, Ordering::Relaxed);
-    let (Some(cfg), Some(api)) = (config(), API.get()) else {
+    KD.stats.due.fetch_add(1, Ordering::Relaxed);
+    let (Some(cfg), Some(api)) = (config(), KD.api.get()) else {
         return;
     };
     // SAFETY: CUpti_CallbackData field offsets; symbolName is the kernel's name at launches.
@@ -631,17 +715,17 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
         note_unchosen(mangled);
         return;
     }
-    CHOSEN_SEEN.fetch_add(1, Ordering::Relaxed);
+    KD.stats.chosen_seen.fetch_add(1, Ordering::Relaxed);
     // Where the launch's stream and context are (checked before a sample slot is reserved).
     let Some(at) = api.streams.get(&(domain, cbid)).copied() else {
-        NO_LAYOUT.fetch_add(1, Ordering::Relaxed);
+        KD.stats.no_layout.fetch_add(1, Ordering::Relaxed);
         return;
     };
     // SAFETY: the params struct of this launch entry point (the table maps names to layouts).
     let stream = unsafe {
         let params: *const u8 = cb_field(data, offset_of!(D, functionParams));
         if params.is_null() {
-            NO_LAYOUT.fetch_add(1, Ordering::Relaxed);
+            KD.stats.no_layout.fetch_add(1, Ordering::Relaxed);
             return;
         }
         match at {
@@ -649,7 +733,7 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
             StreamAt::Config(off, soff) => {
                 let cfgp = params.add(off).cast::<*const u8>().read_unaligned();
                 if cfgp.is_null() {
-                    NO_LAYOUT.fetch_add(1, Ordering::Relaxed);
+                    KD.stats.no_layout.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
                 cfgp.add(soff).cast::<*mut c_void>().read_unaligned()
@@ -659,18 +743,19 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     // SAFETY: CUpti_CallbackData field offsets.
     let ctx: *mut c_void = unsafe { cb_field(data, offset_of!(D, context)) };
     if ctx.is_null() {
-        NO_LAYOUT.fetch_add(1, Ordering::Relaxed);
+        KD.stats.no_layout.fetch_add(1, Ordering::Relaxed);
         return;
     }
     let kind = {
-        let Ok(mut per) = PER_KERNEL.try_lock() else {
+        let Ok(mut per) = KD.per_kernel.try_lock() else {
             return;
         };
         let e = per.entry(k).or_insert((0, 0));
         if e.0 >= cfg.max_samples || (e.0 > 0 && now.saturating_sub(e.1) < cfg.min_gap_ns) {
             return;
         }
-        if PENDING_ON
+        if KD
+            .pending_on
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
@@ -682,7 +767,7 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
         // A function's first sample is for stall reasons: once SASS patching has run a function,
         // PC sampling counts its samples as outside user kernels and gives no PCs (device run 4:
         // "22245 samples, 0 PCs"; scripts/probe/pcstartstop.cu case 9).
-        if e.0 == 1 && api.pc.is_some() && !STALLS_FAILED.load(Ordering::Relaxed) {
+        if e.0 == 1 && api.pc.is_some() && !KD.stalls_failed.load(Ordering::Relaxed) {
             Kind::Stalls
         } else {
             Kind::Sass
@@ -693,38 +778,27 @@ unsafe fn maybe_arm(domain: u32, cbid: u32, data: *const c_void) {
     BUSY.with(|b| b.set(false));
     match armed {
         Ok(Some(a)) => {
-            *OPEN.lock().unwrap_or_else(|e| e.into_inner()) =
+            *KD.open.lock().unwrap_or_else(|e| e.into_inner()) =
                 Some((a.ctx as usize, a.kinds_off, a.kind));
             ARMED.with(|x| x.set(Some(a)))
         }
         Ok(None) => {
             // Not sampled after all (a capture in progress, no device): the slot is given back.
-            TURNED_DOWN.fetch_add(1, Ordering::Relaxed);
-            if let Ok(mut per) = PER_KERNEL.lock() {
+            KD.stats.turned_down.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut per) = KD.per_kernel.lock() {
                 if let Some(e) = per.get_mut(&k) {
                     e.0 = e.0.saturating_sub(1);
                 }
             }
-            PENDING_ON.store(false, Ordering::Release)
+            KD.pending_on.store(false, Ordering::Release)
         }
         Err(e) => {
-            PENDING_ON.store(false, Ordering::Release);
+            KD.pending_on.store(false, Ordering::Release);
             fail(e)
         }
     }
 }
 
-/// Launches of chosen functions seen at a launch entry when sampling was not paused; those whose
-/// stream or context could not be read; those turned down by `arm` (capture, no device).
-static CHOSEN_SEEN: AtomicU64 = AtomicU64::new(0);
-/// Outermost launch calls met while sampling was due (chosen or not): with [`CHOSEN_SEEN`], where
-/// a recording that sampled nothing lost its launches.
-static DUE: AtomicU64 = AtomicU64::new(0);
-/// The first distinct names of launches met while due and not chosen, and the names last
-/// published as the top N (for the debug notice: a selection that never meets its launches).
-static UNCHOSEN_NAMES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-static UNCHOSEN_FULL: AtomicBool = AtomicBool::new(false);
-static TOP_NAMES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 const NAMES_KEPT: usize = 6;
 
 fn short_name(b: &[u8]) -> String {
@@ -733,10 +807,10 @@ fn short_name(b: &[u8]) -> String {
 }
 
 fn note_unchosen(mangled: &[u8]) {
-    if UNCHOSEN_FULL.load(Ordering::Relaxed) || !TOP_READY.load(Ordering::Relaxed) {
+    if KD.unchosen_full.load(Ordering::Relaxed) || !KD.top_ready.load(Ordering::Relaxed) {
         return;
     }
-    let Ok(mut v) = UNCHOSEN_NAMES.try_lock() else {
+    let Ok(mut v) = KD.unchosen_names.try_lock() else {
         return;
     };
     let n = short_name(mangled);
@@ -744,11 +818,9 @@ fn note_unchosen(mangled: &[u8]) {
         v.push(n);
     }
     if v.len() >= NAMES_KEPT {
-        UNCHOSEN_FULL.store(true, Ordering::Relaxed);
+        KD.unchosen_full.store(true, Ordering::Relaxed);
     }
 }
-static NO_LAYOUT: AtomicU64 = AtomicU64::new(0);
-static TURNED_DOWN: AtomicU64 = AtomicU64::new(0);
 
 fn arm(
     api: &Api,
@@ -762,7 +834,7 @@ fn arm(
     let mut capturing = 0u32;
     // SAFETY: plain driver call; a stream handle from the launch's own parameters.
     if unsafe { (api.stream_is_capturing)(stream, &mut capturing) } != 0 || capturing != 0 {
-        CAPTURING.fetch_add(1, Ordering::Relaxed);
+        KD.stats.capturing.fetch_add(1, Ordering::Relaxed);
         return Ok(None); // capturing (or unknown): not sampled
     }
     let mut dev = 0i32;
@@ -779,8 +851,8 @@ fn arm(
             stalls_fail(e);
             return Ok(None);
         }
-        ARMED_N.fetch_add(1, Ordering::Relaxed);
-        STALL_N.fetch_add(1, Ordering::Relaxed);
+        KD.stats.armed.fetch_add(1, Ordering::Relaxed);
+        KD.stats.stall_n.fetch_add(1, Ordering::Relaxed);
         return Ok(Some(Armed {
             kind,
             kinds_off: false,
@@ -813,7 +885,7 @@ fn arm(
         restore_kinds(c, kinds_off);
         return Err(format!("cuptiSassMetricsEnable: {}", c.result_string(rc)));
     }
-    ARMED_N.fetch_add(1, Ordering::Relaxed);
+    KD.stats.armed.fetch_add(1, Ordering::Relaxed);
     Ok(Some(Armed {
         kind,
         kinds_off,
@@ -827,7 +899,7 @@ fn arm(
 
 /// Set the metric configuration of device `dev` once.
 fn configure(api: &Api, dev: i32) -> Result<(), String> {
-    let mut devs = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut devs = KD.devices.lock().unwrap_or_else(|e| e.into_inner());
     if devs.contains_key(&dev) {
         return Ok(());
     }
@@ -893,17 +965,13 @@ fn disable(api: &Api, ctx: *mut c_void) -> u32 {
     unsafe { (api.sass_disable)(&mut dis) }
 }
 
-/// The context whose patching is on (and whether the kernel activity kind was turned off for
-/// it): taken by the sampled launch's exit, or by [`abandon`] when that exit will not come.
-static OPEN: Mutex<Option<(usize, bool, Kind)>> = Mutex::new(None);
-
 /// Collection is being turned off (pause, stop) while a sampled launch may be between its entry
 /// and exit callbacks, whose exit would then never be seen: turn its patching off now, so that
 /// no later kernel runs patched. Its counters are lost.
 pub fn abandon() {
-    EPOCH.fetch_add(1, Ordering::Relaxed);
-    let Some(api) = API.get() else { return };
-    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner()).take();
+    KD.epoch.fetch_add(1, Ordering::Relaxed);
+    let Some(api) = KD.api.get() else { return };
+    let open = KD.open.lock().unwrap_or_else(|e| e.into_inner()).take();
     BUSY.with(|b| b.set(true));
     // PC sampling goes off too (enabled, the kernel activity kind could not be turned on again
     // when collection resumes).
@@ -915,39 +983,26 @@ pub fn abandon() {
             disable(api, ctx as *mut c_void);
         }
         restore_kinds(api.cupti, kinds_off);
-        ABANDONED.fetch_add(1, Ordering::Relaxed);
-        PENDING_ON.store(false, Ordering::Release);
+        KD.stats.abandoned.fetch_add(1, Ordering::Relaxed);
+        KD.pending_on.store(false, Ordering::Release);
     }
     BUSY.with(|b| b.set(false));
 }
 
 /// PC sampling failed: stall reasons stop, counters go on (one notice).
 fn stalls_fail(why: String) {
-    STALLS_FAILED.store(true, Ordering::Relaxed);
-    let mut f = STALLS_WHY.lock().unwrap_or_else(|e| e.into_inner());
+    KD.stalls_failed.store(true, Ordering::Relaxed);
+    let mut f = KD.stalls_why.lock().unwrap_or_else(|e| e.into_inner());
     if f.is_none() {
         *f = Some(why);
     }
 }
 
-static STALLS_FAILED: AtomicBool = AtomicBool::new(false);
-static STALLS_WHY: Mutex<Option<String>> = Mutex::new(None);
-/// Launches sampled for stall reasons, and PC records read for them.
-static STALL_N: AtomicU64 = AtomicU64::new(0);
-static STALL_PCS: AtomicU64 = AtomicU64::new(0);
-static STALL_WRITTEN: AtomicU64 = AtomicU64::new(0);
-/// Time the launching threads spent sampling (all samples; stall samples), and enabling PC
-/// sampling at context creation, ns.
-static SPENT_NS: AtomicU64 = AtomicU64::new(0);
-static STALL_SPENT_NS: AtomicU64 = AtomicU64::new(0);
-static PREPARE_NS: AtomicU64 = AtomicU64::new(0);
-
-static ABANDONED: AtomicU64 = AtomicU64::new(0);
-
 fn finish(a: Armed) {
-    let Some(api) = API.get() else { return };
+    let Some(api) = KD.api.get() else { return };
     // Abandoned meanwhile (collection turned off): nothing left to read.
-    if OPEN
+    if KD
+        .open
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
@@ -962,12 +1017,12 @@ fn finish(a: Armed) {
     // SAFETY: the launch's own stream, current context.
     let rc = unsafe { (api.stream_sync)(a.stream) };
     let r = if a.kind == Kind::Stalls {
-        let tables = TABLES.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let tables = KD.tables.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let pc = api.pc.as_ref();
         match pc.map(|pc| crate::kernel_stall::stop_and_read(api.cupti, pc, a.ctx, a.key, &tables))
         {
             Some(Ok((stalls, pcs))) => {
-                STALL_PCS.fetch_add(pcs, Ordering::Relaxed);
+                KD.stats.stall_pcs.fetch_add(pcs, Ordering::Relaxed);
                 let mut dev = 0i32;
                 // SAFETY: the context is current on this thread.
                 unsafe { (api.ctx_get_device)(&mut dev) };
@@ -999,31 +1054,29 @@ fn finish(a: Armed) {
     let cfg = config();
     // The budget: the next sample waits until sampling took at most `budget` of the time.
     let spent = end.saturating_sub(a.t0_ns);
-    SPENT_NS.fetch_add(spent, Ordering::Relaxed);
+    KD.stats.spent_ns.fetch_add(spent, Ordering::Relaxed);
     if a.kind == Kind::Stalls {
-        STALL_SPENT_NS.fetch_add(spent, Ordering::Relaxed);
+        KD.stats.stall_spent_ns.fetch_add(spent, Ordering::Relaxed);
     }
     let budget = cfg.map_or(0.05, |c| c.budget);
     let pause = (spent as f64 * (1.0 / budget - 1.0)) as u64;
-    NEXT_NS.store(end.saturating_add(pause), Ordering::Relaxed);
-    if let Ok(mut per) = PER_KERNEL.lock() {
+    KD.next_ns
+        .store(end.saturating_add(pause), Ordering::Relaxed);
+    if let Ok(mut per) = KD.per_kernel.lock() {
         if let Some(e) = per.get_mut(&a.key) {
             e.1 = end;
         }
     }
-    PENDING_ON.store(false, Ordering::Release);
+    KD.pending_on.store(false, Ordering::Release);
     match r {
         Ok(s) => {
-            SAMPLES.fetch_add(1, Ordering::Relaxed);
-            DONE.push(s);
+            KD.stats.samples.fetch_add(1, Ordering::Relaxed);
+            KD.done.push(s);
         }
         Err(e) if e.is_empty() => {} // a stall sample's failure: already noted
         Err(e) => fail(e),
     }
 }
-
-/// A sample is in progress: no other is started.
-static PENDING_ON: AtomicBool = AtomicBool::new(false);
 
 /// What one sample found: per function the CUPTI data named, its counters.
 pub struct Sampled {
@@ -1188,9 +1241,11 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
             c.result_string(rc)
         ));
     }
-    PC_RECORDS.fetch_add(dp.numOfPatchedInstructionRecords as u64, Ordering::Relaxed);
+    KD.stats
+        .pc_records
+        .fetch_add(dp.numOfPatchedInstructionRecords as u64, Ordering::Relaxed);
     if dp.numOfPatchedInstructionRecords == 0 {
-        EMPTY.fetch_add(1, Ordering::Relaxed);
+        KD.stats.empty.fetch_add(1, Ordering::Relaxed);
     }
     let mut kernels = Vec::new();
     let mut dev = 0i32;
@@ -1231,7 +1286,8 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
                 c.result_string(rc)
             ));
         }
-        let ids = DEVICES
+        let ids = KD
+            .devices
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&dev)
@@ -1258,7 +1314,7 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
                     .collect()
             })
             .collect();
-        if let Ok(mut d) = FIRST.lock() {
+        if let Ok(mut d) = KD.first.lock() {
             if d.is_none() {
                 *d = Some(format!(
                     "first sample: {n} records, {per} values each, device {dev}, metric ids {ids:?}, first record {:?} {:?}",
@@ -1267,7 +1323,7 @@ fn collect(api: &Api, a: &Armed) -> Result<Sampled, String> {
                 ));
             }
         }
-        let tables = TABLES.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let tables = KD.tables.lock().unwrap_or_else(|e| e.into_inner()).clone();
         kernels = fold(
             &ids,
             (0..n).map(|i| PcValues {
@@ -1341,7 +1397,7 @@ impl Tally {
         }
         self.last_publish = now;
         let top = self.top(*n);
-        if let Ok(mut v) = TOP_NAMES.try_lock() {
+        if let Ok(mut v) = KD.top_names.try_lock() {
             *v = top
                 .iter()
                 .map(|k| {
@@ -1352,19 +1408,19 @@ impl Tally {
                 })
                 .collect();
         }
-        for (i, slot) in TOP.iter().enumerate() {
+        for (i, slot) in KD.top.iter().enumerate() {
             slot.store(top.get(i).copied().unwrap_or(0), Ordering::Relaxed);
         }
-        TOP_READY.store(true, Ordering::Relaxed);
+        KD.top_ready.store(true, Ordering::Relaxed);
     }
 }
 
 /// Write the samples taken since the last call (writer thread).
 pub fn drain_into(s: &mut Sink) -> Result<(), TraceError> {
-    while let Some(sm) = DONE.pop() {
+    while let Some(sm) = KD.done.pop() {
         if let Some(st) = &sm.stalls {
             if st.total > 0 {
-                STALL_WRITTEN.fetch_add(1, Ordering::Relaxed);
+                KD.stats.stall_written.fetch_add(1, Ordering::Relaxed);
                 let name = s.kernel_name(st.name.as_bytes())?;
                 let mut lines = Vec::with_capacity(st.lines.len());
                 for ((file, line), (samples, by)) in &st.lines {
@@ -1390,11 +1446,11 @@ pub fn drain_into(s: &mut Sink) -> Result<(), TraceError> {
             }
         }
         for k in sm.kernels {
-            FOLDED.fetch_add(1, Ordering::Relaxed);
+            KD.stats.folded.fetch_add(1, Ordering::Relaxed);
             if k.totals.is_zero() {
                 continue;
             }
-            WRITTEN.fetch_add(1, Ordering::Relaxed);
+            KD.stats.written.fetch_add(1, Ordering::Relaxed);
             let name = s.kernel_name(k.name.as_bytes())?;
             let mut lines = Vec::with_capacity(k.lines.len());
             for ((file, line), c) in &k.lines {
@@ -1430,36 +1486,36 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
             level: "info".into(),
             message: format!(
                 "{}: {} launches sampled, {} for counters (their kernel records are not collected; {} with no counters; {} PC records read) and {} for stall reasons ({} PC records read, {} kstall records written); {} abandoned when collection was turned off, {} launches not sampled because their stream was being captured; the launching threads spent {:.1} ms sampling ({:.1} ms of it on stall samples) and {:.1} ms enabling PC sampling at context creation",
-                DESCRIPTION.get().map_or("kernel detail", |d| d.as_str()),
-                ARMED_N.load(Ordering::Relaxed),
-                ARMED_N.load(Ordering::Relaxed).saturating_sub(STALL_N.load(Ordering::Relaxed)),
-                EMPTY.load(Ordering::Relaxed),
-                PC_RECORDS.load(Ordering::Relaxed),
-                STALL_N.load(Ordering::Relaxed),
-                STALL_PCS.load(Ordering::Relaxed),
-                STALL_WRITTEN.load(Ordering::Relaxed),
-                ABANDONED.load(Ordering::Relaxed),
-                CAPTURING.load(Ordering::Relaxed),
-                SPENT_NS.load(Ordering::Relaxed) as f64 / 1e6,
-                STALL_SPENT_NS.load(Ordering::Relaxed) as f64 / 1e6,
-                PREPARE_NS.load(Ordering::Relaxed) as f64 / 1e6,
+                KD.description.get().map_or("kernel detail", |d| d.as_str()),
+                KD.stats.armed.load(Ordering::Relaxed),
+                KD.stats.armed.load(Ordering::Relaxed).saturating_sub(KD.stats.stall_n.load(Ordering::Relaxed)),
+                KD.stats.empty.load(Ordering::Relaxed),
+                KD.stats.pc_records.load(Ordering::Relaxed),
+                KD.stats.stall_n.load(Ordering::Relaxed),
+                KD.stats.stall_pcs.load(Ordering::Relaxed),
+                KD.stats.stall_written.load(Ordering::Relaxed),
+                KD.stats.abandoned.load(Ordering::Relaxed),
+                KD.stats.capturing.load(Ordering::Relaxed),
+                KD.stats.spent_ns.load(Ordering::Relaxed) as f64 / 1e6,
+                KD.stats.stall_spent_ns.load(Ordering::Relaxed) as f64 / 1e6,
+                KD.stats.prepare_ns.load(Ordering::Relaxed) as f64 / 1e6,
             ),
         }))?;
-        if let Some(first) = FIRST.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(first) = KD.first.lock().unwrap_or_else(|e| e.into_inner()).take() {
             s.write(&Record::Notice(Notice {
                 level: "debug".into(),
                 message: format!(
                     "kernel detail: {}; {} kernels folded, {} written",
                     first,
-                    FOLDED.load(Ordering::Relaxed),
-                    WRITTEN.load(Ordering::Relaxed)
+                    KD.stats.folded.load(Ordering::Relaxed),
+                    KD.stats.written.load(Ordering::Relaxed)
                 ),
             }))?;
         }
     }
     let (folded, written) = (
-        FOLDED.load(Ordering::Relaxed),
-        WRITTEN.load(Ordering::Relaxed),
+        KD.stats.folded.load(Ordering::Relaxed),
+        KD.stats.written.load(Ordering::Relaxed),
     );
     if folded > 0 && written == 0 {
         s.write(&Record::Notice(Notice {
@@ -1474,11 +1530,11 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
             level: "debug".into(),
             message: format!(
                 "kernel detail: {} outermost launch calls while sampling was due, {} of them of chosen kernels, {} without a readable stream or context, {} turned down at arming; top-N published: {}",
-                DUE.load(Ordering::Relaxed),
-                CHOSEN_SEEN.load(Ordering::Relaxed),
-                NO_LAYOUT.load(Ordering::Relaxed),
-                TURNED_DOWN.load(Ordering::Relaxed),
-                TOP_READY.load(Ordering::Relaxed)
+                KD.stats.due.load(Ordering::Relaxed),
+                KD.stats.chosen_seen.load(Ordering::Relaxed),
+                KD.stats.no_layout.load(Ordering::Relaxed),
+                KD.stats.turned_down.load(Ordering::Relaxed),
+                KD.top_ready.load(Ordering::Relaxed)
             ),
         }))?;
         let names = |m: &Mutex<Vec<String>>| {
@@ -1494,8 +1550,8 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
             level: "debug".into(),
             message: format!(
                 "kernel detail: last top-N published: {}; launches met while due and not chosen, first names: {}",
-                names(&TOP_NAMES),
-                names(&UNCHOSEN_NAMES)
+                names(&KD.top_names),
+                names(&KD.unchosen_names)
             ),
         }))?;
     }
@@ -1505,21 +1561,26 @@ pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
             message: format!("kernel detail: {first}"),
         }))?;
     }
-    if let Some(why) = STALLS_WHY.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(why) = KD
+        .stalls_why
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
         s.write(&Record::Notice(Notice {
             level: "warning".into(),
             message: format!(
                 "kernel detail: stall reasons (PC sampling) stopped: {why} ({} stall samples taken before); counters go on",
-                STALL_N.load(Ordering::Relaxed)
+                KD.stats.stall_n.load(Ordering::Relaxed)
             ),
         }))?;
     }
-    if let Some(why) = FAILED.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(why) = KD.failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
         s.write(&Record::Notice(Notice {
             level: "warning".into(),
             message: format!(
                 "kernel detail stopped: {why} ({} samples taken before)",
-                SAMPLES.load(Ordering::Relaxed)
+                KD.stats.samples.load(Ordering::Relaxed)
             ),
         }))?;
     }

@@ -23,9 +23,10 @@
 //! recorder's callbacks).
 use crate::cubin_lines::LineTable;
 use crate::cupti::{self, sys, Cupti};
-use crate::dl::{self, Lib};
+use crate::driver::Driver;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 /// Sampling period: 2^(PERIOD + 5) cycles (2^17: no samples dropped on the H100, ~22,000 in a
@@ -38,7 +39,8 @@ const MAX_READS: usize = 16;
 /// CUPTI's prefix of stall reason names.
 const PREFIX: &str = "smsp__pcsamp_warps_issue_stalled_";
 
-/// The PC Sampling API's entry points (absent from old CUPTI: then no stall reasons).
+/// The PC Sampling API's entry points (absent from old CUPTI: then no stall reasons), from
+/// CUPTI's table ([`Cupti::pc_sampling`]), and the driver's context calls ([`Driver`]).
 pub struct PcApi {
     enable: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingEnableParams) -> u32,
     disable: unsafe extern "C" fn(*mut sys::CUpti_PCSamplingDisableParams) -> u32,
@@ -54,22 +56,20 @@ pub struct PcApi {
 
 impl PcApi {
     /// The entry points, if this CUPTI and driver have them all.
-    pub fn load(cupti: &Lib, cuda: &Lib) -> Option<PcApi> {
-        // SAFETY (each): the field's type is the documented signature of the named function.
-        unsafe {
-            Some(PcApi {
-                enable: dl::func(cupti, c"cuptiPCSamplingEnable")?,
-                disable: dl::func(cupti, c"cuptiPCSamplingDisable")?,
-                start: dl::func(cupti, c"cuptiPCSamplingStart")?,
-                stop: dl::func(cupti, c"cuptiPCSamplingStop")?,
-                get_data: dl::func(cupti, c"cuptiPCSamplingGetData")?,
-                num_reasons: dl::func(cupti, c"cuptiPCSamplingGetNumStallReasons")?,
-                reasons: dl::func(cupti, c"cuptiPCSamplingGetStallReasons")?,
-                set_config: dl::func(cupti, c"cuptiPCSamplingSetConfigurationAttribute")?,
-                push_ctx: dl::func(cuda, c"cuCtxPushCurrent_v2")?,
-                pop_ctx: dl::func(cuda, c"cuCtxPopCurrent_v2")?,
-            })
-        }
+    pub fn load(cupti: &Cupti, cuda: &Driver) -> Option<PcApi> {
+        let pc = cupti.pc_sampling.as_ref()?;
+        Some(PcApi {
+            enable: pc.enable,
+            disable: pc.disable,
+            start: pc.start,
+            stop: pc.stop,
+            get_data: pc.get_data,
+            num_reasons: pc.num_reasons,
+            reasons: pc.reasons,
+            set_config: pc.set_config,
+            push_ctx: cuda.ctx_push_current?,
+            pop_ctx: cuda.ctx_pop_current?,
+        })
     }
 }
 
@@ -129,10 +129,8 @@ struct Enabled {
 }
 
 // SAFETY: the raw pointers point into this struct's own heap buffers; it is only used under
-// the STATE mutex.
+// the `enabled` mutex of [`STALLS`].
 unsafe impl Send for Enabled {}
-
-static STATE: Mutex<Option<Enabled>> = Mutex::new(None);
 
 /// PC sampling stays enabled at most this long after it was enabled or last stopped, ns: enabled,
 /// even stopped, it costs every launch ~2 µs (launch-bound loop, device run 9), so it goes off
@@ -141,11 +139,28 @@ pub const WINDOW_NS: u64 = 2_000_000_000;
 /// Enabled as a context is created ([`prepare`]), it waits this long for its first stall sample
 /// (a top-N choice needs a tally of GPU time first; a framework loads and sets up meanwhile).
 pub const STARTUP_WINDOW_NS: u64 = 30_000_000_000;
-/// Monotonic time after which PC sampling is turned off (0: not enabled).
-static DEADLINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// PC sampling's process-wide state (the module's one static).
+struct Stalls {
+    /// The context PC sampling is enabled on.
+    enabled: Mutex<Option<Enabled>>,
+    /// Monotonic time after which PC sampling is turned off (0: not enabled).
+    deadline: AtomicU64,
+    /// What the first stall sample saw (a debug notice): timings and CUPTI's buffer counts.
+    first: Mutex<Option<String>>,
+    /// The last start's timings (ms): enabling (0 when already enabled), starting.
+    last_start: Mutex<(f64, f64)>,
+}
+
+static STALLS: Stalls = Stalls {
+    enabled: Mutex::new(None),
+    deadline: AtomicU64::new(0),
+    first: Mutex::new(None),
+    last_start: Mutex::new((0.0, 0.0)),
+};
 
 fn extend(by: u64) {
-    DEADLINE.store(
+    STALLS.deadline.store(
         crate::clock::mono_ns().saturating_add(by),
         std::sync::atomic::Ordering::Relaxed,
     );
@@ -154,18 +169,13 @@ fn extend(by: u64) {
 /// Whether PC sampling is enabled and its window ended by `now` (monotonic ns): one atomic load.
 #[inline]
 pub fn expired(now: u64) -> bool {
-    let d = DEADLINE.load(std::sync::atomic::Ordering::Relaxed);
+    let d = STALLS.deadline.load(std::sync::atomic::Ordering::Relaxed);
     d != 0 && now > d
 }
 
-/// What the first stall sample saw (a debug notice): timings and CUPTI's buffer counts.
-static FIRST: Mutex<Option<String>> = Mutex::new(None);
-/// The last start's timings (ms): enabling (0 when already enabled), starting.
-static LAST_START: Mutex<(f64, f64)> = Mutex::new((0.0, 0.0));
-
 /// The first stall sample's debug line, once.
 pub fn take_first() -> Option<String> {
-    FIRST.lock().ok()?.take()
+    STALLS.first.lock().ok()?.take()
 }
 
 fn ms(t: std::time::Instant) -> f64 {
@@ -307,7 +317,9 @@ fn enable(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<Enabled, String> {
 }
 
 fn disable_locked(api: &PcApi, st: &mut Option<Enabled>, current: *mut c_void) {
-    DEADLINE.store(0, std::sync::atomic::Ordering::Relaxed);
+    STALLS
+        .deadline
+        .store(0, std::sync::atomic::Ordering::Relaxed);
     let Some(mut e) = st.take() else { return };
     let ctx = e.ctx as *mut c_void;
     let other = ctx != current;
@@ -341,14 +353,14 @@ fn disable_locked(api: &PcApi, st: &mut Option<Enabled>, current: *mut c_void) {
 /// Turn PC sampling off wherever it is enabled (before a SASS-metrics sample, a pause, the
 /// end). `current`: the context current on this thread (null: none known).
 pub fn disable(api: &PcApi, current: *mut c_void) {
-    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = STALLS.enabled.lock().unwrap_or_else(|e| e.into_inner());
     disable_locked(api, &mut st, current);
 }
 
 /// Enable PC sampling on a new context (current on this thread), stopped, unless it is enabled
 /// on another one already.
 pub fn prepare(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
-    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = STALLS.enabled.lock().unwrap_or_else(|e| e.into_inner());
     if st.is_none() {
         *st = Some(enable(c, api, ctx)?);
         extend(STARTUP_WINDOW_NS);
@@ -358,7 +370,7 @@ pub fn prepare(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
 
 /// Start sampling on `ctx` (current on this thread), enabling it there first if needed.
 pub fn start(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
-    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = STALLS.enabled.lock().unwrap_or_else(|e| e.into_inner());
     if st.as_ref().is_some_and(|e| e.ctx != ctx as usize) {
         disable_locked(api, &mut st, ctx);
     }
@@ -382,8 +394,10 @@ pub fn start(c: &Cupti, api: &PcApi, ctx: *mut c_void) -> Result<(), String> {
         return Err(m);
     }
     e.started = true;
-    DEADLINE.store(u64::MAX, std::sync::atomic::Ordering::Relaxed); // not while started
-    if let Ok(mut l) = LAST_START.lock() {
+    STALLS
+        .deadline
+        .store(u64::MAX, std::sync::atomic::Ordering::Relaxed); // not while started
+    if let Ok(mut l) = STALLS.last_start.lock() {
         *l = (t_enable, ms(t1));
     }
     Ok(())
@@ -502,7 +516,7 @@ pub fn stop_and_read(
     key: u64,
     tables: &BTreeMap<u32, Arc<LineTable>>,
 ) -> Result<(Option<StallCounts>, u64), String> {
-    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = STALLS.enabled.lock().unwrap_or_else(|e| e.into_inner());
     let Some(e) = st.as_mut().filter(|e| e.ctx == ctx as usize && e.started) else {
         return Ok((None, 0));
     };
@@ -554,9 +568,9 @@ pub fn stop_and_read(
         }
     }
     let pcs = raw.len() as u64;
-    if let Ok(mut f) = FIRST.lock() {
+    if let Ok(mut f) = STALLS.first.lock() {
         if f.is_none() {
-            let (en, stt) = LAST_START.lock().map(|l| *l).unwrap_or_default();
+            let (en, stt) = STALLS.last_start.lock().map(|l| *l).unwrap_or_default();
             let fns: std::collections::BTreeSet<String> = raw
                 .iter()
                 .take(64)

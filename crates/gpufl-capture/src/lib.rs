@@ -17,6 +17,7 @@ pub mod cubin_lines;
 pub mod cupti;
 pub mod device;
 pub mod dl;
+pub mod driver;
 pub mod ffi;
 pub mod graphnodes;
 pub mod inductor;

@@ -178,21 +178,19 @@ impl Feed {
     /// The feed of this process's session (`app`, `session`: the header's), sending to the targets
     /// the environment names; off when `GPUFL_EXPORTER_FEED=0`.
     pub fn start(app: &str, session: &str) -> Feed {
-        if std::env::var(feed::ENV_FEED).is_ok_and(|v| v == "0") {
+        let knobs = crate::options::knobs();
+        if !knobs.exporter_feed {
             return Feed::off();
         }
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
-        let targets = feed::send_targets(uid, std::env::var(feed::ENV_SOCKET).ok().as_deref());
+        let targets = feed::send_targets(uid, knobs.exporter_socket.as_deref());
         Feed::to(targets, app, session)
     }
 
     /// A feed sending to `targets`.
     pub fn to(targets: Vec<PathBuf>, app: &str, session: &str) -> Feed {
-        let job = ["GPUFL_JOB", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"]
-            .iter()
-            .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
-            .unwrap_or_default();
+        let job = &crate::options::knobs().job_id;
         let mut f = Feed::off();
         f.on = true;
         f.targets = targets;
@@ -200,7 +198,7 @@ impl Feed {
             v: feed::FEED_VERSION,
             pid: std::process::id(),
             app: feed::bounded(app, feed::MAX_LABEL).to_string(),
-            job: feed::bounded(&job, feed::MAX_LABEL).to_string(),
+            job: feed::bounded(job, feed::MAX_LABEL).to_string(),
             session: feed::bounded(session, feed::MAX_LABEL).to_string(),
             ..Status::default()
         };

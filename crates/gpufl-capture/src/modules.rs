@@ -23,12 +23,21 @@ struct Loaded {
     functions: Vec<FunctionStack>,
 }
 
-static LOADED: SegQueue<Loaded> = SegQueue::new();
-/// Modules not read, per reason.
-static SKIPPED: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+/// What the module-loaded callback hands the writer (the module's one static).
+struct Modules {
+    /// Modules read, for the writer.
+    loaded: SegQueue<Loaded>,
+    /// Modules not read, per reason.
+    skipped: Mutex<BTreeMap<String, u64>>,
+}
+
+static MODULES: Modules = Modules {
+    loaded: SegQueue::new(),
+    skipped: Mutex::new(BTreeMap::new()),
+};
 
 fn skip(reason: &str) {
-    let mut s = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = MODULES.skipped.lock().unwrap_or_else(|e| e.into_inner());
     *s.entry(reason.to_string()).or_insert(0) += 1;
 }
 
@@ -70,14 +79,14 @@ pub unsafe fn on_module_loaded(data: *const c_void) {
     let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), size) };
     crate::kernel_detail::on_module_image(bytes);
     match read_image(bytes) {
-        Ok(functions) => LOADED.push(Loaded { module, functions }),
+        Ok(functions) => MODULES.loaded.push(Loaded { module, functions }),
         Err(e) => skip(&e.to_string()),
     }
 }
 
 /// Write the `function` records of the modules loaded since the last call.
 pub fn drain_into(s: &mut Sink) -> Result<(), TraceError> {
-    while let Some(m) = LOADED.pop() {
+    while let Some(m) = MODULES.loaded.pop() {
         for f in m.functions {
             let name = s.kernel_name(&f.name)?;
             s.write(&Record::Function(Function {
@@ -95,7 +104,7 @@ pub fn drain_into(s: &mut Sink) -> Result<(), TraceError> {
 /// At stop: the last records, and one notice for the modules not read.
 pub fn finish_into(s: &mut Sink) -> Result<(), TraceError> {
     drain_into(s)?;
-    let skipped = std::mem::take(&mut *SKIPPED.lock().unwrap_or_else(|e| e.into_inner()));
+    let skipped = std::mem::take(&mut *MODULES.skipped.lock().unwrap_or_else(|e| e.into_inner()));
     if let Some(message) = skipped_message(&skipped) {
         s.write(&Record::Notice(Notice {
             level: "info".into(),
@@ -148,7 +157,8 @@ mod tests {
         res.resourceDescriptor = (&module as *const sys::CUpti_ModuleResourceData)
             .cast_mut()
             .cast();
-        let before = SKIPPED
+        let before = MODULES
+            .skipped
             .lock()
             .unwrap()
             .get(&CubinError::NotElf.to_string())
@@ -156,12 +166,12 @@ mod tests {
             .unwrap_or(0);
         // SAFETY: a CUpti_ResourceData whose descriptor is a module's.
         unsafe { on_module_loaded((&res as *const sys::CUpti_ResourceData).cast()) };
-        let after = SKIPPED.lock().unwrap()[&CubinError::NotElf.to_string()];
+        let after = MODULES.skipped.lock().unwrap()[&CubinError::NotElf.to_string()];
         assert_eq!(after, before + 1);
         res.resourceDescriptor = std::ptr::null_mut();
         // SAFETY: as above.
         unsafe { on_module_loaded((&res as *const sys::CUpti_ResourceData).cast()) };
-        assert!(SKIPPED.lock().unwrap()["no module data"] >= 1);
+        assert!(MODULES.skipped.lock().unwrap()["no module data"] >= 1);
     }
 
     /// A loaded cubin becomes `function` records named as the kernel records of the same

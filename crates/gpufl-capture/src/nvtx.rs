@@ -364,11 +364,9 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: *const c_voi
         let Some(c) = crate::recorder::cupti_loaded() else {
             return 0;
         };
-        let Some(f) = c.lib.sym_addr(c"InitializeInjectionNvtx2") else {
+        let Some(f) = c.initialize_injection_nvtx2 else {
             return 0;
         };
-        // SAFETY: CUPTI's InitializeInjectionNvtx2 has NVTX's injection signature.
-        let f: unsafe extern "C" fn(*const c_void) -> c_int = unsafe { std::mem::transmute(f) };
         // SAFETY: forwarding NVTX's own argument.
         unsafe { f(get_export_table) }
     })

@@ -1,5 +1,12 @@
 //! Recorder options: the seed's `InitOptions`, each also settable by an environment variable
-//! (the variable wins, so a build need not change to flip an option).
+//! (the variable wins, so a build need not change to flip an option), and every other `GPUFL_*`
+//! knob ([`Knobs`], read once, at the first use of any: the recorder's start reads them).
+//!
+//! This module is the only place the recorder reads a `GPUFL_*` variable; the other modules read
+//! the parsed values here.
+
+use std::sync::OnceLock;
+use std::time::Duration;
 
 /// Which API calls get `api` records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,6 +224,279 @@ impl Options {
     }
 }
 
+/// A comma-separated benchmark knob naming what to keep (`A,B`; unset or empty: everything).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Keep(Vec<String>);
+
+impl Keep {
+    /// The list from a variable's value (unset and empty are the same).
+    pub fn parse(value: Option<&str>) -> Keep {
+        match value.unwrap_or_default() {
+            "" => Keep(Vec::new()),
+            list => Keep(list.split(',').map(|x| x.trim().to_string()).collect()),
+        }
+    }
+
+    /// Whether it keeps `item` (all when the list is empty).
+    pub fn keeps(&self, item: &str) -> bool {
+        self.0.is_empty() || self.0.iter().any(|x| x == item)
+    }
+}
+
+/// Benchmark knob `GPUFL_DISCARD`: `1` returns CUPTI's buffers untouched; `iterate` walks their
+/// records with `cuptiActivityGetNextRecord` only; `decode` also decodes them; none is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discard {
+    No,
+    Untouched,
+    Iterate,
+    Decode,
+}
+
+/// `GPUFL_TRIGGER_SIGNAL` (always-on): the signal that asks for a full-detail window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TriggerSignal {
+    /// `0`, empty or `NONE`: no trigger signal.
+    Off,
+    /// This signal (`SIGUSR2` when unset).
+    Signal(i32),
+    /// Not a signal: no trigger signal, and this notice.
+    Invalid(String),
+}
+
+/// Every `GPUFL_*` variable that is not an [`Options`] field, parsed: benchmark knobs and
+/// settings of single features. Read once ([`knobs`]); each keeps the name, accepted values and
+/// default documented where it is used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Knobs {
+    // --- the recorder's CUPTI setup (recorder.rs, collection.rs, cupti.rs)
+    /// `GPUFL_CUPTI_LIB`: the one CUPTI library to load.
+    pub cupti_lib: Option<String>,
+    /// How often the writer asks CUPTI for completed buffers (`GPUFL_FLUSH_MS`, 0: never).
+    pub cupti_flush_period: Option<Duration>,
+    /// `GPUFL_FLUSH_MODE=cupti`: CUPTI's own worker flushes every period.
+    pub cupti_flushes_itself: bool,
+    /// Call-site stacks of launches, copies and memsets (with stacks), unless `GPUFL_SITE_STACKS=0`.
+    pub site_stacks: bool,
+    /// `GPUFL_DISCARD`.
+    pub discard: Discard,
+    /// `GPUFL_API_DISCARD=1`: API records are dropped unwritten.
+    pub api_discard: bool,
+    /// System thread ids in activity records, unless `GPUFL_THREAD_ID_TYPE=default`.
+    pub system_thread_ids: bool,
+    /// Per-thread activity buffers, unless `GPUFL_PER_THREAD_BUFFERS=0`.
+    pub per_thread_buffers: bool,
+    /// `GPUFL_HW_TRACE=1`: hardware-based kernel tracing asked for.
+    pub hw_trace: bool,
+    /// `GPUFL_ACTIVITY_KINDS=kernels,memcpy,…`: the only activity kinds collected (when set).
+    pub activity_kinds: Option<Vec<String>>,
+    /// `GPUFL_CALLBACK_DOMAINS=runtime|driver`: the synchronization callbacks' domains.
+    pub callback_domains: Keep,
+    /// `GPUFL_SITE_DOMAINS=runtime|driver`: the call-site callbacks' domains.
+    pub site_domains: Keep,
+    /// `GPUFL_SITE_KINDS=launch|graph|copy`: the call-site callbacks' kinds.
+    pub site_kinds: Keep,
+    /// `GPUFL_API_DOMAINS=runtime|driver`: the domains whose API records are selected.
+    pub api_domains: Keep,
+    // --- call sites (sites.rs)
+    /// The call-site budget's share in ppm (`GPUFL_SITE_BUDGET`, percent).
+    pub site_budget_ppm: u64,
+    /// `GPUFL_API_FROM=callbacks`: launch `api` records made by the call-site callbacks.
+    pub api_from_callbacks: bool,
+    /// `GPUFL_DRIVER_SITES=1`: the driver domain's call-site callbacks stay on.
+    pub driver_sites: bool,
+    // --- stack capture (stack.rs, pyframes/xthread.rs)
+    /// Python frames resolved on the writer thread, unless `GPUFL_PY_DEFER=0`.
+    pub py_defer: bool,
+    /// A synchronization's native frames walked from a copy, unless `GPUFL_SYNC_NATIVE_DEFER=0`.
+    pub sync_native_defer: bool,
+    /// Bound of the native walk of a synchronization made from Python, ns
+    /// (`GPUFL_SYNC_PY_UNWIND_US`).
+    pub sync_py_unwind_ns: u64,
+    /// Bound of a call site's native walk, ns (`GPUFL_SITE_UNWIND_US`).
+    pub site_unwind_ns: u64,
+    /// How long another thread's Python frames are reused, ns (`GPUFL_XTHREAD_REUSE_US`).
+    pub xthread_reuse_ns: u64,
+    /// Cross-thread Python attribution, unless `GPUFL_CROSS_THREAD=0`.
+    pub cross_thread: bool,
+    /// A Python call site's native frames every this many sightings (`GPUFL_NATIVE_EVERY`).
+    pub native_every: u32,
+    /// `GPUFL_SITE_NATIVE=1`: call sites made from Python get their native frames too.
+    pub site_native: bool,
+    /// `GPUFL_DEBUG_COST=1`: the capture cost breakdown.
+    pub debug_cost: bool,
+    /// `GPUFL_XTHREAD_READ=pipe`: fault-tolerant reads through a pipe first.
+    pub xthread_read_pipe: bool,
+    /// Direct loads of the main thread's stack, unless `GPUFL_XTHREAD_DIRECT=0`.
+    pub xthread_direct: bool,
+    // --- writer side (srctext.rs, crash.rs, metrics_feed.rs, procinfo.rs)
+    /// Source line text, unless `GPUFL_SOURCE_TEXT=0`.
+    pub source_text: bool,
+    /// Fatal-signal handlers, unless `GPUFL_SIGNALS=0`.
+    pub signals: bool,
+    /// The exporter feed, unless `GPUFL_EXPORTER_FEED=0`.
+    pub exporter_feed: bool,
+    /// `GPUFL_EXPORTER_SOCKET`: the one socket the feed sends to.
+    pub exporter_socket: Option<String>,
+    /// A job id: `GPUFL_JOB`, else the batch system's (`SLURM_JOB_ID`, `PBS_JOBID`, `LSB_JOBID`);
+    /// empty if none.
+    pub job_id: String,
+    /// Rank, world size and `GPUFL_RUN_ID` from the launcher's variables.
+    pub job: crate::procinfo::Job,
+    // --- always-on (always_on.rs)
+    /// `GPUFL_ALWAYS_ON_BUDGET`, percent.
+    pub always_on_budget_pct: f64,
+    /// `GPUFL_WINDOW_MS`.
+    pub window: Duration,
+    /// `GPUFL_WINDOW_PERIOD_MS`: a fixed period between windows.
+    pub window_period: Option<Duration>,
+    /// `GPUFL_TRIGGER_SIGNAL`.
+    pub trigger_signal: TriggerSignal,
+    // --- kernel detail (kernel_detail.rs), as given: combined there with the init option
+    /// `GPUFL_KERNEL_DETAIL`, `_SAMPLES`, `_GAP_MS`, `_BUDGET`.
+    pub kernel_detail: Option<String>,
+    pub kernel_detail_samples: Option<String>,
+    pub kernel_detail_gap_ms: Option<String>,
+    pub kernel_detail_budget: Option<String>,
+    /// Stall reasons, unless `GPUFL_KERNEL_DETAIL_STALLS` is false.
+    pub kernel_detail_stalls: bool,
+}
+
+/// A duration in ms from a variable's value (a positive integer), else None.
+fn positive_ms(v: Option<&str>) -> Option<Duration> {
+    v?.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|&v| v > 0)
+        .map(Duration::from_millis)
+}
+
+/// `GPUFL_TRIGGER_SIGNAL`'s value (None: unset).
+fn trigger_signal(v: Option<String>) -> TriggerSignal {
+    let Some(v) = v else {
+        return TriggerSignal::Signal(libc::SIGUSR2);
+    };
+    match v
+        .trim()
+        .trim_start_matches("SIG")
+        .to_ascii_uppercase()
+        .as_str()
+    {
+        "0" | "" | "NONE" => TriggerSignal::Off,
+        "USR1" => TriggerSignal::Signal(libc::SIGUSR1),
+        "USR2" => TriggerSignal::Signal(libc::SIGUSR2),
+        n => match n.parse::<i32>() {
+            Ok(k) if k > 0 && k < 65 => TriggerSignal::Signal(k),
+            _ => TriggerSignal::Invalid(format!(
+                "GPUFL_TRIGGER_SIGNAL={v:?} is not a signal; no trigger signal"
+            )),
+        },
+    }
+}
+
+impl Knobs {
+    /// The knobs from an environment lookup.
+    pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Knobs {
+        let is = |k: &str, want: &str| get(k).is_some_and(|v| v == want);
+        let not = |k: &str, off: &str| get(k).is_none_or(|v| v != off);
+        let us_at_least_1 = |k: &str, default_ns: u64| {
+            get(k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|&n| n >= 1)
+                .map_or(default_ns, |us| us * 1000)
+        };
+        let not_false = |k: &str| get(k).and_then(|v| parse_bool(&v)) != Some(false);
+        Knobs {
+            cupti_lib: get("GPUFL_CUPTI_LIB"),
+            cupti_flush_period: match get("GPUFL_FLUSH_MS").and_then(|v| v.parse::<u64>().ok()) {
+                Some(0) => None,
+                Some(ms) => Some(Duration::from_millis(ms)),
+                None => Some(crate::recorder::CUPTI_FLUSH_PERIOD),
+            },
+            cupti_flushes_itself: is("GPUFL_FLUSH_MODE", "cupti"),
+            site_stacks: not("GPUFL_SITE_STACKS", "0"),
+            discard: match get("GPUFL_DISCARD").as_deref() {
+                Some("1") => Discard::Untouched,
+                Some("iterate") => Discard::Iterate,
+                Some("decode") => Discard::Decode,
+                _ => Discard::No,
+            },
+            api_discard: is("GPUFL_API_DISCARD", "1"),
+            system_thread_ids: not("GPUFL_THREAD_ID_TYPE", "default"),
+            per_thread_buffers: not("GPUFL_PER_THREAD_BUFFERS", "0"),
+            hw_trace: is("GPUFL_HW_TRACE", "1"),
+            activity_kinds: get("GPUFL_ACTIVITY_KINDS")
+                .map(|only| only.split(',').map(|k| k.trim().to_string()).collect()),
+            callback_domains: Keep::parse(get("GPUFL_CALLBACK_DOMAINS").as_deref()),
+            site_domains: Keep::parse(get("GPUFL_SITE_DOMAINS").as_deref()),
+            site_kinds: Keep::parse(get("GPUFL_SITE_KINDS").as_deref()),
+            api_domains: Keep::parse(get("GPUFL_API_DOMAINS").as_deref()),
+            site_budget_ppm: get("GPUFL_SITE_BUDGET")
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|p| *p > 0.0 && *p <= 100.0)
+                .map_or(crate::sites::BUDGET_PPM, |p| (p * 10_000.0) as u64),
+            api_from_callbacks: is("GPUFL_API_FROM", "callbacks"),
+            driver_sites: is("GPUFL_DRIVER_SITES", "1"),
+            py_defer: not("GPUFL_PY_DEFER", "0"),
+            sync_native_defer: not_false("GPUFL_SYNC_NATIVE_DEFER"),
+            sync_py_unwind_ns: us_at_least_1(
+                "GPUFL_SYNC_PY_UNWIND_US",
+                crate::stack::SYNC_PY_UNWIND_NS,
+            ),
+            site_unwind_ns: us_at_least_1("GPUFL_SITE_UNWIND_US", crate::stack::SITE_UNWIND_NS),
+            xthread_reuse_ns: get("GPUFL_XTHREAD_REUSE_US")
+                .and_then(|v| v.parse::<u64>().ok())
+                .map_or(crate::stack::OTHER_REUSE_NS, |us| us.saturating_mul(1000)),
+            cross_thread: not("GPUFL_CROSS_THREAD", "0"),
+            native_every: get("GPUFL_NATIVE_EVERY")
+                .and_then(|v| v.parse().ok())
+                .filter(|&n: &u32| n >= 1)
+                .unwrap_or(crate::stack::NATIVE_EVERY),
+            site_native: is("GPUFL_SITE_NATIVE", "1"),
+            debug_cost: is("GPUFL_DEBUG_COST", "1"),
+            xthread_read_pipe: is("GPUFL_XTHREAD_READ", "pipe"),
+            xthread_direct: not("GPUFL_XTHREAD_DIRECT", "0"),
+            source_text: not("GPUFL_SOURCE_TEXT", "0"),
+            signals: not("GPUFL_SIGNALS", "0"),
+            exporter_feed: not(gpufl_trace::feed::ENV_FEED, "0"),
+            exporter_socket: get(gpufl_trace::feed::ENV_SOCKET),
+            job_id: ["GPUFL_JOB", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"]
+                .iter()
+                .find_map(|k| get(k).filter(|v| !v.is_empty()))
+                .unwrap_or_default(),
+            job: crate::procinfo::Job::from_env_with(&get),
+            always_on_budget_pct: get("GPUFL_ALWAYS_ON_BUDGET")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .unwrap_or(crate::always_on::DEFAULT_BUDGET_PCT),
+            window: positive_ms(get("GPUFL_WINDOW_MS").as_deref())
+                .unwrap_or(Duration::from_millis(crate::always_on::WINDOW_MS)),
+            window_period: positive_ms(get("GPUFL_WINDOW_PERIOD_MS").as_deref()),
+            trigger_signal: trigger_signal(get("GPUFL_TRIGGER_SIGNAL")),
+            kernel_detail: get("GPUFL_KERNEL_DETAIL"),
+            kernel_detail_samples: get("GPUFL_KERNEL_DETAIL_SAMPLES"),
+            kernel_detail_gap_ms: get("GPUFL_KERNEL_DETAIL_GAP_MS"),
+            kernel_detail_budget: get("GPUFL_KERNEL_DETAIL_BUDGET"),
+            kernel_detail_stalls: not_false("GPUFL_KERNEL_DETAIL_STALLS"),
+        }
+    }
+}
+
+/// The knobs, read from the process environment at the first call (the recorder's start makes
+/// it, before any hot path; code that runs before a recorder, such as NVTX's injection entry
+/// point or the test entry points, reads them at its first use).
+#[inline]
+pub fn knobs() -> &'static Knobs {
+    static KNOBS: OnceLock<Knobs> = OnceLock::new();
+    KNOBS.get_or_init(|| Knobs::from_env_with(|k| std::env::var(k).ok()))
+}
+
+/// `GPUFL_SERVER`, read when an upload runs (as [`Options::apply_env`] is for its fallback
+/// options): a program may set it after the recorder started.
+pub fn server_from_env() -> Option<String> {
+    std::env::var("GPUFL_SERVER").ok()
+}
+
 /// The program's name; for an interpreter (`python3 train.py`), the script's name.
 pub fn default_app_name() -> String {
     let args = crate::procinfo::command_line();
@@ -317,6 +597,118 @@ mod tests {
         );
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("GPUFL_TELEMETRY_MS"));
+    }
+
+    #[test]
+    fn knobs_defaults() {
+        let k = Knobs::from_env_with(|_| None);
+        assert_eq!(k.cupti_lib, None);
+        assert_eq!(
+            k.cupti_flush_period,
+            Some(crate::recorder::CUPTI_FLUSH_PERIOD)
+        );
+        assert!(!k.cupti_flushes_itself && k.site_stacks && k.discard == Discard::No);
+        assert!(!k.api_discard && k.system_thread_ids && k.per_thread_buffers && !k.hw_trace);
+        assert_eq!(k.activity_kinds, None);
+        for keep in [
+            &k.callback_domains,
+            &k.site_domains,
+            &k.site_kinds,
+            &k.api_domains,
+        ] {
+            assert!(keep.keeps("runtime") && keep.keeps("graph"));
+        }
+        assert_eq!(k.site_budget_ppm, crate::sites::BUDGET_PPM);
+        assert!(!k.api_from_callbacks && !k.driver_sites);
+        assert!(k.py_defer && k.sync_native_defer && k.cross_thread && k.xthread_direct);
+        assert_eq!(k.sync_py_unwind_ns, crate::stack::SYNC_PY_UNWIND_NS);
+        assert_eq!(k.site_unwind_ns, crate::stack::SITE_UNWIND_NS);
+        assert_eq!(k.xthread_reuse_ns, crate::stack::OTHER_REUSE_NS);
+        assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
+        assert!(!k.site_native && !k.debug_cost && !k.xthread_read_pipe);
+        assert!(k.source_text && k.signals && k.exporter_feed);
+        assert_eq!(
+            (k.exporter_socket.as_deref(), k.job_id.as_str()),
+            (None, "")
+        );
+        assert_eq!(k.job, crate::procinfo::Job::default());
+        assert_eq!(k.always_on_budget_pct, crate::always_on::DEFAULT_BUDGET_PCT);
+        assert_eq!(k.window, Duration::from_millis(crate::always_on::WINDOW_MS));
+        assert_eq!(k.window_period, None);
+        assert_eq!(k.trigger_signal, TriggerSignal::Signal(libc::SIGUSR2));
+        assert_eq!(k.kernel_detail, None);
+        assert!(k.kernel_detail_stalls);
+    }
+
+    #[test]
+    fn knobs_parse_as_their_modules_did() {
+        let with = |pairs: &[(&str, &str)]| {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Knobs::from_env_with(move |k| {
+                pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+            })
+        };
+        let k = with(&[
+            ("GPUFL_FLUSH_MS", "0"),
+            ("GPUFL_SITE_STACKS", "0"),
+            ("GPUFL_DISCARD", "iterate"),
+            ("GPUFL_THREAD_ID_TYPE", "default"),
+            ("GPUFL_ACTIVITY_KINDS", "kernels, memcpy"),
+            ("GPUFL_SITE_KINDS", "launch, copy"),
+            ("GPUFL_API_DOMAINS", ""),
+            ("GPUFL_SITE_BUDGET", "2"),
+            ("GPUFL_SYNC_NATIVE_DEFER", "off"),
+            ("GPUFL_SYNC_PY_UNWIND_US", "0"),
+            ("GPUFL_SITE_UNWIND_US", "7"),
+            ("GPUFL_XTHREAD_REUSE_US", "0"),
+            ("GPUFL_NATIVE_EVERY", "0"),
+            ("GPUFL_SOURCE_TEXT", "0"),
+            ("GPUFL_EXPORTER_FEED", "0"),
+            ("SLURM_JOB_ID", "77"),
+            ("GPUFL_RUN_ID", "run-7"),
+            ("GPUFL_WINDOW_MS", " 50 "),
+            ("GPUFL_WINDOW_PERIOD_MS", "0"),
+            ("GPUFL_TRIGGER_SIGNAL", "SIGUSR1"),
+            ("GPUFL_KERNEL_DETAIL_STALLS", "no"),
+        ]);
+        assert_eq!(k.cupti_flush_period, None);
+        assert!(!k.site_stacks && !k.system_thread_ids);
+        assert_eq!(k.discard, Discard::Iterate);
+        assert_eq!(
+            k.activity_kinds,
+            Some(vec!["kernels".to_string(), "memcpy".to_string()])
+        );
+        assert!(k.site_kinds.keeps("copy") && !k.site_kinds.keeps("graph"));
+        assert!(k.api_domains.keeps("driver"), "empty keeps everything");
+        assert_eq!(k.site_budget_ppm, 20_000);
+        assert!(!k.sync_native_defer);
+        assert_eq!(k.sync_py_unwind_ns, crate::stack::SYNC_PY_UNWIND_NS);
+        assert_eq!(k.site_unwind_ns, 7_000);
+        assert_eq!(k.xthread_reuse_ns, 0);
+        assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
+        assert!(!k.source_text && !k.exporter_feed);
+        assert_eq!(k.job_id, "77");
+        assert_eq!(k.job.run_id.as_deref(), Some("run-7"));
+        assert_eq!(k.window, Duration::from_millis(50));
+        assert_eq!(k.window_period, None);
+        assert_eq!(k.trigger_signal, TriggerSignal::Signal(libc::SIGUSR1));
+        assert!(!k.kernel_detail_stalls);
+        // A set but empty activity list keeps no kind.
+        assert_eq!(
+            with(&[("GPUFL_ACTIVITY_KINDS", "")]).activity_kinds,
+            Some(vec![String::new()])
+        );
+        assert_eq!(
+            with(&[("GPUFL_TRIGGER_SIGNAL", "none")]).trigger_signal,
+            TriggerSignal::Off
+        );
+        assert!(matches!(
+            with(&[("GPUFL_TRIGGER_SIGNAL", "99")]).trigger_signal,
+            TriggerSignal::Invalid(n) if n.contains("GPUFL_TRIGGER_SIGNAL=\"99\"")
+        ));
     }
 
     #[test]

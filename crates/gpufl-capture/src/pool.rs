@@ -12,9 +12,19 @@ pub const MAX_BUFFERS: usize = 64;
 /// CUPTI requires 8-byte aligned buffers.
 const ALIGN: usize = 8;
 
-static FREE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static REFUSED: AtomicU64 = AtomicU64::new(0);
+/// The buffers (the module's one static): free ones for reuse, how many are alive, and requests
+/// refused at the cap.
+struct Pool {
+    free: Mutex<Vec<usize>>,
+    live: AtomicUsize,
+    refused: AtomicU64,
+}
+
+static POOL: Pool = Pool {
+    free: Mutex::new(Vec::new()),
+    live: AtomicUsize::new(0),
+    refused: AtomicU64::new(0),
+};
 
 fn layout() -> Layout {
     // BUFFER_SIZE and ALIGN are valid constants.
@@ -23,19 +33,19 @@ fn layout() -> Layout {
 
 /// A buffer for CUPTI, or None when [`MAX_BUFFERS`] are already out.
 pub fn take() -> Option<*mut u8> {
-    if let Some(p) = FREE.lock().ok().and_then(|mut f| f.pop()) {
+    if let Some(p) = POOL.free.lock().ok().and_then(|mut f| f.pop()) {
         return Some(p as *mut u8);
     }
-    if LIVE.fetch_add(1, Ordering::AcqRel) >= MAX_BUFFERS {
-        LIVE.fetch_sub(1, Ordering::AcqRel);
-        REFUSED.fetch_add(1, Ordering::Relaxed);
+    if POOL.live.fetch_add(1, Ordering::AcqRel) >= MAX_BUFFERS {
+        POOL.live.fetch_sub(1, Ordering::AcqRel);
+        POOL.refused.fetch_add(1, Ordering::Relaxed);
         return None;
     }
     // SAFETY: layout has non-zero size.
     let p = unsafe { alloc(layout()) };
     if p.is_null() {
-        LIVE.fetch_sub(1, Ordering::AcqRel);
-        REFUSED.fetch_add(1, Ordering::Relaxed);
+        POOL.live.fetch_sub(1, Ordering::AcqRel);
+        POOL.refused.fetch_add(1, Ordering::Relaxed);
         return None;
     }
     Some(p)
@@ -47,14 +57,14 @@ pub fn give_back(p: *mut u8) {
         return;
     }
     // A poisoned lock only happens after a panic elsewhere: leak the buffer rather than risk it.
-    if let Ok(mut f) = FREE.lock() {
+    if let Ok(mut f) = POOL.free.lock() {
         f.push(p as usize);
     }
 }
 
 /// Times a buffer was refused since the last call (CUPTI then drops records, counted separately).
 pub fn take_refused() -> u64 {
-    REFUSED.swap(0, Ordering::Relaxed)
+    POOL.refused.swap(0, Ordering::Relaxed)
 }
 
 #[cfg(test)]
@@ -75,7 +85,7 @@ mod tests {
             give_back(p);
         }
         let again = take().expect("a recycled buffer");
-        assert!(FREE.lock().unwrap().len() == MAX_BUFFERS - 1);
+        assert!(POOL.free.lock().unwrap().len() == MAX_BUFFERS - 1);
         give_back(again);
         let _ = first;
     }

@@ -78,12 +78,8 @@ pub const WORLD_SIZE_VARS: [&str; 4] = [
 pub const RUN_ID_VAR: &str = "GPUFL_RUN_ID";
 
 impl Job {
-    /// From the process environment.
-    pub fn from_env() -> Job {
-        Job::from_env_with(|k| std::env::var(k).ok())
-    }
-
-    /// From an environment lookup: the first variable of each list that holds a number (a value
+    /// From an environment lookup (the process's is read once: [`crate::options::Knobs::job`]):
+    /// the first variable of each list that holds a number (a value
     /// that is not one is skipped, so a stray `RANK=abc` does not hide `SLURM_PROCID`).
     pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Job {
         let num = |vars: &[&str]| {

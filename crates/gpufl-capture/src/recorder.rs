@@ -5,7 +5,7 @@ use crate::cbids;
 use crate::collection::enable_collection;
 pub use crate::collection::{is_paused, set_recording};
 use crate::cupti::{self, cb_field, Cupti};
-use crate::options::Options;
+use crate::options::{Discard, Options};
 use crate::pool;
 use crate::procinfo;
 use crate::pyframes;
@@ -21,25 +21,11 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How often the writer thread asks CUPTI for completed buffers (`GPUFL_FLUSH_MS`, 0 = never:
-/// CUPTI then delivers only full buffers, and a crash can lose more than a second).
-const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(250);
-
-pub(crate) fn cupti_flush_period() -> Option<Duration> {
-    match std::env::var("GPUFL_FLUSH_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        Some(0) => None,
-        Some(ms) => Some(Duration::from_millis(ms)),
-        None => Some(CUPTI_FLUSH_PERIOD),
-    }
-}
-/// Benchmark knob `GPUFL_FLUSH_MODE=cupti`: CUPTI's own worker flushes every period
+/// CUPTI then delivers only full buffers, and a crash can lose more than a second; read in
+/// [`crate::options::Knobs::cupti_flush_period`]). Benchmark knob `GPUFL_FLUSH_MODE=cupti`
+/// ([`crate::options::Knobs::cupti_flushes_itself`]): CUPTI's own worker flushes every period
 /// (`cuptiActivityFlushPeriod`) instead of the writer thread calling `cuptiActivityFlushAll`.
-pub(crate) fn cupti_flushes_itself() -> bool {
-    static C: OnceLock<bool> = OnceLock::new();
-    *C.get_or_init(|| std::env::var("GPUFL_FLUSH_MODE").is_ok_and(|v| v == "cupti"))
-}
+pub(crate) const CUPTI_FLUSH_PERIOD: Duration = Duration::from_millis(250);
 
 /// How often the writer closes a compressed block (bounds what a crash loses: with CUPTI's buffers
 /// asked for every [`CUPTI_FLUSH_PERIOD`], a record is on disk at most ~0.75 s after CUPTI
@@ -103,43 +89,59 @@ pub struct Recorder {
     pub(crate) pid: u32,
 }
 
-pub(crate) static RECORDER: OnceLock<Recorder> = OnceLock::new();
-static START_LOCK: Mutex<()> = Mutex::new(());
-static CUPTI: OnceLock<Cupti> = OnceLock::new();
-/// Set in a forked child (CUPTI state does not survive fork) and after stop: callbacks return at once.
-pub(crate) static DISABLED: AtomicBool = AtomicBool::new(false);
-/// Launch / copy / memset callback ids (call-site stacks), when enabled.
-pub(crate) static SITES: OnceLock<crate::sites::SiteTable> = OnceLock::new();
-
-/// Call-site stacks of launches, copies and memsets: on with stacks, unless
-/// `GPUFL_SITE_STACKS=0`.
-pub(crate) fn site_stacks_enabled() -> bool {
-    std::env::var("GPUFL_SITE_STACKS").map_or(true, |v| v != "0")
+/// The recorder's process-wide state (the module's one static).
+struct RecorderState {
+    /// The running recorder (set once).
+    recorder: OnceLock<Recorder>,
+    /// Serializes [`start`].
+    start_lock: Mutex<()>,
+    /// CUPTI, once loaded.
+    cupti: OnceLock<Cupti>,
+    /// Set in a forked child (CUPTI state does not survive fork) and after stop: callbacks return
+    /// at once.
+    disabled: AtomicBool,
+    /// Set when a CUDA context is being destroyed: the writer closes a block promptly.
+    flush_request: AtomicBool,
+    /// The exit and fork hooks are registered once.
+    exit_hooks: std::sync::Once,
 }
 
-/// Set when a CUDA context is being destroyed: the writer closes a block promptly.
-static FLUSH_REQUEST: AtomicBool = AtomicBool::new(false);
+static STATE: RecorderState = RecorderState {
+    recorder: OnceLock::new(),
+    start_lock: Mutex::new(()),
+    cupti: OnceLock::new(),
+    disabled: AtomicBool::new(false),
+    flush_request: AtomicBool::new(false),
+    exit_hooks: std::sync::Once::new(),
+};
+
+/// Whether the recorder's callbacks are off for good (a forked child, or after stop).
+#[inline]
+pub(crate) fn is_disabled() -> bool {
+    STATE.disabled.load(Ordering::Relaxed)
+}
 
 /// The recorder, if running.
 pub fn get() -> Option<&'static Recorder> {
-    RECORDER.get()
+    STATE.recorder.get()
 }
 
 /// Now, on the trace clock: CUPTI's timestamp when CUPTI is loaded, else CLOCK_REALTIME in ns
 /// (what `cuptiGetTimestamp` returns on Linux: its values match the wall clock to ~1 µs).
 pub fn trace_clock() -> u64 {
-    CUPTI
+    STATE
+        .cupti
         .get()
         .map_or_else(procinfo::unix_ns, |c| c.timestamp())
 }
 
 /// CUPTI, loaded now if it was not yet (NVTX's injection entry point may run before cuInit).
 pub fn cupti_loaded() -> Option<&'static Cupti> {
-    if let Some(c) = CUPTI.get() {
+    if let Some(c) = STATE.cupti.get() {
         return Some(c);
     }
     let c = Cupti::load().ok()?;
-    Some(CUPTI.get_or_init(|| c))
+    Some(STATE.cupti.get_or_init(|| c))
 }
 
 /// Print one line on stderr, prefixed "gpufl: ".
@@ -151,10 +153,12 @@ fn say(quiet: bool, msg: &str) {
 
 /// Start recording this process. Safe to call more than once (later calls report AlreadyRunning).
 pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, InitError> {
-    let _guard = START_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(r) = RECORDER.get() {
+    let _guard = STATE.start_lock.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = STATE.recorder.get() {
         return Err(InitError::AlreadyRunning(r.session_dir.clone()));
     }
+    // Every GPUFL_* knob, read now rather than by the first callback that needs one.
+    let _ = crate::options::knobs();
     for w in opts.apply_env() {
         say(false, &w);
     }
@@ -172,9 +176,9 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     }
     let mut header = base_header(&opts, by, &dir_name, start_unix_ns);
 
-    let cupti = match CUPTI.get() {
+    let cupti = match STATE.cupti.get() {
         Some(c) => Ok(c),
-        None => Cupti::load().map(|c| CUPTI.get_or_init(|| c)),
+        None => Cupti::load().map(|c| STATE.cupti.get_or_init(|| c)),
     };
     let cupti = match cupti {
         Ok(c) => c,
@@ -232,7 +236,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     let (tx, rx) = channel();
     let file_path = session_dir.join(session::FIRST_TRACE_FILE);
     let quiet = opts.quiet;
-    let rec = RECORDER.get_or_init(|| Recorder {
+    let rec = STATE.recorder.get_or_init(|| Recorder {
         opts,
         session_dir: session_dir.clone(),
         cupti,
@@ -247,7 +251,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         .name("gpufl-writer".into())
         .spawn(move || writer_thread(rx, file_path, header, notices, cupti));
     if let Err(e) = spawned {
-        DISABLED.store(true, Ordering::SeqCst);
+        STATE.disabled.store(true, Ordering::SeqCst);
         crate::scopes::set_enabled(false);
         say(
             false,
@@ -269,7 +273,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
 }
 
 fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64) -> Header {
-    let job = procinfo::Job::from_env();
+    let job = crate::options::knobs().job.clone();
     Header {
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
@@ -360,7 +364,7 @@ unsafe extern "C" fn on_callback(_ud: *mut c_void, domain: u32, cbid: u32, data:
 }
 
 unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
-    if DISABLED.load(Ordering::Relaxed)
+    if STATE.disabled.load(Ordering::Relaxed)
         || data.is_null()
         || (crate::kernel_detail::active() && crate::kernel_detail::busy())
     {
@@ -374,7 +378,7 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             crate::kernel_detail::on_context_created(data)
         },
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING => {
-            FLUSH_REQUEST.store(true, Ordering::Relaxed);
+            STATE.flush_request.store(true, Ordering::Relaxed);
         }
         // SAFETY: CUPTI passes a CUpti_ResourceData for resource callbacks.
         cupti::DOMAIN_RESOURCE if cbid == cupti::CBID_RESOURCE_MODULE_LOADED => unsafe {
@@ -384,7 +388,9 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             if cbid == cupti::CBID_RESOURCE_GRAPHNODE_CREATED
                 || cbid == cupti::CBID_RESOURCE_GRAPHNODE_CLONED =>
         {
-            let Some(r) = RECORDER.get() else { return };
+            let Some(r) = STATE.recorder.get() else {
+                return;
+            };
             // SAFETY: CUPTI passes a CUpti_ResourceData for resource callbacks.
             unsafe { crate::graphnodes::on_graph_node(r.cupti, r.python, cbid, data) }
         }
@@ -392,14 +398,16 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             crate::sink::MODULE_UNLOADS.fetch_add(1, Ordering::Release);
         }
         cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
-            if let Some(kind) = SITES.get().and_then(|t| t.kind(domain, cbid)) {
+            if let Some(kind) = crate::collection::site_table().and_then(|t| t.kind(domain, cbid)) {
                 if matches!(kind, crate::sites::SiteKind::Launch(_))
                     && crate::kernel_detail::active()
                 {
                     // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
                     unsafe { crate::kernel_detail::on_launch(domain, cbid, data) }
                 }
-                let Some(r) = RECORDER.get() else { return };
+                let Some(r) = STATE.recorder.get() else {
+                    return;
+                };
                 let call = crate::sites::SiteCall {
                     cupti: r.cupti,
                     kind,
@@ -423,7 +431,9 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
 unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
     use std::mem::offset_of;
     type D = cupti::sys::CUpti_CallbackData;
-    let Some(r) = RECORDER.get() else { return };
+    let Some(r) = STATE.recorder.get() else {
+        return;
+    };
     let Some((_, param, per_thread)) = cbids::sync_kind(domain, cbid) else {
         return;
     };
@@ -537,7 +547,7 @@ pub(crate) unsafe extern "C" fn buffer_requested(
     max_records: *mut usize,
 ) {
     let _ = std::panic::catch_unwind(|| {
-        let p = if DISABLED.load(Ordering::Relaxed) {
+        let p = if STATE.disabled.load(Ordering::Relaxed) {
             None
         } else {
             pool::take()
@@ -570,7 +580,7 @@ pub(crate) unsafe extern "C" fn buffer_completed(
         if buf.is_null() {
             return;
         }
-        let Some(r) = RECORDER.get() else {
+        let Some(r) = STATE.recorder.get() else {
             pool::give_back(buf);
             return;
         };
@@ -588,6 +598,8 @@ pub(crate) unsafe extern "C" fn buffer_completed(
     });
 }
 
+/// The writer thread: opens the trace, then serves the channel and the periodic duties until a
+/// stop request ([`Writer::run`]).
 fn writer_thread(
     rx: Receiver<Msg>,
     path: PathBuf,
@@ -602,11 +614,59 @@ fn writer_thread(
     if let Some(e) = info.error {
         notices.push(format!("GPU list unavailable: {e}"));
     }
-    let opened = std::fs::File::create(&path)
+    let mut sink = open_trace(&path, &header, notices, cupti);
+    let telemetry = start_telemetry(&mut sink, &header, cupti);
+    // The module list for native stacks, built here rather than by the first capture on the hot
+    // path; kept current below (libraries loaded later, rebuilds a bounded walk asked for).
+    crate::unwind::service();
+    let knobs = crate::options::knobs();
+    let flush_period = knobs
+        .cupti_flush_period
+        .filter(|_| !knobs.cupti_flushes_itself);
+    let last_cupti_flush = Instant::now();
+    let last_block = Instant::now();
+    crate::crash::set_writer_thread();
+    let opts = STATE
+        .recorder
+        .get()
+        .map(|r| r.opts.clone())
+        .unwrap_or_default();
+    let always_on = crate::always_on::Scheduler::new(&opts);
+    let driver_sites = crate::sites::DriverSitePolicy::new(Instant::now());
+    let rolling = path
+        .parent()
+        .and_then(|dir| crate::rolling::Rolling::new(dir, opts.max_disk_bytes));
+    Writer {
+        rx,
+        sink,
+        header,
+        cupti,
+        telemetry,
+        flush_period,
+        last_cupti_flush,
+        last_block,
+        always_on,
+        driver_sites,
+        rolling,
+    }
+    .run();
+}
+
+/// Create the trace file with `header`, write the start `notices` and close the first block, so
+/// that the header reaches the disk now, not with the first periodic block: a program that
+/// crashes early still leaves a session that says what was recorded. None (said once) when it
+/// cannot be written: records are then discarded.
+fn open_trace(
+    path: &Path,
+    header: &Header,
+    notices: Vec<String>,
+    cupti: &'static Cupti,
+) -> Option<Sink> {
+    let opened = std::fs::File::create(path)
         .map_err(TraceError::from)
-        .and_then(|f| TraceWriter::new(BufWriter::with_capacity(1 << 20, f), &header));
+        .and_then(|f| TraceWriter::new(BufWriter::with_capacity(1 << 20, f), header));
     let mut sink = match opened {
-        Ok(w) => Some(Sink::new(w, Some(cupti)).with_feed(&header)),
+        Ok(w) => Some(Sink::new(w, Some(cupti)).with_feed(header)),
         Err(e) => {
             say(
                 false,
@@ -625,12 +685,20 @@ fn writer_thread(
                 message: n,
             }));
         }
-        // The header reaches the disk now, not with the first periodic block: a program that
-        // crashes early still leaves a session that says what was recorded.
         let result = s.end_block();
         report(&mut sink, result);
     }
-    let telemetry = match (sink.as_mut(), RECORDER.get()) {
+    sink
+}
+
+/// Start the telemetry thread (when the trace is open and the period is not 0); it sends its
+/// rounds on the writer's channel.
+fn start_telemetry(
+    sink: &mut Option<Sink>,
+    header: &Header,
+    cupti: &'static Cupti,
+) -> Option<crate::telemetry::Handle> {
+    match (sink.as_mut(), STATE.recorder.get()) {
         (Some(s), Some(r)) => {
             let tx = r.tx.clone();
             let ms = header.options.telemetry_ms.unwrap_or(0);
@@ -639,32 +707,69 @@ fn writer_thread(
             crate::telemetry::start_for(s, &header.gpus, ms, clock, send)
         }
         _ => None,
-    };
-    // The module list for native stacks, built here rather than by the first capture on the hot
-    // path; kept current below (libraries loaded later, rebuilds a bounded walk asked for).
-    crate::unwind::service();
-    let flush_period = cupti_flush_period().filter(|_| !cupti_flushes_itself());
-    let mut last_cupti_flush = Instant::now();
-    let mut last_block = Instant::now();
-    crate::crash::set_writer_thread();
-    let opts = RECORDER.get().map(|r| r.opts.clone()).unwrap_or_default();
-    let mut always_on = crate::always_on::Scheduler::new(&opts);
-    let mut driver_sites = crate::sites::DriverSitePolicy::new(Instant::now());
-    let mut rolling = path
-        .parent()
-        .and_then(|dir| crate::rolling::Rolling::new(dir, opts.max_disk_bytes));
-    // A stop request met while serving a signal's flush, handled on the next turn.
-    let mut deferred: Option<Msg> = None;
-    loop {
-        // Short waits: a fatal signal's flush request is polled here (a signal handler cannot
-        // use the channel).
-        let msg = match deferred.take() {
-            Some(m) => Ok(m),
-            None => rx.recv_timeout(Duration::from_millis(25)),
-        };
-        let stopping = matches!(msg, Ok(Msg::Stop { .. }));
+    }
+}
+
+/// The writer thread's state between the turns of its loop.
+struct Writer {
+    rx: Receiver<Msg>,
+    /// None once a write failed ([`report`]): records are then discarded, buffers recycled.
+    sink: Option<Sink>,
+    header: Header,
+    cupti: &'static Cupti,
+    telemetry: Option<crate::telemetry::Handle>,
+    /// How often CUPTI is asked for its completed buffers (None: never, or CUPTI flushes itself).
+    flush_period: Option<Duration>,
+    last_cupti_flush: Instant,
+    last_block: Instant,
+    always_on: Option<crate::always_on::Scheduler>,
+    driver_sites: crate::sites::DriverSitePolicy,
+    rolling: Option<crate::rolling::Rolling>,
+}
+
+impl Writer {
+    /// Serve the channel until a stop request (or until every sender is gone).
+    fn run(mut self) {
+        // A stop request met while serving a signal's flush, handled on the next turn.
+        let mut deferred: Option<Msg> = None;
+        loop {
+            // Short waits: a fatal signal's flush request is polled here (a signal handler
+            // cannot use the channel).
+            let msg = match deferred.take() {
+                Some(m) => Ok(m),
+                None => self.rx.recv_timeout(Duration::from_millis(25)),
+            };
+            let stopping = matches!(msg, Ok(Msg::Stop { .. }));
+            self.drain_queues();
+            match msg {
+                Ok(Msg::Buffer {
+                    ptr,
+                    valid,
+                    dropped,
+                }) => take_buffer(&mut self.sink, ptr, valid, dropped),
+                Ok(Msg::Telemetry(t)) => take_telemetry(&mut self.sink, t),
+                Ok(Msg::Stop { reason, ack }) => return self.stop(reason, ack),
+                Ok(Msg::Capture { ts, recording }) => take_capture(&mut self.sink, ts, recording),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            self.tick();
+            if let Some(sig) = crate::crash::pending() {
+                deferred = flush_for_signal(&mut self.sink, &self.rx, self.cupti, sig);
+                crate::crash::served();
+                self.last_block = Instant::now();
+                continue;
+            }
+            self.flush_cupti_if_due(stopping);
+            self.close_block_if_due();
+        }
+    }
+
+    /// Write what the hot paths queued (samples, scopes, modules, kernel detail's samples) and
+    /// publish kernel detail's top N.
+    fn drain_queues(&mut self) {
         let result = (|| -> Result<(), TraceError> {
-            let Some(s) = sink.as_mut() else {
+            let Some(s) = self.sink.as_mut() else {
                 return Ok(());
             };
             s.drain_samples()?;
@@ -676,135 +781,149 @@ fn writer_thread(
             }
             Ok(())
         })();
-        report(&mut sink, result);
-        match msg {
-            Ok(Msg::Buffer {
-                ptr,
-                valid,
-                dropped,
-            }) => take_buffer(&mut sink, ptr, valid, dropped),
-            Ok(Msg::Telemetry(t)) => take_telemetry(&mut sink, t),
-            Ok(Msg::Stop { reason, ack }) => {
-                if let Some(t) = &telemetry {
-                    t.stop();
-                }
-                loop {
-                    match rx.try_recv() {
-                        Ok(Msg::Buffer {
-                            ptr,
-                            valid,
-                            dropped,
-                        }) => take_buffer(&mut sink, ptr, valid, dropped),
-                        Ok(Msg::Telemetry(t)) => take_telemetry(&mut sink, t),
-                        Ok(Msg::Capture { ts, recording }) => {
-                            take_capture(&mut sink, ts, recording)
-                        }
-                        _ => break,
-                    }
-                }
-                let counts = sink.take().and_then(|mut s| {
-                    if let Some(a) = always_on.as_mut() {
-                        let _ = a.finish(&mut s);
-                    }
-                    let _ = s.drain_samples();
-                    let _ = crate::scopes::finish_into(&mut s);
-                    let _ = crate::modules::finish_into(&mut s);
-                    let _ = crate::kernel_detail::finish_into(&mut s);
-                    crate::telemetry::finish(telemetry.as_ref(), &mut s);
-                    let (incomplete, from_callbacks, discarded) =
-                        (s.incomplete, s.api_from_callbacks, s.discarded_api);
-                    let mut say = |level: &str, message: String| {
-                        let _ = s.write(&Record::Notice(Notice {
-                            level: level.into(),
-                            message,
-                        }));
-                    };
-                    for line in stack::debug_cost_lines() {
-                        say("debug", line);
-                    }
-                    if let Some(line) = driver_sites.summary(Instant::now()) {
-                        say("info", line);
-                    }
-                    let limited = crate::sites::take_rate_limited();
-                    if limited > 0 {
-                        say("info", format!(
-                            "call-site stacks: {limited} launch/copy captures skipped for the time budget (their calls are counted in later captures' weights)"
-                        ));
-                    }
-                    if incomplete > 0 {
-                        say("info", format!(
-                            "{incomplete} GPU activity records without end times (work still in flight at a forced flush) left out"
-                        ));
-                    }
-                    if from_callbacks > 0 {
-                        say("info", format!(
-                            "GPUFL_API_FROM=callbacks: {from_callbacks} launch api records made by the call-site callbacks (benchmark knob)"
-                        ));
-                    }
-                    if discarded > 0 {
-                        say("info", format!(
-                            "GPUFL_API_DISCARD=1: {discarded} API records dropped unwritten (benchmark knob)"
-                        ));
-                    }
-                    if let Some(cost) = stack::cost_summary() {
-                        say("info", cost);
-                    }
-                    crate::metrics_feed::before_end(&mut s);
-                    s.finish(reason).ok()
-                });
-                let _ = ack.send(counts);
-                return;
-            }
-            Ok(Msg::Capture { ts, recording }) => take_capture(&mut sink, ts, recording),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
+        report(&mut self.sink, result);
+    }
+
+    /// The periodic duties of every turn: always-on windows, the metrics feed, the driver
+    /// call-site policy, the module list.
+    fn tick(&mut self) {
+        if let Some(a) = self.always_on.as_mut() {
+            let result = a.tick(self.sink.as_mut(), Instant::now());
+            report(&mut self.sink, result);
         }
-        if let Some(a) = always_on.as_mut() {
-            let result = a.tick(sink.as_mut(), Instant::now());
-            report(&mut sink, result);
-        }
-        crate::metrics_feed::tick(sink.as_mut());
-        driver_sites.tick(Instant::now());
+        crate::metrics_feed::tick(self.sink.as_mut());
+        self.driver_sites.tick(Instant::now());
         crate::unwind::service();
-        if let Some(sig) = crate::crash::pending() {
-            deferred = flush_for_signal(&mut sink, &rx, cupti, sig);
-            crate::crash::served();
-            last_block = Instant::now();
-            continue;
-        }
-        let stopped = RECORDER
+    }
+
+    /// Ask CUPTI for its completed buffers when the period has passed (not once stopping).
+    fn flush_cupti_if_due(&mut self, stopping: bool) {
+        let stopped = STATE
+            .recorder
             .get()
             .is_none_or(|r| r.stopped.load(Ordering::Relaxed));
-        if !stopping && !stopped && flush_period.is_some_and(|p| last_cupti_flush.elapsed() >= p) {
+        if !stopping
+            && !stopped
+            && self
+                .flush_period
+                .is_some_and(|p| self.last_cupti_flush.elapsed() >= p)
+        {
             // SAFETY: default flush: delivers completed buffers to buffer_completed on this thread.
-            unsafe { (cupti.activity_flush_all)(0) };
-            last_cupti_flush = Instant::now();
+            unsafe { (self.cupti.activity_flush_all)(0) };
+            self.last_cupti_flush = Instant::now();
         }
-        let forced = FLUSH_REQUEST.swap(false, Ordering::Relaxed);
-        let due = last_block.elapsed() >= BLOCK_PERIOD;
-        if forced || due {
-            let result = (|| -> Result<(), TraceError> {
-                let Some(s) = sink.as_mut() else {
-                    return Ok(());
-                };
-                let lost = pool::take_refused();
-                if lost > 0 {
-                    s.write(&Record::Dropped(Dropped {
-                        source: "buffer_pool".into(),
-                        count: lost,
-                    }))?;
-                }
-                if s.has_unblocked() || forced {
-                    s.end_block()?;
-                    if let Some(r) = rolling.as_mut() {
-                        r.after_block(s, &header)?;
-                    }
-                }
-                Ok(())
-            })();
-            report(&mut sink, result);
-            last_block = Instant::now();
+    }
+
+    /// Close a block every [`BLOCK_PERIOD`], or at once when a context is being destroyed (with
+    /// the buffers CUPTI could not get from the pool counted first); rolling files follow.
+    fn close_block_if_due(&mut self) {
+        let forced = STATE.flush_request.swap(false, Ordering::Relaxed);
+        let due = self.last_block.elapsed() >= BLOCK_PERIOD;
+        if !(forced || due) {
+            return;
         }
+        let result = (|| -> Result<(), TraceError> {
+            let Some(s) = self.sink.as_mut() else {
+                return Ok(());
+            };
+            let lost = pool::take_refused();
+            if lost > 0 {
+                s.write(&Record::Dropped(Dropped {
+                    source: "buffer_pool".into(),
+                    count: lost,
+                }))?;
+            }
+            if s.has_unblocked() || forced {
+                s.end_block()?;
+                if let Some(r) = self.rolling.as_mut() {
+                    r.after_block(s, &self.header)?;
+                }
+            }
+            Ok(())
+        })();
+        report(&mut self.sink, result);
+        self.last_block = Instant::now();
+    }
+
+    /// A stop request: stop telemetry, take what is still on the channel, write the closing
+    /// records and the end record, and answer with the session's counts.
+    fn stop(mut self, reason: &'static str, ack: Sender<Option<Counts>>) {
+        if let Some(t) = &self.telemetry {
+            t.stop();
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(Msg::Buffer {
+                    ptr,
+                    valid,
+                    dropped,
+                }) => take_buffer(&mut self.sink, ptr, valid, dropped),
+                Ok(Msg::Telemetry(t)) => take_telemetry(&mut self.sink, t),
+                Ok(Msg::Capture { ts, recording }) => take_capture(&mut self.sink, ts, recording),
+                _ => break,
+            }
+        }
+        let counts = self.sink.take().and_then(|mut s| {
+            if let Some(a) = self.always_on.as_mut() {
+                let _ = a.finish(&mut s);
+            }
+            let _ = s.drain_samples();
+            let _ = crate::scopes::finish_into(&mut s);
+            let _ = crate::modules::finish_into(&mut s);
+            let _ = crate::kernel_detail::finish_into(&mut s);
+            crate::telemetry::finish(self.telemetry.as_ref(), &mut s);
+            closing_notices(&mut s, &self.driver_sites);
+            crate::metrics_feed::before_end(&mut s);
+            s.finish(reason).ok()
+        });
+        let _ = ack.send(counts);
+    }
+}
+
+/// The notices that close a session: the capture cost breakdown, the driver call-site policy,
+/// what the call-site budget skipped, records left out, the benchmark knobs' counts, the capture
+/// cost summary.
+fn closing_notices(s: &mut Sink, driver_sites: &crate::sites::DriverSitePolicy) {
+    let (incomplete, from_callbacks, discarded) =
+        (s.incomplete, s.api_from_callbacks, s.discarded_api);
+    let mut say = |level: &str, message: String| {
+        let _ = s.write(&Record::Notice(Notice {
+            level: level.into(),
+            message,
+        }));
+    };
+    for line in stack::debug_cost_lines() {
+        say("debug", line);
+    }
+    if let Some(line) = driver_sites.summary(Instant::now()) {
+        say("info", line);
+    }
+    let limited = crate::sites::take_rate_limited();
+    if limited > 0 {
+        say("info", format!(
+            "call-site stacks: {limited} launch/copy captures skipped for the time budget (their calls are counted in later captures' weights)"
+        ));
+    }
+    if incomplete > 0 {
+        say("info", format!(
+            "{incomplete} GPU activity records without end times (work still in flight at a forced flush) left out"
+        ));
+    }
+    if from_callbacks > 0 {
+        say("info", format!(
+            "GPUFL_API_FROM=callbacks: {from_callbacks} launch api records made by the call-site callbacks (benchmark knob)"
+        ));
+    }
+    if discarded > 0 {
+        say(
+            "info",
+            format!(
+                "GPUFL_API_DISCARD=1: {discarded} API records dropped unwritten (benchmark knob)"
+            ),
+        );
+    }
+    if let Some(cost) = stack::cost_summary() {
+        say("info", cost);
     }
 }
 
@@ -859,32 +978,12 @@ fn flush_for_signal(
     deferred
 }
 
-/// Benchmark knob `GPUFL_DISCARD`: `1` returns buffers to CUPTI untouched; `iterate` walks their
-/// records with `cuptiActivityGetNextRecord` only; `decode` also decodes them; none is written.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Discard {
-    No,
-    Untouched,
-    Iterate,
-    Decode,
-}
-
-fn discard_buffers() -> Discard {
-    static D: OnceLock<Discard> = OnceLock::new();
-    *D.get_or_init(|| match std::env::var("GPUFL_DISCARD").as_deref() {
-        Ok("1") => Discard::Untouched,
-        Ok("iterate") => Discard::Iterate,
-        Ok("decode") => Discard::Decode,
-        _ => Discard::No,
-    })
-}
-
 fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) {
     let result = (|| -> Result<(), TraceError> {
         let Some(s) = sink.as_mut() else {
             return Ok(());
         };
-        match discard_buffers() {
+        match crate::options::knobs().discard {
             Discard::No => {}
             Discard::Untouched => return Ok(()),
             mode => {
@@ -934,7 +1033,7 @@ fn report(sink: &mut Option<Sink>, result: Result<(), TraceError>) {
 
 /// Stop recording: flush CUPTI, write the end record, close the file. Idempotent; bounded in time.
 pub fn stop(reason: &'static str) -> Option<Counts> {
-    let Some(r) = RECORDER.get() else {
+    let Some(r) = STATE.recorder.get() else {
         return crate::scopes::stop_standalone(reason);
     };
     if r.pid != std::process::id() {
@@ -977,7 +1076,7 @@ pub fn stop(reason: &'static str) -> Option<Counts> {
         return None;
     }
     let counts = ack_rx.recv_timeout(STOP_TIMEOUT).ok().flatten();
-    DISABLED.store(true, Ordering::SeqCst);
+    STATE.disabled.store(true, Ordering::SeqCst);
     if reason != "exit" {
         // SAFETY: our own subscriber; lets another tool subscribe after us.
         unsafe { (c.unsubscribe)(sub) };
@@ -998,14 +1097,13 @@ extern "C" fn at_exit() {
 }
 
 extern "C" fn in_forked_child() {
-    DISABLED.store(true, Ordering::SeqCst);
-    crate::pyframes::xthread::FORK_GEN.fetch_add(1, Ordering::SeqCst);
+    STATE.disabled.store(true, Ordering::SeqCst);
+    crate::pyframes::xthread::note_fork();
     crate::scopes::set_enabled(false);
 }
 
 fn register_exit_hooks() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+    STATE.exit_hooks.call_once(|| {
         // SAFETY: registering plain extern "C" functions that never unwind.
         unsafe {
             libc::atexit(at_exit);

@@ -45,7 +45,7 @@ pub enum Kind {
 pub struct Event {
     pub ts: u64,
     pub tid: u64,
-    /// Process-wide name id (see [`NAMES`]); unused by a range end.
+    /// Process-wide name id (see `Scopes::names`); unused by a range end.
     pub name: u32,
     pub depth: u32,
     pub kind: Kind,
@@ -55,19 +55,46 @@ pub struct Event {
 /// Start/end ranges open at once that the writer pairs; more are counted and not recorded.
 pub const MAX_OPEN_RANGES: usize = 1 << 14;
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
-static EVENTS: OnceLock<ArrayQueue<Event>> = OnceLock::new();
-/// Name definitions (id, text), each queued before the first event that uses the id.
-static NAMES: SegQueue<(u32, Box<str>)> = SegQueue::new();
-static NEXT_NAME: AtomicU32 = AtomicU32::new(0);
-static DROPPED: AtomicU64 = AtomicU64::new(0);
-static UNBALANCED: AtomicU64 = AtomicU64::new(0);
-static TOO_DEEP: AtomicU64 = AtomicU64::new(0);
-/// Range ends whose start was not seen, and range starts beyond [`MAX_OPEN_RANGES`].
-static RANGES_UNPAIRED: AtomicU64 = AtomicU64::new(0);
+/// What the application's threads share with the writer (the module's one static): the queues,
+/// the name ids and the counters, all lock-free; the writer's drain state and the scopes-only
+/// session, off the hot path.
+struct Scopes {
+    /// On while a writer drains the queue.
+    enabled: AtomicBool,
+    /// The events (bounded; full: counted in `dropped`).
+    events: OnceLock<ArrayQueue<Event>>,
+    /// Name definitions (id, text), each queued before the first event that uses the id.
+    names: SegQueue<(u32, Box<str>)>,
+    next_name: AtomicU32,
+    /// Events lost to a full queue, pops with nothing open, pushes deeper than [`MAX_DEPTH`].
+    dropped: AtomicU64,
+    unbalanced: AtomicU64,
+    too_deep: AtomicU64,
+    /// Range ends whose start was not seen, and range starts beyond [`MAX_OPEN_RANGES`].
+    ranges_unpaired: AtomicU64,
+    /// The recorder's writer thread's drain state ([`recorder_drain`]).
+    drain: OnceLock<Mutex<Drain>>,
+    /// The scopes-only session, if one runs.
+    standalone: OnceLock<Standalone>,
+}
+
+static SCOPES: Scopes = Scopes {
+    enabled: AtomicBool::new(false),
+    events: OnceLock::new(),
+    names: SegQueue::new(),
+    next_name: AtomicU32::new(0),
+    dropped: AtomicU64::new(0),
+    unbalanced: AtomicU64::new(0),
+    too_deep: AtomicU64::new(0),
+    ranges_unpaired: AtomicU64::new(0),
+    drain: OnceLock::new(),
+    standalone: OnceLock::new(),
+};
 
 fn events() -> &'static ArrayQueue<Event> {
-    EVENTS.get_or_init(|| ArrayQueue::new(QUEUE_CAPACITY))
+    SCOPES
+        .events
+        .get_or_init(|| ArrayQueue::new(QUEUE_CAPACITY))
 }
 
 /// Turn scope recording on or off (on while a writer drains the queue).
@@ -75,11 +102,11 @@ pub fn set_enabled(on: bool) {
     if on {
         let _ = events();
     }
-    ENABLED.store(on, Ordering::SeqCst);
+    SCOPES.enabled.store(on, Ordering::SeqCst);
 }
 
 pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
+    SCOPES.enabled.load(Ordering::Relaxed)
 }
 
 struct ThreadState {
@@ -115,7 +142,7 @@ fn with_state<R>(f: impl FnOnce(&mut ThreadState) -> R) -> Option<R> {
 
 fn enqueue(ev: Event) {
     if events().push(ev).is_err() {
-        DROPPED.fetch_add(1, Ordering::Relaxed);
+        SCOPES.dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -128,7 +155,7 @@ pub fn push(name: &[u8], source: ScopeSource) {
     with_state(|st| {
         if st.open.len() >= MAX_DEPTH {
             st.hidden += 1;
-            TOO_DEEP.fetch_add(1, Ordering::Relaxed);
+            SCOPES.too_deep.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let id = st.name_id(name);
@@ -151,9 +178,9 @@ impl ThreadState {
         match self.names.get(name) {
             Some(&id) => id,
             None => {
-                let id = NEXT_NAME.fetch_add(1, Ordering::Relaxed);
+                let id = SCOPES.next_name.fetch_add(1, Ordering::Relaxed);
                 let text: Box<str> = String::from_utf8_lossy(name).into();
-                NAMES.push((id, text));
+                SCOPES.names.push((id, text));
                 self.names.insert(name.into(), id);
                 id
             }
@@ -212,7 +239,7 @@ pub fn pop(source: ScopeSource) {
             return;
         }
         let Some((id, opened_by)) = st.open.pop() else {
-            UNBALANCED.fetch_add(1, Ordering::Relaxed);
+            SCOPES.unbalanced.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let _ = source;
@@ -239,7 +266,7 @@ pub struct Drain {
 
 impl Drain {
     fn take_names(&mut self) {
-        while let Some((id, text)) = NAMES.pop() {
+        while let Some((id, text)) = SCOPES.names.pop() {
             self.names.insert(id, text);
         }
     }
@@ -264,13 +291,13 @@ impl Drain {
                     if self.ranges.len() < MAX_OPEN_RANGES || self.ranges.contains_key(&id) {
                         self.ranges.insert(id, (ev.ts, ev.tid, ev.name, ev.source));
                     } else {
-                        RANGES_UNPAIRED.fetch_add(1, Ordering::Relaxed);
+                        SCOPES.ranges_unpaired.fetch_add(1, Ordering::Relaxed);
                     }
                     continue;
                 }
                 Kind::RangeEnd(id) => {
                     let Some((start, tid, name, source)) = self.ranges.remove(&id) else {
-                        RANGES_UNPAIRED.fetch_add(1, Ordering::Relaxed);
+                        SCOPES.ranges_unpaired.fetch_add(1, Ordering::Relaxed);
                         continue;
                     };
                     let name = self.name(w, name)?;
@@ -304,14 +331,14 @@ impl Drain {
     /// At the end of a session: drain, then record losses and unbalanced pops.
     pub fn finish<W: Write>(&mut self, w: &mut TraceWriter<W>) -> Result<(), TraceError> {
         self.drain(w)?;
-        let lost = DROPPED.swap(0, Ordering::Relaxed);
+        let lost = SCOPES.dropped.swap(0, Ordering::Relaxed);
         if lost > 0 {
             w.write(&Record::Dropped(Dropped {
                 source: "scope_queue".into(),
                 count: lost,
             }))?;
         }
-        let unbalanced = UNBALANCED.swap(0, Ordering::Relaxed);
+        let unbalanced = SCOPES.unbalanced.swap(0, Ordering::Relaxed);
         if unbalanced > 0 {
             w.write(&Record::Notice(Notice {
                 level: "warning".into(),
@@ -320,7 +347,7 @@ impl Drain {
                 ),
             }))?;
         }
-        let unpaired = RANGES_UNPAIRED.swap(0, Ordering::Relaxed);
+        let unpaired = SCOPES.ranges_unpaired.swap(0, Ordering::Relaxed);
         if unpaired > 0 {
             w.write(&Record::Notice(Notice {
                 level: "warning".into(),
@@ -330,7 +357,7 @@ impl Drain {
                 ),
             }))?;
         }
-        let deep = TOO_DEEP.swap(0, Ordering::Relaxed);
+        let deep = SCOPES.too_deep.swap(0, Ordering::Relaxed);
         if deep > 0 {
             w.write(&Record::Notice(Notice {
                 level: "warning".into(),
@@ -343,8 +370,7 @@ impl Drain {
 
 /// The recorder's writer thread keeps its drain state here (only that thread locks it).
 pub fn recorder_drain() -> &'static Mutex<Drain> {
-    static D: OnceLock<Mutex<Drain>> = OnceLock::new();
-    D.get_or_init(|| Mutex::new(Drain::default()))
+    SCOPES.drain.get_or_init(|| Mutex::new(Drain::default()))
 }
 
 /// The recorder's writer thread: write queued scope events.
@@ -378,11 +404,9 @@ struct Standalone {
     stop: Mutex<Option<Sender<StopMsg>>>,
 }
 
-static STANDALONE: OnceLock<Standalone> = OnceLock::new();
-
 /// The session directory of a scopes-only session, if one runs.
 pub fn standalone_dir() -> Option<&'static PathBuf> {
-    STANDALONE.get().map(|s| &s.dir)
+    SCOPES.standalone.get().map(|s| &s.dir)
 }
 
 /// Write a scopes-only session: `header` (whose capture status says why GPU capture is off) into
@@ -396,7 +420,7 @@ pub fn start_standalone(dir: PathBuf, path: PathBuf, header: &Header) -> Result<
         pid: std::process::id(),
         stop: Mutex::new(Some(tx)),
     };
-    if STANDALONE.set(st).is_err() {
+    if SCOPES.standalone.set(st).is_err() {
         return Err(TraceError::Write(std::io::Error::other(
             "a scopes-only session already ran in this process",
         )));
@@ -490,7 +514,7 @@ fn standalone_thread<W: Write>(
 
 /// Close a scopes-only session (idempotent; None if none runs in this process).
 pub fn stop_standalone(reason: &'static str) -> Option<Counts> {
-    let st = STANDALONE.get()?;
+    let st = SCOPES.standalone.get()?;
     if st.pid != std::process::id() {
         return None;
     }

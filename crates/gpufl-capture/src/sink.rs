@@ -90,7 +90,7 @@ impl Sink {
             blocked_bytes: 0,
             incomplete: 0,
             feed: crate::metrics_feed::Feed::off(),
-            discard_api: std::env::var("GPUFL_API_DISCARD").is_ok_and(|v| v == "1"),
+            discard_api: crate::options::knobs().api_discard,
             kd_tally: crate::kernel_detail::config()
                 .filter(|c| matches!(c.select, crate::kernel_detail::Select::Top(_)))
                 .map(|_| crate::kernel_detail::Tally::default()),

@@ -46,14 +46,7 @@ pub const BURST_NS: u64 = 2_000_000;
 
 /// The budget's share in ppm: `GPUFL_SITE_BUDGET` (percent, 0 < p ≤ 100) or [`BUDGET_PPM`].
 pub fn budget_ppm() -> u64 {
-    static P: OnceLock<u64> = OnceLock::new();
-    *P.get_or_init(|| {
-        std::env::var("GPUFL_SITE_BUDGET")
-            .ok()
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|p| *p > 0.0 && *p <= 100.0)
-            .map_or(BUDGET_PPM, |p| (p * 10_000.0) as u64)
-    })
+    crate::options::knobs().site_budget_ppm
 }
 
 /// Callback ids above this are not classified (CUPTI's tables end well below).
@@ -272,7 +265,7 @@ impl Default for Sampler {
 /// same call), counted from the callbacks' entries and exits. The callbacks can be switched off
 /// while a call is in progress (pause, an always-on window closing): its exit is then never seen,
 /// and a depth left at 1 would make every later call of the thread look nested — never sampled
-/// again. So the count belongs to an epoch of the callbacks ([`SITE_EPOCH`], bumped whenever they
+/// again. So the count belongs to an epoch of the callbacks (`Shared::epoch`, bumped whenever they
 /// are switched), and a thread meeting a newer epoch starts again from 0.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RuntimeDepth {
@@ -308,13 +301,42 @@ impl RuntimeDepth {
     }
 }
 
-/// Bumped whenever the call-site callbacks are switched (see [`RuntimeDepth`]).
-static SITE_EPOCH: AtomicU32 = AtomicU32::new(0);
+/// What the call-site callbacks of every thread share with the writer (the module's one static):
+/// lock-free queues, counters and flags.
+struct Shared {
+    /// Bumped whenever the call-site callbacks are switched (see [`RuntimeDepth`]).
+    epoch: AtomicU32,
+    /// Launch calls timed by the callbacks ([`api_queue`]), and those lost because it was full.
+    api_calls: OnceLock<ArrayQueue<ApiCall>>,
+    api_dropped: AtomicU64,
+    /// Captures due by the schedule but skipped for the budget (their calls are in the next
+    /// capture's weight).
+    rate_limited: AtomicU64,
+    /// Default streams seen by the callbacks ([`stream_queue`]).
+    streams: OnceLock<ArrayQueue<(u32, u32, StreamRole)>>,
+    /// Seen by the call-site callbacks: a runtime launch/copy, a driver one inside a runtime call.
+    /// Set once (read first: no shared write on the hot path after that).
+    runtime_seen: AtomicBool,
+    driver_nested_seen: AtomicBool,
+    /// Driver callback ids seen called directly (not inside a runtime call), one bit each.
+    driver_direct: [AtomicU64; MAX_CBID.div_ceil(64)],
+}
+
+static SHARED: Shared = Shared {
+    epoch: AtomicU32::new(0),
+    api_calls: OnceLock::new(),
+    api_dropped: AtomicU64::new(0),
+    rate_limited: AtomicU64::new(0),
+    streams: OnceLock::new(),
+    runtime_seen: AtomicBool::new(false),
+    driver_nested_seen: AtomicBool::new(false),
+    driver_direct: [const { AtomicU64::new(0) }; MAX_CBID.div_ceil(64)],
+};
 
 /// The call-site callbacks were switched on or off (collection.rs, after the switch): depths
 /// counted so far may be stale (a call whose exit came, or will come, unseen).
 pub fn callbacks_switched() {
-    SITE_EPOCH.fetch_add(1, Ordering::Relaxed);
+    SHARED.epoch.fetch_add(1, Ordering::Relaxed);
 }
 
 struct ThreadState {
@@ -357,53 +379,35 @@ pub struct ApiCall {
 /// launch inside a runtime launch left out) instead of CUPTI's API activity records, which are
 /// then not asked for launches (`collection.rs`). Read once.
 pub fn api_from_callbacks() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_API_FROM").is_ok_and(|v| v == "callbacks"))
+    crate::options::knobs().api_from_callbacks
 }
 
 /// Launch calls timed by the callbacks, drained by the writer.
 pub fn api_queue() -> &'static ArrayQueue<ApiCall> {
-    static Q: OnceLock<ArrayQueue<ApiCall>> = OnceLock::new();
-    Q.get_or_init(|| ArrayQueue::new(1 << 16))
+    SHARED.api_calls.get_or_init(|| ArrayQueue::new(1 << 16))
 }
-
-/// Launch calls lost because [`api_queue`] was full.
-static API_DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Launch calls lost since the last call.
 pub fn take_api_dropped() -> u64 {
-    API_DROPPED.swap(0, Ordering::Relaxed)
+    SHARED.api_dropped.swap(0, Ordering::Relaxed)
 }
 
 fn push_api(c: ApiCall) {
     if api_queue().push(c).is_err() {
-        API_DROPPED.fetch_add(1, Ordering::Relaxed);
+        SHARED.api_dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// Captures due by the schedule but skipped for the budget (their calls are in the next
-/// capture's weight).
-static RATE_LIMITED: AtomicU64 = AtomicU64::new(0);
-
 /// Captures skipped for the budget since the last call.
 pub fn take_rate_limited() -> u64 {
-    RATE_LIMITED.swap(0, Ordering::Relaxed)
+    SHARED.rate_limited.swap(0, Ordering::Relaxed)
 }
 
 /// Default streams seen by the callbacks: (ctx uid, CUPTI stream id, role), deduplicated by the
 /// writer.
 pub fn stream_queue() -> &'static ArrayQueue<(u32, u32, StreamRole)> {
-    static Q: OnceLock<ArrayQueue<(u32, u32, StreamRole)>> = OnceLock::new();
-    Q.get_or_init(|| ArrayQueue::new(256))
+    SHARED.streams.get_or_init(|| ArrayQueue::new(256))
 }
-
-/// Seen by the call-site callbacks: a runtime launch/copy, a driver one inside a runtime call.
-/// Set once (read first: no shared write on the hot path after that).
-static RUNTIME_SEEN: AtomicBool = AtomicBool::new(false);
-static DRIVER_NESTED_SEEN: AtomicBool = AtomicBool::new(false);
-/// Driver callback ids seen called directly (not inside a runtime call), one bit each.
-static DRIVER_DIRECT: [AtomicU64; MAX_CBID.div_ceil(64)] =
-    [const { AtomicU64::new(0) }; MAX_CBID.div_ceil(64)];
 
 #[inline]
 fn note(flag: &AtomicBool) {
@@ -413,7 +417,7 @@ fn note(flag: &AtomicBool) {
 }
 
 fn note_direct(cbid: u32) {
-    let Some(word) = DRIVER_DIRECT.get(cbid as usize / 64) else {
+    let Some(word) = SHARED.driver_direct.get(cbid as usize / 64) else {
         return;
     };
     let bit = 1u64 << (cbid % 64);
@@ -425,13 +429,15 @@ fn note_direct(cbid: u32) {
 /// Whether driver function `cbid` has been seen called directly: its call-site callback stays on
 /// while the driver domain's others are off ([`DriverSitePolicy`]).
 pub fn driver_direct(cbid: u32) -> bool {
-    DRIVER_DIRECT
+    SHARED
+        .driver_direct
         .get(cbid as usize / 64)
         .is_some_and(|w| w.load(Ordering::Relaxed) & (1u64 << (cbid % 64)) != 0)
 }
 
 fn driver_direct_count() -> u32 {
-    DRIVER_DIRECT
+    SHARED
+        .driver_direct
         .iter()
         .map(|w| w.load(Ordering::Relaxed).count_ones())
         .sum()
@@ -532,8 +538,7 @@ impl DriverSitePolicy {
     /// [`Self::step`] with what the callbacks saw, applied (writer thread). `GPUFL_DRIVER_SITES=1`
     /// (and kernel detail) keeps the driver callbacks on.
     pub fn tick(&mut self, now: Instant) {
-        static KEEP: OnceLock<bool> = OnceLock::new();
-        if *KEEP.get_or_init(|| std::env::var_os("GPUFL_DRIVER_SITES").is_some_and(|v| v == "1")) {
+        if crate::options::knobs().driver_sites {
             return;
         }
         // Kernel detail samples launches at their entry, whichever domain they come through
@@ -543,8 +548,8 @@ impl DriverSitePolicy {
         }
         let action = self.step(
             now,
-            RUNTIME_SEEN.load(Ordering::Relaxed),
-            DRIVER_NESTED_SEEN.load(Ordering::Relaxed),
+            SHARED.runtime_seen.load(Ordering::Relaxed),
+            SHARED.driver_nested_seen.load(Ordering::Relaxed),
         );
         match action {
             DriverAction::TurnOff => crate::collection::set_driver_sites(false),
@@ -580,7 +585,7 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         // Kernel launches only: graph work carries the driver graph launch's correlation id, whose
         // CUPTI record the analysis needs (collection.rs keeps graph launches' records).
         let timed = api_from_callbacks() && matches!(call.kind, SiteKind::Launch(_));
-        let epoch = SITE_EPOCH.load(Ordering::Relaxed);
+        let epoch = SHARED.epoch.load(Ordering::Relaxed);
         if site != 0 {
             let outermost = if runtime {
                 st.runtime.exit(epoch)
@@ -616,9 +621,9 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
             if !st.runtime.enter(epoch) {
                 return;
             }
-            note(&RUNTIME_SEEN);
+            note(&SHARED.runtime_seen);
         } else if st.runtime.inside(epoch) {
-            note(&DRIVER_NESTED_SEEN);
+            note(&SHARED.driver_nested_seen);
             return; // the driver call inside a runtime call: already decided
         } else {
             note_direct(call.cbid);
@@ -666,7 +671,7 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         }
         let now = call.cupti.timestamp();
         if !st.sampler.afford(now, budget_ppm()) {
-            RATE_LIMITED.fetch_add(1, Ordering::Relaxed);
+            SHARED.rate_limited.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let mut s = Sample::empty();

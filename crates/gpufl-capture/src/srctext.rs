@@ -32,7 +32,7 @@ impl SourceText {
     /// A cache that reads files unless `GPUFL_SOURCE_TEXT=0`.
     pub fn from_env() -> SourceText {
         SourceText {
-            off: std::env::var("GPUFL_SOURCE_TEXT").is_ok_and(|v| v == "0"),
+            off: !crate::options::knobs().source_text,
             ..SourceText::default()
         }
     }

@@ -114,18 +114,62 @@ impl Sample {
     }
 }
 
-static QUEUE: OnceLock<ArrayQueue<Sample>> = OnceLock::new();
-static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Stack capture's process-wide state (the module's one static): the queues to the writer, the
+/// Python frame registry, what is looked up once, the cost tables.
+struct Stacks {
+    /// Captured samples ([`queue`]), and those dropped because it was full.
+    queue: OnceLock<ArrayQueue<Sample>>,
+    dropped: AtomicU64,
+    /// Registry of Python frames ([`PyRegistry`]).
+    py_registry: Mutex<Option<PyRegistry>>,
+    /// Next Python frame id.
+    next_py_id: AtomicU32,
+    /// Python frames waiting for the writer to resolve them ([`Pending`]).
+    pending: OnceLock<ArrayQueue<Pending>>,
+    /// Whether first sightings of Python frames are resolved on the writer ([`defer_enabled`]).
+    defer: OnceLock<bool>,
+    /// This library's and the interpreter's text ranges ([`ranges`]).
+    ranges: OnceLock<Ranges>,
+    /// The breakdown of the first captures' cost (`GPUFL_DEBUG_COST=1`), and the captures seen.
+    debug_cost: Mutex<Vec<String>>,
+    debug_seen: AtomicU64,
+    /// Durations of the first captures of each [`Purpose`].
+    site_cost: CostTable,
+    sync_cost: CostTable,
+    /// The long-lived native thread of [`capture_on_persistent_native_thread_json`] (tests).
+    test_worker: OnceLock<Option<Mutex<TestChan>>>,
+}
+
+/// Requests to, and answers from, the test worker thread.
+type TestChan = (
+    std::sync::mpsc::Sender<()>,
+    std::sync::mpsc::Receiver<String>,
+);
+
+static STACKS: Stacks = Stacks {
+    queue: OnceLock::new(),
+    dropped: AtomicU64::new(0),
+    py_registry: Mutex::new(None),
+    next_py_id: AtomicU32::new(0),
+    pending: OnceLock::new(),
+    defer: OnceLock::new(),
+    ranges: OnceLock::new(),
+    debug_cost: Mutex::new(Vec::new()),
+    debug_seen: AtomicU64::new(0),
+    site_cost: CostTable::new(),
+    sync_cost: CostTable::new(),
+    test_worker: OnceLock::new(),
+};
 
 /// The queue of captured samples (created on first use).
 pub fn queue() -> &'static ArrayQueue<Sample> {
-    QUEUE.get_or_init(|| ArrayQueue::new(QUEUE_CAPACITY))
+    STACKS.queue.get_or_init(|| ArrayQueue::new(QUEUE_CAPACITY))
 }
 
 /// Push a sample; when the writer falls behind the sample is counted as dropped, never blocking.
 pub fn push(s: Sample) {
     if let Err(s) = queue().push(s) {
-        DROPPED.fetch_add(1, Ordering::Relaxed);
+        STACKS.dropped.fetch_add(1, Ordering::Relaxed);
         if s.native_copy != 0 {
             unwind::release_copy(usize::from(s.native_copy - 1));
         }
@@ -142,20 +186,17 @@ pub fn forget_copy(s: &mut Sample) {
 
 /// Samples dropped since the last call (the queue was full).
 pub fn take_dropped() -> u64 {
-    DROPPED.swap(0, Ordering::Relaxed)
+    STACKS.dropped.swap(0, Ordering::Relaxed)
 }
 
 /// Registry of Python frames: id → what it resolved to (None: its code object was gone or
-/// changed by the time the writer resolved it). Ids are handed out by [`NEXT_PY_ID`]; the writer
-/// fills the registry from [`PENDING`] (deferred resolution), the hot path only when deferring is
-/// off or the queue is full.
+/// changed by the time the writer resolved it). Ids are handed out by `Stacks::next_py_id`; the
+/// writer fills the registry from `Stacks::pending` (deferred resolution), the hot path only when
+/// deferring is off or the queue is full.
 struct PyRegistry {
     infos: HashMap<u32, Option<PyFrameInfo>>,
 }
 
-static PY_REGISTRY: Mutex<Option<PyRegistry>> = Mutex::new(None);
-/// Next Python frame id.
-static NEXT_PY_ID: AtomicU32 = AtomicU32::new(0);
 /// Capacity of the queue of Python frames waiting for the writer to resolve them.
 const PENDING_CAPACITY: usize = 4096;
 
@@ -169,30 +210,28 @@ struct Pending {
     identity: (u32, usize),
 }
 
-static PENDING: OnceLock<ArrayQueue<Pending>> = OnceLock::new();
-
 fn pending() -> &'static ArrayQueue<Pending> {
-    PENDING.get_or_init(|| ArrayQueue::new(PENDING_CAPACITY))
+    STACKS
+        .pending
+        .get_or_init(|| ArrayQueue::new(PENDING_CAPACITY))
 }
 
 /// Whether first sightings of Python frames are resolved on the writer thread (default) rather
 /// than on the hot path: needs the fault-tolerant reader (`process_vm_readv` on this process);
 /// `GPUFL_PY_DEFER=0` turns it off.
 fn defer_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("GPUFL_PY_DEFER").map_or(true, |v| v != "0")
-            && pyframes::safe_reads_available()
-    })
+    *STACKS
+        .defer
+        .get_or_init(|| crate::options::knobs().py_defer && pyframes::safe_reads_available())
 }
 
 fn registry_get(id: u32) -> Option<Option<PyFrameInfo>> {
-    let reg = PY_REGISTRY.lock().ok()?;
+    let reg = STACKS.py_registry.lock().ok()?;
     reg.as_ref()?.infos.get(&id).cloned()
 }
 
 fn registry_put(id: u32, info: Option<PyFrameInfo>) {
-    if let Ok(mut guard) = PY_REGISTRY.lock() {
+    if let Ok(mut guard) = STACKS.py_registry.lock() {
         guard
             .get_or_insert_with(|| PyRegistry {
                 infos: HashMap::new(),
@@ -229,14 +268,14 @@ pub fn python_frame(id: u32) -> Option<PyFrameInfo> {
 
 /// A new id for a frame resolved now (hot path, when deferring is off or its queue is full).
 fn register_python(info: PyFrameInfo) -> Option<u32> {
-    let id = NEXT_PY_ID.fetch_add(1, Ordering::Relaxed);
+    let id = STACKS.next_py_id.fetch_add(1, Ordering::Relaxed);
     registry_put(id, Some(info));
     Some(id)
 }
 
 /// A new id for a frame to be resolved by the writer, or None when the queue is full.
 fn defer_python(raw: &PyFrameRaw, identity: (u32, usize)) -> Option<u32> {
-    let id = NEXT_PY_ID.fetch_add(1, Ordering::Relaxed);
+    let id = STACKS.next_py_id.fetch_add(1, Ordering::Relaxed);
     pending()
         .push(Pending {
             id,
@@ -383,8 +422,7 @@ fn keep_native(native: &[u64], to_interpreter: bool, out: &mut [u64]) -> (usize,
 }
 
 fn ranges() -> &'static Ranges {
-    static R: OnceLock<Ranges> = OnceLock::new();
-    R.get_or_init(|| {
+    STACKS.ranges.get_or_init(|| {
         let own = unwind::module_of(capture_into as *const () as u64).map(|(_, r)| r);
         let interpreter = pyframes::python_version().and_then(|_| {
             [c"_PyEval_EvalFrameDefault", c"PyEval_EvalFrameDefault"]
@@ -425,38 +463,18 @@ pub const SYNC_PY_UNWIND_NS: u64 = 6_000;
 /// copy of the stack ([`unwind::copy_stack`]) instead of on the waiting thread:
 /// `GPUFL_SYNC_NATIVE_DEFER=0` walks them in place (bounded by [`sync_py_unwind_ns`]).
 pub fn sync_native_deferred() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("GPUFL_SYNC_NATIVE_DEFER")
-            .ok()
-            .and_then(|v| crate::options::parse_bool(&v))
-            != Some(false)
-    })
+    crate::options::knobs().sync_native_defer
 }
 
 /// [`SYNC_PY_UNWIND_NS`], or `GPUFL_SYNC_PY_UNWIND_US` (µs, ≥ 1).
 pub fn sync_py_unwind_ns() -> u64 {
-    static N: OnceLock<u64> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("GPUFL_SYNC_PY_UNWIND_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&n| n >= 1)
-            .map_or(SYNC_PY_UNWIND_NS, |us| us * 1000)
-    })
+    crate::options::knobs().sync_py_unwind_ns
 }
 
 /// Time bound of a call site's native walk, ns: `GPUFL_SITE_UNWIND_US` (µs, ≥ 1) or
 /// [`SITE_UNWIND_NS`].
 pub fn site_unwind_ns() -> u64 {
-    static N: OnceLock<u64> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("GPUFL_SITE_UNWIND_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|&n| n >= 1)
-            .map_or(SITE_UNWIND_NS, |us| us * 1000)
-    })
+    crate::options::knobs().site_unwind_ns
 }
 
 /// Capture the calling thread's merged stack into `out` (frames and len only), for a
@@ -605,13 +623,7 @@ pub const OTHER_REUSE_NS: u64 = 2_000_000;
 
 /// [`OTHER_REUSE_NS`], or `GPUFL_XTHREAD_REUSE_US` (µs; 0: read every time).
 fn other_reuse_ns() -> u64 {
-    static N: OnceLock<u64> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("GPUFL_XTHREAD_REUSE_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(OTHER_REUSE_NS, |us| us.saturating_mul(1000))
-    })
+    crate::options::knobs().xthread_reuse_ns
 }
 
 /// The Python frames this thread last read from another thread: (when, frames, ids, via tid).
@@ -743,8 +755,7 @@ fn own_python_ids(py: &[PyFrameRaw], ids: &mut [u32]) {
 
 /// `GPUFL_CROSS_THREAD=0` turns cross-thread Python attribution off.
 fn cross_thread_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_CROSS_THREAD").map_or(true, |v| v != "0"))
+    crate::options::knobs().cross_thread
 }
 
 thread_local! {
@@ -753,14 +764,7 @@ thread_local! {
 }
 
 fn native_every() -> u32 {
-    static N: OnceLock<u32> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("GPUFL_NATIVE_EVERY")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &u32| n >= 1)
-            .unwrap_or(NATIVE_EVERY)
-    })
+    crate::options::knobs().native_every
 }
 
 /// Key of a Python call site for [`native_due`]: its raw frames, and whether they were read from
@@ -777,8 +781,7 @@ fn site_key(py: &[PyFrameRaw], other: bool) -> u64 {
 /// `GPUFL_SITE_NATIVE=1`: call sites made from Python also get their native frames (see
 /// [`capture_for`]).
 fn site_native_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_SITE_NATIVE").is_ok_and(|v| v == "1"))
+    crate::options::knobs().site_native
 }
 
 /// Whether this Python call site's native frames are due for a full unwind.
@@ -804,22 +807,17 @@ fn native_due(py: &[PyFrameRaw], other: bool) -> bool {
 
 /// `GPUFL_DEBUG_COST=1`: keep a breakdown of the first captures' cost (for benchmarks).
 pub(crate) fn debug_cost_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_DEBUG_COST").is_ok_and(|v| v == "1"))
+    crate::options::knobs().debug_cost
 }
-
-static DEBUG_COST: Mutex<Vec<String>> = Mutex::new(Vec::new());
-/// Captures seen by [`debug_cost_push`].
-static DEBUG_SEEN: AtomicU64 = AtomicU64::new(0);
 
 /// Keep the breakdown of the first 8 captures and of every capture over 10 µs (the p99 target of
 /// issue 12; 60 lines at most).
 fn debug_cost_push(cost_ns: u64, line: std::fmt::Arguments) {
-    let seen = DEBUG_SEEN.fetch_add(1, Ordering::Relaxed);
+    let seen = STACKS.debug_seen.fetch_add(1, Ordering::Relaxed);
     if seen >= 8 && cost_ns < 10_000 {
         return;
     }
-    if let Ok(mut v) = DEBUG_COST.lock() {
+    if let Ok(mut v) = STACKS.debug_cost.lock() {
         if v.len() < 60 {
             v.push(format!("#{seen} {line}"));
         }
@@ -828,7 +826,11 @@ fn debug_cost_push(cost_ns: u64, line: std::fmt::Arguments) {
 
 /// The breakdown collected with `GPUFL_DEBUG_COST=1`.
 pub fn debug_cost_lines() -> Vec<String> {
-    let mut v = DEBUG_COST.lock().map(|v| v.clone()).unwrap_or_default();
+    let mut v = STACKS
+        .debug_cost
+        .lock()
+        .map(|v| v.clone())
+        .unwrap_or_default();
     if debug_cost_enabled() {
         v.push(pyframes::xthread::stats_line());
     }
@@ -898,9 +900,7 @@ pub fn capture_on_native_thread_json() -> String {
 /// keeps between captures (the main thread's addresses read speculatively, the cached stacks).
 pub fn capture_on_persistent_native_thread_json() -> String {
     use std::sync::mpsc;
-    type Chan = (mpsc::Sender<()>, mpsc::Receiver<String>);
-    static WORKER: OnceLock<Option<Mutex<Chan>>> = OnceLock::new();
-    let worker = WORKER.get_or_init(|| {
+    let worker = STACKS.test_worker.get_or_init(|| {
         let (req_tx, req_rx) = mpsc::channel::<()>();
         let (resp_tx, resp_rx) = mpsc::channel::<String>();
         std::thread::Builder::new()
@@ -1011,23 +1011,20 @@ fn cost_line(mut v: Vec<u32>, n: usize) -> Option<String> {
     ))
 }
 
-static SITE_COST: CostTable = CostTable::new();
-static SYNC_COST: CostTable = CostTable::new();
-
 /// Record the duration of one capture (lock-free; beyond the first 65536 of a purpose only
 /// counted).
 pub fn record_cost(purpose: Purpose, ns: u64) {
     match purpose {
-        Purpose::Site => SITE_COST.record(ns),
-        Purpose::Sync => SYNC_COST.record(ns),
+        Purpose::Site => STACKS.site_cost.record(ns),
+        Purpose::Sync => STACKS.sync_cost.record(ns),
     }
 }
 
 /// "stack capture cost: call sites N captures, median X ns, p99 Y ns, max Z ns, K over 10 µs;
 /// synchronizations …; both …", if any capture happened.
 pub fn cost_summary() -> Option<String> {
-    let (sites, n_sites) = SITE_COST.values();
-    let (syncs, n_syncs) = SYNC_COST.values();
+    let (sites, n_sites) = STACKS.site_cost.values();
+    let (syncs, n_syncs) = STACKS.sync_cost.values();
     let both: Vec<u32> = sites.iter().chain(&syncs).copied().collect();
     let parts: Vec<String> = [
         ("call sites", sites, n_sites),

@@ -278,12 +278,51 @@ mod imp {
         }
     }
 
-    static GENERATION: AtomicU64 = AtomicU64::new(0);
-    static CURRENT: Mutex<Option<Arc<Snapshot>>> = Mutex::new(None);
-    static LAST_AUTO_SCAN_NS: AtomicU64 = AtomicU64::new(0);
+    /// The unwinder's process-wide state (the module's one static): the published module list,
+    /// the stack-copy slots and the writer's bookkeeping of rebuilds and prefaulting.
+    struct Unwind {
+        /// Generation of the published module list (threads compare theirs with it).
+        generation: AtomicU64,
+        /// The published module list.
+        current: Mutex<Option<Arc<Snapshot>>>,
+        /// Last automatic rebuild by a walk, ns.
+        last_auto_scan_ns: AtomicU64,
+        /// The preallocated stack copies ([`copy_stack`]).
+        copies: [CopySlot; super::COPY_SLOTS],
+        /// The copy slots' pages were touched ([`prefault_copies`]).
+        copies_prefaulted: std::sync::atomic::AtomicBool,
+        /// A rebuild of the module list asked for by a walk that could not do it itself.
+        rescan_wanted: std::sync::atomic::AtomicBool,
+        /// Last time [`service`] compared the loader's counters with the module list's, ns.
+        last_service_check_ns: AtomicU64,
+        /// Modules whose unwind tables [`prefault`] already brought in, by text start.
+        prefaulted: Mutex<Vec<u64>>,
+        /// The snapshot generation [`prefault`] last went through (it only has work after a
+        /// rebuild).
+        prefaulted_generation: AtomicU64,
+    }
+
+    static UNWIND: Unwind = Unwind {
+        generation: AtomicU64::new(0),
+        current: Mutex::new(None),
+        last_auto_scan_ns: AtomicU64::new(0),
+        copies: [const {
+            CopySlot {
+                busy: std::sync::atomic::AtomicBool::new(false),
+                regs: [const { AtomicU64::new(0) }; 3],
+                words: AtomicU64::new(0),
+                data: std::cell::UnsafeCell::new([0; super::COPY_BYTES / 8]),
+            }
+        }; super::COPY_SLOTS],
+        copies_prefaulted: std::sync::atomic::AtomicBool::new(false),
+        rescan_wanted: std::sync::atomic::AtomicBool::new(false),
+        last_service_check_ns: AtomicU64::new(0),
+        prefaulted: Mutex::new(Vec::new()),
+        prefaulted_generation: AtomicU64::new(0),
+    };
 
     fn lock_current() -> MutexGuard<'static, Option<Arc<Snapshot>>> {
-        CURRENT.lock().unwrap_or_else(|e| e.into_inner())
+        UNWIND.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     struct ThreadState {
@@ -310,7 +349,7 @@ mod imp {
 
         /// Switch to the newest published snapshot if ours is outdated (slow path).
         fn refresh(&mut self) {
-            if self.snap.generation != GENERATION.load(Ordering::Acquire) {
+            if self.snap.generation != UNWIND.generation.load(Ordering::Acquire) {
                 self.snap = current();
                 // Fresh cache: framehop's u16 module generations could wrap around.
                 self.cache = RuleCache::new_in();
@@ -347,15 +386,6 @@ mod imp {
     // SAFETY: `data` is accessed only by the thread holding `busy` (see CopySlot).
     unsafe impl Sync for CopySlot {}
 
-    static COPIES: [CopySlot; super::COPY_SLOTS] = [const {
-        CopySlot {
-            busy: std::sync::atomic::AtomicBool::new(false),
-            regs: [const { AtomicU64::new(0) }; 3],
-            words: AtomicU64::new(0),
-            data: std::cell::UnsafeCell::new([0; super::COPY_BYTES / 8]),
-        }
-    }; super::COPY_SLOTS];
-
     const COPY_WORDS: usize = super::COPY_BYTES / 8;
 
     /// Run `f` on this thread's unwinding state (made on first use), never unwinding into the
@@ -383,12 +413,12 @@ mod imp {
     #[inline(always)]
     pub(super) fn copy_stack() -> Option<usize> {
         use super::registers_here;
-        let i = COPIES.iter().position(|c| {
+        let i = UNWIND.copies.iter().position(|c| {
             c.busy
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         })?;
-        let slot = &COPIES[i];
+        let slot = &UNWIND.copies[i];
         let (pc, sp, bp) = registers_here();
         let Some(hi) = with_state(|st| {
             (st.stack_lo..st.stack_hi)
@@ -419,11 +449,10 @@ mod imp {
     /// of 2026-11-26: 4-60 µs per cold slot in a Trainer, where page faults wait on the memory-map
     /// lock).
     fn prefault_copies() {
-        static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if DONE.swap(true, Ordering::Relaxed) {
+        if UNWIND.copies_prefaulted.swap(true, Ordering::Relaxed) {
             return;
         }
-        for c in &COPIES {
+        for c in &UNWIND.copies {
             // A slot in use is being written by its capture (its pages are being touched anyway).
             if c.busy
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -442,13 +471,13 @@ mod imp {
     }
 
     pub(super) fn release_copy(slot: usize) {
-        if let Some(c) = COPIES.get(slot) {
+        if let Some(c) = UNWIND.copies.get(slot) {
             c.busy.store(false, Ordering::Release);
         }
     }
 
     pub(super) fn walk_copy(slot: usize, out: &mut [u64]) -> (usize, bool) {
-        let Some(c) = COPIES.get(slot) else {
+        let Some(c) = UNWIND.copies.get(slot) else {
             return (0, true);
         };
         let words = (c.words.load(Ordering::Acquire) as usize).min(COPY_WORDS);
@@ -521,7 +550,7 @@ mod imp {
             }
             if bound.defer_rescan {
                 if suspicious() {
-                    RESCAN_WANTED.store(true, Ordering::Relaxed);
+                    UNWIND.rescan_wanted.store(true, Ordering::Relaxed);
                     cut = true;
                 }
                 break;
@@ -533,20 +562,14 @@ mod imp {
         (n, cut)
     }
 
-    /// A rebuild of the module list asked for by a walk that could not do it itself.
-    static RESCAN_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-    /// Last time [`service`] compared the loader's counters with the module list's, ns.
-    static LAST_SERVICE_CHECK_NS: AtomicU64 = AtomicU64::new(0);
-
     pub(super) fn service() {
         let snap = current();
         let now = mono_ns().max(1);
-        let periodic =
-            now.saturating_sub(LAST_SERVICE_CHECK_NS.load(Ordering::Relaxed)) >= RESCAN_INTERVAL_NS;
+        let periodic = now.saturating_sub(UNWIND.last_service_check_ns.load(Ordering::Relaxed))
+            >= RESCAN_INTERVAL_NS;
         let mut snap = snap;
-        if RESCAN_WANTED.swap(false, Ordering::Relaxed) || periodic {
-            LAST_SERVICE_CHECK_NS.store(now, Ordering::Relaxed);
+        if UNWIND.rescan_wanted.swap(false, Ordering::Relaxed) || periodic {
+            UNWIND.last_service_check_ns.store(now, Ordering::Relaxed);
             if loader_counters() != snap.counters {
                 snap = publish(build_snapshot(), false);
             }
@@ -555,24 +578,21 @@ mod imp {
         prefault_copies();
     }
 
-    /// Modules whose unwind tables [`prefault`] already brought in, by text start.
-    static PREFAULTED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
-    /// The snapshot generation [`prefault`] last went through (it only has work after a rebuild).
-    static PREFAULTED_GENERATION: AtomicU64 = AtomicU64::new(0);
-
     /// Bring every module's unwind tables into this process's page tables, once per module, on
     /// the calling (writer) thread: a walk on the hot path then meets no page fault in them. In a
     /// PyTorch process they are tens of MB that a cold walk would fault in a few pages per frame
     /// (a binary search over `.eh_frame_hdr`), each fault some microseconds, and far more under a
     /// sandboxing kernel such as gVisor.
     fn prefault(snap: &Snapshot) {
-        if PREFAULTED_GENERATION.load(Ordering::Relaxed) == snap.generation {
+        if UNWIND.prefaulted_generation.load(Ordering::Relaxed) == snap.generation {
             return;
         }
-        let Ok(mut done) = PREFAULTED.try_lock() else {
+        let Ok(mut done) = UNWIND.prefaulted.try_lock() else {
             return;
         };
-        PREFAULTED_GENERATION.store(snap.generation, Ordering::Relaxed);
+        UNWIND
+            .prefaulted_generation
+            .store(snap.generation, Ordering::Relaxed);
         for m in &snap.modules {
             if done.contains(&m.range.start) {
                 continue;
@@ -657,7 +677,7 @@ mod imp {
             }
             assert!(found > 0, "no module with a standard .eh_frame_hdr table");
             service();
-            assert!(PREFAULTED.lock().unwrap().len() >= found);
+            assert!(UNWIND.prefaulted.lock().unwrap().len() >= found);
         }
     }
 
@@ -789,13 +809,17 @@ mod imp {
     /// Rate-limited rescan, attempted only if `suspicious()` (evaluated after the cheap time
     /// check). Returns true if a new snapshot was published.
     fn maybe_auto_rescan(snap: &Snapshot, suspicious: impl FnOnce() -> bool) -> bool {
-        let last = LAST_AUTO_SCAN_NS.load(Ordering::Relaxed);
+        let last = UNWIND.last_auto_scan_ns.load(Ordering::Relaxed);
         let now = mono_ns().max(1);
         if (last != 0 && now.saturating_sub(last) < RESCAN_INTERVAL_NS) || !suspicious() {
             return false;
         }
-        let claimed =
-            LAST_AUTO_SCAN_NS.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed);
+        let claimed = UNWIND.last_auto_scan_ns.compare_exchange(
+            last,
+            now,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         if claimed.is_err() || loader_counters() == snap.counters {
             return false; // another thread claimed this slot, or nothing was (un)loaded
         }
@@ -819,7 +843,7 @@ mod imp {
         if let Some(s) = lock_current().as_ref() {
             return s.clone();
         }
-        publish(build_snapshot(), false) // built without holding CURRENT
+        publish(build_snapshot(), false) // built without holding `UNWIND.current`
     }
 
     /// Publish `snap` unless an equal (and not `force`) or newer one is already current.
@@ -832,11 +856,11 @@ mod imp {
                 return cur.clone();
             }
         }
-        let generation = GENERATION.load(Ordering::Relaxed) + 1;
+        let generation = UNWIND.generation.load(Ordering::Relaxed) + 1;
         snap.generation = generation;
         let arc = Arc::new(snap);
         *guard = Some(arc.clone());
-        GENERATION.store(generation, Ordering::Release);
+        UNWIND.generation.store(generation, Ordering::Release);
         arc
     }
 

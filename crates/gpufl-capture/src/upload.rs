@@ -89,12 +89,12 @@ fn fallback_options() -> Options {
 }
 
 /// Resolve what to upload: each field given, else `base`'s (the init options with the
-/// environment), else `GPUFL_SERVER` for the server. `Err((code, message))` when no server or
-/// no key is configured.
+/// environment), else `env_server` (`GPUFL_SERVER`: [`crate::options::server_from_env`]) for the
+/// server. `Err((code, message))` when no server or no key is configured.
 pub fn resolve(
     given: &Given,
     base: &Options,
-    env: impl Fn(&str) -> Option<String>,
+    env_server: Option<String>,
 ) -> Result<Plan, (c_int, String)> {
     let pick = |g: &Option<String>, b: &str| -> Option<String> {
         g.as_deref()
@@ -104,7 +104,7 @@ pub fn resolve(
             .map(str::to_string)
     };
     let server = pick(&given.backend_url, &base.backend_url).or_else(|| {
-        env("GPUFL_SERVER")
+        env_server
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
     });
@@ -146,7 +146,7 @@ pub fn resolve(
 pub fn upload_logs(given: &Given) -> c_int {
     let base = fallback_options();
     let quiet = base.quiet;
-    let plan = match resolve(given, &base, |k| std::env::var(k).ok()) {
+    let plan = match resolve(given, &base, crate::options::server_from_env()) {
         Ok(p) => p,
         Err((code, msg)) => {
             say(&msg);
@@ -298,8 +298,9 @@ mod tests {
         }
     }
 
-    fn env_server(k: &str) -> Option<String> {
-        (k == "GPUFL_SERVER").then(|| "http://env:8470".to_string())
+    /// `GPUFL_SERVER` set.
+    fn env_server() -> Option<String> {
+        Some("http://env:8470".to_string())
     }
 
     #[test]
@@ -309,7 +310,7 @@ mod tests {
             backend_url: Some("https://given".into()),
             api_key: Some("gfl_up_given".into()),
         };
-        let p = resolve(&given, &base(), env_server).unwrap();
+        let p = resolve(&given, &base(), env_server()).unwrap();
         assert_eq!(
             (p.log_path.to_str().unwrap(), &*p.server, &*p.api_key),
             ("mine", "https://given", "gfl_up_given")
@@ -321,7 +322,7 @@ mod tests {
             api_key: Some(String::new()),
         };
         for g in [Given::default(), empty] {
-            let p = resolve(&g, &base(), env_server).unwrap();
+            let p = resolve(&g, &base(), env_server()).unwrap();
             assert_eq!(
                 (p.log_path.to_str().unwrap(), &*p.server, &*p.api_key),
                 ("init-logs", "http://init:8470", "gfl_up_init")
@@ -333,7 +334,7 @@ mod tests {
             log_path: String::new(),
             ..base()
         };
-        let p = resolve(&Given::default(), &bare, env_server).unwrap();
+        let p = resolve(&Given::default(), &bare, env_server()).unwrap();
         assert_eq!(
             (p.log_path.to_str().unwrap(), &*p.server),
             ("gpufl-sessions", "http://env:8470")
@@ -348,10 +349,10 @@ mod tests {
             api_key: String::new(),
             ..base()
         };
-        let e = resolve(&Given::default(), &none, |_| None).unwrap_err();
+        let e = resolve(&Given::default(), &none, None).unwrap_err();
         assert_eq!(e.0, NOT_CONFIGURED);
         assert!(e.1.contains("no server"), "{}", e.1);
-        let e = resolve(&Given::default(), &none, env_server).unwrap_err();
+        let e = resolve(&Given::default(), &none, env_server()).unwrap_err();
         assert_eq!(e.0, NOT_CONFIGURED);
         assert!(e.1.contains("no key"), "{}", e.1);
     }

@@ -1,5 +1,10 @@
 //! Limits of the reader on untrusted input: what one trace may cost to read, whatever its bytes.
 //! Documented in docs/trace-format.md ("Limits").
+//!
+//! This is also where the crate reads its environment: the `GPUFL_MAX_*` limits below and
+//! [`THREADS_ENV`] (the readers' threads, [`crate::par::default_threads`]). The exporter feed's
+//! variables ([`crate::feed::ENV_SOCKET`], [`crate::feed::ENV_FEED`]) are only named in this crate;
+//! the recorder and the exporter read them.
 
 /// Limits on what reading a trace may decompress and hold. The defaults are far above what the
 /// recorder writes (a block every 500 ms; records of a few hundred bytes) and can be raised with
@@ -42,6 +47,15 @@ pub const ENV_MAX_SESSION_MB: &str = "GPUFL_MAX_SESSION_MB";
 pub const ENV_MAX_LINE_MB: &str = "GPUFL_MAX_LINE_MB";
 /// Environment variable overriding [`ReadLimits::max_ratio`].
 pub const ENV_MAX_RATIO: &str = "GPUFL_MAX_RATIO";
+
+/// The environment variable that sets the number of threads readers and the analysis use
+/// ([`crate::par::default_threads`]).
+pub const THREADS_ENV: &str = "GPUFL_THREADS";
+
+/// The value of [`THREADS_ENV`], if set.
+pub(crate) fn threads_var() -> Option<String> {
+    std::env::var(THREADS_ENV).ok()
+}
 
 impl Default for ReadLimits {
     fn default() -> Self {

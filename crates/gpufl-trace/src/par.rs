@@ -90,8 +90,7 @@ pub trait Items {
 /// A folded run: the fold's part, its records and their counts.
 type Part = (Box<dyn Any + Send>, u64, Counts);
 
-/// The environment variable that sets the number of threads readers and the analysis use.
-pub const THREADS_ENV: &str = "GPUFL_THREADS";
+pub use crate::limits::THREADS_ENV;
 
 /// The most threads a reader starts, whatever it is asked for.
 pub const MAX_THREADS: usize = 256;
@@ -104,7 +103,7 @@ pub const MAX_AHEAD: u64 = 32;
 
 /// Threads to read with: `GPUFL_THREADS` when it is a positive integer, else the available cores.
 pub fn default_threads() -> usize {
-    threads_from(std::env::var(THREADS_ENV).ok().as_deref())
+    threads_from(crate::limits::threads_var().as_deref())
 }
 
 /// `value` as a thread count (a positive integer, at most [`MAX_THREADS`]), else the available

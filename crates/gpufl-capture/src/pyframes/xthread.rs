@@ -91,9 +91,40 @@ thread_local! {
     static PIPE: RefCell<Option<ThreadPipe>> = const { RefCell::new(None) };
 }
 
-/// Bumped in a forked child (`crate::recorder`'s fork hook): a pipe made before is shared with
-/// the parent and is not used again.
-pub(crate) static FORK_GEN: AtomicU64 = AtomicU64::new(0);
+/// The cross-thread path's process-wide state (the module's one static).
+struct Xthread {
+    /// Bumped in a forked child (`crate::recorder`'s fork hook, [`note_fork`]): a pipe made
+    /// before is shared with the parent and is not used again.
+    fork_gen: AtomicU64,
+    /// The fault-tolerant reader, probed once ([`safe_mem`]).
+    safe: OnceLock<Result<SafeMem, String>>,
+    /// What cross-thread captures did ([`stats`]).
+    stats: [AtomicU64; 5],
+    /// The interpreter's main thread state and its OS thread id, as last seen by a full look (0:
+    /// not yet); checked against the thread state's ids before use.
+    main_ts: AtomicUsize,
+    main_tid: AtomicU64,
+    /// The main thread's `thread_id` (`_PyRuntime.main_thread`), read once (0: not yet).
+    main_id: AtomicUsize,
+    /// The main thread's C stack ([`main_stack`]), read once.
+    main_stack: OnceLock<(usize, usize)>,
+}
+
+static XT: Xthread = Xthread {
+    fork_gen: AtomicU64::new(0),
+    safe: OnceLock::new(),
+    stats: [const { AtomicU64::new(0) }; 5],
+    main_ts: AtomicUsize::new(0),
+    main_tid: AtomicU64::new(0),
+    main_id: AtomicUsize::new(0),
+    main_stack: OnceLock::new(),
+};
+
+/// In a forked child (`crate::recorder`'s fork hook): pipes made before the fork are shared with
+/// the parent and are not used again.
+pub(crate) fn note_fork() {
+    XT.fork_gen.fetch_add(1, Ordering::SeqCst);
+}
 
 /// Copy `n` ranges of this process's memory (`src[i]` → `dst[i]`, the same lengths, `total` bytes)
 /// through the calling thread's pipe; true only when every byte came.
@@ -102,7 +133,7 @@ fn pipe_copy(src: &[libc::iovec], dst: &[libc::iovec], total: usize) -> bool {
         let Ok(mut p) = p.try_borrow_mut() else {
             return false;
         };
-        let gen = FORK_GEN.load(Ordering::Relaxed);
+        let gen = XT.fork_gen.load(Ordering::Relaxed);
         if p.as_ref().is_some_and(|t| t.gen != gen) {
             // Made before a fork: the parent holds the same pipe. Leave its descriptors to this
             // process's copy of them (closing them here does not touch the parent's).
@@ -240,48 +271,48 @@ fn refuses_unreadable(m: &SafeMem) -> bool {
 /// checked without a system call ([`direct_unchanged`]), reads are rare: the safe way is the
 /// default, the pipe a benchmark knob.
 fn chosen_via() -> Via {
-    match std::env::var("GPUFL_XTHREAD_READ").as_deref() {
-        Ok("pipe") => Via::Pipe,
-        _ => Via::VmReadv,
+    if crate::options::knobs().xthread_read_pipe {
+        Via::Pipe
+    } else {
+        Via::VmReadv
     }
 }
 
-static SAFE: OnceLock<Result<SafeMem, String>> = OnceLock::new();
-
 /// The fault-tolerant reader, probed once; Err says why cross-thread attribution is off.
 pub(crate) fn safe_mem() -> Result<&'static SafeMem, &'static str> {
-    SAFE.get_or_init(|| {
-        // SAFETY: getpid cannot fail.
-        let pid = unsafe { libc::getpid() };
-        let probe: u64 = 0x6770_7566_6c21;
-        let works = |m: &SafeMem| {
-            let mut got = [0u8; 8];
-            m.read_into(&probe as *const u64 as usize, &mut got)
-                && u64::from_ne_bytes(got) == probe
-                && refuses_unreadable(m)
-        };
-        // The chosen way first, the other when it is refused (a sandbox may forbid one).
-        let first = chosen_via();
-        let other = if first == Via::Pipe {
-            Via::VmReadv
-        } else {
-            Via::Pipe
-        };
-        let mut why = Vec::new();
-        for via in [first, other] {
-            let m = SafeMem { pid, via };
-            if works(&m) {
-                return Ok(m);
+    XT.safe
+        .get_or_init(|| {
+            // SAFETY: getpid cannot fail.
+            let pid = unsafe { libc::getpid() };
+            let probe: u64 = 0x6770_7566_6c21;
+            let works = |m: &SafeMem| {
+                let mut got = [0u8; 8];
+                m.read_into(&probe as *const u64 as usize, &mut got)
+                    && u64::from_ne_bytes(got) == probe
+                    && refuses_unreadable(m)
+            };
+            // The chosen way first, the other when it is refused (a sandbox may forbid one).
+            let first = chosen_via();
+            let other = if first == Via::Pipe {
+                Via::VmReadv
+            } else {
+                Via::Pipe
+            };
+            let mut why = Vec::new();
+            for via in [first, other] {
+                let m = SafeMem { pid, via };
+                if works(&m) {
+                    return Ok(m);
+                }
+                why.push(format!("{via:?}: {}", std::io::Error::last_os_error()));
             }
-            why.push(format!("{via:?}: {}", std::io::Error::last_os_error()));
-        }
-        Err(format!(
-            "cross-thread Python attribution off: no fault-tolerant read ({})",
-            why.join("; ")
-        ))
-    })
-    .as_ref()
-    .map_err(|e| e.as_str())
+            Err(format!(
+                "cross-thread Python attribution off: no fault-tolerant read ({})",
+                why.join("; ")
+            ))
+        })
+        .as_ref()
+        .map_err(|e| e.as_str())
 }
 
 /// Why cross-thread attribution is unavailable (Python present but the safe reader refused).
@@ -747,8 +778,8 @@ fn capture_with_cache(
                     && rd_at::<usize>(tb, l.ts_thread_id) == main_id.filter(|&v| v != 0);
                 let tid = rd_at::<u64>(tb, l.ts_native_thread_id).unwrap_or(0);
                 if main {
-                    MAIN_TS.store(ts, Ordering::Relaxed);
-                    MAIN_TID.store(tid, Ordering::Relaxed);
+                    XT.main_ts.store(ts, Ordering::Relaxed);
+                    XT.main_tid.store(tid, Ordering::Relaxed);
                 }
                 let cand = Candidate {
                     idle: c.slots[i].idle,
@@ -786,21 +817,23 @@ thread_local! {
     pub static DEBUG_READ: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-/// What cross-thread captures did, counted only with `GPUFL_DEBUG_COST=1`: [main thread taken without a
-/// full look, full looks, stacks proven unchanged by one read, stacks walked anew, stacks proven
-/// unchanged by direct loads (no system call)].
-pub static STATS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+/// What cross-thread captures did, counted only with `GPUFL_DEBUG_COST=1`: [main thread taken
+/// without a full look, full looks, stacks proven unchanged by one read, stacks walked anew,
+/// stacks proven unchanged by direct loads (no system call)].
+pub fn stats() -> &'static [AtomicU64; 5] {
+    &XT.stats
+}
 
 fn count(i: usize) {
     if crate::stack::debug_cost_enabled() {
-        STATS[i].fetch_add(1, Ordering::Relaxed);
+        XT.stats[i].fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// "cross-thread (via): main thread directly A, full looks B, stacks unchanged C by a read and D
 /// without a system call, walked E".
 pub fn stats_line() -> String {
-    let v: Vec<u64> = STATS.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+    let v: Vec<u64> = XT.stats.iter().map(|a| a.load(Ordering::Relaxed)).collect();
     format!(
         "cross-thread ({:?}): main thread directly {}, full looks {}, stacks unchanged {} by a \
          read and {} without a system call, walked {}",
@@ -841,15 +874,8 @@ pub fn readv_cost(iovecs: usize, iters: u32) -> f64 {
     t.elapsed().as_nanos() as f64 / iters.max(1) as f64
 }
 
-/// The interpreter's main thread state and its OS thread id, as last seen by a full look (0: not
-/// yet); checked against the thread state's ids before use.
-static MAIN_TS: AtomicUsize = AtomicUsize::new(0);
-static MAIN_TID: AtomicU64 = AtomicU64::new(0);
-/// The main thread's `thread_id` (`_PyRuntime.main_thread`), read once (0: not yet).
-static MAIN_ID: AtomicUsize = AtomicUsize::new(0);
-
 fn main_thread_id(m: &SafeMem, rt: &Runtime) -> Option<usize> {
-    let known = MAIN_ID.load(Ordering::Relaxed);
+    let known = XT.main_id.load(Ordering::Relaxed);
     if known != 0 {
         return Some(known);
     }
@@ -857,7 +883,7 @@ fn main_thread_id(m: &SafeMem, rt: &Runtime) -> Option<usize> {
         return None;
     }
     let v = read_usize(m, rt.py_runtime + rt.layout.rt_main_thread)?;
-    MAIN_ID.store(v, Ordering::Relaxed);
+    XT.main_id.store(v, Ordering::Relaxed);
     Some(v)
 }
 
@@ -884,11 +910,11 @@ fn main_fast(
 ) -> Option<(usize, u64)> {
     let l = rt.layout;
     let main_id = main_id.filter(|&v| v != 0)?;
-    let ts = MAIN_TS.load(Ordering::Relaxed);
+    let ts = XT.main_ts.load(Ordering::Relaxed);
     if !plausible(ts) || ts == own {
         return None;
     }
-    let tid = MAIN_TID.load(Ordering::Relaxed);
+    let tid = XT.main_tid.load(Ordering::Relaxed);
     if let Some(i) = direct_unchanged(rt, c, ts, main_id, tid, holder) {
         count(4);
         let e = &c.slots[i];
@@ -907,8 +933,7 @@ fn main_fast(
 
 /// `GPUFL_XTHREAD_DIRECT=0` turns [`direct_unchanged`] off (every check is a copy the kernel makes).
 fn direct_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("GPUFL_XTHREAD_DIRECT").map_or(true, |v| v != "0"))
+    crate::options::knobs().xthread_direct
 }
 
 /// What the cross-thread path reads once per process, read now (at the recorder's start, not in
@@ -920,8 +945,7 @@ pub(crate) fn prepare() {
 /// The main thread's C stack (`[stack]` of /proc/self/maps), read once: where CPython keeps the
 /// `_PyCFrame` of each running evaluation loop. Empty when not found.
 fn main_stack() -> (usize, usize) {
-    static R: OnceLock<(usize, usize)> = OnceLock::new();
-    *R.get_or_init(|| {
+    *XT.main_stack.get_or_init(|| {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         maps.lines()
             .find(|l| l.ends_with("[stack]"))
