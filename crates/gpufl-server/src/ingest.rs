@@ -4,10 +4,10 @@
 //! and stores the summary, insights, kernel table and documents in one transaction — only if the
 //! session was not uploaded again meanwhile (then it is pending again and analysed anew).
 
-use crate::api::upload::Manifest;
 use crate::db::{now_ns, text, Db};
 use crate::AppState;
 use gpufl_analysis::{Analysis, Config, Model, Severity};
+use gpufl_protocol::Manifest;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -299,7 +299,7 @@ async fn fetch(st: &AppState, c: &Claim, dir: &Path) -> Result<PathBuf, crate::S
                 .blobs
                 .get_part(&c.project, &c.session, &f.name, i as i64)
                 .await?;
-            let want = Manifest::part_size(f, i) as usize;
+            let want = f.part_len(i) as usize;
             out.write_all(&b[..want.min(b.len())]).await.map_err(io)?;
         }
         out.flush().await.map_err(io)?;

@@ -1,7 +1,7 @@
 //! The read endpoints (docs/server-api.md): a key reaches its own project's sessions only — every
 //! query is bounded by the caller's project, and another project's session answers 404.
 
-use crate::api::upload::{check_session_id, Manifest};
+use crate::api::upload::check_session_id;
 use crate::auth::{self, KeyKind};
 use crate::db::{int, text};
 use crate::error::ApiError;
@@ -11,6 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use gpufl_protocol::Manifest;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -436,7 +437,7 @@ pub async fn file(
             let r = blobs
                 .get_part(&project, &id, &f.name, i as i64)
                 .await
-                .map(|b| b.slice(..(Manifest::part_size(&f, i) as usize).min(b.len())))
+                .map(|b| b.slice(..(f.part_len(i) as usize).min(b.len())))
                 .map_err(std::io::Error::other);
             Some((r, i + 1))
         }

@@ -9,13 +9,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use gpufl_protocol::{
+    Completion, Manifest, PartInfo, PartStored, StatusFile, UploadStatus, PART_SIZE,
+};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Bytes of one part (the last part of a file may be shorter).
-pub const PART_SIZE: u64 = 4 << 20;
 /// A completion's manifest, at most.
 const MAX_MANIFEST: usize = 1 << 20;
 /// Files in one session, at most.
@@ -57,27 +57,6 @@ fn check_hash(h: &str) -> bool {
     h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-#[derive(Serialize)]
-pub struct PartInfo {
-    index: i64,
-    size: i64,
-    sha256: String,
-}
-
-#[derive(Serialize)]
-pub struct FileInfo {
-    name: String,
-    parts: Vec<PartInfo>,
-}
-
-#[derive(Serialize)]
-pub struct UploadStatus {
-    session: String,
-    part_size: u64,
-    state: String,
-    files: Vec<FileInfo>,
-}
-
 async fn caller(st: &AppState, headers: &HeaderMap) -> Result<auth::Caller, ApiError> {
     let c = auth::caller(&st.db, headers).await?;
     st.limiter.take(&c.key_id)?;
@@ -111,8 +90,8 @@ pub async fn status(
     let mut files: BTreeMap<String, Vec<PartInfo>> = BTreeMap::new();
     for r in &rows {
         files.entry(text(r, "file")).or_default().push(PartInfo {
-            index: int(r, "idx"),
-            size: int(r, "size"),
+            index: int(r, "idx") as u64,
+            size: int(r, "size") as u64,
             sha256: text(r, "sha256"),
         });
     }
@@ -122,7 +101,7 @@ pub async fn status(
         state,
         files: files
             .into_iter()
-            .map(|(name, parts)| FileInfo { name, parts })
+            .map(|(name, parts)| StatusFile { name, parts })
             .collect(),
     }))
 }
@@ -151,7 +130,7 @@ pub async fn put_part(
     Path((session, file, index)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<PartStored>, ApiError> {
     let mut body = Some(body);
     let r = put_part_inner(&st, session, file, index, &headers, &mut body).await;
     if r.is_err() {
@@ -167,7 +146,7 @@ async fn put_part_inner(
     index: String,
     headers: &HeaderMap,
     body: &mut Option<Body>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<PartStored>, ApiError> {
     let c = caller(st, headers).await?;
     check_session_id(&session)?;
     check_file_name(&file)?;
@@ -252,7 +231,7 @@ async fn put_part_inner(
     if let Some(o) = &old {
         old_size = int(o, "size");
         if old_size == size && text(o, "sha256") == got {
-            return Ok(Json(serde_json::json!({ "stored": false })));
+            return Ok(Json(PartStored { stored: false }));
         }
         // Only a longer version of a short (last) part replaces it: the same file, grown.
         let conflict = || {
@@ -302,7 +281,7 @@ async fn put_part_inner(
     .bind(&got)
     .execute(&st.db.pool)
     .await?;
-    Ok(Json(serde_json::json!({ "stored": true })))
+    Ok(Json(PartStored { stored: true }))
 }
 
 /// `SUM` comes back as BIGINT from SQLite and NUMERIC from PostgreSQL: read either.
@@ -319,29 +298,6 @@ fn sum(r: &sqlx::any::AnyRow, col: &str) -> i64 {
 
 fn too_large(reason: String) -> ApiError {
     ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", reason)
-}
-
-/// One file of a completion's manifest.
-#[derive(Deserialize, Serialize, Clone, PartialEq, Eq, Debug)]
-#[serde(deny_unknown_fields)]
-pub struct ManifestFile {
-    pub name: String,
-    pub size: u64,
-    pub sha256: String,
-    pub parts: u64,
-}
-
-#[derive(Deserialize, Serialize, Clone, PartialEq, Eq, Debug)]
-#[serde(deny_unknown_fields)]
-pub struct Manifest {
-    pub files: Vec<ManifestFile>,
-}
-
-impl Manifest {
-    /// The size of part `i` of `f`.
-    pub fn part_size(f: &ManifestFile, i: u64) -> u64 {
-        (f.size - i * PART_SIZE).min(PART_SIZE)
-    }
 }
 
 fn malformed(reason: impl Into<String>) -> ApiError {
@@ -394,7 +350,7 @@ pub async fn complete(
     Path(session): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Completion>, ApiError> {
     let c = match caller(&st, &headers).await {
         Ok(c) => c,
         Err(e) => {
@@ -421,7 +377,7 @@ pub async fn complete(
     let mut missing = Vec::new();
     for f in &m.files {
         for i in 0..f.parts {
-            let want = Manifest::part_size(f, i) as i64;
+            let want = f.part_len(i) as i64;
             // A stored part longer than the manifest says is a later, grown version of it: the
             // manifest's prefix of it is what this completion covers.
             match held.get(&(f.name.clone(), i as i64)) {
@@ -450,7 +406,7 @@ pub async fn complete(
                 .blobs
                 .get_part(&c.project_id, &session, &f.name, i as i64)
                 .await?;
-            let want = Manifest::part_size(f, i) as usize;
+            let want = f.part_len(i) as usize;
             h.update(&b[..want.min(b.len())]);
         }
         let got = hex::encode(h.finalize());
@@ -474,7 +430,7 @@ pub async fn complete(
         .blobs
         .get_part(&c.project_id, &session, &first.name, 0)
         .await?;
-    let b = b.slice(..(Manifest::part_size(first, 0) as usize).min(b.len()));
+    let b = b.slice(..(first.part_len(0) as usize).min(b.len()));
     match gpufl_trace::TraceReader::from_bytes(b.to_vec(), first.name.clone()) {
         Ok(mut r) => match r.next() {
             Some(gpufl_trace::Record::Header(_)) => {}
@@ -526,12 +482,12 @@ pub async fn complete(
         .fetch_one(&st.db.pool)
         .await
         .map(|r| text(&r, "ingest_state"))?;
-    Ok(Json(serde_json::json!({
-        "session": session,
-        "state": "complete",
-        "stored": stored,
-        "ingest": ingest,
-    })))
+    Ok(Json(Completion {
+        ingest,
+        session,
+        state: "complete".into(),
+        stored: stored.into(),
+    }))
 }
 
 fn not_gpufl(why: &str) -> ApiError {
@@ -572,7 +528,7 @@ mod tests {
             PART_SIZE + 1
         );
         let m = parse_manifest(ok.as_bytes(), u64::MAX).unwrap();
-        assert_eq!(Manifest::part_size(&m.files[0], 1), 1);
+        assert_eq!(m.files[0].part_len(1), 1);
         let wrong_parts = ok.replace("\"parts\":2", "\"parts\":1");
         assert_eq!(
             parse_manifest(wrong_parts.as_bytes(), u64::MAX)
