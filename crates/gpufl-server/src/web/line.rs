@@ -10,13 +10,12 @@
 
 use super::cards::Card;
 use super::charts::Bars;
-use super::data::{self, KernelRow};
-use super::{fmt, render, url_encode, viewer, Nav, WebError};
+use super::data;
+use super::{fmt, render, url_encode, Nav, Viewer, WebError};
+use crate::store::KernelRow;
 use crate::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
-use axum::http::Uri;
 use axum::response::Response;
 use gpufl_analysis::kernels::short_name;
 use serde::Deserialize;
@@ -368,11 +367,9 @@ fn body_u(b: &serde_json::Value, k: &str) -> i64 {
 pub async fn page(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
+    v: Viewer,
     q: Result<Query<LineQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, WebError> {
-    let v = viewer(&st, &headers, &uri.to_string()).await?;
     let Query(q) = q.map_err(|e| WebError::BadRequest(e.body_text()))?;
     let file = q
         .file
@@ -398,7 +395,9 @@ pub async fn page(
         .iter()
         .filter(|d| d.location.file == file && d.location.line == Some(line))
         .collect();
-    let cards: Vec<Card> = data::insights(&st, &v.project_id, &id)
+    let cards: Vec<Card> = st
+        .db
+        .insights(&v.project_id, &id)
         .await?
         .iter()
         .filter(|r| r.file == file && r.line == i64::from(line))
@@ -517,7 +516,7 @@ pub async fn page(
     list.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
     list.truncate(MAX_KERNELS);
     let names: Vec<&str> = list.iter().map(|k| k.0).collect();
-    let rows = data::kernels_named(&st, &v.project_id, &id, &names).await?;
+    let rows = st.db.kernels_named(&v.project_id, &id, &names).await?;
     let kernels: Vec<KernelView> = list
         .iter()
         .map(|&(name, launches, total)| {
