@@ -3,6 +3,8 @@
 //! lease is taken over), reads its parts from the object store, analyses them with gpufl-analysis
 //! and stores the summary, insights, kernel table and documents in one transaction — only if the
 //! session was not uploaded again meanwhile (then it is pending again and analysed anew).
+//! Independent of the HTTP layer: the claims and the results go through the store
+//! ([`Db::claim_next_session`], [`Db::save_analysis`]), the manifest is `gpufl-protocol`'s.
 
 use crate::store::{now_ns, ClaimKey, Db, Stored, StoredInsight, StoredKernel};
 use crate::AppState;
