@@ -103,7 +103,7 @@ fn import(addr: std::net::SocketAddr, key: auth::NewKey, dirs: Vec<PathBuf>, cfg
     );
     if let Ok(rt) = gpufl_server::runtime() {
         let _ = rt.block_on(async {
-            let db = gpufl_server::db::Db::open(&cfg.db_url()).await?;
+            let db = gpufl_server::store::Db::open(&cfg.db_url()).await?;
             auth::revoke_key(&db, &key.id).await?;
             Ok::<_, gpufl_server::ServerError>(())
         });
@@ -205,7 +205,7 @@ pub fn admin(a: AdminArgs) -> Result<i32> {
     rt.block_on(async move {
         std::fs::create_dir_all(&cfg.data)
             .with_context(|| format!("creating {}", cfg.data.display()))?;
-        let db = gpufl_server::db::Db::open(&cfg.db_url()).await?;
+        let db = gpufl_server::store::Db::open(&cfg.db_url()).await?;
         match a.cmd {
             AdminCmd::CreateProject { name } => {
                 let (id, keys) = auth::create_project(&db, &name).await?;

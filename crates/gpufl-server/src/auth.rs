@@ -1,13 +1,18 @@
 //! Projects and API keys: a key is `gfl_up_…` (upload) or `gfl_rd_…` (read) followed by 32
 //! random hex digits; the database keeps its SHA-256 only. Requests are checked against it on every
-//! call (a revoked key stops at once) and rate-limited per key.
+//! call (a revoked key stops at once) and rate-limited per key. The API's handlers take the
+//! caller as an extractor: [`UploadCaller`] (an upload key) or [`ReadCaller`] (a read key, or the
+//! open project of `--local` / `--demo` when the request has no key).
 
-use crate::db::{now_ns, text, Db};
 use crate::error::{ApiError, ServerError};
-use axum::http::{HeaderMap, StatusCode};
+use crate::store::{now_ns, Db};
+use crate::AppState;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// What a key may do.
@@ -72,20 +77,11 @@ pub async fn create_project(db: &Db, name: &str) -> Result<(String, Vec<NewKey>)
             "a project name is 1-128 printable characters".into(),
         ));
     }
-    let exists = sqlx::query("SELECT id FROM projects WHERE name = $1")
-        .bind(name)
-        .fetch_optional(&db.pool)
-        .await?;
-    if exists.is_some() {
+    if db.project_id_by_name(name).await?.is_some() {
         return Err(ServerError::ProjectExists(name.to_string()));
     }
     let id = format!("p{}", random_hex(8));
-    sqlx::query("INSERT INTO projects (id, name, created_ns) VALUES ($1, $2, $3)")
-        .bind(&id)
-        .bind(name)
-        .bind(now_ns())
-        .execute(&db.pool)
-        .await?;
+    db.insert_project(&id, name, now_ns()).await?;
     let up = insert_key(db, &id, KeyKind::Upload).await?;
     let rd = insert_key(db, &id, KeyKind::Read).await?;
     Ok((id, vec![up, rd]))
@@ -93,11 +89,8 @@ pub async fn create_project(db: &Db, name: &str) -> Result<(String, Vec<NewKey>)
 
 /// The id of the project called `name`.
 pub async fn project_id(db: &Db, name: &str) -> Result<String, ServerError> {
-    let row = sqlx::query("SELECT id FROM projects WHERE name = $1")
-        .bind(name)
-        .fetch_optional(&db.pool)
-        .await?;
-    row.map(|r| text(&r, "id"))
+    db.project_id_by_name(name)
+        .await?
         .ok_or_else(|| ServerError::NoProject(name.to_string()))
 }
 
@@ -109,26 +102,14 @@ pub async fn create_key(db: &Db, project: &str, kind: KeyKind) -> Result<NewKey,
 async fn insert_key(db: &Db, project_id: &str, kind: KeyKind) -> Result<NewKey, ServerError> {
     let secret = format!("{}{}", kind.prefix(), random_hex(16));
     let id = format!("k{}", random_hex(6));
-    sqlx::query(
-        "INSERT INTO api_keys (id, project_id, kind, hash, created_ns) VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(&id)
-    .bind(project_id)
-    .bind(kind.as_str())
-    .bind(sha256_hex(secret.as_bytes()))
-    .bind(now_ns())
-    .execute(&db.pool)
-    .await?;
+    let hash = sha256_hex(secret.as_bytes());
+    db.insert_key(&id, project_id, kind.as_str(), &hash, now_ns())
+        .await?;
     Ok(NewKey { id, kind, secret })
 }
 
 pub async fn revoke_key(db: &Db, key_id: &str) -> Result<(), ServerError> {
-    let r = sqlx::query("UPDATE api_keys SET revoked_ns = $1 WHERE id = $2 AND revoked_ns = 0")
-        .bind(now_ns())
-        .bind(key_id)
-        .execute(&db.pool)
-        .await?;
-    if r.rows_affected() == 0 {
+    if !db.revoke_key(key_id, now_ns()).await? {
         return Err(ServerError::NoKey(key_id.to_string()));
     }
     Ok(())
@@ -140,28 +121,16 @@ pub async fn list_keys(
     project: &str,
 ) -> Result<Vec<(String, String, i64, i64)>, ServerError> {
     let id = project_id(db, project).await?;
-    let rows = sqlx::query(
-        "SELECT id, kind, created_ns, revoked_ns FROM api_keys WHERE project_id = $1 ORDER BY created_ns",
-    )
-    .bind(&id)
-    .fetch_all(&db.pool)
-    .await?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            (
-                text(r, "id"),
-                text(r, "kind"),
-                crate::db::int(r, "created_ns"),
-                crate::db::int(r, "revoked_ns"),
-            )
-        })
+    let keys = db.keys_of_project(&id).await?;
+    Ok(keys
+        .into_iter()
+        .map(|k| (k.id, k.kind, k.created_ns, k.revoked_ns))
         .collect())
 }
 
 /// The caller of a request, from its `Authorization: Bearer KEY`.
 pub async fn caller(db: &Db, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    let Some(h) = headers.get(axum::http::header::AUTHORIZATION) else {
+    let Some(h) = headers.get(header::AUTHORIZATION) else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "missing_key",
@@ -181,22 +150,17 @@ pub async fn caller(db: &Db, headers: &HeaderMap) -> Result<Caller, ApiError> {
             "the Authorization header is not `Bearer KEY`",
         ));
     }
-    let row =
-        sqlx::query("SELECT id, project_id, kind FROM api_keys WHERE hash = $1 AND revoked_ns = 0")
-            .bind(sha256_hex(key.as_bytes()))
-            .fetch_optional(&db.pool)
-            .await?;
-    let Some(row) = row else {
+    let Some(row) = db.live_key(&sha256_hex(key.as_bytes())).await? else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unknown_key",
             "this key is not known to the server, or it was revoked",
         ));
     };
-    let kind = KeyKind::parse(&text(&row, "kind")).unwrap_or(KeyKind::Read);
+    let kind = KeyKind::parse(&row.kind).unwrap_or(KeyKind::Read);
     Ok(Caller {
-        project_id: text(&row, "project_id"),
-        key_id: text(&row, "id"),
+        project_id: row.project_id,
+        key_id: row.id,
         kind,
     })
 }
@@ -215,6 +179,55 @@ pub fn require(c: &Caller, kind: KeyKind) -> Result<(), ApiError> {
             c.kind.as_str()
         ),
     ))
+}
+
+/// An API request's caller: its key, known and not revoked, within the key's rate (answers 401
+/// or 429 otherwise).
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        let c = caller(&st.db, &parts.headers).await?;
+        st.limiter.take(&c.key_id)?;
+        Ok(c)
+    }
+}
+
+/// The caller of an upload endpoint: a [`Caller`] with an upload key (403 otherwise).
+#[derive(Debug, Clone)]
+pub struct UploadCaller(pub Caller);
+
+impl FromRequestParts<Arc<AppState>> for UploadCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        let c = Caller::from_request_parts(parts, st).await?;
+        require(&c, KeyKind::Upload)?;
+        Ok(UploadCaller(c))
+    }
+}
+
+/// The caller of a read endpoint: a [`Caller`] with a read key (403 otherwise) — or, on a server
+/// with an open project (`--local`, `--demo`), a request without a key is that project's reader.
+#[derive(Debug, Clone)]
+pub struct ReadCaller(pub Caller);
+
+impl FromRequestParts<Arc<AppState>> for ReadCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &Arc<AppState>) -> Result<Self, ApiError> {
+        if let (None, Some((id, _))) = (parts.headers.get(header::AUTHORIZATION), &st.open_project)
+        {
+            return Ok(ReadCaller(Caller {
+                project_id: id.clone(),
+                key_id: "open".into(),
+                kind: KeyKind::Read,
+            }));
+        }
+        let c = Caller::from_request_parts(parts, st).await?;
+        require(&c, KeyKind::Read)?;
+        Ok(ReadCaller(c))
+    }
 }
 
 /// Token buckets per key: `rate` requests a second, bursts of `burst`.

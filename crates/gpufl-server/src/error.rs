@@ -99,7 +99,10 @@ impl From<ServerError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.code, "reason": self.reason });
+        let body = gpufl_protocol::ErrorBody {
+            error: self.code.to_string(),
+            reason: self.reason,
+        };
         let mut r = (self.status, axum::Json(body)).into_response();
         if let Some(s) = self.retry_after {
             r.headers_mut()

@@ -3,11 +3,13 @@
 //! lease is taken over), reads its parts from the object store, analyses them with gpufl-analysis
 //! and stores the summary, insights, kernel table and documents in one transaction — only if the
 //! session was not uploaded again meanwhile (then it is pending again and analysed anew).
+//! Independent of the HTTP layer: the claims and the results go through the store
+//! ([`Db::claim_next_session`], [`Db::save_analysis`]), the manifest is `gpufl-protocol`'s.
 
-use crate::api::upload::Manifest;
-use crate::db::{now_ns, text, Db};
+use crate::store::{now_ns, ClaimKey, Db, Stored, StoredInsight, StoredKernel};
 use crate::AppState;
 use gpufl_analysis::{Analysis, Config, Model, Severity};
+use gpufl_protocol::Manifest;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,14 +52,7 @@ fn severity_rank(s: Severity) -> i64 {
 
 /// Mark every session stored by an older analysis as pending.
 pub async fn requeue_old(db: &Db) -> Result<u64, sqlx::Error> {
-    let r = sqlx::query(
-        "UPDATE sessions SET ingest_state = 'pending' WHERE state = 'complete' \
-         AND ingest_state IN ('ready', 'corrupt') AND analysis_version <> $1",
-    )
-    .bind(ANALYSIS_VERSION)
-    .execute(&db.pool)
-    .await?;
-    Ok(r.rows_affected())
+    db.requeue_old(ANALYSIS_VERSION).await
 }
 
 /// Claims left by instances of this host that are gone (their process no longer exists): pending
@@ -65,14 +60,8 @@ pub async fn requeue_old(db: &Db) -> Result<u64, sqlx::Error> {
 /// of another host, or of a live process, is left to its lease.
 pub async fn requeue_dead_local(db: &Db, me: &str) -> Result<u64, sqlx::Error> {
     let host = me.split(':').next().unwrap_or("");
-    let rows = sqlx::query(
-        "SELECT DISTINCT claimed_by FROM sessions WHERE ingest_state = 'running' AND claimed_by <> ''",
-    )
-    .fetch_all(&db.pool)
-    .await?;
     let mut n = 0;
-    for r in &rows {
-        let who = text(r, "claimed_by");
+    for who in db.claimants().await? {
         let mut parts = who.split(':');
         let (Some(h), Some(pid)) = (
             parts.next(),
@@ -83,14 +72,7 @@ pub async fn requeue_dead_local(db: &Db, me: &str) -> Result<u64, sqlx::Error> {
         if h != host || who == me || std::path::Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        let done = sqlx::query(
-            "UPDATE sessions SET ingest_state = 'pending', claimed_by = '' \
-             WHERE ingest_state = 'running' AND claimed_by = $1",
-        )
-        .bind(&who)
-        .execute(&db.pool)
-        .await?;
-        n += done.rows_affected();
+        n += db.requeue_claims_of(&who).await?;
     }
     Ok(n)
 }
@@ -103,68 +85,18 @@ struct Claim {
     manifest: Manifest,
 }
 
+/// Claim the next session to analyse; a claim whose manifest does not read is left to its lease.
 async fn claim(db: &Db, instance: &str) -> Result<Option<Claim>, sqlx::Error> {
-    let now = now_ns();
-    let sql = format!(
-        "UPDATE sessions SET ingest_state = 'running', claimed_by = $1, claimed_ns = $2, \
-         ingest_gen = upload_gen, ingest_count = ingest_count + 1 \
-         WHERE (project_id, id) IN (SELECT project_id, id FROM sessions \
-           WHERE ingest_state = 'pending' OR (ingest_state = 'running' AND claimed_ns < $3) \
-           ORDER BY uploaded_ns LIMIT 1{}) \
-         RETURNING project_id, id, upload_gen, manifest",
-        db.skip_locked()
-    );
-    let row = sqlx::query(&sql)
-        .bind(instance)
-        .bind(now)
-        .bind(now - LEASE_NS)
-        .fetch_optional(&db.pool)
-        .await?;
+    let row = db.claim_next_session(instance, now_ns(), LEASE_NS).await?;
     Ok(row.and_then(|r| {
-        let manifest = serde_json::from_str(&text(&r, "manifest")).ok()?;
+        let manifest = serde_json::from_str(&r.manifest).ok()?;
         Some(Claim {
-            project: text(&r, "project_id"),
-            session: text(&r, "id"),
-            gen: crate::db::int(&r, "upload_gen"),
+            project: r.project,
+            session: r.session,
+            gen: r.gen,
             manifest,
         })
     }))
-}
-
-/// One insight as stored: the columns the API filters on, and the whole insight as JSON.
-pub struct InsightRow {
-    pub severity: i64,
-    pub category: &'static str,
-    pub rule: String,
-    pub title: String,
-    pub file: String,
-    pub line: i64,
-    pub impact_ns: i64,
-    pub body: String,
-}
-
-/// What one session's analysis stores.
-#[derive(Default)]
-pub struct Stored {
-    pub app: String,
-    pub host: String,
-    pub command: String,
-    pub start_ns: i64,
-    pub wall_ns: i64,
-    pub kernels: i64,
-    pub syncs: i64,
-    pub blocked_ns: i64,
-    pub busy_ppm: i64,
-    pub top_severity: i64,
-    pub top_insight: String,
-    pub warnings: Vec<String>,
-    pub insights: Vec<InsightRow>,
-    /// (device, name, launches, total ns, JSON).
-    pub kernels_rows: Vec<(i64, String, i64, i64, String)>,
-    /// (kind, JSON).
-    pub docs: Vec<(&'static str, String)>,
-    /// The files did not decode to a session (no header): kept, marked corrupt.
-    pub corrupt: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -220,7 +152,7 @@ pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
             insight: i,
         })
         .unwrap_or_default();
-        out.insights.push(InsightRow {
+        out.insights.push(StoredInsight {
             severity: severity_rank(i.severity),
             category: cat,
             rule: i.rule.to_string(),
@@ -232,13 +164,13 @@ pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
         });
     }
     for k in &a.kernels.rows {
-        out.kernels_rows.push((
-            i64::from(k.device),
-            k.name.clone(),
-            k.launches.min(i64::MAX as u64) as i64,
-            k.total_ns.min(i64::MAX as u64) as i64,
-            serde_json::to_string(k).unwrap_or_default(),
-        ));
+        out.kernels_rows.push(StoredKernel {
+            device: i64::from(k.device),
+            name: k.name.clone(),
+            launches: k.launches.min(i64::MAX as u64) as i64,
+            total_ns: k.total_ns.min(i64::MAX as u64) as i64,
+            body: serde_json::to_string(k).unwrap_or_default(),
+        });
     }
     let header = serde_json::to_string(h).unwrap_or_default();
     out.docs.push(("header", header));
@@ -299,7 +231,7 @@ async fn fetch(st: &AppState, c: &Claim, dir: &Path) -> Result<PathBuf, crate::S
                 .blobs
                 .get_part(&c.project, &c.session, &f.name, i as i64)
                 .await?;
-            let want = Manifest::part_size(f, i) as usize;
+            let want = f.part_len(i) as usize;
             out.write_all(&b[..want.min(b.len())]).await.map_err(io)?;
         }
         out.flush().await.map_err(io)?;
@@ -309,115 +241,13 @@ async fn fetch(st: &AppState, c: &Claim, dir: &Path) -> Result<PathBuf, crate::S
 
 /// Store the results of a claim, if the session is still ours at the claimed generation.
 async fn store(st: &AppState, c: &Claim, s: &Stored, started: i64) -> Result<bool, sqlx::Error> {
-    let db = &st.db;
-    let mut tx = db.pool.begin().await?;
-    let state = if s.corrupt.is_some() {
-        "corrupt"
-    } else {
-        "ready"
+    let key = ClaimKey {
+        project: &c.project,
+        session: &c.session,
+        instance: &st.instance,
+        gen: c.gen,
     };
-    let r = sqlx::query(
-        "UPDATE sessions SET ingest_state = $1, analysis_version = $2, claimed_by = '', \
-         app = $3, host = $4, command = $5, start_ns = $6, wall_ns = $7, kernels = $8, syncs = $9, \
-         blocked_ns = $10, busy_ppm = $11, top_severity = $12, top_insight = $13, warnings = $14, \
-         ingest_error = $15 \
-         WHERE project_id = $16 AND id = $17 AND claimed_by = $18 AND upload_gen = $19 AND ingest_state = 'running'",
-    )
-    .bind(state)
-    .bind(ANALYSIS_VERSION)
-    .bind(&s.app)
-    .bind(&s.host)
-    .bind(&s.command)
-    .bind(s.start_ns)
-    .bind(s.wall_ns)
-    .bind(s.kernels)
-    .bind(s.syncs)
-    .bind(s.blocked_ns)
-    .bind(s.busy_ppm)
-    .bind(s.top_severity)
-    .bind(&s.top_insight)
-    .bind(serde_json::to_string(&s.warnings).unwrap_or_else(|_| "[]".into()))
-    .bind(s.corrupt.clone().unwrap_or_default())
-    .bind(&c.project)
-    .bind(&c.session)
-    .bind(&st.instance)
-    .bind(c.gen)
-    .execute(&mut *tx)
-    .await?;
-    if r.rows_affected() == 0 {
-        tx.rollback().await?;
-        return Ok(false);
-    }
-    for t in ["insights", "kernels", "session_docs"] {
-        sqlx::query(&format!(
-            "DELETE FROM {t} WHERE project_id = $1 AND session_id = $2"
-        ))
-        .bind(&c.project)
-        .bind(&c.session)
-        .execute(&mut *tx)
-        .await?;
-    }
-    for (ord, i) in s.insights.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO insights (project_id, session_id, ord, severity, category, rule, title, file, line, impact_ns, body) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(&c.project)
-        .bind(&c.session)
-        .bind(ord as i64)
-        .bind(i.severity)
-        .bind(i.category)
-        .bind(&i.rule)
-        .bind(&i.title)
-        .bind(&i.file)
-        .bind(i.line)
-        .bind(i.impact_ns)
-        .bind(&i.body)
-        .execute(&mut *tx)
-        .await?;
-    }
-    for (ord, (dev, name, launches, total, body)) in s.kernels_rows.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO kernels (project_id, session_id, ord, device, name, launches, total_ns, body) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(&c.project)
-        .bind(&c.session)
-        .bind(ord as i64)
-        .bind(*dev)
-        .bind(name)
-        .bind(*launches)
-        .bind(*total)
-        .bind(body)
-        .execute(&mut *tx)
-        .await?;
-    }
-    for (kind, body) in &s.docs {
-        sqlx::query(
-            "INSERT INTO session_docs (project_id, session_id, kind, body) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(&c.project)
-        .bind(&c.session)
-        .bind(*kind)
-        .bind(body)
-        .execute(&mut *tx)
-        .await?;
-    }
-    sqlx::query(
-        "INSERT INTO ingest_log (project_id, session_id, instance, gen, started_ns, finished_ns, outcome) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(&c.project)
-    .bind(&c.session)
-    .bind(&st.instance)
-    .bind(c.gen)
-    .bind(started)
-    .bind(now_ns())
-    .bind(state)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(true)
+    st.db.save_analysis(key, s, ANALYSIS_VERSION, started).await
 }
 
 /// One claim, analysed and stored. `Ok(false)`: nothing to claim.

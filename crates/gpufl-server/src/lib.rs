@@ -1,17 +1,19 @@
 //! # gpufl-server
 //!
 //! `gpufl serve`: a team's sessions, uploaded with API keys, stored and analysed, answered as
-//! JSON (`/api/v1`, docs/server-api.md). Kept apart: [`api`] (HTTP: upload and read endpoints),
-//! [`ingest`] (the background analysis), [`db`] (SQL: SQLite embedded, PostgreSQL for scale) and
-//! [`blobs`] (raw files: a local directory, or S3). Several instances on one PostgreSQL and one
-//! bucket share the work.
+//! JSON (`/api/v1`, docs/server-api.md) and as the dashboard's pages. Kept apart: [`api`] (HTTP:
+//! upload and read endpoints) and [`web`] (the dashboard), both taking their caller from [`auth`]'s
+//! extractors; [`ingest`] (the background analysis, independent of HTTP); [`store`] (every SQL
+//! statement: SQLite embedded, PostgreSQL for scale, and the migrations) and [`blobs`] (raw files:
+//! a local directory, or S3). The upload's wire types are `gpufl-protocol`'s, shared with the
+//! client. Several instances on one PostgreSQL and one bucket share the work.
 
 pub mod api;
 pub mod auth;
 pub mod blobs;
-pub mod db;
 pub mod error;
 pub mod ingest;
+pub mod store;
 pub mod web;
 
 pub use error::{ApiError, ServerError};
@@ -91,7 +93,7 @@ impl ServeConfig {
 
 /// What every request and job shares.
 pub struct AppState {
-    pub db: db::Db,
+    pub db: store::Db,
     pub blobs: blobs::Blobs,
     pub limits: Limits,
     pub limiter: auth::RateLimiter,
@@ -109,7 +111,7 @@ pub struct AppState {
 pub async fn open(cfg: &ServeConfig) -> Result<Arc<AppState>, ServerError> {
     std::fs::create_dir_all(&cfg.data)
         .map_err(|e| ServerError::io(format!("creating {}", cfg.data.display()), e))?;
-    let db = db::Db::open(&cfg.db_url()).await?;
+    let db = store::Db::open(&cfg.db_url()).await?;
     let blobs = blobs::Blobs::open(&cfg.store_url())?;
     let tmp_dir = cfg.data.join("tmp");
     std::fs::create_dir_all(&tmp_dir)

@@ -111,13 +111,7 @@ fn transient(kind: ureq::ErrorKind) -> bool {
 
 /// The server's `{"error", "reason"}`, or the body's text when it is not that.
 pub(crate) fn error_body(status: u16, body: &[u8]) -> (String, String) {
-    #[derive(serde::Deserialize)]
-    struct E {
-        error: String,
-        #[serde(default)]
-        reason: String,
-    }
-    match serde_json::from_slice::<E>(body) {
+    match serde_json::from_slice::<gpufl_protocol::ErrorBody>(body) {
         Ok(e) => (e.error, e.reason),
         Err(_) => {
             let text = String::from_utf8_lossy(body);

@@ -27,8 +27,9 @@ pub mod parts;
 pub use error::UploadError;
 pub use find::{find_sessions, is_session_dir};
 pub use http::Retry;
-pub use parts::{FileManifest, Manifest, PartInfo, Status};
+pub use parts::{FileManifest, Manifest, PartInfo, UploadStatus};
 
+use gpufl_protocol::Completion;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -232,10 +233,11 @@ impl Uploader {
                 })
             },
         )?;
-        let status: Status = serde_json::from_slice(&body).map_err(|e| UploadError::Protocol {
-            what: what.clone(),
-            why: format!("not the status JSON: {e}"),
-        })?;
+        let status: UploadStatus =
+            serde_json::from_slice(&body).map_err(|e| UploadError::Protocol {
+                what: what.clone(),
+                why: format!("not the status JSON: {e}"),
+            })?;
         if status.part_size == 0 || status.part_size > parts::MAX_PART_SIZE {
             return Err(UploadError::Protocol {
                 what,
@@ -369,14 +371,6 @@ pub fn session_id(dir: &Path) -> Result<String, UploadError> {
         Some(s) if parts::is_session_name(s) => Ok(s.to_string()),
         _ => Err(UploadError::BadSessionName(dir.to_path_buf())),
     }
-}
-
-/// The answer to `POST …/complete`.
-#[derive(Debug, serde::Deserialize)]
-struct Completion {
-    stored: String,
-    #[serde(default)]
-    ingest: String,
 }
 
 fn completion(body: &[u8]) -> Result<Completion, String> {

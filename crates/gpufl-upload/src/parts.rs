@@ -3,78 +3,15 @@
 //! which parts the server still needs.
 
 use crate::error::UploadError;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// The part size of the protocol (the server says its own in its status answer).
-pub const PART_SIZE: u64 = 4 << 20;
+pub use gpufl_protocol::{FileManifest, Manifest, PartInfo, StatusFile, UploadStatus, PART_SIZE};
 
 /// The largest part size taken from a server (a part is held in memory while it is sent).
 pub const MAX_PART_SIZE: u64 = 64 << 20;
-
-/// One part of a file, as the status answer lists it and as it is sent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartInfo {
-    pub index: u64,
-    pub size: u64,
-    /// SHA-256 of the part's bytes, lower-case hex.
-    pub sha256: String,
-}
-
-/// One file of the completion's manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileManifest {
-    /// `trace-NNNN.ndjson.zst`.
-    pub name: String,
-    /// Bytes sent of the file (its closed prefix).
-    pub size: u64,
-    /// SHA-256 of those bytes, lower-case hex.
-    pub sha256: String,
-    /// Number of parts.
-    pub parts: u64,
-}
-
-/// The body of `POST …/complete`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub files: Vec<FileManifest>,
-}
-
-/// The server's answer to `GET /api/v1/uploads/{session}`: what it holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Status {
-    #[serde(default)]
-    pub session: String,
-    pub part_size: u64,
-    /// `absent`, `uploading` or `complete`.
-    #[serde(default)]
-    pub state: String,
-    #[serde(default)]
-    pub files: Vec<StatusFile>,
-}
-
-/// A file the server holds parts of.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatusFile {
-    pub name: String,
-    #[serde(default)]
-    pub parts: Vec<PartInfo>,
-}
-
-impl Status {
-    /// The parts the server holds of file `name`, by index.
-    pub fn held(&self, name: &str) -> HashMap<u64, &PartInfo> {
-        self.files
-            .iter()
-            .filter(|f| f.name == name)
-            .flat_map(|f| f.parts.iter())
-            .map(|p| (p.index, p))
-            .collect()
-    }
-}
 
 /// Whether `part` is to be sent: the server lacks it, or holds other bytes (another size, as the
 /// shorter last part of a file that has grown since, or another hash).
@@ -322,7 +259,7 @@ mod tests {
 
     #[test]
     fn only_missing_or_different_parts_are_sent() {
-        let status: Status = serde_json::from_value(serde_json::json!({
+        let status: UploadStatus = serde_json::from_value(serde_json::json!({
             "session": "app-1-20260101T000000Z",
             "part_size": 4,
             "state": "uploading",
@@ -355,7 +292,7 @@ mod tests {
         assert!(status.held("trace-0001.ndjson.zst").is_empty());
         assert!(status.held("trace-0002.ndjson.zst").is_empty());
         // An absent session: no files listed.
-        let absent: Status =
+        let absent: UploadStatus =
             serde_json::from_str(r#"{"session":"s","part_size":4194304,"state":"absent"}"#)
                 .unwrap();
         assert!(needs_send(

@@ -1,6 +1,6 @@
-//! What the server's integration tests share (`mod common;` in server.rs, dashboard.rs,
+//! What the tests of the `gpufl` binary's server commands share (`mod common;` in server.rs,
 //! serve_local.rs, upload_api.rs): starting `gpufl serve`, creating a project, finding a bundled
-//! session.
+//! session. The server's own tests, in-process, are in crates/gpufl-server/tests.
 
 #![allow(dead_code)]
 

@@ -39,7 +39,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         })
         // Bodies are bounded by each handler (parts, manifests); this is the outer cap.
         .layer(axum::extract::DefaultBodyLimit::max(
-            upload::PART_SIZE as usize + 4096,
+            gpufl_protocol::PART_SIZE as usize + 4096,
         ))
         .with_state(st)
 }

@@ -1,35 +1,20 @@
 //! The read endpoints (docs/server-api.md): a key reaches its own project's sessions only — every
 //! query is bounded by the caller's project, and another project's session answers 404.
 
-use crate::api::upload::{check_session_id, Manifest};
-use crate::auth::{self, KeyKind};
-use crate::db::{int, text};
+use crate::api::upload::check_session_id;
+use crate::auth::{Caller, ReadCaller};
 use crate::error::ApiError;
+use crate::store::{ListFilter, SessionDetail, SessionRow};
 use crate::AppState;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use gpufl_protocol::Manifest;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-
-async fn caller(st: &AppState, headers: &HeaderMap) -> Result<auth::Caller, ApiError> {
-    // A server with an open project (`--local`, `--demo`) answers a request without a key
-    // with that project.
-    if let (None, Some((id, _))) = (headers.get(header::AUTHORIZATION), &st.open_project) {
-        return Ok(auth::Caller {
-            project_id: id.clone(),
-            key_id: "open".into(),
-            kind: KeyKind::Read,
-        });
-    }
-    let c = auth::caller(&st.db, headers).await?;
-    st.limiter.take(&c.key_id)?;
-    auth::require(&c, KeyKind::Read)?;
-    Ok(c)
-}
 
 const SEVERITIES: [&str; 4] = ["", "LOW", "MEDIUM", "HIGH"];
 
@@ -111,61 +96,33 @@ fn parse_rfc3339(s: &str) -> Option<i64> {
     Some(((days * 86_400 + h * 3600 + mi * 60 + sec) * 1_000_000_000) + frac)
 }
 
-fn session_json(r: &sqlx::any::AnyRow) -> Value {
+fn session_json(r: &SessionRow) -> Value {
     json!({
-        "id": text(r, "id"),
-        "app": text(r, "app"),
-        "host": text(r, "host"),
-        "command": text(r, "command"),
-        "start_unix_ns": int(r, "start_ns"),
-        "wall_ns": int(r, "wall_ns"),
-        "state": text(r, "state"),
-        "ingest": text(r, "ingest_state"),
-        "bytes": int(r, "bytes"),
-        "kernels": int(r, "kernels"),
-        "syncs": int(r, "syncs"),
-        "sync_blocked_ns": int(r, "blocked_ns"),
-        "gpu_busy_pct": int(r, "busy_ppm") as f64 / 10_000.0,
-        "top_severity": severity_name(int(r, "top_severity")),
-        "top_insight": text(r, "top_insight"),
+        "id": r.id,
+        "app": r.app,
+        "host": r.host,
+        "command": r.command,
+        "start_unix_ns": r.start_ns,
+        "wall_ns": r.wall_ns,
+        "state": r.state,
+        "ingest": r.ingest,
+        "bytes": r.bytes,
+        "kernels": r.kernels,
+        "syncs": r.syncs,
+        "sync_blocked_ns": r.blocked_ns,
+        "gpu_busy_pct": r.busy_pct(),
+        "top_severity": severity_name(r.top_severity),
+        "top_insight": r.top_insight,
     })
 }
 
-const SESSION_COLS: &str =
-    "id, app, host, command, start_ns, wall_ns, state, ingest_state, bytes, \
-    kernels, syncs, blocked_ns, busy_ppm, top_severity, top_insight";
-
-/// `GET /api/v1/sessions`.
-pub async fn list(
-    State(st): State<Arc<AppState>>,
-    headers: HeaderMap,
-    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let c = caller(&st, &headers).await?;
-    let Query(q) = q.map_err(|e| ApiError::bad("bad_query", e.body_text()))?;
-    let mut sql = format!("SELECT {SESSION_COLS} FROM sessions WHERE project_id = $1");
-    let mut texts: Vec<String> = Vec::new();
-    let mut ints: Vec<i64> = Vec::new();
-    // Text parameters are $2.., integers follow them; numbered as they are added.
-    let mut conds: Vec<(String, bool)> = Vec::new();
-    if let Some(a) = &q.app {
-        conds.push(("app = ".into(), true));
-        texts.push(a.clone());
-    }
-    if let Some(h) = &q.host {
-        conds.push(("host = ".into(), true));
-        texts.push(h.clone());
-    }
-    if let Some(s) = &q.since {
-        conds.push(("start_ns >= ".into(), false));
-        ints.push(parse_time(s)?);
-    }
-    if let Some(u) = &q.until {
-        conds.push(("start_ns < ".into(), false));
-        ints.push(parse_time(u)?);
-    }
-    if let Some(s) = &q.severity {
-        let n = match s.to_ascii_uppercase().as_str() {
+/// The list's filters from the query string.
+fn list_filter(q: &ListQuery) -> Result<ListFilter, ApiError> {
+    let since = q.since.as_deref().map(parse_time).transpose()?;
+    let until = q.until.as_deref().map(parse_time).transpose()?;
+    let min_severity = match &q.severity {
+        None => None,
+        Some(s) => Some(match s.to_ascii_uppercase().as_str() {
             "LOW" => 1,
             "MEDIUM" => 2,
             "HIGH" => 3,
@@ -175,88 +132,74 @@ pub async fn list(
                     "severity is LOW, MEDIUM or HIGH",
                 ))
             }
-        };
-        conds.push(("top_severity >= ".into(), false));
-        ints.push(n);
-    }
-    let (mut ti, mut ii) = (2, 2 + texts.len());
-    for (c, is_text) in &conds {
-        let n = if *is_text {
-            ti += 1;
-            ti - 1
-        } else {
-            ii += 1;
-            ii - 1
-        };
-        sql.push_str(&format!(" AND {c}${n}"));
-    }
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let offset = q.offset.unwrap_or(0).max(0);
-    sql.push_str(&format!(
-        " ORDER BY start_ns DESC, id LIMIT {limit} OFFSET {offset}"
-    ));
-    let mut query = sqlx::query(&sql).bind(&c.project_id);
-    for t in &texts {
-        query = query.bind(t);
-    }
-    for i in &ints {
-        query = query.bind(*i);
-    }
-    let rows = query.fetch_all(&st.db.pool).await?;
+        }),
+    };
+    Ok(ListFilter {
+        app: q.app.clone(),
+        host: q.host.clone(),
+        since,
+        until,
+        min_severity,
+        limit: q.limit.unwrap_or(100).clamp(1, 1000),
+        offset: q.offset.unwrap_or(0).max(0),
+    })
+}
+
+/// `GET /api/v1/sessions`.
+pub async fn list(
+    State(st): State<Arc<AppState>>,
+    ReadCaller(c): ReadCaller,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::bad("bad_query", e.body_text()))?;
+    let f = list_filter(&q)?;
+    let rows = st.db.list_sessions(&c.project_id, &f).await?;
     Ok(Json(json!({
         "sessions": rows.iter().map(session_json).collect::<Vec<_>>(),
-        "limit": limit,
-        "offset": offset,
+        "limit": f.limit,
+        "offset": f.offset,
     })))
 }
 
-async fn session_row(
-    st: &AppState,
-    c: &auth::Caller,
-    id: &str,
-) -> Result<sqlx::any::AnyRow, ApiError> {
+/// A session of the caller's project, or 404.
+async fn session_row(st: &AppState, c: &Caller, id: &str) -> Result<SessionDetail, ApiError> {
     check_session_id(id).map_err(|_| ApiError::not_found())?;
-    sqlx::query(&format!(
-        "SELECT {SESSION_COLS}, manifest, warnings, ingest_error, analysis_version, uploaded_ns, ingest_count \
-         FROM sessions WHERE project_id = $1 AND id = $2"
-    ))
-    .bind(&c.project_id)
-    .bind(id)
-    .fetch_optional(&st.db.pool)
-    .await?
-    .ok_or_else(ApiError::not_found)
+    st.db
+        .session_detail(&c.project_id, id)
+        .await?
+        .ok_or_else(ApiError::not_found)
 }
 
-async fn doc(st: &AppState, c: &auth::Caller, id: &str, kind: &str) -> Result<Value, ApiError> {
-    let row = sqlx::query(
-        "SELECT body FROM session_docs WHERE project_id = $1 AND session_id = $2 AND kind = $3",
-    )
-    .bind(&c.project_id)
-    .bind(id)
-    .bind(kind)
-    .fetch_optional(&st.db.pool)
-    .await?;
-    Ok(row
-        .and_then(|r| serde_json::from_str(&text(&r, "body")).ok())
+/// A stored document as JSON; null when absent (or unreadable).
+async fn doc(st: &AppState, c: &Caller, id: &str, kind: &str) -> Result<Value, ApiError> {
+    let body = st.db.doc(&c.project_id, id, kind).await?;
+    Ok(body
+        .and_then(|b| serde_json::from_str(&b).ok())
         .unwrap_or(Value::Null))
+}
+
+/// Stored JSON bodies parsed, the unreadable left out.
+fn parsed(bodies: Vec<String>) -> Vec<Value> {
+    bodies
+        .iter()
+        .filter_map(|b| serde_json::from_str(b).ok())
+        .collect()
 }
 
 /// `GET /api/v1/sessions/{id}`.
 pub async fn one(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    ReadCaller(c): ReadCaller,
 ) -> Result<Json<Value>, ApiError> {
-    let c = caller(&st, &headers).await?;
     let r = session_row(&st, &c, &id).await?;
-    let mut v = session_json(&r);
-    let warnings: Value = serde_json::from_str(&text(&r, "warnings")).unwrap_or(json!([]));
-    v["warnings"] = warnings;
-    v["ingest_error"] = Value::from(text(&r, "ingest_error"));
-    v["analysis_version"] = Value::from(int(&r, "analysis_version"));
-    v["uploaded_unix_ns"] = Value::from(int(&r, "uploaded_ns"));
+    let mut v = session_json(&r.row);
+    v["warnings"] = json!(r.row.warnings);
+    v["ingest_error"] = Value::from(r.row.ingest_error.as_str());
+    v["analysis_version"] = Value::from(r.analysis_version);
+    v["uploaded_unix_ns"] = Value::from(r.uploaded_ns);
     // How many times the session was analysed (claims of its ingest).
-    v["analyses"] = Value::from(int(&r, "ingest_count"));
+    v["analyses"] = Value::from(r.ingest_count);
     v["header"] = doc(&st, &c, &id, "header").await?;
     let a = doc(&st, &c, &id, "analysis").await?;
     v["totals"] = a.get("totals").cloned().unwrap_or(Value::Null);
@@ -266,35 +209,14 @@ pub async fn one(
     Ok(Json(v))
 }
 
-/// The JSON bodies of a session's rows of `table` (`insights`, `kernels`), in their order.
-async fn bodies(
-    st: &AppState,
-    c: &auth::Caller,
-    table: &'static str,
-    id: &str,
-) -> Result<Vec<Value>, ApiError> {
-    let rows = sqlx::query(&format!(
-        "SELECT body FROM {table} WHERE project_id = $1 AND session_id = $2 ORDER BY ord"
-    ))
-    .bind(&c.project_id)
-    .bind(id)
-    .fetch_all(&st.db.pool)
-    .await?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| serde_json::from_str(&text(r, "body")).ok())
-        .collect())
-}
-
 /// `GET /api/v1/sessions/{id}/insights`.
 pub async fn insights(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    ReadCaller(c): ReadCaller,
 ) -> Result<Json<Value>, ApiError> {
-    let c = caller(&st, &headers).await?;
     session_row(&st, &c, &id).await?;
-    let list = bodies(&st, &c, "insights", &id).await?;
+    let list = parsed(st.db.insight_bodies(&c.project_id, &id).await?);
     Ok(Json(json!({ "session": id, "insights": list })))
 }
 
@@ -311,10 +233,9 @@ pub struct LineQuery {
 pub async fn line(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    ReadCaller(c): ReadCaller,
     q: Result<Query<LineQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let c = caller(&st, &headers).await?;
     let Query(q) = q.map_err(|e| ApiError::bad("bad_query", e.body_text()))?;
     session_row(&st, &c, &id).await?;
     let details = doc(&st, &c, &id, "lines").await?;
@@ -331,19 +252,11 @@ pub async fn line(
                 .collect()
         })
         .unwrap_or_default();
-    let rows = sqlx::query(
-        "SELECT body FROM insights WHERE project_id = $1 AND session_id = $2 AND file = $3 AND line = $4 ORDER BY ord",
-    )
-    .bind(&c.project_id)
-    .bind(&id)
-    .bind(&q.file)
-    .bind(q.line)
-    .fetch_all(&st.db.pool)
-    .await?;
-    let ins: Vec<Value> = rows
-        .iter()
-        .filter_map(|r| serde_json::from_str(&text(r, "body")).ok())
-        .collect();
+    let ins = parsed(
+        st.db
+            .insight_bodies_at(&c.project_id, &id, &q.file, q.line)
+            .await?,
+    );
     if lines.is_empty() && ins.is_empty() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -361,11 +274,10 @@ pub async fn line(
 pub async fn kernels(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    ReadCaller(c): ReadCaller,
 ) -> Result<Json<Value>, ApiError> {
-    let c = caller(&st, &headers).await?;
     session_row(&st, &c, &id).await?;
-    let list = bodies(&st, &c, "kernels", &id).await?;
+    let list = parsed(st.db.kernel_bodies(&c.project_id, &id).await?);
     Ok(Json(json!({ "session": id, "kernels": list })))
 }
 
@@ -374,9 +286,8 @@ pub async fn kernels(
 pub async fn telemetry(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    ReadCaller(c): ReadCaller,
 ) -> Result<Json<Value>, ApiError> {
-    let c = caller(&st, &headers).await?;
     session_row(&st, &c, &id).await?;
     let a = doc(&st, &c, &id, "analysis").await?;
     let series = doc(&st, &c, &id, "telemetry").await?;
@@ -391,17 +302,16 @@ pub async fn telemetry(
     })))
 }
 
-fn manifest_of(r: &sqlx::any::AnyRow) -> Option<Manifest> {
-    serde_json::from_str(&text(r, "manifest")).ok()
+fn manifest_of(r: &SessionDetail) -> Option<Manifest> {
+    serde_json::from_str(&r.manifest).ok()
 }
 
 /// `GET /api/v1/sessions/{id}/files`.
 pub async fn files(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    ReadCaller(c): ReadCaller,
 ) -> Result<Json<Value>, ApiError> {
-    let c = caller(&st, &headers).await?;
     let r = session_row(&st, &c, &id).await?;
     let m = manifest_of(&r).ok_or_else(ApiError::not_found)?;
     Ok(Json(json!({ "session": id, "files": m.files })))
@@ -411,9 +321,8 @@ pub async fn files(
 pub async fn file(
     State(st): State<Arc<AppState>>,
     Path((id, name)): Path<(String, String)>,
-    headers: HeaderMap,
+    ReadCaller(c): ReadCaller,
 ) -> Result<Response, ApiError> {
-    let c = caller(&st, &headers).await?;
     let r = session_row(&st, &c, &id).await?;
     let m = manifest_of(&r).ok_or_else(ApiError::not_found)?;
     let Some(f) = m.files.into_iter().find(|f| f.name == name) else {
@@ -436,7 +345,7 @@ pub async fn file(
             let r = blobs
                 .get_part(&project, &id, &f.name, i as i64)
                 .await
-                .map(|b| b.slice(..(Manifest::part_size(&f, i) as usize).min(b.len())))
+                .map(|b| b.slice(..(f.part_len(i) as usize).min(b.len())))
                 .map_err(std::io::Error::other);
             Some((r, i + 1))
         }

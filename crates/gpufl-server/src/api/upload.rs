@@ -1,21 +1,21 @@
 //! `/api/v1/uploads/…`: resumable, idempotent, hash-checked uploads (docs/server-api.md).
 
-use crate::auth::{self, KeyKind};
-use crate::db::{int, now_ns, text};
+use crate::auth::{Caller, UploadCaller};
 use crate::error::ApiError;
+use crate::store::now_ns;
 use crate::AppState;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use gpufl_protocol::{
+    Completion, Manifest, PartInfo, PartStored, StatusFile, UploadStatus, PART_SIZE,
+};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Bytes of one part (the last part of a file may be shorter).
-pub const PART_SIZE: u64 = 4 << 20;
 /// A completion's manifest, at most.
 const MAX_MANIFEST: usize = 1 << 20;
 /// Files in one session, at most.
@@ -57,63 +57,24 @@ fn check_hash(h: &str) -> bool {
     h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-#[derive(Serialize)]
-pub struct PartInfo {
-    index: i64,
-    size: i64,
-    sha256: String,
-}
-
-#[derive(Serialize)]
-pub struct FileInfo {
-    name: String,
-    parts: Vec<PartInfo>,
-}
-
-#[derive(Serialize)]
-pub struct UploadStatus {
-    session: String,
-    part_size: u64,
-    state: String,
-    files: Vec<FileInfo>,
-}
-
-async fn caller(st: &AppState, headers: &HeaderMap) -> Result<auth::Caller, ApiError> {
-    let c = auth::caller(&st.db, headers).await?;
-    st.limiter.take(&c.key_id)?;
-    auth::require(&c, KeyKind::Upload)?;
-    Ok(c)
-}
-
 /// `GET /api/v1/uploads/{session}`: what the server holds of a session.
 pub async fn status(
     State(st): State<Arc<AppState>>,
     Path(session): Path<String>,
-    headers: HeaderMap,
+    UploadCaller(c): UploadCaller,
 ) -> Result<Json<UploadStatus>, ApiError> {
-    let c = caller(&st, &headers).await?;
     check_session_id(&session)?;
-    let row = sqlx::query("SELECT state FROM sessions WHERE project_id = $1 AND id = $2")
-        .bind(&c.project_id)
-        .bind(&session)
-        .fetch_optional(&st.db.pool)
-        .await?;
-    let state = row
-        .map(|r| text(&r, "state"))
+    let state = st
+        .db
+        .upload_state(&c.project_id, &session)
+        .await?
         .unwrap_or_else(|| "absent".into());
-    let rows = sqlx::query(
-        "SELECT file, idx, size, sha256 FROM parts WHERE project_id = $1 AND session_id = $2 ORDER BY file, idx",
-    )
-    .bind(&c.project_id)
-    .bind(&session)
-    .fetch_all(&st.db.pool)
-    .await?;
     let mut files: BTreeMap<String, Vec<PartInfo>> = BTreeMap::new();
-    for r in &rows {
-        files.entry(text(r, "file")).or_default().push(PartInfo {
-            index: int(r, "idx"),
-            size: int(r, "size"),
-            sha256: text(r, "sha256"),
+    for p in st.db.parts(&c.project_id, &session).await? {
+        files.entry(p.file).or_default().push(PartInfo {
+            index: p.idx as u64,
+            size: p.size as u64,
+            sha256: p.sha256,
         });
     }
     Ok(Json(UploadStatus {
@@ -122,7 +83,7 @@ pub async fn status(
         state,
         files: files
             .into_iter()
-            .map(|(name, parts)| FileInfo { name, parts })
+            .map(|(name, parts)| StatusFile { name, parts })
             .collect(),
     }))
 }
@@ -145,15 +106,22 @@ async fn drain(body: Option<Body>) {
     }
 }
 
-/// `PUT /api/v1/uploads/{session}/files/{name}/parts/{index}`.
+/// `PUT /api/v1/uploads/{session}/files/{name}/parts/{index}`. A refused part's body is read
+/// (up to [`DRAIN_MAX`]) before the answer.
 pub async fn put_part(
     State(st): State<Arc<AppState>>,
     Path((session, file, index)): Path<(String, String, String)>,
+    caller: Result<UploadCaller, ApiError>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<PartStored>, ApiError> {
     let mut body = Some(body);
-    let r = put_part_inner(&st, session, file, index, &headers, &mut body).await;
+    let r = match caller {
+        Ok(UploadCaller(c)) => {
+            put_part_inner(&st, &c, session, file, index, &headers, &mut body).await
+        }
+        Err(e) => Err(e),
+    };
     if r.is_err() {
         drain(body).await;
     }
@@ -162,13 +130,13 @@ pub async fn put_part(
 
 async fn put_part_inner(
     st: &AppState,
+    c: &Caller,
     session: String,
     file: String,
     index: String,
     headers: &HeaderMap,
     body: &mut Option<Body>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let c = caller(st, headers).await?;
+) -> Result<Json<PartStored>, ApiError> {
     check_session_id(&session)?;
     check_file_name(&file)?;
     let max_parts = st.limits.max_session_bytes.div_ceil(PART_SIZE) as i64;
@@ -181,6 +149,54 @@ async fn put_part_inner(
             ))
         }
     };
+    let (bytes, got) = read_part(headers, body).await?;
+    let size = bytes.len() as i64;
+    let (project, db) = (c.project_id.as_str(), &st.db);
+    // The session's row, created by its first part.
+    db.open_upload(project, &session, now_ns()).await?;
+    let mut old_size = 0;
+    if let Some(old) = db.part(project, &session, &file, idx).await? {
+        old_size = old.size;
+        if old_size == size && old.sha256 == got {
+            return Ok(Json(PartStored { stored: false }));
+        }
+        // Only a longer version of a short (last) part replaces it: the same file, grown.
+        let conflict = || {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "part_conflict",
+                format!("part {idx} of {file} is stored with other bytes"),
+            )
+        };
+        if old_size >= size {
+            return Err(conflict());
+        }
+        let prev = st.blobs.get_part(project, &session, &file, idx).await?;
+        if !bytes.starts_with(&prev) {
+            return Err(conflict());
+        }
+    }
+    let total = db.session_part_bytes(project, &session).await.unwrap_or(0);
+    if (total - old_size + size) as u64 > st.limits.max_session_bytes {
+        return Err(too_large(format!(
+            "a session is at most {} bytes",
+            st.limits.max_session_bytes
+        )));
+    }
+    st.blobs
+        .put_part(project, &session, &file, idx, bytes)
+        .await?;
+    db.record_part(project, &session, &file, idx, size, &got)
+        .await?;
+    Ok(Json(PartStored { stored: true }))
+}
+
+/// A part's body as its headers announce it (`Content-Length` at most [`PART_SIZE`], the SHA-256
+/// in `X-Gpufl-Sha256`), read and checked against the hash: (bytes, hash).
+async fn read_part(
+    headers: &HeaderMap,
+    body: &mut Option<Body>,
+) -> Result<(Bytes, String), ApiError> {
     let Some(len) = headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -228,120 +244,11 @@ async fn put_part_inner(
             format!("the part's SHA-256 is {got}, not {want}: resend it"),
         ));
     }
-    let size = bytes.len() as i64;
-    // The session's row, created by its first part.
-    sqlx::query(
-        "INSERT INTO sessions (project_id, id, state, created_ns) VALUES ($1, $2, 'uploading', $3) \
-         ON CONFLICT (project_id, id) DO NOTHING",
-    )
-    .bind(&c.project_id)
-    .bind(&session)
-    .bind(now_ns())
-    .execute(&st.db.pool)
-    .await?;
-    let old = sqlx::query(
-        "SELECT size, sha256 FROM parts WHERE project_id = $1 AND session_id = $2 AND file = $3 AND idx = $4",
-    )
-    .bind(&c.project_id)
-    .bind(&session)
-    .bind(&file)
-    .bind(idx)
-    .fetch_optional(&st.db.pool)
-    .await?;
-    let mut old_size = 0;
-    if let Some(o) = &old {
-        old_size = int(o, "size");
-        if old_size == size && text(o, "sha256") == got {
-            return Ok(Json(serde_json::json!({ "stored": false })));
-        }
-        // Only a longer version of a short (last) part replaces it: the same file, grown.
-        let conflict = || {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                "part_conflict",
-                format!("part {idx} of {file} is stored with other bytes"),
-            )
-        };
-        if old_size >= size {
-            return Err(conflict());
-        }
-        let prev = st
-            .blobs
-            .get_part(&c.project_id, &session, &file, idx)
-            .await?;
-        if !bytes.starts_with(&prev) {
-            return Err(conflict());
-        }
-    }
-    let total = sqlx::query(
-        "SELECT COALESCE(SUM(size), 0) AS n FROM parts WHERE project_id = $1 AND session_id = $2",
-    )
-    .bind(&c.project_id)
-    .bind(&session)
-    .fetch_one(&st.db.pool)
-    .await;
-    let total = total.map(|r| sum(&r, "n")).unwrap_or(0);
-    if (total - old_size + size) as u64 > st.limits.max_session_bytes {
-        return Err(too_large(format!(
-            "a session is at most {} bytes",
-            st.limits.max_session_bytes
-        )));
-    }
-    st.blobs
-        .put_part(&c.project_id, &session, &file, idx, bytes)
-        .await?;
-    sqlx::query(
-        "INSERT INTO parts (project_id, session_id, file, idx, size, sha256) VALUES ($1, $2, $3, $4, $5, $6) \
-         ON CONFLICT (project_id, session_id, file, idx) DO UPDATE SET size = excluded.size, sha256 = excluded.sha256",
-    )
-    .bind(&c.project_id)
-    .bind(&session)
-    .bind(&file)
-    .bind(idx)
-    .bind(size)
-    .bind(&got)
-    .execute(&st.db.pool)
-    .await?;
-    Ok(Json(serde_json::json!({ "stored": true })))
-}
-
-/// `SUM` comes back as BIGINT from SQLite and NUMERIC from PostgreSQL: read either.
-fn sum(r: &sqlx::any::AnyRow, col: &str) -> i64 {
-    use sqlx::Row;
-    r.try_get::<i64, _>(col)
-        .or_else(|_| r.try_get::<f64, _>(col).map(|f| f as i64))
-        .or_else(|_| {
-            r.try_get::<String, _>(col)
-                .map(|s| s.parse::<f64>().unwrap_or(0.0) as i64)
-        })
-        .unwrap_or(0)
+    Ok((bytes, got))
 }
 
 fn too_large(reason: String) -> ApiError {
     ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", reason)
-}
-
-/// One file of a completion's manifest.
-#[derive(Deserialize, Serialize, Clone, PartialEq, Eq, Debug)]
-#[serde(deny_unknown_fields)]
-pub struct ManifestFile {
-    pub name: String,
-    pub size: u64,
-    pub sha256: String,
-    pub parts: u64,
-}
-
-#[derive(Deserialize, Serialize, Clone, PartialEq, Eq, Debug)]
-#[serde(deny_unknown_fields)]
-pub struct Manifest {
-    pub files: Vec<ManifestFile>,
-}
-
-impl Manifest {
-    /// The size of part `i` of `f`.
-    pub fn part_size(f: &ManifestFile, i: u64) -> u64 {
-        (f.size - i * PART_SIZE).min(PART_SIZE)
-    }
 }
 
 fn malformed(reason: impl Into<String>) -> ApiError {
@@ -392,11 +299,11 @@ fn parse_manifest(body: &[u8], max_session: u64) -> Result<Manifest, ApiError> {
 pub async fn complete(
     State(st): State<Arc<AppState>>,
     Path(session): Path<String>,
-    headers: HeaderMap,
+    caller: Result<UploadCaller, ApiError>,
     body: Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let c = match caller(&st, &headers).await {
-        Ok(c) => c,
+) -> Result<Json<Completion>, ApiError> {
+    let c = match caller {
+        Ok(UploadCaller(c)) => c,
         Err(e) => {
             drain(Some(body)).await;
             return Err(e);
@@ -407,21 +314,60 @@ pub async fn complete(
         .await
         .map_err(|_| too_large(format!("a manifest is at most {MAX_MANIFEST} bytes")))?;
     let m = parse_manifest(&body, st.limits.max_session_bytes)?;
-    let rows = sqlx::query(
-        "SELECT file, idx, size, sha256 FROM parts WHERE project_id = $1 AND session_id = $2",
-    )
-    .bind(&c.project_id)
-    .bind(&session)
-    .fetch_all(&st.db.pool)
-    .await?;
-    let held: BTreeMap<(String, i64), i64> = rows
-        .iter()
-        .map(|r| ((text(r, "file"), int(r, "idx")), int(r, "size")))
+    let (project, session) = (c.project_id.as_str(), session.as_str());
+    check_parts_held(st.as_ref(), project, session, &m).await?;
+    check_hashes(st.as_ref(), project, session, &m).await?;
+    check_opens_with_header(st.as_ref(), project, session, &m).await?;
+    let manifest = serde_json::to_string(&m).map_err(ApiError::internal)?;
+    let bytes: u64 = m.files.iter().map(|f| f.size).sum();
+    // Idempotent: only a different manifest moves the session (and only once, whoever races).
+    let prev = st
+        .db
+        .upload_state(project, session)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
+    let was_complete = prev == "complete";
+    let moved = st
+        .db
+        .complete_upload(project, session, &manifest, bytes as i64, now_ns())
+        .await?;
+    let stored = if !moved {
+        "unchanged"
+    } else if was_complete {
+        "extended"
+    } else {
+        "new"
+    };
+    if moved {
+        st.ingest_wake.notify_waiters();
+    }
+    let ingest = st.db.ingest_state(project, session).await?;
+    Ok(Json(Completion {
+        ingest,
+        session: session.to_string(),
+        state: "complete".into(),
+        stored: stored.into(),
+    }))
+}
+
+/// Every part of the manifest held, at least as long as the manifest says (409 `incomplete`).
+async fn check_parts_held(
+    st: &AppState,
+    project: &str,
+    session: &str,
+    m: &Manifest,
+) -> Result<(), ApiError> {
+    let held: BTreeMap<(String, i64), i64> = st
+        .db
+        .parts(project, session)
+        .await?
+        .into_iter()
+        .map(|p| ((p.file, p.idx), p.size))
         .collect();
     let mut missing = Vec::new();
     for f in &m.files {
         for i in 0..f.parts {
-            let want = Manifest::part_size(f, i) as i64;
+            let want = f.part_len(i) as i64;
             // A stored part longer than the manifest says is a later, grown version of it: the
             // manifest's prefix of it is what this completion covers.
             match held.get(&(f.name.clone(), i as i64)) {
@@ -442,15 +388,24 @@ pub async fn complete(
             ),
         ));
     }
-    // Each file's bytes against its hash, part by part from the store.
+    Ok(())
+}
+
+/// Each file's bytes against its hash, part by part from the store (422 `hash_mismatch`).
+async fn check_hashes(
+    st: &AppState,
+    project: &str,
+    session: &str,
+    m: &Manifest,
+) -> Result<(), ApiError> {
     for f in &m.files {
         let mut h = Sha256::new();
         for i in 0..f.parts {
             let b = st
                 .blobs
-                .get_part(&c.project_id, &session, &f.name, i as i64)
+                .get_part(project, session, &f.name, i as i64)
                 .await?;
-            let want = Manifest::part_size(f, i) as usize;
+            let want = f.part_len(i) as usize;
             h.update(&b[..want.min(b.len())]);
         }
         let got = hex::encode(h.finalize());
@@ -465,16 +420,22 @@ pub async fn complete(
             ));
         }
     }
-    // The first file must open with a gpufl header.
+    Ok(())
+}
+
+/// The first file opens with a gpufl header (422 `not_a_gpufl_session`).
+async fn check_opens_with_header(
+    st: &AppState,
+    project: &str,
+    session: &str,
+    m: &Manifest,
+) -> Result<(), ApiError> {
     let first = &m.files[0];
     if first.parts == 0 {
         return Err(not_gpufl("its first file is empty"));
     }
-    let b = st
-        .blobs
-        .get_part(&c.project_id, &session, &first.name, 0)
-        .await?;
-    let b = b.slice(..(Manifest::part_size(first, 0) as usize).min(b.len()));
+    let b = st.blobs.get_part(project, session, &first.name, 0).await?;
+    let b = b.slice(..(first.part_len(0) as usize).min(b.len()));
     match gpufl_trace::TraceReader::from_bytes(b.to_vec(), first.name.clone()) {
         Ok(mut r) => match r.next() {
             Some(gpufl_trace::Record::Header(_)) => {}
@@ -486,52 +447,7 @@ pub async fn complete(
         },
         Err(e) => return Err(not_gpufl(&e.to_string())),
     }
-    let manifest = serde_json::to_string(&m).map_err(ApiError::internal)?;
-    let bytes: u64 = m.files.iter().map(|f| f.size).sum();
-    // Idempotent: only a different manifest moves the session (and only once, whoever races).
-    let prev = sqlx::query(
-        "SELECT state, manifest, ingest_state FROM sessions WHERE project_id = $1 AND id = $2",
-    )
-    .bind(&c.project_id)
-    .bind(&session)
-    .fetch_optional(&st.db.pool)
-    .await?
-    .ok_or_else(ApiError::not_found)?;
-    let was_complete = text(&prev, "state") == "complete";
-    let r = sqlx::query(
-        "UPDATE sessions SET state = 'complete', manifest = $1, bytes = $2, uploaded_ns = $3, \
-         upload_gen = upload_gen + 1, ingest_state = 'pending' \
-         WHERE project_id = $4 AND id = $5 AND manifest <> $1",
-    )
-    .bind(&manifest)
-    .bind(bytes as i64)
-    .bind(now_ns())
-    .bind(&c.project_id)
-    .bind(&session)
-    .execute(&st.db.pool)
-    .await?;
-    let stored = if r.rows_affected() == 0 {
-        "unchanged"
-    } else if was_complete {
-        "extended"
-    } else {
-        "new"
-    };
-    if r.rows_affected() > 0 {
-        st.ingest_wake.notify_waiters();
-    }
-    let ingest = sqlx::query("SELECT ingest_state FROM sessions WHERE project_id = $1 AND id = $2")
-        .bind(&c.project_id)
-        .bind(&session)
-        .fetch_one(&st.db.pool)
-        .await
-        .map(|r| text(&r, "ingest_state"))?;
-    Ok(Json(serde_json::json!({
-        "session": session,
-        "state": "complete",
-        "stored": stored,
-        "ingest": ingest,
-    })))
+    Ok(())
 }
 
 fn not_gpufl(why: &str) -> ApiError {
@@ -572,7 +488,7 @@ mod tests {
             PART_SIZE + 1
         );
         let m = parse_manifest(ok.as_bytes(), u64::MAX).unwrap();
-        assert_eq!(Manifest::part_size(&m.files[0], 1), 1);
+        assert_eq!(m.files[0].part_len(1), 1);
         let wrong_parts = ok.replace("\"parts\":2", "\"parts\":1");
         assert_eq!(
             parse_manifest(wrong_parts.as_bytes(), u64::MAX)

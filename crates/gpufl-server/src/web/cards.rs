@@ -3,8 +3,8 @@
 //! library's line beside it when the cause sits in a library). Templates include
 //! `templates/card.html` inside `{% for card in … %}`.
 
-use super::data::InsightRow;
 use super::{fmt, url_encode};
+use crate::store::InsightRow;
 use serde_json::Value;
 
 /// A link to a line's detail, or (library locations) a label.

@@ -3,14 +3,13 @@
 //! ingest stored: totals side by side, insights new / gone / changed, per-kernel and per-line time
 //! deltas. Without both sessions: the form that picks them.
 
-use super::data::{self, SessionRow};
-use super::{fmt, render, url_encode, viewer, Nav, WebError};
-use crate::db::{int, text};
+use super::data;
+use super::{fmt, render, url_encode, Nav, Viewer, WebError};
+use crate::store::SessionRow;
 use crate::AppState;
 use askama::Template;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use gpufl_analysis::diff::{self, Delta, Diff, FDelta, Profile};
 use gpufl_analysis::userframe::{FrameOrigin, SourceLoc};
@@ -40,23 +39,13 @@ pub async fn choices(
     a: Option<&str>,
     b: Option<&str>,
 ) -> Result<Vec<Choice>, WebError> {
-    let rows = sqlx::query(&format!(
-        "SELECT id, app, start_ns FROM sessions WHERE project_id = $1 AND ingest_state = 'ready' \
-         ORDER BY start_ns DESC, id DESC LIMIT {CHOICES}"
-    ))
-    .bind(project)
-    .fetch_all(&st.db.pool)
-    .await?;
+    let rows = st.db.ready_sessions(project, CHOICES).await?;
     let mut out: Vec<Choice> = rows
-        .iter()
+        .into_iter()
         .map(|r| {
-            let id = text(r, "id");
+            let id = r.id;
             Choice {
-                label: format!(
-                    "{} · {} · {id}",
-                    text(r, "app"),
-                    fmt::time(int(r, "start_ns"))
-                ),
+                label: format!("{} · {} · {id}", r.app, fmt::time(r.start_ns)),
                 selected_a: Some(id.as_str()) == a,
                 selected_b: Some(id.as_str()) == b,
                 id,
@@ -463,11 +452,9 @@ async fn profile(st: &AppState, project: &str, s: &SessionRow) -> Result<Profile
 
 pub async fn page(
     State(st): State<Arc<AppState>>,
-    headers: HeaderMap,
-    uri: Uri,
+    v: Viewer,
     q: Result<Query<CompareQuery>, QueryRejection>,
 ) -> Result<Response, WebError> {
-    let v = viewer(&st, &headers, &uri.to_string()).await?;
     let Query(q) = q.map_err(|e| WebError::BadRequest(e.body_text()))?;
     let project = v.project_id.as_str();
     let (a, b) = (given(&q.a), given(&q.b));

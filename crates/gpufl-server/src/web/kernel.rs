@@ -8,13 +8,12 @@
 
 use super::cards::Card;
 use super::charts::Bars;
-use super::data::{self, InsightRow};
-use super::{fmt, render, url_encode, viewer, Nav, WebError};
+use super::data;
+use super::{fmt, render, url_encode, Nav, Viewer, WebError};
+use crate::store::InsightRow;
 use crate::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
-use axum::http::Uri;
 use axum::response::Response;
 use gpufl_analysis::kernels::short_name;
 use serde::Deserialize;
@@ -357,11 +356,9 @@ pub fn about(r: &InsightRow, name: &str, device: i64) -> bool {
 pub async fn page(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
+    v: Viewer,
     q: Result<Query<KernelQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, WebError> {
-    let v = viewer(&st, &headers, &uri.to_string()).await?;
     let Query(q) = q.map_err(|e| WebError::BadRequest(e.body_text()))?;
     let name = q
         .name
@@ -376,7 +373,10 @@ pub async fn page(
     };
     let session = data::session(&st, &v.project_id, &id).await?;
     // The kernel's rows on every device (one per device: few).
-    let rows = data::kernels_named(&st, &v.project_id, &id, &[name.as_str()]).await?;
+    let rows = st
+        .db
+        .kernels_named(&v.project_id, &id, &[name.as_str()])
+        .await?;
     let row = match device {
         Some(d) => rows.iter().find(|r| r.device == d),
         None => rows.first(),
@@ -453,7 +453,9 @@ pub async fn page(
         })
         .collect();
 
-    let cards: Vec<Card> = data::insights(&st, &v.project_id, &id)
+    let cards: Vec<Card> = st
+        .db
+        .insights(&v.project_id, &id)
         .await?
         .iter()
         .filter(|r| about(r, &name, device))

@@ -10,13 +10,12 @@
 
 use super::cards::Card;
 use super::charts::Bars;
-use super::data::{self, KernelRow};
-use super::{fmt, render, url_encode, viewer, Nav, WebError};
+use super::data;
+use super::{fmt, render, url_encode, Nav, Viewer, WebError};
+use crate::store::KernelRow;
 use crate::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
-use axum::http::Uri;
 use axum::response::Response;
 use gpufl_analysis::kernels::short_name;
 use serde::Deserialize;
@@ -365,15 +364,8 @@ fn body_u(b: &serde_json::Value, k: &str) -> i64 {
         .unwrap_or(0)
 }
 
-pub async fn page(
-    State(st): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    q: Result<Query<LineQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, WebError> {
-    let v = viewer(&st, &headers, &uri.to_string()).await?;
-    let Query(q) = q.map_err(|e| WebError::BadRequest(e.body_text()))?;
+/// The `file` and `line` asked for.
+fn target(q: LineQuery) -> Result<(String, u32), WebError> {
     let file = q
         .file
         .filter(|f| !f.is_empty())
@@ -385,32 +377,12 @@ pub async fn page(
         .trim()
         .parse()
         .map_err(|_| bad("line must be a line number"))?;
-    let session = data::session(&st, &v.project_id, &id).await?;
-    let docs: Vec<LineDoc> = data::doc(&st, &v.project_id, &id, "lines")
-        .await?
-        .unwrap_or_default();
-    let user_files: HashSet<&str> = docs
-        .iter()
-        .map(|d| d.location.file.as_str())
-        .filter(|f| !f.starts_with('<'))
-        .collect();
-    let here: Vec<&LineDoc> = docs
-        .iter()
-        .filter(|d| d.location.file == file && d.location.line == Some(line))
-        .collect();
-    let cards: Vec<Card> = data::insights(&st, &v.project_id, &id)
-        .await?
-        .iter()
-        .filter(|r| r.file == file && r.line == i64::from(line))
-        .map(|r| Card::from_row(r, &id))
-        .collect();
-    if here.is_empty() && cards.is_empty() {
-        return Err(WebError::NotFound(format!(
-            "nothing recorded at {file}:{line} in this session"
-        )));
-    }
-    let function = here
-        .iter()
+    Ok((file, line))
+}
+
+/// The function the line is in: a location's, else an insight card's.
+fn function_at(here: &[&LineDoc], cards: &[Card]) -> String {
+    here.iter()
         .find_map(|d| d.location.function.clone())
         .or_else(|| {
             cards.iter().find(|c| !c.function.is_empty()).map(|c| {
@@ -420,34 +392,25 @@ pub async fn page(
                     .to_string()
             })
         })
-        .unwrap_or_default();
-    let hit_text = here
-        .iter()
+        .unwrap_or_default()
+}
+
+/// The line's text as a location or an insight card recorded it.
+fn hit_text<'a>(here: &[&'a LineDoc], cards: &'a [Card]) -> Option<&'a str> {
+    here.iter()
         .find_map(|d| d.location.text.as_deref())
         .or_else(|| {
             cards
                 .iter()
                 .find(|c| !c.code.is_empty())
                 .map(|c| c.code.as_str())
-        });
+        })
+}
 
-    // Source text around the line.
-    let sources: Vec<SourceDoc> = data::doc(&st, &v.project_id, &id, "sources")
-        .await?
-        .unwrap_or_default();
-    let texts = sources
-        .into_iter()
-        .find(|s| s.file == file)
-        .map(|s| s.lines)
-        .unwrap_or_default();
-    let source = listing(&texts, line, hit_text);
-    let file_has_text = !texts.is_empty();
-
-    // Synchronizations and copies: summed over the locations at the line.
-    let sum = |f: fn(&LineDoc) -> u64| here.iter().map(|d| f(d)).fold(0u64, u64::saturating_add);
-    let syncs = sum(|d| d.syncs);
+/// The sync-duration histogram summed over the locations at the line.
+fn merged_hist(here: &[&LineDoc]) -> Vec<u64> {
     let mut hist: Vec<u64> = Vec::new();
-    for d in &here {
+    for d in here {
         if hist.len() < d.sync_hist.len() {
             hist.resize(d.sync_hist.len(), 0);
         }
@@ -455,40 +418,53 @@ pub async fn page(
             *a = a.saturating_add(*b);
         }
     }
-    // With one location its percentiles; with several, the busiest one's (the table lists each).
-    let top = here
-        .iter()
-        .max_by_key(|d| (d.syncs, d.sync_blocked_ns))
-        .copied();
-    let variants: Vec<Variant> = if here.len() > 1 {
-        here.iter()
-            .map(|d| Variant {
-                via: match &d.location.library {
-                    Some(l) => format!(
-                        "via {}:{} in {}()",
-                        fmt::short_path(&l.file, 48),
-                        l.line.unwrap_or(0),
-                        l.function.as_deref().unwrap_or("?")
-                    ),
-                    None => "directly".into(),
-                },
-                syncs: fmt::count(d.syncs as i64),
-                blocked: fmt::dur_u(d.sync_blocked_ns),
-                p50: fmt::dur_u(d.sync_p50_ns),
-                p99: fmt::dur_u(d.sync_p99_ns),
-                max: fmt::dur_u(d.sync_max_ns),
-                copies: fmt::count(d.copies as i64),
-                launches: fmt::count(d.launches as i64),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    hist
+}
 
-    // Stacks: one per location at the line (the longest synchronization's, else a copy's or a
-    // launch's).
-    let stacks: Vec<StackView> = here
-        .iter()
+/// Each location at the line, when there are several.
+fn variants(here: &[&LineDoc]) -> Vec<Variant> {
+    if here.len() <= 1 {
+        return Vec::new();
+    }
+    here.iter()
+        .map(|d| Variant {
+            via: match &d.location.library {
+                Some(l) => format!(
+                    "via {}:{} in {}()",
+                    fmt::short_path(&l.file, 48),
+                    l.line.unwrap_or(0),
+                    l.function.as_deref().unwrap_or("?")
+                ),
+                None => "directly".into(),
+            },
+            syncs: fmt::count(d.syncs as i64),
+            blocked: fmt::dur_u(d.sync_blocked_ns),
+            p50: fmt::dur_u(d.sync_p50_ns),
+            p99: fmt::dur_u(d.sync_p99_ns),
+            max: fmt::dur_u(d.sync_max_ns),
+            copies: fmt::count(d.copies as i64),
+            launches: fmt::count(d.launches as i64),
+        })
+        .collect()
+}
+
+/// Whose percentiles the page shows when several locations at the line synchronized.
+fn pct_note(here: &[&LineDoc], top: Option<&LineDoc>, syncs: u64) -> String {
+    match (here.iter().filter(|d| d.syncs > 0).count(), top) {
+        (n, Some(t)) if n > 1 => format!(
+            "Median and p99 of the location with the most synchronizations ({} of them); \
+             the distribution counts all {}; the locations below list each one's.",
+            fmt::count(t.syncs as i64),
+            fmt::count(syncs as i64)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Stacks: one per location at the line (the longest synchronization's, else a copy's or a
+/// launch's), at most [`MAX_STACKS`].
+fn stacks(here: &[&LineDoc], user_files: &HashSet<&str>, file: &str, line: u32) -> Vec<StackView> {
+    here.iter()
         .filter(|d| !d.stack.is_empty())
         .take(MAX_STACKS)
         .map(|d| StackView {
@@ -500,13 +476,16 @@ pub async fn page(
                 ),
                 None => String::new(),
             },
-            groups: fold_frames(frames_view(&d.stack, &user_files, &file, line)),
+            groups: fold_frames(frames_view(&d.stack, user_files, file, line)),
         })
-        .collect();
+        .collect()
+}
 
-    // Kernels launched from the line, merged over its locations, with their kernel rows.
+/// Kernels launched from the line, merged over its locations: (name, launches, GPU ns), the
+/// most GPU time first, at most [`MAX_KERNELS`].
+fn kernels_at<'a>(here: &[&'a LineDoc]) -> Vec<(&'a str, u64, u64)> {
     let mut merged: HashMap<&str, (u64, u64)> = HashMap::new();
-    for d in &here {
+    for d in here {
         for k in &d.kernels {
             let e = merged.entry(k.name.as_str()).or_default();
             e.0 = e.0.saturating_add(k.launches);
@@ -516,10 +495,12 @@ pub async fn page(
     let mut list: Vec<(&str, u64, u64)> = merged.into_iter().map(|(n, (l, t))| (n, l, t)).collect();
     list.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
     list.truncate(MAX_KERNELS);
-    let names: Vec<&str> = list.iter().map(|k| k.0).collect();
-    let rows = data::kernels_named(&st, &v.project_id, &id, &names).await?;
-    let kernels: Vec<KernelView> = list
-        .iter()
+    list
+}
+
+/// The kernels launched from the line with their kernel rows' stats and a link per device.
+fn kernel_views(list: &[(&str, u64, u64)], rows: &[KernelRow], id: &str) -> Vec<KernelView> {
+    list.iter()
         .map(|&(name, launches, total)| {
             let mine: Vec<&KernelRow> = rows.iter().filter(|r| r.name == name).collect();
             let best = mine.iter().max_by_key(|r| (r.launches, -r.device)).copied();
@@ -537,7 +518,7 @@ pub async fn page(
                     .map(|d| KernelLink {
                         href: format!(
                             "/sessions/{}/kernel?name={}&device={d}",
-                            url_encode(&id),
+                            url_encode(id),
                             url_encode(name)
                         ),
                         device: d,
@@ -550,32 +531,77 @@ pub async fn page(
                 p99: stat("p99_ns"),
             }
         })
-        .collect();
+        .collect()
+}
 
+/// `GET /sessions/{id}/line?file=&line=`.
+pub async fn page(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    v: Viewer,
+    q: Result<Query<LineQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, WebError> {
+    let Query(q) = q.map_err(|e| WebError::BadRequest(e.body_text()))?;
+    let (file, line) = target(q)?;
+    let p = v.project_id.as_str();
+    let session = data::session(&st, p, &id).await?;
+    let docs: Vec<LineDoc> = data::doc(&st, p, &id, "lines").await?.unwrap_or_default();
+    let user_files: HashSet<&str> = docs
+        .iter()
+        .map(|d| d.location.file.as_str())
+        .filter(|f| !f.starts_with('<'))
+        .collect();
+    let here: Vec<&LineDoc> = docs
+        .iter()
+        .filter(|d| d.location.file == file && d.location.line == Some(line))
+        .collect();
+    let cards: Vec<Card> = st
+        .db
+        .insights(p, &id)
+        .await?
+        .iter()
+        .filter(|r| r.file == file && r.line == i64::from(line))
+        .map(|r| Card::from_row(r, &id))
+        .collect();
+    if here.is_empty() && cards.is_empty() {
+        return Err(WebError::NotFound(format!(
+            "nothing recorded at {file}:{line} in this session"
+        )));
+    }
+    // Source text around the line.
+    let sources: Vec<SourceDoc> = data::doc(&st, p, &id, "sources").await?.unwrap_or_default();
+    let texts = sources
+        .into_iter()
+        .find(|s| s.file == file)
+        .map(|s| s.lines)
+        .unwrap_or_default();
+    let list = kernels_at(&here);
+    let names: Vec<&str> = list.iter().map(|k| k.0).collect();
+    let rows = st.db.kernels_named(p, &id, &names).await?;
+    // Synchronizations and copies: summed over the locations at the line; with one location its
+    // percentiles, with several the busiest one's (the table lists each).
+    let sum = |f: fn(&LineDoc) -> u64| here.iter().map(|d| f(d)).fold(0u64, u64::saturating_add);
+    let syncs = sum(|d| d.syncs);
+    let top = here
+        .iter()
+        .max_by_key(|d| (d.syncs, d.sync_blocked_ns))
+        .copied();
     render(&LinePage {
         title: format!("{}:{line}", fmt::short_path(&file, 72)),
         nav: Some(v.nav()),
         session_href: format!("/sessions/{}", url_encode(&session.id)),
         session: session.id,
-        function,
-        source,
-        file_has_text,
+        function: function_at(&here, &cards),
+        source: listing(&texts, line, hit_text(&here, &cards)),
+        file_has_text: !texts.is_empty(),
         syncs,
         sync_blocked: fmt::dur_u(sum(|d| d.sync_blocked_ns)),
         sync_p50: fmt::dur_u(top.map_or(0, |d| d.sync_p50_ns)),
         sync_p99: fmt::dur_u(top.map_or(0, |d| d.sync_p99_ns)),
-        pct_note: match (here.iter().filter(|d| d.syncs > 0).count(), top) {
-            (n, Some(t)) if n > 1 => format!(
-                "Median and p99 of the location with the most synchronizations ({} of them); \
-                 the distribution counts all {}; the locations below list each one's.",
-                fmt::count(t.syncs as i64),
-                fmt::count(syncs as i64)
-            ),
-            _ => String::new(),
-        },
+        pct_note: pct_note(&here, top, syncs),
         sync_max: fmt::dur_u(here.iter().map(|d| d.sync_max_ns).max().unwrap_or(0)),
-        sync_chart: sync_bars(&hist),
-        variants,
+        sync_chart: sync_bars(&merged_hist(&here)),
+        variants: variants(&here),
         copies: sum(|d| d.copies),
         copy_time: fmt::dur_u(sum(|d| d.copy_ns)),
         copy_bytes: fmt::bytes(sum(|d| d.copy_bytes).min(i64::MAX as u64) as i64),
@@ -585,8 +611,8 @@ pub async fn page(
             .filter(|d| !d.stack.is_empty())
             .count()
             .saturating_sub(MAX_STACKS),
-        stacks,
-        kernels,
+        stacks: stacks(&here, &user_files, &file, line),
+        kernels: kernel_views(&list, &rows, &id),
         cards,
         file,
         line,

@@ -3,7 +3,7 @@
 //! Content-Security-Policy every page carries forbids scripts, so a kernel name such as
 //! `<script>` can only ever be shown as text. Works air-gapped (nothing is loaded from elsewhere).
 //!
-//! Who may look: the same read keys as the API, sent as `Authorization: Bearer KEY` or, from a
+//! Who may look ([`Viewer`], taken by every page as an extractor): the same read keys as the API, sent as `Authorization: Bearer KEY` or, from a
 //! browser, kept in an `HttpOnly`, `SameSite=Strict` cookie set by the login form. A server
 //! started with an open project (`gpufl serve --local` / `--demo`, loopback only) shows that
 //! project without a key. A key reaches its own project's pages only: another project's session
@@ -24,10 +24,9 @@ pub mod session;
 pub mod sessions;
 
 use crate::auth::{self, KeyKind};
-use crate::db::text;
 use crate::AppState;
 use askama::Template;
-use axum::extract::{Form, Query, State};
+use axum::extract::{Form, FromRequestParts, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -234,23 +233,19 @@ fn cookie_key(headers: &HeaderMap) -> Option<String> {
 }
 
 async fn key_viewer(st: &AppState, key: &str) -> Result<Option<Viewer>, WebError> {
-    let row = sqlx::query(
-        "SELECT k.id, k.kind, k.project_id, p.name FROM api_keys k JOIN projects p ON p.id = k.project_id \
-         WHERE k.hash = $1 AND k.revoked_ns = 0",
-    )
-    .bind(auth::sha256_hex(key.as_bytes()))
-    .fetch_optional(&st.db.pool)
-    .await?;
-    let Some(row) = row else { return Ok(None) };
-    if KeyKind::parse(&text(&row, "kind")) != Some(KeyKind::Read) {
+    let hash = auth::sha256_hex(key.as_bytes());
+    let Some((k, project_name)) = st.db.live_key_with_project(&hash).await? else {
+        return Ok(None);
+    };
+    if KeyKind::parse(&k.kind) != Some(KeyKind::Read) {
         return Err(WebError::Forbidden(
             "this is an upload key; the dashboard takes a project's read key (gfl_rd_…)".into(),
         ));
     }
-    st.limiter.take(&text(&row, "id"))?;
+    st.limiter.take(&k.id)?;
     Ok(Some(Viewer {
-        project_id: text(&row, "project_id"),
-        project_name: text(&row, "name"),
+        project_id: k.project_id,
+        project_name,
         open: false,
     }))
 }
@@ -276,6 +271,18 @@ pub async fn viewer(st: &AppState, headers: &HeaderMap, path: &str) -> Result<Vi
         });
     }
     Err(WebError::Login(path.to_string()))
+}
+
+/// A page's viewer, as [`viewer`] finds it for the request's path (and query).
+impl FromRequestParts<Arc<AppState>> for Viewer {
+    type Rejection = WebError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        st: &Arc<AppState>,
+    ) -> Result<Self, WebError> {
+        viewer(st, &parts.headers, &parts.uri.to_string()).await
+    }
 }
 
 #[derive(Deserialize, Default)]

@@ -9,12 +9,12 @@
 
 use super::cards::{self, Card, Chip};
 use super::charts::{self, Band, Column, LineChart, Series, StackedColumns};
-use super::data::{self, SessionRow};
-use super::{fmt, render, url_encode, viewer, Nav, WebError};
+use super::data;
+use super::{fmt, render, url_encode, Nav, Viewer, WebError};
+use crate::store::{KernelRow, SessionRow};
 use crate::AppState;
 use askama::Template;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use gpufl_trace::{throttle, Telemetry};
 use serde::Deserialize;
@@ -342,10 +342,8 @@ impl SessionPage {
 pub async fn page(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
+    v: Viewer,
 ) -> Result<Response, WebError> {
-    let v = viewer(&st, &headers, &uri.to_string()).await?;
     let p = v.project_id.as_str();
     let s = data::session(&st, p, &id).await?;
     let ready = s.ingest == "ready";
@@ -359,7 +357,7 @@ pub async fn page(
     let header: HeaderDoc = data::doc(&st, p, &id, "header").await?.unwrap_or_default();
     let idle_ns: u64 = timeline.devices.iter().map(|d| d.idle_ns).sum();
     page.stats = headline(&s, (!timeline.devices.is_empty()).then_some(idle_ns));
-    let insights = data::insights(&st, p, &id).await?;
+    let insights = st.db.insights(p, &id).await?;
     page.groups = cards::grouped(&insights, &id)
         .into_iter()
         .map(|(category, mut cards)| {
@@ -401,7 +399,7 @@ pub async fn page(
     page.scopes_more = sc.scopes_total.max(sc.scopes.len()) - page.scopes.len();
     page.ranges = sc.ranges.iter().take(RANGE_ROWS).map(range_view).collect();
     page.ranges_more = sc.ranges_total.max(sc.ranges.len()) - page.ranges.len();
-    let (rows, n) = data::top_kernels(&st, p, &id, KERNEL_ROWS).await?;
+    let (rows, n) = st.db.top_kernels(p, &id, KERNEL_ROWS).await?;
     page.kernels = rows.iter().map(|k| kernel_view(k, &id)).collect();
     page.kernels_more = (n - page.kernels.len() as i64).max(0);
     render(&page)
@@ -999,7 +997,7 @@ fn u(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
 
-fn kernel_view(k: &data::KernelRow, session: &str) -> KernelView {
+fn kernel_view(k: &KernelRow, session: &str) -> KernelView {
     let b = &k.body;
     let occ = b.get("occupancy").filter(|o| o.is_object());
     let occupancy = occ

@@ -1,24 +1,9 @@
-//! The SQL store: SQLite (embedded default) or PostgreSQL, through sqlx's `Any` driver, with the
-//! few statements that differ per backend chosen by [`Backend`]. Schema migrations run at start.
+//! Schema migrations: each version a list of statements, applied in one transaction when the
+//! store opens.
 
+use super::{Backend, Db};
 use crate::error::ServerError;
-use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor, Row};
-use std::time::Duration;
-
-/// Which SQL database the pool talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-/// The pool and its backend.
-#[derive(Clone)]
-pub struct Db {
-    pub pool: AnyPool,
-    pub backend: Backend,
-}
+use sqlx::{Executor, Row};
 
 /// Schema versions, each a list of statements; `{BIG}`-free SQL common to both backends except
 /// where a pair is given. Append only: a released version never changes.
@@ -63,41 +48,9 @@ const MIGRATIONS: &[&[&str]] = &[
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 impl Db {
-    /// Connect (creating a SQLite file if needed) and migrate.
-    pub async fn open(url: &str) -> Result<Db, ServerError> {
-        sqlx::any::install_default_drivers();
-        let backend = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Backend::Postgres
-        } else if url.starts_with("sqlite:") {
-            Backend::Sqlite
-        } else {
-            return Err(ServerError::Config(format!(
-                "--db {url:?}: expected sqlite://PATH or postgres://…"
-            )));
-        };
-        let mut opts = AnyPoolOptions::new()
-            .max_connections(if backend == Backend::Sqlite { 8 } else { 16 })
-            .acquire_timeout(Duration::from_secs(30));
-        if backend == Backend::Sqlite {
-            opts = opts.after_connect(|conn, _| {
-                Box::pin(async move {
-                    conn.execute("PRAGMA busy_timeout = 30000").await?;
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    conn.execute("PRAGMA synchronous = NORMAL").await?;
-                    conn.execute("PRAGMA foreign_keys = ON").await?;
-                    Ok(())
-                })
-            });
-        }
-        let pool = opts.connect(url).await?;
-        let db = Db { pool, backend };
-        db.migrate().await?;
-        Ok(db)
-    }
-
     /// Bring the schema to [`SCHEMA_VERSION`]; several instances starting at once on one
     /// PostgreSQL serialize on an advisory lock.
-    async fn migrate(&self) -> Result<(), ServerError> {
+    pub(super) async fn migrate(&self) -> Result<(), ServerError> {
         let mut tx = self.pool.begin().await?;
         if self.backend == Backend::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock(7349215)")
@@ -129,36 +82,4 @@ impl Db {
         tx.commit().await?;
         Ok(())
     }
-
-    /// ` FOR UPDATE SKIP LOCKED` where the backend has it (PostgreSQL); SQLite serializes writers.
-    pub fn skip_locked(&self) -> &'static str {
-        match self.backend {
-            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
-            Backend::Sqlite => "",
-        }
-    }
-}
-
-/// A text column, empty when NULL.
-pub fn text(r: &AnyRow, col: &str) -> String {
-    r.try_get::<Option<String>, _>(col)
-        .ok()
-        .flatten()
-        .unwrap_or_default()
-}
-
-/// An integer column, 0 when NULL.
-pub fn int(r: &AnyRow, col: &str) -> i64 {
-    r.try_get::<Option<i64>, _>(col)
-        .ok()
-        .flatten()
-        .unwrap_or_default()
-}
-
-/// Nanoseconds since the Unix epoch, now.
-pub fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }

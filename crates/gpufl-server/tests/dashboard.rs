@@ -1,8 +1,10 @@
 //! The dashboard of `gpufl serve` (issue 15), end to end: one server (SQLite, a temporary
-//! directory) holding project A (bundled sessions and a hostile one) and project B (one session).
+//! directory), started in-process from gpufl-server's library (tests/common), holding project A
+//! (bundled sessions and a hostile one, uploaded with gpufl-upload) and project B (one session).
 //!
-//! Plain HTTP tests (always run): every page carries the Content-Security-Policy, the hostile
-//! pages' HTML holds no markup from the data, the login form refuses an upload key, a page asked
+//! Plain HTTP tests (always run): the hostile session's insights are located at its hostile path,
+//! every page carries the Content-Security-Policy, the hostile pages' HTML holds no markup from
+//! the data, the login form refuses an upload key, a page asked
 //! for without a key sends to the login form.
 //!
 //! Browser tests: Debian's `chromium` driven through `chromedriver` (W3C WebDriver, from Rust;
@@ -19,12 +21,11 @@ mod webdriver;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use webdriver::{Browser, Element};
 
-use common::{bundled, GPUFL};
+use common::{bundled, Server};
 
 /// What a hostile trace puts in its strings: a script element and an attribute break-out.
 const SCRIPT: &str = "<script>window.__pwned=1</script>";
@@ -392,7 +393,8 @@ fn write_hostile_session(parent: &Path) -> PathBuf {
 // The server and its data, shared by the tests of this file while any of them runs.
 
 struct Fixture {
-    child: Child,
+    /// Taken when the fixture drops (the server stops before its data is removed).
+    server: Option<Server>,
     url: String,
     data: PathBuf,
     a_up: String,
@@ -415,8 +417,7 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        drop(self.server.take());
         let _ = std::fs::remove_dir_all(&self.data);
     }
 }
@@ -439,40 +440,21 @@ fn start_fixture() -> Fixture {
     let data =
         std::env::temp_dir().join(format!("gpufl-dash-{}-{}", std::process::id(), rand_hex()));
     std::fs::create_dir_all(&data).unwrap();
-    let project = |name: &str| {
-        let mut admin = Command::new(GPUFL);
-        admin.args(["admin", "--data"]).arg(&data);
-        common::create_project(admin, name)
-    };
-    let (a_up, a_rd) = project("team-a");
-    let (b_up, b_rd) = project("team-b");
-    let mut cmd = Command::new(GPUFL);
-    cmd.args(["serve", "--data"])
-        .arg(&data)
-        .args(["--listen", "127.0.0.1:0", "--rate-limit", "0"]);
-    let (child, url) = common::spawn_serve_child(cmd);
+    let mut cfg = gpufl_server::ServeConfig::new(data.clone());
+    cfg.rate_per_key = 0.0;
+    let (a_up, a_rd) = common::project(&cfg, "team-a");
+    let (b_up, b_rd) = common::project(&cfg, "team-b");
+    let server = Server::start(&cfg);
+    let url = server.url.clone();
     let mut dirs: Vec<PathBuf> = A_SESSIONS.iter().map(|p| bundled(p)).collect();
     dirs.push(write_hostile_session(&data.join("hostile")));
     let b_dir = bundled(B_SESSION);
-    let up = |key: &str, dirs: &[PathBuf]| {
-        let out = Command::new(GPUFL)
-            .arg("upload")
-            .args(dirs)
-            .args(["--server", &url, "--api-key", key])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    up(&a_up, &dirs);
-    up(&b_up, std::slice::from_ref(&b_dir));
+    common::upload(&url, &a_up, &dirs);
+    common::upload(&url, &b_up, std::slice::from_ref(&b_dir));
     let a: BTreeMap<String, String> = dirs.iter().map(|d| (id_of(d), id_of(d))).collect();
     let b_id = id_of(&b_dir);
     let f = Fixture {
-        child,
+        server: Some(server),
         url,
         data,
         a_up,
@@ -587,21 +569,11 @@ fn the_hostile_session_has_insights_at_the_hostile_path() {
     if let Ok(d) = std::env::var("GPUFL_HOSTILE_OUT") {
         write_hostile_session(Path::new(&d));
     }
-    let tmp = std::env::temp_dir().join(format!("gpufl-dash-h-{}", rand_hex()));
-    let dir = write_hostile_session(&tmp);
-    let out = Command::new(GPUFL)
-        .args(["report", "--json"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&tmp);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ins = v["sessions"][0]["insights"].as_array().unwrap();
+    let f = fixture();
+    let id = enc(HOSTILE_ID);
+    let (st, v) = api(&f.url, &f.a_rd, &format!("/api/v1/sessions/{id}/insights"));
+    assert_eq!(st, 200, "{v}");
+    let ins = v["insights"].as_array().unwrap();
     let at_path: Vec<&Value> = ins
         .iter()
         .filter(|i| i["location"]["file"] == hostile_path().as_str())
@@ -615,7 +587,9 @@ fn the_hostile_session_has_insights_at_the_hostile_path() {
     assert!(at_path
         .iter()
         .all(|i| i["location"]["function"] == hostile_func().as_str()));
-    let kernels = v["sessions"][0]["kernels"].to_string();
+    let (st, v) = api(&f.url, &f.a_rd, &format!("/api/v1/sessions/{id}/kernels"));
+    assert_eq!(st, 200, "{v}");
+    let kernels = v["kernels"].to_string();
     assert!(kernels.contains("fused<script>"), "{kernels}");
 }
 
