@@ -25,21 +25,7 @@ pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;
 
 /// The category an insight's card is filed under on the dashboard.
 pub fn category(rule: &str) -> &'static str {
-    match rule {
-        "sync-attribution" | "in-loop-sync" | "host-read" | "graph-replay-gaps" => {
-            "SYNCHRONIZATION"
-        }
-        "pageable-async-copy"
-        | "blocking-copy"
-        | "default-stream-barrier"
-        | "device-wide-sync"
-        | "no-copy-compute-overlap"
-        | "collective-wait" => "STREAMS & TRANSFERS",
-        "gpu-idle" | "launch-bound" | "low-utilization" | "torch-compile" => "IDLE GPU",
-        "low-occupancy" | "register-spill" | "under-filled-grid" | "warp-divergence"
-        | "uncoalesced-access" | "bank-conflicts" | "stall-reasons" => "KERNELS",
-        _ => "SYSTEM",
-    }
+    gpufl_analysis::rules::spec(rule).map_or("SYSTEM", |s| s.category.as_str())
 }
 
 fn severity_rank(s: Severity) -> i64 {
