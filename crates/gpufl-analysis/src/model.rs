@@ -654,6 +654,7 @@ impl Model {
                 self.detail_store.add_stalls(&k, name, &files);
             }
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
+            Record::Hostcall(_) | Record::Hsample(_) => {}
         }
     }
 

@@ -313,6 +313,9 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
                 }
                 .into(),
             ),
+            // Set by the host sampler and blocking-call recording once they exist in this build.
+            host_samples_hz: None,
+            hostcall_us: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),

@@ -287,6 +287,8 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
             telemetry_ms: Some(100),
             mode: None,
             call_sites: None,
+            host_samples_hz: None,
+            hostcall_us: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -481,6 +483,8 @@ fn write_always_on_session(root: &Path, call_sites: Option<&str>) -> PathBuf {
             telemetry_ms: Some(0),
             mode: Some("always-on".into()),
             call_sites: call_sites.map(String::from),
+            host_samples_hz: None,
+            hostcall_us: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),

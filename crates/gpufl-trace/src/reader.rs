@@ -764,6 +764,8 @@ fn parse_known(tag: &str, line: &[u8]) -> Option<Result<Record, serde_json::Erro
         "sync" => p(line, Record::Sync),
         "api" => p(line, Record::Api),
         "callsite" => p(line, Record::Callsite),
+        "hostcall" => p(line, Record::Hostcall),
+        "hsample" => p(line, Record::Hsample),
         "gnode" => p(line, Record::Gnode),
         "stream" => p(line, Record::Stream),
         "capture" => p(line, Record::Capture),

@@ -30,6 +30,8 @@ pub enum Record {
     Sync(Sync),
     Api(Api),
     Callsite(Callsite),
+    Hostcall(Hostcall),
+    Hsample(Hsample),
     Gnode(Gnode),
     Stream(StreamInfo),
     Capture(CaptureState),
@@ -60,6 +62,8 @@ impl Record {
             Record::Sync(_) => "sync",
             Record::Api(_) => "api",
             Record::Callsite(_) => "callsite",
+            Record::Hostcall(_) => "hostcall",
+            Record::Hsample(_) => "hsample",
             Record::Gnode(_) => "gnode",
             Record::Stream(_) => "stream",
             Record::Capture(_) => "capture",
@@ -238,6 +242,15 @@ pub struct CaptureOptions {
     /// launch and copy call sites inside `window` records only). Absent: "always".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_sites: Option<String>,
+    /// The host sampler's rate, samples per second per thread (0: off); absent in sessions
+    /// recorded before host samples existed (`hsample` records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_samples_hz: Option<u32>,
+    /// A CUDA call other than a launch, copy, memset or synchronization gets a `hostcall` record
+    /// when it held its thread at least this long, µs; absent in sessions recorded before
+    /// `hostcall` records existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostcall_us: Option<u32>,
 }
 
 /// Whether capture is running; when it is not, `reason` says why (once, clearly).
@@ -545,6 +558,93 @@ pub struct Callsite {
     /// key, itself included. Absent: 1 (sessions before sampling weights).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u64>,
+}
+
+/// A CUDA runtime or driver call other than a launch, copy, memset or synchronization (those have
+/// records of their own) that held the calling thread at least `options.hostcall_us`: allocations
+/// and frees (`cudaFree` waits for the device), pinned-host allocations, module loads, stream,
+/// event and graph creation, graph instantiation, limits… The time the host spent in it is
+/// `end - start`. Calls shorter than the threshold are not recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Hostcall {
+    pub domain: ApiDomain,
+    /// Function name, e.g. "cudaFree".
+    pub name: StrId,
+    /// CUPTI callback id of the function.
+    pub cbid: u32,
+    pub start: u64,
+    pub end: u64,
+    /// OS thread id of the caller.
+    pub tid: u64,
+    pub corr: u32,
+    /// CUPTI context id, when the call had a context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctx: Option<u32>,
+    /// Bytes asked for (allocation calls), when the call's parameters say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Return code (cudaError_t / CUresult), absent when 0 (success).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ret: u32,
+    /// CPU stack at the call (present when stack capture is on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<StackId>,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// What a sampled host thread was doing ([`Hsample::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HostState {
+    /// Running on a CPU (or runnable).
+    Cpu,
+    /// Inside a CUDA call the recorder sees (`call` names it).
+    Cuda,
+    /// Blocked on a lock: a futex wait, the GIL included.
+    Lock,
+    /// Blocked in another system call: sleep, I/O, poll.
+    Sleep,
+    /// Parked in an idle wait of the Python standard library (`threading`, `queue`, …).
+    Idle,
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl HostState {
+    /// The name used in reports ("on CPU", "in a CUDA call", …).
+    pub fn display_name(self) -> &'static str {
+        match self {
+            HostState::Cpu => "on CPU",
+            HostState::Cuda => "in a CUDA call",
+            HostState::Lock => "waiting on a lock",
+            HostState::Sleep => "sleeping or in I/O",
+            HostState::Idle => "idle",
+            HostState::Unknown => "unknown",
+        }
+    }
+}
+
+/// One sample of a host thread taken by the recorder's host sampler (`options.host_samples_hz`):
+/// the threads that issue CUDA work and the Python threads that drive them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Hsample {
+    /// Trace-clock time of the sample.
+    pub ts: u64,
+    /// OS thread id of the sampled thread.
+    pub tid: u64,
+    pub state: HostState,
+    /// Host time this sample stands for, ns (the sampler's period when it was taken).
+    pub period_ns: u64,
+    /// The thread's stack (Python frames, and native frames where they could be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<StackId>,
+    /// The CUDA function the thread was inside (state `cuda`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<StrId>,
 }
 
 /// An interval in which GPU activity (kernel, memcpy and memset records) was collected, in an

@@ -140,6 +140,8 @@ fn sample_header() -> Header {
             telemetry_ms: Some(100),
             mode: None,
             call_sites: None,
+            host_samples_hz: None,
+            hostcall_us: None,
         },
         capture: CaptureStatus {
             status: "partial".into(),
@@ -407,6 +409,28 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         stack,
         weight: None,
     }));
+    let free = r.str("cudaFree");
+    r.rec(Record::Hostcall(Hostcall {
+        domain: ApiDomain::Runtime,
+        name: free,
+        cbid: 4,
+        start: t0 + 6,
+        end: t0 + 2_006,
+        tid,
+        corr: 700 + i as u32,
+        ctx: Some(1),
+        bytes: None,
+        ret: 0,
+        stack: Some(stack),
+    }));
+    r.rec(Record::Hsample(Hsample {
+        ts: t0 + 10,
+        tid,
+        state: HostState::Cuda,
+        period_ns: 10_000_000,
+        stack: Some(stack),
+        call: Some(free),
+    }));
     r.rec(Record::Gnode(Gnode {
         graph: 2,
         node: 7_000 + i,
@@ -532,6 +556,12 @@ fn refs(r: &Record) -> (Vec<StrId>, Vec<FrameId>, Vec<StackId>) {
         Record::Api(a) => (vec![a.name], vec![], vec![]),
         Record::Sync(s) => (vec![], vec![], s.stack.into_iter().collect()),
         Record::Callsite(c) => (vec![c.api], vec![], vec![c.stack]),
+        Record::Hostcall(h) => (vec![h.name], vec![], h.stack.into_iter().collect()),
+        Record::Hsample(h) => (
+            h.call.into_iter().collect(),
+            vec![],
+            h.stack.into_iter().collect(),
+        ),
         _ => (vec![], vec![], vec![]),
     }
 }

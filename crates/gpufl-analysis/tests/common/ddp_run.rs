@@ -126,6 +126,8 @@ fn header(app: &str, pid: u32, rank: Option<u32>, host: &str, trace0: u64) -> He
             telemetry_ms: Some(100),
             mode: None,
             call_sites: None,
+            host_samples_hz: None,
+            hostcall_us: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),
