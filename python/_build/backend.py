@@ -3,7 +3,7 @@
 maturin builds the `gpufl` command (crates/gpufl-cli, bindings "bin": it lands in the
 environment's bin/) and packs the Python package python/gpufl. The capture library is the
 cdylib of another crate (crates/gpufl-capture), which maturin does not build: `build_wheel`
-builds it first with cargo, in the same Cargo profile, and copies it stripped into
+builds it first with cargo (the workspace), in the same Cargo profile, and copies it stripped into
 python/gpufl/, where maturin packs it with the package (git ignores the copy). The Python API
 loads it from there (`gpufl.library_path()`), and `gpufl record` finds it from the command.
 
@@ -53,7 +53,10 @@ def _build_capture_library():
     """cargo build of the capture library; its stripped copy in python/gpufl/."""
     profile = _profile()
     cargo = os.environ.get("CARGO", "cargo")
-    _run([cargo, "build", "--profile", profile, "-p", "gpufl-capture", "--lib"])
+    # The whole workspace (the command's crates and the library's): the same build as
+    # `cargo build --workspace`, so the one a checkout or CI already has is reused as it is
+    # (`-p gpufl-capture` alone would unify features differently and rebuild it).
+    _run([cargo, "build", "--profile", profile, "--workspace"])
     out = _target_dir() / ("debug" if profile == "dev" else profile) / LIB
     dst = ROOT / "python" / "gpufl" / LIB
     tmp = dst.with_suffix(".so.tmp")
