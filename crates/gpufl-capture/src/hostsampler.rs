@@ -13,12 +13,13 @@
 //!   native stack without stopping it is not safe enough here).
 //!
 //! **State.** `cuda` when the thread's call marker says it is inside a CUDA call (the call's name
-//! with it); else from `/proc/self/task/TID/stat`: `R` → `cpu`; `S` / `D` → `idle` when its
+//! with it); else from `/proc/self/task/TID/syscall` (one `pread` of a file kept open per
+//! thread; `…/stat` where it cannot be opened): `running` → `cpu`; blocked → `idle` when its
 //! innermost Python frame is in an idle wait of the standard library (`threading`, `queue`,
 //! `selectors`, … — written with its stack: a main thread parked in the DataLoader's `queue.get()`
-//! explains a gap as well as a busy one), else `lock` when `/proc/self/task/TID/syscall` says it
-//! is in `futex` (a lock, a condition variable, the GIL), else `sleep`; anything else `unknown`.
-//! Both files stay open per thread and are read with `pread`.
+//! explains a gap as well as a busy one), else `lock` in `futex` (a lock, a condition variable,
+//! the GIL), else `sleep`. A thread still parked in the same idle wait as at the last round (its
+//! stack proven unchanged) is not read again.
 //!
 //! **Cost.** The sampler measures its own CPU time (`CLOCK_THREAD_CPUTIME_ID`) over windows of
 //! [`WINDOW_NS`]: above its budget (`GPUFL_HOST_SAMPLE_BUDGET`, percent of one core, default 1)
@@ -177,12 +178,30 @@ pub fn proc_state(letter: u8, syscall: Option<i64>) -> HostState {
     }
 }
 
-/// A sampled thread's open /proc files.
+/// The state a `/proc/…/syscall` line gives: `running` (on a CPU, or runnable) → `cpu`; a
+/// system call number (the thread is blocked in it) → `lock` for `futex`, else `sleep`; -1
+/// (blocked outside a system call: a page fault) → `sleep`. None when unreadable.
+pub fn syscall_state(buf: &[u8]) -> Option<HostState> {
+    if buf.starts_with(b"running") {
+        return Some(HostState::Cpu);
+    }
+    syscall_nr(buf).map(|nr| {
+        if is_futex(nr) {
+            HostState::Lock
+        } else {
+            HostState::Sleep
+        }
+    })
+}
+
+/// A sampled thread's open /proc file: its `syscall` (one read gives the state), or, where that
+/// cannot be opened, its `stat` (the state letter: no lock / sleep distinction).
 struct Task {
-    stat: File,
-    syscall: Option<File>,
-    /// The round it was last sampled in.
+    file: File,
+    syscall: bool,
+    /// The round it was last sampled in, and the state it had then.
     seen: u64,
+    last: HostState,
 }
 
 fn open_task_file(tid: u64, name: &str) -> std::io::Result<File> {
@@ -190,20 +209,27 @@ fn open_task_file(tid: u64, name: &str) -> std::io::Result<File> {
     File::open(format!("/proc/self/task/{tid}/{name}"))
 }
 
-/// The thread's state from /proc, its files opened at the first sample and kept; None when the
-/// thread no longer exists.
+/// The thread's state from /proc, its file opened at the first sample and kept (read with
+/// `pread`); None when the thread no longer exists.
 fn read_proc_state(tasks: &mut HashMap<u64, Task>, tid: u64, round: u64) -> Option<HostState> {
     let task = match tasks.entry(tid) {
         std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-        std::collections::hash_map::Entry::Vacant(v) => v.insert(Task {
-            stat: open_task_file(tid, "stat").ok()?,
-            syscall: None,
-            seen: round,
-        }),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            let (file, syscall) = match open_task_file(tid, "syscall") {
+                Ok(f) => (f, true),
+                Err(_) => (open_task_file(tid, "stat").ok()?, false),
+            };
+            v.insert(Task {
+                file,
+                syscall,
+                seen: round,
+                last: HostState::Unknown,
+            })
+        }
     };
     task.seen = round;
     let mut buf = [0u8; 512];
-    let n = match task.stat.read_at(&mut buf, 0) {
+    let n = match task.file.read_at(&mut buf, 0) {
         Ok(n) if n > 0 => n,
         // ESRCH: the thread has exited (its tid may come back as another thread's).
         _ => {
@@ -211,22 +237,29 @@ fn read_proc_state(tasks: &mut HashMap<u64, Task>, tid: u64, round: u64) -> Opti
             return None;
         }
     };
-    let Some(letter) = stat_state(&buf[..n]) else {
-        return Some(HostState::Unknown);
-    };
-    let syscall = if matches!(letter, b'S' | b'D') {
-        if task.syscall.is_none() {
-            task.syscall = open_task_file(tid, "syscall").ok();
-        }
-        let mut sb = [0u8; 32];
-        task.syscall
-            .as_ref()
-            .and_then(|f| f.read_at(&mut sb, 0).ok())
-            .and_then(|n| syscall_nr(&sb[..n]))
+    let state = if task.syscall {
+        syscall_state(&buf[..n]).unwrap_or(HostState::Unknown)
     } else {
-        None
+        stat_state(&buf[..n]).map_or(HostState::Unknown, |l| proc_state(l, None))
     };
-    Some(proc_state(letter, syscall))
+    task.last = state;
+    Some(state)
+}
+
+/// The state a thread had at its last sample, when sampled in the round before `round`.
+fn last_state(tasks: &HashMap<u64, Task>, tid: u64, round: u64) -> Option<HostState> {
+    tasks
+        .get(&tid)
+        .filter(|t| t.seen + 1 == round)
+        .map(|t| t.last)
+}
+
+/// Note a state decided without reading /proc.
+fn note_state(tasks: &mut HashMap<u64, Task>, tid: u64, round: u64, state: HostState) {
+    if let Some(t) = tasks.get_mut(&tid) {
+        t.seen = round;
+        t.last = state;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -369,12 +402,25 @@ impl Sampler {
             }
             done.push(t.tid);
             let mark = mark_of(t.tid);
+            // Still parked in the same idle wait: the stack is unchanged since the last round,
+            // when the thread was blocked in it (no /proc read).
+            let still_idle = mark.is_none()
+                && t.idle
+                && !t.walked
+                && last_state(tasks, t.tid, round) == Some(HostState::Idle);
             let state = match mark {
                 Some(_) => HostState::Cuda,
+                None if still_idle => {
+                    note_state(tasks, t.tid, round, HostState::Idle);
+                    HostState::Idle
+                }
                 None => match read_proc_state(tasks, t.tid, round) {
                     // Blocked in an idle wait of the standard library (a frame in `threading`
                     // that is running, `Event.is_set` in a busy loop, is on a CPU).
-                    Some(HostState::Lock | HostState::Sleep) if t.idle => HostState::Idle,
+                    Some(HostState::Lock | HostState::Sleep) if t.idle => {
+                        note_state(tasks, t.tid, round, HostState::Idle);
+                        HostState::Idle
+                    }
                     Some(s) => s,
                     None => return,
                 },
@@ -601,7 +647,10 @@ impl Handle {
 /// JSON: `{"rounds", "cpu_ns", "samples": [{"tid", "state", "period_ns", "call", "frames":
 /// [{"file", "function", "line"}]}]}`.
 pub fn test_samples_json(hz: u32, ms: u32) -> String {
-    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Room for 16 threads' samples: no reallocation inside the sampler's rounds (its CPU time is
+    // part of what the caller reads).
+    let room = (u64::from(hz) * u64::from(ms) / 1000 * 16).min(1 << 16) as usize;
+    let got = Arc::new(std::sync::Mutex::new(Vec::with_capacity(room)));
     let sink = got.clone();
     let h = start_with(hz.max(1), 100.0, crate::procinfo::unix_ns, move |s| {
         if let Ok(mut v) = sink.lock() {
@@ -663,6 +712,22 @@ mod tests {
         assert_eq!(syscall_nr(b"running\n"), None);
         assert_eq!(syscall_nr(b"-1 0x7ffd 0x7f12\n"), Some(-1));
         assert_eq!(syscall_nr(b""), None);
+    }
+
+    #[test]
+    fn states_from_the_syscall_file() {
+        #[cfg(target_arch = "x86_64")]
+        let futex = b"202 0x7f 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f12\n";
+        #[cfg(not(target_arch = "x86_64"))]
+        let futex = b"98 0x7f 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f12\n";
+        assert_eq!(syscall_state(b"running\n"), Some(HostState::Cpu));
+        assert_eq!(syscall_state(futex), Some(HostState::Lock));
+        assert_eq!(
+            syscall_state(b"7 0x1 0x2 0x0 0x0 0x0 0x0 0x7ffd 0x7f12\n"),
+            Some(HostState::Sleep)
+        );
+        assert_eq!(syscall_state(b"-1 0x7ffd 0x7f12\n"), Some(HostState::Sleep));
+        assert_eq!(syscall_state(b""), None);
     }
 
     #[test]

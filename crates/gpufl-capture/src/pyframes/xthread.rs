@@ -889,6 +889,8 @@ pub struct PyThread<'a> {
     pub ids: &'a [u32],
     /// The innermost frame is an idle wait of the standard library ([`is_idle_wait_file`]).
     pub idle: bool,
+    /// The stack was walked anew (false: proven unchanged since the calling thread last looked).
+    pub walked: bool,
 }
 
 /// The frame id of a frame read from another thread, given its code object's identity
@@ -931,6 +933,7 @@ pub fn sample_threads(id_of: IdOf<'_>, f: &mut dyn FnMut(PyThread<'_>)) -> Optio
                 if let Some(i) = slot.filter(|&i| c.slots[i].n > 0) {
                     let tid = rd_at::<u64>(tb, l.ts_native_thread_id).unwrap_or(0);
                     let e = &mut c.slots[i];
+                    let walked = !e.ids_ready;
                     if !e.ids_ready {
                         for k in 0..e.n {
                             let ident = match e.idents[k] {
@@ -949,6 +952,7 @@ pub fn sample_threads(id_of: IdOf<'_>, f: &mut dyn FnMut(PyThread<'_>)) -> Optio
                             frames: &e.frames[..e.n],
                             ids: &e.ids[..e.n],
                             idle: e.idle,
+                            walked,
                         });
                     }
                 }
