@@ -326,6 +326,9 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
 /// Capture cannot run: say so once, write a session that records why, and get out of the way.
 fn disabled(opts: &Options, dir: &Path, mut header: Header, why: String) -> InitError {
     say(false, &format!("not recording: {why}"));
+    // Neither the host sampler nor the hostcall callbacks run without GPU capture.
+    header.options.host_samples_hz = Some(0);
+    header.options.hostcall_us = Some(0);
     header.capture = CaptureStatus {
         status: "disabled".into(),
         reason: Some(why.clone()),
