@@ -725,7 +725,8 @@ fn look_with(
         walk(m, rt, frame, &mut e);
     }
     plan_ranges(&mut e);
-    e.direct = directly_checkable(m, rt, &e);
+    // The sampler's stacks are checked by a copy (still_valid), never by direct loads.
+    e.direct = !windowed && directly_checkable(m, rt, &e);
     e.idle = if windowed {
         idle_of(m, rt, &mut c.idle_files, &e)
     } else {
