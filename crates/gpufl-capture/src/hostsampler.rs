@@ -28,6 +28,8 @@
 //! go to the writer on a bounded queue (full: counted as dropped); the writer interns their
 //! stacks and writes the records. The session's closing notice gives the sampler's figures.
 //!
+//! While the program has paused recording (`gpufl_pause`) the sampler takes no samples.
+//!
 //! **Fork.** The sampler thread does not exist in a forked child; its handle belongs to the
 //! parent's writer, and a handle asked to stop in another process returns at once.
 
@@ -546,6 +548,10 @@ pub fn start_with(
                 }
                 if s.stop.load(Ordering::SeqCst) {
                     break;
+                }
+                // Paused by the program (gpufl_pause): nothing is recorded, samples neither.
+                if crate::collection::is_paused() {
+                    continue;
                 }
                 let mut sent = 0u64;
                 sampler.round(clock(), rate.period_ns(), crate::sites::epoch(), &mut |x| {
