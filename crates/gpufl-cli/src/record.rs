@@ -44,6 +44,19 @@ pub struct RecordArgs {
     /// GPUFL_KERNEL_DETAIL_BUDGET (share of time, 0.05), GPUFL_KERNEL_DETAIL_STALLS=0.
     #[arg(long, value_name = "TOP_N|NAMES", num_args = 0..=1, default_missing_value = "5")]
     kernel_detail: Option<String>,
+    /// Host samples per second per thread (default 100): what each thread that issues CUDA work,
+    /// and each Python thread, is doing (on a CPU, waiting on a lock or the GIL, in a CUDA call,
+    /// sleeping) and where, within 1 % of one core (GPUFL_HOST_SAMPLE_BUDGET, percent).
+    #[arg(long, value_name = "HZ", conflicts_with = "no_host_samples")]
+    host_samples: Option<u32>,
+    /// No host samples.
+    #[arg(long)]
+    no_host_samples: bool,
+    /// Record the other CUDA calls (allocations and frees, pinned memory, module loads, stream,
+    /// event and graph creation, limits…) that held their thread at least US microseconds, with
+    /// their stack (default 20; 0 turns them off).
+    #[arg(long, value_name = "US")]
+    hostcall_us: Option<u32>,
     /// Print nothing of gpufl's own (the summary included).
     #[arg(short, long)]
     quiet: bool,
@@ -147,6 +160,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     if let Some(ms) = args.telemetry_ms {
         cmd.env("GPUFL_TELEMETRY_MS", ms.to_string());
+    }
+    if args.no_host_samples {
+        cmd.env("GPUFL_HOST_SAMPLES", "0");
+    } else if let Some(hz) = args.host_samples {
+        cmd.env("GPUFL_HOST_SAMPLES", hz.to_string());
+    }
+    if let Some(us) = args.hostcall_us {
+        cmd.env("GPUFL_HOSTCALL_US", us.to_string());
     }
     if !crate::options::nvtx_injection_set() {
         // NVTX ranges become scopes: NVTX loads this library, which hands over to CUPTI (nvtx.rs).
