@@ -21,13 +21,13 @@
 //!   inside GPU busy time; docs/diff.md). Sessions of different lengths compare in absolute
 //!   terms; [`TotalsDiff::per_second`] gives the rates beside them.
 
+use crate::ids::StackIx;
 use crate::insight::{Insight, Severity};
 use crate::model::Model;
 use crate::rules::RuleData;
 use crate::totals::Totals;
 use crate::userframe::{user_frame, SourceLoc};
 use crate::{Analysis, Config};
-use gpufl_trace::StackId;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -230,12 +230,12 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
         k.total_ns = k.total_ns.saturating_add(r.total_ns);
     }
     // User location per stack, computed once per distinct stack.
-    let mut by_stack: HashMap<u32, SourceLoc> = HashMap::new();
-    let mut loc_of = |stack: Option<StackId>| -> SourceLoc {
+    let mut by_stack: HashMap<StackIx, SourceLoc> = HashMap::new();
+    let mut loc_of = |stack: Option<StackIx>| -> SourceLoc {
         match stack {
             None => no_stack(),
             Some(s) => by_stack
-                .entry(s.0)
+                .entry(s)
                 .or_insert_with(|| user_frame(m, s, &cfg.filter))
                 .clone(),
         }
@@ -262,10 +262,7 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
         if matches!(c.op, crate::views::CopyOp::Memset { .. }) {
             continue;
         }
-        let stack = (c.corr != 0)
-            .then(|| m.callsite(c.corr))
-            .flatten()
-            .map(|(s, _)| s);
+        let stack = c.corr.known().and_then(|c| m.callsite(c)).map(|(s, _)| s);
         let l = line(&mut lines, loc_of(stack));
         l.copies += 1;
         l.copy_ns = l.copy_ns.saturating_add(c.end.saturating_sub(c.start));

@@ -50,6 +50,11 @@
 //! the sessions of a run (one per rank), [`analyze_run`] summarizes the ranks side by side and
 //! runs the cross-rank rule `collective-wait`.
 //!
+//! The model's records name each other with typed handles ([`ids`]): a correlation id
+//! ([`CorrId`]), the model's stack ([`StackIx`], not a trace file's `StackId`) and, in the rules,
+//! a user location of the context ([`LocIx`]); "none" is an `Option` of one (4 bytes, as the
+//! handle), never a sentinel value.
+//!
 //! [`diff`] compares two analysed sessions (`gpufl diff`): a [`diff::Profile`] of each, then a
 //! typed [`diff::Diff`] of totals, kernels, sync and copy time per line, and insights.
 
@@ -59,6 +64,7 @@ mod corrs;
 pub mod diff;
 pub mod error;
 mod fold;
+pub mod ids;
 pub mod insight;
 pub mod insights;
 pub mod intervals;
@@ -82,6 +88,7 @@ pub mod views;
 mod work;
 
 pub use error::AnalysisError;
+pub use ids::{CorrId, LocIx, StackIx};
 pub use insight::{fmt_duration, Insight, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelSource, KernelTable};
@@ -189,7 +196,7 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
             1 => Product::Attribution(shared::attribution::attribute(&cx)),
             2 => Product::Scopes(scopes::rollup(m, &busy), scopes::range_rollup(m, &busy)),
             3 => Product::Graphs(shared::graphs::summarize(&cx)),
-            _ => Product::Sampling(sampling::summarize(m, &cx.stack_loc, &cx.locs)),
+            _ => Product::Sampling(sampling::summarize(m, cx.stack_locs(), &cx.locs)),
         }
     };
     let products = <[Product; 5]>::try_from(work::pieces(5, threads, task));

@@ -1,6 +1,7 @@
 //! The [`Model`]: a compact, columnar copy of one recorded session, built by streaming records.
 
 use crate::fold::{ModelFold, Part, K_API, K_COPY, K_KERNEL, K_SYNC};
+use crate::ids::{CorrId, StackIx};
 use crate::store::{Col, IdMap, Spares, NONE};
 use crate::views::*;
 use gpufl_trace::{
@@ -95,15 +96,14 @@ pub struct Model {
     pub(crate) strings: Vec<Option<Box<str>>>,
     pub(crate) frames: Vec<Option<FrameRow>>,
     pub(crate) stacks: Vec<Option<Box<[FrameId]>>>,
-    /// Stacks whose Python frames were read from another thread: model stack id → that thread.
-    pub(crate) stack_via: HashMap<u32, u64>,
+    /// Stacks whose Python frames were read from another thread: the stack → that thread.
+    pub(crate) stack_via: HashMap<StackIx, u64>,
     pub(crate) kernels: Kernels,
     pub(crate) copies: Copies,
     pub(crate) syncs: Syncs,
     pub(crate) apis: Apis,
-    /// (corr, model stack id, API name, weight) of `callsite` records, sorted by corr after
-    /// loading; weight: the calls the capture stands for (absent in the record: 1; saturates).
-    pub(crate) callsites: Vec<(u32, u32, u32, u32)>,
+    /// `callsite` records, sorted by corr after loading.
+    pub(crate) callsites: Vec<Callsite>,
     /// Distinct kernel launch configurations, in order of first use.
     pub(crate) configs: Vec<LaunchConfig>,
     /// Distinct (kernel name string id, index into `configs`) pairs, in order of first use.
@@ -111,9 +111,9 @@ pub struct Model {
     /// Stack frame per thread of each function name (`function` records: the frame, else the
     /// stack with callees; the largest when several modules have the name), bytes.
     pub(crate) stack_frames: HashMap<u32, u32>,
-    /// CUDA graph nodes (`gnode` records) by node id: the model stack of the call that created it
-    /// (NONE when none), and the node it was cloned from.
-    pub(crate) graph_nodes: HashMap<u64, (u32, Option<u64>)>,
+    /// CUDA graph nodes (`gnode` records) by node id: the stack of the call that created it, and
+    /// the node it was cloned from.
+    pub(crate) graph_nodes: HashMap<u64, (Option<StackIx>, Option<u64>)>,
     /// Generated source of a function name (`function` records with a `source`): (file string,
     /// line, note string or NONE).
     pub(crate) kernel_sources: HashMap<u32, (u32, u32, u32)>,
@@ -163,6 +163,17 @@ pub struct Model {
     detail_store: crate::kdetail::DetailStore,
     kernel_details: Vec<crate::kdetail::KernelDetail>,
     kernel_stalls: Vec<crate::kdetail::KernelStalls>,
+}
+
+/// A `callsite` record: the stack captured at the API call with correlation id `corr`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Callsite {
+    pub(crate) corr: CorrId,
+    pub(crate) stack: StackIx,
+    /// The API's name (model string id).
+    pub(crate) api: u32,
+    /// The calls the capture stands for (absent in the record: 1; saturates).
+    pub(crate) weight: u32,
 }
 
 /// Distinct device ids a session may have (far more GPUs than any machine has): records of further
@@ -387,7 +398,7 @@ impl Model {
                     let stack = if s == NONE {
                         NONE
                     } else {
-                        self.stack_ref(ld, StackId(s))
+                        StackIx::to_raw(Some(self.stack_ref(ld, StackId(s))))
                     };
                     let c = &mut self.syncs;
                     c.start.push(p.s_start[i]);
@@ -486,7 +497,7 @@ impl Model {
             }
             Record::Sync(s) => {
                 self.span(s.start, s.end);
-                let stack = s.stack.map_or(NONE, |id| self.stack_ref(ld, id));
+                let stack = StackIx::to_raw(s.stack.map(|id| self.stack_ref(ld, id)));
                 let c = &mut self.syncs;
                 c.start.push(s.start);
                 c.end.push(s.end);
@@ -515,16 +526,21 @@ impl Model {
                 let api = self.str_ref(ld, c.api);
                 let w = u32::try_from(c.weight.unwrap_or(1)).unwrap_or(u32::MAX);
                 self.weighted |= c.weight.is_some();
-                self.callsites.push((c.corr, stack, api, w));
+                self.callsites.push(Callsite {
+                    corr: CorrId(c.corr),
+                    stack,
+                    api,
+                    weight: w,
+                });
             }
             Record::Gnode(g) => {
                 if self.graph_nodes.len() < MAX_GRAPH_NODES {
-                    let stack = g.stack.map_or(NONE, |id| self.stack_ref(ld, id));
+                    let stack = g.stack.map(|id| self.stack_ref(ld, id));
                     let from = g.from.map(|f| f.1);
                     // A node may have two records (created at instantiation, with a stack, and
                     // cloned from the captured node): keep the first of each field.
-                    let e = self.graph_nodes.entry(g.node).or_insert((NONE, None));
-                    if e.0 == NONE {
+                    let e = self.graph_nodes.entry(g.node).or_insert((None, None));
+                    if e.0.is_none() {
                         e.0 = stack;
                     }
                     if e.1.is_none() {
@@ -609,7 +625,7 @@ impl Model {
                     .map(|&f| FrameId(self.frame_ref(ld, f)))
                     .collect();
                 let g = self.stack_ref(ld, s.id);
-                self.stacks[g as usize] = Some(frames);
+                self.stacks[g.index()] = Some(frames);
                 if let Some(t) = s.via_tid {
                     self.stack_via.insert(g, t);
                 }
@@ -757,17 +773,19 @@ impl Model {
         })
     }
 
-    fn stack_ref(&mut self, ld: &mut Loader, id: StackId) -> u32 {
+    fn stack_ref(&mut self, ld: &mut Loader, id: StackId) -> StackIx {
         let t = &mut self.stacks;
-        ld.stacks.get_or_alloc(id.0, || {
+        let raw = ld.stacks.get_or_alloc(id.0, || {
             t.push(None);
             (t.len() - 1) as u32
-        })
+        });
+        // The map holds only indices it was given: never NONE.
+        StackIx::at(raw as usize)
     }
 
     fn finish(&mut self) {
         // Stable: of two callsites with one corr (never written by the recorder), the first wins.
-        self.callsites.sort_by_key(|c| c.0);
+        self.callsites.sort_by_key(|c| c.corr);
         self.telemetry.finish();
         if self.first_ns > self.last_ns {
             (self.first_ns, self.last_ns) = (0, 0);
