@@ -429,171 +429,27 @@ impl Model {
         }
     }
 
+    /// Take one record: GPU work, synchronizations and API calls into the columns, the interned
+    /// tables, and what the other records say about the session.
+    #[inline]
     fn observe(&mut self, ld: &mut Loader, rec: Record) {
         match rec {
-            Record::Kernel(k) => {
-                if !self.gpu(k.ctx, k.dev) {
-                    return;
-                }
-                self.span(k.start, k.end);
-                let name = self.str_ref(ld, k.name);
-                let cfg = LaunchConfig {
-                    grid: k.grid,
-                    block: k.block,
-                    regs: k.regs,
-                    smem_static: k.smem_static,
-                    smem_dynamic: k.smem_dynamic,
-                    local_mem: k.local_mem,
-                    smem_executed: k.smem_executed,
-                };
-                let launch = self.launch_ref(ld, name, cfg);
-                let c = &mut self.kernels;
-                c.launch.push(launch);
-                c.start.push(k.start);
-                c.end.push(k.end);
-                c.corr.push(k.corr);
-                c.stream.push(k.stream);
-                c.ctx.push(k.ctx);
-                c.dev.push(k.dev);
-                if let Some(g) = k.graph {
-                    let i = c.start.len() - 1;
-                    self.graph_kernels.push((i as u32, g));
-                }
-            }
-            Record::Memcpy(r) => {
-                if !self.gpu(r.ctx, r.dev) {
-                    return;
-                }
-                self.span(r.start, r.end);
-                let (op, src, dst) = (
-                    copy_kind_to_u8(r.kind),
-                    mem_kind_to_u8(r.src_kind),
-                    mem_kind_to_u8(r.dst_kind),
-                );
-                self.push_copy(
-                    r.start,
-                    r.end,
-                    r.bytes,
-                    [r.corr, r.ctx, r.stream, r.dev],
-                    [op, src, dst],
-                );
-                self.graph_copy(r.graph);
-            }
-            Record::Memset(r) => {
-                if !self.gpu(r.ctx, r.dev) {
-                    return;
-                }
-                self.span(r.start, r.end);
-                self.memsets += 1;
-                let mk = mem_kind_to_u8(r.mem_kind);
-                self.push_copy(
-                    r.start,
-                    r.end,
-                    r.bytes,
-                    [r.corr, r.ctx, r.stream, r.dev],
-                    [OP_MEMSET, mk, 0],
-                );
-                self.graph_copy(r.graph);
-            }
-            Record::Sync(s) => {
-                self.span(s.start, s.end);
-                let stack = StackIx::to_raw(s.stack.map(|id| self.stack_ref(ld, id)));
-                let c = &mut self.syncs;
-                c.start.push(s.start);
-                c.end.push(s.end);
-                c.tid.push(s.tid.unwrap_or(u64::MAX));
-                c.corr.push(s.corr);
-                c.ctx.push(s.ctx);
-                c.stream.push(s.stream.unwrap_or(NONE));
-                c.event.push(s.event.unwrap_or(NONE));
-                c.stack.push(stack);
-                c.kind.push(sync_kind_to_u8(s.kind));
-            }
-            Record::Api(a) => {
-                self.span(a.start, a.end);
-                let name = self.str_ref(ld, a.name);
-                let c = &mut self.apis;
-                c.start.push(a.start);
-                c.end.push(a.end);
-                c.tid.push(a.tid);
-                c.corr.push(a.corr);
-                c.name.push(name);
-                c.cbid.push(a.cbid);
-            }
-            Record::Callsite(c) => {
-                self.span(c.ts, c.ts);
-                let stack = self.stack_ref(ld, c.stack);
-                let api = self.str_ref(ld, c.api);
-                let w = u32::try_from(c.weight.unwrap_or(1)).unwrap_or(u32::MAX);
-                self.weighted |= c.weight.is_some();
-                self.callsites.push(Callsite {
-                    corr: CorrId(c.corr),
-                    stack,
-                    api,
-                    weight: w,
-                });
-            }
-            Record::Gnode(g) => {
-                if self.graph_nodes.len() < MAX_GRAPH_NODES {
-                    let stack = g.stack.map(|id| self.stack_ref(ld, id));
-                    let from = g.from.map(|f| f.1);
-                    // A node may have two records (created at instantiation, with a stack, and
-                    // cloned from the captured node): keep the first of each field.
-                    let e = self.graph_nodes.entry(g.node).or_insert((None, None));
-                    if e.0.is_none() {
-                        e.0 = stack;
-                    }
-                    if e.1.is_none() {
-                        e.1 = from;
-                    }
-                }
-            }
-            Record::Function(f) => {
-                if let Some(b) = f.frame.or(f.stack) {
-                    let name = self.str_ref(ld, f.name);
-                    let e = self.stack_frames.entry(name).or_insert(b);
-                    *e = (*e).max(b);
-                }
-                if let Some(src) = f.source {
-                    let name = self.str_ref(ld, f.name);
-                    let file = self.str_ref(ld, src.file);
-                    let note = src.note.map_or(NONE, |n| self.str_ref(ld, n));
-                    // The first record of a name wins.
-                    if self.kernel_sources.len() < MAX_KERNEL_SOURCES {
-                        self.kernel_sources
-                            .entry(name)
-                            .or_insert((file, src.line, note));
-                    }
-                }
-            }
+            Record::Kernel(k) => self.take_kernel(ld, k),
+            Record::Memcpy(r) => self.take_memcpy(r),
+            Record::Memset(r) => self.take_memset(r),
+            Record::Sync(s) => self.take_sync(ld, s),
+            Record::Api(a) => self.take_api(ld, a),
+            Record::Callsite(c) => self.take_callsite(ld, c),
+            Record::Gnode(g) => self.take_gnode(ld, g),
+            Record::Function(f) => self.take_function(ld, f),
             Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),
             Record::Window(w) => self.windows.push(Window {
                 start: w.start,
                 end: w.end.max(w.start),
                 reason: WindowReason::parse(&w.reason),
             }),
-            Record::Range(r) => {
-                self.span(r.start, r.end.max(r.start));
-                let name = self.str_ref(ld, r.name);
-                self.ranges.push(crate::scopes::RangeSpan {
-                    name,
-                    start: r.start,
-                    end: r.end.max(r.start),
-                    tid: r.tid,
-                    end_tid: r.end_tid,
-                });
-            }
-            Record::Scope(sc) => {
-                self.span(sc.ts, sc.ts);
-                let name = self.str_ref(ld, sc.name);
-                self.scope_raw.push(crate::scopes::RawScope {
-                    tid: sc.tid,
-                    ts: sc.ts,
-                    name,
-                    end: sc.end,
-                    nvtx: sc.source == gpufl_trace::ScopeSource::Nvtx,
-                });
-            }
+            Record::Range(r) => self.take_range(ld, r),
+            Record::Scope(sc) => self.take_scope(ld, sc),
             Record::Stream(s) => {
                 self.stream_roles.entry((s.ctx, s.stream)).or_insert(s.role);
             }
@@ -601,54 +457,9 @@ impl Model {
                 let g = self.str_ref(ld, s.id);
                 self.strings[g as usize] = Some(s.s.into_boxed_str());
             }
-            Record::Frame(f) => {
-                let opt = |m: &mut Self, ld: &mut Loader, id: Option<StrId>| {
-                    id.map_or(NONE, |id| m.str_ref(ld, id))
-                };
-                let row = FrameRow {
-                    kind: f.kind,
-                    inlined: f.inlined,
-                    module: opt(self, ld, f.module),
-                    func: opt(self, ld, f.func),
-                    file: opt(self, ld, f.file),
-                    line: f.line.unwrap_or(NONE),
-                    offset: f.offset,
-                    text: opt(self, ld, f.text),
-                };
-                let g = self.frame_ref(ld, f.id);
-                self.frames[g as usize] = Some(row);
-            }
-            Record::Stack(s) => {
-                let frames: Box<[FrameId]> = s
-                    .frames
-                    .iter()
-                    .map(|&f| FrameId(self.frame_ref(ld, f)))
-                    .collect();
-                let g = self.stack_ref(ld, s.id);
-                self.stacks[g.index()] = Some(frames);
-                if let Some(t) = s.via_tid {
-                    self.stack_via.insert(g, t);
-                }
-            }
-            Record::Header(h) => {
-                self.files += 1;
-                if self.files > 1 {
-                    // A new trace file: its interning starts again at 0.
-                    ld.strs.clear();
-                    ld.frames.clear();
-                    ld.stacks.clear();
-                }
-                self.always_on |= h.options.mode.as_deref() == Some("always-on");
-                self.sites_in_windows |= h.options.call_sites.as_deref() == Some("windows");
-                match &self.header {
-                    None => self.header = Some(*h),
-                    Some(first) if first.session_id != h.session_id => self.warnings.push(format!(
-                        "records of another session ({}) are mixed into {}",
-                        h.session_id, first.session_id
-                    )),
-                    Some(_) => {}
-                }
-            }
+            Record::Frame(f) => self.take_frame(ld, f),
+            Record::Stack(s) => self.take_stack(ld, s),
+            Record::Header(h) => self.take_header(ld, h),
             Record::Dropped(d) => self.dropped = self.dropped.saturating_add(d.count),
             // Debug notices (the recorder's diagnostics) stay in the trace (`gpufl dump --type notice`).
             Record::Notice(n) if n.level != "info" && n.level != "debug" => self
@@ -670,6 +481,230 @@ impl Model {
                 self.detail_store.add_stalls(&k, name, &files);
             }
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
+        }
+    }
+
+    #[inline]
+    fn take_kernel(&mut self, ld: &mut Loader, k: gpufl_trace::Kernel) {
+        if !self.gpu(k.ctx, k.dev) {
+            return;
+        }
+        self.span(k.start, k.end);
+        let name = self.str_ref(ld, k.name);
+        let cfg = LaunchConfig {
+            grid: k.grid,
+            block: k.block,
+            regs: k.regs,
+            smem_static: k.smem_static,
+            smem_dynamic: k.smem_dynamic,
+            local_mem: k.local_mem,
+            smem_executed: k.smem_executed,
+        };
+        let launch = self.launch_ref(ld, name, cfg);
+        let c = &mut self.kernels;
+        c.launch.push(launch);
+        c.start.push(k.start);
+        c.end.push(k.end);
+        c.corr.push(k.corr);
+        c.stream.push(k.stream);
+        c.ctx.push(k.ctx);
+        c.dev.push(k.dev);
+        if let Some(g) = k.graph {
+            let i = c.start.len() - 1;
+            self.graph_kernels.push((i as u32, g));
+        }
+    }
+
+    #[inline]
+    fn take_memcpy(&mut self, r: gpufl_trace::Memcpy) {
+        if !self.gpu(r.ctx, r.dev) {
+            return;
+        }
+        self.span(r.start, r.end);
+        let (op, src, dst) = (
+            copy_kind_to_u8(r.kind),
+            mem_kind_to_u8(r.src_kind),
+            mem_kind_to_u8(r.dst_kind),
+        );
+        self.push_copy(
+            r.start,
+            r.end,
+            r.bytes,
+            [r.corr, r.ctx, r.stream, r.dev],
+            [op, src, dst],
+        );
+        self.graph_copy(r.graph);
+    }
+
+    #[inline]
+    fn take_memset(&mut self, r: gpufl_trace::Memset) {
+        if !self.gpu(r.ctx, r.dev) {
+            return;
+        }
+        self.span(r.start, r.end);
+        self.memsets += 1;
+        let mk = mem_kind_to_u8(r.mem_kind);
+        self.push_copy(
+            r.start,
+            r.end,
+            r.bytes,
+            [r.corr, r.ctx, r.stream, r.dev],
+            [OP_MEMSET, mk, 0],
+        );
+        self.graph_copy(r.graph);
+    }
+
+    #[inline]
+    fn take_sync(&mut self, ld: &mut Loader, s: gpufl_trace::Sync) {
+        self.span(s.start, s.end);
+        let stack = StackIx::to_raw(s.stack.map(|id| self.stack_ref(ld, id)));
+        let c = &mut self.syncs;
+        c.start.push(s.start);
+        c.end.push(s.end);
+        c.tid.push(s.tid.unwrap_or(u64::MAX));
+        c.corr.push(s.corr);
+        c.ctx.push(s.ctx);
+        c.stream.push(s.stream.unwrap_or(NONE));
+        c.event.push(s.event.unwrap_or(NONE));
+        c.stack.push(stack);
+        c.kind.push(sync_kind_to_u8(s.kind));
+    }
+
+    #[inline]
+    fn take_api(&mut self, ld: &mut Loader, a: gpufl_trace::Api) {
+        self.span(a.start, a.end);
+        let name = self.str_ref(ld, a.name);
+        let c = &mut self.apis;
+        c.start.push(a.start);
+        c.end.push(a.end);
+        c.tid.push(a.tid);
+        c.corr.push(a.corr);
+        c.name.push(name);
+        c.cbid.push(a.cbid);
+    }
+
+    #[inline]
+    fn take_callsite(&mut self, ld: &mut Loader, c: gpufl_trace::Callsite) {
+        self.span(c.ts, c.ts);
+        let stack = self.stack_ref(ld, c.stack);
+        let api = self.str_ref(ld, c.api);
+        let w = u32::try_from(c.weight.unwrap_or(1)).unwrap_or(u32::MAX);
+        self.weighted |= c.weight.is_some();
+        self.callsites.push(Callsite {
+            corr: CorrId(c.corr),
+            stack,
+            api,
+            weight: w,
+        });
+    }
+
+    fn take_gnode(&mut self, ld: &mut Loader, g: gpufl_trace::Gnode) {
+        if self.graph_nodes.len() < MAX_GRAPH_NODES {
+            let stack = g.stack.map(|id| self.stack_ref(ld, id));
+            let from = g.from.map(|f| f.1);
+            // A node may have two records (created at instantiation, with a stack, and
+            // cloned from the captured node): keep the first of each field.
+            let e = self.graph_nodes.entry(g.node).or_insert((None, None));
+            if e.0.is_none() {
+                e.0 = stack;
+            }
+            if e.1.is_none() {
+                e.1 = from;
+            }
+        }
+    }
+
+    fn take_function(&mut self, ld: &mut Loader, f: gpufl_trace::Function) {
+        if let Some(b) = f.frame.or(f.stack) {
+            let name = self.str_ref(ld, f.name);
+            let e = self.stack_frames.entry(name).or_insert(b);
+            *e = (*e).max(b);
+        }
+        if let Some(src) = f.source {
+            let name = self.str_ref(ld, f.name);
+            let file = self.str_ref(ld, src.file);
+            let note = src.note.map_or(NONE, |n| self.str_ref(ld, n));
+            // The first record of a name wins.
+            if self.kernel_sources.len() < MAX_KERNEL_SOURCES {
+                self.kernel_sources
+                    .entry(name)
+                    .or_insert((file, src.line, note));
+            }
+        }
+    }
+
+    fn take_range(&mut self, ld: &mut Loader, r: gpufl_trace::Range) {
+        self.span(r.start, r.end.max(r.start));
+        let name = self.str_ref(ld, r.name);
+        self.ranges.push(crate::scopes::RangeSpan {
+            name,
+            start: r.start,
+            end: r.end.max(r.start),
+            tid: r.tid,
+            end_tid: r.end_tid,
+        });
+    }
+
+    fn take_scope(&mut self, ld: &mut Loader, sc: gpufl_trace::Scope) {
+        self.span(sc.ts, sc.ts);
+        let name = self.str_ref(ld, sc.name);
+        self.scope_raw.push(crate::scopes::RawScope {
+            tid: sc.tid,
+            ts: sc.ts,
+            name,
+            end: sc.end,
+            nvtx: sc.source == gpufl_trace::ScopeSource::Nvtx,
+        });
+    }
+
+    fn take_frame(&mut self, ld: &mut Loader, f: gpufl_trace::Frame) {
+        let opt = |m: &mut Self, ld: &mut Loader, id: Option<StrId>| {
+            id.map_or(NONE, |id| m.str_ref(ld, id))
+        };
+        let row = FrameRow {
+            kind: f.kind,
+            inlined: f.inlined,
+            module: opt(self, ld, f.module),
+            func: opt(self, ld, f.func),
+            file: opt(self, ld, f.file),
+            line: f.line.unwrap_or(NONE),
+            offset: f.offset,
+            text: opt(self, ld, f.text),
+        };
+        let g = self.frame_ref(ld, f.id);
+        self.frames[g as usize] = Some(row);
+    }
+
+    fn take_stack(&mut self, ld: &mut Loader, s: gpufl_trace::Stack) {
+        let frames: Box<[FrameId]> = s
+            .frames
+            .iter()
+            .map(|&f| FrameId(self.frame_ref(ld, f)))
+            .collect();
+        let g = self.stack_ref(ld, s.id);
+        self.stacks[g.index()] = Some(frames);
+        if let Some(t) = s.via_tid {
+            self.stack_via.insert(g, t);
+        }
+    }
+
+    fn take_header(&mut self, ld: &mut Loader, h: Box<Header>) {
+        self.files += 1;
+        if self.files > 1 {
+            // A new trace file: its interning starts again at 0.
+            ld.strs.clear();
+            ld.frames.clear();
+            ld.stacks.clear();
+        }
+        self.always_on |= h.options.mode.as_deref() == Some("always-on");
+        self.sites_in_windows |= h.options.call_sites.as_deref() == Some("windows");
+        match &self.header {
+            None => self.header = Some(*h),
+            Some(first) if first.session_id != h.session_id => self.warnings.push(format!(
+                "records of another session ({}) are mixed into {}",
+                h.session_id, first.session_id
+            )),
+            Some(_) => {}
         }
     }
 
