@@ -15,6 +15,11 @@ if [ -z "$WHL" ]; then
 else
   V="$W/venv"; rm -rf "$V"
   $PY -m venv --system-site-packages "$V" >"$W/install.txt" 2>&1 || $PY -m venv --system-site-packages --without-pip "$V" >>"$W/install.txt" 2>&1
+  # When the machine's python3 is itself a venv (/opt/torch/.venv), --system-site-packages sees
+  # only the base interpreter's packages: a .pth file adds that venv's own, where PyTorch is.
+  PARENT_SITE=$($PY -c 'import site; print(site.getsitepackages()[0])')
+  VSITE=$("$V/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+  [ -d "$PARENT_SITE" ] && [ "$PARENT_SITE" != "$VSITE" ] && echo "$PARENT_SITE" > "$VSITE/_machine_site.pth"
   "$V/bin/python" -m pip install --no-index --no-deps "$WHL" >>"$W/install.txt" 2>&1
   tail -2 "$W/install.txt" | tee -a "$OUT/summary.txt"
   # The venv alone: no .device-bin on PATH, no GPUFL_CAPTURE_LIB.
