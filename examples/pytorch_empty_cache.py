@@ -1,6 +1,7 @@
 """pytorch_empty_cache.py - gpufl example: torch.cuda.empty_cache() every step.
 
-A small MLP training step (4 x Linear(2048, 2048) + ReLU, batch 512, MSE, SGD) on one fixed
+An MLP training step (4 x Linear(4096, 4096) + ReLU, batch 2048, MSE, SGD; ~15 ms of GPU work on
+an H100, so the queue is deep when the step ends) on one fixed
 batch, `--steps` steps (default 100), then `torch.cuda.empty_cache()` at the end of every step
 (marker `gpufl-example: blocking-call`). empty_cache hands the caching allocator's free blocks
 back to CUDA with cudaFree, which waits for the device to finish the step's work first; the next
@@ -20,7 +21,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-WIDTH, DEPTH, BATCH, LR, SEED = 2048, 4, 512, 1e-3, 0
+# Activations of 32 MiB: each one is a segment of its own in PyTorch's allocator, which
+# empty_cache releases (cudaFree) at every step.
+WIDTH, DEPTH, BATCH, LR, SEED = 4096, 4, 2048, 1e-3, 0
 
 
 def main(steps):
