@@ -90,3 +90,37 @@ pub fn default_sym(name: &CStr) -> Option<*mut c_void> {
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
     (!p.is_null()).then_some(p)
 }
+
+/// The callback type of [`iterate_phdr`] (that of `dl_iterate_phdr`).
+pub type PhdrCallback =
+    unsafe extern "C" fn(*mut libc::dl_phdr_info, usize, *mut c_void) -> std::ffi::c_int;
+
+std::thread_local! {
+    /// Read by [`iterate_phdr`] before each walk: its only purpose is the TLS access itself.
+    static DTV_TOUCH: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// `dl_iterate_phdr`, the one way the recorder walks the loaded modules (the unwinder's
+/// snapshot, the symbolizer, the loader counters).
+///
+/// Before the walk, the calling thread touches a thread-local of this library. This library is
+/// dlopen'ed (CUDA's injection), so the access goes through `__tls_get_addr`, which brings the
+/// thread's DTV up to the loader's current TLS generation when it is behind (glibc ≥ 2.34).
+/// Without that, glibc's `dl_iterate_phdr` can crash: for each module with TLS it calls
+/// `_dl_tls_get_addr_soft`, which, when the thread's DTV is behind, walks the TLS slotinfo list
+/// to that module's id without the lock `dlopen` holds; a module that another thread's `dlopen`
+/// has mapped (its TLS id given) but not yet added to that list walks it past its end, a NULL
+/// pointer. Seen on the H100 machine (glibc 2.39): a recorded HuggingFace Trainer died with
+/// SIGSEGV on the recorder's writer thread at `ld-linux-x86-64.so.2+0x14bb7` (that loop, address
+/// 0) 0.3 s into its recording, while PyTorch was loading its libraries (about 1 run in 80).
+/// With a current DTV the walk is not taken; what remains is a dlopen finishing between the touch
+/// and the walk reaching its module, a window of microseconds instead of "since the thread last
+/// used TLS".
+///
+/// # Safety
+/// `cb` must only use `data` as the caller means it and must not unwind.
+pub unsafe fn iterate_phdr(cb: PhdrCallback, data: *mut c_void) -> std::ffi::c_int {
+    DTV_TOUCH.with(|c| std::hint::black_box(c.get()));
+    // SAFETY: the caller's contract; dl_iterate_phdr has no other precondition.
+    unsafe { libc::dl_iterate_phdr(Some(cb), data) }
+}

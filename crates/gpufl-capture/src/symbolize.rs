@@ -233,10 +233,7 @@ impl Symbolizer {
         // SAFETY: the callback only reads the loader-provided struct and pushes
         // into the Vec passed through `data`, which outlives the call.
         unsafe {
-            libc::dl_iterate_phdr(
-                Some(collect_module),
-                (&mut raw as *mut Vec<RawModule>).cast(),
-            );
+            crate::dl::iterate_phdr(collect_module, (&mut raw as *mut Vec<RawModule>).cast());
         }
         let exe = std::fs::read_link("/proc/self/exe").ok();
         self.modules.clear();
@@ -343,8 +340,8 @@ fn current_generation() -> Option<(u64, u64)> {
     let mut generation: Option<(u64, u64)> = None;
     // SAFETY: the callback writes only through the pointer to `generation`.
     unsafe {
-        libc::dl_iterate_phdr(
-            Some(read_generation),
+        crate::dl::iterate_phdr(
+            read_generation,
             (&mut generation as *mut Option<(u64, u64)>).cast(),
         );
     }

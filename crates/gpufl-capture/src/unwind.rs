@@ -883,7 +883,7 @@ mod imp {
     fn iterate(scan: &mut Scan) {
         // SAFETY: the callback only dereferences `data` as the `&mut Scan` we pass here, which
         // outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(phdr_callback), scan as *mut Scan as *mut c_void) };
+        unsafe { crate::dl::iterate_phdr(phdr_callback, scan as *mut Scan as *mut c_void) };
     }
 
     /// (dlpi_adds, dlpi_subs): changes whenever an object is loaded or unloaded.
