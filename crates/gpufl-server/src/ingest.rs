@@ -207,16 +207,26 @@ async fn fetch(st: &AppState, c: &Claim, dir: &Path) -> Result<PathBuf, crate::S
     tokio::fs::create_dir_all(&sdir)
         .await
         .map_err(|e| crate::ServerError::io(format!("creating {}", sdir.display()), e))?;
+    let parts: std::collections::HashMap<(String, i64), String> = st
+        .db
+        .parts(&c.project, &c.session)
+        .await?
+        .into_iter()
+        .map(|p| ((p.file, p.idx), p.blob))
+        .collect();
     for f in &c.manifest.files {
         // Part by part to disk: one part in memory at a time, whatever the session's size.
         let p = sdir.join(&f.name);
         let io = |e| crate::ServerError::io(format!("writing {}", p.display()), e);
         let mut out = tokio::fs::File::create(&p).await.map_err(io)?;
         for i in 0..f.parts {
-            let b = st
-                .blobs
-                .get_part(&c.project, &c.session, &f.name, i as i64)
-                .await?;
+            let Some(name) = parts.get(&(f.name.clone(), i as i64)) else {
+                return Err(crate::ServerError::Config(format!(
+                    "{}: part {i} of {} is not stored",
+                    c.session, f.name
+                )));
+            };
+            let b = st.blobs.get(name).await?;
             let want = f.part_len(i) as usize;
             out.write_all(&b[..want.min(b.len())]).await.map_err(io)?;
         }

@@ -105,6 +105,8 @@ pub struct AppState {
     pub poll_ms: u64,
     /// The project opened without a key: (id, name).
     pub open_project: Option<(String, String)>,
+    /// Completions hashing stored files at once, server-wide.
+    pub hashing: tokio::sync::Semaphore,
 }
 
 /// Open the database (migrating it) and the store.
@@ -140,6 +142,7 @@ pub async fn open(cfg: &ServeConfig) -> Result<Arc<AppState>, ServerError> {
         analysis_threads: cfg.analysis_threads.max(1),
         poll_ms: cfg.poll_ms.max(10),
         open_project,
+        hashing: tokio::sync::Semaphore::new(2),
     }))
 }
 

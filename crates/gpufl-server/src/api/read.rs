@@ -332,22 +332,29 @@ pub async fn file(
             "no such file in this session",
         ));
     };
+    let parts = st.db.file_parts(&c.project_id, &id, &f.name).await?;
+    let mut names = Vec::with_capacity(f.parts as usize);
+    for i in 0..f.parts {
+        let Some(p) = parts.iter().find(|p| p.idx == i as i64) else {
+            return Err(ApiError::internal(format!(
+                "{id}/{}: part {i} missing",
+                f.name
+            )));
+        };
+        names.push((p.blob.clone(), f.part_len(i) as usize));
+    }
     let blobs = st.blobs.clone();
-    let project = c.project_id.clone();
     let size = f.size;
-    let stream = futures_util::stream::unfold(0u64, move |i| {
+    let stream = futures_util::stream::unfold(names.into_iter(), move |mut it| {
         let blobs = blobs.clone();
-        let (project, id, f) = (project.clone(), id.clone(), f.clone());
         async move {
-            if i >= f.parts {
-                return None;
-            }
+            let (name, len) = it.next()?;
             let r = blobs
-                .get_part(&project, &id, &f.name, i as i64)
+                .get(&name)
                 .await
-                .map(|b| b.slice(..(f.part_len(i) as usize).min(b.len())))
+                .map(|b| b.slice(..len.min(b.len())))
                 .map_err(std::io::Error::other);
-            Some((r, i + 1))
+            Some((r, it))
         }
     });
     Ok((

@@ -16,7 +16,7 @@ pub mod sessions;
 pub use analysis::{ClaimKey, InsightRow, KernelRow, Stored, StoredInsight, StoredKernel};
 pub use keys::{KeyRow, LiveKey};
 pub use migrate::SCHEMA_VERSION;
-pub use parts::PartRow;
+pub use parts::{Garbage, NewPart, PartRow, Published};
 pub use sessions::{
     Claimed, Filters, ListFilter, SessionChoice, SessionDetail, SessionRow, Sort, TrendPoint,
 };

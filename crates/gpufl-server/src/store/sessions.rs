@@ -472,26 +472,46 @@ impl Db {
         Ok(())
     }
 
-    /// Mark the session complete with `manifest` and pending analysis — unless it holds that
-    /// manifest already. True when it moved (whoever races, once).
+    /// A session's upload state and its stored manifest (empty while uploading); None when
+    /// absent.
+    pub async fn upload_manifest(
+        &self,
+        project: &str,
+        session: &str,
+    ) -> Result<Option<(String, String)>, sqlx::Error> {
+        let row =
+            sqlx::query("SELECT state, manifest FROM sessions WHERE project_id = $1 AND id = $2")
+                .bind(project)
+                .bind(session)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|r| (text(&r, "state"), text(&r, "manifest"))))
+    }
+
+    /// Mark the session complete with `manifest` and pending analysis (a new upload generation:
+    /// its attempts, retries and error cleared) — only if it still holds manifest `prev`. True
+    /// when it moved (of completions racing from one `prev`, one).
     pub async fn complete_upload(
         &self,
         project: &str,
         session: &str,
+        prev: &str,
         manifest: &str,
         bytes: i64,
         now: i64,
     ) -> Result<bool, sqlx::Error> {
         let r = sqlx::query(
             "UPDATE sessions SET state = 'complete', manifest = $1, bytes = $2, uploaded_ns = $3, \
-             upload_gen = upload_gen + 1, ingest_state = 'pending' \
-             WHERE project_id = $4 AND id = $5 AND manifest <> $1",
+             updated_ns = $3, upload_gen = upload_gen + 1, ingest_state = 'pending', \
+             ingest_attempts = 0, ingest_retries = 0, not_before_ns = 0, ingest_error = '' \
+             WHERE project_id = $4 AND id = $5 AND manifest = $6 AND manifest <> $1",
         )
         .bind(manifest)
         .bind(bytes)
         .bind(now)
         .bind(project)
         .bind(session)
+        .bind(prev)
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected() > 0)
