@@ -105,14 +105,3 @@ pub fn now_ns() -> i64 {
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
 }
-
-/// A `SUM`: BIGINT from SQLite, NUMERIC from PostgreSQL; either read.
-fn sum(r: &AnyRow, col: &str) -> i64 {
-    r.try_get::<i64, _>(col)
-        .or_else(|_| r.try_get::<f64, _>(col).map(|f| f as i64))
-        .or_else(|_| {
-            r.try_get::<String, _>(col)
-                .map(|s| s.parse::<f64>().unwrap_or(0.0) as i64)
-        })
-        .unwrap_or(0)
-}
