@@ -30,6 +30,10 @@ pub struct ServeArgs {
     /// Largest session accepted, MiB.
     #[arg(long, default_value_t = 16384)]
     max_session_mb: u64,
+    /// Memory the ingest workers may use together, MiB: each worker analyses one session within
+    /// its share; a session that needs more is stored "too_large" with the reason.
+    #[arg(long, default_value_t = gpufl_server::DEFAULT_INGEST_MEMORY_MB)]
+    ingest_memory_mb: u64,
     /// Open the dashboard and the read API without a key, on project "local" (loopback
     /// addresses only), and load the sessions under each DIR into it (already stored ones are
     /// not sent again).
@@ -149,6 +153,7 @@ pub fn serve(a: ServeArgs) -> Result<i32> {
     cfg.db = a.db;
     cfg.store = a.store;
     cfg.ingest_workers = a.ingest_workers;
+    cfg.ingest_memory_mb = a.ingest_memory_mb;
     cfg.rate_per_key = a.rate_limit;
     cfg.limits.max_session_bytes = a.max_session_mb.saturating_mul(1 << 20);
     let rt = gpufl_server::runtime()?;

@@ -801,3 +801,276 @@ fn a_damaged_session_is_kept_with_the_readers_warnings() {
     assert_eq!(st, 200);
     assert_eq!(files["files"][0]["size"].as_u64().unwrap(), n as u64);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 36: the server against hostile uploads — the rows measured on the server's process.
+
+/// The peak resident set of process `pid` (`VmHWM` of /proc/PID/status), bytes.
+fn vm_hwm(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb << 10)
+        .expect("VmHWM")
+}
+
+/// A header for a generated session.
+fn gen_header(id: &str) -> gpufl_trace::Header {
+    gpufl_trace::Header {
+        gpufl_version: "0.1.0".into(),
+        session_id: id.into(),
+        app_name: "hostile".into(),
+        host: "h".into(),
+        pid: 1,
+        command_line: vec!["hostile".into()],
+        start_unix_ns: 1_795_300_000_000_000_000,
+        clock: gpufl_trace::ClockSync {
+            trace_ns: 1_000_000_000,
+            unix_ns: 1_795_300_000_000_000_000,
+        },
+        ..gpufl_trace::Header::default()
+    }
+}
+
+/// The issue's first memory row: one trace whose 127-frame stacks all name two 512 KiB
+/// strings, synchronizations at 8 lines (about 1.5 KB compressed).
+fn long_strings_session(parent: &Path) -> PathBuf {
+    use gpufl_trace::*;
+    let id = "longstr-1-20261127T000000Z";
+    let dir = parent.join(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = TraceWriter::new(file, &gen_header(id)).unwrap();
+    let a = w.intern_str(&"a".repeat(512 << 10)).unwrap();
+    let b = w
+        .intern_str(&format!("/{}.py", "b".repeat(512 << 10)))
+        .unwrap();
+    let frames: Vec<FrameId> = (1..=127u32)
+        .map(|line| {
+            w.intern_frame(FrameData {
+                kind: FrameKind::Python,
+                module: None,
+                offset: None,
+                func: Some(a),
+                file: Some(b),
+                line: Some(line),
+                inlined: false,
+                text: Some(a),
+            })
+            .unwrap()
+        })
+        .collect();
+    let mut t = 1_000_000_000u64 + 1_000_000;
+    for line in 0..8usize {
+        let mut fs = frames.clone();
+        fs.rotate_left(line);
+        let stack = w.intern_stack(&fs).unwrap();
+        for _ in 0..3 {
+            w.write(&Record::Sync(Sync {
+                kind: SyncKind::ContextSynchronize,
+                start: t,
+                end: t + 50_000,
+                ctx: 1,
+                stream: None,
+                event: None,
+                corr: 0,
+                tid: Some(1),
+                stack: Some(stack),
+            }))
+            .unwrap();
+            t += 100_000;
+        }
+    }
+    w.finish(1_795_300_001_000_000_000, "normal").unwrap();
+    dir
+}
+
+/// The issue's second memory row: `files` trace files of highly compressible kernel records
+/// (`per_file` identical lines after one that differs per file), each a few hundred bytes.
+fn compressible_session(parent: &Path, files: usize, per_file: usize) -> PathBuf {
+    let id = "bomb-1-20261127T000000Z";
+    let dir = parent.join(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kernel = |start: u64| {
+        format!(
+            "{{\"t\":\"kernel\",\"name\":0,\"start\":{start},\"end\":{},\"dev\":0,\"ctx\":1,\"stream\":7,\"corr\":0,\"grid\":[1,1,1],\"block\":[32,1,1],\"regs\":16,\"smem_static\":0,\"smem_dynamic\":0,\"local_mem\":0}}\n",
+            start + 1000
+        )
+    };
+    // File 0 by the writer: the header and the kernel's name.
+    let f0 = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = gpufl_trace::TraceWriter::new(f0, &gen_header(id)).unwrap();
+    let name = w.intern_str("k").unwrap();
+    assert_eq!(name.0, 0);
+    w.finish(1_795_300_001_000_000_000, "normal").unwrap();
+    let body = kernel(2_000_000_000).repeat(per_file);
+    for i in 1..files {
+        let mut text = kernel(1_000_000_000 + i as u64);
+        text.push_str(&body);
+        let z = zstd::encode_all(text.as_bytes(), 3).unwrap();
+        std::fs::write(dir.join(format!("trace-{i:04}.ndjson.zst")), z).unwrap();
+    }
+    dir
+}
+
+/// Upload every file of session `dir` (one part each) with 8 PUTs at a time, then complete: the
+/// completion's status and body.
+fn upload_parallel(url: &str, key: &str, dir: &Path) -> (u16, Value) {
+    let id = id_of(dir);
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((name, b)) = files.get(i) else { break };
+                assert!(b.len() as u64 <= 4 << 20);
+                let r = ureq::put(&format!("{url}/api/v1/uploads/{id}/files/{name}/parts/0"))
+                    .set("Authorization", &format!("Bearer {key}"))
+                    .set("X-Gpufl-Sha256", &gpufl_upload::parts::sha256_hex(b))
+                    .send_bytes(b);
+                assert!(r.is_ok(), "{name}: {r:?}");
+            });
+        }
+    });
+    let manifest = serde_json::json!({ "files": files.iter().map(|(n, b)| serde_json::json!({
+        "name": n, "size": b.len(), "sha256": gpufl_upload::parts::sha256_hex(b), "parts": 1,
+    })).collect::<Vec<_>>() });
+    let r = ureq::post(&format!("{url}/api/v1/uploads/{id}/complete"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .send_string(&manifest.to_string());
+    match r {
+        Ok(r) => (
+            r.status(),
+            serde_json::from_str(&r.into_string().unwrap_or_default()).unwrap_or(Value::Null),
+        ),
+        Err(ureq::Error::Status(s, r)) => (
+            s,
+            serde_json::from_str(&r.into_string().unwrap_or_default()).unwrap_or(Value::Null),
+        ),
+        Err(e) => panic!("complete: {e}"),
+    }
+}
+
+/// What a memory row's server may hold at its peak beyond its resident set at start: the
+/// ingest budget it is given, and 64 MiB for the rest (requests, pools, buffers).
+const MEMORY_SLACK: u64 = 64 << 20;
+
+/// One memory row: a server given `budget_mb` of ingest memory (2 workers) takes the hostile
+/// session made by `make` and ends it in `want` (a final state); its peak resident set stays
+/// within its resident set at start plus the budget (plus [`MEMORY_SLACK`]).
+fn within_the_memory_budget(
+    b: Backend,
+    tag: &str,
+    budget_mb: u64,
+    make: impl Fn(&Path) -> PathBuf,
+    want: &[&str],
+) {
+    let Some(s) = stores(b, tag) else { return };
+    let (up, rd) = project(&s, "team");
+    let budget = budget_mb.to_string();
+    let srv = serve(&s, &["--ingest-memory-mb", &budget, "--rate-limit", "0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = srv.child.id();
+    let base = vm_hwm(pid);
+    let t0 = Instant::now();
+    let dir = make(&s.data.join("src"));
+    let id = id_of(&dir);
+    let t1 = Instant::now();
+    let (st, v) = upload_parallel(&srv.url, &up, &dir);
+    assert_eq!(st, 200, "{v}");
+    eprintln!(
+        "{tag}: made in {:.1} s, uploaded in {:.1} s",
+        (t1 - t0).as_secs_f64(),
+        t1.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    let v = loop {
+        let (_, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
+        if ["ready", "corrupt", "failed", "too_large"].contains(&v["ingest"].as_str().unwrap_or(""))
+        {
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(240), "not analysed: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let peak = vm_hwm(pid);
+    eprintln!(
+        "{tag} ({b:?}): ingest {} in {:.1} s, peak RSS {} MiB (start {} MiB, budget {budget_mb} MiB): {}",
+        v["ingest"],
+        t.elapsed().as_secs_f64(),
+        peak >> 20,
+        base >> 20,
+        v["ingest_error"]
+    );
+    assert!(want.contains(&v["ingest"].as_str().unwrap()), "{v}");
+    assert!(
+        peak <= base + (budget_mb << 20) + MEMORY_SLACK,
+        "peak RSS {} MiB over start {} MiB + budget {budget_mb} MiB + {} MiB",
+        peak >> 20,
+        base >> 20,
+        MEMORY_SLACK >> 20
+    );
+    // Every page of it answers, each small.
+    for path in [
+        format!("/api/v1/sessions/{id}"),
+        format!("/api/v1/sessions/{id}/insights"),
+        format!("/api/v1/sessions/{id}/kernels"),
+    ] {
+        let (st, v) = get(&srv.url, &rd, &path);
+        assert_eq!(st, 200, "{path}");
+        assert!(v.to_string().len() < 16 << 20, "{path}");
+    }
+    let _ = std::fs::remove_dir_all(&s.data);
+}
+
+/// Row "ingest memory from repeated strings": the 1.5 KB upload of 127-frame stacks naming two
+/// 512 KiB strings at 8 lines is analysed within a 256 MiB budget; its line answers are small
+/// (the strings capped at 4 KiB, each stored once).
+fn long_strings_stay_within_the_budget(b: Backend) {
+    within_the_memory_budget(b, "memstr", 256, long_strings_session, &["ready"]);
+}
+
+#[test]
+fn long_strings_stay_within_the_budget_sqlite_local() {
+    long_strings_stay_within_the_budget(Backend::SqliteLocal);
+}
+
+#[test]
+fn long_strings_stay_within_the_budget_postgres_local() {
+    long_strings_stay_within_the_budget(Backend::PgLocal);
+}
+
+/// Row "ingest memory within the documented limits": 4,096 files of highly compressible kernel
+/// records are read until their records would need more than the budget, then stored
+/// `too_large` with the reason, the server's peak within the budget.
+fn many_compressible_files_stay_within_the_budget(b: Backend) {
+    within_the_memory_budget(
+        b,
+        "membomb",
+        256,
+        |s| compressible_session(s, 4096, 1200),
+        &["too_large"],
+    );
+}
+
+#[test]
+fn many_compressible_files_stay_within_the_budget_sqlite_local() {
+    many_compressible_files_stay_within_the_budget(Backend::SqliteLocal);
+}
+
+#[test]
+fn many_compressible_files_stay_within_the_budget_postgres_local() {
+    many_compressible_files_stay_within_the_budget(Backend::PgLocal);
+}

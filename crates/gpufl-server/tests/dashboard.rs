@@ -522,6 +522,12 @@ fn http(method: &str, url: &str, key: Option<&str>, form: Option<&[(&str, &str)]
     if let Some(k) = key {
         req = req.set("Authorization", &format!("Bearer {k}"));
     }
+    // A form's POST carries its page's origin, as a browser sends it (the server takes the
+    // login form's POSTs from its own pages only).
+    if method == "POST" {
+        let origin = url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
+        req = req.set("Origin", &origin);
+    }
     let r = match form {
         Some(f) => req.send_form(f),
         None => req.call(),

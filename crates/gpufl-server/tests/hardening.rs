@@ -216,3 +216,273 @@ fn a_completed_session_does_not_shrink() {
         assert_eq!(files["files"][0]["size"], full.len(), "{files}");
     }
 }
+
+/// A header for a generated session.
+fn gen_header(id: &str, app: &str) -> gpufl_trace::Header {
+    gpufl_trace::Header {
+        gpufl_version: "0.1.0".into(),
+        session_id: id.into(),
+        app_name: app.into(),
+        host: "h\0ost".into(),
+        pid: 1,
+        command_line: vec!["python3".into(), "tr\0ain.py".into()],
+        start_unix_ns: 1_795_300_000_000_000_000,
+        clock: gpufl_trace::ClockSync {
+            trace_ns: 1_000_000_000,
+            unix_ns: 1_795_300_000_000_000_000,
+        },
+        ..gpufl_trace::Header::default()
+    }
+}
+
+/// A session whose strings hold NULs: the app, host and command line, a kernel name, a frame's
+/// file and function, synchronizations and kernels at that line.
+fn nul_session(parent: &std::path::Path) -> std::path::PathBuf {
+    use gpufl_trace::*;
+    let id = "nul-1-20261127T000000Z";
+    let dir = parent.join(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::File::create(dir.join(TRACE)).unwrap();
+    let mut w = TraceWriter::new(file, &gen_header(id, "ap\0p")).unwrap();
+    let kname = w.intern_str("ker\0nel").unwrap();
+    let path = w.intern_str("/work/tr\0ain.py").unwrap();
+    let func = w.intern_str("st\0ep").unwrap();
+    let fr = w
+        .intern_frame(FrameData {
+            kind: FrameKind::Python,
+            module: None,
+            offset: None,
+            func: Some(func),
+            file: Some(path),
+            line: Some(7),
+            inlined: false,
+            text: Some(func),
+        })
+        .unwrap();
+    let stack = w.intern_stack(&[fr]).unwrap();
+    let mut t = 1_001_000_000u64;
+    for i in 0..50u32 {
+        w.write(&Record::Kernel(Kernel {
+            name: kname,
+            start: t,
+            end: t + 20_000,
+            dev: 0,
+            ctx: 1,
+            stream: 7,
+            corr: i + 1,
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            regs: 16,
+            ..Kernel::default()
+        }))
+        .unwrap();
+        w.write(&Record::Sync(Sync {
+            kind: SyncKind::ContextSynchronize,
+            start: t + 1_000,
+            end: t + 30_000,
+            ctx: 1,
+            stream: None,
+            event: None,
+            corr: 0,
+            tid: Some(1),
+            stack: Some(stack),
+        }))
+        .unwrap();
+        t += 100_000;
+    }
+    w.finish(1_795_300_001_000_000_000, "normal").unwrap();
+    dir
+}
+
+/// Row "PostgreSQL and NUL": a session whose trace strings hold NULs is analysed on both
+/// backends alike (the NUL shown as `␀`), and a NUL in a query parameter is a 400, never a 5xx.
+#[test]
+fn nul_in_trace_strings_and_queries() {
+    for cfg in backends("nul", false) {
+        let srv = Server::start(&cfg);
+        let (up, rd) = project(&cfg, "team");
+        let d = nul_session(&cfg.data.join("src"));
+        let id = id_of(&d);
+        common::upload(&srv.url, &up, std::slice::from_ref(&d));
+        let v = common::wait_for(&srv.url, &rd, &id, 60, |v| {
+            v["ingest"] != "pending" && v["ingest"] != "running"
+        });
+        assert_eq!(v["ingest"], "ready", "{v}");
+        assert_eq!(v["app"], "ap\u{2400}p", "{v}");
+        assert_eq!(v["host"], "h\u{2400}ost", "{v}");
+        let (st, k) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}/kernels"));
+        assert_eq!(st, 200);
+        assert!(k.to_string().contains("ker\u{2400}nel"), "{k}");
+        let (st, l) = get(
+            &srv.url,
+            &rd,
+            &format!("/api/v1/sessions/{id}/lines?file=/work/tr%E2%90%80ain.py&line=7"),
+        );
+        assert_eq!(st, 200, "{l}");
+        for q in [
+            "/api/v1/sessions?app=a%00b",
+            "/api/v1/sessions?host=%00",
+            &format!("/api/v1/sessions/{id}/lines?file=a%00&line=7"),
+        ] {
+            let (st, v) = get(&srv.url, &rd, q);
+            assert_eq!(st, 400, "{q}: {v}");
+            assert_eq!(v["error"], "bad_query", "{q}: {v}");
+        }
+        for q in [
+            "/sessions?q=a%00b",
+            "/sessions?app=%00",
+            "/sessions?host=%00",
+            &format!("/sessions/{id}/line?file=%00&line=7"),
+            &format!("/sessions/{id}/kernel?name=%00&device=0"),
+            "/compare?a=%00&b=x",
+        ] {
+            let r = ureq::get(&format!("{}{q}", srv.url))
+                .set("Authorization", &format!("Bearer {rd}"))
+                .call();
+            let st = match r {
+                Ok(r) => r.status(),
+                Err(ureq::Error::Status(s, _)) => s,
+                Err(e) => panic!("{q}: {e}"),
+            };
+            assert_eq!(st, 400, "{q}");
+        }
+    }
+}
+
+/// Row "input edges" (server paths): a session's warnings name its files, never where the
+/// server keeps them while it reads them.
+#[test]
+fn warnings_name_no_server_path() {
+    for cfg in backends("paths", false) {
+        let srv = Server::start(&cfg);
+        let (up, rd) = project(&cfg, "team");
+        let src = cfg.data.join("src");
+        let d = src.join("paths-1-20261127T000000Z");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::copy(bundled("cpp_api").join(TRACE), d.join(TRACE)).unwrap();
+        // A second file that does not decode.
+        std::fs::write(d.join("trace-0001.ndjson.zst"), b"(not zstd at all)\n").unwrap();
+        let id = id_of(&d);
+        let m1 = manifest_of(&[
+            (TRACE, &std::fs::read(d.join(TRACE)).unwrap()),
+            ("trace-0001.ndjson.zst", b"(not zstd at all)\n"),
+        ]);
+        for (f, b) in [
+            (TRACE, std::fs::read(d.join(TRACE)).unwrap()),
+            ("trace-0001.ndjson.zst", b"(not zstd at all)\n".to_vec()),
+        ] {
+            assert_eq!(put_part(&srv.url, &up, &id, f, 0, &b).0, 200);
+        }
+        assert_eq!(complete(&srv.url, &up, &id, &m1).0, 200);
+        let v = common::wait_for(&srv.url, &rd, &id, 60, |v| v["ingest"] == "ready");
+        let w = v["warnings"].to_string();
+        assert!(w.contains("trace-0001.ndjson.zst"), "{w}");
+        let data = cfg.data.display().to_string();
+        assert!(
+            !w.contains(&data) && !w.contains("ingest-") && !w.contains("/tmp"),
+            "{w}"
+        );
+    }
+}
+
+/// Row "leftovers" (transient failures): a session whose parts cannot be read when it is
+/// analysed goes back to pending with the reason and a backoff (not running until the lease
+/// ends), and is analysed once they can.
+#[test]
+fn a_transient_failure_is_retried_after_a_backoff() {
+    for mut cfg in backends("retry", true) {
+        let (up, rd) = project(&cfg, "team");
+        let d = bundled("cpp_api");
+        let id = id_of(&d);
+        // Uploaded to an instance that does not analyse.
+        cfg.ingest_workers = 0;
+        {
+            let srv = Server::start(&cfg);
+            common::upload(&srv.url, &up, std::slice::from_ref(&d));
+        }
+        let rt = gpufl_server::runtime().unwrap();
+        let blobs = gpufl_server::blobs::Blobs::open(&cfg.store_url()).unwrap();
+        let kept: Vec<(String, bytes::Bytes)> = rt.block_on(async {
+            let mut kept = Vec::new();
+            for n in blobs.list("sessions/").await.unwrap() {
+                let b = blobs.get(&n).await.unwrap();
+                blobs.delete(&n).await.unwrap();
+                kept.push((n, b));
+            }
+            kept
+        });
+        assert!(!kept.is_empty());
+        cfg.ingest_workers = 1;
+        cfg.ingest_retry_ms = 1500;
+        let srv = Server::start(&cfg);
+        let v = common::wait_for(&srv.url, &rd, &id, 60, |v| {
+            v["ingest"] == "pending" && v["ingest_error"] != ""
+        });
+        assert!(
+            v["ingest_error"].as_str().unwrap().contains("not found"),
+            "{v}"
+        );
+        rt.block_on(async {
+            for (n, b) in kept {
+                blobs.put(&n, b).await.unwrap();
+            }
+        });
+        let v = common::wait_for(&srv.url, &rd, &id, 60, |v| v["ingest"] == "ready");
+        assert_eq!(v["ingest_error"], "", "{v}");
+        assert_eq!(v["analyses"], 2, "{v}");
+    }
+}
+
+/// Row "leftovers" (orphans): an upload never completed is removed with its objects once it
+/// has been untouched for the expiry; the object of a part replaced by a longer version is
+/// removed after its grace.
+#[test]
+fn housekeeping_removes_abandoned_uploads_and_unused_objects() {
+    for mut cfg in backends("sweep", true) {
+        cfg.housekeeping.every_ms = 200;
+        cfg.housekeeping.upload_expiry_ms = 1000;
+        cfg.housekeeping.garbage_grace_ms = 300;
+        let srv = Server::start(&cfg);
+        let (up, _) = project(&cfg, "team");
+        let blobs = gpufl_server::blobs::Blobs::open(&cfg.store_url()).unwrap();
+        let rt = gpufl_server::runtime().unwrap();
+        let objects = |s: &str| {
+            rt.block_on(blobs.list("sessions/"))
+                .unwrap()
+                .into_iter()
+                .filter(|n| n.contains(&format!("/{s}/")))
+                .count()
+        };
+        let full = trace_of("cpp_api");
+        // Abandoned: one part, never completed.
+        let a = "abandoned-1-20261127T000000Z";
+        assert_eq!(put_part(&srv.url, &up, a, TRACE, 0, &full[..1000]).0, 200);
+        // Grown: a short part, then the whole file, completed.
+        let g = "grown-1-20261127T000000Z";
+        assert_eq!(put_part(&srv.url, &up, g, TRACE, 0, &full[..1000]).0, 200);
+        assert_eq!(put_part(&srv.url, &up, g, TRACE, 0, &full).0, 200);
+        assert_eq!(
+            complete(&srv.url, &up, g, &manifest_of(&[(TRACE, &full)])).0,
+            200
+        );
+        assert_eq!(objects(g), 2);
+        let t = std::time::Instant::now();
+        while objects(a) > 0 || objects(g) > 1 {
+            assert!(
+                t.elapsed().as_secs() < 30,
+                "a: {}, g: {}",
+                objects(a),
+                objects(g)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let (_, v) = common::request(
+            "GET",
+            &format!("{}/api/v1/uploads/{a}", srv.url),
+            Some(&up),
+            &[],
+            None,
+        );
+        assert_eq!(v["state"], "absent", "{v}");
+    }
+}

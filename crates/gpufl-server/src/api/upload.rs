@@ -154,7 +154,13 @@ async fn put_part_inner(
     let size = bytes.len() as i64;
     let (project, db) = (c.project_id.as_str(), &st.db);
     // The session's row, created by its first part.
-    db.open_upload(project, &session, now_ns()).await?;
+    let total = match db.session_part_bytes(project, &session).await? {
+        Some(n) => n,
+        None => {
+            db.open_upload(project, &session, now_ns()).await?;
+            0
+        }
+    };
     let conflict = || {
         ApiError::new(
             StatusCode::CONFLICT,
@@ -179,7 +185,6 @@ async fn put_part_inner(
     let max = st.limits.max_session_bytes.min(i64::MAX as u64) as i64;
     let over = || too_large(format!("a session is at most {max} bytes"));
     // Checked again when the part is published; this spares writing an object to refuse it.
-    let total = db.session_part_bytes(project, &session).await?;
     if total - old.as_ref().map_or(0, |o| o.size) + size > max {
         return Err(over());
     }
@@ -195,23 +200,18 @@ async fn put_part_inner(
         blob: &blob,
         replaces: old.as_ref(),
     };
-    let now = now_ns();
-    db.intend_blob(&part, now + GARBAGE_GRACE_NS).await?;
+    let grace = i64::try_from(st.housekeeping.garbage_grace_ms.saturating_mul(1_000_000))
+        .unwrap_or(i64::MAX);
+    db.intend_blob(&part, now_ns().saturating_add(grace))
+        .await?;
     st.blobs.put(&blob, bytes).await?;
-    match db
-        .publish_part(&part, max, now_ns(), GARBAGE_GRACE_NS)
-        .await?
-    {
+    match db.publish_part(&part, max, now_ns(), grace).await? {
         Published::Stored => Ok(Json(PartStored { stored: true })),
         Published::Same => Ok(Json(PartStored { stored: false })),
         Published::Conflict(_) => Err(conflict()),
         Published::OverCap => Err(over()),
     }
 }
-
-/// How long an object written for a part that was not published (or replaced by a longer
-/// version) is kept before housekeeping removes it: longer than any request takes.
-pub const GARBAGE_GRACE_NS: i64 = 3600 * 1_000_000_000;
 
 /// A part's body as its headers announce it (`Content-Length` at most [`PART_SIZE`], the SHA-256
 /// in `X-Gpufl-Sha256`), read and checked against the hash: (bytes, hash).

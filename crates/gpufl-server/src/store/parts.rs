@@ -114,18 +114,18 @@ impl Db {
         Ok(row.as_ref().map(|r| part_row(r, project, session)))
     }
 
-    /// Bytes of all the parts a session holds (its kept sum; 0 for no such session).
+    /// Bytes of all the parts a session holds (its kept sum); None for no such session.
     pub async fn session_part_bytes(
         &self,
         project: &str,
         session: &str,
-    ) -> Result<i64, sqlx::Error> {
+    ) -> Result<Option<i64>, sqlx::Error> {
         let r = sqlx::query("SELECT part_bytes FROM sessions WHERE project_id = $1 AND id = $2")
             .bind(project)
             .bind(session)
             .fetch_optional(&self.pool)
             .await?;
-        Ok(r.map_or(0, |r| int(&r, "part_bytes")))
+        Ok(r.map(|r| int(&r, "part_bytes")))
     }
 
     /// Note object `name` (about to be written for part `idx` of `file`) as garbage after
