@@ -27,6 +27,21 @@ pub struct ServeArgs {
     /// Requests a second per key (0: unlimited).
     #[arg(long, default_value_t = 200.0)]
     rate_limit: f64,
+    /// Requests a second per client address without a valid key (no key, an unknown or revoked
+    /// one, a wrong login; 0: unlimited).
+    #[arg(long, default_value_t = 10.0)]
+    rate_limit_address: f64,
+    /// Open connections at most (also at most the open-file limit less 128); beyond it a
+    /// connection is answered 503 at once.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Seconds a client has to send a request's headers, and a kept-alive connection waits for
+    /// its next request.
+    #[arg(long, default_value_t = 10)]
+    header_timeout_s: u64,
+    /// Seconds a whole request (its body read, its answer made) may take.
+    #[arg(long, default_value_t = 120)]
+    request_timeout_s: u64,
     /// Largest session accepted, MiB.
     #[arg(long, default_value_t = 16384)]
     max_session_mb: u64,
@@ -155,6 +170,12 @@ pub fn serve(a: ServeArgs) -> Result<i32> {
     cfg.ingest_workers = a.ingest_workers;
     cfg.ingest_memory_mb = a.ingest_memory_mb;
     cfg.rate_per_key = a.rate_limit;
+    cfg.rate_per_address = a.rate_limit_address;
+    cfg.net = gpufl_server::net::NetLimits {
+        max_connections: a.max_connections,
+        header_timeout_ms: a.header_timeout_s.saturating_mul(1000),
+        request_timeout_ms: a.request_timeout_s.saturating_mul(1000),
+    };
     cfg.limits.max_session_bytes = a.max_session_mb.saturating_mul(1 << 20);
     let rt = gpufl_server::runtime()?;
     let dirs = if a.demo {

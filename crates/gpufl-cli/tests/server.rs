@@ -1074,3 +1074,145 @@ fn many_compressible_files_stay_within_the_budget_sqlite_local() {
 fn many_compressible_files_stay_within_the_budget_postgres_local() {
     many_compressible_files_stay_within_the_budget(Backend::PgLocal);
 }
+
+/// A session of `n` kernels whose analysis takes a while (seconds in a debug build).
+fn slow_session(parent: &Path, n: u32) -> PathBuf {
+    use gpufl_trace::*;
+    let id = "slow-1-20261127T000000Z";
+    let dir = parent.join(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = TraceWriter::new(file, &gen_header(id)).unwrap();
+    let names: Vec<StrId> = (0..50)
+        .map(|i| w.intern_str(&format!("kernel_{i}")).unwrap())
+        .collect();
+    let mut t = 1_001_000_000u64;
+    for i in 0..n {
+        w.write(&Record::Kernel(Kernel {
+            name: names[i as usize % names.len()],
+            start: t,
+            end: t + 3_000 + u64::from(i % 7) * 100,
+            dev: 0,
+            ctx: 1,
+            stream: 7 + i % 3,
+            corr: i + 1,
+            grid: [1 + (i % 5) as i32, 1, 1],
+            block: [128, 1, 1],
+            regs: 32,
+            ..Kernel::default()
+        }))
+        .unwrap();
+        t += 5_000;
+    }
+    w.finish(1_795_300_001_000_000_000, "normal").unwrap();
+    dir
+}
+
+/// The database of `s` as the library opens it.
+fn db_url_of(s: &Stores) -> String {
+    let mut cfg = gpufl_server::ServeConfig::new(s.data.clone());
+    cfg.db = s.db.clone();
+    cfg.db_url()
+}
+
+/// Row "poison session crash loop": a session whose analysis stops the server (here: the server
+/// killed with SIGKILL while analysing it) three times is `failed` with the reason at the next
+/// start — in the API and on its dashboard page — and not claimed again (no fourth analysis,
+/// the killed analyses' temporary directories removed); a newer analysis takes it up again.
+fn a_poison_session_ends_failed(b: Backend) {
+    let Some(s) = stores(b, "poison") else { return };
+    let (up, rd) = project(&s, "team");
+    let dir = slow_session(&s.data.join("src"), 600_000);
+    let id = id_of(&dir);
+    let detail = |url: &str| get(url, &rd, &format!("/api/v1/sessions/{id}")).1;
+    for round in 1..=3 {
+        let mut srv = serve(&s, &["--ingest-workers", "1"]);
+        if round == 1 {
+            let (st, v) = upload_parallel(&srv.url, &up, &dir);
+            assert_eq!(st, 200, "{v}");
+        }
+        let t = Instant::now();
+        loop {
+            let v = detail(&srv.url);
+            if v["ingest"] == "running" {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "round {round}: not running: {v}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        srv.child.kill().unwrap();
+        srv.child.wait().unwrap();
+    }
+    let srv = serve(&s, &["--ingest-workers", "1"]);
+    let t = Instant::now();
+    let v = loop {
+        let v = detail(&srv.url);
+        if v["ingest"] == "failed" {
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "not failed: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let why = v["ingest_error"].as_str().unwrap().to_string();
+    assert!(why.contains("stopped the server 3 times"), "{v}");
+    assert_eq!(v["analyses"], 3, "{v}");
+    let page = ureq::get(&format!("{}/sessions/{id}", srv.url))
+        .set("Authorization", &format!("Bearer {rd}"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(
+        page.contains("stopped the server 3 times"),
+        "the reason on its page"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let v = detail(&srv.url);
+    assert_eq!(
+        (v["ingest"].as_str(), v["analyses"].as_i64()),
+        (Some("failed"), Some(3))
+    );
+    let left: Vec<_> = std::fs::read_dir(s.data.join("tmp"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "temporary directories left: {left:?}");
+    drop(srv);
+    // A newer analysis (as a newer gpufl's start does) takes it up again.
+    let rt = gpufl_server::runtime().unwrap();
+    rt.block_on(async {
+        let db = gpufl_server::store::Db::open(&db_url_of(&s)).await.unwrap();
+        let n = db
+            .requeue_old(gpufl_server::ingest::ANALYSIS_VERSION + 1)
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    });
+    let srv = serve(&s, &["--ingest-workers", "1"]);
+    let t = Instant::now();
+    loop {
+        let v = detail(&srv.url);
+        if v["ingest"] == "ready" {
+            assert_eq!(v["analyses"], 4, "{v}");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(240), "not analysed: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&s.data);
+}
+
+#[test]
+fn a_poison_session_ends_failed_sqlite_local() {
+    a_poison_session_ends_failed(Backend::SqliteLocal);
+}
+
+#[test]
+fn a_poison_session_ends_failed_postgres_local() {
+    a_poison_session_ends_failed(Backend::PgLocal);
+}

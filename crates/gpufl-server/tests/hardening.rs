@@ -486,3 +486,256 @@ fn housekeeping_removes_abandoned_uploads_and_unused_objects() {
         assert_eq!(v["state"], "absent", "{v}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Connections.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn addr_of(url: &str) -> String {
+    url.trim_start_matches("http://").to_string()
+}
+
+/// Whether the server closed `s` (a read sees the end) within `secs`.
+fn closed_within(s: &mut TcpStream, secs: u64) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 1024];
+    while t.elapsed() < Duration::from_secs(secs) {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// Row "no header-read or idle timeout, no connection cap": a socket that sends nothing, one
+/// that sends its headers a byte a second and a kept-alive one left idle are closed after the
+/// header timeout; connections beyond the cap are answered `503 too_many_connections` with
+/// `Retry-After` at once, and once the idle ones are gone a request is served again.
+#[test]
+fn connections_time_out_and_are_capped() {
+    for mut cfg in backends("conn", false) {
+        cfg.net.header_timeout_ms = 1500;
+        cfg.net.max_connections = 8;
+        let srv = Server::start(&cfg);
+        let (_, rd) = project(&cfg, "team");
+        let addr = addr_of(&srv.url);
+        // Silent.
+        let mut silent = TcpStream::connect(&addr).unwrap();
+        // A byte a second.
+        let mut slow = TcpStream::connect(&addr).unwrap();
+        let dribble = std::thread::spawn({
+            let mut s = slow.try_clone().unwrap();
+            move || {
+                for b in b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" {
+                    if s.write_all(&[*b]).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(1000));
+                }
+            }
+        });
+        // Kept alive after one answer, then idle.
+        let mut idle = TcpStream::connect(&addr).unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 256];
+        idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert!(idle.read(&mut buf).unwrap() > 0);
+        // Five more silent ones fill the cap of 8.
+        let mut more: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let mut over = TcpStream::connect(&addr).unwrap();
+        over.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut answer = String::new();
+        let _ = over.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("Retry-After: 1"), "{answer}");
+        assert!(answer.contains("too_many_connections"), "{answer}");
+        for (what, s) in [
+            ("silent", &mut silent),
+            ("slow", &mut slow),
+            ("idle", &mut idle),
+        ] {
+            assert!(closed_within(s, 6), "{what} connection still open");
+        }
+        for s in &mut more {
+            assert!(closed_within(s, 6));
+        }
+        let _ = dribble.join();
+        let (st, _) = get(&srv.url, &rd, "/api/v1/sessions");
+        assert_eq!(st, 200);
+    }
+}
+
+/// Row "limits and protocol": a flood of requests without a key or with unknown keys from one
+/// address meets 429 with `Retry-After` (a known key from it still reads); `bearer` in any case
+/// is the scheme; a 405 and a path that does not decode answer the JSON error; every API answer says `nosniff` and `no-store`; the dashboard's 429 has `Retry-After`.
+#[test]
+fn floods_and_protocol_edges() {
+    for cfg in backends("flood", false) {
+        let srv = Server::start(&cfg);
+        let (up, rd) = project(&cfg, "team");
+        let mut limited = None;
+        for i in 0..200 {
+            let key = if i % 2 == 0 {
+                None
+            } else {
+                Some("gfl_rd_00000000000000000000000000000000")
+            };
+            let r = ureq::get(&format!("{}/api/v1/sessions", srv.url));
+            let r = match key {
+                Some(k) => r.set("Authorization", &format!("Bearer {k}")),
+                None => r,
+            };
+            match r.call() {
+                Err(ureq::Error::Status(429, resp)) => {
+                    limited = Some(resp.header("Retry-After").map(str::to_string));
+                    break;
+                }
+                Err(ureq::Error::Status(401, _)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        let limited = limited.expect("never limited");
+        assert!(limited.is_some(), "429 without Retry-After");
+        // A known key from the same address still reads.
+        assert_eq!(get(&srv.url, &rd, "/api/v1/sessions").0, 200);
+        // Any case of the scheme.
+        let r = ureq::get(&format!("{}/api/v1/sessions", srv.url))
+            .set("Authorization", &format!("bearer {rd}"))
+            .call()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.header("X-Content-Type-Options"), Some("nosniff"));
+        assert_eq!(r.header("Cache-Control"), Some("no-store"));
+        // Not the JSON error before.
+        for (method, path, body) in [
+            ("DELETE", "/api/v1/sessions".to_string(), None),
+            ("POST", "/api/v1/sessions".to_string(), Some(&b"{}"[..])),
+            ("GET", "/api/v1/sessions/%FF%FE".to_string(), None),
+            ("GET", "/api/v1/uploads/%FF%FE".to_string(), None),
+        ] {
+            let key = if method == "POST" { &up } else { &rd };
+            let (st, v) =
+                common::request(method, &format!("{}{path}", srv.url), Some(key), &[], body);
+            assert!((400..500).contains(&st), "{method} {path}: {st}");
+            assert!(
+                v["error"].is_string() && v["reason"].is_string(),
+                "{method} {path}: {st} {v}"
+            );
+        }
+        // The dashboard's rate limit: a 429 page with Retry-After.
+        let slow = Server::start(&ServeConfig {
+            rate_per_key: 1.0,
+            ..cfg.clone()
+        });
+        let mut seen = None;
+        for _ in 0..10 {
+            match ureq::get(&format!("{}/sessions", slow.url))
+                .set("Authorization", &format!("Bearer {rd}"))
+                .call()
+            {
+                Err(ureq::Error::Status(s, r)) => {
+                    seen = Some((s, r.header("Retry-After").map(str::to_string)));
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let (s, after) = seen.expect("never limited");
+        assert_eq!(s, 429);
+        assert!(after.is_some());
+    }
+}
+
+/// Row "input edges": a search over 200 characters and dates that do not exist or do not fit
+/// are refused with 400 and a reason, not answered with a 500 or every session.
+#[test]
+fn searches_and_dates_are_bounded() {
+    for cfg in backends("edges", false) {
+        let srv = Server::start(&cfg);
+        let (_, rd) = project(&cfg, "team");
+        for q in [
+            "/api/v1/sessions?since=9999-12-31T23:59:59Z",
+            "/api/v1/sessions?since=2026-02-31T00:00:00Z",
+            "/api/v1/sessions?until=2025-02-29T00:00:00Z",
+        ] {
+            let (st, v) = get(&srv.url, &rd, q);
+            assert_eq!(
+                (st, v["error"].as_str()),
+                (400, Some("bad_query")),
+                "{q}: {v}"
+            );
+        }
+        let long = "x".repeat(50_000);
+        let r = ureq::get(&format!("{}/sessions?q={long}", srv.url))
+            .set("Authorization", &format!("Bearer {rd}"))
+            .call();
+        match r {
+            Err(ureq::Error::Status(400, resp)) => {
+                assert!(resp.into_string().unwrap().contains("at most 200"))
+            }
+            other => panic!("{other:?}"),
+        }
+        let (st, _) = get(&srv.url, &rd, &format!("/sessions?q={}", "x".repeat(200)));
+        assert_eq!(st, 200);
+    }
+}
+
+/// A raw `GET path` with `Host: host`: the status.
+fn get_with_host(url: &str, path: &str, host: &str) -> u16 {
+    let mut s = TcpStream::connect(addr_of(url)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    String::from_utf8_lossy(&out)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Row "`--local` / `--demo` accept any `Host`": a server whose project is open without a key
+/// answers only requests naming a loopback host (DNS rebinding: `Host: evil.example` is 421 for
+/// the list, the raw trace file and the dashboard).
+#[test]
+fn an_open_project_answers_loopback_hosts_only() {
+    for mut cfg in backends("rebind", false) {
+        let (up, _) = project(&cfg, "local");
+        cfg.open_project = Some("local".into());
+        let srv = Server::start(&cfg);
+        let d = bundled("cpp_api");
+        let id = id_of(&d);
+        common::upload(&srv.url, &up, std::slice::from_ref(&d));
+        let port = srv.url.rsplit(':').next().unwrap().to_string();
+        for path in [
+            "/api/v1/sessions".to_string(),
+            format!("/api/v1/sessions/{id}/files/{TRACE}"),
+            "/sessions".to_string(),
+            format!("/sessions/{id}"),
+        ] {
+            for host in ["evil.example", &format!("evil.example:{port}"), "10.1.2.3"] {
+                assert_eq!(get_with_host(&srv.url, &path, host), 421, "{path} {host}");
+            }
+            for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+                assert_eq!(get_with_host(&srv.url, &path, &host), 200, "{path} {host}");
+            }
+        }
+    }
+}
