@@ -1216,3 +1216,400 @@ fn a_poison_session_ends_failed_sqlite_local() {
 fn a_poison_session_ends_failed_postgres_local() {
     a_poison_session_ends_failed(Backend::PgLocal);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The soak (bench/server_soak.sh; not in the default run): mixed uploads, hostile uploads and
+// hostile clients, and readers, for GPUFL_SOAK_SECS seconds on PostgreSQL + S3, the server under
+// an address-space limit.
+
+/// Counts of one kind of request by answer.
+#[derive(Default)]
+struct Tally {
+    by_status: std::collections::BTreeMap<u16, u64>,
+    errors: u64,
+    ms: Vec<f64>,
+}
+
+type Tallies = std::sync::Mutex<std::collections::BTreeMap<&'static str, Tally>>;
+
+fn note(t: &Tallies, what: &'static str, status: Option<u16>, ms: f64) {
+    let mut m = t.lock().unwrap();
+    let e = m.entry(what).or_default();
+    match status {
+        Some(s) => *e.by_status.entry(s).or_default() += 1,
+        None => e.errors += 1,
+    }
+    e.ms.push(ms);
+}
+
+fn timed_get(url: &str, key: Option<&str>, t: &Tallies, what: &'static str) -> Option<u16> {
+    let t0 = Instant::now();
+    let agent = ureq::AgentBuilder::new()
+        .redirects(0)
+        .timeout(Duration::from_secs(60))
+        .build();
+    let mut r = agent.get(url);
+    if let Some(k) = key {
+        r = r.set("Authorization", &format!("Bearer {k}"));
+    }
+    let st = match r.call() {
+        Ok(r) => {
+            let s = r.status();
+            let _ = r.into_string();
+            Some(s)
+        }
+        Err(ureq::Error::Status(s, r)) => {
+            let _ = r.into_string();
+            Some(s)
+        }
+        Err(_) => None,
+    };
+    note(t, what, st, t0.elapsed().as_secs_f64() * 1e3);
+    st
+}
+
+/// A copy of bundled session `from` named `id` under `parent`.
+fn copy_session(from: &Path, parent: &Path, id: &str) -> PathBuf {
+    let to = parent.join(id);
+    std::fs::create_dir_all(&to).unwrap();
+    for f in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+    }
+    to
+}
+
+/// `p`-th percentile of `v` (sorted in place), ms.
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 * p / 100.0).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+#[test]
+#[ignore = "the soak: bench/server_soak.sh"]
+fn soak() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let secs: u64 = std::env::var("GPUFL_SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    let as_mb: u64 = std::env::var("GPUFL_SOAK_AS_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3072);
+    let ingest_mb: u64 = std::env::var("GPUFL_SOAK_INGEST_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let s = stores(Backend::PgS3, "soak").expect("PostgreSQL and S3 (scripts/services.sh)");
+    let (up, rd) = project(&s, "team");
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--as={}", as_mb << 20))
+        .arg("--")
+        .arg(GPUFL)
+        .arg("serve")
+        .args(store_args(&s))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(["--ingest-memory-mb", &ingest_mb.to_string()])
+        .env("MALLOC_ARENA_MAX", "2");
+    let mut srv = common::spawn_serve(cmd);
+    let url = srv.url.clone();
+    let pid = srv.child.id();
+    let src = s.data.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let bundled_dirs: Vec<PathBuf> = bundled()
+        .into_iter()
+        .filter(|d| d.starts_with(root().join("testdata/sessions")))
+        .collect();
+    let tallies: Tallies = Default::default();
+    let stop = AtomicBool::new(false);
+    let normal: std::sync::Mutex<Vec<String>> = Default::default();
+    let hostile: std::sync::Mutex<Vec<(String, &'static str)>> = Default::default();
+    let seq = AtomicU64::new(0);
+    let started = Instant::now();
+    std::thread::scope(|sc| {
+        // Uploaders: copies of the bundled sessions under fresh ids, some uploaded twice.
+        for w in 0..2 {
+            let (tallies, stop, normal, seq, src, bundled_dirs, url, up) = (
+                &tallies,
+                &stop,
+                &normal,
+                &seq,
+                &src,
+                &bundled_dirs,
+                &url,
+                &up,
+            );
+            sc.spawn(move || {
+                let opts = gpufl_upload::UploadOptions::new(url.clone(), up.clone());
+                let upl = gpufl_upload::Uploader::new(&opts).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let n = seq.fetch_add(1, Ordering::Relaxed);
+                    let from = &bundled_dirs[n as usize % bundled_dirs.len()];
+                    let id = format!("soak{w}x{n}-1-20261127T000000Z");
+                    let d = copy_session(from, src, &id);
+                    for _ in 0..1 + (n % 3 == 0) as usize {
+                        let t0 = Instant::now();
+                        let r = upl.upload(&d, &mut |_| {});
+                        note(
+                            tallies,
+                            "upload (gpufl-upload)",
+                            Some(if r.is_ok() { 200 } else { 0 }),
+                            t0.elapsed().as_secs_f64() * 1e3,
+                        );
+                        if let Err(e) = r {
+                            eprintln!("soak: upload {id}: {e}");
+                        }
+                    }
+                    normal.lock().unwrap().push(id);
+                    let _ = std::fs::remove_dir_all(&d);
+                }
+            });
+        }
+        // Readers: the list, a session and its pages, the API's documents, a raw file.
+        for _ in 0..2 {
+            let (tallies, stop, normal, url, rd) = (&tallies, &stop, &normal, &url, &rd);
+            sc.spawn(move || {
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    timed_get(
+                        &format!("{url}/api/v1/sessions?limit=50"),
+                        Some(rd),
+                        tallies,
+                        "read: API list",
+                    );
+                    timed_get(
+                        &format!("{url}/sessions"),
+                        Some(rd),
+                        tallies,
+                        "read: dashboard list",
+                    );
+                    let id = {
+                        let n = normal.lock().unwrap();
+                        if n.is_empty() {
+                            None
+                        } else {
+                            Some(n[i % n.len()].clone())
+                        }
+                    };
+                    if let Some(id) = id {
+                        for (what, p) in [
+                            ("read: API session", format!("/api/v1/sessions/{id}")),
+                            (
+                                "read: API insights",
+                                format!("/api/v1/sessions/{id}/insights"),
+                            ),
+                            (
+                                "read: API kernels",
+                                format!("/api/v1/sessions/{id}/kernels"),
+                            ),
+                            ("read: dashboard session", format!("/sessions/{id}")),
+                            (
+                                "read: raw file",
+                                format!("/api/v1/sessions/{id}/files/trace-0000.ndjson.zst"),
+                            ),
+                        ] {
+                            timed_get(&format!("{url}{p}"), Some(rd), tallies, what);
+                        }
+                    }
+                }
+            });
+        }
+        // Hostile uploads and hostile clients, in turn.
+        {
+            let (tallies, stop, hostile, src, url, up, rd) =
+                (&tallies, &stop, &hostile, &src, &url, &up, &rd);
+            sc.spawn(move || {
+                let mut round = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    round += 1;
+                    let dir = src.join(format!("h{round}"));
+                    std::fs::create_dir_all(&dir).unwrap();
+                    let t0 = Instant::now();
+                    let (what, made): (&'static str, PathBuf) = match round % 4 {
+                        1 => ("long strings", long_strings_session(&dir)),
+                        2 => (
+                            "4,096 compressible files",
+                            compressible_session(&dir, 4096, 1200),
+                        ),
+                        3 => ("a session of 600,000 kernels", slow_session(&dir, 600_000)),
+                        _ => {
+                            // Not a gpufl session: refused at completion.
+                            let d = dir.join("junk-1-20261127T000000Z");
+                            std::fs::create_dir_all(&d).unwrap();
+                            std::fs::write(d.join("trace-0000.ndjson.zst"), vec![0u8; 1000])
+                                .unwrap();
+                            ("not a trace", d)
+                        }
+                    };
+                    // A fresh id each round.
+                    let id = format!("hostile{round}-1-20261127T000000Z");
+                    let d = dir.join(&id);
+                    std::fs::rename(&made, &d).unwrap();
+                    let (st, v) = upload_parallel(url, up, &d);
+                    note(
+                        tallies,
+                        "hostile upload",
+                        Some(st),
+                        t0.elapsed().as_secs_f64() * 1e3,
+                    );
+                    if st == 200 {
+                        hostile.lock().unwrap().push((id.clone(), what));
+                    } else {
+                        assert!((400..500).contains(&st), "{what}: {st} {v}");
+                    }
+                    let _ = std::fs::remove_dir_all(&dir);
+                    // Hostile clients: idle sockets, a flood of unknown keys, bad hosts, long
+                    // searches, odd dates, cross-site logins.
+                    let addr = url.trim_start_matches("http://").to_string();
+                    let idle: Vec<std::net::TcpStream> = (0..200)
+                        .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+                        .collect();
+                    for _ in 0..300 {
+                        timed_get(
+                            &format!("{url}/api/v1/sessions"),
+                            Some("gfl_rd_0000"),
+                            tallies,
+                            "hostile: unknown key",
+                        );
+                    }
+                    let long = "x".repeat(50_000);
+                    timed_get(
+                        &format!("{url}/sessions?q={long}"),
+                        Some(rd),
+                        tallies,
+                        "hostile: long search",
+                    );
+                    timed_get(
+                        &format!("{url}/api/v1/sessions?since=9999-12-31T23:59:59Z"),
+                        Some(rd),
+                        tallies,
+                        "hostile: odd date",
+                    );
+                    timed_get(
+                        &format!("{url}/api/v1/sessions?app=%00"),
+                        Some(rd),
+                        tallies,
+                        "hostile: NUL parameter",
+                    );
+                    let t0 = Instant::now();
+                    let r = ureq::AgentBuilder::new()
+                        .redirects(0)
+                        .build()
+                        .post(&format!("{url}/login"))
+                        .set("Origin", "http://evil.example")
+                        .send_form(&[("key", rd.as_str())]);
+                    let st = match r {
+                        Ok(r) => Some(r.status()),
+                        Err(ureq::Error::Status(s, _)) => Some(s),
+                        Err(_) => None,
+                    };
+                    note(
+                        tallies,
+                        "hostile: cross-site login",
+                        st,
+                        t0.elapsed().as_secs_f64() * 1e3,
+                    );
+                    std::thread::sleep(Duration::from_secs(5));
+                    drop(idle);
+                }
+            });
+        }
+        while started.elapsed() < Duration::from_secs(secs) {
+            std::thread::sleep(Duration::from_secs(1));
+            assert!(
+                srv.child.try_wait().unwrap().is_none(),
+                "the server stopped"
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let load_s = started.elapsed().as_secs_f64();
+    // Every session ends in a final state.
+    let finals = ["ready", "corrupt", "failed", "too_large"];
+    let t = Instant::now();
+    let mut states: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut hostile_states: Vec<String> = Vec::new();
+    loop {
+        let (st, v) = get(&url, &rd, "/api/v1/sessions?limit=1000");
+        assert_eq!(st, 200);
+        let list = v["sessions"].as_array().unwrap();
+        let stuck: Vec<&Value> = list
+            .iter()
+            .filter(|x| !finals.contains(&x["ingest"].as_str().unwrap_or("")))
+            .collect();
+        if stuck.is_empty() {
+            states.clear();
+            for x in list {
+                *states
+                    .entry(x["ingest"].as_str().unwrap().to_string())
+                    .or_default() += 1;
+            }
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(600), "stuck: {stuck:?}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let drain_s = t.elapsed().as_secs_f64();
+    let normal = normal.into_inner().unwrap();
+    for id in &normal {
+        let (st, v) = get(&url, &rd, &format!("/api/v1/sessions/{id}"));
+        assert_eq!(st, 200, "{id} lost");
+        assert!(
+            ["ready", "corrupt"].contains(&v["ingest"].as_str().unwrap()),
+            "{id}: {v}"
+        );
+    }
+    for (id, what) in hostile.into_inner().unwrap() {
+        let (st, v) = get(&url, &rd, &format!("/api/v1/sessions/{id}"));
+        assert_eq!(st, 200, "{id} lost");
+        let state = v["ingest"].as_str().unwrap().to_string();
+        let why = v["ingest_error"].as_str().unwrap_or("").to_string();
+        assert!(finals.contains(&state.as_str()), "{id}: {v}");
+        if state != "ready" {
+            assert!(!why.is_empty(), "{id}: {state} without a reason");
+        }
+        hostile_states.push(format!("{what}: {state}"));
+    }
+    assert!(
+        srv.child.try_wait().unwrap().is_none(),
+        "the server stopped"
+    );
+    let peak = vm_hwm(pid);
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().to_string()))
+        .unwrap_or_default();
+    let _ = srv.child.kill();
+    let mut hs: std::collections::BTreeMap<String, u64> = Default::default();
+    for h in hostile_states {
+        *hs.entry(h).or_default() += 1;
+    }
+    println!("\nsoak: {load_s:.0} s of load, then {drain_s:.0} s until every session was in a final state; server pid {pid} never restarted");
+    println!("soak: address-space limit {as_mb} MiB, ingest memory {ingest_mb} MiB; peak RSS {} MiB, RSS at the end {rss}", peak >> 20);
+    println!(
+        "soak: {} ordinary sessions uploaded, all ready or corrupt; sessions by state: {states:?}",
+        normal.len()
+    );
+    println!("soak: hostile sessions: {hs:?}");
+    println!("\n| requests | answers | p50 ms | p99 ms |\n|---|---|---|---|");
+    for (what, t) in tallies.lock().unwrap().iter_mut() {
+        let answers: Vec<String> = t
+            .by_status
+            .iter()
+            .map(|(s, n)| format!("{n}× {s}"))
+            .chain((t.errors > 0).then(|| format!("{}× no answer", t.errors)))
+            .collect();
+        println!(
+            "| {what} | {} | {:.1} | {:.1} |",
+            answers.join(", "),
+            pct(&mut t.ms, 50.0),
+            pct(&mut t.ms, 99.0)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&s.data);
+}
