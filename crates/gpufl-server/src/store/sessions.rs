@@ -463,8 +463,8 @@ impl Db {
         now: i64,
     ) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "INSERT INTO sessions (project_id, id, state, created_ns) VALUES ($1, $2, 'uploading', $3) \
-             ON CONFLICT (project_id, id) DO NOTHING",
+            "INSERT INTO sessions (project_id, id, state, created_ns, updated_ns) \
+             VALUES ($1, $2, 'uploading', $3, $3) ON CONFLICT (project_id, id) DO NOTHING",
         )
         .bind(project)
         .bind(session)
