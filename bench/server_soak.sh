@@ -2,7 +2,8 @@
 # The server's soak (issue 36; figures in docs/robustness.md, "The team server under hostile
 # uploads"): for SECS seconds (default 600), on PostgreSQL + S3 (scripts/services.sh, which
 # exports GPUFL_TEST_PG_URL, GPUFL_TEST_S3 and the AWS_* variables), `gpufl serve` (release build)
-# under an address-space limit (`prlimit --as`, default 3072 MiB; `--ingest-memory-mb` 1024)
+# under an address-space limit (`prlimit --as`, default 3072 MiB; `--ingest-memory-mb` 1024,
+# `--rate-limit 2000` so that the readers sharing one key are not the ones limited)
 # takes at once
 #   - two uploaders of copies of the bundled sessions under fresh ids (one in three sent twice),
 #   - two readers (the API's list, a session, its insights and kernels, its dashboard page, a
