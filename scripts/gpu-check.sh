@@ -328,12 +328,14 @@ fi
 if has toggle; then
   log "(m) in-process A/B: recording on vs paused in one process (bench/launch_bound.py --toggle)"
   T="$S/toggle"; LB="bench/launch_bound.py --steps ${TOGGLE_STEPS:-100} --toggle ${TOGGLE_CYCLES:-12} --mode"
-  KO="GPUFL_ENABLE_SYNCHRONIZATION=0"; KR="gpufl record -q --no-stacks --api-records none -o $T --"
+  KO="GPUFL_ENABLE_SYNCHRONIZATION=0"; KR="gpufl record -q --no-stacks --api-records none --no-host-samples --hostcall-us 0 -o $T --"
   MODES=${TOGGLE_MODES:-"bare gpufl-full gpufl-no-sites gpufl-kernels-only cupti-kernels-discard"}
   run_toggle() {
     case $1 in
       bare) $PY $LB bare ;;
       gpufl-full) gpufl record -q -o $T -- $PY $LB $1 ;;
+      gpufl-no-host) gpufl record -q --no-host-samples --hostcall-us 0 -o $T -- $PY $LB $1 ;;
+      always-on-no-host) gpufl record -q --always-on --no-host-samples --hostcall-us 0 -o $T -- $PY $LB $1 ;;
       gpufl-always-on) gpufl record -q --always-on -o $T -- $PY $LB $1 ;;
       always-on-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q --always-on -o $T -- $PY $LB $1 ;;
       always-on-runtime-sites) GPUFL_SITE_DOMAINS=runtime gpufl record -q --always-on -o $T -- $PY $LB $1 ;;

@@ -10,9 +10,12 @@
     gpufl.upload()                         # to a gpufl server: GPUFL_SERVER, GPUFL_API_KEY
 
 The capture library is found, in order: the one CUDA loaded under `gpufl record`
-(``CUDA_INJECTION64_PATH``), ``GPUFL_CAPTURE_LIB``, or ``libgpufl_capture.so`` next to the
-``gpufl`` executable on PATH (same directory or ``../lib``). Without one every call is a no-op
-(one warning).
+(``CUDA_INJECTION64_PATH``), ``GPUFL_CAPTURE_LIB``, the one bundled in this package (the wheel's:
+``pip install <gpufl checkout>``), or ``libgpufl_capture.so`` next to the ``gpufl`` executable on
+PATH (same directory or ``../lib``). Without one every call is a no-op (one warning).
+
+``python -m gpufl ARGS…`` runs the ``gpufl`` command (``python -m gpufl record -- python
+train.py``).
 """
 
 import ctypes
@@ -37,6 +40,7 @@ def _candidates():
         p = os.environ.get(var)
         if p and os.path.basename(p).startswith("libgpufl_capture"):
             yield p
+    yield os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIB_NAME)
     exe = shutil.which("gpufl")
     if exe:
         d = os.path.dirname(os.path.realpath(exe))
@@ -76,7 +80,8 @@ def _load():
         _lib, _lib_path = lib, os.path.abspath(p)
         return _lib
     warnings.warn(
-        "gpufl: capture library not found (set GPUFL_CAPTURE_LIB or put `gpufl` on PATH); "
+        "gpufl: capture library not found (install the gpufl wheel, set GPUFL_CAPTURE_LIB or put "
+        "`gpufl` on PATH); "
         "gpufl calls do nothing",
         RuntimeWarning,
         stacklevel=3,
@@ -108,11 +113,14 @@ def _b(s):
     return None if s is None else str(s).encode()
 
 
-def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack_trace=False,
+def init(app_name=None, log_path=None, enable_synchronization=True, enable_stack_trace=True,
          mode="default", kernel_detail=None, backend_url=None, api_key=None):
     """Start recording this process. Returns 0 (recording), 1 (already recording, e.g. under
     `gpufl record`), 2 (GPU capture unavailable: scopes are still recorded when possible) or 3;
-    -1 when the library is missing. `mode` is "default" or "always-on" (see the README).
+    -1 when the library is missing. Synchronizations are recorded with the CPU stack that
+    issued them (Python and native `file:line`), as under `gpufl record`;
+    `enable_stack_trace=False` records them without (like `gpufl record --no-stacks`).
+    `mode` is "default" or "always-on" (see the README).
     `kernel_detail` (docs/kernel-detail.md): an int N looks inside the top N kernels
     by GPU time, a string of comma-separated name fragments inside those kernels.
     `backend_url` and `api_key` (a gpufl server and an upload key) are what `upload()` uses when

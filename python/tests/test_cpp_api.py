@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LIBDIR = REPO_ROOT / "target/debug"
-CLI = LIBDIR / "gpufl"
+from gpufl_test_paths import CLI, LIBDIR, REPO_ROOT
+
 INCLUDE = REPO_ROOT / "crates/gpufl-capture/include"
 
 pytestmark = pytest.mark.skipif(

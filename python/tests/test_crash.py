@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LIB = Path(os.environ.get("GPUFL_CAPTURE_LIB", REPO_ROOT / "target/debug/libgpufl_capture.so"))
-CLI = REPO_ROOT / "target/debug/gpufl"
+from gpufl_test_paths import CLI, LIB, package_copy_without_library, with_package
 
 pytestmark = pytest.mark.skipif(
     not (LIB.exists() and CLI.exists()),
@@ -67,8 +65,7 @@ gpufl.shutdown()
 
 
 def env_for(tmp_path, recorded):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env = with_package(dict(os.environ))
     env.pop("CUDA_INJECTION64_PATH", None)
     env["GPUFL_LOG_PATH"] = str(tmp_path / "sessions")
     env["GPUFL_QUIET"] = "1"
@@ -77,6 +74,9 @@ def env_for(tmp_path, recorded):
     else:
         env.pop("GPUFL_CAPTURE_LIB", None)
         env["PATH"] = "/usr/bin:/bin"
+        # The package's Python files alone: an installed wheel's bundled library left out.
+        bare = package_copy_without_library(tmp_path / "bare-package")
+        env["PYTHONPATH"] = str(bare) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 

@@ -22,8 +22,7 @@ import pytest
 HERE = Path(__file__).resolve()
 REPO_ROOT = HERE.parents[2]
 SUPPORTED = {(3, 11), (3, 12)}
-LIB_PATH = Path(os.environ.get("GPUFL_CAPTURE_LIB",
-                               REPO_ROOT / "target" / "debug" / "libgpufl_capture.so"))
+from gpufl_test_paths import LIB as LIB_PATH  # noqa: E402
 
 
 def _load():

@@ -2,7 +2,8 @@
 session decoded with the `gpufl` CLI. No GPU needed: without CUPTI the recorder writes a
 scopes-only session.
 
-Build first: ``cargo build -p gpufl-capture -p gpufl-cli``.
+Build first: ``cargo build -p gpufl-capture -p gpufl-cli`` (or install the wheel and set
+GPUFL_TEST_INSTALLED=1: gpufl_test_paths.py).
 """
 
 import json
@@ -10,13 +11,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import shutil
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LIB = Path(os.environ.get("GPUFL_CAPTURE_LIB", REPO_ROOT / "target/debug/libgpufl_capture.so"))
-CLI = REPO_ROOT / "target/debug/gpufl"
+from gpufl_test_paths import CLI, INSTALLED, LIB, PACKAGE_DIR, package_copy_without_library, \
+    with_package
 
 pytestmark = pytest.mark.skipif(
     not (LIB.exists() and CLI.exists()),
@@ -24,9 +25,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def run_script(tmp_path, body, lib=LIB):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
+def run_script(tmp_path, body, lib=LIB, pythonpath=None):
+    env = with_package(dict(os.environ))
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("CUDA_INJECTION64_PATH", None)
     if lib is None:
         env.pop("GPUFL_CAPTURE_LIB", None)
@@ -111,6 +113,8 @@ def test_unbalanced_pop_warns_and_exception_closes_scope(tmp_path):
 
 
 def test_without_library_calls_are_noops(tmp_path):
+    # The package's Python files alone (an installed wheel bundles a library: left out here).
+    bare = package_copy_without_library(tmp_path / "bare")
     r = run_script(tmp_path, """
         import gpufl
         assert gpufl.init() == -1
@@ -124,7 +128,7 @@ def test_without_library_calls_are_noops(tmp_path):
         assert not gpufl.pause()
         gpufl.shutdown()
         print("fine")
-    """, lib=None)
+    """, lib=None, pythonpath=bare)
     assert r.returncode == 0, r.stderr
     assert "fine" in r.stdout
     assert r.stderr.count("capture library not found") == 1
@@ -139,3 +143,66 @@ def test_capture_window_is_refused_outside_always_on(tmp_path):
     """)
     assert r.returncode == 0, r.stderr
     assert "WINDOW False" in r.stdout
+
+
+def test_stacks_are_recorded_by_default(tmp_path):
+    r = run_script(tmp_path, """
+        import gpufl
+        gpufl.init(app_name="default")
+        gpufl.shutdown()
+    """)
+    assert r.returncode == 0, r.stderr
+    (header,) = dump(tmp_path / "sessions", "header")
+    assert header["options"]["enable_stack_trace"] is True
+    assert header["options"]["enable_synchronization"] is True
+    (tmp_path / "off").mkdir()
+    r = run_script(tmp_path / "off", """
+        import gpufl
+        gpufl.init(app_name="off", enable_stack_trace=False)
+        gpufl.shutdown()
+    """)
+    assert r.returncode == 0, r.stderr
+    (header,) = dump(tmp_path / "off" / "sessions", "header")
+    assert header["options"]["enable_stack_trace"] is False
+
+
+def test_the_bundled_library_is_found_with_no_environment(tmp_path):
+    """The wheel's layout: libgpufl_capture.so inside the package; no GPUFL_CAPTURE_LIB, no
+    `gpufl` on PATH."""
+    if INSTALLED:
+        pythonpath, expect = None, PACKAGE_DIR / "libgpufl_capture.so"
+    else:
+        pythonpath = package_copy_without_library(tmp_path / "pkg")
+        expect = pythonpath / "gpufl" / "libgpufl_capture.so"
+        shutil.copyfile(LIB, expect)
+    r = run_script(tmp_path, """
+        import gpufl
+        rc = gpufl.init(app_name="bundled")
+        print("LIB", gpufl.library_path())
+        print("RC", rc)
+        with gpufl.scope("s"):
+            pass
+        gpufl.shutdown()
+    """, lib=None, pythonpath=pythonpath)
+    assert r.returncode == 0, r.stderr
+    assert "capture library not found" not in r.stderr
+    assert f"LIB {os.path.realpath(expect)}" in r.stdout.replace(
+        str(tmp_path), os.path.realpath(tmp_path))
+    assert ("RC 0" in r.stdout) or ("RC 2" in r.stdout), r.stdout
+    recs = dump(tmp_path / "sessions", "scope")
+    assert [(x["name"], x.get("end", False)) for x in recs] == [("s", False), ("s", True)]
+
+
+def test_python_m_gpufl_runs_the_command(tmp_path):
+    env = with_package(dict(os.environ))
+    if not INSTALLED:
+        env["PATH"] = str(CLI.parent) + os.pathsep + env.get("PATH", "")
+    r = subprocess.run([sys.executable, "-m", "gpufl", "report", str(tmp_path / "none")],
+                       env=env, capture_output=True, text=True, timeout=60)
+    # The command ran (it says the directory holds no session) and its status came back.
+    assert r.returncode != 0
+    assert "not a gpufl session directory" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "gpufl", "--version"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("gpufl "), r.stdout

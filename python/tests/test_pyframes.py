@@ -24,8 +24,8 @@ SUPPORTED = {(3, 11), (3, 12)}
 
 
 def _lib_path():
-    env = os.environ.get("GPUFL_CAPTURE_LIB")
-    return Path(env) if env else REPO_ROOT / "target" / "debug" / "libgpufl_capture.so"
+    from gpufl_test_paths import LIB
+    return LIB
 
 
 def _load():

@@ -22,9 +22,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LIB = Path(os.environ.get("GPUFL_CAPTURE_LIB", REPO_ROOT / "target/debug/libgpufl_capture.so"))
-CLI = REPO_ROOT / "target/debug/gpufl"
+from gpufl_test_paths import CLI, LIB, REPO_ROOT, with_package
 SESSION = "cpp_api-639-20261122T061858Z"
 
 pytestmark = pytest.mark.skipif(
@@ -92,7 +90,7 @@ def info_kernels(d):
 def run_script(tmp_path, body, **env_extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("GPUFL_") and k != "CUDA_INJECTION64_PATH"}
-    env["PYTHONPATH"] = str(REPO_ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
+    with_package(env)
     env["GPUFL_CAPTURE_LIB"] = str(LIB)
     env.update(env_extra)
     script = tmp_path / "prog.py"

@@ -5,7 +5,9 @@
 # gpufl-api-discard (API records collected by CUPTI, dropped by the writer unwritten),
 # gpufl-api-cb (launch api records made by the call-site callbacks, GPUFL_API_FROM=callbacks),
 # gpufl-kernels-only, gpufl-subscribed (CUPTI subscribed, nothing collected, no telemetry),
-# gpufl-no-telemetry, gpufl-no-sync (no synchronization callbacks), cupti-kernels-discard
+# gpufl-no-telemetry, gpufl-no-host-samples (the host sampler off), gpufl-no-host-time (host sampler
+# and hostcall records off: the recorder before issue 35), gpufl-always-on-no-host (likewise in
+# always-on), gpufl-no-sync (no synchronization callbacks), cupti-kernels-discard
 # (CUPTI's concurrent-kernel records only, returned unread: the floor of any recorder that collects
 # every kernel through CUPTI).
 # 1. One process per mode, TRAINER_ROUNDS (default 8; 0 skips) interleaved rounds, the order of the
@@ -18,7 +20,7 @@
 TB="$S/trainerbench"; mkdir -p "$TB"
 TBA="bench/trainer_bench.py --steps ${TRAINER_STEPS:-120} --warmup ${TRAINER_WARMUP:-20} --mode"
 TMODES=${TRAINER_MODES:-"bare gpufl-default gpufl-always-on torch-profiler bare-again"}
-KOPTS="GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none"
+KOPTS="GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none --no-host-samples --hostcall-us 0"
 run_trainer() { # mode args...
   local m=$1; shift
   case $m in
@@ -35,6 +37,9 @@ run_trainer() { # mode args...
     cupti-kernels-discard) env GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 GPUFL_TELEMETRY_MS=0 $KOPTS -o "$TB/kdis" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-subscribed) env GPUFL_ACTIVITY_KINDS=none GPUFL_TELEMETRY_MS=0 $KOPTS -o "$TB/sub" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-no-telemetry) GPUFL_TELEMETRY_MS=0 gpufl record -q -o "$TB/notel" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-no-host-samples) gpufl record -q --no-host-samples -o "$TB/nohs" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-no-host-time) gpufl record -q --no-host-samples --hostcall-us 0 -o "$TB/nohost" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-always-on-no-host) gpufl record -q --always-on --no-host-samples --hostcall-us 0 -o "$TB/aon-nohost" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     torch-profiler) $PY bench/trainer_bench.py --mode $m "$@" --profiler ;;
   esac
 }

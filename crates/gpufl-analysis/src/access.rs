@@ -1,9 +1,10 @@
 //! Reading a [`Model`]: its records as plain views, its interned strings, frames and stacks.
 
+use crate::ids::{CorrId, StackIx};
 use crate::model::Model;
 use crate::store::NONE;
 use crate::views::*;
-use gpufl_trace::{FrameId, StackId, StrId, SyncKind};
+use gpufl_trace::{FrameId, StrId, SyncKind};
 
 impl Model {
     pub fn kernel(&self, i: usize) -> KernelRec {
@@ -15,8 +16,48 @@ impl Model {
             dev: c.dev.get(i),
             ctx: c.ctx.get(i),
             stream: c.stream.get(i),
-            corr: c.corr.get(i),
+            corr: CorrId(c.corr.get(i)),
         }
+    }
+
+    /// Correlation id of kernel `i`.
+    #[inline]
+    pub(crate) fn kernel_corr(&self, i: usize) -> CorrId {
+        CorrId(self.kernels.corr.get(i))
+    }
+
+    /// The kernels' correlation ids, in record order.
+    pub(crate) fn kernel_corrs(&self) -> impl Iterator<Item = CorrId> + Clone + '_ {
+        self.kernels.corr.iter().map(CorrId)
+    }
+
+    /// Correlation id of copy or memset `i`.
+    #[inline]
+    pub(crate) fn copy_corr(&self, i: usize) -> CorrId {
+        CorrId(self.copies.corr.get(i))
+    }
+
+    /// Correlation id of synchronization `i`.
+    #[inline]
+    pub(crate) fn sync_corr(&self, i: usize) -> CorrId {
+        CorrId(self.syncs.corr.get(i))
+    }
+
+    /// The stack of synchronization `i`, if one was captured.
+    #[inline]
+    pub(crate) fn sync_stack(&self, i: usize) -> Option<StackIx> {
+        StackIx::from_raw(self.syncs.stack.get(i))
+    }
+
+    /// The synchronizations' stacks, in record order.
+    pub(crate) fn sync_stacks(&self) -> impl Iterator<Item = Option<StackIx>> + Clone + '_ {
+        self.syncs.stack.iter().map(StackIx::from_raw)
+    }
+
+    /// Correlation id of API call `i`.
+    #[inline]
+    pub(crate) fn api_corr(&self, i: usize) -> CorrId {
+        CorrId(self.apis.corr.get(i))
     }
 
     /// The launch configuration of kernel `i` (as [`Model::kernel`] numbers them).
@@ -57,7 +98,7 @@ impl Model {
             dev: c.dev.get(i),
             ctx: c.ctx.get(i),
             stream: c.stream.get(i),
-            corr: c.corr.get(i),
+            corr: CorrId(c.corr.get(i)),
         }
     }
 
@@ -71,9 +112,9 @@ impl Model {
             ctx: c.ctx.get(i),
             stream: opt(c.stream.get(i)),
             event: opt(c.event.get(i)),
-            corr: c.corr.get(i),
+            corr: CorrId(c.corr.get(i)),
             tid: Some(c.tid.get(i)).filter(|&t| t != u64::MAX),
-            stack: opt(c.stack.get(i)).map(StackId),
+            stack: StackIx::from_raw(c.stack.get(i)),
         }
     }
 
@@ -85,7 +126,7 @@ impl Model {
             start: c.start.get(i),
             end: c.end.get(i),
             tid: c.tid.get(i),
-            corr: c.corr.get(i),
+            corr: CorrId(c.corr.get(i)),
         }
     }
 
@@ -96,12 +137,12 @@ impl Model {
 
     /// The stack captured at the API call with this correlation id (`callsite` records: copies,
     /// memsets, sampled launches), and the API's name.
-    pub fn callsite(&self, corr: u32) -> Option<(StackId, StrId)> {
-        let i = self.callsites.partition_point(|c| c.0 < corr);
+    pub fn callsite(&self, corr: CorrId) -> Option<(StackIx, StrId)> {
+        let i = self.callsites.partition_point(|c| c.corr < corr);
         self.callsites
             .get(i)
-            .filter(|c| c.0 == corr)
-            .map(|c| (StackId(c.1), StrId(c.2)))
+            .filter(|c| c.corr == corr)
+            .map(|c| (c.stack, StrId(c.api)))
     }
 
     /// Kernels in the order they were read.
@@ -130,13 +171,18 @@ impl Model {
     }
 
     /// Frame ids of a stack, innermost first; None if the stack was never defined.
-    pub fn stack(&self, id: StackId) -> Option<&[FrameId]> {
+    pub fn stack(&self, id: StackIx) -> Option<&[FrameId]> {
         self.stacks.get(id.index()).and_then(|s| s.as_deref())
     }
 
     /// Number of stacks (defined or only referenced).
     pub fn stack_count(&self) -> usize {
         self.stacks.len()
+    }
+
+    /// Every stack (defined or only referenced), in index order.
+    pub fn stack_ixs(&self) -> impl Iterator<Item = StackIx> + '_ {
+        (0..self.stacks.len()).map(StackIx::at)
     }
 
     /// A frame with its strings resolved; None if it was never defined.
@@ -156,8 +202,8 @@ impl Model {
 
     /// The thread whose Python frames a stack carries, when the calling thread ran none
     /// (`stack.via_tid`: cross-thread Python attribution).
-    pub fn stack_via(&self, id: StackId) -> Option<u64> {
-        self.stack_via.get(&(id.index() as u32)).copied()
+    pub fn stack_via(&self, id: StackIx) -> Option<u64> {
+        self.stack_via.get(&id).copied()
     }
 
     /// Heap bytes held by the record columns (kernels, copies, syncs), capacity included.
@@ -197,7 +243,7 @@ impl Model {
             + self.apis.corr.heap_bytes()
             + self.apis.name.heap_bytes()
             + self.apis.cbid.heap_bytes()
-            + self.callsites.capacity() * std::mem::size_of::<(u32, u32, u32, u32)>()
+            + self.callsites.capacity() * std::mem::size_of::<crate::model::Callsite>()
     }
 
     pub(crate) fn sync_kind_at(&self, i: usize) -> SyncKind {

@@ -5,8 +5,10 @@
 //! The recorder writes kernels in the order their activity buffers come back, which is nearly
 //! always the order of their correlation ids: when the column is strictly increasing (and so
 //! holds no zero), it is the set itself and nothing is copied; otherwise its distinct non-zero
-//! ids are sorted into a vector (4 bytes per kernel).
+//! ids are sorted into a vector (4 bytes per kernel). The ids are kept as the column's raw `u32`s;
+//! lookups take [`CorrId`]s.
 
+use crate::ids::CorrId;
 use crate::store::Col;
 
 /// The distinct non-zero kernel correlation ids, ascending.
@@ -131,9 +133,9 @@ impl CorrCursor<'_> {
     }
 
     /// Ids in `(a, b)` (0 when `b <= a`).
-    pub(crate) fn between(&mut self, a: u32, b: u32) -> usize {
-        let lo = self.rank(a, true);
-        let hi = self.rank(b, false);
+    pub(crate) fn between(&mut self, a: CorrId, b: CorrId) -> usize {
+        let lo = self.rank(a.0, true);
+        let hi = self.rank(b.0, false);
         hi.saturating_sub(lo)
     }
 }
@@ -209,13 +211,25 @@ mod tests {
             let mut a = 0;
             while a < top {
                 let b = a + rnd(if a < 2000 { 5 } else { 4000 }) as u32;
-                assert_eq!(cur.between(a, b), naive(&want, a, b), "{a}..{b}");
+                assert_eq!(
+                    cur.between(CorrId(a), CorrId(b)),
+                    naive(&want, a, b),
+                    "{a}..{b}"
+                );
                 a = b;
             }
             for _ in 0..500 {
                 let (a, b) = (rnd(top as u64) as u32, rnd(top as u64) as u32);
-                assert_eq!(cur.between(a, b), naive(&want, a, b), "{a}..{b}");
-                assert_eq!(set.cursor().between(a, b), naive(&want, a, b), "{a}..{b}");
+                assert_eq!(
+                    cur.between(CorrId(a), CorrId(b)),
+                    naive(&want, a, b),
+                    "{a}..{b}"
+                );
+                assert_eq!(
+                    set.cursor().between(CorrId(a), CorrId(b)),
+                    naive(&want, a, b),
+                    "{a}..{b}"
+                );
             }
             for (a, b) in [
                 (0, 0),
@@ -225,7 +239,11 @@ mod tests {
                 (4, 6),
                 (c, c + 8),
             ] {
-                assert_eq!(cur.between(a, b), naive(&want, a, b), "{a}..{b}");
+                assert_eq!(
+                    cur.between(CorrId(a), CorrId(b)),
+                    naive(&want, a, b),
+                    "{a}..{b}"
+                );
             }
         }
     }

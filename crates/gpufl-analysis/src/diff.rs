@@ -21,13 +21,13 @@
 //!   inside GPU busy time; docs/diff.md). Sessions of different lengths compare in absolute
 //!   terms; [`TotalsDiff::per_second`] gives the rates beside them.
 
+use crate::ids::StackIx;
 use crate::insight::{Insight, Severity};
 use crate::model::Model;
 use crate::rules::RuleData;
 use crate::totals::Totals;
 use crate::userframe::{user_frame, SourceLoc};
 use crate::{Analysis, Config};
-use gpufl_trace::StackId;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
@@ -230,12 +230,12 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
         k.total_ns = k.total_ns.saturating_add(r.total_ns);
     }
     // User location per stack, computed once per distinct stack.
-    let mut by_stack: HashMap<u32, SourceLoc> = HashMap::new();
-    let mut loc_of = |stack: Option<StackId>| -> SourceLoc {
+    let mut by_stack: HashMap<StackIx, SourceLoc> = HashMap::new();
+    let mut loc_of = |stack: Option<StackIx>| -> SourceLoc {
         match stack {
             None => no_stack(),
             Some(s) => by_stack
-                .entry(s.0)
+                .entry(s)
                 .or_insert_with(|| user_frame(m, s, &cfg.filter))
                 .clone(),
         }
@@ -262,10 +262,7 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
         if matches!(c.op, crate::views::CopyOp::Memset { .. }) {
             continue;
         }
-        let stack = (c.corr != 0)
-            .then(|| m.callsite(c.corr))
-            .flatten()
-            .map(|(s, _)| s);
+        let stack = c.corr.known().and_then(|c| m.callsite(c)).map(|(s, _)| s);
         let l = line(&mut lines, loc_of(stack));
         l.copies += 1;
         l.copy_ns = l.copy_ns.saturating_add(c.end.saturating_sub(c.start));
@@ -743,7 +740,35 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
         return Err(DiffError::MixedModes);
     }
     let totals = totals_diff(&base.totals, &new.totals);
+    let (kernels, kernels_hidden) = kernel_deltas(base, new, th);
+    let (lines, lines_hidden) = line_deltas(base, new, th);
+    let (insights, insights_hidden) = insight_deltas(base, new, th);
+    let (graphs, graphs_hidden) = graph_deltas(base, new, th);
+    // Graphs are not gated (docs/diff.md): their GPU time is inside GPU busy and their host
+    // effect inside wall time, as for kernels and lines, and matching them is heuristic.
+    let regressions = match opts.fail_on_regression_pct {
+        Some(f) => regressions(&totals, &insights, f),
+        None => Vec::new(),
+    };
+    Ok(Diff {
+        threshold_pct: th,
+        fail_on_regression_pct: opts.fail_on_regression_pct,
+        totals,
+        kernels,
+        kernels_hidden,
+        lines,
+        lines_hidden,
+        insights,
+        insights_hidden,
+        graphs,
+        graphs_hidden,
+        regressions,
+    })
+}
 
+/// Kernels that appeared, went or moved by more than `th` % (launches or GPU time), the most
+/// GPU time moved first; and how many did not.
+fn kernel_deltas(base: &Profile, new: &Profile, th: f64) -> (Vec<KernelDelta>, u64) {
     let mut kernels = Vec::new();
     let mut kernels_hidden = 0;
     for (b, n) in pair(&base.kernels, &new.kernels, |k| k.name.as_str()) {
@@ -768,7 +793,12 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
             .cmp(&a.total_ns.delta.unsigned_abs())
             .then_with(|| a.name.cmp(&b.name))
     });
+    (kernels, kernels_hidden)
+}
 
+/// Source lines whose syncs or copies appeared, went or moved, the most time moved first; and
+/// how many did not.
+fn line_deltas(base: &Profile, new: &Profile, th: f64) -> (Vec<LineDelta>, u64) {
     let mut lines = Vec::new();
     let mut lines_hidden = 0;
     for (b, n) in pair(&base.lines, &new.lines, |l| match_loc(&l.location)) {
@@ -797,7 +827,12 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
             .cmp(&moved_ns(a))
             .then_with(|| a.location.cmp(&b.location))
     });
+    (lines, lines_hidden)
+}
 
+/// Insights (by key) that appeared, went, changed severity or moved, the most impact moved
+/// first; and how many did not.
+fn insight_deltas(base: &Profile, new: &Profile, th: f64) -> (Vec<InsightDelta>, u64) {
     let mut insights = Vec::new();
     let mut insights_hidden = 0;
     for (b, n) in pair(&base.insights, &new.insights, |i| i.key.as_str()) {
@@ -833,7 +868,12 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
             .cmp(&a.impact_ns.delta.unsigned_abs())
             .then_with(|| a.key.cmp(&b.key))
     });
+    (insights, insights_hidden)
+}
 
+/// CUDA graphs (matched by launch line, else by operations) that appeared, went or moved, the
+/// most time moved first; and how many did not.
+fn graph_deltas(base: &Profile, new: &Profile, th: f64) -> (Vec<GraphDelta>, u64) {
     let mut graphs = Vec::new();
     let mut graphs_hidden = 0;
     for (key, b, n) in pair_graphs(&base.graphs, &new.graphs) {
@@ -879,61 +919,48 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
             .then_with(|| a.ops.cmp(&b.ops))
             .then_with(|| a.status.cmp(&b.status))
     });
+    (graphs, graphs_hidden)
+}
 
-    // Graphs are not gated (docs/diff.md): their GPU time is inside GPU busy and their host
-    // effect inside wall time, as for kernels and lines, and matching them is heuristic.
+/// What fails `--fail-on-regression f`: a total grown by more than `f` %, a new HIGH insight.
+fn regressions(totals: &TotalsDiff, insights: &[InsightDelta], f: f64) -> Vec<Regression> {
     let mut regressions = Vec::new();
-    if let Some(f) = opts.fail_on_regression_pct {
-        let t = &totals;
-        for (metric, what, d) in [
-            ("wall", "wall time", t.wall_ns),
-            (
-                "sync_blocked",
-                "host time blocked in syncs",
-                t.sync_blocked_ns,
-            ),
-            ("gpu_busy", "GPU busy time", t.gpu_busy_ns),
-        ] {
-            if d.grew_beyond(f) {
-                regressions.push(Regression {
-                    metric,
-                    change: d,
-                    insight: None,
-                    detail: format!(
-                        "{what} {} → {} ({})",
-                        crate::fmt_duration(d.base),
-                        crate::fmt_duration(d.new),
-                        pct_text(d.pct)
-                    ),
-                });
-            }
-        }
-        for i in &insights {
-            let high = i.new.as_ref().is_some_and(|s| s.severity == Severity::High);
-            if i.status == Status::New && high {
-                regressions.push(Regression {
-                    metric: "new_high_insight",
-                    change: i.impact_ns,
-                    insight: Some(i.key.clone()),
-                    detail: format!("new HIGH insight [{}]: {}", i.rule, i.side().title),
-                });
-            }
+    let t = totals;
+    for (metric, what, d) in [
+        ("wall", "wall time", t.wall_ns),
+        (
+            "sync_blocked",
+            "host time blocked in syncs",
+            t.sync_blocked_ns,
+        ),
+        ("gpu_busy", "GPU busy time", t.gpu_busy_ns),
+    ] {
+        if d.grew_beyond(f) {
+            regressions.push(Regression {
+                metric,
+                change: d,
+                insight: None,
+                detail: format!(
+                    "{what} {} → {} ({})",
+                    crate::fmt_duration(d.base),
+                    crate::fmt_duration(d.new),
+                    pct_text(d.pct)
+                ),
+            });
         }
     }
-    Ok(Diff {
-        threshold_pct: th,
-        fail_on_regression_pct: opts.fail_on_regression_pct,
-        totals,
-        kernels,
-        kernels_hidden,
-        lines,
-        lines_hidden,
-        insights,
-        insights_hidden,
-        graphs,
-        graphs_hidden,
-        regressions,
-    })
+    for i in insights {
+        let high = i.new.as_ref().is_some_and(|s| s.severity == Severity::High);
+        if i.status == Status::New && high {
+            regressions.push(Regression {
+                metric: "new_high_insight",
+                change: i.impact_ns,
+                insight: Some(i.key.clone()),
+                detail: format!("new HIGH insight [{}]: {}", i.rule, i.side().title),
+            });
+        }
+    }
+    regressions
 }
 
 /// `+12.3 %`, `-4.0 %`, `×15.1` (from +1000 %), or `from 0` for a change from 0.

@@ -485,6 +485,11 @@ pub fn table_on(m: &Model, busy: &DeviceBusy, threads: usize) -> KernelTable {
 
 /// [`table_on`], its counting and scattering passes in pieces of `rows` kernels when given
 /// (and, when `bounded`, their per-slot figures stay small beside the kernels), else in one.
+///
+/// The kernels are grouped into slots, one per (name group, device) ([`SlotLayout`]); pieces of
+/// them are counted per slot on the threads ([`KernelCols::count`], merged by [`Merged::of`]),
+/// then their durations scattered slot by slot with each slot's busy time ([`slot_busy`]); each
+/// slot's run of durations then makes a row ([`Rows::row`]).
 fn table_in_pieces(
     m: &Model,
     busy: &DeviceBusy,
@@ -495,9 +500,62 @@ fn table_in_pieces(
     if nk == 0 {
         return KernelTable::default();
     }
-    let k = &m.kernels;
     let devs = m.devices();
-    // Devices' limits from the header (GPU index = record `dev`).
+    let groups = NameGroups::of(m);
+    let ndev = devs.len().max(1);
+    // `devs` is sorted; with one device, every kernel is its.
+    let single = devs.len() <= 1;
+    let dev_index = |d: u32| {
+        if single {
+            0
+        } else {
+            devs.binary_search(&d).unwrap_or(0)
+        }
+    };
+    let layout = SlotLayout::of(m, &groups, ndev, &dev_index);
+    let nslots = layout.nslots;
+    // (launches, GPU ns) per (name, configuration) pair and device: dense, or only the pairs
+    // present when dense would be far more than the kernels.
+    let launch_dense = few_cells(m.launches.len(), ndev, nk);
+    let launch_cells = if launch_dense {
+        m.launches.len() * ndev
+    } else {
+        0
+    };
+    let cols = KernelCols {
+        k: &m.kernels,
+        dense: layout.dense,
+        ndev,
+        launch_group: &groups.launch_group,
+        kslot: &layout.kslot,
+        dev_index: &dev_index,
+    };
+    let kp = piece_ranges(nk, piece_rows, nslots + launch_cells);
+    let counts: Vec<PieceCount> = pieces(kp.len(), threads, |p| {
+        cols.count(kp[p], nslots, launch_dense.then_some(launch_cells))
+    });
+    let mut merged = Merged::of(&counts, nslots, launch_dense.then_some(ndev));
+    let before = std::mem::take(&mut merged.before);
+    // The kernels' durations, slot by slot (4 or 8 bytes per kernel).
+    let narrow = counts.iter().all(|pc| pc.max_dur <= u32::MAX as u64);
+    let mut narrow_durs: Vec<u32> = vec![0; if narrow { nk } else { 0 }];
+    let mut wide_durs: Vec<u64> = vec![0; if narrow { 0 } else { nk }];
+    let all = Durs::of(narrow, &mut narrow_durs, &mut wide_durs);
+    let busy_of = slot_busy(&cols, (&kp, counts, before), &merged.slots, all, threads);
+    drop(kp);
+    let limits = device_limits(m, devs);
+    let rows = Rows::new(m, busy, &limits, &groups, &merged);
+    let all = Durs::of(narrow, &mut narrow_durs, &mut wide_durs);
+    let rows = rows.compute(&layout.order, &busy_of, all, threads);
+    KernelTable {
+        limits,
+        rows,
+        windows_only: m.is_always_on(),
+    }
+}
+
+/// Devices' limits from the header (GPU index = record `dev`).
+fn device_limits(m: &Model, devs: &[u32]) -> Vec<DeviceLimits> {
     let mut limits: Vec<DeviceLimits> = Vec::new();
     if let Some(h) = m.header() {
         for &dev in devs {
@@ -514,148 +572,197 @@ fn table_in_pieces(
             }
         }
     }
+    limits
+}
 
-    // Group key of each (name, configuration) pair: one name per distinct string (trace files of
-    // a session intern names again), numbered densely.
-    let mut name_group: HashMap<&str, u32> = HashMap::new();
-    let mut group_names: Vec<Vec<u32>> = Vec::new();
-    let mut group_of_id: HashMap<u32, u32> = HashMap::new();
-    let launch_group: Vec<u32> = m
-        .launches
-        .iter()
-        .map(|&(name, _)| {
-            *group_of_id.entry(name).or_insert_with(|| {
-                let n = group_names.len() as u32;
-                let g = *name_group.entry(m.str(StrId(name))).or_insert(n);
-                if g == n {
-                    group_names.push(Vec::new());
-                }
-                group_names[g as usize].push(name);
-                g
+/// Whether a table of `a` entries per device stays small beside the kernels (else only the
+/// entries present are numbered: many names on many devices, a hostile trace).
+fn few_cells(a: usize, ndev: usize, nk: usize) -> bool {
+    (a as u64).saturating_mul(ndev as u64) <= 2 * nk as u64 + 4096
+}
+
+/// Name groups: one per distinct kernel name string (trace files of a session intern names
+/// again), numbered densely.
+struct NameGroups {
+    /// The group of each (name, configuration) pair ([`Model::launches`]).
+    launch_group: Vec<u32>,
+    /// The name ids of each group.
+    names: Vec<Vec<u32>>,
+}
+
+impl NameGroups {
+    fn of(m: &Model) -> NameGroups {
+        let mut name_group: HashMap<&str, u32> = HashMap::new();
+        let mut names: Vec<Vec<u32>> = Vec::new();
+        let mut group_of_id: HashMap<u32, u32> = HashMap::new();
+        let launch_group: Vec<u32> = m
+            .launches
+            .iter()
+            .map(|&(name, _)| {
+                *group_of_id.entry(name).or_insert_with(|| {
+                    let n = names.len() as u32;
+                    let g = *name_group.entry(m.str(StrId(name))).or_insert(n);
+                    if g == n {
+                        names.push(Vec::new());
+                    }
+                    names[g as usize].push(name);
+                    g
+                })
             })
-        })
-        .collect();
-    drop(group_of_id);
-    drop(name_group);
-    let ndev = devs.len().max(1);
-    // `devs` is sorted; with one device, every kernel is its.
-    let single = devs.len() <= 1;
-    let dev_index = |d: u32| {
-        if single {
-            0
-        } else {
-            devs.binary_search(&d).unwrap_or(0)
+            .collect();
+        NameGroups {
+            launch_group,
+            names,
         }
-    };
-    // Slots: (name group, device). Counting sort of the kernels' durations by slot: one
-    // sequential pass to count, one to scatter, no gathers. Slots are numbered densely
-    // (group × devices + device) unless that is far more than the kernels (many names on many
-    // devices: a hostile trace), then only the (group, device) pairs present are numbered.
-    let cells = |a: usize| (a as u64).saturating_mul(ndev as u64) <= 2 * nk as u64 + 4096;
-    let dense = cells(group_names.len());
-    let mut present: HashMap<(u32, u32), u32> = HashMap::new();
-    let kslot: Vec<u32> = if dense {
-        Vec::new()
-    } else {
-        (0..nk)
+    }
+
+    /// The (name, configuration) pairs of each group.
+    fn launches(&self) -> Vec<Vec<u32>> {
+        let mut out: Vec<Vec<u32>> = vec![Vec::new(); self.names.len()];
+        for (l, &g) in self.launch_group.iter().enumerate() {
+            out[g as usize].push(l as u32);
+        }
+        out
+    }
+}
+
+/// Slots: (name group, device). Counting sort of the kernels' durations by slot: one sequential
+/// pass to count, one to scatter, no gathers. Slots are numbered densely (group × devices +
+/// device) unless that is far more than the kernels ([`few_cells`]), then only the (group,
+/// device) pairs present are numbered.
+struct SlotLayout {
+    dense: bool,
+    /// Each kernel's slot when not `dense`.
+    kslot: Vec<u32>,
+    nslots: usize,
+    /// The slots in (group, device) order: (group, device index, slot).
+    order: Vec<(usize, usize, usize)>,
+}
+
+impl SlotLayout {
+    fn of(m: &Model, groups: &NameGroups, ndev: usize, dev_index: &impl Fn(u32) -> usize) -> Self {
+        let k = &m.kernels;
+        let ngroups = groups.names.len();
+        let dense = few_cells(ngroups, ndev, m.kernel_count());
+        if dense {
+            return SlotLayout {
+                dense,
+                kslot: Vec::new(),
+                nslots: ngroups * ndev,
+                order: (0..ngroups)
+                    .flat_map(|g| (0..ndev).map(move |di| (g, di, g * ndev + di)))
+                    .collect(),
+            };
+        }
+        let mut present: HashMap<(u32, u32), u32> = HashMap::new();
+        let kslot: Vec<u32> = (0..m.kernel_count())
             .map(|i| {
                 let key = (
-                    launch_group[k.launch.get(i) as usize],
+                    groups.launch_group[k.launch.get(i) as usize],
                     dev_index(k.dev.get(i)) as u32,
                 );
                 let n = present.len() as u32;
                 *present.entry(key).or_insert(n)
             })
-            .collect()
-    };
-    let nslots = if dense {
-        group_names.len() * ndev
-    } else {
-        present.len()
-    };
-    // The slots in (group, device) order.
-    let order: Vec<(usize, usize, usize)> = if dense {
-        (0..group_names.len())
-            .flat_map(|g| (0..ndev).map(move |di| (g, di, g * ndev + di)))
-            .collect()
-    } else {
-        let mut v: Vec<(usize, usize, usize)> = present
+            .collect();
+        let mut order: Vec<(usize, usize, usize)> = present
             .iter()
             .map(|(&(g, di), &s)| (g as usize, di as usize, s as usize))
             .collect();
-        v.sort_unstable();
-        v
-    };
-    drop(present);
-    // (launches, GPU ns) per (name, configuration) pair and device: dense, or only the pairs
-    // present when dense would be far more than the kernels.
-    let launch_dense = cells(m.launches.len());
-    let launch_cells = if launch_dense {
-        m.launches.len() * ndev
-    } else {
-        0
-    };
-    let cols = KernelCols {
-        k,
-        dense,
-        ndev,
-        launch_group: &launch_group,
-        kslot: &kslot,
-        dev_index: &dev_index,
-    };
-    // Pieces of the kernels, counted and then scattered on up to `threads` threads (what one pass
-    // in order computes: each piece's kernels land after those of the pieces before it), when
-    // their per-slot figures stay small beside the kernels; one piece otherwise.
-    let kp: Vec<(usize, usize)> = match piece_rows {
-        Some((r, bounded))
-            if r > 0 && (!bounded || (nslots + launch_cells) * nk.div_ceil(r) <= nk / 4) =>
-        {
+        order.sort_unstable();
+        SlotLayout {
+            dense,
+            kslot,
+            nslots: present.len(),
+            order,
+        }
+    }
+}
+
+/// Pieces of the kernels, counted and then scattered on the threads (what one pass in order
+/// computes: each piece's kernels land after those of the pieces before it), when their per-slot
+/// figures (`cells` per piece) stay small beside the kernels; one piece otherwise.
+fn piece_ranges(nk: usize, piece_rows: Option<(usize, bool)>, cells: usize) -> Vec<(usize, usize)> {
+    match piece_rows {
+        Some((r, bounded)) if r > 0 && (!bounded || cells * nk.div_ceil(r) <= nk / 4) => {
             (0..nk).step_by(r).map(|a| (a, (a + r).min(nk))).collect()
         }
         _ => vec![(0, nk)],
-    };
-    let counts: Vec<PieceCount> = pieces(kp.len(), threads, |p| {
-        cols.count(kp[p], nslots, launch_dense.then_some(launch_cells))
-    });
-    let mut per_launch: Vec<(u64, u64)> = vec![(0, 0); launch_cells];
-    let mut per_launch_map: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
-    let mut slots: Vec<SlotCount> = vec![SlotCount::default(); nslots];
-    // Each piece's latest end before it, per slot (where its union sweep starts from).
-    let mut before: Vec<Vec<u64>> = Vec::with_capacity(kp.len());
-    for pc in &counts {
-        before.push(slots.iter().map(|s| s.top).collect());
-        for (a, b) in slots.iter_mut().zip(&pc.slots) {
-            a.follow(b);
-        }
-        for (a, b) in per_launch.iter_mut().zip(&pc.per_launch) {
-            (a.0, a.1) = (a.0 + b.0, a.1.saturating_add(b.1));
-        }
-        for (&key, b) in &pc.per_launch_map {
-            let a = per_launch_map.entry(key).or_default();
-            (a.0, a.1) = (a.0 + b.0, a.1.saturating_add(b.1));
-        }
     }
-    let launch_stats = |l: u32, di: usize| -> (u64, u64) {
-        if launch_dense {
-            per_launch[l as usize * ndev + di]
-        } else {
-            per_launch_map
+}
+
+/// The pieces' counts together.
+struct Merged {
+    /// Per slot, over every piece.
+    slots: Vec<SlotCount>,
+    /// Each piece's latest end before it, per slot (where its union sweep starts from).
+    before: Vec<Vec<u64>>,
+    /// (launches, GPU ns) per (name, configuration) pair and device: a table of `ndev` columns
+    /// when dense, else a map.
+    per_launch: Vec<(u64, u64)>,
+    per_launch_map: HashMap<(u32, u32), (u64, u64)>,
+    dense_ndev: Option<usize>,
+}
+
+impl Merged {
+    /// `dense_ndev`: the devices, when the pieces counted per (name, configuration) pair and
+    /// device in a table.
+    fn of(counts: &[PieceCount], nslots: usize, dense_ndev: Option<usize>) -> Merged {
+        let cells = counts.first().map_or(0, |pc| pc.per_launch.len());
+        let mut out = Merged {
+            slots: vec![SlotCount::default(); nslots],
+            before: Vec::with_capacity(counts.len()),
+            per_launch: vec![(0, 0); cells],
+            per_launch_map: HashMap::new(),
+            dense_ndev,
+        };
+        for pc in counts {
+            out.before.push(out.slots.iter().map(|s| s.top).collect());
+            for (a, b) in out.slots.iter_mut().zip(&pc.slots) {
+                a.follow(b);
+            }
+            for (a, b) in out.per_launch.iter_mut().zip(&pc.per_launch) {
+                (a.0, a.1) = (a.0 + b.0, a.1.saturating_add(b.1));
+            }
+            for (&key, b) in &pc.per_launch_map {
+                let a = out.per_launch_map.entry(key).or_default();
+                (a.0, a.1) = (a.0 + b.0, a.1.saturating_add(b.1));
+            }
+        }
+        out
+    }
+
+    /// (launches, GPU ns) of (name, configuration) pair `l` on device index `di`.
+    fn launch(&self, l: u32, di: usize) -> (u64, u64) {
+        match self.dense_ndev {
+            Some(ndev) => self.per_launch[l as usize * ndev + di],
+            None => self
+                .per_launch_map
                 .get(&(l, di as u32))
                 .copied()
-                .unwrap_or_default()
+                .unwrap_or_default(),
         }
-    };
-    let mut offsets: Vec<usize> = vec![0; nslots + 1];
-    for s in 0..nslots {
-        offsets[s + 1] = offsets[s] + slots[s].n as usize;
     }
-    // The kernels' durations, slot by slot (4 or 8 bytes per kernel): each (slot, piece) a region.
-    let narrow = counts.iter().all(|pc| pc.max_dur <= u32::MAX as u64);
-    let mut narrow_durs: Vec<u32> = vec![0; if narrow { nk } else { 0 }];
-    let mut wide_durs: Vec<u64> = vec![0; if narrow { 0 } else { nk }];
+}
+
+/// The pieces of the kernels (row ranges), their counts, and each one's latest end before it
+/// per slot ([`Merged::before`]).
+type Pieces<'p> = (&'p [(usize, usize)], Vec<PieceCount>, Vec<Vec<u64>>);
+
+/// Scatter the kernels' durations into `all`, slot by slot (each (slot, piece) a region), and
+/// return each slot's busy time: the union of its kernels, from each kernel's part past the
+/// latest end before it while they come in start order, else from its intervals sorted.
+fn slot_busy<D: Fn(u32) -> usize + Sync>(
+    cols: &KernelCols<'_, D>,
+    (kp, counts, before): Pieces<'_>,
+    slots: &[SlotCount],
+    all: Durs<'_>,
+    threads: usize,
+) -> Vec<u64> {
+    let nslots = slots.len();
     let mut regions: Vec<Vec<Durs>> = (0..kp.len()).map(|_| Vec::with_capacity(nslots)).collect();
     {
-        let mut rest = Durs::of(narrow, &mut narrow_durs, &mut wide_durs);
+        let mut rest = all;
         for s in 0..nslots {
             for (p, pc) in counts.iter().enumerate() {
                 let (r, t) = std::mem::take(&mut rest).split_at_mut(pc.slots[s].n as usize);
@@ -667,8 +774,6 @@ fn table_in_pieces(
     drop(counts);
     let regions: Vec<std::sync::Mutex<Vec<Durs>>> =
         regions.into_iter().map(std::sync::Mutex::new).collect();
-    // Scatter, and each slot's busy time: the union of its kernels, from each kernel's part past
-    // the latest end before it, while they come in start order.
     let parts: Vec<Vec<u64>> = pieces(kp.len(), threads, |p| {
         let mut dst = std::mem::take(&mut *regions[p].lock().unwrap_or_else(|e| e.into_inner()));
         cols.scatter(kp[p], &mut dst, before[p].clone())
@@ -681,38 +786,235 @@ fn table_in_pieces(
             *a += b;
         }
     }
-    // Slots whose kernels do not come in start order: their unions from their intervals sorted.
-    let unsorted: Vec<usize> = (0..nslots).filter(|&s| slots[s].unsorted).collect();
-    if !unsorted.is_empty() {
-        let mut index = vec![NOT_LISTED; nslots];
-        for (j, &s) in unsorted.iter().enumerate() {
-            index[s] = j;
-        }
-        let mut runs: Vec<Vec<(u64, u64)>> = vec![Vec::new(); unsorted.len()];
-        for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
-            if let Some(r) = runs.get_mut(index[cols.slot(i, k.launch.get(i), k.dev.get(i))]) {
-                r.push((st, en));
-            }
-        }
-        for (run, &s) in runs.iter_mut().zip(&unsorted) {
-            busy_of[s] = crate::intervals::union_ns(run);
+    unsorted_unions(cols, slots, &mut busy_of);
+    busy_of
+}
+
+/// The busy time of the slots whose kernels do not come in start order: their unions from their
+/// intervals sorted.
+fn unsorted_unions<D: Fn(u32) -> usize>(
+    cols: &KernelCols<'_, D>,
+    slots: &[SlotCount],
+    busy_of: &mut [u64],
+) {
+    let unsorted: Vec<usize> = (0..slots.len()).filter(|&s| slots[s].unsorted).collect();
+    if unsorted.is_empty() {
+        return;
+    }
+    let k = cols.k;
+    let mut index = vec![NOT_LISTED; slots.len()];
+    for (j, &s) in unsorted.iter().enumerate() {
+        index[s] = j;
+    }
+    let mut runs: Vec<Vec<(u64, u64)>> = vec![Vec::new(); unsorted.len()];
+    for (i, (st, en)) in k.start.iter().zip(k.end.iter()).enumerate() {
+        if let Some(r) = runs.get_mut(index[cols.slot(i, k.launch.get(i), k.dev.get(i))]) {
+            r.push((st, en));
         }
     }
-    // (name, configuration) pairs of each name group.
-    let mut group_launches: Vec<Vec<u32>> = vec![Vec::new(); group_names.len()];
-    for (l, &g) in launch_group.iter().enumerate() {
-        group_launches[g as usize].push(l as u32);
+    for (run, &s) in runs.iter_mut().zip(&unsorted) {
+        busy_of[s] = crate::intervals::union_ns(run);
+    }
+}
+
+/// What a row is made from besides its slot's kernels: the model, the devices' limits and busy
+/// time, the name groups with their (name, configuration) pairs and counts, and the stack frames
+/// and generated sources by name.
+struct Rows<'a> {
+    m: &'a Model,
+    limits: &'a [DeviceLimits],
+    group_names: &'a [Vec<u32>],
+    group_launches: Vec<Vec<u32>>,
+    merged: &'a Merged,
+    frames: HashMap<&'a str, u32>,
+    sources: HashMap<&'a str, KernelSource>,
+    dev_busy: Vec<u64>,
+}
+
+impl<'a> Rows<'a> {
+    fn new(
+        m: &'a Model,
+        busy: &DeviceBusy,
+        limits: &'a [DeviceLimits],
+        groups: &'a NameGroups,
+        merged: &'a Merged,
+    ) -> Rows<'a> {
+        let devs = m.devices();
+        let single = devs.len() == 1;
+        let dev_busy: Vec<u64> = devs
+            .iter()
+            .map(|&d| {
+                busy.intervals((!single).then_some(d))
+                    .iter()
+                    .map(|&(s, e)| e - s)
+                    .sum()
+            })
+            .collect();
+        Rows {
+            m,
+            limits,
+            group_names: &groups.names,
+            group_launches: groups.launches(),
+            merged,
+            frames: frames_by_name(m),
+            sources: sources_by_name(m),
+            dev_busy,
+        }
     }
 
-    // Stack frames by name text (a `function` record may be in another trace file than the
-    // kernels, with another string id).
+    /// The rows of the slots in `order`, their busy times `busy_of`, their durations in `all`
+    /// (slot by slot), on up to `threads` threads; sorted, with their graph runs.
+    fn compute(
+        &self,
+        order: &[(usize, usize, usize)],
+        busy_of: &[u64],
+        all: Durs<'_>,
+        threads: usize,
+    ) -> Vec<KernelRow> {
+        let nslots = busy_of.len();
+        // Each slot's kernels, in slot order.
+        let mut runs: Vec<Option<Durs>> = Vec::with_capacity(nslots);
+        let mut rest = all;
+        for s in 0..nslots {
+            let n = self.merged.slots[s].n as usize;
+            let (run, r) = std::mem::take(&mut rest).split_at_mut(n);
+            runs.push(Some(run));
+            rest = r;
+        }
+        let tasks: Vec<std::sync::Mutex<Option<SlotRun>>> = order
+            .iter()
+            .map(|&(g, di, slot)| {
+                let busy = busy_of[slot];
+                std::sync::Mutex::new(runs[slot].take().map(|r| (g, di, busy, r)))
+            })
+            .collect();
+        drop(runs);
+        let row = |t: usize| -> Option<KernelRow> {
+            let (g, di, busy_ns, run) = tasks[t].lock().ok()?.take()?;
+            self.row(g, di, busy_ns, run)
+        };
+        // Rows are unique per (name, device): the order below does not depend on the threads.
+        let mut rows: Vec<KernelRow> = crate::work::pieces(tasks.len(), threads, row)
+            .into_iter()
+            .flatten()
+            .collect();
+        rows.sort_by(|a, b| {
+            b.total_ns
+                .cmp(&a.total_ns)
+                .then_with(|| a.name.cmp(&b.name))
+                .then_with(|| a.device.cmp(&b.device))
+        });
+        graph_runs(self.m, &mut rows);
+        rows
+    }
+
+    /// The row of name group `g` on device index `di`: its kernels' durations `run`, their busy
+    /// time `busy_ns`.
+    fn row(&self, g: usize, di: usize, busy_ns: u64, mut run: Durs) -> Option<KernelRow> {
+        let m = self.m;
+        let names = &self.group_names[g];
+        let &dev = m.devices().get(di)?;
+        if run.len() == 0 {
+            return None;
+        }
+        let (total_ns, p50_ns, p99_ns, duration_log2) = run.figures();
+        let launches = run.len() as u64;
+        let variants = self.variants(g, di, dev);
+        let top = variants.first()?;
+        let device_busy_ns = self.dev_busy[di];
+        let name = m.str(StrId(names[0])).to_string();
+        Some(KernelRow {
+            library: is_library_kernel(&name),
+            comm: crate::comm::is_comm_kernel(&name),
+            stack_frame: self.frames.get(name.as_str()).copied(),
+            source: self.sources.get(name.as_str()).cloned(),
+            detail: m
+                .kernel_detail(&name, dev)
+                .map(crate::kdetail::DetailSummary::of),
+            name,
+            device: dev,
+            launches,
+            graph_runs: 0,
+            total_ns,
+            mean_ns: total_ns / launches,
+            p50_ns,
+            p99_ns,
+            duration_log2,
+            busy_ns,
+            busy_share: crate::text::share(busy_ns, device_busy_ns),
+            device_busy_ns,
+            configs: variants.len() as u32,
+            launch: top.config,
+            blocks: top.config.blocks(),
+            threads_per_block: top.config.threads_per_block(),
+            occupancy: top.occupancy.clone(),
+            waves: top.waves,
+            name_ids: names.clone(),
+            variants,
+        })
+    }
+
+    /// The launch configurations of name group `g` on device `dev` (index `di`), the most GPU
+    /// time first.
+    fn variants(&self, g: usize, di: usize, dev: u32) -> Vec<Variant> {
+        let m = self.m;
+        let dev_limits = self
+            .limits
+            .iter()
+            .find(|d| d.device == dev)
+            .map(|d| &d.limits);
+        let mut variants: Vec<Variant> = self.group_launches[g]
+            .iter()
+            .filter_map(|&l| {
+                let (n, ns) = self.merged.launch(l, di);
+                if n == 0 {
+                    return None;
+                }
+                let config_id = m.launches[l as usize].1;
+                let config = m.configs[config_id as usize];
+                let (occupancy, waves) = figures(dev_limits, &config);
+                Some(Variant {
+                    config_id,
+                    config,
+                    launches: n,
+                    gpu_ns: ns,
+                    occupancy,
+                    waves,
+                })
+            })
+            .collect();
+        // One configuration can appear under several name ids (trace files): merge them.
+        variants.sort_by_key(|v| v.config_id);
+        variants.dedup_by(|b, a| {
+            let same = a.config_id == b.config_id;
+            if same {
+                // Sums of a trace's durations: saturating, as the per-launch sums are.
+                a.launches = a.launches.saturating_add(b.launches);
+                a.gpu_ns = a.gpu_ns.saturating_add(b.gpu_ns);
+            }
+            same
+        });
+        variants.sort_by(|a, b| {
+            (b.gpu_ns, b.launches, a.config_id).cmp(&(a.gpu_ns, a.launches, b.config_id))
+        });
+        variants
+    }
+}
+
+/// Stack frames by name text (a `function` record may be in another trace file than the
+/// kernels, with another string id).
+fn frames_by_name(m: &Model) -> HashMap<&str, u32> {
     let mut frames: HashMap<&str, u32> = HashMap::new();
     for (&id, &b) in &m.stack_frames {
         let e = frames.entry(m.str(StrId(id))).or_insert(b);
         *e = (*e).max(b);
     }
-    // Generated sources by name text, likewise.
-    // (When trace files disagree, the smallest (file, line, note) wins: the same in every run.)
+    frames
+}
+
+/// Generated sources by name text, likewise (when trace files disagree, the smallest (file,
+/// line, note) wins: the same in every run).
+fn sources_by_name(m: &Model) -> HashMap<&str, KernelSource> {
     let mut sources: HashMap<&str, KernelSource> = HashMap::new();
     for (&id, &(file, line, note)) in &m.kernel_sources {
         let src = KernelSource {
@@ -727,145 +1029,28 @@ fn table_in_pieces(
             *e = src;
         }
     }
-    let single = devs.len() == 1;
-    let dev_busy: Vec<u64> = devs
-        .iter()
-        .map(|&d| {
-            busy.intervals((!single).then_some(d))
-                .iter()
-                .map(|&(s, e)| e - s)
-                .sum()
-        })
-        .collect();
-    // Each slot's kernels, in (group, device) order.
-    let mut runs: Vec<Option<Durs>> = Vec::with_capacity(nslots);
-    let mut rest = Durs::of(narrow, &mut narrow_durs, &mut wide_durs);
-    for s in 0..nslots {
-        let (run, r) = std::mem::take(&mut rest).split_at_mut(offsets[s + 1] - offsets[s]);
-        runs.push(Some(run));
-        rest = r;
+    sources
+}
+
+/// Of each row's kernels, those a CUDA graph launch ran (few rows have any).
+fn graph_runs(m: &Model, rows: &mut [KernelRow]) {
+    if m.graph_kernels.is_empty() {
+        return;
     }
-    let tasks: Vec<std::sync::Mutex<Option<SlotRun>>> = order
-        .iter()
-        .map(|&(g, di, slot)| {
-            let busy = busy_of[slot];
-            std::sync::Mutex::new(runs[slot].take().map(|r| (g, di, busy, r)))
-        })
-        .collect();
-    drop(runs);
-    let row = |t: usize| -> Option<KernelRow> {
-        let (g, di, busy_ns, run) = tasks[t].lock().ok()?.take()?;
-        let names = &group_names[g];
-        let &dev = devs.get(di)?;
-        {
-            let mut run = run;
-            if run.len() == 0 {
-                return None;
-            }
-            let (total_ns, p50_ns, p99_ns, duration_log2) = run.figures();
-            let launches = run.len() as u64;
-            let dev_limits = limits.iter().find(|d| d.device == dev).map(|d| &d.limits);
-            let mut variants: Vec<Variant> = group_launches[g]
-                .iter()
-                .filter_map(|&l| {
-                    let (n, ns) = launch_stats(l, di);
-                    if n == 0 {
-                        return None;
-                    }
-                    let config_id = m.launches[l as usize].1;
-                    let config = m.configs[config_id as usize];
-                    let (occupancy, waves) = figures(dev_limits, &config);
-                    Some(Variant {
-                        config_id,
-                        config,
-                        launches: n,
-                        gpu_ns: ns,
-                        occupancy,
-                        waves,
-                    })
-                })
-                .collect();
-            // One configuration can appear under several name ids (trace files): merge them.
-            variants.sort_by_key(|v| v.config_id);
-            variants.dedup_by(|b, a| {
-                let same = a.config_id == b.config_id;
-                if same {
-                    // Sums of a trace's durations: saturating, as the per-launch sums are.
-                    a.launches = a.launches.saturating_add(b.launches);
-                    a.gpu_ns = a.gpu_ns.saturating_add(b.gpu_ns);
-                }
-                same
-            });
-            variants.sort_by(|a, b| {
-                (b.gpu_ns, b.launches, a.config_id).cmp(&(a.gpu_ns, a.launches, b.config_id))
-            });
-            let top = variants.first()?;
-            let device_busy_ns = dev_busy[di];
-            let name = m.str(StrId(names[0])).to_string();
-            Some(KernelRow {
-                library: is_library_kernel(&name),
-                comm: crate::comm::is_comm_kernel(&name),
-                stack_frame: frames.get(name.as_str()).copied(),
-                source: sources.get(name.as_str()).cloned(),
-                detail: m
-                    .kernel_detail(&name, dev)
-                    .map(crate::kdetail::DetailSummary::of),
-                name,
-                device: dev,
-                launches,
-                graph_runs: 0,
-                total_ns,
-                mean_ns: total_ns / launches,
-                p50_ns,
-                p99_ns,
-                duration_log2,
-                busy_ns,
-                busy_share: crate::text::share(busy_ns, device_busy_ns),
-                device_busy_ns,
-                configs: variants.len() as u32,
-                launch: top.config,
-                blocks: top.config.blocks(),
-                threads_per_block: top.config.threads_per_block(),
-                occupancy: top.occupancy.clone(),
-                waves: top.waves,
-                name_ids: names.clone(),
-                variants,
-            })
-        }
-    };
-    // Rows are unique per (name, device): the order below does not depend on the threads.
-    let mut rows: Vec<KernelRow> = crate::work::pieces(tasks.len(), threads, row)
-        .into_iter()
-        .flatten()
-        .collect();
-    rows.sort_by(|a, b| {
-        b.total_ns
-            .cmp(&a.total_ns)
-            .then_with(|| a.name.cmp(&b.name))
-            .then_with(|| a.device.cmp(&b.device))
-    });
-    // Of each row's kernels, those a CUDA graph launch ran (few rows have any).
-    if !m.graph_kernels.is_empty() {
-        let mut at: HashMap<(&str, u32), usize> = HashMap::new();
-        for (i, r) in rows.iter().enumerate() {
-            at.insert((r.name.as_str(), r.device), i);
-        }
-        let mut runs = vec![0u64; rows.len()];
-        for &(i, _) in &m.graph_kernels {
-            let kr = m.kernel(i as usize);
-            if let Some(&r) = at.get(&(m.str(kr.name), kr.dev)) {
-                runs[r] += 1;
-            }
-        }
-        drop(at);
-        for (r, n) in rows.iter_mut().zip(runs) {
-            r.graph_runs = n;
+    let mut at: HashMap<(&str, u32), usize> = HashMap::new();
+    for (i, r) in rows.iter().enumerate() {
+        at.insert((r.name.as_str(), r.device), i);
+    }
+    let mut runs = vec![0u64; rows.len()];
+    for &(i, _) in &m.graph_kernels {
+        let kr = m.kernel(i as usize);
+        if let Some(&r) = at.get(&(m.str(kr.name), kr.dev)) {
+            runs[r] += 1;
         }
     }
-    KernelTable {
-        limits,
-        rows,
-        windows_only: m.is_always_on(),
+    drop(at);
+    for (r, n) in rows.iter_mut().zip(runs) {
+        r.graph_runs = n;
     }
 }
 

@@ -50,6 +50,11 @@
 //! the sessions of a run (one per rank), [`analyze_run`] summarizes the ranks side by side and
 //! runs the cross-rank rule `collective-wait`.
 //!
+//! The model's records name each other with typed handles ([`ids`]): a correlation id
+//! ([`CorrId`]), the model's stack ([`StackIx`], not a trace file's `StackId`) and, in the rules,
+//! a user location of the context ([`LocIx`]); "none" is an `Option` of one (4 bytes, as the
+//! handle), never a sentinel value.
+//!
 //! [`diff`] compares two analysed sessions (`gpufl diff`): a [`diff::Profile`] of each, then a
 //! typed [`diff::Diff`] of totals, kernels, sync and copy time per line, and insights.
 
@@ -59,6 +64,7 @@ mod corrs;
 pub mod diff;
 pub mod error;
 mod fold;
+pub mod ids;
 pub mod insight;
 pub mod insights;
 pub mod intervals;
@@ -82,6 +88,7 @@ pub mod views;
 mod work;
 
 pub use error::AnalysisError;
+pub use ids::{CorrId, LocIx, StackIx};
 pub use insight::{fmt_duration, Insight, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelSource, KernelTable};
@@ -111,14 +118,19 @@ pub struct Config {
     pub filter: FrameFilter,
 }
 
-/// What one task of the first stage of [`analyze_on`] returns.
-enum Product {
-    Idle(shared::idle::IdleScan),
+/// What one task of [`analyze_on`] returns.
+enum Done {
+    /// A product the rules share, kept in [`shared::Inputs`].
+    Shared,
     Attribution(shared::attribution::Attribution),
     Scopes(Vec<scopes::ScopeRollup>, Vec<scopes::RangeRollup>),
-    Graphs(Vec<GraphSummary>),
     Sampling(Option<sampling::Sampling>),
+    /// The insights of the rule at this index of the session rules.
+    Found(usize, Vec<Insight>),
 }
+
+/// Tasks of [`analyze_on`] before the rules'.
+const PRODUCTS: usize = 5;
 
 /// Result of [`analyze`].
 #[derive(Serialize, Clone, Debug)]
@@ -173,39 +185,55 @@ pub fn analyze(m: &Model, cfg: &Config) -> Analysis {
 /// Run every rule over a model, on up to `threads` threads; the same analysis as [`analyze`].
 /// The device busy intervals, then the kernel table, are computed piece by piece on every
 /// thread; then, as tasks on the threads, what the rules share (every device's idle gaps, the
-/// CUDA graph summary) beside the analysis's own summaries (attribution, scopes, sampling); then
-/// the rules of the table ([`rules::RULES`]), their insights concatenated in the table's order,
-/// the order the rules always ran in (ranking keeps it among equals).
+/// CUDA graph summary) and the analysis's own summaries (attribution, scopes, sampling), then
+/// the rules of the table ([`rules::RULES`]), those that read the idle gaps last: the others run
+/// while the idle scan (the longest task, first) does; a rule that reads a product still being
+/// computed waits for it (`shared::Inputs`). The rules' insights are concatenated in the table's
+/// order, the order the rules always ran in (ranking keeps it among equals).
 pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
     let threads = threads.max(1);
     let busy = DeviceBusy::new_on(m, threads);
     let totals = totals::totals_with(m, &busy);
     let kernels = kernels::table_on(m, &busy, threads);
     let cx = shared::Ctx::new(m, cfg, &busy, totals.wall_ns);
-    // The longest first.
-    let task = |i: usize| -> Product {
+    let inputs = shared::Inputs::new(&cx, &kernels);
+    let rules = rules::session_rules();
+    // The rules in the order they are started: those that read the idle scan last.
+    let mut order: Vec<usize> = (0..rules.len()).collect();
+    order.sort_by_key(|&r| rules[r].reads_idle());
+    let task = |i: usize| -> Done {
         match i {
-            0 => Product::Idle(shared::idle::scan(&cx)),
-            1 => Product::Attribution(shared::attribution::attribute(&cx)),
-            2 => Product::Scopes(scopes::rollup(m, &busy), scopes::range_rollup(m, &busy)),
-            3 => Product::Graphs(shared::graphs::summarize(&cx)),
-            _ => Product::Sampling(sampling::summarize(m, &cx.stack_loc, &cx.locs)),
+            0 => {
+                inputs.idle();
+                Done::Shared
+            }
+            1 => Done::Attribution(shared::attribution::attribute(&cx)),
+            2 => Done::Scopes(scopes::rollup(m, &busy), scopes::range_rollup(m, &busy)),
+            3 => {
+                inputs.graphs();
+                Done::Shared
+            }
+            4 => Done::Sampling(sampling::summarize(m, cx.stack_locs(), &cx.locs)),
+            i => {
+                let r = order[i - PRODUCTS];
+                Done::Found(r, rules[r].call(&inputs))
+            }
         }
     };
-    let products = <[Product; 5]>::try_from(work::pieces(5, threads, task));
-    let Ok(
-        [Product::Idle(idle), Product::Attribution(attribution), Product::Scopes(scopes, ranges), Product::Graphs(graphs), Product::Sampling(sampling)],
-    ) = products
-    else {
-        unreachable!("one result per task, in task order")
-    };
-    let inputs = shared::Inputs {
-        cx: &cx,
-        kernels: &kernels,
-        idle: &idle,
-        graphs: &graphs,
-    };
-    let mut insights = rules::run_all(&inputs, threads);
+    let (mut attribution, mut scopes, mut ranges, mut sampling) = Default::default();
+    let mut found: Vec<Vec<Insight>> = vec![Vec::new(); rules.len()];
+    for done in work::pieces(PRODUCTS + rules.len(), threads, task) {
+        match done {
+            Done::Shared => {}
+            Done::Attribution(a) => attribution = a,
+            Done::Scopes(s, r) => (scopes, ranges) = (s, r),
+            Done::Sampling(s) => sampling = s,
+            Done::Found(r, f) => found[r] = f,
+        }
+    }
+    // In table order.
+    let mut insights: Vec<Insight> = found.into_iter().flatten().collect();
+    let (idle, graphs) = inputs.into_products();
     let origin = m.time_range().0;
     let telemetry = m
         .telemetry()

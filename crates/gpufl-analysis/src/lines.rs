@@ -3,9 +3,10 @@
 //! whose call site was recorded) and one whole stack — the longest synchronization's, else a
 //! copy's or a launch's. The line detail of the server's API and the dashboard.
 
+use crate::ids::StackIx;
 use crate::userframe::{user_frame, SourceLoc};
 use crate::{Config, Model};
-use gpufl_trace::{FrameKind, StackId};
+use gpufl_trace::FrameKind;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -80,11 +81,11 @@ struct Acc {
     launches: u64,
     kernels: HashMap<u32, (u64, u64)>,
     /// (rank: 3 sync, 2 copy, 1 launch; its duration), the stack.
-    best: Option<((u8, u64), StackId)>,
+    best: Option<((u8, u64), StackIx)>,
 }
 
 impl Acc {
-    fn offer(&mut self, rank: (u8, u64), s: StackId) {
+    fn offer(&mut self, rank: (u8, u64), s: StackIx) {
         if self.best.is_none_or(|(r, _)| rank > r) {
             self.best = Some((rank, s));
         }
@@ -104,7 +105,7 @@ fn key(l: &SourceLoc) -> (String, u32, String, String) {
 }
 
 /// The frames of a stack, innermost first, at most [`MAX_FRAMES`].
-pub fn stack_frames(m: &Model, s: StackId) -> Vec<StackFrame> {
+pub fn stack_frames(m: &Model, s: StackIx) -> Vec<StackFrame> {
     let Some(ids) = m.stack(s) else {
         return Vec::new();
     };
@@ -131,12 +132,12 @@ type Accs = HashMap<(String, u32, String, String), Acc>;
 fn acc<'a>(
     m: &Model,
     cfg: &Config,
-    locs: &mut HashMap<u32, SourceLoc>,
+    locs: &mut HashMap<StackIx, SourceLoc>,
     accs: &'a mut Accs,
-    s: StackId,
+    s: StackIx,
 ) -> &'a mut Acc {
     let loc = locs
-        .entry(s.0)
+        .entry(s)
         .or_insert_with(|| user_frame(m, s, &cfg.filter));
     let a = accs.entry(key(loc)).or_default();
     if a.loc.is_none() {
@@ -159,8 +160,8 @@ pub fn line_details(m: &Model, cfg: &Config) -> Vec<LineDetail> {
 
 /// [`line_details`] with each line's stack left empty and its id given beside it (resolved by
 /// [`stack_frames`]): for a consumer that keeps each stack once however many lines name it.
-pub fn line_details_by_stack(m: &Model, cfg: &Config) -> Vec<(LineDetail, Option<StackId>)> {
-    let mut locs: HashMap<u32, SourceLoc> = HashMap::new();
+pub fn line_details_by_stack(m: &Model, cfg: &Config) -> Vec<(LineDetail, Option<StackIx>)> {
+    let mut locs: HashMap<StackIx, SourceLoc> = HashMap::new();
     let mut accs: Accs = HashMap::new();
     for s in m.syncs() {
         let Some(st) = s.stack else { continue };
@@ -173,7 +174,7 @@ pub fn line_details_by_stack(m: &Model, cfg: &Config) -> Vec<(LineDetail, Option
         a.offer((3, d), st);
     }
     for c in m.copies() {
-        let Some((st, _)) = (c.corr != 0).then(|| m.callsite(c.corr)).flatten() else {
+        let Some((st, _)) = c.corr.known().and_then(|c| m.callsite(c)) else {
             continue;
         };
         let d = c.end.saturating_sub(c.start);
@@ -184,7 +185,7 @@ pub fn line_details_by_stack(m: &Model, cfg: &Config) -> Vec<(LineDetail, Option
         a.offer((2, d), st);
     }
     for k in m.kernels() {
-        let Some((st, _)) = (k.corr != 0).then(|| m.callsite(k.corr)).flatten() else {
+        let Some((st, _)) = k.corr.known().and_then(|c| m.callsite(c)) else {
             continue;
         };
         let d = k.end.saturating_sub(k.start);
@@ -195,7 +196,7 @@ pub fn line_details_by_stack(m: &Model, cfg: &Config) -> Vec<(LineDetail, Option
         e.1 = e.1.saturating_add(d);
         a.offer((1, d), st);
     }
-    let mut out: Vec<(u64, (LineDetail, Option<StackId>))> = accs
+    let mut out: Vec<(u64, (LineDetail, Option<StackIx>))> = accs
         .into_values()
         .filter_map(|mut a| {
             a.sync_ns.sort_unstable();

@@ -1,6 +1,7 @@
 //! The [`Model`]: a compact, columnar copy of one recorded session, built by streaming records.
 
 use crate::fold::{ModelFold, Part, K_API, K_COPY, K_KERNEL, K_SYNC};
+use crate::ids::{CorrId, StackIx};
 use crate::store::{Col, IdMap, Spares, NONE};
 use crate::views::*;
 use gpufl_trace::{
@@ -95,15 +96,14 @@ pub struct Model {
     pub(crate) strings: Vec<Option<Box<str>>>,
     pub(crate) frames: Vec<Option<FrameRow>>,
     pub(crate) stacks: Vec<Option<Box<[FrameId]>>>,
-    /// Stacks whose Python frames were read from another thread: model stack id → that thread.
-    pub(crate) stack_via: HashMap<u32, u64>,
+    /// Stacks whose Python frames were read from another thread: the stack → that thread.
+    pub(crate) stack_via: HashMap<StackIx, u64>,
     pub(crate) kernels: Kernels,
     pub(crate) copies: Copies,
     pub(crate) syncs: Syncs,
     pub(crate) apis: Apis,
-    /// (corr, model stack id, API name, weight) of `callsite` records, sorted by corr after
-    /// loading; weight: the calls the capture stands for (absent in the record: 1; saturates).
-    pub(crate) callsites: Vec<(u32, u32, u32, u32)>,
+    /// `callsite` records, sorted by corr after loading.
+    pub(crate) callsites: Vec<Callsite>,
     /// Distinct kernel launch configurations, in order of first use.
     pub(crate) configs: Vec<LaunchConfig>,
     /// Distinct (kernel name string id, index into `configs`) pairs, in order of first use.
@@ -111,9 +111,9 @@ pub struct Model {
     /// Stack frame per thread of each function name (`function` records: the frame, else the
     /// stack with callees; the largest when several modules have the name), bytes.
     pub(crate) stack_frames: HashMap<u32, u32>,
-    /// CUDA graph nodes (`gnode` records) by node id: the model stack of the call that created it
-    /// (NONE when none), and the node it was cloned from.
-    pub(crate) graph_nodes: HashMap<u64, (u32, Option<u64>)>,
+    /// CUDA graph nodes (`gnode` records) by node id: the stack of the call that created it, and
+    /// the node it was cloned from.
+    pub(crate) graph_nodes: HashMap<u64, (Option<StackIx>, Option<u64>)>,
     /// Generated source of a function name (`function` records with a `source`): (file string,
     /// line, note string or NONE).
     pub(crate) kernel_sources: HashMap<u32, (u32, u32, u32)>,
@@ -163,6 +163,17 @@ pub struct Model {
     detail_store: crate::kdetail::DetailStore,
     kernel_details: Vec<crate::kdetail::KernelDetail>,
     kernel_stalls: Vec<crate::kdetail::KernelStalls>,
+}
+
+/// A `callsite` record: the stack captured at the API call with correlation id `corr`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Callsite {
+    pub(crate) corr: CorrId,
+    pub(crate) stack: StackIx,
+    /// The API's name (model string id).
+    pub(crate) api: u32,
+    /// The calls the capture stands for (absent in the record: 1; saturates).
+    pub(crate) weight: u32,
 }
 
 /// Distinct device ids a session may have (far more GPUs than any machine has): records of further
@@ -387,7 +398,7 @@ impl Model {
                     let stack = if s == NONE {
                         NONE
                     } else {
-                        self.stack_ref(ld, StackId(s))
+                        StackIx::to_raw(Some(self.stack_ref(ld, StackId(s))))
                     };
                     let c = &mut self.syncs;
                     c.start.push(p.s_start[i]);
@@ -418,166 +429,27 @@ impl Model {
         }
     }
 
+    /// Take one record: GPU work, synchronizations and API calls into the columns, the interned
+    /// tables, and what the other records say about the session.
+    #[inline]
     fn observe(&mut self, ld: &mut Loader, rec: Record) {
         match rec {
-            Record::Kernel(k) => {
-                if !self.gpu(k.ctx, k.dev) {
-                    return;
-                }
-                self.span(k.start, k.end);
-                let name = self.str_ref(ld, k.name);
-                let cfg = LaunchConfig {
-                    grid: k.grid,
-                    block: k.block,
-                    regs: k.regs,
-                    smem_static: k.smem_static,
-                    smem_dynamic: k.smem_dynamic,
-                    local_mem: k.local_mem,
-                    smem_executed: k.smem_executed,
-                };
-                let launch = self.launch_ref(ld, name, cfg);
-                let c = &mut self.kernels;
-                c.launch.push(launch);
-                c.start.push(k.start);
-                c.end.push(k.end);
-                c.corr.push(k.corr);
-                c.stream.push(k.stream);
-                c.ctx.push(k.ctx);
-                c.dev.push(k.dev);
-                if let Some(g) = k.graph {
-                    let i = c.start.len() - 1;
-                    self.graph_kernels.push((i as u32, g));
-                }
-            }
-            Record::Memcpy(r) => {
-                if !self.gpu(r.ctx, r.dev) {
-                    return;
-                }
-                self.span(r.start, r.end);
-                let (op, src, dst) = (
-                    copy_kind_to_u8(r.kind),
-                    mem_kind_to_u8(r.src_kind),
-                    mem_kind_to_u8(r.dst_kind),
-                );
-                self.push_copy(
-                    r.start,
-                    r.end,
-                    r.bytes,
-                    [r.corr, r.ctx, r.stream, r.dev],
-                    [op, src, dst],
-                );
-                self.graph_copy(r.graph);
-            }
-            Record::Memset(r) => {
-                if !self.gpu(r.ctx, r.dev) {
-                    return;
-                }
-                self.span(r.start, r.end);
-                self.memsets += 1;
-                let mk = mem_kind_to_u8(r.mem_kind);
-                self.push_copy(
-                    r.start,
-                    r.end,
-                    r.bytes,
-                    [r.corr, r.ctx, r.stream, r.dev],
-                    [OP_MEMSET, mk, 0],
-                );
-                self.graph_copy(r.graph);
-            }
-            Record::Sync(s) => {
-                self.span(s.start, s.end);
-                let stack = s.stack.map_or(NONE, |id| self.stack_ref(ld, id));
-                let c = &mut self.syncs;
-                c.start.push(s.start);
-                c.end.push(s.end);
-                c.tid.push(s.tid.unwrap_or(u64::MAX));
-                c.corr.push(s.corr);
-                c.ctx.push(s.ctx);
-                c.stream.push(s.stream.unwrap_or(NONE));
-                c.event.push(s.event.unwrap_or(NONE));
-                c.stack.push(stack);
-                c.kind.push(sync_kind_to_u8(s.kind));
-            }
-            Record::Api(a) => {
-                self.span(a.start, a.end);
-                let name = self.str_ref(ld, a.name);
-                let c = &mut self.apis;
-                c.start.push(a.start);
-                c.end.push(a.end);
-                c.tid.push(a.tid);
-                c.corr.push(a.corr);
-                c.name.push(name);
-                c.cbid.push(a.cbid);
-            }
-            Record::Callsite(c) => {
-                self.span(c.ts, c.ts);
-                let stack = self.stack_ref(ld, c.stack);
-                let api = self.str_ref(ld, c.api);
-                let w = u32::try_from(c.weight.unwrap_or(1)).unwrap_or(u32::MAX);
-                self.weighted |= c.weight.is_some();
-                self.callsites.push((c.corr, stack, api, w));
-            }
-            Record::Gnode(g) => {
-                if self.graph_nodes.len() < MAX_GRAPH_NODES {
-                    let stack = g.stack.map_or(NONE, |id| self.stack_ref(ld, id));
-                    let from = g.from.map(|f| f.1);
-                    // A node may have two records (created at instantiation, with a stack, and
-                    // cloned from the captured node): keep the first of each field.
-                    let e = self.graph_nodes.entry(g.node).or_insert((NONE, None));
-                    if e.0 == NONE {
-                        e.0 = stack;
-                    }
-                    if e.1.is_none() {
-                        e.1 = from;
-                    }
-                }
-            }
-            Record::Function(f) => {
-                if let Some(b) = f.frame.or(f.stack) {
-                    let name = self.str_ref(ld, f.name);
-                    let e = self.stack_frames.entry(name).or_insert(b);
-                    *e = (*e).max(b);
-                }
-                if let Some(src) = f.source {
-                    let name = self.str_ref(ld, f.name);
-                    let file = self.str_ref(ld, src.file);
-                    let note = src.note.map_or(NONE, |n| self.str_ref(ld, n));
-                    // The first record of a name wins.
-                    if self.kernel_sources.len() < MAX_KERNEL_SOURCES {
-                        self.kernel_sources
-                            .entry(name)
-                            .or_insert((file, src.line, note));
-                    }
-                }
-            }
+            Record::Kernel(k) => self.take_kernel(ld, k),
+            Record::Memcpy(r) => self.take_memcpy(r),
+            Record::Memset(r) => self.take_memset(r),
+            Record::Sync(s) => self.take_sync(ld, s),
+            Record::Api(a) => self.take_api(ld, a),
+            Record::Callsite(c) => self.take_callsite(ld, c),
+            Record::Gnode(g) => self.take_gnode(ld, g),
+            Record::Function(f) => self.take_function(ld, f),
             Record::Capture(c) => self.capture_marks.push((c.ts, c.recording)),
             Record::Window(w) => self.windows.push(Window {
                 start: w.start,
                 end: w.end.max(w.start),
                 reason: WindowReason::parse(&w.reason),
             }),
-            Record::Range(r) => {
-                self.span(r.start, r.end.max(r.start));
-                let name = self.str_ref(ld, r.name);
-                self.ranges.push(crate::scopes::RangeSpan {
-                    name,
-                    start: r.start,
-                    end: r.end.max(r.start),
-                    tid: r.tid,
-                    end_tid: r.end_tid,
-                });
-            }
-            Record::Scope(sc) => {
-                self.span(sc.ts, sc.ts);
-                let name = self.str_ref(ld, sc.name);
-                self.scope_raw.push(crate::scopes::RawScope {
-                    tid: sc.tid,
-                    ts: sc.ts,
-                    name,
-                    end: sc.end,
-                    nvtx: sc.source == gpufl_trace::ScopeSource::Nvtx,
-                });
-            }
+            Record::Range(r) => self.take_range(ld, r),
+            Record::Scope(sc) => self.take_scope(ld, sc),
             Record::Stream(s) => {
                 self.stream_roles.entry((s.ctx, s.stream)).or_insert(s.role);
             }
@@ -585,54 +457,9 @@ impl Model {
                 let g = self.str_ref(ld, s.id);
                 self.strings[g as usize] = Some(s.s.into_boxed_str());
             }
-            Record::Frame(f) => {
-                let opt = |m: &mut Self, ld: &mut Loader, id: Option<StrId>| {
-                    id.map_or(NONE, |id| m.str_ref(ld, id))
-                };
-                let row = FrameRow {
-                    kind: f.kind,
-                    inlined: f.inlined,
-                    module: opt(self, ld, f.module),
-                    func: opt(self, ld, f.func),
-                    file: opt(self, ld, f.file),
-                    line: f.line.unwrap_or(NONE),
-                    offset: f.offset,
-                    text: opt(self, ld, f.text),
-                };
-                let g = self.frame_ref(ld, f.id);
-                self.frames[g as usize] = Some(row);
-            }
-            Record::Stack(s) => {
-                let frames: Box<[FrameId]> = s
-                    .frames
-                    .iter()
-                    .map(|&f| FrameId(self.frame_ref(ld, f)))
-                    .collect();
-                let g = self.stack_ref(ld, s.id);
-                self.stacks[g as usize] = Some(frames);
-                if let Some(t) = s.via_tid {
-                    self.stack_via.insert(g, t);
-                }
-            }
-            Record::Header(h) => {
-                self.files += 1;
-                if self.files > 1 {
-                    // A new trace file: its interning starts again at 0.
-                    ld.strs.clear();
-                    ld.frames.clear();
-                    ld.stacks.clear();
-                }
-                self.always_on |= h.options.mode.as_deref() == Some("always-on");
-                self.sites_in_windows |= h.options.call_sites.as_deref() == Some("windows");
-                match &self.header {
-                    None => self.header = Some(*h),
-                    Some(first) if first.session_id != h.session_id => self.warnings.push(format!(
-                        "records of another session ({}) are mixed into {}",
-                        h.session_id, first.session_id
-                    )),
-                    Some(_) => {}
-                }
-            }
+            Record::Frame(f) => self.take_frame(ld, f),
+            Record::Stack(s) => self.take_stack(ld, s),
+            Record::Header(h) => self.take_header(ld, h),
             Record::Dropped(d) => self.dropped = self.dropped.saturating_add(d.count),
             // Debug notices (the recorder's diagnostics) stay in the trace (`gpufl dump --type notice`).
             Record::Notice(n) if n.level != "info" && n.level != "debug" => self
@@ -655,6 +482,230 @@ impl Model {
             }
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
             Record::Hostcall(_) | Record::Hsample(_) => {}
+        }
+    }
+
+    #[inline]
+    fn take_kernel(&mut self, ld: &mut Loader, k: gpufl_trace::Kernel) {
+        if !self.gpu(k.ctx, k.dev) {
+            return;
+        }
+        self.span(k.start, k.end);
+        let name = self.str_ref(ld, k.name);
+        let cfg = LaunchConfig {
+            grid: k.grid,
+            block: k.block,
+            regs: k.regs,
+            smem_static: k.smem_static,
+            smem_dynamic: k.smem_dynamic,
+            local_mem: k.local_mem,
+            smem_executed: k.smem_executed,
+        };
+        let launch = self.launch_ref(ld, name, cfg);
+        let c = &mut self.kernels;
+        c.launch.push(launch);
+        c.start.push(k.start);
+        c.end.push(k.end);
+        c.corr.push(k.corr);
+        c.stream.push(k.stream);
+        c.ctx.push(k.ctx);
+        c.dev.push(k.dev);
+        if let Some(g) = k.graph {
+            let i = c.start.len() - 1;
+            self.graph_kernels.push((i as u32, g));
+        }
+    }
+
+    #[inline]
+    fn take_memcpy(&mut self, r: gpufl_trace::Memcpy) {
+        if !self.gpu(r.ctx, r.dev) {
+            return;
+        }
+        self.span(r.start, r.end);
+        let (op, src, dst) = (
+            copy_kind_to_u8(r.kind),
+            mem_kind_to_u8(r.src_kind),
+            mem_kind_to_u8(r.dst_kind),
+        );
+        self.push_copy(
+            r.start,
+            r.end,
+            r.bytes,
+            [r.corr, r.ctx, r.stream, r.dev],
+            [op, src, dst],
+        );
+        self.graph_copy(r.graph);
+    }
+
+    #[inline]
+    fn take_memset(&mut self, r: gpufl_trace::Memset) {
+        if !self.gpu(r.ctx, r.dev) {
+            return;
+        }
+        self.span(r.start, r.end);
+        self.memsets += 1;
+        let mk = mem_kind_to_u8(r.mem_kind);
+        self.push_copy(
+            r.start,
+            r.end,
+            r.bytes,
+            [r.corr, r.ctx, r.stream, r.dev],
+            [OP_MEMSET, mk, 0],
+        );
+        self.graph_copy(r.graph);
+    }
+
+    #[inline]
+    fn take_sync(&mut self, ld: &mut Loader, s: gpufl_trace::Sync) {
+        self.span(s.start, s.end);
+        let stack = StackIx::to_raw(s.stack.map(|id| self.stack_ref(ld, id)));
+        let c = &mut self.syncs;
+        c.start.push(s.start);
+        c.end.push(s.end);
+        c.tid.push(s.tid.unwrap_or(u64::MAX));
+        c.corr.push(s.corr);
+        c.ctx.push(s.ctx);
+        c.stream.push(s.stream.unwrap_or(NONE));
+        c.event.push(s.event.unwrap_or(NONE));
+        c.stack.push(stack);
+        c.kind.push(sync_kind_to_u8(s.kind));
+    }
+
+    #[inline]
+    fn take_api(&mut self, ld: &mut Loader, a: gpufl_trace::Api) {
+        self.span(a.start, a.end);
+        let name = self.str_ref(ld, a.name);
+        let c = &mut self.apis;
+        c.start.push(a.start);
+        c.end.push(a.end);
+        c.tid.push(a.tid);
+        c.corr.push(a.corr);
+        c.name.push(name);
+        c.cbid.push(a.cbid);
+    }
+
+    #[inline]
+    fn take_callsite(&mut self, ld: &mut Loader, c: gpufl_trace::Callsite) {
+        self.span(c.ts, c.ts);
+        let stack = self.stack_ref(ld, c.stack);
+        let api = self.str_ref(ld, c.api);
+        let w = u32::try_from(c.weight.unwrap_or(1)).unwrap_or(u32::MAX);
+        self.weighted |= c.weight.is_some();
+        self.callsites.push(Callsite {
+            corr: CorrId(c.corr),
+            stack,
+            api,
+            weight: w,
+        });
+    }
+
+    fn take_gnode(&mut self, ld: &mut Loader, g: gpufl_trace::Gnode) {
+        if self.graph_nodes.len() < MAX_GRAPH_NODES {
+            let stack = g.stack.map(|id| self.stack_ref(ld, id));
+            let from = g.from.map(|f| f.1);
+            // A node may have two records (created at instantiation, with a stack, and
+            // cloned from the captured node): keep the first of each field.
+            let e = self.graph_nodes.entry(g.node).or_insert((None, None));
+            if e.0.is_none() {
+                e.0 = stack;
+            }
+            if e.1.is_none() {
+                e.1 = from;
+            }
+        }
+    }
+
+    fn take_function(&mut self, ld: &mut Loader, f: gpufl_trace::Function) {
+        if let Some(b) = f.frame.or(f.stack) {
+            let name = self.str_ref(ld, f.name);
+            let e = self.stack_frames.entry(name).or_insert(b);
+            *e = (*e).max(b);
+        }
+        if let Some(src) = f.source {
+            let name = self.str_ref(ld, f.name);
+            let file = self.str_ref(ld, src.file);
+            let note = src.note.map_or(NONE, |n| self.str_ref(ld, n));
+            // The first record of a name wins.
+            if self.kernel_sources.len() < MAX_KERNEL_SOURCES {
+                self.kernel_sources
+                    .entry(name)
+                    .or_insert((file, src.line, note));
+            }
+        }
+    }
+
+    fn take_range(&mut self, ld: &mut Loader, r: gpufl_trace::Range) {
+        self.span(r.start, r.end.max(r.start));
+        let name = self.str_ref(ld, r.name);
+        self.ranges.push(crate::scopes::RangeSpan {
+            name,
+            start: r.start,
+            end: r.end.max(r.start),
+            tid: r.tid,
+            end_tid: r.end_tid,
+        });
+    }
+
+    fn take_scope(&mut self, ld: &mut Loader, sc: gpufl_trace::Scope) {
+        self.span(sc.ts, sc.ts);
+        let name = self.str_ref(ld, sc.name);
+        self.scope_raw.push(crate::scopes::RawScope {
+            tid: sc.tid,
+            ts: sc.ts,
+            name,
+            end: sc.end,
+            nvtx: sc.source == gpufl_trace::ScopeSource::Nvtx,
+        });
+    }
+
+    fn take_frame(&mut self, ld: &mut Loader, f: gpufl_trace::Frame) {
+        let opt = |m: &mut Self, ld: &mut Loader, id: Option<StrId>| {
+            id.map_or(NONE, |id| m.str_ref(ld, id))
+        };
+        let row = FrameRow {
+            kind: f.kind,
+            inlined: f.inlined,
+            module: opt(self, ld, f.module),
+            func: opt(self, ld, f.func),
+            file: opt(self, ld, f.file),
+            line: f.line.unwrap_or(NONE),
+            offset: f.offset,
+            text: opt(self, ld, f.text),
+        };
+        let g = self.frame_ref(ld, f.id);
+        self.frames[g as usize] = Some(row);
+    }
+
+    fn take_stack(&mut self, ld: &mut Loader, s: gpufl_trace::Stack) {
+        let frames: Box<[FrameId]> = s
+            .frames
+            .iter()
+            .map(|&f| FrameId(self.frame_ref(ld, f)))
+            .collect();
+        let g = self.stack_ref(ld, s.id);
+        self.stacks[g.index()] = Some(frames);
+        if let Some(t) = s.via_tid {
+            self.stack_via.insert(g, t);
+        }
+    }
+
+    fn take_header(&mut self, ld: &mut Loader, h: Box<Header>) {
+        self.files += 1;
+        if self.files > 1 {
+            // A new trace file: its interning starts again at 0.
+            ld.strs.clear();
+            ld.frames.clear();
+            ld.stacks.clear();
+        }
+        self.always_on |= h.options.mode.as_deref() == Some("always-on");
+        self.sites_in_windows |= h.options.call_sites.as_deref() == Some("windows");
+        match &self.header {
+            None => self.header = Some(*h),
+            Some(first) if first.session_id != h.session_id => self.warnings.push(format!(
+                "records of another session ({}) are mixed into {}",
+                h.session_id, first.session_id
+            )),
+            Some(_) => {}
         }
     }
 
@@ -758,17 +809,19 @@ impl Model {
         })
     }
 
-    fn stack_ref(&mut self, ld: &mut Loader, id: StackId) -> u32 {
+    fn stack_ref(&mut self, ld: &mut Loader, id: StackId) -> StackIx {
         let t = &mut self.stacks;
-        ld.stacks.get_or_alloc(id.0, || {
+        let raw = ld.stacks.get_or_alloc(id.0, || {
             t.push(None);
             (t.len() - 1) as u32
-        })
+        });
+        // The map holds only indices it was given: never NONE.
+        StackIx::at(raw as usize)
     }
 
     fn finish(&mut self) {
         // Stable: of two callsites with one corr (never written by the recorder), the first wins.
-        self.callsites.sort_by_key(|c| c.0);
+        self.callsites.sort_by_key(|c| c.corr);
         self.telemetry.finish();
         if self.first_ns > self.last_ns {
             (self.first_ns, self.last_ns) = (0, 0);

@@ -15,6 +15,7 @@
 //!   `extrapolated_impact_ns` (impact / coverage) is given beside it only when every window was a
 //!   periodic `sampled` one (a triggered or API window was opened for a reason: not typical).
 
+use crate::ids::LocIx;
 use crate::insight::Insight;
 use crate::model::{Model, WindowReason};
 use crate::userframe::SourceLoc;
@@ -92,7 +93,7 @@ pub struct Sampling {
 }
 
 /// The session's sampling summary: None unless it is always-on.
-pub(crate) fn summarize(m: &Model, stack_loc: &[u32], locs: &[SourceLoc]) -> Option<Sampling> {
+pub(crate) fn summarize(m: &Model, stack_loc: &[LocIx], locs: &[SourceLoc]) -> Option<Sampling> {
     if !m.is_always_on() {
         return None;
     }
@@ -118,21 +119,21 @@ pub(crate) fn summarize(m: &Model, stack_loc: &[u32], locs: &[SourceLoc]) -> Opt
 }
 
 /// Σ weight of the `callsite` records per (user line, API).
-fn calls_per_line(m: &Model, stack_loc: &[u32], locs: &[SourceLoc]) -> Vec<CallsPerLine> {
-    let mut acc: HashMap<(u32, u32), (u64, u64)> = HashMap::new();
-    for &(_, stack, api, w) in &m.callsites {
-        let Some(&loc) = stack_loc.get(stack as usize) else {
+fn calls_per_line(m: &Model, stack_loc: &[LocIx], locs: &[SourceLoc]) -> Vec<CallsPerLine> {
+    let mut acc: HashMap<(LocIx, u32), (u64, u64)> = HashMap::new();
+    for c in &m.callsites {
+        let Some(&loc) = stack_loc.get(c.stack.index()) else {
             continue;
         };
-        let e = acc.entry((loc, api)).or_insert((0, 0));
+        let e = acc.entry((loc, c.api)).or_insert((0, 0));
         e.0 += 1;
-        e.1 += u64::from(w);
+        e.1 += u64::from(c.weight);
     }
     let mut out: Vec<CallsPerLine> = acc
         .into_iter()
         .filter_map(|((loc, api), (captures, calls))| {
             Some(CallsPerLine {
-                location: locs.get(loc as usize)?.clone(),
+                location: locs.get(loc.index())?.clone(),
                 api: m.str(gpufl_trace::StrId(api)).to_string(),
                 captures,
                 calls,

@@ -1,6 +1,7 @@
 //! Named scopes (`scope` records: gpufl's API and NVTX ranges) as nested per-thread intervals, and
 //! the per-scope roll-up: wall time, GPU busy, kernels, synchronizations and time blocked in them.
 
+use crate::ids::CorrId;
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
 use serde::Serialize;
@@ -277,7 +278,7 @@ pub fn rollup(m: &Model, busy: &DeviceBusy) -> Vec<ScopeRollup> {
             .syncs()
             .filter_map(|s| s.tid.map(|t| (t, s.start, s.end.max(s.start)))),
     );
-    let kernel_corrs: std::collections::HashSet<u32> = m.kernels().map(|k| k.corr).collect();
+    let kernel_corrs: std::collections::HashSet<CorrId> = m.kernels().map(|k| k.corr).collect();
     let launches = per_tid(
         &mut m
             .apis()

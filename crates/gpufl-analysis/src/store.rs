@@ -291,7 +291,8 @@ fn touched<T: Spare>(n: usize) -> Vec<Vec<T>> {
         .collect()
 }
 
-/// "No value" for optional `u32` columns and unmapped ids.
+/// "No value" for optional `u32` columns and unmapped ids. Outside the model's storage, "no stack"
+/// is an `Option` of a [`StackIx`](crate::StackIx) (see [`crate::ids`]), not this value.
 pub(crate) const NONE: u32 = u32::MAX;
 
 /// Maps the ids of one trace file (each file of a session restarts its interning at 0) to the

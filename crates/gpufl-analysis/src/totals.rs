@@ -55,7 +55,7 @@ pub(crate) fn totals_with(m: &Model, busy: &DeviceBusy) -> Totals {
         if m.sync_kind_at(i).blocks_host() {
             sync_blocked_ns += s.end.get(i).saturating_sub(s.start.get(i));
         }
-        if s.stack.get(i) != crate::store::NONE {
+        if m.sync_stack(i).is_some() {
             syncs_with_stack += 1;
         }
     }

@@ -3,8 +3,9 @@
 //! installed packages or PyTorch's C++.
 
 use crate::error::AnalysisError;
+use crate::ids::StackIx;
 use crate::model::Model;
-use gpufl_trace::{FrameKind, StackId};
+use gpufl_trace::FrameKind;
 use serde::{Deserialize, Serialize};
 
 /// Where the user frame comes from.
@@ -242,7 +243,7 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
 /// cold walks of a thread can end before they leave those libraries). Such a stack says nothing
 /// about the call's line: it is no `<driver-internal>` vote (a stack that reaches the program's
 /// entry or a thread's start without a user frame is).
-pub fn is_cut_in_cuda(m: &Model, stack: StackId) -> bool {
+pub fn is_cut_in_cuda(m: &Model, stack: StackIx) -> bool {
     let Some(frames) = m.stack(stack) else {
         return true;
     };
@@ -258,7 +259,7 @@ pub fn is_cut_in_cuda(m: &Model, stack: StackId) -> bool {
     })
 }
 
-pub fn user_frame(m: &Model, stack: StackId, f: &FrameFilter) -> SourceLoc {
+pub fn user_frame(m: &Model, stack: StackIx, f: &FrameFilter) -> SourceLoc {
     let Some(frames) = m.stack(stack) else {
         return SourceLoc::driver_internal();
     };

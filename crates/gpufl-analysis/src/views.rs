@@ -1,7 +1,8 @@
 //! Plain views of the records a [`Model`](crate::Model) holds, and the byte encodings of the
 //! enumerations its columns store.
 
-use gpufl_trace::{CopyKind, FrameKind, MemoryKind, StackId, StrId, SyncKind};
+use crate::ids::{CorrId, StackIx};
+use gpufl_trace::{CopyKind, FrameKind, MemoryKind, StrId, SyncKind};
 use serde::Serialize;
 
 /// A kernel execution as the model keeps it (launch configuration and register / memory figures are
@@ -15,7 +16,7 @@ pub struct KernelRec {
     pub dev: u32,
     pub ctx: u32,
     pub stream: u32,
-    pub corr: u32,
+    pub corr: CorrId,
 }
 
 /// A kernel launch's configuration and resource use, as CUPTI recorded it (`kernel` record). The
@@ -87,10 +88,10 @@ pub struct CopyRec {
     pub dev: u32,
     pub ctx: u32,
     pub stream: u32,
-    pub corr: u32,
+    pub corr: CorrId,
 }
 
-/// A synchronization. `stack` is a model stack id (see [`Model::stack`](crate::Model::stack)).
+/// A synchronization. `stack` is the model's stack (see [`Model::stack`](crate::Model::stack)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SyncRec {
     pub kind: SyncKind,
@@ -99,9 +100,9 @@ pub struct SyncRec {
     pub ctx: u32,
     pub stream: Option<u32>,
     pub event: Option<u32>,
-    pub corr: u32,
+    pub corr: CorrId,
     pub tid: Option<u64>,
-    pub stack: Option<StackId>,
+    pub stack: Option<StackIx>,
 }
 
 impl SyncRec {
@@ -119,7 +120,7 @@ pub struct ApiRec {
     pub start: u64,
     pub end: u64,
     pub tid: u64,
-    pub corr: u32,
+    pub corr: CorrId,
 }
 
 impl ApiRec {

@@ -5,6 +5,12 @@ use gpufl_analysis::*;
 use gpufl_trace::*;
 use std::path::PathBuf;
 
+/// The model's stack of a trace stack id: in a one-file trace whose stacks are written in id
+/// order, the same index.
+fn ix(s: StackId) -> StackIx {
+    StackIx::new(s.0).unwrap()
+}
+
 // The rules of the streams seed, one module each group (tests/analysis/*.rs).
 #[path = "analysis/copy_rules.rs"]
 mod copy_rules;
@@ -317,7 +323,7 @@ fn user_frame_of_a_cpp_stack() {
     ];
     let st = b.stack(&f);
     let m = b.model();
-    let loc = user_frame(&m, st, &FrameFilter::default());
+    let loc = user_frame(&m, ix(st), &FrameFilter::default());
     assert_eq!(
         loc,
         SourceLoc {
@@ -332,7 +338,10 @@ fn user_frame_of_a_cpp_stack() {
     // Excluding the file moves the attribution outwards... to the same file: use a function's file.
     let mut f2 = FrameFilter::default();
     f2.exclude.push("*/stream_sync_loop.cu".into());
-    assert_eq!(user_frame(&m, st, &f2).origin, FrameOrigin::DriverInternal);
+    assert_eq!(
+        user_frame(&m, ix(st), &f2).origin,
+        FrameOrigin::DriverInternal
+    );
 }
 
 /// The stack of a `tick<<<1, 32>>>(…)` launch as recorded on the H100 (nvcc 13): the launch
@@ -371,7 +380,7 @@ fn user_frame_of_a_kernel_launch_skips_nvcc_stub_and_wrapper() {
     ];
     let st = b.stack(&f);
     let m = b.model();
-    let loc = user_frame(&m, st, &FrameFilter::default());
+    let loc = user_frame(&m, ix(st), &FrameFilter::default());
     assert_eq!(
         (loc.line, loc.function.as_deref()),
         (Some(54), Some("main"))
@@ -422,7 +431,7 @@ fn user_frame_of_a_python_stack_skips_torch_stdlib_and_site_packages() {
     ];
     let st = b.stack(&f);
     let m = b.model();
-    let loc = user_frame(&m, st, &FrameFilter::default());
+    let loc = user_frame(&m, ix(st), &FrameFilter::default());
     assert_eq!(
         loc,
         SourceLoc {
@@ -437,7 +446,7 @@ fn user_frame_of_a_python_stack_skips_torch_stdlib_and_site_packages() {
     // Include wins over exclude: attribute to torch's Python, which the user is working on.
     let mut inc = FrameFilter::default();
     inc.include.push("site-packages/torch/cuda".into());
-    let loc = user_frame(&m, st, &inc);
+    let loc = user_frame(&m, ix(st), &inc);
     assert_eq!((loc.line, loc.origin), (Some(1083), FrameOrigin::Python));
 }
 
@@ -458,12 +467,12 @@ fn user_frame_of_a_driver_internal_stack() {
     let st = b.stack(&f);
     let m = b.model();
     assert_eq!(
-        user_frame(&m, st, &FrameFilter::default()),
+        user_frame(&m, ix(st), &FrameFilter::default()),
         SourceLoc::driver_internal()
     );
     // An undefined stack is driver-internal too.
     assert_eq!(
-        user_frame(&m, StackId(99), &FrameFilter::default()).file,
+        user_frame(&m, StackIx::new(99).unwrap(), &FrameFilter::default()).file,
         "<driver-internal>"
     );
 }

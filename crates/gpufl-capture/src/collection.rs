@@ -4,18 +4,24 @@
 
 use crate::cbids;
 use crate::cupti::{self, Cupti};
+use crate::hostcalls::HostcallTable;
 use crate::options::knobs;
 use crate::options::Options;
 use crate::recorder::{buffer_completed, buffer_requested, is_disabled, Msg};
 use crate::sites::SiteTable;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// What is being collected and how it was switched (the module's one static).
 struct Collection {
     /// Launch / copy / memset callback ids (call-site stacks), when enabled.
     sites: OnceLock<SiteTable>,
+    /// Hostcall callback ids (`hostcall` records), unless `GPUFL_HOSTCALL_US=0`.
+    hostcalls: OnceLock<HostcallTable>,
+    /// Hostcall ids whose callbacks the cost guard turned off for good
+    /// ([`crate::hostcalls::MutePolicy`]), one bit each: runtime ids, then driver ids.
+    muted: [AtomicU64; MUTED_WORDS],
     /// Whether the driver domain's call-site callbacks are on. They are turned off when the
     /// driver launches and copies they see are made inside runtime calls (the runtime's callback
     /// already decided for those, so they only cost: ~2 % of a launch-bound PyTorch loop), except
@@ -33,8 +39,12 @@ struct Collection {
     pause_lock: Mutex<()>,
 }
 
+const MUTED_WORDS: usize = 2 * (crate::hostcalls::MAX_CBID + 1).div_ceil(64);
+
 static COLLECTION: Collection = Collection {
     sites: OnceLock::new(),
+    hostcalls: OnceLock::new(),
+    muted: [const { AtomicU64::new(0) }; MUTED_WORDS],
     driver_sites: AtomicBool::new(true),
     gpu_kinds_on: AtomicBool::new(false),
     window: AtomicU8::new(0),
@@ -46,6 +56,52 @@ static COLLECTION: Collection = Collection {
 #[inline]
 pub(crate) fn site_table() -> Option<&'static SiteTable> {
     COLLECTION.sites.get()
+}
+
+/// The hostcall callback ids, when `hostcall` records are on (read by every API callback).
+#[inline]
+pub(crate) fn hostcall_table() -> Option<&'static HostcallTable> {
+    COLLECTION.hostcalls.get()
+}
+
+/// The bit of a hostcall id in `Collection::muted`.
+fn muted_bit(domain: u32, cbid: u32) -> Option<(usize, u64)> {
+    let per_domain = (crate::hostcalls::MAX_CBID + 1).div_ceil(64);
+    let base = if domain == cupti::DOMAIN_RUNTIME {
+        0
+    } else {
+        per_domain
+    };
+    let word = cbid as usize / 64;
+    (word < per_domain).then(|| (base + word, 1u64 << (cbid % 64)))
+}
+
+fn is_muted(domain: u32, cbid: u32) -> bool {
+    muted_bit(domain, cbid)
+        .is_some_and(|(w, b)| COLLECTION.muted[w].load(Ordering::Relaxed) & b != 0)
+}
+
+/// Turn a hostcall id's callback off for the rest of the session (writer thread, the cost guard
+/// of `hostcalls.rs`); a later resume leaves it off.
+pub(crate) fn mute_hostcall(domain: u32, cbid: u32) {
+    let Some(r) = crate::recorder::get() else {
+        return;
+    };
+    if r.pid != std::process::id() || is_disabled() {
+        return;
+    }
+    let _guard = COLLECTION
+        .pause_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((w, b)) = muted_bit(domain, cbid) {
+        COLLECTION.muted[w].fetch_or(b, Ordering::Relaxed);
+    }
+    if COLLECTION.paused.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
+        return;
+    }
+    // SAFETY: plain CUPTI call with valid arguments.
+    unsafe { (r.cupti.enable_callback)(0, r.subscriber.load(Ordering::SeqCst), domain, cbid) };
 }
 
 /// Set up activity collection once (buffers, thread ids, flush period, resource callbacks), then
@@ -115,6 +171,10 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
             COLLECTION
                 .sites
                 .get_or_init(|| crate::sites::SiteTable::build(c));
+        }
+        // Hostcall records (other CUDA calls that held their thread): unless GPUFL_HOSTCALL_US=0.
+        if knobs.hostcall_us > 0 {
+            COLLECTION.hostcalls.get_or_init(|| HostcallTable::build(c));
         }
         if let Some(cupti) = crate::recorder::cupti_loaded() {
             if let Some(n) = crate::kernel_detail::start(cupti, COLLECTION.sites.get().is_some()) {
@@ -206,6 +266,14 @@ fn set_collection(
     // SAFETY (whole function): plain CUPTI calls with valid arguments.
     unsafe {
         let flag = u32::from(on);
+        // Hostcalls, all the time (always-on too, like synchronizations); ids the cost guard
+        // turned off stay off.
+        if let Some(t) = COLLECTION.hostcalls.get() {
+            for (domain, id) in t.ids() {
+                let f = u32::from(on && !is_muted(domain, id));
+                (c.enable_callback)(f, sub, domain, id);
+            }
+        }
         if opts.enable_synchronization {
             // Benchmark knob: GPUFL_CALLBACK_DOMAINS=runtime|driver (default both).
             let want = &knobs().callback_domains;
@@ -221,6 +289,9 @@ fn set_collection(
             }
         }
     }
+    // A call in progress across the switch may have its exit unseen: threads' call markers
+    // (crate::callmark) from before are stale.
+    crate::sites::callbacks_switched();
 }
 
 /// Turn the call-site callbacks (launches, graph launches, copies, memsets) on or off; the driver domain's stay

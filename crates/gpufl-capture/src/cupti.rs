@@ -274,6 +274,14 @@ impl Cupti {
 
     /// Name of an API function by domain and callback id.
     pub fn callback_name(&self, domain: u32, cbid: u32) -> Option<String> {
+        // CUPTI names carry a version suffix ("cudaLaunchKernel_v7000"); drop it.
+        let s = self.callback_name_raw(domain, cbid)?;
+        Some(strip_version_suffix(&s).to_string())
+    }
+
+    /// Name of an API function as CUPTI gives it, version suffix included
+    /// ("cudaMalloc_v3020", "cuMemAlloc_v2"): the suffix names the parameter layout.
+    pub fn callback_name_raw(&self, domain: u32, cbid: u32) -> Option<String> {
         let f = self.get_callback_name?;
         let mut p: *const c_char = std::ptr::null();
         // SAFETY: f writes a pointer to a static string.
@@ -281,9 +289,7 @@ impl Cupti {
             return None;
         }
         // SAFETY: static NUL-terminated string.
-        let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
-        // CUPTI names carry a version suffix ("cudaLaunchKernel_v7000"); drop it.
-        Some(strip_version_suffix(&s).to_string())
+        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
     }
 }
 

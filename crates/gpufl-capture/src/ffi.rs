@@ -393,6 +393,44 @@ pub unsafe extern "C" fn gpufl_test_cross_thread_cost(iters: u32, out: *mut f64)
     .unwrap_or(-1)
 }
 
+/// Test entry point: run the host sampler for `ms` milliseconds at `hz` samples a second (no
+/// recorder, no GPU needed) and write its samples as JSON (`hostsampler::test_samples_json`) into
+/// `buf`. The caller's thread waits in C (a ctypes call releases the GIL). Returns bytes written,
+/// or -(needed).
+///
+/// # Safety
+/// `buf` points at `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn gpufl_test_host_samples(
+    hz: u32,
+    ms: u32,
+    buf: *mut c_char,
+    len: usize,
+) -> isize {
+    std::panic::catch_unwind(|| {
+        let json = crate::hostsampler::test_samples_json(hz, ms);
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_out(&json, buf, len) }
+    })
+    .unwrap_or(-1)
+}
+
+/// Test entry point: mark the calling thread as entering (`enter` ≠ 0) or leaving the CUDA call of
+/// CUPTI `domain` / `cbid`, as the recorder's callbacks do ([`crate::callmark`]); returns 1 when
+/// the call is (or closes) the thread's outermost.
+#[no_mangle]
+pub extern "C" fn gpufl_test_callmark(enter: c_int, domain: u32, cbid: u32) -> c_int {
+    std::panic::catch_unwind(|| {
+        let outer = if enter != 0 {
+            crate::callmark::enter(domain, cbid, crate::sites::epoch())
+        } else {
+            crate::callmark::exit(domain, cbid)
+        };
+        c_int::from(outer)
+    })
+    .unwrap_or(-1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

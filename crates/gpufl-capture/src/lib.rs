@@ -8,6 +8,7 @@
 
 pub mod activity;
 pub mod always_on;
+pub mod callmark;
 pub mod cbids;
 pub mod clock;
 pub mod collection;
@@ -20,6 +21,8 @@ pub mod dl;
 pub mod driver;
 pub mod ffi;
 pub mod graphnodes;
+pub mod hostcalls;
+pub mod hostsampler;
 pub mod inductor;
 pub mod kernel_detail;
 pub mod kernel_stall;

@@ -360,6 +360,33 @@ pub struct Knobs {
     pub kernel_detail_budget: Option<String>,
     /// Stall reasons, unless `GPUFL_KERNEL_DETAIL_STALLS` is false.
     pub kernel_detail_stalls: bool,
+    // --- host time (hostcalls.rs, hostsampler.rs)
+    /// `GPUFL_HOSTCALL_US`: a CUDA call of the hostcall list that held its thread at least this
+    /// long gets a `hostcall` record, µs (0: no hostcall callbacks).
+    pub hostcall_us: u32,
+    /// `GPUFL_HOST_SAMPLES`: the host sampler's rate, samples per second per thread (0: off).
+    pub host_samples_hz: u32,
+    /// `GPUFL_HOST_SAMPLE_BUDGET`: share of one core the host sampler may use, percent.
+    pub host_sample_budget_pct: f64,
+}
+
+/// Default threshold of `hostcall` records, µs (`GPUFL_HOSTCALL_US`).
+pub const DEFAULT_HOSTCALL_US: u32 = 20;
+/// Default rate of the host sampler, per second per thread (`GPUFL_HOST_SAMPLES`).
+pub const DEFAULT_HOST_SAMPLES_HZ: u32 = 100;
+/// Highest rate of the host sampler, per second per thread.
+pub const MAX_HOST_SAMPLES_HZ: u32 = 1000;
+/// Default share of one core the host sampler may use, percent (`GPUFL_HOST_SAMPLE_BUDGET`).
+pub const DEFAULT_HOST_SAMPLE_BUDGET_PCT: f64 = 1.0;
+
+/// A rate or threshold knob: a non-negative integer, `off`/`false`/`no` for 0; None when the value
+/// is neither (the default then stands).
+pub fn parse_count_or_off(v: &str) -> Option<u32> {
+    let t = v.trim().to_ascii_lowercase();
+    if matches!(t.as_str(), "off" | "false" | "no") {
+        return Some(0);
+    }
+    t.parse::<u32>().ok()
 }
 
 /// A duration in ms from a variable's value (a positive integer), else None.
@@ -478,6 +505,16 @@ impl Knobs {
             kernel_detail_gap_ms: get("GPUFL_KERNEL_DETAIL_GAP_MS"),
             kernel_detail_budget: get("GPUFL_KERNEL_DETAIL_BUDGET"),
             kernel_detail_stalls: not_false("GPUFL_KERNEL_DETAIL_STALLS"),
+            hostcall_us: get("GPUFL_HOSTCALL_US")
+                .and_then(|v| parse_count_or_off(&v))
+                .unwrap_or(DEFAULT_HOSTCALL_US),
+            host_samples_hz: get("GPUFL_HOST_SAMPLES")
+                .and_then(|v| parse_count_or_off(&v))
+                .map_or(DEFAULT_HOST_SAMPLES_HZ, |hz| hz.min(MAX_HOST_SAMPLES_HZ)),
+            host_sample_budget_pct: get("GPUFL_HOST_SAMPLE_BUDGET")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v > 0.0 && *v <= 100.0)
+                .unwrap_or(DEFAULT_HOST_SAMPLE_BUDGET_PCT),
         }
     }
 }
@@ -638,6 +675,26 @@ mod tests {
         assert_eq!(k.trigger_signal, TriggerSignal::Signal(libc::SIGUSR2));
         assert_eq!(k.kernel_detail, None);
         assert!(k.kernel_detail_stalls);
+        assert_eq!(
+            (k.hostcall_us, k.host_samples_hz, k.host_sample_budget_pct),
+            (20, 100, 1.0)
+        );
+    }
+
+    #[test]
+    fn host_time_knobs() {
+        let one = |name: &'static str, v: &'static str| {
+            Knobs::from_env_with(move |k| (k == name).then(|| v.to_string()))
+        };
+        assert_eq!(one("GPUFL_HOSTCALL_US", "0").hostcall_us, 0);
+        assert_eq!(one("GPUFL_HOSTCALL_US", " 50 ").hostcall_us, 50);
+        assert_eq!(one("GPUFL_HOSTCALL_US", "soon").hostcall_us, 20);
+        assert_eq!(one("GPUFL_HOST_SAMPLES", "off").host_samples_hz, 0);
+        assert_eq!(one("GPUFL_HOST_SAMPLES", "250").host_samples_hz, 250);
+        assert_eq!(one("GPUFL_HOST_SAMPLES", "99999").host_samples_hz, 1000);
+        assert_eq!(one("GPUFL_HOST_SAMPLES", "-3").host_samples_hz, 100);
+        let b = |v: &'static str| one("GPUFL_HOST_SAMPLE_BUDGET", v).host_sample_budget_pct;
+        assert_eq!((b("2.5"), b("0"), b("nan"), b("500")), (2.5, 1.0, 1.0, 1.0));
     }
 
     #[test]

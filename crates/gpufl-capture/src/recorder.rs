@@ -313,9 +313,8 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
                 }
                 .into(),
             ),
-            // Set by the host sampler and blocking-call recording once they exist in this build.
-            host_samples_hz: None,
-            hostcall_us: None,
+            host_samples_hz: Some(crate::options::knobs().host_samples_hz),
+            hostcall_us: Some(crate::options::knobs().hostcall_us),
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -327,6 +326,9 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
 /// Capture cannot run: say so once, write a session that records why, and get out of the way.
 fn disabled(opts: &Options, dir: &Path, mut header: Header, why: String) -> InitError {
     say(false, &format!("not recording: {why}"));
+    // Neither the host sampler nor the hostcall callbacks run without GPU capture.
+    header.options.host_samples_hz = Some(0);
+    header.options.hostcall_us = Some(0);
     header.capture = CaptureStatus {
         status: "disabled".into(),
         reason: Some(why.clone()),
@@ -401,6 +403,17 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             crate::sink::MODULE_UNLOADS.fetch_add(1, Ordering::Release);
         }
         cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
+            use std::mem::offset_of;
+            type D = cupti::sys::CUpti_CallbackData;
+            // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
+            let entry = unsafe { cb_field::<u32>(data, offset_of!(D, callbackSite)) } == 0;
+            // Every enabled call marks the thread for the host sampler; the marker also says
+            // whether this is the thread's outermost call.
+            let outermost = if entry {
+                crate::callmark::enter(domain, cbid, crate::sites::epoch())
+            } else {
+                crate::callmark::exit(domain, cbid)
+            };
             if let Some(kind) = crate::collection::site_table().and_then(|t| t.kind(domain, cbid)) {
                 if matches!(kind, crate::sites::SiteKind::Launch(_))
                     && crate::kernel_detail::active()
@@ -420,6 +433,25 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
                 };
                 // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
                 unsafe { crate::sites::on_site_api(call, data) }
+            } else if let Some(table) =
+                crate::collection::hostcall_table().filter(|t| t.contains(domain, cbid))
+            {
+                let Some(r) = STATE.recorder.get() else {
+                    return;
+                };
+                let call = crate::hostcalls::HostcallCall {
+                    cupti: r.cupti,
+                    table,
+                    domain,
+                    cbid,
+                    entry,
+                    outermost,
+                    stacks: r.opts.enable_stack_trace,
+                    python: r.python,
+                    threshold_ns: u64::from(crate::options::knobs().hostcall_us) * 1000,
+                };
+                // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
+                unsafe { crate::hostcalls::on_api(call, data) }
             } else {
                 // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
                 unsafe { on_sync_api(domain, cbid, data) }
@@ -619,6 +651,7 @@ fn writer_thread(
     }
     let mut sink = open_trace(&path, &header, notices, cupti);
     let telemetry = start_telemetry(&mut sink, &header, cupti);
+    let host_sampler = start_host_sampler(&mut sink, cupti);
     // The module list for native stacks, built here rather than by the first capture on the hot
     // path; kept current below (libraries loaded later, rebuilds a bounded walk asked for).
     crate::unwind::service();
@@ -645,6 +678,8 @@ fn writer_thread(
         header,
         cupti,
         telemetry,
+        host_sampler,
+        hostcall_mute: crate::hostcalls::MutePolicy::new(Instant::now()),
         flush_period,
         last_cupti_flush,
         last_block,
@@ -713,6 +748,26 @@ fn start_telemetry(
     }
 }
 
+/// Start the host sampler (unless `GPUFL_HOST_SAMPLES=0`); a sampler that cannot start leaves a
+/// notice.
+fn start_host_sampler(
+    sink: &mut Option<Sink>,
+    cupti: &'static Cupti,
+) -> Option<crate::hostsampler::Handle> {
+    match crate::hostsampler::start(move || cupti.timestamp())? {
+        Ok(h) => Some(h),
+        Err(e) => {
+            if let Some(s) = sink.as_mut() {
+                let _ = s.write(&Record::Notice(Notice {
+                    level: "warning".into(),
+                    message: format!("host samples off: cannot start the sampler thread ({e})"),
+                }));
+            }
+            None
+        }
+    }
+}
+
 /// The writer thread's state between the turns of its loop.
 struct Writer {
     rx: Receiver<Msg>,
@@ -721,6 +776,9 @@ struct Writer {
     header: Header,
     cupti: &'static Cupti,
     telemetry: Option<crate::telemetry::Handle>,
+    host_sampler: Option<crate::hostsampler::Handle>,
+    /// The hostcall callbacks' cost guard.
+    hostcall_mute: crate::hostcalls::MutePolicy,
     /// How often CUPTI is asked for its completed buffers (None: never, or CUPTI flushes itself).
     flush_period: Option<Duration>,
     last_cupti_flush: Instant,
@@ -796,6 +854,7 @@ impl Writer {
         }
         crate::metrics_feed::tick(self.sink.as_mut());
         self.driver_sites.tick(Instant::now());
+        self.hostcall_mute.tick(Instant::now());
         crate::unwind::service();
     }
 
@@ -854,6 +913,7 @@ impl Writer {
         if let Some(t) = &self.telemetry {
             t.stop();
         }
+        let sampler_stopped = self.host_sampler.as_ref().map(|h| h.stop());
         loop {
             match self.rx.try_recv() {
                 Ok(Msg::Buffer {
@@ -875,11 +935,50 @@ impl Writer {
             let _ = crate::modules::finish_into(&mut s);
             let _ = crate::kernel_detail::finish_into(&mut s);
             crate::telemetry::finish(self.telemetry.as_ref(), &mut s);
+            host_time_notices(
+                &mut s,
+                self.host_sampler.as_ref(),
+                sampler_stopped,
+                &self.hostcall_mute,
+            );
             closing_notices(&mut s, &self.driver_sites);
             crate::metrics_feed::before_end(&mut s);
             s.finish(reason).ok()
         });
         let _ = ack.send(counts);
+    }
+}
+
+/// The notices of the host time: the host sampler's figures (samples, threads, its CPU time, rate
+/// changes, losses) and the hostcall records' (recorded, without a stack, lost, callbacks turned
+/// off).
+fn host_time_notices(
+    s: &mut Sink,
+    sampler: Option<&crate::hostsampler::Handle>,
+    stopped: Option<bool>,
+    mute: &crate::hostcalls::MutePolicy,
+) {
+    let mut lines = Vec::new();
+    if let Some(h) = sampler {
+        lines.push(h.summary(s.hsamples_lost));
+        if stopped == Some(false) {
+            lines.push("host samples: the sampler thread did not stop in time".to_string());
+        }
+    }
+    let us = crate::options::knobs().hostcall_us;
+    let (written, lost) = (s.hostcalls, s.hostcalls_lost);
+    let name = |d: u32, c: u32| {
+        cupti_loaded()
+            .and_then(|k| k.callback_name(d, c))
+            .unwrap_or_else(|| format!("cbid {c}"))
+    };
+    let summary = crate::hostcalls::summary(us, written, lost, mute.muted(), name);
+    lines.extend(summary);
+    for message in lines {
+        let _ = s.write(&Record::Notice(Notice {
+            level: "info".into(),
+            message,
+        }));
     }
 }
 
@@ -1100,6 +1199,9 @@ extern "C" fn at_exit() {
 }
 
 extern "C" fn in_forked_child() {
+    // The host sampler thread is not in the child either: its handle, the parent writer's, is
+    // never stopped here (stop() returns in a forked child before reaching the writer), and
+    // would not wait (hostsampler::Handle::stop).
     STATE.disabled.store(true, Ordering::SeqCst);
     crate::pyframes::xthread::note_fork();
     crate::scopes::set_enabled(false);

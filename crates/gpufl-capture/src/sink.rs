@@ -59,6 +59,11 @@ pub struct Sink {
     pub discarded_api: u64,
     /// Launch `api` records made from the call-site callbacks (`GPUFL_API_FROM=callbacks`).
     pub api_from_callbacks: u64,
+    /// `hostcall` and `hsample` records written, and those lost on the way (queues full).
+    pub hostcalls: u64,
+    pub hostcalls_lost: u64,
+    pub hsamples: u64,
+    pub hsamples_lost: u64,
     /// Inductor's cache index, made at the first Triton kernel.
     inductor: Option<crate::inductor::Index>,
     /// Kernel names whose generated source was looked up (ids of the current file).
@@ -96,6 +101,10 @@ impl Sink {
                 .map(|_| crate::kernel_detail::Tally::default()),
             discarded_api: 0,
             api_from_callbacks: 0,
+            hostcalls: 0,
+            hostcalls_lost: 0,
+            hsamples: 0,
+            hsamples_lost: 0,
             inductor: None,
             sourced: std::collections::HashSet::new(),
             pending_sources: Vec::new(),
@@ -158,7 +167,41 @@ impl Sink {
             }))?;
         }
         self.write_lost("api_queue", crate::sites::take_api_dropped())?;
+        while let Some(h) = crate::hostsampler::queue().pop() {
+            self.take_host_sample(&h)?;
+        }
+        let lost = crate::hostsampler::take_dropped();
+        self.hsamples_lost += lost;
+        self.write_lost("host_sample_queue", lost)?;
+        let lost = crate::hostcalls::take_dropped();
+        self.hostcalls_lost += lost;
+        self.write_lost("hostcall_queue", lost)?;
         self.write_lost("stack_queue", stack::take_dropped())
+    }
+
+    /// An `hsample` record from the host sampler's sample.
+    pub fn take_host_sample(
+        &mut self,
+        h: &crate::hostsampler::HostSample,
+    ) -> Result<(), TraceError> {
+        let stack = if h.len > 0 {
+            Some(self.intern_raw_stack(h.entries())?)
+        } else {
+            None
+        };
+        let call = match h.call {
+            Some((domain, cbid)) => Some(self.api_name(domain, cbid)?),
+            None => None,
+        };
+        self.hsamples += 1;
+        self.write(&Record::Hsample(Hsample {
+            ts: h.ts,
+            tid: h.tid,
+            state: h.state,
+            period_ns: h.period_ns,
+            stack,
+            call,
+        }))
     }
 
     /// A `dropped` record for what a hot-path queue lost, if anything.
@@ -215,6 +258,27 @@ impl Sink {
                 stack,
                 tid: Some(s.tid),
                 from: None,
+            }));
+        }
+        if let Some(h) = s.hostcall {
+            let name = self.api_name(s.domain, s.cbid)?;
+            self.hostcalls += 1;
+            return self.write(&Record::Hostcall(Hostcall {
+                domain: if s.domain == cupti::DOMAIN_RUNTIME {
+                    ApiDomain::Runtime
+                } else {
+                    ApiDomain::Driver
+                },
+                name,
+                cbid: s.cbid,
+                start: s.ts,
+                end: s.end.max(s.ts),
+                tid: s.tid,
+                corr: s.corr,
+                ctx: (s.ctx != 0).then_some(s.ctx),
+                bytes: h.bytes,
+                ret: h.ret,
+                stack,
             }));
         }
         let Some((kind, _, _)) = sync else {
@@ -532,7 +596,8 @@ impl Sink {
         Ok(true)
     }
 
-    fn api_name(&mut self, domain: u32, cbid: u32) -> Result<StrId, TraceError> {
+    /// The interned name of an API function (domain, callback id).
+    pub fn api_name(&mut self, domain: u32, cbid: u32) -> Result<StrId, TraceError> {
         if let Some(id) = self.api_names.get(&(domain, cbid)) {
             return Ok(*id);
         }
@@ -797,6 +862,93 @@ mod tests {
         assert!(nodes[0].stack.is_some());
         assert_eq!((nodes[1].node, nodes[1].from), (91, Some(GraphNode(2, 77))));
         assert!(nodes[1].stack.is_none());
+    }
+
+    #[test]
+    fn hostcalls_and_host_samples_are_written_with_their_stacks() {
+        let _queues = queues();
+        let path =
+            std::env::temp_dir().join(format!("gpufl-sink-host-{}.ndjson.zst", std::process::id()));
+        let mut sink = sink_at(&path);
+        let mut s = Sample::empty();
+        (s.domain, s.cbid, s.corr, s.ctx, s.tid) = (cupti::DOMAIN_RUNTIME, 22, 9, 1, 5);
+        (s.ts, s.end) = (1_000, 41_000);
+        s.has_stack = true;
+        s.len = 1;
+        s.frames[0] = 0x1000;
+        s.hostcall = Some(crate::stack::HostcallFacts {
+            bytes: Some(1 << 20),
+            ret: 2,
+        });
+        // Straight to the sink: stack.rs's tests fill and empty the shared queue.
+        sink.take_sample(&s).unwrap();
+        let mut h = crate::hostsampler::HostSample {
+            ts: 5_000,
+            tid: 5,
+            state: HostState::Cuda,
+            period_ns: 10_000_000,
+            call: Some((cupti::DOMAIN_RUNTIME, 22)),
+            len: 1,
+            frames: [0; crate::hostsampler::MAX_FRAMES],
+        };
+        h.frames[0] = 0x1000;
+        crate::hostsampler::queue().push(h).ok().unwrap();
+        crate::hostsampler::queue()
+            .push(crate::hostsampler::HostSample {
+                state: HostState::Sleep,
+                call: None,
+                len: 0,
+                ..h
+            })
+            .ok()
+            .unwrap();
+        sink.drain_samples().unwrap();
+        assert_eq!((sink.hostcalls, sink.hsamples), (1, 2));
+        sink.finish("test").unwrap();
+        let recs = read_back(&path);
+        std::fs::remove_file(&path).ok();
+        let hc: Vec<&Hostcall> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Hostcall(h) => Some(h),
+                _ => None,
+            })
+            .collect();
+        let hs: Vec<&Hsample> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Hsample(h) => Some(h),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(hc.len(), 1);
+        let c = hc[0];
+        assert_eq!(
+            (c.domain, c.cbid, c.start, c.end, c.tid, c.corr, c.ctx, c.bytes, c.ret),
+            (
+                ApiDomain::Runtime,
+                22,
+                1_000,
+                41_000,
+                5,
+                9,
+                Some(1),
+                Some(1 << 20),
+                2
+            )
+        );
+        assert!(c.stack.is_some());
+        assert_eq!(hs.len(), 2);
+        assert_eq!(
+            (hs[0].state, hs[0].period_ns, hs[0].tid),
+            (HostState::Cuda, 10_000_000, 5)
+        );
+        assert_eq!(hs[0].stack, c.stack, "the same frames, the same stack");
+        assert_eq!(hs[0].call, Some(c.name), "the call's name, interned once");
+        assert_eq!(
+            (hs[1].state, hs[1].stack, hs[1].call),
+            (HostState::Sleep, None, None)
+        );
     }
 
     #[test]

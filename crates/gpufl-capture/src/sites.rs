@@ -170,10 +170,57 @@ pub struct Sampler {
     counts: [u32; SLOTS],
     /// Calls of the slot's key since its last capture.
     pending: [u32; SLOTS],
+    budget: TimeBudget,
+}
+
+/// A thread's time budget for stack captures: it earns a share of the time that passes (up to
+/// [`BURST_NS`] saved, which it starts with), and each capture spends what it measurably cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeBudget {
     /// Time the thread may still spend on captures, ns (negative: in debt).
     budget_ns: i64,
     /// When the budget was last topped up (trace clock, ns); 0 before the first call.
     last_ns: u64,
+}
+
+impl TimeBudget {
+    pub const fn new() -> TimeBudget {
+        TimeBudget {
+            budget_ns: BURST_NS as i64,
+            last_ns: 0,
+        }
+    }
+
+    /// Whether the thread can afford a capture at `now_ns` (trace clock), earning `ppm` of the
+    /// time since the last call first.
+    pub fn afford(&mut self, now_ns: u64, ppm: u64) -> bool {
+        if self.last_ns == 0 {
+            self.last_ns = now_ns;
+        }
+        let elapsed = now_ns.saturating_sub(self.last_ns);
+        let earned = (elapsed as u128 * ppm as u128 / 1_000_000) as u64;
+        if earned > 0 {
+            self.budget_ns = self
+                .budget_ns
+                .saturating_add(earned.min(BURST_NS) as i64)
+                .min(BURST_NS as i64);
+            self.last_ns = now_ns;
+        }
+        self.budget_ns > 0
+    }
+
+    /// Charge a capture's measured cost.
+    pub fn spend(&mut self, cost_ns: u64) {
+        self.budget_ns = self
+            .budget_ns
+            .saturating_sub(cost_ns.min(i64::MAX as u64) as i64);
+    }
+}
+
+impl Default for TimeBudget {
+    fn default() -> Self {
+        TimeBudget::new()
+    }
 }
 
 impl Sampler {
@@ -182,8 +229,7 @@ impl Sampler {
             keys: [0; SLOTS],
             counts: [0; SLOTS],
             pending: [0; SLOTS],
-            budget_ns: BURST_NS as i64,
-            last_ns: 0,
+            budget: TimeBudget::new(),
         }
     }
 
@@ -224,26 +270,12 @@ impl Sampler {
     /// Whether the thread can afford a capture at `now_ns` (trace clock), earning `ppm` of the
     /// time since the last call first.
     pub fn afford(&mut self, now_ns: u64, ppm: u64) -> bool {
-        if self.last_ns == 0 {
-            self.last_ns = now_ns;
-        }
-        let elapsed = now_ns.saturating_sub(self.last_ns);
-        let earned = (elapsed as u128 * ppm as u128 / 1_000_000) as u64;
-        if earned > 0 {
-            self.budget_ns = self
-                .budget_ns
-                .saturating_add(earned.min(BURST_NS) as i64)
-                .min(BURST_NS as i64);
-            self.last_ns = now_ns;
-        }
-        self.budget_ns > 0
+        self.budget.afford(now_ns, ppm)
     }
 
     /// Charge a capture's measured cost.
     pub fn spend(&mut self, cost_ns: u64) {
-        self.budget_ns = self
-            .budget_ns
-            .saturating_sub(cost_ns.min(i64::MAX as u64) as i64);
+        self.budget.spend(cost_ns)
     }
 
     /// The calls a capture in `slot` stands for (pending since the slot's last capture, this
@@ -337,6 +369,13 @@ static SHARED: Shared = Shared {
 /// counted so far may be stale (a call whose exit came, or will come, unseen).
 pub fn callbacks_switched() {
     SHARED.epoch.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The callbacks' current epoch (see [`RuntimeDepth`]): a thread's call marker from an older one
+/// may be a call whose exit went unseen ([`crate::callmark`]).
+#[inline]
+pub fn epoch() -> u32 {
+    SHARED.epoch.load(Ordering::Relaxed)
 }
 
 struct ThreadState {

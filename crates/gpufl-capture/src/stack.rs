@@ -80,6 +80,9 @@ pub struct Sample {
     /// A CUDA graph node this call created (graph id, node id): the sample is the node's creation
     /// stack (a `gnode` record), not a call site.
     pub graph_node: Option<(u32, u64)>,
+    /// A CUDA call that held its thread past the hostcall threshold ([`crate::hostcalls`]): the
+    /// sample is a `hostcall` record (`ts`..`end` the call), not a call site.
+    pub hostcall: Option<HostcallFacts>,
     /// Innermost first. Native return addresses, or `PY_TAG | python frame id`.
     pub frames: [u64; MAX_FRAMES],
 }
@@ -104,6 +107,7 @@ impl Sample {
             native_copy: 0,
             via_tid: 0,
             graph_node: None,
+            hostcall: None,
             frames: [0; MAX_FRAMES],
         }
     }
@@ -112,6 +116,15 @@ impl Sample {
     pub fn entries(&self) -> &[u64] {
         &self.frames[..(self.len as usize).min(MAX_FRAMES)]
     }
+}
+
+/// What a `hostcall` record holds besides a sample's common fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostcallFacts {
+    /// Bytes asked for (allocation calls whose parameters give the size).
+    pub bytes: Option<u64>,
+    /// The call's return code (`cudaError_t` / `CUresult`).
+    pub ret: u32,
 }
 
 /// Stack capture's process-wide state (the module's one static): the queues to the writer, the
@@ -136,6 +149,7 @@ struct Stacks {
     /// Durations of the first captures of each [`Purpose`].
     site_cost: CostTable,
     sync_cost: CostTable,
+    hostcall_cost: CostTable,
     /// The long-lived native thread of [`capture_on_persistent_native_thread_json`] (tests).
     test_worker: OnceLock<Option<Mutex<TestChan>>>,
 }
@@ -158,6 +172,7 @@ static STACKS: Stacks = Stacks {
     debug_seen: AtomicU64::new(0),
     site_cost: CostTable::new(),
     sync_cost: CostTable::new(),
+    hostcall_cost: CostTable::new(),
     test_worker: OnceLock::new(),
 };
 
@@ -168,10 +183,21 @@ pub fn queue() -> &'static ArrayQueue<Sample> {
 
 /// Push a sample; when the writer falls behind the sample is counted as dropped, never blocking.
 pub fn push(s: Sample) {
-    if let Err(s) = queue().push(s) {
+    if !try_push(s) {
         STACKS.dropped.fetch_add(1, Ordering::Relaxed);
-        if s.native_copy != 0 {
-            unwind::release_copy(usize::from(s.native_copy - 1));
+    }
+}
+
+/// Push a sample; false when the queue is full (the sample is dropped, its stack copy given back,
+/// and the caller counts it).
+pub fn try_push(s: Sample) -> bool {
+    match queue().push(s) {
+        Ok(()) => true,
+        Err(s) => {
+            if s.native_copy != 0 {
+                unwind::release_copy(usize::from(s.native_copy - 1));
+            }
+            false
         }
     }
 }
@@ -332,6 +358,16 @@ fn python_frame_id(raw: &PyFrameRaw, other: bool) -> Option<u32> {
     } else {
         pyframes::code_identity(raw)?
     };
+    python_frame_id_as(raw, identity, other)
+}
+
+/// [`python_frame_id`] of a frame read from another thread whose code object's identity the
+/// caller read itself (the host sampler reads it with the code object's header, in one copy).
+pub(crate) fn python_frame_id_known(raw: &PyFrameRaw, identity: (u32, usize)) -> Option<u32> {
+    python_frame_id_as(raw, identity, true)
+}
+
+fn python_frame_id_as(raw: &PyFrameRaw, identity: (u32, usize), other: bool) -> Option<u32> {
     let key = (raw.code, raw.instr_offset);
     let cached = PY_CACHE
         .try_with(|c| c.borrow().get(&key).copied())
@@ -444,6 +480,9 @@ pub enum Purpose {
     /// A launch, copy or memset call site (the hot path of a launch): native walk bounded by
     /// [`site_unwind_ns`], module list rebuilds left to the writer thread.
     Site,
+    /// A CUDA call that held its thread past the hostcall threshold ([`crate::hostcalls`]),
+    /// captured at its exit: bounded as a synchronization's, counted apart.
+    Hostcall,
 }
 
 /// Time bound of a synchronization's native walk, ns.
@@ -522,16 +561,17 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
     // under them (CUPTI, the driver, the runtime, the framework's C++) are walked only with
     // GPUFL_SITE_NATIVE=1. Cold, such a walk took 15-25 µs per capture on the H100 machine and
     // was cut by its bound before it left CUPTI and the driver (phase trainerbench, 2026-11-25).
-    let native_for_python = purpose == Purpose::Sync || site_native_enabled();
+    let sync_like = matches!(purpose, Purpose::Sync | Purpose::Hostcall);
+    let native_for_python = sync_like || site_native_enabled();
     let want_native = pn == 0 || (native_for_python && native_due(&py[..pn], other));
     // Unoptimized builds (the test suite's) walk some 50 times slower: same walks, wider bounds.
     let scale = if cfg!(debug_assertions) { 50 } else { 1 };
     let bound = match purpose {
-        Purpose::Sync if pn > 0 => unwind::Bound {
+        Purpose::Sync | Purpose::Hostcall if pn > 0 => unwind::Bound {
             time_ns: sync_py_unwind_ns() * scale,
             defer_rescan: false,
         },
-        Purpose::Sync => unwind::Bound {
+        Purpose::Sync | Purpose::Hostcall => unwind::Bound {
             time_ns: SYNC_UNWIND_NS * scale,
             defer_rescan: false,
         },
@@ -546,7 +586,7 @@ pub fn capture_for(out: &mut Sample, with_python: bool, purpose: Purpose) -> u64
     // in a Trainer, over the 6 µs bound, which is only checked between steps).
     out.native_copy = 0;
     let deferred = want_native
-        && purpose == Purpose::Sync
+        && sync_like
         && pn > 0
         && !other
         && sync_native_deferred()
@@ -1017,15 +1057,19 @@ pub fn record_cost(purpose: Purpose, ns: u64) {
     match purpose {
         Purpose::Site => STACKS.site_cost.record(ns),
         Purpose::Sync => STACKS.sync_cost.record(ns),
+        Purpose::Hostcall => STACKS.hostcall_cost.record(ns),
     }
 }
 
 /// "stack capture cost: call sites N captures, median X ns, p99 Y ns, max Z ns, K over 10 µs;
-/// synchronizations …; both …", if any capture happened.
+/// synchronizations …; both …" (call sites and synchronizations), then "; hostcalls …", if any
+/// capture happened.
 pub fn cost_summary() -> Option<String> {
     let (sites, n_sites) = STACKS.site_cost.values();
     let (syncs, n_syncs) = STACKS.sync_cost.values();
+    let (hostcalls, n_hostcalls) = STACKS.hostcall_cost.values();
     let both: Vec<u32> = sites.iter().chain(&syncs).copied().collect();
+    let two = usize::from(!sites.is_empty()) + usize::from(!syncs.is_empty()) == 2;
     let parts: Vec<String> = [
         ("call sites", sites, n_sites),
         ("synchronizations", syncs, n_syncs),
@@ -1033,12 +1077,16 @@ pub fn cost_summary() -> Option<String> {
     .into_iter()
     .filter_map(|(what, v, n)| cost_line(v, n).map(|s| format!("{what} {s}")))
     .collect();
-    let all = (parts.len() > 1)
+    let all = two
         .then(|| cost_line(both, n_sites + n_syncs))
         .flatten()
         .map(|s| format!("; both {s}"))
         .unwrap_or_default();
-    (!parts.is_empty()).then(|| format!("stack capture cost: {}{all}", parts.join("; ")))
+    let hc = cost_line(hostcalls, n_hostcalls)
+        .map(|s| format!("{}hostcalls {s}", if parts.is_empty() { "" } else { "; " }))
+        .unwrap_or_default();
+    (!parts.is_empty() || !hc.is_empty())
+        .then(|| format!("stack capture cost: {}{all}{hc}", parts.join("; ")))
 }
 
 #[cfg(test)]

@@ -90,6 +90,20 @@ fn resolve(rec: &Record, syms: &Symbols) -> Result<Value> {
             v["api"] = json!(syms.str(c.api));
             v["stack"] = stack_json(syms, c.stack);
         }
+        Record::Hostcall(h) => {
+            v["name"] = json!(syms.str(h.name));
+            if let Some(id) = h.stack {
+                v["stack"] = stack_json(syms, id);
+            }
+        }
+        Record::Hsample(h) => {
+            if let Some(id) = h.call {
+                v["call"] = json!(syms.str(id));
+            }
+            if let Some(id) = h.stack {
+                v["stack"] = stack_json(syms, id);
+            }
+        }
         _ => {}
     }
     Ok(v)

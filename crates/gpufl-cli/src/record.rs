@@ -26,7 +26,8 @@ pub struct RecordArgs {
     /// GPU telemetry (NVML) every MS milliseconds; 0 turns it off (default 100).
     #[arg(long, value_name = "MS")]
     telemetry_ms: Option<u32>,
-    /// Path of libgpufl_capture.so (default: next to the gpufl binary, or $GPUFL_CAPTURE_LIB).
+    /// Path of libgpufl_capture.so (default: $GPUFL_CAPTURE_LIB, else next to the gpufl binary,
+    /// else the one the gpufl wheel installed with it).
     #[arg(long)]
     lib: Option<PathBuf>,
     /// Always-on mode, for production: every sync with its stack, sampled call sites, telemetry;
@@ -43,6 +44,19 @@ pub struct RecordArgs {
     /// GPUFL_KERNEL_DETAIL_BUDGET (share of time, 0.05), GPUFL_KERNEL_DETAIL_STALLS=0.
     #[arg(long, value_name = "TOP_N|NAMES", num_args = 0..=1, default_missing_value = "5")]
     kernel_detail: Option<String>,
+    /// Host samples per second per thread (default 100): what each thread that issues CUDA work,
+    /// and each Python thread, is doing (on a CPU, waiting on a lock or the GIL, in a CUDA call,
+    /// sleeping) and where, within 1 % of one core (GPUFL_HOST_SAMPLE_BUDGET, percent).
+    #[arg(long, value_name = "HZ", conflicts_with = "no_host_samples")]
+    host_samples: Option<u32>,
+    /// No host samples.
+    #[arg(long)]
+    no_host_samples: bool,
+    /// Record the other CUDA calls (allocations and frees, pinned memory, module loads, stream,
+    /// event and graph creation, limits…) that held their thread at least US microseconds, with
+    /// their stack (default 20; 0 turns them off).
+    #[arg(long, value_name = "US")]
+    hostcall_us: Option<u32>,
     /// Print nothing of gpufl's own (the summary included).
     #[arg(short, long)]
     quiet: bool,
@@ -71,18 +85,48 @@ fn find_lib(explicit: Option<&Path>) -> Result<PathBuf> {
     }
     let exe = std::env::current_exe().context("cannot locate the gpufl binary")?;
     let dir = exe.parent().unwrap_or(Path::new("."));
-    for cand in [
+    let near = [
         dir.join("libgpufl_capture.so"),
         dir.join("../lib/libgpufl_capture.so"),
-    ] {
-        if cand.exists() {
-            return Ok(cand);
-        }
+    ];
+    if let Some(p) = near.into_iter().chain(wheel_libs(dir)).find(|p| p.exists()) {
+        return Ok(p);
     }
     bail!(
         "libgpufl_capture.so not found next to {} (build it with `cargo build --release`, or pass --lib)",
         exe.display()
     )
+}
+
+/// Where the gpufl wheel puts the capture library when it puts the command in `bin`:
+/// `bin/../lib{,64}/python3.*/{site,dist}-packages/gpufl/`, newest Python first (a venv, a
+/// `pip install --user` under ~/.local, a system prefix).
+fn wheel_libs(bin: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for lib in ["lib", "lib64"] {
+        let Ok(rd) = std::fs::read_dir(bin.join("..").join(lib)) else {
+            continue;
+        };
+        let mut pys: Vec<(Vec<u32>, PathBuf)> = rd
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let ver = name.strip_prefix("python")?;
+                let key = ver
+                    .split('.')
+                    .map(|n| n.parse().ok())
+                    .collect::<Option<_>>()?;
+                Some((key, e.path()))
+            })
+            .collect();
+        pys.sort_by(|a, b| b.0.cmp(&a.0));
+        for (_, py) in pys {
+            for site in ["site-packages", "dist-packages"] {
+                out.push(py.join(site).join("gpufl/libgpufl_capture.so"));
+            }
+        }
+    }
+    out
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
@@ -116,6 +160,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     if let Some(ms) = args.telemetry_ms {
         cmd.env("GPUFL_TELEMETRY_MS", ms.to_string());
+    }
+    if args.no_host_samples {
+        cmd.env("GPUFL_HOST_SAMPLES", "0");
+    } else if let Some(hz) = args.host_samples {
+        cmd.env("GPUFL_HOST_SAMPLES", hz.to_string());
+    }
+    if let Some(us) = args.hostcall_us {
+        cmd.env("GPUFL_HOSTCALL_US", us.to_string());
     }
     if !crate::options::nvtx_injection_set() {
         // NVTX ranges become scopes: NVTX loads this library, which hands over to CUPTI (nvtx.rs).
@@ -316,5 +368,48 @@ fn die_like(sig: i32) {
         libc::sigaddset(&mut set, sig);
         libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         libc::raise(sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wheels_library_is_found_from_its_bin() {
+        let root = std::env::temp_dir().join(format!("gpufl-wheel-libs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in [
+            "bin",
+            "lib/python3.9/site-packages/gpufl",
+            "lib/python3.12/site-packages/gpufl",
+            "lib/python3.12/dist-packages",
+            "lib/pythonX/site-packages/gpufl",
+            "lib64/python3.11/dist-packages/gpufl",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let libs = wheel_libs(&root.join("bin"));
+        let rel: Vec<String> = libs
+            .iter()
+            .map(|p| {
+                p.strip_prefix(root.join("bin/.."))
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            rel,
+            [
+                "lib/python3.12/site-packages/gpufl/libgpufl_capture.so",
+                "lib/python3.12/dist-packages/gpufl/libgpufl_capture.so",
+                "lib/python3.9/site-packages/gpufl/libgpufl_capture.so",
+                "lib/python3.9/dist-packages/gpufl/libgpufl_capture.so",
+                "lib64/python3.11/site-packages/gpufl/libgpufl_capture.so",
+                "lib64/python3.11/dist-packages/gpufl/libgpufl_capture.so",
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

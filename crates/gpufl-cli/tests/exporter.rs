@@ -365,7 +365,7 @@ fn prometheus_scrapes_what_the_recorders_fed() {
         .iter()
         .map(|g| g["rules"].as_array().map_or(0, |r| r.len()))
         .sum();
-    assert_eq!(n, 8, "{rules}");
+    assert_eq!(n, 9, "{rules}");
 
     // The recorder ends: its last status says so.
     std::fs::write(dir.join("stop"), b"").unwrap();
@@ -393,7 +393,7 @@ fn promtool_checks_and_tests_the_alert_rules() {
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("SUCCESS: 8 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 9 rules found"), "{text}");
     let out = Command::new(&promtool)
         .args(["test", "rules", "alerts_test.yml"])
         .current_dir(&d)

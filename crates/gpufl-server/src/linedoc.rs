@@ -8,9 +8,10 @@
 //!
 //! Documents of an older analysis (each line with its whole `stack`) read as they were.
 
+use gpufl_analysis::ids::StackIx;
 use gpufl_analysis::lines::LineDetail;
 use gpufl_analysis::Model;
-use gpufl_trace::{FrameId, FrameKind, StackId};
+use gpufl_trace::{FrameId, FrameKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -81,7 +82,7 @@ struct Builder<'m> {
     stacks: Stacks,
     strings: HashMap<&'m str, u32>,
     frames: HashMap<FrameId, u32>,
-    by_stack: HashMap<StackId, usize>,
+    by_stack: HashMap<StackIx, usize>,
     bytes: usize,
 }
 
@@ -102,7 +103,7 @@ impl<'m> Builder<'m> {
         i
     }
 
-    fn stack(&mut self, m: &'m Model, id: StackId) -> usize {
+    fn stack(&mut self, m: &'m Model, id: StackIx) -> usize {
         if let Some(&i) = self.by_stack.get(&id) {
             return i;
         }
@@ -139,7 +140,7 @@ impl<'m> Builder<'m> {
 }
 
 /// The `lines` and `stacks` documents (JSON) of a session's line details.
-pub fn build(m: &Model, details: &[(LineDetail, Option<StackId>)]) -> (String, String) {
+pub fn build(m: &Model, details: &[(LineDetail, Option<StackIx>)]) -> (String, String) {
     let mut b = Builder::default();
     let lines: Vec<Value> = details
         .iter()

@@ -24,6 +24,7 @@
 //! - One insight per user line (the `callsite` of the copy; calls without one are left out, so
 //!   older sessions raise nothing here). Pairing needs the copy's `api` record (its thread).
 
+use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};
 use crate::shared::copies::{
     api_name, bandwidth_gbps, call_ns, copy_calls, copy_then_wait, op_span, plural, touches_host,
@@ -104,7 +105,7 @@ struct Acc {
     copy_ns: u64,
     pageable: u64,
     names: Names,
-    ops: Vec<(u32, u64, u64)>,
+    ops: Vec<(CorrId, u64, u64)>,
 }
 
 impl Acc {
@@ -122,7 +123,7 @@ impl Acc {
 
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     let calls = copy_calls(cx);
-    let mut groups: HashMap<u32, Acc> = HashMap::new();
+    let mut groups: HashMap<LocIx, Acc> = HashMap::new();
     for c in &calls {
         let Some(name) = api_name(cx, c.corr) else {
             continue;
@@ -145,8 +146,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     }
     for p in copy_then_wait(cx, &calls) {
         let c = &calls[p.call];
-        let loc = cx.sync_loc[p.sync];
-        let g = groups.entry(loc).or_default();
+        let g = groups.entry(p.loc).or_default();
         g.copy_then_wait += 1;
         g.add_call(cx, c);
         let s = cx.m.sync(p.sync);
@@ -166,8 +166,8 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         .collect()
 }
 
-fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
-    let location = cx.locs[loc as usize].clone();
+fn insight(cx: &Ctx, loc: LocIx, g: Acc, w: Window) -> Insight {
+    let location = cx.loc(loc).clone();
     let api = g.names.top();
     let n = g.count();
     let blocked = g.call_ns + g.wait_ns;
@@ -240,7 +240,7 @@ mod tests {
 
     fn call(op: CopyOp, bytes: u64) -> CopyCall {
         CopyCall {
-            corr: 1,
+            corr: CorrId(1),
             op,
             pageable: false,
             bytes,

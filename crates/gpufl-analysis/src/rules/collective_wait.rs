@@ -39,12 +39,12 @@
 //! - **Impact:** the mean over the other ranks of their waiting time. **Window:** the span of the
 //!   matched collectives (first start to last end, aligned). **Severity** on their ratio.
 
+use crate::ids::LocIx;
 use crate::insight::{fmt_duration, share, Insight};
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
 use crate::shared::timeline::{location_note, most_frequent_per_key, LocationSource, Locator};
 use crate::shared::Ctx;
-use crate::store::NONE;
 use crate::userframe::SourceLoc;
 use crate::Config;
 use serde::Serialize;
@@ -176,7 +176,16 @@ impl<'a> Rank<'a> {
 
 /// Per location of the call that ended a host stretch: the stretch time, votes `(0, location)`
 /// for the call before it, and the least precise way a location was found.
-type LocVotes = (u64, Vec<(u32, u32)>, LocationSource);
+/// (Stretch time, votes for the line of the call before as (0, (no line, line)): no line
+/// counts as a line that loses ties, how the line was found.)
+type LocVotes = (u64, Vec<(u32, NoneLast)>, LocationSource);
+
+/// A line that may be none, ordered with none after every line.
+type NoneLast = (bool, Option<LocIx>);
+
+fn none_last(l: Option<LocIx>) -> NoneLast {
+    (l.is_none(), l)
+}
 
 /// One matched collective: per participant, its kernel (index into the model's kernels).
 struct Coll {
@@ -522,7 +531,10 @@ struct HostCalls<'c> {
 }
 
 /// The line of a host call, how it was found, and the call's (thread, start).
-type CallLine = (u32, LocationSource, Option<(u64, u64)>);
+type CallLine = (Option<LocIx>, LocationSource, CallAt);
+
+/// A host call's (thread, start), when known.
+type CallAt = Option<(u64, u64)>;
 
 impl<'c> HostCalls<'c> {
     fn new(cx: &'c Ctx<'c>, locator: &'c Locator<'c>) -> HostCalls<'c> {
@@ -559,12 +571,11 @@ impl<'c> HostCalls<'c> {
             (loc, src, Some((a.tid, a.start)))
         } else {
             let i = c - self.na;
-            let loc = self.cx.sync_loc.get(i).copied().unwrap_or(NONE);
+            let loc = self.cx.sync_loc(i);
             let s = m.sync(i);
-            let src = if loc == NONE {
-                LocationSource::None
-            } else {
-                LocationSource::Sync
+            let src = match loc {
+                None => LocationSource::None,
+                Some(_) => LocationSource::Sync,
             };
             (loc, src, s.tid.map(|t| (t, s.start)))
         }
@@ -587,7 +598,7 @@ impl<'c> HostCalls<'c> {
         if calls[pos].2 < na {
             let a = m.api(calls[pos].2);
             if let Some(loc) = self.locator.kernel_thread_line(a.corr, a.tid) {
-                return (loc, LocationSource::KernelCallsites, first.2);
+                return (Some(loc), LocationSource::KernelCallsites, first.2);
             }
         }
         for c in calls[pos + 1..].iter().take(256) {
@@ -602,7 +613,11 @@ impl<'c> HostCalls<'c> {
                 continue;
             }
             if let Some(loc) = self.cx.callsite_loc(a.corr) {
-                return (loc, LocationSource::NextCallsite, Some((a.tid, a.start)));
+                return (
+                    Some(loc),
+                    LocationSource::NextCallsite,
+                    Some((a.tid, a.start)),
+                );
             }
         }
         first
@@ -663,7 +678,7 @@ fn stretches(h: &HostCalls, lr: &Rank, l: usize, colls: &[Coll], w: &Waits) -> V
 
 /// Where the late rank's host spent the time: the insight's location and host figures.
 struct Host {
-    loc: u32,
+    loc: Option<LocIx>,
     location: SourceLoc,
     /// The line of the call before the stretch.
     before: Option<SourceLoc>,
@@ -680,8 +695,13 @@ struct Host {
     title_late: u64,
 }
 
-/// A location: its index, the call before the stretch, how it was found, the scope open there.
-type Line = (u32, Option<SourceLoc>, LocationSource, Option<Vec<String>>);
+/// A location: the line, the call before the stretch, how it was found, the scope open there.
+type Line = (
+    Option<LocIx>,
+    Option<SourceLoc>,
+    LocationSource,
+    Option<Vec<String>>,
+);
 
 /// Where the late rank's host spent the time before its late collectives (see the module doc).
 fn host_time(
@@ -750,9 +770,9 @@ fn host_time(
 /// The line of the call that ended the most stretch time (of the stretches that explain their
 /// collective's lateness), with the call before it and the scope open there; None without one.
 fn stretch_line(h: &HostCalls, gaps: &[Stretch]) -> Option<Line> {
-    let mut by_loc: HashMap<u32, LocVotes> = HashMap::new();
+    let mut by_loc: HashMap<Option<LocIx>, LocVotes> = HashMap::new();
     // Per location of the call that ended a stretch: the stretch time, votes for the call before.
-    let mut where_at: Vec<(u32, Option<(u64, u64)>)> = Vec::new();
+    let mut where_at: Vec<(Option<LocIx>, CallAt)> = Vec::new();
     for &(after, before, d, _) in gaps.iter().filter(|g| explains(g)) {
         let (loc, src, at) = h.stretch_end_loc(after);
         where_at.push((loc, at));
@@ -760,16 +780,16 @@ fn stretch_line(h: &HostCalls, gaps: &[Stretch]) -> Option<Line> {
         e.0 += d;
         e.2 = e.2.max(src);
         if let Some(b) = before {
-            e.1.push((0, h.call_loc(b).0));
+            e.1.push((0, none_last(h.call_loc(b).0)));
         }
     }
     let (loc, (_, votes, src)) = by_loc
         .into_iter()
-        .max_by_key(|(loc, v)| (v.0, std::cmp::Reverse(*loc)))?;
+        .max_by_key(|(loc, v)| (v.0, std::cmp::Reverse(none_last(*loc))))?;
     let before = most_frequent_per_key(votes)
         .first()
-        .map(|&(_, b)| b)
-        .filter(|&b| b != NONE && b != loc)
+        .and_then(|&(_, (_, b))| b)
+        .filter(|&b| Some(b) != loc)
         .map(|b| h.locator.source_loc(b));
     // The scope open where the stretch ended, on the calling thread.
     let scope = where_at
@@ -789,13 +809,13 @@ fn launch_line(h: &HostCalls, l: usize, colls: &[Coll], late_colls: &[usize]) ->
         let r = h.m.kernel(colls[ci].k[l]);
         let a = h.cx.api(r.corr);
         let (loc, s) = h.locator.locate(r.corr, None, a.as_ref(), r.start);
-        if loc != NONE {
+        if let Some(loc) = loc {
             votes.push((0, loc));
             src = src.min(s);
         }
     }
-    let loc = most_frequent_per_key(votes).first().map_or(NONE, |v| v.1);
-    let src = if loc == NONE {
+    let loc = most_frequent_per_key(votes).first().map(|v| v.1);
+    let src = if loc.is_none() {
         LocationSource::None
     } else {
         src
@@ -831,7 +851,7 @@ fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
         .map(|r| r.to_string())
         .collect::<Vec<_>>()
         .join(", ");
-    let at_txt = if host.loc == NONE {
+    let at_txt = if host.loc.is_none() {
         String::new()
     } else {
         format!(" @ {}", host.location.short())
@@ -919,7 +939,7 @@ fn host_text(lr: &Rank, h: &Host) -> String {
     let location = &h.location;
     match (h.host_bound, h.gap_median) {
         (true, Some(g)) => {
-            let between = match (&h.before, h.loc == NONE) {
+            let between = match (&h.before, h.loc.is_none()) {
                 (Some(b), false) => format!(
                     ": between {}{} and the next CUDA call at {}{}",
                     b.short(),

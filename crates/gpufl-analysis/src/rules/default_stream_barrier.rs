@@ -33,6 +33,7 @@
 //!   takes the location of the sampled launches of the same kernel on the same stream when they all
 //!   agree; operations left without a location are left out.
 
+use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};
 use crate::shared::copies::{
     api_name, gpu_ops, op_span, plural, where_, window, GpuOp, Names, OpKind, Window,
@@ -129,12 +130,11 @@ fn default_streams(cx: &Ctx) -> HashMap<(u32, u32), bool> {
     }
     // Contexts without any stream record: synchronous copies and memsets mark the default stream.
     for i in 0..m.copy_count() {
-        let (ctx, stream, corr) = (
-            m.copies.ctx.get(i),
-            m.copies.stream.get(i),
-            m.copies.corr.get(i),
-        );
-        if corr == 0 || recorded.get(&ctx) == Some(&true) || out.contains_key(&(ctx, stream)) {
+        let (ctx, stream) = (m.copies.ctx.get(i), m.copies.stream.get(i));
+        let Some(corr) = m.copy_corr(i).known() else {
+            continue;
+        };
+        if recorded.get(&ctx) == Some(&true) || out.contains_key(&(ctx, stream)) {
             continue;
         }
         if api_name(cx, corr).is_some_and(|n| !n.contains("Async")) {
@@ -267,8 +267,8 @@ fn kernel_locs(
     cx: &Ctx,
     ops: &[GpuOp],
     is_default: &dyn Fn(&GpuOp) -> bool,
-) -> HashMap<(u32, u32, u32), Option<u32>> {
-    let mut m: HashMap<(u32, u32, u32), Option<u32>> = HashMap::new();
+) -> HashMap<(u32, u32, u32), Option<LocIx>> {
+    let mut m: HashMap<(u32, u32, u32), Option<LocIx>> = HashMap::new();
     for o in ops {
         if o.kind != OpKind::Kernel || !is_default(o) {
             continue;
@@ -289,7 +289,7 @@ fn kernel_locs(
 
 #[derive(Default)]
 struct Acc {
-    corrs: HashSet<u32>,
+    corrs: HashSet<CorrId>,
     kernels: u64,
     copies: u64,
     memsets: u64,
@@ -299,7 +299,7 @@ struct Acc {
     streams: Vec<(u32, u32)>,
     recorded: bool,
     names: Names,
-    ops: Vec<(u32, u64, u64)>,
+    ops: Vec<(CorrId, u64, u64)>,
 }
 
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
@@ -315,7 +315,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         by_ctx.entry(o.ctx).or_default().push(i);
     }
     let klocs = kernel_locs(cx, &ops, &is_default);
-    let mut groups: HashMap<u32, Acc> = HashMap::new();
+    let mut groups: HashMap<LocIx, Acc> = HashMap::new();
     for (_, idx) in by_ctx {
         for (d, st) in measure_ctx(cx, &ops, idx, is_default) {
             if st.streams.len() < 2 {
@@ -363,8 +363,8 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         .collect()
 }
 
-fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
-    let location = cx.locs[loc as usize].clone();
+fn insight(cx: &Ctx, loc: LocIx, g: Acc, w: Window) -> Insight {
+    let location = cx.loc(loc).clone();
     let api = g.names.top();
     let n = g.kernels + g.copies + g.memsets;
     let impact = g.others_wait + g.own_wait;

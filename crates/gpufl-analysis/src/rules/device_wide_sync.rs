@@ -28,11 +28,11 @@
 //! - **Impact:** the summed extra wait. `blocked_ns`: the whole duration of the syncs that waited
 //!   extra. **Severity:** on the impact's share of the session's wall time.
 
+use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};
 use crate::shared::copies::{gpu_ops, OpKind};
 use crate::shared::copies::{plural, where_, window, Window};
 use crate::shared::Ctx;
-use crate::store::NONE;
 use gpufl_trace::{CopyKind, SyncKind};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -62,13 +62,13 @@ pub struct Data {
 }
 
 /// An operation a thread issued: (corr, ctx, stream, whether it copies to host memory).
-type Issued = (u32, u32, u32, bool);
+type Issued = (CorrId, u32, u32, bool);
 
 /// Per (ctx, stream): (corr, running max of end) in issue order.
-type Ends = HashMap<(u32, u32), Vec<(u32, u64)>>;
+type Ends = HashMap<(u32, u32), Vec<(CorrId, u64)>>;
 
 /// Latest end of the operations of a stream issued before `corr` (0 if none).
-fn end_before(ends: &Ends, ctx: u32, stream: u32, corr: u32) -> u64 {
+fn end_before(ends: &Ends, ctx: u32, stream: u32, corr: CorrId) -> u64 {
     let Some(v) = ends.get(&(ctx, stream)) else {
         return 0;
     };
@@ -85,7 +85,7 @@ struct Acc {
     other_streams: u64,
     unknown: u64,
     /// (corr, start, end) of every device-wide sync at the line.
-    ops: Vec<(u32, u64, u64)>,
+    ops: Vec<(CorrId, u64, u64)>,
 }
 
 /// What one sync waited for beyond its caller's work: (extra ns, other streams pending, caller
@@ -93,9 +93,8 @@ struct Acc {
 struct Extra(u64, u64, bool);
 
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
-    let syncs = &cx.m.syncs;
     let is_dev = |i: usize| cx.m.sync_kind_at(i) == SyncKind::ContextSynchronize;
-    if !(0..cx.m.sync_count()).any(|i| is_dev(i) && cx.sync_loc[i] != NONE) {
+    if !(0..cx.m.sync_count()).any(|i| is_dev(i) && cx.sync_loc(i).is_some()) {
         return Vec::new();
     }
     let ops = gpu_ops(cx);
@@ -131,30 +130,29 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         v.sort_unstable();
     }
     // tid -> correlation ids of its device-wide syncs, ascending.
-    let mut dev_syncs: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut dev_syncs: HashMap<u64, Vec<CorrId>> = HashMap::new();
     for i in 0..cx.m.sync_count() {
         if let (true, Some(tid)) = (is_dev(i), cx.m.sync(i).tid) {
-            dev_syncs.entry(tid).or_default().push(syncs.corr.get(i));
+            dev_syncs.entry(tid).or_default().push(cx.m.sync_corr(i));
         }
     }
     for v in dev_syncs.values_mut() {
         v.sort_unstable();
     }
 
-    let mut groups: HashMap<u32, Acc> = HashMap::new();
+    let mut groups: HashMap<LocIx, Acc> = HashMap::new();
     for i in 0..cx.m.sync_count() {
-        let loc = cx.sync_loc[i];
-        if !is_dev(i) || loc == NONE {
+        let Some(loc) = cx.sync_loc(i).filter(|_| is_dev(i)) else {
             continue;
-        }
+        };
         let s = cx.m.sync(i);
         let (start, end) = (s.start, s.end.max(s.start));
         let streams = streams_of_ctx.get(&s.ctx).map(Vec::as_slice).unwrap_or(&[]);
         let caller = s.tid.and_then(|t| {
             let mine = by_tid.get(&t)?;
-            let prev = dev_syncs.get(&t).map_or(0, |v| {
+            let prev = dev_syncs.get(&t).map_or(CorrId(0), |v| {
                 let p = v.partition_point(|&c| c < s.corr);
-                p.checked_sub(1).map_or(0, |p| v[p])
+                p.checked_sub(1).map_or(CorrId(0), |p| v[p])
             });
             let lo = mine.partition_point(|x| x.0 <= prev);
             let hi = mine.partition_point(|x| x.0 < s.corr);
@@ -232,8 +230,8 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         .collect()
 }
 
-fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
-    let location = cx.locs[loc as usize].clone();
+fn insight(cx: &Ctx, loc: LocIx, g: Acc, w: Window) -> Insight {
+    let location = cx.loc(loc).clone();
     let title = format!(
         "Device-wide sync × {} @ {} · {} waiting for other streams",
         g.count,

@@ -15,13 +15,13 @@
 //!   line).
 //! - **Severity:** on the impact's share of the window: HIGH above 50 %, MEDIUM above 10 %.
 
+use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, share, Insight};
 use crate::shared::idle::{
     BlockedIndex, ClassFigures, Group, IdleClass, IdleScan, FIX_LAUNCH, FIX_OTHER, FIX_SYNC,
 };
 use crate::shared::timeline::{location_note, LocationSource, Locator};
 use crate::shared::Ctx;
-use crate::store::NONE;
 use serde::Serialize;
 use std::cmp::Reverse;
 
@@ -97,7 +97,7 @@ pub(crate) fn run(cx: &Ctx, idle: &IdleScan) -> Vec<Insight> {
             continue;
         }
         fired.sort_by_key(|f| Reverse(f.1.idle_ns));
-        let loc = if slot == n - 1 { NONE } else { slot as u32 };
+        let loc = (slot != n - 1).then(|| LocIx::at(slot));
         out.push(insight(cx, &locator, blocked, loc, &fired));
     }
     out
@@ -107,7 +107,7 @@ fn insight(
     cx: &Ctx,
     locator: &Locator,
     blocked: &BlockedIndex,
-    loc: u32,
+    loc: Option<LocIx>,
     fired: &[(IdleClass, ClassFigures, &Group)],
 ) -> Insight {
     let class = fired[0].0;
@@ -134,12 +134,12 @@ fn insight(
         .map(|(_, b)| blocked.label(cx, b));
     let location = locator.source_loc(loc);
     let pct = share(idle, window) * 100.0;
-    let at = if loc == NONE {
+    let at = if loc.is_none() {
         String::new()
     } else {
         format!(" @ {}", location.short())
     };
-    let span = if loc == NONE {
+    let span = if loc.is_none() {
         "its span"
     } else {
         "the line's span"
@@ -203,7 +203,7 @@ fn insight(
             fmt_duration(one_off)
         );
     }
-    if loc != NONE || class != IdleClass::Other {
+    if loc.is_some() || class != IdleClass::Other {
         detail += &location_note(src, what);
     }
     let fix = match class {

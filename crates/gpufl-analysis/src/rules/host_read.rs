@@ -19,10 +19,10 @@
 //!   the window, as in-loop-sync's loop span). **Impact:** the idle time after the reads.
 //! - **Severity:** on the impact's share of the span: HIGH above 50 %, MEDIUM above 10 %.
 
+use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, share, Insight};
 use crate::shared::idle::MIN_GAP_NS;
 use crate::shared::Ctx;
-use crate::store::NONE;
 use crate::views::CopyOp;
 use gpufl_trace::CopyKind;
 use serde::Serialize;
@@ -69,21 +69,21 @@ struct Line {
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     let m = cx.m;
     // Lines a host-blocking sync also has: in-loop-sync / blocking-copy report those.
-    let synced: HashSet<u32> = m
+    let synced: HashSet<LocIx> = m
         .syncs()
-        .zip(cx.sync_loc.iter())
-        .filter(|(s, &l)| l != NONE && s.kind.blocks_host())
-        .map(|(_, &l)| l)
+        .zip(cx.sync_locs.iter())
+        .filter(|(s, _)| s.kind.blocks_host())
+        .filter_map(|(_, &l)| l)
         .collect();
-    let mut lines: HashMap<u32, Line> = HashMap::new();
+    let mut lines: HashMap<LocIx, Line> = HashMap::new();
     for c in m.copies() {
         let CopyOp::Memcpy { kind, .. } = c.op else {
             continue;
         };
-        if kind != CopyKind::DtoH || c.bytes > MAX_READ_BYTES || c.corr == 0 {
+        if kind != CopyKind::DtoH || c.bytes > MAX_READ_BYTES {
             continue;
         }
-        let Some(loc) = cx.callsite_loc(c.corr) else {
+        let Some(loc) = c.corr.known().and_then(|c| cx.callsite_loc(c)) else {
             continue;
         };
         if cx.is_driver_internal(loc) || synced.contains(&loc) {
@@ -103,7 +103,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         }
     }
     let mut out = Vec::new();
-    let mut locs: Vec<(u32, Line)> = lines.into_iter().collect();
+    let mut locs: Vec<(LocIx, Line)> = lines.into_iter().collect();
     locs.sort_unstable_by_key(|(loc, _)| *loc);
     for (loc, l) in locs {
         // The idle after the line's last read is what follows the loop, not the loop's cost.
@@ -121,7 +121,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         }
         gaps.sort_unstable();
         let median = gaps[gaps.len() / 2];
-        let location = cx.locs[loc as usize].clone();
+        let location = cx.loc(loc).clone();
         let detail = format!(
             "{} device-to-host copies of at most {} bytes{}: after {n_idle} of them the GPU ran \
              out of work and idled until the host issued more ({} in all, median {} per read, \

@@ -26,9 +26,9 @@
 //!   startup (CUDA and framework initialisation, often seconds) does not: a short recording
 //!   would otherwise rate every loop LOW. `share_of_wall` is still reported.
 
+use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, in_function, Insight};
 use crate::shared::Ctx;
-use crate::store::NONE;
 use std::sync::OnceLock;
 
 pub(crate) const RULE: &str = "in-loop-sync";
@@ -47,7 +47,7 @@ struct KernelIndex<'a> {
     cx: &'a Ctx<'a>,
     starts: OnceLock<Vec<u64>>,
     /// (corr, running sum of weights) of the launch call sites (always-on sessions).
-    launch_weights: OnceLock<Vec<(u32, u64)>>,
+    launch_weights: OnceLock<Vec<(CorrId, u64)>>,
 }
 
 /// How the kernels between a line's syncs were counted (always-on sessions).
@@ -77,20 +77,20 @@ impl KernelIndex<'_> {
 
     /// Launches estimated from the sampled launch call sites with a correlation id in `(a, b)`:
     /// the sum of their weights.
-    fn between_weight(&self, a: u32, b: u32) -> u64 {
+    fn between_weight(&self, a: CorrId, b: CorrId) -> u64 {
         let v = self.launch_weights.get_or_init(|| {
             let m = self.cx.m;
             let mut sum = 0u64;
             let mut v = Vec::new();
-            for &(corr, _, api, w) in &m.callsites {
-                if is_launch(m.str(gpufl_trace::StrId(api))) {
-                    sum += u64::from(w);
-                    v.push((corr, sum));
+            for c in &m.callsites {
+                if is_launch(m.str(gpufl_trace::StrId(c.api))) {
+                    sum += u64::from(c.weight);
+                    v.push((c.corr, sum));
                 }
             }
             v
         });
-        let upto = |c: u32, incl: bool| {
+        let upto = |c: CorrId, incl: bool| {
             let i = v.partition_point(|x| if incl { x.0 <= c } else { x.0 < c });
             i.checked_sub(1).map_or(0, |j| v[j].1)
         };
@@ -119,9 +119,9 @@ fn median(v: &mut [u64]) -> f64 {
 
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     let mut by_loc: Vec<Vec<u32>> = vec![Vec::new(); cx.locs.len()];
-    for (i, &loc) in cx.sync_loc.iter().enumerate() {
-        if loc != NONE && !cx.is_driver_internal(loc) {
-            by_loc[loc as usize].push(i as u32);
+    for (i, &loc) in cx.sync_locs.iter().enumerate() {
+        if let Some(loc) = loc.filter(|&l| !cx.is_driver_internal(l)) {
+            by_loc[loc.index()].push(i as u32);
         }
     }
     let idx = KernelIndex {
@@ -133,21 +133,21 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         .iter_mut()
         .enumerate()
         .filter(|(_, syncs)| syncs.len() >= MIN_SYNCS)
-        .filter_map(|(loc, syncs)| line(cx, &idx, loc as u32, syncs))
+        .filter_map(|(loc, syncs)| line(cx, &idx, LocIx::at(loc), syncs))
         .collect()
 }
 
-fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insight> {
+fn line(cx: &Ctx, idx: &KernelIndex, loc: LocIx, syncs: &mut [u32]) -> Option<Insight> {
     let s = &cx.m.syncs;
     let (start, end, corr) = (
         |i: u32| s.start.get(i as usize),
         |i: u32| s.end.get(i as usize),
-        |i: u32| s.corr.get(i as usize),
+        |i: u32| cx.m.sync_corr(i as usize),
     );
     syncs.sort_by_key(|&i| (start(i), corr(i)));
     let kcorrs = cx.kernel_corrs();
     let corr_usable = !kcorrs.is_empty()
-        && syncs.iter().all(|&i| corr(i) != 0)
+        && syncs.iter().all(|&i| corr(i).known().is_some())
         && syncs.windows(2).all(|w| corr(w[0]) < corr(w[1]));
     // The syncs' ids increase: each count gallops on from the previous one.
     let mut cursor = kcorrs.cursor();
@@ -170,7 +170,7 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
             .filter(|w| cx.m.unobserved_in(end(w[0]), end(w[1])) == 0)
             .map(&mut count)
             .collect();
-        let ids_usable = syncs.iter().all(|&i| corr(i) != 0)
+        let ids_usable = syncs.iter().all(|&i| corr(i).known().is_some())
             && syncs.windows(2).all(|w| corr(w[0]) < corr(w[1]));
         if !seen.is_empty() {
             let n = seen.len();
@@ -209,7 +209,7 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: u32, syncs: &mut [u32]) -> Option<Insi
     let n = syncs.len();
     let kind = cx.m.sync_kind_at(syncs[0] as usize);
     let same_kind = syncs.iter().all(|&i| cx.m.sync_kind_at(i as usize) == kind);
-    let location = cx.locs[loc as usize].clone();
+    let location = cx.loc(loc).clone();
     let mut detail = format!(
         "{} blocked across {n} calls at {}{}; the GPU then sat idle {} in all until the next iteration's work \
          (median {med} kernel launches between syncs)",

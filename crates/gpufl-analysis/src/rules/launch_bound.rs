@@ -19,6 +19,7 @@
 //! - **Severity:** on the impact's share of the functions' span (`window_ns`), for the same reason
 //!   as in-loop-sync: startup does not grow with the run.
 
+use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, in_function, share, short_function, Insight};
 use crate::shared::timeline::{
     location_note, median_p99, most_frequent_per_key, BusyIndex, LocationSource, Locator,
@@ -113,8 +114,8 @@ struct Fired {
     queue: Vec<u32>,
     recoverable: u64,
     /// (0, loc) votes from sampled call sites / from next syncs.
-    site_votes: Vec<(u32, u32)>,
-    sync_votes: Vec<(u32, u32)>,
+    site_votes: Vec<(u32, LocIx)>,
+    sync_votes: Vec<(u32, LocIx)>,
 }
 
 /// Index of each kernel's launch call in the API columns (NONE when not recorded, and for kernels a
@@ -122,10 +123,8 @@ struct Fired {
 /// sorted by correlation id.
 fn kernel_apis(cx: &Ctx) -> (Vec<u32>, usize) {
     let m = cx.m;
-    let mut kc: Vec<(u32, u32)> = m
-        .kernels
-        .corr
-        .iter()
+    let mut kc: Vec<(CorrId, u32)> = m
+        .kernel_corrs()
         .enumerate()
         .map(|(i, c)| (c, i as u32))
         .collect();
@@ -137,7 +136,7 @@ fn kernel_apis(cx: &Ctx) -> (Vec<u32>, usize) {
     let graph = crate::shared::timeline::graph_kernel_mask(m);
     let (mut j, mut found) = (0, 0);
     for &(corr, k) in &kc {
-        if corr == 0 || graph.get(k as usize).copied().unwrap_or(false) {
+        if corr.known().is_none() || graph.get(k as usize).copied().unwrap_or(false) {
             continue;
         }
         while j < apis.len() && apis[j].0 < corr {
@@ -296,17 +295,17 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     drop(api_of);
 
     // One insight per line.
-    let mut by_line: Vec<(u32, LocationSource, KernelLaunches, u64, u64)> = Vec::new();
+    let mut by_line: Vec<(Option<LocIx>, LocationSource, KernelLaunches, u64, u64)> = Vec::new();
     for acc in accs.iter().filter(|a| a.fired != NONE) {
         let f = &mut fired[acc.fired as usize];
         let (loc, src) = if !f.site_votes.is_empty() {
             let v = most_frequent_per_key(std::mem::take(&mut f.site_votes));
-            (v[0].1, LocationSource::Callsite)
+            (Some(v[0].1), LocationSource::Callsite)
         } else if !f.sync_votes.is_empty() {
             let v = most_frequent_per_key(std::mem::take(&mut f.sync_votes));
-            (v[0].1, LocationSource::NextSync)
+            (Some(v[0].1), LocationSource::NextSync)
         } else {
-            (NONE, LocationSource::None)
+            (None, LocationSource::None)
         };
         let stat = |v: &mut Vec<u32>| {
             let (median_ns, p99_ns) = median_p99(v);
@@ -329,7 +328,8 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         };
         by_line.push((loc, src, kl, acc.first, acc.last));
     }
-    by_line.sort_by_key(|x| x.0);
+    // The lines in order, the functions without one last.
+    by_line.sort_by_key(|x| (x.0.is_none(), x.0));
     by_line
         .chunk_by(|a, b| a.0 == b.0)
         .map(|line| insight(cx, &locator, line))
@@ -405,7 +405,7 @@ fn display_names(kernels: &[KernelLaunches]) -> Vec<String> {
 fn insight(
     cx: &Ctx,
     locator: &Locator,
-    group: &[(u32, LocationSource, KernelLaunches, u64, u64)],
+    group: &[(Option<LocIx>, LocationSource, KernelLaunches, u64, u64)],
 ) -> Insight {
     let loc = group[0].0;
     let src = group
@@ -426,7 +426,7 @@ fn insight(
     let last = group.iter().map(|g| g.4).max().unwrap_or(0);
     let window = cx.gpu_span(first, last).max(impact);
     let location = locator.source_loc(loc);
-    let at = if loc == NONE {
+    let at = if loc.is_none() {
         String::new()
     } else {
         format!(" @ {}", location.short())
@@ -471,7 +471,7 @@ fn insight(
         String::new()
     };
     let short_share: f64 = kernels.iter().map(|k| k.short_share_of_kernel_time).sum();
-    let where_ = if loc == NONE {
+    let where_ = if loc.is_none() {
         String::new()
     } else {
         format!(" at {}{}", location.short(), in_function(&location))

@@ -26,6 +26,7 @@
 //!   carries it).
 //! - **Location:** the line of the largest run, or the device when that run has none.
 
+use crate::ids::LocIx;
 use crate::insight::{fmt_duration, share, Insight, Severity};
 use crate::shared::idle::{
     DeviceIdle, Gap, IdleClass, FIX_LAUNCH, FIX_OTHER, FIX_SYNC, LOW_UTILIZATION, UTIL_CHUNKS,
@@ -283,7 +284,7 @@ fn make_run(
     let end = start + duration;
     let busy: u64 = chunks.iter().map(|c| c.busy_ns).sum();
     let mut by_class = [0u64; 4];
-    let mut lines: HashMap<(IdleClass, u32), (u64, u64, Option<&str>)> = HashMap::new();
+    let mut lines: HashMap<(IdleClass, LocIx), (u64, u64, Option<&str>)> = HashMap::new();
     for ci in &d.chunk_idle[i..j] {
         for (k, v) in ci.by_class.iter().enumerate() {
             by_class[k] += v;
@@ -313,7 +314,7 @@ fn make_run(
         by_class[k] = by_class[k].saturating_sub(ov);
         if let Some(loc) = &g.location {
             for ((class, l), e) in lines.iter_mut() {
-                if *class == g.class && cx.locs.get(*l as usize) == Some(loc) {
+                if *class == g.class && cx.loc(*l) == loc {
                     e.0 = e.0.saturating_sub(ov);
                 }
             }
@@ -354,7 +355,7 @@ fn make_run(
         busy_share: share(busy, eff),
         by_class: cls,
         class,
-        location: line.and_then(|(l, _)| cx.locs.get(l as usize).cloned()),
+        location: line.map(|(l, _)| cx.loc(l).clone()),
         blocking_call: line.and_then(|(_, b)| b.map(str::to_string)),
         nvml_gpu_util_pct: (nv_n > 0).then(|| nv_sum as f64 / nv_n as f64),
         nvml_samples: nv_n,

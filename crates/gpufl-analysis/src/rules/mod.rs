@@ -1,8 +1,8 @@
 //! The rules, one file each, and the one table that names them ([`RULES`]): each rule's name,
 //! category, exactness in always-on sessions, section in docs/insights.md, and the function that
-//! runs it. The analysis runs the table (`run_all`), the sampling summary reads its exactness
-//! ([`crate::sampling::rule_is_exact`]), the server its category ([`spec`]), and a test checks
-//! it against docs/insights.md.
+//! runs it. The analysis runs the table ([`crate::analyze_on`], through `session_rules`), the
+//! sampling summary reads its exactness ([`crate::sampling::rule_is_exact`]), the server its
+//! category ([`spec`]), and a test checks it against docs/insights.md.
 //!
 //! A rule file imports the contract ([`crate::insight`]), the shared machinery
 //! (`crate::shared`) and the lower modules, never another rule. A rule's own figures are its
@@ -35,7 +35,10 @@ pub(crate) mod under_filled_grid;
 pub(crate) mod warp_divergence;
 
 use crate::insight::Insight;
-use crate::shared::Inputs;
+use crate::kernels::KernelTable;
+use crate::shared::graphs::GraphSummary;
+use crate::shared::idle::IdleScan;
+use crate::shared::{Ctx, Inputs};
 use serde::Serialize;
 
 /// Where a rule's insights are listed (the server's dashboard groups them so).
@@ -61,8 +64,37 @@ impl Category {
     }
 }
 
-/// A rule over one session: its insights from what the rules share.
-pub(crate) type SessionRule = fn(&Inputs<'_>) -> Vec<Insight>;
+/// How a rule over one session runs: its function, by what it reads beside the context (the
+/// analysis schedules the rules that read the idle scan, the longest shared product, after the
+/// others, so that those run while it is computed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Run {
+    /// The context only.
+    Ctx(fn(&Ctx) -> Vec<Insight>),
+    /// The kernel table.
+    Kernels(fn(&Ctx, &KernelTable) -> Vec<Insight>),
+    /// Every device's idle gaps.
+    Idle(fn(&Ctx, &IdleScan) -> Vec<Insight>),
+    /// The CUDA graph summary.
+    Graphs(fn(&Ctx, &[GraphSummary]) -> Vec<Insight>),
+}
+
+impl Run {
+    /// Whether the rule reads every device's idle gaps.
+    pub(crate) fn reads_idle(self) -> bool {
+        matches!(self, Run::Idle(_))
+    }
+
+    /// The rule's insights (a product it reads is computed on first need, or waited for).
+    pub(crate) fn call(self, i: &Inputs) -> Vec<Insight> {
+        match self {
+            Run::Ctx(f) => f(i.cx),
+            Run::Kernels(f) => f(i.cx, i.kernels),
+            Run::Idle(f) => f(i.cx, i.idle()),
+            Run::Graphs(f) => f(i.cx, i.graphs()),
+        }
+    }
+}
 
 /// One row of the rule table.
 #[derive(Clone, Copy, Debug)]
@@ -77,7 +109,7 @@ pub struct RuleSpec {
     pub anchor: &'static str,
     /// How it runs over one session; None for a run rule, over the sessions of several ranks
     /// (run by [`crate::analyze_run`]).
-    pub(crate) run: Option<SessionRule>,
+    pub(crate) run: Option<Run>,
 }
 
 impl RuleSpec {
@@ -97,161 +129,163 @@ pub static RULES: &[RuleSpec] = &[
         category: Synchronization,
         exact: true,
         anchor: "rule-sync-attribution",
-        run: Some(|i| sync_attribution::run(i.cx)),
+        run: Some(Run::Ctx(sync_attribution::run)),
     },
     RuleSpec {
         name: torch_compile::RULE,
         category: IdleGpu,
         exact: false,
         anchor: "rule-torch-compile",
-        run: Some(|i| torch_compile::run(i.cx)),
+        run: Some(Run::Ctx(torch_compile::run)),
     },
     RuleSpec {
         name: in_loop_sync::RULE,
         category: Synchronization,
         exact: true,
         anchor: "rule-in-loop-sync",
-        run: Some(|i| in_loop_sync::run(i.cx)),
+        run: Some(Run::Ctx(in_loop_sync::run)),
     },
     RuleSpec {
         name: host_read::RULE,
         category: Synchronization,
         exact: false,
         anchor: "rule-host-read",
-        run: Some(|i| host_read::run(i.cx)),
+        run: Some(Run::Ctx(host_read::run)),
     },
     RuleSpec {
         name: default_stream_barrier::RULE,
         category: StreamsAndTransfers,
         exact: false,
         anchor: "rule-default-stream-barrier",
-        run: Some(|i| default_stream_barrier::run(i.cx)),
+        run: Some(Run::Ctx(default_stream_barrier::run)),
     },
     RuleSpec {
         name: pageable_async_copy::RULE,
         category: StreamsAndTransfers,
         exact: false,
         anchor: "rule-pageable-async-copy",
-        run: Some(|i| pageable_async_copy::run(i.cx)),
+        run: Some(Run::Ctx(pageable_async_copy::run)),
     },
     RuleSpec {
         name: blocking_copy::RULE,
         category: StreamsAndTransfers,
         exact: false,
         anchor: "rule-blocking-copy",
-        run: Some(|i| blocking_copy::run(i.cx)),
+        run: Some(Run::Ctx(blocking_copy::run)),
     },
     RuleSpec {
         name: device_wide_sync::RULE,
         category: StreamsAndTransfers,
         exact: false,
         anchor: "rule-device-wide-sync",
-        run: Some(|i| device_wide_sync::run(i.cx)),
+        run: Some(Run::Ctx(device_wide_sync::run)),
     },
     RuleSpec {
         name: no_copy_compute_overlap::RULE,
         category: StreamsAndTransfers,
         exact: false,
         anchor: "rule-no-copy-compute-overlap",
-        run: Some(|i| no_copy_compute_overlap::run(i.cx)),
+        run: Some(Run::Ctx(no_copy_compute_overlap::run)),
     },
     RuleSpec {
         name: gpu_idle::RULE,
         category: IdleGpu,
         exact: false,
         anchor: "rule-gpu-idle",
-        run: Some(|i| gpu_idle::run(i.cx, i.idle)),
+        run: Some(Run::Idle(gpu_idle::run)),
     },
     RuleSpec {
         name: launch_bound::RULE,
         category: IdleGpu,
         exact: false,
         anchor: "rule-launch-bound",
-        run: Some(|i| launch_bound::run(i.cx)),
+        run: Some(Run::Ctx(launch_bound::run)),
     },
     RuleSpec {
         name: low_utilization::RULE,
         category: IdleGpu,
         exact: false,
         anchor: "rule-low-utilization",
-        run: Some(|i| low_utilization::run(i.cx, &i.idle.devices)),
+        run: Some(Run::Idle(|cx, idle| {
+            low_utilization::run(cx, &idle.devices)
+        })),
     },
     RuleSpec {
         name: throttling::RULE,
         category: System,
         exact: true,
         anchor: "rule-throttling",
-        run: Some(|i| throttling::run(i.cx)),
+        run: Some(Run::Ctx(throttling::run)),
     },
     RuleSpec {
         name: memory_pressure::RULE,
         category: System,
         exact: true,
         anchor: "rule-memory-pressure",
-        run: Some(|i| memory_pressure::run(i.cx)),
+        run: Some(Run::Ctx(memory_pressure::run)),
     },
     RuleSpec {
         name: ecc_errors::RULE,
         category: System,
         exact: true,
         anchor: "rule-ecc-errors",
-        run: Some(|i| ecc_errors::run(i.cx)),
+        run: Some(Run::Ctx(ecc_errors::run)),
     },
     RuleSpec {
         name: low_occupancy::RULE,
         category: Kernels,
         exact: false,
         anchor: "rule-low-occupancy",
-        run: Some(|i| low_occupancy::run(i.cx, i.kernels)),
+        run: Some(Run::Kernels(low_occupancy::run)),
     },
     RuleSpec {
         name: register_spill::RULE,
         category: Kernels,
         exact: false,
         anchor: "rule-register-spill",
-        run: Some(|i| register_spill::run(i.cx, i.kernels)),
+        run: Some(Run::Kernels(register_spill::run)),
     },
     RuleSpec {
         name: under_filled_grid::RULE,
         category: Kernels,
         exact: false,
         anchor: "rule-under-filled-grid",
-        run: Some(|i| under_filled_grid::run(i.cx, i.kernels)),
+        run: Some(Run::Kernels(under_filled_grid::run)),
     },
     RuleSpec {
         name: warp_divergence::RULE,
         category: Kernels,
         exact: false,
         anchor: "rule-warp-divergence",
-        run: Some(|i| warp_divergence::run(i.cx, i.kernels)),
+        run: Some(Run::Kernels(warp_divergence::run)),
     },
     RuleSpec {
         name: uncoalesced_access::RULE,
         category: Kernels,
         exact: false,
         anchor: "rule-uncoalesced-access",
-        run: Some(|i| uncoalesced_access::run(i.cx, i.kernels)),
+        run: Some(Run::Kernels(uncoalesced_access::run)),
     },
     RuleSpec {
         name: bank_conflicts::RULE,
         category: Kernels,
         exact: false,
         anchor: "rule-bank-conflicts",
-        run: Some(|i| bank_conflicts::run(i.cx, i.kernels)),
+        run: Some(Run::Kernels(bank_conflicts::run)),
     },
     RuleSpec {
         name: stall_reasons::RULE,
         category: Kernels,
         exact: false,
         anchor: "rule-stall-reasons",
-        run: Some(|i| stall_reasons::run(i.cx, i.kernels)),
+        run: Some(Run::Kernels(stall_reasons::run)),
     },
     RuleSpec {
         name: graph_replay_gaps::RULE,
         category: Synchronization,
         exact: false,
         anchor: "rule-graph-replay-gaps",
-        run: Some(|i| graph_replay_gaps::run(i.cx, i.graphs)),
+        run: Some(Run::Graphs(graph_replay_gaps::run)),
     },
     RuleSpec {
         name: collective_wait::RULE,
@@ -267,14 +301,9 @@ pub fn spec(name: &str) -> Option<&'static RuleSpec> {
     RULES.iter().find(|r| r.name == name)
 }
 
-/// Run every session rule of the table on up to `threads` threads; their insights in table
-/// order.
-pub(crate) fn run_all(inputs: &Inputs, threads: usize) -> Vec<Insight> {
-    let rules: Vec<SessionRule> = RULES.iter().filter_map(|r| r.run).collect();
-    crate::work::pieces(rules.len(), threads, |i| rules[i](inputs))
-        .into_iter()
-        .flatten()
-        .collect()
+/// The session rules of the table, in table order ([`crate::analyze_on`] runs them).
+pub(crate) fn session_rules() -> Vec<Run> {
+    RULES.iter().filter_map(|r| r.run).collect()
 }
 
 /// Figures specific to one rule, as plain data (each type lives in its rule's file).

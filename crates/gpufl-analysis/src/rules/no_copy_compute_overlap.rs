@@ -23,6 +23,7 @@
 //! - **Impact:** measured time − the 4-stream prediction, summed over the sequences.
 //! - **Severity:** on the impact's share of the session's wall time.
 
+use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, Insight};
 use crate::model::Model;
 use crate::pipeline::{predict, Prediction, Stages};
@@ -31,7 +32,6 @@ use crate::shared::timeline::{
     LocationSource, Locator,
 };
 use crate::shared::Ctx;
-use crate::store::NONE;
 use crate::views::copy_kind_to_u8;
 use gpufl_trace::CopyKind;
 use serde::Serialize;
@@ -85,8 +85,8 @@ enum Cls {
 #[derive(Clone, Copy, Debug)]
 struct Seq {
     first_h2d: u32,
-    first_kernel: u32,
-    first_d2h: u32,
+    first_kernel: Option<u32>,
+    first_d2h: Option<u32>,
     start: u64,
     end: u64,
     stages: Stages,
@@ -142,8 +142,8 @@ fn scan(m: &Model, cls: &Classes, ops: impl Iterator<Item = u32>, out: &mut Vec<
         let d = e - s;
         let fresh = |op: u32| Seq {
             first_h2d: op,
-            first_kernel: NONE,
-            first_d2h: NONE,
+            first_kernel: None,
+            first_d2h: None,
             start: s,
             end: e,
             stages: Stages {
@@ -164,9 +164,7 @@ fn scan(m: &Model, cls: &Classes, ops: impl Iterator<Item = u32>, out: &mut Vec<
             }
             (Cls::H2D, _) => Some((fresh(op), Cls::H2D)),
             (Cls::Kernel, Some((mut q, Cls::H2D | Cls::Kernel))) => {
-                if q.first_kernel == NONE {
-                    q.first_kernel = op;
-                }
+                q.first_kernel.get_or_insert(op);
                 q.stages.kernel_ns += d;
                 q.end = q.end.max(e);
                 Some((q, Cls::Kernel))
@@ -176,9 +174,7 @@ fn scan(m: &Model, cls: &Classes, ops: impl Iterator<Item = u32>, out: &mut Vec<
                 None
             }
             (Cls::D2H, Some((mut q, Cls::Kernel | Cls::D2H))) => {
-                if q.first_d2h == NONE {
-                    q.first_d2h = op;
-                }
+                q.first_d2h.get_or_insert(op);
                 q.stages.d2h_ns += d;
                 q.end = q.end.max(e);
                 Some((q, Cls::D2H))
@@ -277,14 +273,15 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         return Vec::new();
     }
     let locator = Locator::new(cx);
-    let mut located: Vec<(u32, LocationSource, Seq)> = found
+    let mut located: Vec<(Option<LocIx>, LocationSource, Seq)> = found
         .into_iter()
         .map(|q| {
             let (loc, src) = locate(cx, &locator, &q);
             (loc, src, q)
         })
         .collect();
-    located.sort_by_key(|x| (x.0, x.2.start));
+    // The lines in order, the sequences without one last.
+    located.sort_by_key(|x| (x.0.is_none(), x.0, x.2.start));
     located
         .chunk_by(|a, b| a.0 == b.0)
         .map(|line| insight(cx, &locator, line))
@@ -306,20 +303,20 @@ fn stream_key(m: &Model, cls: &Classes, op: u32) -> u64 {
 
 /// The first H2D copy's call site, else another op's of the sequence, else the next sync of the
 /// copying thread.
-fn locate(cx: &Ctx, locator: &Locator, q: &Seq) -> (u32, LocationSource) {
+fn locate(cx: &Ctx, locator: &Locator, q: &Seq) -> (Option<LocIx>, LocationSource) {
     let m = cx.m;
     let corr = op_corr(m, q.first_h2d);
-    for op in [q.first_h2d, q.first_kernel, q.first_d2h] {
-        let c = if op == NONE { 0 } else { op_corr(m, op) };
-        if let Some(loc) = (c != 0).then(|| cx.callsite_loc(c)).flatten() {
-            return (loc, LocationSource::Callsite);
+    for op in [Some(q.first_h2d), q.first_kernel, q.first_d2h] {
+        let c = op.and_then(|op| op_corr(m, op).known());
+        if let Some(loc) = c.and_then(|c| cx.callsite_loc(c)) {
+            return (Some(loc), LocationSource::Callsite);
         }
     }
     let api = issuing_api(cx, corr);
     locator.locate(corr, None, api.as_ref(), q.start)
 }
 
-fn insight(cx: &Ctx, locator: &Locator, group: &[(u32, LocationSource, Seq)]) -> Insight {
+fn insight(cx: &Ctx, locator: &Locator, group: &[(Option<LocIx>, LocationSource, Seq)]) -> Insight {
     let loc = group[0].0;
     let src = group
         .iter()
@@ -354,7 +351,7 @@ fn insight(cx: &Ctx, locator: &Locator, group: &[(u32, LocationSource, Seq)]) ->
     let (two, four) = (pred(2, t2), pred(4, t4));
     let impact = measured.saturating_sub(t4);
     let location = locator.source_loc(loc);
-    let at = if loc == NONE {
+    let at = if loc.is_none() {
         String::new()
     } else {
         format!(" @ {}", location.short())
@@ -369,7 +366,7 @@ fn insight(cx: &Ctx, locator: &Locator, group: &[(u32, LocationSource, Seq)]) ->
     } else {
         format!("{n} sequences")
     };
-    let where_ = if loc == NONE {
+    let where_ = if loc.is_none() {
         String::new()
     } else {
         format!(" from {}{}", location.short(), in_function(&location))

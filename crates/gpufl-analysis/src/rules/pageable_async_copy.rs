@@ -15,6 +15,7 @@
 //! - Copies without a callsite (older sessions, or callsites dropped by the recorder's rate cap)
 //!   have no location and are left out: the figures of a line are then lower bounds.
 
+use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};
 use crate::shared::copies::{
     api_name, bandwidth_gbps, call_ns, copy_calls, copy_then_wait, op_span, plural, where_, window,
@@ -58,16 +59,16 @@ struct Acc {
     d2h: u64,
     other: u64,
     names: Names,
-    ops: Vec<(u32, u64, u64)>,
+    ops: Vec<(CorrId, u64, u64)>,
 }
 
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     let calls = copy_calls(cx);
-    let claimed: HashSet<u32> = copy_then_wait(cx, &calls)
+    let claimed: HashSet<CorrId> = copy_then_wait(cx, &calls)
         .iter()
         .map(|p| calls[p.call].corr)
         .collect();
-    let mut groups: HashMap<u32, Acc> = HashMap::new();
+    let mut groups: HashMap<LocIx, Acc> = HashMap::new();
     for c in &calls {
         let Some(kind) = c.copy_kind() else { continue };
         if !c.pageable || claimed.contains(&c.corr) {
@@ -101,8 +102,8 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         .collect()
 }
 
-fn insight(cx: &Ctx, loc: u32, g: Acc, w: Window) -> Insight {
-    let location = cx.locs[loc as usize].clone();
+fn insight(cx: &Ctx, loc: LocIx, g: Acc, w: Window) -> Insight {
+    let location = cx.loc(loc).clone();
     let api = g.names.top();
     let bw = bandwidth_gbps(g.bytes, g.copy_ns);
     let title = format!(

@@ -9,9 +9,9 @@
 //!   10 %, LOW otherwise.
 //! - Syncs with no user frame group under `<driver-internal>`.
 
+use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, share, Insight};
 use crate::shared::Ctx;
-use crate::store::NONE;
 use crate::views::sync_kind_from_u8;
 use gpufl_trace::SyncKind;
 use std::collections::HashMap;
@@ -20,12 +20,10 @@ pub(crate) const RULE: &str = "sync-attribution";
 
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     // (kind, location) -> (count, host time)
-    let mut groups: HashMap<(u8, u32), (u64, u64)> = HashMap::new();
+    let mut groups: HashMap<(u8, LocIx), (u64, u64)> = HashMap::new();
     let s = &cx.m.syncs;
-    for (i, &loc) in cx.sync_loc.iter().enumerate() {
-        if loc == NONE {
-            continue;
-        }
+    for (i, &loc) in cx.sync_locs.iter().enumerate() {
+        let Some(loc) = loc else { continue };
         let g = groups.entry((s.kind.get(i), loc)).or_default();
         g.0 += 1;
         g.1 += s.end.get(i).saturating_sub(s.start.get(i));
@@ -38,8 +36,8 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         .collect()
 }
 
-fn insight(cx: &Ctx, kind: SyncKind, loc: u32, count: u64, blocked: u64) -> Insight {
-    let location = cx.locs[loc as usize].clone();
+fn insight(cx: &Ctx, kind: SyncKind, loc: LocIx, count: u64, blocked: u64) -> Insight {
+    let location = cx.loc(loc).clone();
     let share_of_wall = share(blocked, cx.wall_ns);
     let title = format!(
         "{} × {count} @ {} · {} ({:.1}% of session)",

@@ -21,12 +21,11 @@
 //!   one-off at startup, listed last; worth caching); recompilations raise it to MEDIUM (HIGH
 //!   when their GPU idle is over half the session's wall time), their GPU idle time the impact.
 
+use crate::ids::{LocIx, StackIx};
 use crate::insight::{fmt_duration, in_function, Insight, Severity};
 use crate::shared::timeline::most_frequent_per_key;
 use crate::shared::Ctx;
-use crate::store::NONE;
 use crate::userframe::SourceLoc;
-use gpufl_trace::StackId;
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -77,7 +76,7 @@ pub struct Data {
 }
 
 /// A CUDA call with a stack: (start, end, thread, stack).
-type Call = (u64, u64, u64, u32);
+type Call = (u64, u64, u64, StackIx);
 
 pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     let calls = calls(cx);
@@ -98,10 +97,10 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
 fn calls(cx: &Ctx) -> Vec<(Call, bool)> {
     let m = cx.m;
     // Which stacks are compiling, on first need (a stack is looked at once).
-    let mut compiling: HashMap<u32, bool> = HashMap::new();
-    let mut is_compiling = |stack: u32| -> bool {
+    let mut compiling: HashMap<StackIx, bool> = HashMap::new();
+    let mut is_compiling = |stack: StackIx| -> bool {
         *compiling.entry(stack).or_insert_with(|| {
-            m.stack(StackId(stack)).is_some_and(|frames| {
+            m.stack(stack).is_some_and(|frames| {
                 frames.iter().any(|&f| {
                     m.frame(f)
                         .is_some_and(|fr| fr.file.is_some_and(|p| p.contains(COMPILING_FILE)))
@@ -115,10 +114,9 @@ fn calls(cx: &Ctx) -> Vec<(Call, bool)> {
         let (Some(tid), Some(st)) = (s.tid, s.stack) else {
             continue;
         };
-        let st = st.index() as u32;
         calls.push(((s.start, s.end.max(s.start), tid, st), is_compiling(st)));
     }
-    for &(corr, stack, _, _) in &m.callsites {
+    for &crate::model::Callsite { corr, stack, .. } in &m.callsites {
         if cx.stack_is_cut(stack) {
             continue;
         }
@@ -134,10 +132,10 @@ fn calls(cx: &Ctx) -> Vec<(Call, bool)> {
 
 /// The compilations, per thread: (line, episode) of each run of compiling calls with no other
 /// CUDA call between them, spanning at least [`MIN_SPAN_NS`], at a user line.
-fn episodes(cx: &Ctx, calls: &[(Call, bool)]) -> Vec<(u32, Episode)> {
+fn episodes(cx: &Ctx, calls: &[(Call, bool)]) -> Vec<(LocIx, Episode)> {
     let origin = cx.m.time_range().0;
     let all_busy = cx.busy.intervals(None);
-    let mut found: Vec<(u32, Episode)> = Vec::new();
+    let mut found: Vec<(LocIx, Episode)> = Vec::new();
     for thread in calls.chunk_by(|a, b| a.0 .2 == b.0 .2) {
         let mut i = 0;
         while i < thread.len() {
@@ -153,14 +151,14 @@ fn episodes(cx: &Ctx, calls: &[(Call, bool)]) -> Vec<(u32, Episode)> {
             };
             let to = thread.get(j).map_or(run[run.len() - 1].0 .1, |c| c.0 .0);
             let span = to.saturating_sub(from);
-            let votes: Vec<(u32, u32)> = run
+            let votes: Vec<(u32, LocIx)> = run
                 .iter()
-                .filter_map(|c| cx.stack_loc.get(c.0 .3 as usize).copied())
-                .filter(|&l| l != NONE && !cx.is_driver_internal(l))
+                .filter_map(|c| cx.stack_loc(c.0 .3))
+                .filter(|&l| !cx.is_driver_internal(l))
                 .map(|l| (0, l))
                 .collect();
-            let line = most_frequent_per_key(votes).first().map_or(NONE, |v| v.1);
-            if span >= MIN_SPAN_NS && line != NONE {
+            let line = most_frequent_per_key(votes).first().map(|v| v.1);
+            if let Some(line) = line.filter(|_| span >= MIN_SPAN_NS) {
                 found.push((
                     line,
                     Episode {
@@ -183,13 +181,13 @@ fn episodes(cx: &Ctx, calls: &[(Call, bool)]) -> Vec<(u32, Episode)> {
 /// A compilation after it is a recompilation (or a new graph), whatever its rank: a first
 /// compilation that hit Inductor's caches can make no CUDA call and go unseen, while a later one
 /// that autotunes new kernels is seen.
-fn first_runs(cx: &Ctx, calls: &[(Call, bool)]) -> HashMap<u32, u64> {
-    let mut first_run: HashMap<u32, u64> = HashMap::new();
+fn first_runs(cx: &Ctx, calls: &[(Call, bool)]) -> HashMap<LocIx, u64> {
+    let mut first_run: HashMap<LocIx, u64> = HashMap::new();
     for &((start, _, _, st), comp) in calls {
         if comp {
             continue;
         }
-        if let Some(&l) = cx.stack_loc.get(st as usize) {
+        if let Some(l) = cx.stack_loc(st) {
             let e = first_run.entry(l).or_insert(start);
             *e = (*e).min(start);
         }
@@ -198,9 +196,9 @@ fn first_runs(cx: &Ctx, calls: &[(Call, bool)]) -> HashMap<u32, u64> {
 }
 
 /// The insight of one line's compilations (in time order).
-fn line_insight(cx: &Ctx, line: &[(u32, Episode)], first_run: &HashMap<u32, u64>) -> Insight {
+fn line_insight(cx: &Ctx, line: &[(LocIx, Episode)], first_run: &HashMap<LocIx, u64>) -> Insight {
     let origin = cx.m.time_range().0;
-    let loc = cx.locs[line[0].0 as usize].clone();
+    let loc = cx.loc(line[0].0).clone();
     let eps: Vec<&Episode> = line.iter().map(|(_, e)| e).collect();
     let (compile_ns, idle_ns) = (sum(&eps, |e| e.span_ns), sum(&eps, |e| e.gpu_idle_ns));
     let ran_from = first_run

@@ -3,9 +3,9 @@
 //! against the share left at `<driver-internal>`. Shared machinery, not a rule: the report prints
 //! it under the headline, and it is how "the line is lost" is measured.
 
+use crate::ids::LocIx;
 use crate::shared::timeline::Locator;
 use crate::shared::Ctx;
-use crate::store::NONE;
 use serde::Serialize;
 
 /// Time (ns) by what its location names.
@@ -42,12 +42,12 @@ impl Shares {
         )
     }
 
-    fn add(&mut self, cx: &Ctx, loc: u32, via: bool, ns: u64) {
-        if loc == NONE {
+    fn add(&mut self, cx: &Ctx, loc: Option<LocIx>, via: bool, ns: u64) {
+        let Some(loc) = loc else {
             self.unlocated_ns = self.unlocated_ns.saturating_add(ns);
             return;
-        }
-        let l = &cx.locs[loc as usize];
+        };
+        let l = cx.loc(loc);
         if l.is_unattributed() {
             self.driver_internal_ns = self.driver_internal_ns.saturating_add(ns);
         } else if l.origin == crate::userframe::FrameOrigin::DriverInternal {
@@ -74,8 +74,8 @@ pub(crate) fn attribute(cx: &Ctx) -> Attribution {
     let m = cx.m;
     let mut a = Attribution::default();
     for (i, s) in m.syncs().enumerate() {
-        let loc = cx.sync_loc.get(i).copied().unwrap_or(NONE);
-        let via = m.syncs.stack.get(i) != NONE && cx.stack_is_via(m.syncs.stack.get(i));
+        let loc = cx.sync_loc(i);
+        let via = m.sync_stack(i).is_some_and(|s| cx.stack_is_via(s));
         a.sync.add(cx, loc, via, s.duration_ns());
     }
     if m.callsites.is_empty() {
@@ -90,17 +90,13 @@ pub(crate) fn attribute(cx: &Ctx) -> Attribution {
     }
     let locator = Locator::new(cx);
     for (i, name) in m.kernel_names().enumerate() {
-        let corr = m.kernels.corr.get(i);
         let ns = m.kernels.end.get(i).saturating_sub(m.kernels.start.get(i));
-        let site = (corr != 0).then(|| m.callsite(corr)).flatten();
-        let (loc, via) = match site.filter(|&(stack, _)| !cx.stack_is_cut(stack.index() as u32)) {
-            Some((stack, _)) => (
-                cx.stack_loc.get(stack.index()).copied().unwrap_or(NONE),
-                cx.stack_is_via(stack.index() as u32),
-            ),
+        let site = m.kernel_corr(i).known().and_then(|c| m.callsite(c));
+        let (loc, via) = match site.filter(|&(stack, _)| !cx.stack_is_cut(stack)) {
+            Some((stack, _)) => (cx.stack_loc(stack), cx.stack_is_via(stack)),
             None => match locator.kernel_name_line(name) {
-                Some(loc) => (loc, cx.loc_is_via(loc)),
-                None => (NONE, false),
+                Some(loc) => (Some(loc), cx.loc_is_via(loc)),
+                None => (None, false),
             },
         };
         a.gpu.add(cx, loc, via, ns);

@@ -5,9 +5,9 @@
 //! ([`gpu_ops`]), and how a line's operations are measured and described: the severity
 //! [`Window`] of a line (its loop's span, else the session), the API name, `at file:line`.
 
+use crate::ids::{CorrId, LocIx};
 use crate::insight::{in_function, share};
 use crate::shared::Ctx;
-use crate::store::NONE;
 use crate::views::CopyOp;
 use gpufl_trace::{CopyKind, MemoryKind};
 use std::collections::HashMap;
@@ -15,7 +15,7 @@ use std::collections::HashMap;
 /// One copy or memset API call: its activity records (one or more, same correlation id) folded.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CopyCall {
-    pub corr: u32,
+    pub corr: CorrId,
     /// The first record's kind (a memset's memory kind is in `Memset`).
     pub op: CopyOp,
     /// Any record touches pageable host memory.
@@ -46,9 +46,8 @@ impl CopyCall {
 /// API call to link to) are left out.
 pub(crate) fn copy_calls(cx: &Ctx) -> Vec<CopyCall> {
     let m = cx.m;
-    let mut idx: Vec<(u32, u32)> = (0..m.copy_count())
-        .map(|i| (m.copies.corr.get(i), i as u32))
-        .filter(|&(c, _)| c != 0)
+    let mut idx: Vec<(CorrId, u32)> = (0..m.copy_count())
+        .filter_map(|i| Some((m.copy_corr(i).known()?, i as u32)))
         .collect();
     idx.sort_unstable();
     let mut out: Vec<CopyCall> = Vec::new();
@@ -85,7 +84,7 @@ pub(crate) fn copy_calls(cx: &Ctx) -> Vec<CopyCall> {
 }
 
 /// Name of the API call with this correlation id: from its `api` record, else its `callsite`.
-pub(crate) fn api_name<'m>(cx: &Ctx<'m>, corr: u32) -> Option<&'m str> {
+pub(crate) fn api_name<'m>(cx: &Ctx<'m>, corr: CorrId) -> Option<&'m str> {
     let m: &'m crate::Model = cx.m;
     if let Some(a) = cx.api(corr) {
         return Some(m.str(a.name));
@@ -95,7 +94,7 @@ pub(crate) fn api_name<'m>(cx: &Ctx<'m>, corr: u32) -> Option<&'m str> {
 
 /// (corr, start, end) of an operation for [`window`]: from its API call's start (the GPU start
 /// without an API record) to the later of the call's end and `end`.
-pub(crate) fn op_span(cx: &Ctx, corr: u32, start: u64, end: u64) -> (u32, u64, u64) {
+pub(crate) fn op_span(cx: &Ctx, corr: CorrId, start: u64, end: u64) -> (CorrId, u64, u64) {
     match cx.api(corr) {
         Some(a) => (corr, a.start, a.end.max(end)),
         None => (corr, start, end),
@@ -103,7 +102,7 @@ pub(crate) fn op_span(cx: &Ctx, corr: u32, start: u64, end: u64) -> (u32, u64, u
 }
 
 /// Host time in the call: its API record's duration, else `fallback_ns`.
-pub(crate) fn call_ns(cx: &Ctx, corr: u32, fallback_ns: u64) -> u64 {
+pub(crate) fn call_ns(cx: &Ctx, corr: CorrId, fallback_ns: u64) -> u64 {
     cx.api(corr).map_or(fallback_ns, |a| a.duration_ns())
 }
 
@@ -151,13 +150,13 @@ pub(crate) struct Window {
 }
 
 /// The severity window of a line's operations, given as (corr, start, end).
-pub(crate) fn window(cx: &Ctx, ops: &mut [(u32, u64, u64)]) -> Window {
+pub(crate) fn window(cx: &Ctx, ops: &mut [(CorrId, u64, u64)]) -> Window {
     let wall = Window {
         ns: cx.gpu_wall_ns(),
         is_loop: false,
         sampled: cx.m.is_always_on(),
     };
-    if ops.len() < MIN_LOOP_OPS || ops.iter().any(|o| o.0 == 0) {
+    if ops.len() < MIN_LOOP_OPS || ops.iter().any(|o| o.0.known().is_none()) {
         return wall;
     }
     ops.sort_unstable();
@@ -202,8 +201,8 @@ pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
 }
 
 /// `at file.cu:42 in f()`, or, without a user frame, a sentence saying so.
-pub(crate) fn where_(cx: &Ctx, loc: u32) -> String {
-    let l = &cx.locs[loc as usize];
+pub(crate) fn where_(cx: &Ctx, loc: LocIx) -> String {
+    let l = cx.loc(loc);
     if cx.is_driver_internal(loc) {
         "with no frame of your code on the call stack (issued by the CUDA runtime or a framework)"
             .to_string()
@@ -212,11 +211,13 @@ pub(crate) fn where_(cx: &Ctx, loc: u32) -> String {
     }
 }
 
-/// A copy (index into the calls) waited on by a synchronization (index into the model's syncs).
+/// A copy (index into the calls) waited on by a synchronization (index into the model's syncs)
+/// at the same user line `loc`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Pair {
     pub call: usize,
     pub sync: usize,
+    pub loc: LocIx,
 }
 
 /// Whether a copy of this kind involves host memory (and can block the host).
@@ -236,7 +237,7 @@ pub(crate) fn touches_host(kind: CopyKind) -> bool {
 /// the same user line (see the module doc). O(n log n).
 pub(crate) fn copy_then_wait(cx: &Ctx, calls: &[CopyCall]) -> Vec<Pair> {
     // (tid, time, 0 = copy / 1 = sync, index, location)
-    let mut ev: Vec<(u64, u64, u8, usize, u32)> = Vec::new();
+    let mut ev: Vec<(u64, u64, u8, usize, LocIx)> = Vec::new();
     for (i, c) in calls.iter().enumerate() {
         if !c.copy_kind().is_some_and(touches_host) {
             continue;
@@ -252,17 +253,19 @@ pub(crate) fn copy_then_wait(cx: &Ctx, calls: &[CopyCall]) -> Vec<Pair> {
     if ev.is_empty() {
         return Vec::new();
     }
-    for (i, &loc) in cx.sync_loc.iter().enumerate() {
+    for (i, &loc) in cx.sync_locs.iter().enumerate() {
         let s = cx.m.sync(i);
-        let Some(tid) = s.tid else { continue };
-        if loc == NONE || !s.kind.blocks_host() {
+        let (Some(tid), Some(loc)) = (s.tid, loc) else {
+            continue;
+        };
+        if !s.kind.blocks_host() {
             continue;
         }
         ev.push((tid, s.start, 1, i, loc));
     }
     ev.sort_unstable();
     let mut pairs = Vec::new();
-    let mut pending: Vec<(usize, u32)> = Vec::new();
+    let mut pending: Vec<(usize, LocIx)> = Vec::new();
     let mut tid = None;
     for &(t, _, what, i, loc) in &ev {
         if tid != Some(t) {
@@ -272,12 +275,11 @@ pub(crate) fn copy_then_wait(cx: &Ctx, calls: &[CopyCall]) -> Vec<Pair> {
         if what == 0 {
             pending.push((i, loc));
         } else {
-            pairs.extend(
-                pending
-                    .iter()
-                    .filter(|p| p.1 == loc)
-                    .map(|p| Pair { call: p.0, sync: i }),
-            );
+            pairs.extend(pending.iter().filter(|p| p.1 == loc).map(|p| Pair {
+                call: p.0,
+                sync: i,
+                loc,
+            }));
             pending.clear();
         }
     }
@@ -297,7 +299,7 @@ pub(crate) enum OpKind {
 pub(crate) struct GpuOp {
     pub start: u64,
     pub end: u64,
-    pub corr: u32,
+    pub corr: CorrId,
     pub ctx: u32,
     pub stream: u32,
     pub kind: OpKind,
@@ -337,7 +339,7 @@ pub(crate) fn gpu_ops(cx: &Ctx) -> Vec<GpuOp> {
             name: 0,
         });
     }
-    v.retain(|o| o.corr != 0);
+    v.retain(|o| o.corr.known().is_some());
     v
 }
 

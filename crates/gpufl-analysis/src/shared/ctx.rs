@@ -4,12 +4,11 @@
 //! site's line, the GPU-observed span of an always-on session).
 
 use crate::corrs::KernelCorrs;
+use crate::ids::{CorrId, LocIx, StackIx};
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
-use crate::store::NONE;
 use crate::userframe::{user_frame, FrameOrigin, SourceLoc};
 use crate::Config;
-use gpufl_trace::StackId;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -27,17 +26,17 @@ pub(crate) struct Ctx<'a> {
     pub m: &'a Model,
     pub wall_ns: u64,
     pub busy: &'a DeviceBusy,
-    /// Distinct user locations.
+    /// Distinct user locations ([`LocIx`] indexes them; see [`Ctx::loc`]).
     pub locs: Vec<SourceLoc>,
-    /// Index into `locs` of each sync's user location, [`NONE`] for a sync without a stack.
-    pub sync_loc: Vec<u32>,
-    /// Index into `locs` of each model stack's user location.
-    pub stack_loc: Vec<u32>,
+    /// Each sync's user location, None for a sync without a stack.
+    pub sync_locs: Vec<Option<LocIx>>,
+    /// Each model stack's user location, by [`StackIx`] (see [`Ctx::stack_loc`]).
+    stack_locs: Vec<LocIx>,
     /// Per model stack: a walk cut short inside CUDA ([`crate::userframe::is_cut_in_cuda`]).
     stack_cut: Vec<bool>,
     /// (corr, index) of every API record, sorted by corr.
-    pub(crate) api_by_corr: Vec<(u32, u32)>,
-    /// Per location (index into `locs`): stacks read from another thread.
+    pub(crate) api_by_corr: Vec<(CorrId, u32)>,
+    /// Per location, by [`LocIx`]: stacks read from another thread.
     pub loc_via: Vec<LocVia>,
     /// The kernels' distinct correlation ids, on first need.
     kernel_corrs: OnceLock<Option<Vec<u32>>>,
@@ -46,30 +45,30 @@ pub(crate) struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     pub fn new(m: &'a Model, cfg: &Config, busy: &'a DeviceBusy, wall_ns: u64) -> Ctx<'a> {
         let mut locs = Vec::new();
-        let mut index: HashMap<SourceLoc, u32> = HashMap::new();
-        let stack_loc: Vec<u32> = (0..m.stack_count())
+        let mut index: HashMap<SourceLoc, LocIx> = HashMap::new();
+        let stack_locs: Vec<LocIx> = m
+            .stack_ixs()
             .map(|s| {
-                let loc = user_frame(m, StackId(s as u32), &cfg.filter);
+                let loc = user_frame(m, s, &cfg.filter);
                 *index.entry(loc).or_insert_with_key(|loc| {
                     locs.push(loc.clone());
-                    (locs.len() - 1) as u32
+                    LocIx::at(locs.len() - 1)
                 })
             })
             .collect();
         // Only a stack without a user or library line can be a walk cut short in CUDA.
-        let stack_cut: Vec<bool> = stack_loc
-            .iter()
-            .enumerate()
+        let stack_cut: Vec<bool> = m
+            .stack_ixs()
+            .zip(&stack_locs)
             .map(|(s, &l)| {
-                locs[l as usize].is_unattributed()
-                    && crate::userframe::is_cut_in_cuda(m, StackId(s as u32))
+                locs[l.index()].is_unattributed() && crate::userframe::is_cut_in_cuda(m, s)
             })
             .collect();
         let mut loc_via = vec![LocVia::default(); locs.len()];
-        for (s, &l) in stack_loc.iter().enumerate() {
-            let v = &mut loc_via[l as usize];
+        for (s, &l) in m.stack_ixs().zip(&stack_locs) {
+            let v = &mut loc_via[l.index()];
             v.stacks += 1;
-            if let Some(t) = m.stack_via(StackId(s as u32)) {
+            if let Some(t) = m.stack_via(s) {
                 v.via_stacks += 1;
                 if !v.tids.contains(&t) && v.tids.len() < 8 {
                     v.tids.push(t);
@@ -77,14 +76,12 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
-        let sync_loc = m
-            .syncs
-            .stack
-            .iter()
-            .map(|s| stack_loc.get(s as usize).copied().unwrap_or(NONE))
+        let sync_locs = m
+            .sync_stacks()
+            .map(|s| s.and_then(|s| stack_locs.get(s.index()).copied()))
             .collect();
-        let mut api_by_corr: Vec<(u32, u32)> = (0..m.apis.corr.len())
-            .map(|i| (m.apis.corr.get(i), i as u32))
+        let mut api_by_corr: Vec<(CorrId, u32)> = (0..m.apis.corr.len())
+            .map(|i| (m.api_corr(i), i as u32))
             .collect();
         api_by_corr.sort_unstable();
         Ctx {
@@ -92,8 +89,8 @@ impl<'a> Ctx<'a> {
             wall_ns,
             busy,
             locs,
-            sync_loc,
-            stack_loc,
+            sync_locs,
+            stack_locs,
             stack_cut,
             api_by_corr,
             loc_via,
@@ -112,20 +109,40 @@ impl<'a> Ctx<'a> {
         )
     }
 
+    /// A user location.
+    pub fn loc(&self, loc: LocIx) -> &SourceLoc {
+        &self.locs[loc.index()]
+    }
+
+    /// The user location of a model stack.
+    pub fn stack_loc(&self, stack: StackIx) -> Option<LocIx> {
+        self.stack_locs.get(stack.index()).copied()
+    }
+
+    /// Every model stack's user location, by [`StackIx`].
+    pub fn stack_locs(&self) -> &[LocIx] {
+        &self.stack_locs
+    }
+
+    /// The user location of synchronization `i` (None without a stack).
+    pub fn sync_loc(&self, i: usize) -> Option<LocIx> {
+        self.sync_locs.get(i).copied().flatten()
+    }
+
     /// Whether model stack `stack` carries Python frames read from another thread.
-    pub fn stack_is_via(&self, stack: u32) -> bool {
-        self.m.stack_via(StackId(stack)).is_some()
+    pub fn stack_is_via(&self, stack: StackIx) -> bool {
+        self.m.stack_via(stack).is_some()
     }
 
     /// Whether most stacks of location `loc` were read from another thread.
-    pub fn loc_is_via(&self, loc: u32) -> bool {
+    pub fn loc_is_via(&self, loc: LocIx) -> bool {
         self.loc_via
-            .get(loc as usize)
+            .get(loc.index())
             .is_some_and(|v| v.via_stacks * 2 > v.stacks)
     }
 
     /// The API call with this correlation id (`api` records; None when API records were off).
-    pub fn api(&self, corr: u32) -> Option<crate::views::ApiRec> {
+    pub fn api(&self, corr: CorrId) -> Option<crate::views::ApiRec> {
         let i = self.api_by_corr.partition_point(|a| a.0 < corr);
         let &(c, idx) = self.api_by_corr.get(i)?;
         (c == corr).then(|| self.m.api(idx as usize))
@@ -135,21 +152,21 @@ impl<'a> Ctx<'a> {
     /// `callsite` record (copies, memsets, sampled launches); None also when that record's walk was
     /// cut short inside CUDA (its stack names no line, and the call is then located as an unsampled
     /// one would be).
-    pub fn callsite_loc(&self, corr: u32) -> Option<u32> {
+    pub fn callsite_loc(&self, corr: CorrId) -> Option<LocIx> {
         let (stack, _) = self.m.callsite(corr)?;
-        if self.stack_is_cut(stack.index() as u32) {
+        if self.stack_is_cut(stack) {
             return None;
         }
-        self.stack_loc.get(stack.index()).copied()
+        self.stack_loc(stack)
     }
 
     /// Whether model stack `stack` is a walk cut short inside CUDA (it names no line).
-    pub fn stack_is_cut(&self, stack: u32) -> bool {
-        self.stack_cut.get(stack as usize).copied().unwrap_or(false)
+    pub fn stack_is_cut(&self, stack: StackIx) -> bool {
+        self.stack_cut.get(stack.index()).copied().unwrap_or(false)
     }
 
-    pub fn is_driver_internal(&self, loc: u32) -> bool {
-        self.locs[loc as usize].origin == FrameOrigin::DriverInternal
+    pub fn is_driver_internal(&self, loc: LocIx) -> bool {
+        self.loc(loc).origin == FrameOrigin::DriverInternal
     }
 
     /// The idle gap of `dev` that begins at `t` ([`DeviceBusy::idle_after`]), 0 when that gap

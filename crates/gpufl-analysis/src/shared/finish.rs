@@ -2,25 +2,20 @@
 //! ([`name_scopes`]), whether its location was read from another thread ([`mark_inferred`]), and
 //! the ranking ([`rank`]).
 
+use crate::ids::LocIx;
 use crate::insight::{Inferred, Insight};
 use crate::shared::Ctx;
-use crate::store::NONE;
 use crate::userframe::SourceLoc;
 use std::collections::HashMap;
 
 /// Fill [`Insight::inferred`] of every insight whose location has stacks read from another thread.
 pub(crate) fn mark_inferred(cx: &Ctx, insights: &mut [Insight]) {
-    let by_loc: HashMap<&SourceLoc, u32> = cx
-        .locs
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (l, i as u32))
-        .collect();
+    let by_loc = loc_index(cx);
     for ins in insights.iter_mut() {
         let Some(&l) = by_loc.get(&ins.location) else {
             continue;
         };
-        let Some(v) = cx.loc_via.get(l as usize) else {
+        let Some(v) = cx.loc_via.get(l.index()) else {
             continue;
         };
         if v.via_stacks > 0 {
@@ -41,14 +36,11 @@ pub(crate) fn name_scopes(cx: &Ctx, insights: &mut [Insight]) {
         return;
     }
     // Longest sync (with a thread) per user location.
-    let mut best: HashMap<u32, (u64, u64, u64)> = HashMap::new();
+    let mut best: HashMap<LocIx, (u64, u64, u64)> = HashMap::new();
     for (i, s) in m.syncs().enumerate() {
-        let (Some(tid), Some(&loc)) = (s.tid, cx.sync_loc.get(i)) else {
+        let (Some(tid), Some(loc)) = (s.tid, cx.sync_loc(i)) else {
             continue;
         };
-        if loc == NONE {
-            continue;
-        }
         let d = s.duration_ns();
         let e = best.entry(loc).or_insert((d, tid, s.start));
         if d > e.0 {
@@ -56,12 +48,12 @@ pub(crate) fn name_scopes(cx: &Ctx, insights: &mut [Insight]) {
         }
     }
     // Where no sync is: the longest API call (launch, copy, memset) with a call-site stack there.
-    let mut by_site: HashMap<u32, (u64, u64, u64)> = HashMap::new();
-    for &(corr, _, _, _) in &m.callsites {
-        let (Some(loc), Some(api)) = (cx.callsite_loc(corr), cx.api(corr)) else {
+    let mut by_site: HashMap<LocIx, (u64, u64, u64)> = HashMap::new();
+    for c in &m.callsites {
+        let (Some(loc), Some(api)) = (cx.callsite_loc(c.corr), cx.api(c.corr)) else {
             continue;
         };
-        if loc == NONE || best.contains_key(&loc) {
+        if best.contains_key(&loc) {
             continue;
         }
         let d = api.duration_ns();
@@ -70,12 +62,7 @@ pub(crate) fn name_scopes(cx: &Ctx, insights: &mut [Insight]) {
             *e = (d, api.tid, api.start);
         }
     }
-    let by_loc: HashMap<&crate::userframe::SourceLoc, u32> = cx
-        .locs
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (l, i as u32))
-        .collect();
+    let by_loc = loc_index(cx);
     for ins in insights.iter_mut() {
         let Some(l) = by_loc.get(&ins.location) else {
             continue;
@@ -85,6 +72,15 @@ pub(crate) fn name_scopes(cx: &Ctx, insights: &mut [Insight]) {
         };
         ins.scope = m.innermost_scope(tid, ts).map(|i| m.scope_path(i));
     }
+}
+
+/// The handle of each of the context's locations.
+fn loc_index<'c>(cx: &'c Ctx) -> HashMap<&'c SourceLoc, LocIx> {
+    cx.locs
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l, LocIx::at(i)))
+        .collect()
 }
 
 /// Sort by impact (highest first), then rule, location and title, so the order is total and stable.

@@ -6,9 +6,9 @@
 //! synchronization that returned inside the gap), the graph launch's line (its `callsite`
 //! record), and the nodes that take most of a replay's time.
 
+use crate::ids::{CorrId, LocIx};
 use crate::shared::timeline::{median_p99, most_frequent_per_key, BusyIndex};
 use crate::shared::Ctx;
-use crate::store::NONE;
 use crate::userframe::SourceLoc;
 use crate::views::CopyOp;
 use serde::Serialize;
@@ -86,19 +86,22 @@ pub struct GraphOp {
 /// One operation a graph ran.
 struct Op {
     graph: u32,
-    corr: u32,
+    corr: CorrId,
     start: u64,
     end: u64,
     dev: u32,
     node: u64,
-    /// Kernel name string id, or NONE for a copy / memset (`label`).
-    name: u32,
+    /// Kernel name string id, or None for a copy / memset (`label`).
+    name: Option<u32>,
     label: &'static str,
 }
 
+/// What names an operation: its kernel name string id, else its label ([`Op`]).
+type OpName = (Option<u32>, &'static str);
+
 /// One replay.
 struct Replay {
-    corr: u32,
+    corr: CorrId,
     start: u64,
     end: u64,
 }
@@ -119,7 +122,7 @@ pub(crate) fn summarize(cx: &Ctx) -> Vec<GraphSummary> {
             end: k.end.max(k.start),
             dev: k.dev,
             node: g.1,
-            name: k.name.0,
+            name: Some(k.name.0),
             label: "",
         });
     }
@@ -132,7 +135,7 @@ pub(crate) fn summarize(cx: &Ctx) -> Vec<GraphSummary> {
             end: c.end.max(c.start),
             dev: c.dev,
             node: g.1,
-            name: NONE,
+            name: None,
             label: match c.op {
                 CopyOp::Memcpy { .. } => "[memcpy]",
                 CopyOp::Memset { .. } => "[memset]",
@@ -206,12 +209,12 @@ fn one_graph(
 
     // Launch calls: their host time and line.
     let mut launch_ns: Vec<u64> = Vec::new();
-    let mut site_votes: Vec<(u32, u32)> = Vec::new();
+    let mut site_votes: Vec<(u32, LocIx)> = Vec::new();
     let mut tid_of: Vec<Option<u64>> = Vec::with_capacity(replays.len());
     for r in &replays {
-        let api = (r.corr != 0).then(|| cx.api(r.corr)).flatten();
+        let api = r.corr.known().and_then(|c| cx.api(c));
         tid_of.push(api.as_ref().map(|a| a.tid));
-        let site = (r.corr != 0).then(|| cx.callsite_loc(r.corr)).flatten();
+        let site = r.corr.known().and_then(|c| cx.callsite_loc(c));
         // CUPTI gives graph work the correlation id of the driver's graph launch, while the call
         // site is taken at the runtime's call around it (cudaGraphLaunch → cuGraphLaunch): the
         // enclosing call on the same thread then holds the line and the host time.
@@ -230,7 +233,7 @@ fn one_graph(
     let mut gaps: Vec<u64> = Vec::new();
     let (mut gap_idle_ns, mut gaps_with_sync, mut sync_blocked_ns, mut sync_gap_idle_ns) =
         (0u64, 0u64, 0u64, 0u64);
-    let mut sync_votes: Vec<(u32, u32)> = Vec::new();
+    let mut sync_votes: Vec<(u32, LocIx)> = Vec::new();
     for w in 1..replays.len() {
         let (prev, next) = (&replays[w - 1], &replays[w]);
         let (a, b) = (prev.end, next.start);
@@ -254,7 +257,7 @@ fn one_graph(
             gaps_with_sync += 1;
             sync_blocked_ns = sync_blocked_ns.saturating_add(s.end.saturating_sub(s.start));
             sync_gap_idle_ns = sync_gap_idle_ns.saturating_add(idle);
-            if let Some(&l) = cx.sync_loc.get(si as usize).filter(|&&l| l != NONE) {
+            if let Some(l) = cx.sync_loc(si as usize) {
                 sync_votes.push((0, l));
             }
         }
@@ -262,21 +265,21 @@ fn one_graph(
     let gap_total_ns = gaps.iter().fold(0u64, |a, &d| a.saturating_add(d));
     let gap_count = gaps.len() as u64;
     let (gap_median_ns, _) = median_p99(&mut gaps);
-    let loc = |votes: Vec<(u32, u32)>| -> Option<SourceLoc> {
+    let loc = |votes: Vec<(u32, LocIx)>| -> Option<SourceLoc> {
         most_frequent_per_key(votes)
             .first()
-            .and_then(|&(_, l)| cx.locs.get(l as usize).cloned())
+            .map(|&(_, l)| cx.loc(l).clone())
     };
 
     // Nodes, and the operations with the most time (with the line that put each into the graph).
     let mut nodes: Vec<u64> = ops.iter().map(|o| o.node).collect();
     nodes.sort_unstable();
     nodes.dedup();
-    let created: Vec<(u64, (u64, u32))> = nodes
+    let created: Vec<(u64, (u64, LocIx))> = nodes
         .iter()
         .filter_map(|&n| creation_loc(cx, n).map(|c| (n, c)))
         .collect();
-    let node_locs: HashMap<u64, u32> = created.iter().map(|&(n, (_, l))| (n, l)).collect();
+    let node_locs: HashMap<u64, LocIx> = created.iter().map(|&(n, (_, l))| (n, l)).collect();
     // Where the graph was captured: the line that made its first node (node ids count up within a
     // graph, so the smallest original id is the first node captured); a line found on a node
     // itself rather than on the one it was cloned from (the instantiating call) only when no
@@ -285,10 +288,10 @@ fn one_graph(
         .iter()
         .map(|&(n, (orig, l))| (orig == n, orig, l))
         .min()
-        .and_then(|(_, _, l)| cx.locs.get(l as usize).cloned());
-    let mut slot: HashMap<(u32, &'static str), usize> = HashMap::new();
-    let mut per_name: Vec<((u32, &'static str), u64, u64)> = Vec::new();
-    let mut loc_votes: Vec<(u32, u32)> = Vec::new();
+        .map(|(_, _, l)| cx.loc(l).clone());
+    let mut slot: HashMap<OpName, usize> = HashMap::new();
+    let mut per_name: Vec<(OpName, u64, u64)> = Vec::new();
+    let mut loc_votes: Vec<(u32, LocIx)> = Vec::new();
     let mut all_ns = 0u64;
     for o in ops {
         let d = o.end - o.start;
@@ -303,22 +306,19 @@ fn one_graph(
             loc_votes.push((i as u32, l));
         }
     }
-    let loc_of: HashMap<u32, u32> = most_frequent_per_key(loc_votes).into_iter().collect();
+    let loc_of: HashMap<u32, LocIx> = most_frequent_per_key(loc_votes).into_iter().collect();
     let mut top: Vec<GraphOp> = per_name
         .into_iter()
         .enumerate()
         .map(|(i, ((name, label), count, total_ns))| GraphOp {
-            name: if name == NONE {
-                label.to_string()
-            } else {
-                m.str(gpufl_trace::StrId(name)).to_string()
+            name: match name {
+                None => label.to_string(),
+                Some(name) => m.str(gpufl_trace::StrId(name)).to_string(),
             },
             count,
             total_ns,
             share: crate::insight::share(total_ns, all_ns),
-            created_at: loc_of
-                .get(&(i as u32))
-                .and_then(|&l| cx.locs.get(l as usize).cloned()),
+            created_at: loc_of.get(&(i as u32)).map(|&l| cx.loc(l).clone()),
         })
         .collect();
     top.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
@@ -351,18 +351,18 @@ fn one_graph(
 
 /// The graph launch calls (`api` records of `cudaGraphLaunch`, `cuGraphLaunch` and their
 /// variants), by thread and start: (tid, start, end, corr).
-struct SiteCalls(Vec<(u64, u64, u64, u32)>);
+struct SiteCalls(Vec<(u64, u64, u64, CorrId)>);
 
 /// An API call found around another one.
 struct Outer {
     start: u64,
     end: u64,
-    corr: u32,
+    corr: CorrId,
 }
 
 impl SiteCalls {
     fn new(cx: &Ctx) -> SiteCalls {
-        let mut v: Vec<(u64, u64, u64, u32)> =
+        let mut v: Vec<(u64, u64, u64, CorrId)> =
             cx.m.apis()
                 .filter(|a| cx.m.str(a.name).contains("GraphLaunch"))
                 .map(|a| (a.tid, a.start, a.end.max(a.start), a.corr))
@@ -429,26 +429,21 @@ impl SyncEnds {
 }
 
 /// The node `node` was first made as (following the nodes it was cloned from, at most 8 steps:
-/// instantiation clones once, a clone of a clone is rare), and the index into `locs` of the user
-/// line of the call that made it. An instantiated graph's nodes are clones of the captured ones,
+/// instantiation clones once, a clone of a clone is rare), and the user location of the context:
+/// the line of the call that made it. An instantiated graph's nodes are clones of the captured ones,
 /// and CUDA may also report them as created (at the instantiating call): the captured node's line
 /// (the launch that was captured) is the one to show, the clone's own only when the original has
 /// none.
-fn creation_loc(cx: &Ctx, node: u64) -> Option<(u64, u32)> {
+fn creation_loc(cx: &Ctx, node: u64) -> Option<(u64, LocIx)> {
     let mut n = node;
     let mut found = None;
     for _ in 0..8 {
         let Some(&(stack, from)) = cx.m.graph_nodes.get(&n) else {
             break;
         };
-        if let Some(&l) = (stack != NONE)
-            .then(|| cx.stack_loc.get(stack as usize))
-            .flatten()
-            .filter(|&&l| {
-                cx.locs
-                    .get(l as usize)
-                    .is_some_and(|loc| !loc.is_unattributed())
-            })
+        if let Some(l) = stack
+            .and_then(|s| cx.stack_loc(s))
+            .filter(|&l| !cx.loc(l).is_unattributed())
         {
             found = Some((n, l));
         }

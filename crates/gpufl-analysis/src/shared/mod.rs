@@ -17,7 +17,9 @@
 //! - [`finish`]: what is done to the insights once every rule has run (scopes, cross-thread
 //!   locations, ranking).
 //!
-//! [`Inputs`] is what a rule of the table ([`crate::rules::RULES`]) is given.
+//! [`Inputs`] is what a rule of the table ([`crate::rules::RULES`]) is given: the context, the
+//! kernel table, and the products computed once on first need (every device's idle gaps, the CUDA
+//! graph summary).
 
 pub mod attribution;
 pub(crate) mod copies;
@@ -34,12 +36,47 @@ pub(crate) use ctx::Ctx;
 use crate::kernels::KernelTable;
 use graphs::GraphSummary;
 use idle::IdleScan;
+use std::sync::OnceLock;
 
-/// What the rules of one session read: the context, and the products computed once before they
-/// run (the kernel table, every device's idle gaps, the CUDA graph summary).
+/// What the rules of one session read: the context, the kernel table, and the products computed
+/// once, on first need, whichever thread needs them first (every device's idle gaps, the CUDA
+/// graph summary): a rule that asks for one while another thread computes it waits for it, the
+/// rules that read neither run meanwhile.
 pub(crate) struct Inputs<'a> {
     pub cx: &'a Ctx<'a>,
     pub kernels: &'a KernelTable,
-    pub idle: &'a IdleScan,
-    pub graphs: &'a [GraphSummary],
+    idle: OnceLock<IdleScan>,
+    graphs: OnceLock<Vec<GraphSummary>>,
+}
+
+impl<'a> Inputs<'a> {
+    pub fn new(cx: &'a Ctx<'a>, kernels: &'a KernelTable) -> Inputs<'a> {
+        Inputs {
+            cx,
+            kernels,
+            idle: OnceLock::new(),
+            graphs: OnceLock::new(),
+        }
+    }
+
+    /// Every device's idle gaps ([`idle::scan`]).
+    pub fn idle(&self) -> &IdleScan {
+        self.idle.get_or_init(|| idle::scan(self.cx))
+    }
+
+    /// The CUDA graph summary ([`graphs::summarize`]).
+    pub fn graphs(&self) -> &[GraphSummary] {
+        self.graphs.get_or_init(|| graphs::summarize(self.cx))
+    }
+
+    /// The idle gaps and the graph summary, for the analysis's output.
+    pub fn into_products(self) -> (IdleScan, Vec<GraphSummary>) {
+        let cx = self.cx;
+        (
+            self.idle.into_inner().unwrap_or_else(|| idle::scan(cx)),
+            self.graphs
+                .into_inner()
+                .unwrap_or_else(|| graphs::summarize(cx)),
+        )
+    }
 }

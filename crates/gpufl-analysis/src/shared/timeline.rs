@@ -2,9 +2,10 @@
 //! kernel rules, `low-utilization`): each device's GPU ops in start order, the API call that issued
 //! an op, merged busy intervals, and the user line of a launch.
 
+use crate::ids::{CorrId, LocIx};
 use crate::model::Model;
 use crate::shared::Ctx;
-use crate::store::{Col, NONE};
+use crate::store::Col;
 use crate::userframe::{FrameOrigin, SourceLoc};
 use crate::views::ApiRec;
 use serde::Serialize;
@@ -361,23 +362,19 @@ pub(crate) fn op_span(m: &Model, op: u32) -> (u64, u64) {
     }
 }
 
-pub(crate) fn op_corr(m: &Model, op: u32) -> u32 {
+pub(crate) fn op_corr(m: &Model, op: u32) -> CorrId {
     let nk = m.kernel_count();
     let i = op as usize;
     if i < nk {
-        m.kernels.corr.get(i)
+        m.kernel_corr(i)
     } else {
-        m.copies.corr.get(i - nk)
+        m.copy_corr(i - nk)
     }
 }
 
 /// The API call that issued a GPU op (None for correlation id 0, which CUPTI never assigns).
-pub(crate) fn issuing_api(cx: &Ctx, corr: u32) -> Option<ApiRec> {
-    if corr == 0 {
-        None
-    } else {
-        cx.api(corr)
-    }
+pub(crate) fn issuing_api(cx: &Ctx, corr: CorrId) -> Option<ApiRec> {
+    cx.api(corr.known()?)
 }
 
 /// Finds API calls by correlation id for a sequence of lookups with mostly increasing ids (GPU
@@ -393,9 +390,9 @@ impl<'a> ApiCursor<'a> {
     }
 
     /// As [`issuing_api`].
-    pub(crate) fn find(&mut self, corr: u32) -> Option<ApiRec> {
+    pub(crate) fn find(&mut self, corr: CorrId) -> Option<ApiRec> {
         let v = &self.cx.api_by_corr;
-        if corr == 0 || v.is_empty() {
+        if corr.known().is_none() || v.is_empty() {
             return None;
         }
         let at = self.at.min(v.len() - 1);
@@ -504,26 +501,26 @@ impl BusyIndex {
 #[derive(Default)]
 struct SampledLaunches {
     /// (correlation id, kernel name), sorted.
-    kernels: Vec<(u32, u32)>,
+    kernels: Vec<(CorrId, u32)>,
     /// (kernel name, launching thread or `u64::MAX`, location) of each located sampled launch.
-    votes: Vec<(u32, u64, u32)>,
+    votes: Vec<(u32, u64, LocIx)>,
 }
 
 /// Finds the user line of a GPU op's API call, with lazily built indexes.
 pub(crate) struct Locator<'a> {
     cx: &'a Ctx<'a>,
     /// (tid, start, loc) of syncs with a user location, sorted.
-    syncs_by_tid: OnceCell<Vec<(u64, u64, u32)>>,
+    syncs_by_tid: OnceCell<Vec<(u64, u64, LocIx)>>,
     /// (start, loc) of the same syncs, sorted.
-    syncs_by_start: OnceCell<Vec<(u64, u32)>>,
+    syncs_by_start: OnceCell<Vec<(u64, LocIx)>>,
     /// The sampled launches of kernels outside graphs (see [`Locator::sampled_launches`]).
     launches: OnceCell<SampledLaunches>,
     /// (kernel name, most frequent call-site location) of kernels with sampled call sites.
-    name_lines: OnceCell<Vec<(u32, u32)>>,
+    name_lines: OnceCell<Vec<(u32, LocIx)>>,
     /// ((kernel name, launching thread), most frequent call-site location).
-    thread_lines: OnceCell<Vec<((u32, u64), u32)>>,
+    thread_lines: OnceCell<Vec<((u32, u64), LocIx)>>,
     /// (graph id, most frequent location of its sampled graph launches).
-    graph_lines: OnceCell<Vec<(u32, u32)>>,
+    graph_lines: OnceCell<Vec<(u32, LocIx)>>,
 }
 
 impl<'a> Locator<'a> {
@@ -539,16 +536,17 @@ impl<'a> Locator<'a> {
         }
     }
 
-    fn user_syncs(&self) -> &[(u64, u64, u32)] {
+    fn user_syncs(&self) -> &[(u64, u64, LocIx)] {
         self.syncs_by_tid.get_or_init(|| {
             let s = &self.cx.m.syncs;
-            let mut v: Vec<(u64, u64, u32)> = self
+            let mut v: Vec<(u64, u64, LocIx)> = self
                 .cx
-                .sync_loc
+                .sync_locs
                 .iter()
                 .enumerate()
-                .filter(|&(_, &loc)| loc != NONE && !self.cx.is_driver_internal(loc))
-                .map(|(i, &loc)| (s.tid.get(i), s.start.get(i), loc))
+                .filter_map(|(i, &loc)| Some((i, loc?)))
+                .filter(|&(_, loc)| !self.cx.is_driver_internal(loc))
+                .map(|(i, loc)| (s.tid.get(i), s.start.get(i), loc))
                 .collect();
             v.sort_unstable();
             v
@@ -558,7 +556,7 @@ impl<'a> Locator<'a> {
     /// The first synchronization with a user location that starts at or after `t`, on thread
     /// `tid`; on any thread when `tid` is None or that thread has none after `t` (e.g. PyTorch's
     /// autograd thread launches the backward pass and never synchronizes).
-    pub(crate) fn next_sync(&self, tid: Option<u64>, t: u64) -> Option<u32> {
+    pub(crate) fn next_sync(&self, tid: Option<u64>, t: u64) -> Option<LocIx> {
         if let Some(tid) = tid {
             let v = self.user_syncs();
             let i = v.partition_point(|&(x, s, _)| (x, s) < (tid, t));
@@ -567,7 +565,7 @@ impl<'a> Locator<'a> {
             }
         }
         let v = self.syncs_by_start.get_or_init(|| {
-            let mut v: Vec<(u64, u32)> =
+            let mut v: Vec<(u64, LocIx)> =
                 self.user_syncs().iter().map(|&(_, s, l)| (s, l)).collect();
             v.sort_unstable();
             v
@@ -579,14 +577,14 @@ impl<'a> Locator<'a> {
     /// The most frequent location of the sampled launches of CUDA graph `graph` (graph launches
     /// are sampled per executable graph; the kernels of an unsampled replay share its
     /// correlation id, not a call site).
-    pub(crate) fn graph_line(&self, graph: u32) -> Option<u32> {
+    pub(crate) fn graph_line(&self, graph: u32) -> Option<LocIx> {
         let v = self.graph_lines.get_or_init(|| {
             let m = self.cx.m;
-            let votes: Vec<(u32, u32)> = m
+            let votes: Vec<(u32, LocIx)> = m
                 .graph_kernels
                 .iter()
                 .filter_map(|&(k, g)| {
-                    let corr = m.kernels.corr.get(k as usize);
+                    let corr = m.kernel_corr(k as usize);
                     Some((g.0, self.cx.callsite_loc(corr)?))
                 })
                 .collect();
@@ -607,13 +605,13 @@ impl<'a> Locator<'a> {
                 return SampledLaunches::default();
             }
             let in_graph = graph_kernel_mask(m);
-            let mut kernels: Vec<(u32, u32)> = m
-                .kernels
-                .corr
-                .iter()
+            let mut kernels: Vec<(CorrId, u32)> = m
+                .kernel_corrs()
                 .zip(m.kernel_names())
                 .enumerate()
-                .filter(|&(i, (c, _))| c != 0 && !in_graph.get(i).copied().unwrap_or(false))
+                .filter(|&(i, (c, _))| {
+                    c.known().is_some() && !in_graph.get(i).copied().unwrap_or(false)
+                })
                 .map(|(_, x)| x)
                 .collect();
             kernels.sort_unstable();
@@ -621,12 +619,12 @@ impl<'a> Locator<'a> {
             // A merge join of the two lists, both sorted by correlation id.
             let mut votes = Vec::new();
             let mut j = 0;
-            for &(corr, stack, _, _) in &m.callsites {
+            for &crate::model::Callsite { corr, stack, .. } in &m.callsites {
                 while j < kernels.len() && kernels[j].0 < corr {
                     j += 1;
                 }
                 if j < kernels.len() && kernels[j].0 == corr && !self.cx.stack_is_cut(stack) {
-                    if let Some(&loc) = self.cx.stack_loc.get(stack as usize) {
+                    if let Some(loc) = self.cx.stack_loc(stack) {
                         let tid = self.cx.api(corr).map_or(u64::MAX, |a| a.tid);
                         votes.push((kernels[j].1, tid, loc));
                     }
@@ -637,7 +635,7 @@ impl<'a> Locator<'a> {
     }
 
     /// The most frequent call-site location of sampled launches of a kernel function.
-    pub(crate) fn kernel_name_line(&self, name: u32) -> Option<u32> {
+    pub(crate) fn kernel_name_line(&self, name: u32) -> Option<LocIx> {
         let v = self.name_lines.get_or_init(|| {
             let votes = self.sampled_launches().votes.iter();
             most_frequent_per_key(votes.map(|&(n, _, l)| (n, l)).collect())
@@ -650,16 +648,16 @@ impl<'a> Locator<'a> {
     /// the launch with correlation id `corr` ran, launched from thread `tid` (a loop's earlier
     /// iterations, sampled while the sampler's schedule was dense, name the line of a later,
     /// unsampled launch of the same kernel from the same thread).
-    pub(crate) fn kernel_thread_line(&self, corr: u32, tid: u64) -> Option<u32> {
+    pub(crate) fn kernel_thread_line(&self, corr: CorrId, tid: u64) -> Option<LocIx> {
         let s = self.sampled_launches();
         let k = s.kernels.partition_point(|&(c, _)| c < corr);
         let name = s.kernels.get(k).filter(|x| x.0 == corr)?.1;
         let v = self.thread_lines.get_or_init(|| {
-            let mut votes: Vec<((u32, u64), u32)> =
+            let mut votes: Vec<((u32, u64), LocIx)> =
                 s.votes.iter().map(|&(n, t, l)| ((n, t), l)).collect();
             votes.sort_unstable();
             // Per key, the most frequent location (ties: the smallest).
-            let mut out: Vec<((u32, u64), u32)> = Vec::new();
+            let mut out: Vec<((u32, u64), LocIx)> = Vec::new();
             let mut best = 0usize;
             for run in votes.chunk_by(|a, b| a == b) {
                 match out.last_mut() {
@@ -683,47 +681,47 @@ impl<'a> Locator<'a> {
 
     /// The user line of the call with correlation id `corr` (a kernel launch when `kernel_name`
     /// is Some): its own call site, the kernel function's sampled call sites, or the next sync on
-    /// the calling thread after the call (after `t` when the call is unknown).
+    /// the calling thread after the call (after `t` when the call is unknown); None with
+    /// [`LocationSource::None`].
     pub(crate) fn locate(
         &self,
-        corr: u32,
+        corr: CorrId,
         kernel_name: Option<u32>,
         api: Option<&ApiRec>,
         t: u64,
-    ) -> (u32, LocationSource) {
-        if corr != 0 {
-            if let Some(loc) = self.cx.callsite_loc(corr) {
-                return (loc, LocationSource::Callsite);
-            }
+    ) -> (Option<LocIx>, LocationSource) {
+        if let Some(loc) = corr.known().and_then(|c| self.cx.callsite_loc(c)) {
+            return (Some(loc), LocationSource::Callsite);
         }
         if let Some(loc) = kernel_name.and_then(|n| self.kernel_name_line(n)) {
-            return (loc, LocationSource::KernelCallsites);
+            return (Some(loc), LocationSource::KernelCallsites);
         }
         let (tid, at) = match api {
             Some(a) => (Some(a.tid), a.start),
             None => (None, t),
         };
         match self.next_sync(tid, at) {
-            Some(loc) => (loc, LocationSource::NextSync),
-            None => (NONE, LocationSource::None),
+            Some(loc) => (Some(loc), LocationSource::NextSync),
+            None => (None, LocationSource::None),
         }
     }
 
-    /// The location for an insight: `locs[loc]`, or [`unknown_loc`] for [`NONE`].
-    pub(crate) fn source_loc(&self, loc: u32) -> SourceLoc {
-        self.cx
-            .locs
-            .get(loc as usize)
+    /// The location for an insight: the context's location `loc`, or [`unknown_loc`] for None.
+    pub(crate) fn source_loc(&self, loc: impl Into<Option<LocIx>>) -> SourceLoc {
+        loc.into()
+            .and_then(|l| self.cx.locs.get(l.index()))
             .cloned()
             .unwrap_or_else(unknown_loc)
     }
 }
 
 /// For each key of `(key, value)` pairs, its most frequent value (ties: the smallest), sorted by key.
-pub(crate) fn most_frequent_per_key(mut v: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
+pub(crate) fn most_frequent_per_key<K: Ord + Copy, V: Ord + Copy>(
+    mut v: Vec<(K, V)>,
+) -> Vec<(K, V)> {
     v.sort_unstable();
-    let mut out: Vec<(u32, u32)> = Vec::new();
-    let mut best: Option<(u32, u32, usize)> = None;
+    let mut out: Vec<(K, V)> = Vec::new();
+    let mut best: Option<(K, V, usize)> = None;
     let mut i = 0;
     while i < v.len() {
         let j = i + v[i..].iter().take_while(|x| **x == v[i]).count();
@@ -998,8 +996,8 @@ mod tests {
             queries.push(x % 650);
         }
         for q in queries {
-            let want = if q == 0 { None } else { cx.api(q) };
-            assert_eq!(cur.find(q), want, "corr {q}");
+            let want = if q == 0 { None } else { cx.api(CorrId(q)) };
+            assert_eq!(cur.find(CorrId(q)), want, "corr {q}");
         }
     }
 
@@ -1016,6 +1014,6 @@ mod tests {
             (3, 8),
         ];
         assert_eq!(most_frequent_per_key(v), vec![(1, 6), (2, 7), (3, 8)]);
-        assert!(most_frequent_per_key(Vec::new()).is_empty());
+        assert!(most_frequent_per_key(Vec::<(u32, u32)>::new()).is_empty());
     }
 }

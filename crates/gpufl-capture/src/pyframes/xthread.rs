@@ -405,6 +405,9 @@ struct Cached {
     idle: bool,
     n: usize,
     frames: [PyFrameRaw; MAX_FRAMES],
+    /// The identity of each frame's code object (`co_firstlineno`, `co_filename`), when the walk
+    /// read it ([`walk_windowed`]; (0, 0): not read).
+    idents: [(u32, usize); MAX_FRAMES],
     /// The frames' ids as the caller resolved them (u32::MAX: none), once `ids_ready`.
     ids: [u32; MAX_FRAMES],
     ids_ready: bool,
@@ -428,6 +431,7 @@ impl Cached {
             idle: false,
             n: 0,
             frames: [PyFrameRaw::default(); MAX_FRAMES],
+            idents: [(0, 0); MAX_FRAMES],
             ids: [u32::MAX; MAX_FRAMES],
             ids_ready: false,
         }
@@ -439,11 +443,35 @@ struct Cache {
     next: usize,
     /// Where [`still_valid`] reads the ranges (allocated once per thread).
     buf: Vec<u8>,
+    /// Stacks kept (0: [`CACHE_SLOTS`]).
+    cap: usize,
+    /// Where [`walk_windowed`] reads the data stack.
+    win: Vec<u8>,
+    /// Whether a file (by the address of its `str`) is an idle wait, as last read ([`idle_of`]).
+    idle_files: Vec<(usize, bool)>,
 }
 
 thread_local! {
     static CACHE: RefCell<Cache> = const {
-        RefCell::new(Cache { slots: Vec::new(), next: 0, buf: Vec::new() })
+        RefCell::new(Cache {
+            slots: Vec::new(),
+            next: 0,
+            buf: Vec::new(),
+            cap: 0,
+            win: Vec::new(),
+            idle_files: Vec::new(),
+        })
+    };
+    /// The host sampler's cache: one stack per thread it samples ([`sample_threads`]).
+    static SAMPLER_CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache {
+            slots: Vec::new(),
+            next: 0,
+            buf: Vec::new(),
+            cap: MAX_THREADS,
+            win: Vec::new(),
+            idle_files: Vec::new(),
+        })
     };
 }
 
@@ -569,6 +597,29 @@ fn innermost_idle(m: &SafeMem, rt: &Runtime, frames: &[PyFrameRaw]) -> bool {
     file.is_some_and(|s| is_idle_wait_file(&s))
 }
 
+/// Files remembered by [`idle_of`] before the list starts again.
+const IDLE_FILES_MAX: usize = 1024;
+
+/// [`innermost_idle`] for a stack walked by [`walk_windowed`], whose innermost frame's file is
+/// known by the address of its `str`: read once per address (a `str` freed and another made at
+/// its address may be taken for it: only the `idle` state of a sample is at stake).
+fn idle_of(m: &SafeMem, rt: &Runtime, known: &mut Vec<(usize, bool)>, e: &Cached) -> bool {
+    let file = match e.idents.first() {
+        Some(&(_, f)) if e.n > 0 && f != 0 => f,
+        _ => return innermost_idle(m, rt, &e.frames[..e.n]),
+    };
+    if let Some(&(_, idle)) = known.iter().find(|(f, _)| *f == file) {
+        return idle;
+    }
+    // SAFETY: read_str_with only reads through `m`, which never faults.
+    let idle = unsafe { super::read_str_with(m, rt, file) }.is_some_and(|s| is_idle_wait_file(&s));
+    if known.len() >= IDLE_FILES_MAX {
+        known.clear();
+    }
+    known.push((file, idle));
+    idle
+}
+
 /// Whether cached stack `e` still holds, read in one `process_vm_readv`: the thread state (into
 /// `tb`), its `cframe`'s current frame and the chain's frames, each frame at the same address with
 /// the same caller and instruction. A thread blocked in `backward()` keeps them for the whole
@@ -634,6 +685,19 @@ fn still_valid(m: &SafeMem, rt: &Runtime, tb: &mut [u8], e: &Cached, buf: &mut V
 /// Look at thread state `ts`: its first bytes into `tb`, and the slot of this thread's cache that
 /// holds its stack (checked by [`still_valid`], else walked anew). None: unreadable, or no frame.
 fn look(m: &SafeMem, rt: &Runtime, c: &mut Cache, ts: usize, tb: &mut [u8]) -> Option<usize> {
+    look_with(m, rt, c, ts, tb, false)
+}
+
+/// [`look`]; `windowed`: a stack walked anew is walked by [`walk_windowed`] (`tb` must then reach
+/// past the thread state's `datastack_top`).
+fn look_with(
+    m: &SafeMem,
+    rt: &Runtime,
+    c: &mut Cache,
+    ts: usize,
+    tb: &mut [u8],
+    windowed: bool,
+) -> Option<usize> {
     let l = rt.layout;
     let known = c.slots.iter().position(|e| e.ts == ts);
     if let Some(i) = known {
@@ -655,24 +719,250 @@ fn look(m: &SafeMem, rt: &Runtime, c: &mut Cache, ts: usize, tb: &mut [u8]) -> O
         return None;
     }
     let mut e = Cached::new(ts, cframe);
-    walk(m, rt, frame, &mut e);
+    if windowed {
+        walk_windowed(m, rt, frame, tb, &mut e, &mut c.win);
+    } else {
+        walk(m, rt, frame, &mut e);
+    }
     plan_ranges(&mut e);
-    e.direct = directly_checkable(m, rt, &e);
-    e.idle = innermost_idle(m, rt, &e.frames[..e.n]);
+    // The sampler's stacks are checked by a copy (still_valid), never by direct loads.
+    e.direct = !windowed && directly_checkable(m, rt, &e);
+    e.idle = if windowed {
+        idle_of(m, rt, &mut c.idle_files, &e)
+    } else {
+        innermost_idle(m, rt, &e.frames[..e.n])
+    };
+    let cap = if c.cap == 0 { CACHE_SLOTS } else { c.cap };
     let i = match known {
         Some(i) => i,
-        None if c.slots.len() < CACHE_SLOTS => {
+        None if c.slots.len() < cap => {
             c.slots.push(e);
             return Some(c.slots.len() - 1);
         }
         None => {
-            let i = c.next % CACHE_SLOTS;
+            let i = c.next % cap;
             c.next = c.next.wrapping_add(1);
             i
         }
     };
     c.slots[i] = e;
     Some(i)
+}
+
+/// Bytes of a code object [`walk_windowed`] reads: its header through `co_filename` (at 112 in
+/// 3.11 and 3.12), so that its type, size and identity come in one copy.
+const CODE_BYTES: usize = 128;
+/// Bytes of the current data-stack chunk, below its top, [`walk_windowed`] reads in one copy.
+const WINDOW_BYTES: usize = 16 * 1024;
+/// Frames whose code objects one walk reads (more than [`MAX_FRAMES`]: frames not yet started
+/// are skipped).
+const CANDIDATES: usize = MAX_FRAMES + 8;
+
+/// [`walk`] in a few copies instead of two per frame (the host sampler walks busy threads at
+/// every sample): the frames in the live part of the thread's current data-stack chunk (the
+/// [`WINDOW_BYTES`] below `datastack_top`, read from `tb`) come from one copy, frames elsewhere
+/// (3.12's entry frames on the C stack, generators', older chunks) one read each, and the code
+/// objects' headers in batches of [`CHAIN_CHECK`]` + 2` through [`SafeMem::read_many`] — their
+/// identities (`co_firstlineno`, `co_filename`) with them, into `e.idents`. The same frames as
+/// [`walk`] (the checks are made once the code objects are in); the chain checked by
+/// [`still_valid`] may go past a frame where `walk` would have stopped.
+fn walk_windowed(
+    m: &SafeMem,
+    rt: &Runtime,
+    mut frame: usize,
+    tb: &[u8],
+    e: &mut Cached,
+    win: &mut Vec<u8>,
+) {
+    let l = rt.layout;
+    let (mut wlo, mut whi) = (0usize, 0usize);
+    let chunk = rd_at::<usize>(tb, l.ts_datastack_chunk).unwrap_or(0);
+    let top = rd_at::<usize>(tb, l.ts_datastack_chunk + 8).unwrap_or(0);
+    if plausible(chunk) && top > chunk + CHUNK_DATA && top - chunk <= ROOT_CHUNK_MAX {
+        let lo = (chunk + CHUNK_DATA).max(top.saturating_sub(WINDOW_BYTES));
+        if win.len() < WINDOW_BYTES {
+            win.resize(WINDOW_BYTES, 0);
+        }
+        if m.read_into(lo, &mut win[..top - lo]) {
+            (wlo, whi) = (lo, top);
+        }
+    }
+    // The chain: each frame's code object and instruction pointer, innermost first.
+    let mut cand = [(0usize, 0usize); CANDIDATES];
+    let mut nc = 0usize;
+    let mut fb = [0u8; FRAME_BYTES];
+    let mut steps = 0usize;
+    e.chain_len = 0;
+    while nc < CANDIDATES && steps < MAX_WALK && plausible(frame) {
+        steps += 1;
+        let bytes: &[u8] = if frame >= wlo && frame + FRAME_BYTES <= whi {
+            &win[frame - wlo..frame - wlo + FRAME_BYTES]
+        } else if m.read_into(frame, &mut fb) {
+            &fb
+        } else {
+            break;
+        };
+        let previous = rd_at::<usize>(bytes, l.fr_previous).unwrap_or(0);
+        let instr_ptr = rd_at::<usize>(bytes, l.fr_prev_instr).unwrap_or(0);
+        if e.chain_len < CHAIN_CHECK {
+            e.chain[e.chain_len] = frame;
+            e.prevs[e.chain_len] = previous;
+            e.instrs[e.chain_len] = instr_ptr;
+            e.chain_len += 1;
+        }
+        let Some(owner) = rd_at::<u8>(bytes, l.fr_owner) else {
+            break;
+        };
+        if owner > l.owner_max {
+            break;
+        }
+        if Some(owner) != l.owner_cstack {
+            let code = rd_at::<usize>(bytes, l.fr_code).unwrap_or(0);
+            if !plausible(code) {
+                break;
+            }
+            cand[nc] = (code, instr_ptr);
+            nc += 1;
+        }
+        frame = previous;
+    }
+    // The code objects, a batch at a time; the frames kept as `walk` keeps them.
+    const BATCH: usize = CHAIN_CHECK + 2;
+    let mut n = 0usize;
+    let mut codes = [[0u8; CODE_BYTES]; BATCH];
+    let mut start = 0usize;
+    'batches: while start < nc && n < e.frames.len() {
+        let k = (nc - start).min(BATCH);
+        let ok = {
+            let mut reads: [(usize, &mut [u8]); BATCH] = std::array::from_fn(|_| (0, &mut [][..]));
+            for ((r, buf), c) in reads
+                .iter_mut()
+                .zip(codes.iter_mut())
+                .zip(&cand[start..start + k])
+            {
+                *r = (c.0, &mut buf[..]);
+            }
+            m.read_many(&mut reads[..k])
+        };
+        for j in 0..k {
+            let (code, instr_ptr) = cand[start + j];
+            // A batch refused as a whole: its code objects one at a time, up to the one that fails.
+            if !ok && !m.read_into(code, &mut codes[j]) {
+                break 'batches;
+            }
+            let cb = &codes[j];
+            if rd_at::<usize>(cb, super::OB_TYPE) != Some(rt.code_type) {
+                break 'batches;
+            }
+            let size = rd_at::<i64>(cb, OB_SIZE).unwrap_or(0);
+            let nbytes = size.saturating_mul(CODEUNIT as i64);
+            let base = (code + l.co_code_adaptive) as i64;
+            let off = (instr_ptr as i64).wrapping_sub(base);
+            if (0..nbytes).contains(&off) && off <= i32::MAX as i64 {
+                e.frames[n] = PyFrameRaw {
+                    code,
+                    instr_offset: off as i32,
+                };
+                let first = rd_at::<i32>(cb, l.co_firstlineno).unwrap_or(0);
+                e.idents[n] = (
+                    u32::try_from(first).unwrap_or(0),
+                    rd_at::<usize>(cb, l.co_filename).unwrap_or(0),
+                );
+                n += 1;
+                if n == e.frames.len() {
+                    break 'batches;
+                }
+            } else if off >= nbytes {
+                break 'batches;
+            }
+        }
+        start += k;
+    }
+    e.n = n;
+}
+
+/// One thread of the interpreter as the host sampler sees it ([`sample_threads`]).
+pub struct PyThread<'a> {
+    /// Its OS thread id (`native_thread_id`).
+    pub tid: u64,
+    /// Its Python frames, innermost first, and their ids (u32::MAX: none).
+    pub frames: &'a [PyFrameRaw],
+    pub ids: &'a [u32],
+    /// The innermost frame is an idle wait of the standard library ([`is_idle_wait_file`]).
+    pub idle: bool,
+    /// The stack was walked anew (false: proven unchanged since the calling thread last looked).
+    pub walked: bool,
+}
+
+/// The frame id of a frame read from another thread, given its code object's identity
+/// (`co_firstlineno`, `co_filename`).
+pub type IdOf<'a> = &'a mut dyn FnMut(&PyFrameRaw, (u32, usize)) -> Option<u32>;
+
+/// For the host sampler: every thread state of the main interpreter (at most [`MAX_THREADS`])
+/// that has Python frames, with its stack read through [`SafeMem`] only — no GIL, no interpreter
+/// code — and handed to `f`. A stack unchanged since the calling thread last looked costs one
+/// copy ([`still_valid`]), one walked anew a few ([`walk_windowed`]); frame ids come from `id_of`
+/// once per walk. Returns how many thread states were looked at; None without Python or the safe
+/// reader.
+pub fn sample_threads(id_of: IdOf<'_>, f: &mut dyn FnMut(PyThread<'_>)) -> Option<usize> {
+    let rt = runtime().ok()?;
+    let m = safe_mem().ok()?;
+    // SAFETY: both functions are loads of globals that need no GIL.
+    let interp = unsafe {
+        if (rt.is_initialized)() == 0 {
+            return None;
+        }
+        (rt.interp_head?)() as usize
+    };
+    if !plausible(interp) {
+        return None;
+    }
+    let l = rt.layout;
+    let ts_bytes = (l.ts_native_thread_id + 8).max(l.ts_datastack_chunk + 16);
+    SAMPLER_CACHE
+        .try_with(|c| {
+            let mut c = c.try_borrow_mut().ok()?;
+            let mut tb = [0u8; 384];
+            let tb = &mut tb[..ts_bytes.min(384)];
+            let mut ts = read_usize(m, interp + l.interp_threads_head)?;
+            let mut seen = 0usize;
+            while plausible(ts) && seen < MAX_THREADS {
+                seen += 1;
+                tb.fill(0);
+                let slot = look_with(m, rt, &mut c, ts, tb, true);
+                let next = rd_at::<usize>(tb, l.ts_next).unwrap_or(0);
+                if let Some(i) = slot.filter(|&i| c.slots[i].n > 0) {
+                    let tid = rd_at::<u64>(tb, l.ts_native_thread_id).unwrap_or(0);
+                    let e = &mut c.slots[i];
+                    let walked = !e.ids_ready;
+                    if !e.ids_ready {
+                        for k in 0..e.n {
+                            let ident = match e.idents[k] {
+                                (0, 0) => super::code_identity_other(&e.frames[k]),
+                                known => Some(known),
+                            };
+                            e.ids[k] = ident
+                                .and_then(|ident| id_of(&e.frames[k], ident))
+                                .unwrap_or(u32::MAX);
+                        }
+                        e.ids_ready = true;
+                    }
+                    if tid != 0 {
+                        f(PyThread {
+                            tid,
+                            frames: &e.frames[..e.n],
+                            ids: &e.ids[..e.n],
+                            idle: e.idle,
+                            walked,
+                        });
+                    }
+                }
+                ts = next;
+            }
+            Some(seen)
+        })
+        .ok()
+        .flatten()
 }
 
 /// Copy slot `i`'s frames into `out` (and their ids, resolved the first time, through `resolver`);

@@ -8,6 +8,7 @@
 //! at each scrape.
 
 pub mod device;
+pub mod k8s;
 pub mod procs;
 pub mod text;
 
@@ -270,7 +271,7 @@ fn scrape(s: &mut State) -> String {
         );
         page.sample("process_resident_memory_bytes", &[], rss);
     }
-    match &s.devices {
+    match &mut s.devices {
         Some(d) => d.render(&mut page, &s.host),
         None => device::families(&mut page),
     }

@@ -5,7 +5,11 @@
 //! them), each with at most `feed::MAX_GPUS` GPUs and `feed::TOP_LINES` line series; a process
 //! leaves the table once its recorder has been silent for the stale period. An ended process
 //! stays for that period too, so scrapes see its last totals and its `ended` status.
+//!
+//! A process that runs in a Kubernetes pod carries `pod`, `namespace` and `container` labels
+//! ([`super::k8s`]), looked up once, when it first reports.
 
+use super::k8s::{Lookup, Pod};
 use super::text::{Kind, Page};
 use gpufl_trace::feed::{self, Status};
 use std::collections::{HashMap, VecDeque};
@@ -25,22 +29,32 @@ struct Proc {
     /// (uptime, per-GPU busy seconds) of the last statuses, oldest first.
     history: VecDeque<(f64, Vec<(u32, f64)>)>,
     seen: Instant,
+    /// Its pod, when it runs in one.
+    pod: Option<Pod>,
 }
 
 /// The table of processes, keyed by the pid the kernel reports for the sender.
 pub struct Table {
     procs: HashMap<u32, Proc>,
     stale: Duration,
+    k8s: Lookup,
     pub datagrams: u64,
     pub rejected: u64,
     pub refused_full: u64,
 }
 
 impl Table {
+    /// A table whose processes' pods are looked up on this host.
     pub fn new(stale: Duration) -> Table {
+        Table::with_lookup(stale, Lookup::host())
+    }
+
+    /// A table whose processes' pods are looked up through `k8s`.
+    pub fn with_lookup(stale: Duration, k8s: Lookup) -> Table {
         Table {
             procs: HashMap::new(),
             stale,
+            k8s,
             datagrams: 0,
             rejected: 0,
             refused_full: 0,
@@ -58,20 +72,26 @@ impl Table {
             }
         };
         self.datagrams += 1;
-        let pid = cred_pid.filter(|&p| p != 0).unwrap_or(status.pid);
+        let kernel_pid = cred_pid.filter(|&p| p != 0);
+        let pid = kernel_pid.unwrap_or(status.pid);
         self.expire(now);
         if !self.procs.contains_key(&pid) && self.procs.len() >= MAX_PROCS {
             self.refused_full += 1;
             return;
         }
+        // Only a pid of our PID namespace (the kernel's) names the process in /proc.
+        let k8s = &self.k8s;
+        let pod_of = || kernel_pid.and_then(|p| k8s.of(p));
         let p = self.procs.entry(pid).or_insert_with(|| Proc {
             status: status.clone(),
             history: VecDeque::new(),
             seen: now,
+            pod: pod_of(),
         });
         // A new session under the same pid (pid reuse, or a second recording): start afresh.
         if p.status.session != status.session || status.uptime_s < p.status.uptime_s {
             p.history.clear();
+            p.pod = pod_of();
         }
         p.history.push_back((
             status.uptime_s,
@@ -104,12 +124,15 @@ impl Table {
             let p = &self.procs[pid];
             let s = &p.status;
             let pid = pid.to_string();
-            let base = [
+            let mut base = vec![
                 ("Hostname", host),
                 ("pid", pid.as_str()),
                 ("app", s.app.as_str()),
                 ("job_id", s.job.as_str()),
             ];
+            if let Some(pod) = &p.pod {
+                base.extend(pod.labels());
+            }
             fn with<'a>(
                 base: &[(&'a str, &'a str)],
                 extra: &[(&'a str, &'a str)],
@@ -358,10 +381,18 @@ mod tests {
         .encode()
     }
 
+    /// A lookup that finds no process (tests must not depend on the host's /proc).
+    fn no_k8s() -> Lookup {
+        Lookup::at(
+            Path::new("/nonexistent/proc"),
+            Path::new("/nonexistent/log"),
+        )
+    }
+
     #[test]
     fn table_renders_processes_and_expires_them() {
         let t0 = Instant::now();
-        let mut t = Table::new(Duration::from_secs(10));
+        let mut t = Table::with_lookup(Duration::from_secs(10), no_k8s());
         t.take(&status(5, 1.0, 0.2), Some(900), t0);
         t.take(&status(5, 3.0, 1.2), Some(900), t0 + Duration::from_secs(2));
         t.take(b"garbage", Some(901), t0);
@@ -388,12 +419,39 @@ mod tests {
     #[test]
     fn the_table_is_bounded() {
         let t0 = Instant::now();
-        let mut t = Table::new(Duration::from_secs(10));
+        let mut t = Table::with_lookup(Duration::from_secs(10), no_k8s());
         for pid in 0..(MAX_PROCS as u32 + 10) {
             t.take(&status(pid, 1.0, 0.1), Some(pid + 1), t0);
         }
         assert_eq!(t.len(), MAX_PROCS);
         assert_eq!(t.refused_full, 10);
+    }
+
+    /// Processes in pods (tests/fixtures/k8s, see `k8s::tests`) carry pod, namespace and
+    /// container on every series; one outside a pod, or known only by the pid it sent, none.
+    #[test]
+    fn processes_in_pods_carry_their_pod() {
+        let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/k8s");
+        let lookup = Lookup::at(&f.join("proc"), &f.join("var/log/containers"));
+        let t0 = Instant::now();
+        let mut t = Table::with_lookup(Duration::from_secs(10), lookup);
+        t.take(&status(1, 1.0, 0.2), Some(4242), t0);
+        t.take(&status(2, 1.0, 0.2), Some(4245), t0);
+        t.take(&status(4243, 1.0, 0.2), None, t0);
+        let mut p = Page::default();
+        t.render(&mut p, "h");
+        let text = p.render();
+        let pod = "pod=\"trainer-7c9f-x2\",namespace=\"ml-team\",container=\"pytorch\"";
+        for line in [
+            format!("gpufl_process_sync_seconds_total{{Hostname=\"h\",pid=\"4242\",app=\"train\",job_id=\"77\",{pod}}} 2.5"),
+            format!("gpufl_process_gpu_busy_seconds_total{{Hostname=\"h\",pid=\"4242\",app=\"train\",job_id=\"77\",{pod},gpu=\"0\",UUID=\"GPU-x\"}} 0.2"),
+            format!("gpufl_process_top_sync_seconds{{Hostname=\"h\",pid=\"4242\",app=\"train\",job_id=\"77\",{pod},line=\"train.py:42\"}} 2"),
+            "gpufl_process_sync_seconds_total{Hostname=\"h\",pid=\"4245\",app=\"train\",job_id=\"77\"} 2.5".to_string(),
+            // The pid in the datagram is not looked up in /proc (another PID namespace's).
+            "gpufl_process_sync_seconds_total{Hostname=\"h\",pid=\"4243\",app=\"train\",job_id=\"77\"} 2.5".to_string(),
+        ] {
+            assert!(text.contains(&line), "{line} missing in\n{text}");
+        }
     }
 
     #[test]

@@ -29,12 +29,12 @@
 
 pub(crate) mod utilization;
 
+use crate::ids::LocIx;
 use crate::model::Model;
 pub use crate::shared::timeline::LocationSource;
 use crate::shared::timeline::{device_timelines, op_corr, ApiCursor, Locator};
 use crate::shared::timeline::{order_and_last_start, push_capped, Listed, OpWalk, StartOrdered};
 use crate::shared::Ctx;
-use crate::store::NONE;
 use crate::userframe::SourceLoc;
 use crate::views::sync_kind_from_u8;
 use serde::Serialize;
@@ -184,7 +184,7 @@ struct Blocked {
     start: u64,
     end: u64,
     what: Blocker,
-    loc: u32,
+    loc: Option<LocIx>,
     src: LocationSource,
 }
 
@@ -214,17 +214,16 @@ impl BlockedIndex {
             if !sync_kind_from_u8(kind).blocks_host() {
                 continue;
             }
-            let l = cx.sync_loc.get(i).copied().unwrap_or(NONE);
+            let l = cx.sync_loc(i);
             v.push(Blocked {
                 tid: s.tid.get(i),
                 start: s.start.get(i),
                 end: s.end.get(i).max(s.start.get(i)),
                 what: Blocker::Sync(kind),
                 loc: l,
-                src: if l == NONE {
-                    LocationSource::None
-                } else {
-                    LocationSource::Sync
+                src: match l {
+                    None => LocationSource::None,
+                    Some(_) => LocationSource::Sync,
                 },
             });
         }
@@ -423,7 +422,14 @@ pub(crate) struct ClassFigures {
 }
 
 /// Top gaps of a device: min-heap by (duration, earlier first).
-type TopGap = (u64, Reverse<u64>, IdleClass, u32, Option<LocationSource>);
+/// (Never two with one start: the location is no tie-break.)
+type TopGap = (
+    u64,
+    Reverse<u64>,
+    IdleClass,
+    Option<LocIx>,
+    Option<LocationSource>,
+);
 
 struct DeviceScan<'c> {
     cx: &'c Ctx<'c>,
@@ -445,7 +451,7 @@ impl DeviceScan<'_> {
         self.gaps += 1;
         self.idle += len;
         let (class, loc, src, blocker) = if len < MIN_GAP_NS {
-            (IdleClass::KernelWait, NONE, None, None)
+            (IdleClass::KernelWait, None, None, None)
         } else {
             let corr = op_corr(m, op);
             let api = self.apis.find(corr);
@@ -470,7 +476,7 @@ impl DeviceScan<'_> {
                 let (loc, src) = match graph {
                     Some(g) if self.cx.callsite_loc(corr).is_none() => {
                         match self.locator.graph_line(g) {
-                            Some(l) => (l, LocationSource::KernelCallsites),
+                            Some(l) => (Some(l), LocationSource::KernelCallsites),
                             None => self.locator.locate(corr, None, api.as_ref(), gs),
                         }
                     }
@@ -478,7 +484,7 @@ impl DeviceScan<'_> {
                 };
                 (IdleClass::Launch, loc, Some(src), None)
             } else {
-                (IdleClass::Other, NONE, None, None)
+                (IdleClass::Other, None, None, None)
             }
         };
         let t = self.by_class.get_mut(class);
@@ -487,10 +493,9 @@ impl DeviceScan<'_> {
         self.util.add_idle(gs, ge, class, loc, blocker);
         if class != IdleClass::KernelWait {
             let n = self.cx.locs.len() + 1;
-            let slot = if loc == NONE || class == IdleClass::Other {
-                n - 1
-            } else {
-                loc as usize
+            let slot = match loc {
+                Some(l) if class != IdleClass::Other => l.index(),
+                _ => n - 1,
             };
             let g = &mut self.groups[class.index() * n + slot];
             g.add(gs, ge, src.unwrap_or(LocationSource::None), blocker);
@@ -622,7 +627,7 @@ fn scan_device(
             start_offset_ns: gs - origin,
             duration_ns: len,
             class,
-            location: (loc != NONE).then(|| locator.source_loc(loc)),
+            location: loc.map(|l| locator.source_loc(l)),
             location_source: src,
         })
         .collect();

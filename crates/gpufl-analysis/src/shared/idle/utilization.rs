@@ -4,16 +4,16 @@
 //! `low-utilization` reads.
 
 use super::{IdleClass, UtilChunk, LOW_UTILIZATION, UTIL_CHUNKS};
+use crate::ids::LocIx;
 use crate::insight::share;
-use crate::store::NONE;
 use std::collections::HashMap;
 
 /// Idle time of one (class, line) in one chunk.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkLine {
     pub class: IdleClass,
-    /// Index into the analysis's user locations (`Ctx::locs`).
-    pub loc: u32,
+    /// The line: one of the analysis's user locations (`Ctx::locs`).
+    pub loc: LocIx,
     pub idle_ns: u64,
     /// `sync` class: the blocking call of the longest such gap (`StreamSynchronize`, `cudaMemcpy`…).
     pub blocking_call: Option<String>,
@@ -37,7 +37,7 @@ type LineAcc = (u64, Option<(u64, usize)>);
 #[derive(Default)]
 struct Acc {
     by_class: [u64; 4],
-    lines: HashMap<(IdleClass, u32), LineAcc>,
+    lines: HashMap<(IdleClass, LocIx), LineAcc>,
 }
 
 /// Busy and idle time per chunk of a device's active range.
@@ -113,23 +113,23 @@ impl Util {
         self.paused = paused;
     }
 
-    /// An idle gap `[a, b)` of `class`, at user line `loc` ([`NONE`] without one), ended while the
+    /// An idle gap `[a, b)` of `class`, at user line `loc` (None without one), ended while the
     /// host was blocked in `blocker` (sync class).
     pub(crate) fn add_idle(
         &mut self,
         a: u64,
         b: u64,
         class: IdleClass,
-        loc: u32,
+        loc: Option<LocIx>,
         blocker: Option<usize>,
     ) {
         let mut idle = std::mem::take(&mut self.idle);
         let len = b.saturating_sub(a);
-        let lined = loc != NONE && matches!(class, IdleClass::Launch | IdleClass::Sync);
+        let lined = loc.filter(|_| matches!(class, IdleClass::Launch | IdleClass::Sync));
         self.split(a, b, |i, ns| {
             let acc = &mut idle[i];
             acc.by_class[class as usize] += ns;
-            if lined {
+            if let Some(loc) = lined {
                 let e = acc.lines.entry((class, loc)).or_insert((0, None));
                 e.0 += ns;
                 if let Some(bl) = blocker {
@@ -227,11 +227,12 @@ mod tests {
         let mut u = Util::new(0, 3000);
         // A launch gap over chunks 0-2 at line 4, a sync gap in chunk 2 at line 7 (blocked call 9),
         // a longer sync gap at the same line (blocked call 3), an `other` gap without line.
-        u.add_idle(50, 250, IdleClass::Launch, 4, None);
-        u.add_idle(260, 270, IdleClass::Sync, 7, Some(9));
-        u.add_idle(270, 290, IdleClass::Sync, 7, Some(3));
-        u.add_idle(290, 300, IdleClass::Other, NONE, None);
-        u.add_idle(2990, 2994, IdleClass::KernelWait, NONE, None);
+        let (l4, l7) = (LocIx::at(4), LocIx::at(7));
+        u.add_idle(50, 250, IdleClass::Launch, Some(l4), None);
+        u.add_idle(260, 270, IdleClass::Sync, Some(l7), Some(9));
+        u.add_idle(270, 290, IdleClass::Sync, Some(l7), Some(3));
+        u.add_idle(290, 300, IdleClass::Other, None, None);
+        u.add_idle(2990, 2994, IdleClass::KernelWait, None, None);
         let c = u.chunk_idle(|b| format!("call{b}"));
         assert_eq!(c[0].by_class, [0, 50, 0, 0]);
         assert_eq!(c[1].by_class, [0, 100, 0, 0]);
@@ -243,13 +244,13 @@ mod tests {
             vec![
                 ChunkLine {
                     class: IdleClass::Launch,
-                    loc: 4,
+                    loc: l4,
                     idle_ns: 50,
                     blocking_call: None
                 },
                 ChunkLine {
                     class: IdleClass::Sync,
-                    loc: 7,
+                    loc: l7,
                     idle_ns: 30,
                     blocking_call: Some("call3".into())
                 },
@@ -257,7 +258,7 @@ mod tests {
         );
         // Nothing for a device too short for chunks.
         let mut short = Util::new(0, 10);
-        short.add_idle(0, 5, IdleClass::Launch, 1, None);
+        short.add_idle(0, 5, IdleClass::Launch, Some(LocIx::at(1)), None);
         assert!(short.chunk_idle(|_| String::new()).is_empty());
     }
 }
