@@ -149,6 +149,18 @@ fn acc<'a>(
 /// Every user line with synchronizations, copies or sampled launches, most time first, at most
 /// [`MAX_LINES`]. Records without a stack are left out (they name no line).
 pub fn line_details(m: &Model, cfg: &Config) -> Vec<LineDetail> {
+    line_details_by_stack(m, cfg)
+        .into_iter()
+        .map(|(mut d, s)| {
+            d.stack = s.map(|s| stack_frames(m, s)).unwrap_or_default();
+            d
+        })
+        .collect()
+}
+
+/// [`line_details`] with each line's stack left empty and its id given beside it (resolved by
+/// [`stack_frames`]): for a consumer that keeps each stack once however many lines name it.
+pub fn line_details_by_stack(m: &Model, cfg: &Config) -> Vec<(LineDetail, Option<StackIx>)> {
     let mut locs: HashMap<StackIx, SourceLoc> = HashMap::new();
     let mut accs: Accs = HashMap::new();
     for s in m.syncs() {
@@ -184,7 +196,7 @@ pub fn line_details(m: &Model, cfg: &Config) -> Vec<LineDetail> {
         e.1 = e.1.saturating_add(d);
         a.offer((1, d), st);
     }
-    let mut out: Vec<(u64, LineDetail)> = accs
+    let mut out: Vec<(u64, (LineDetail, Option<StackIx>))> = accs
         .into_values()
         .filter_map(|mut a| {
             a.sync_ns.sort_unstable();
@@ -222,15 +234,15 @@ pub fn line_details(m: &Model, cfg: &Config) -> Vec<LineDetail> {
                 copy_bytes: a.copy_bytes,
                 launches: a.launches,
                 kernels,
-                stack: a.best.map(|(_, s)| stack_frames(m, s)).unwrap_or_default(),
+                stack: Vec::new(),
             };
-            Some((weight, d))
+            Some((weight, (d, a.best.map(|(_, s)| s))))
         })
         .collect();
     out.sort_by(|x, y| {
         y.0.cmp(&x.0)
-            .then_with(|| x.1.location.file.cmp(&y.1.location.file))
-            .then_with(|| x.1.location.line.cmp(&y.1.location.line))
+            .then_with(|| x.1 .0.location.file.cmp(&y.1 .0.location.file))
+            .then_with(|| x.1 .0.location.line.cmp(&y.1 .0.location.line))
     });
     out.truncate(MAX_LINES);
     out.into_iter().map(|(_, d)| d).collect()

@@ -27,9 +27,28 @@ pub struct ServeArgs {
     /// Requests a second per key (0: unlimited).
     #[arg(long, default_value_t = 200.0)]
     rate_limit: f64,
+    /// Requests a second per client address without a valid key (no key, an unknown or revoked
+    /// one, a wrong login; 0: unlimited).
+    #[arg(long, default_value_t = 10.0)]
+    rate_limit_address: f64,
+    /// Open connections at most (also at most the open-file limit less 128); beyond it a
+    /// connection is answered 503 at once.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Seconds a client has to send a request's headers, and a kept-alive connection waits for
+    /// its next request.
+    #[arg(long, default_value_t = 10)]
+    header_timeout_s: u64,
+    /// Seconds a whole request (its body read, its answer made) may take.
+    #[arg(long, default_value_t = 120)]
+    request_timeout_s: u64,
     /// Largest session accepted, MiB.
     #[arg(long, default_value_t = 16384)]
     max_session_mb: u64,
+    /// Memory the ingest workers may use together, MiB: each worker analyses one session within
+    /// its share; a session that needs more is stored "too_large" with the reason.
+    #[arg(long, default_value_t = gpufl_server::DEFAULT_INGEST_MEMORY_MB)]
+    ingest_memory_mb: u64,
     /// Open the dashboard and the read API without a key, on project "local" (loopback
     /// addresses only), and load the sessions under each DIR into it (already stored ones are
     /// not sent again).
@@ -149,7 +168,14 @@ pub fn serve(a: ServeArgs) -> Result<i32> {
     cfg.db = a.db;
     cfg.store = a.store;
     cfg.ingest_workers = a.ingest_workers;
+    cfg.ingest_memory_mb = a.ingest_memory_mb;
     cfg.rate_per_key = a.rate_limit;
+    cfg.rate_per_address = a.rate_limit_address;
+    cfg.net = gpufl_server::net::NetLimits {
+        max_connections: a.max_connections,
+        header_timeout_ms: a.header_timeout_s.saturating_mul(1000),
+        request_timeout_ms: a.request_timeout_s.saturating_mul(1000),
+    };
     cfg.limits.max_session_bytes = a.max_session_mb.saturating_mul(1 << 20);
     let rt = gpufl_server::runtime()?;
     let dirs = if a.demo {

@@ -1,7 +1,7 @@
 //! `gpufl serve --local DIR…`: the dashboard and the read API open without a key on a loopback
 //! address, the sessions under DIR loaded into project "local" (through the upload protocol, so
-//! a restart does not store them twice); refused on a non-loopback address; a project's read key
-//! still sees its own project.
+//! a restart does not store them twice), to requests naming a loopback host only; refused on a
+//! non-loopback address; a project's read key still sees its own project.
 
 use std::path::Path;
 use std::process::Command;
@@ -31,6 +31,25 @@ fn get(url: &str, key: Option<&str>) -> (u16, String) {
         Err(ureq::Error::Status(s, r)) => (s, r.into_string().unwrap_or_default()),
         Err(e) => panic!("{url}: {e}"),
     }
+}
+
+/// A raw `GET path` with `Host: host`: the status.
+fn status_with_host(url: &str, path: &str, host: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    String::from_utf8_lossy(&out)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// The open project's sessions once every one is analysed.
@@ -91,6 +110,20 @@ fn local_sessions_open_without_a_key_and_are_stored_once() {
         let (st, html) = get(&format!("{}/sessions/{}", s.url, ids[0]), None);
         assert_eq!(st, 200);
         assert!(html.contains("id=\"insights\""), "the session page");
+        // Only to a loopback host name (a page elsewhere rebinding its name to 127.0.0.1 reads
+        // nothing).
+        for path in [
+            "/api/v1/sessions".to_string(),
+            format!("/api/v1/sessions/{}/files/trace-0000.ndjson.zst", ids[0]),
+            "/sessions".to_string(),
+        ] {
+            assert_eq!(
+                status_with_host(&s.url, &path, "evil.example"),
+                421,
+                "{path}"
+            );
+            assert_eq!(status_with_host(&s.url, &path, "localhost"), 200, "{path}");
+        }
         // A project's read key still sees that project, not the open one.
         let mut admin = Command::new(GPUFL);
         admin.args(["admin", "--data"]).arg(&data);

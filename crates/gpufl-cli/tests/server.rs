@@ -801,3 +801,856 @@ fn a_damaged_session_is_kept_with_the_readers_warnings() {
     assert_eq!(st, 200);
     assert_eq!(files["files"][0]["size"].as_u64().unwrap(), n as u64);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 36: the server against hostile uploads — the rows measured on the server's process.
+
+/// The peak resident set of process `pid` (`VmHWM` of /proc/PID/status), bytes.
+fn vm_hwm(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb << 10)
+        .expect("VmHWM")
+}
+
+/// A header for a generated session.
+fn gen_header(id: &str) -> gpufl_trace::Header {
+    gpufl_trace::Header {
+        gpufl_version: "0.1.0".into(),
+        session_id: id.into(),
+        app_name: "hostile".into(),
+        host: "h".into(),
+        pid: 1,
+        command_line: vec!["hostile".into()],
+        start_unix_ns: 1_795_300_000_000_000_000,
+        clock: gpufl_trace::ClockSync {
+            trace_ns: 1_000_000_000,
+            unix_ns: 1_795_300_000_000_000_000,
+        },
+        ..gpufl_trace::Header::default()
+    }
+}
+
+/// The issue's first memory row: one trace whose 127-frame stacks all name two 512 KiB
+/// strings, synchronizations at 8 lines (about 1.5 KB compressed).
+fn long_strings_session(parent: &Path) -> PathBuf {
+    use gpufl_trace::*;
+    let id = "longstr-1-20261127T000000Z";
+    let dir = parent.join(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = TraceWriter::new(file, &gen_header(id)).unwrap();
+    let a = w.intern_str(&"a".repeat(512 << 10)).unwrap();
+    let b = w
+        .intern_str(&format!("/{}.py", "b".repeat(512 << 10)))
+        .unwrap();
+    let frames: Vec<FrameId> = (1..=127u32)
+        .map(|line| {
+            w.intern_frame(FrameData {
+                kind: FrameKind::Python,
+                module: None,
+                offset: None,
+                func: Some(a),
+                file: Some(b),
+                line: Some(line),
+                inlined: false,
+                text: Some(a),
+            })
+            .unwrap()
+        })
+        .collect();
+    let mut t = 1_000_000_000u64 + 1_000_000;
+    for line in 0..8usize {
+        let mut fs = frames.clone();
+        fs.rotate_left(line);
+        let stack = w.intern_stack(&fs).unwrap();
+        for _ in 0..3 {
+            w.write(&Record::Sync(Sync {
+                kind: SyncKind::ContextSynchronize,
+                start: t,
+                end: t + 50_000,
+                ctx: 1,
+                stream: None,
+                event: None,
+                corr: 0,
+                tid: Some(1),
+                stack: Some(stack),
+            }))
+            .unwrap();
+            t += 100_000;
+        }
+    }
+    w.finish(1_795_300_001_000_000_000, "normal").unwrap();
+    dir
+}
+
+/// The issue's second memory row: `files` trace files of highly compressible kernel records
+/// (`per_file` identical lines after one that differs per file), each a few hundred bytes.
+fn compressible_session(parent: &Path, files: usize, per_file: usize) -> PathBuf {
+    let id = "bomb-1-20261127T000000Z";
+    let dir = parent.join(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kernel = |start: u64| {
+        format!(
+            "{{\"t\":\"kernel\",\"name\":0,\"start\":{start},\"end\":{},\"dev\":0,\"ctx\":1,\"stream\":7,\"corr\":0,\"grid\":[1,1,1],\"block\":[32,1,1],\"regs\":16,\"smem_static\":0,\"smem_dynamic\":0,\"local_mem\":0}}\n",
+            start + 1000
+        )
+    };
+    // File 0 by the writer: the header and the kernel's name.
+    let f0 = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = gpufl_trace::TraceWriter::new(f0, &gen_header(id)).unwrap();
+    let name = w.intern_str("k").unwrap();
+    assert_eq!(name.0, 0);
+    w.finish(1_795_300_001_000_000_000, "normal").unwrap();
+    let body = kernel(2_000_000_000).repeat(per_file);
+    for i in 1..files {
+        let mut text = kernel(1_000_000_000 + i as u64);
+        text.push_str(&body);
+        let z = zstd::encode_all(text.as_bytes(), 3).unwrap();
+        std::fs::write(dir.join(format!("trace-{i:04}.ndjson.zst")), z).unwrap();
+    }
+    dir
+}
+
+/// Upload every file of session `dir` (one part each) with 8 PUTs at a time, then complete: the
+/// completion's status and body.
+fn upload_parallel(url: &str, key: &str, dir: &Path) -> (u16, Value) {
+    let id = id_of(dir);
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((name, b)) = files.get(i) else { break };
+                assert!(b.len() as u64 <= 4 << 20);
+                let r = ureq::put(&format!("{url}/api/v1/uploads/{id}/files/{name}/parts/0"))
+                    .set("Authorization", &format!("Bearer {key}"))
+                    .set("X-Gpufl-Sha256", &gpufl_upload::parts::sha256_hex(b))
+                    .send_bytes(b);
+                assert!(r.is_ok(), "{name}: {r:?}");
+            });
+        }
+    });
+    let manifest = serde_json::json!({ "files": files.iter().map(|(n, b)| serde_json::json!({
+        "name": n, "size": b.len(), "sha256": gpufl_upload::parts::sha256_hex(b), "parts": 1,
+    })).collect::<Vec<_>>() });
+    let r = ureq::post(&format!("{url}/api/v1/uploads/{id}/complete"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .send_string(&manifest.to_string());
+    match r {
+        Ok(r) => (
+            r.status(),
+            serde_json::from_str(&r.into_string().unwrap_or_default()).unwrap_or(Value::Null),
+        ),
+        Err(ureq::Error::Status(s, r)) => (
+            s,
+            serde_json::from_str(&r.into_string().unwrap_or_default()).unwrap_or(Value::Null),
+        ),
+        Err(e) => panic!("complete: {e}"),
+    }
+}
+
+/// What a memory row's server may hold at its peak beyond its resident set at start: the
+/// ingest budget it is given, and 64 MiB for the rest (requests, pools, buffers).
+const MEMORY_SLACK: u64 = 64 << 20;
+
+/// One memory row: a server given `budget_mb` of ingest memory (2 workers) takes the hostile
+/// session made by `make` and ends it in `want` (a final state); its peak resident set stays
+/// within its resident set at start plus the budget (plus [`MEMORY_SLACK`]).
+fn within_the_memory_budget(
+    b: Backend,
+    tag: &str,
+    budget_mb: u64,
+    make: impl Fn(&Path) -> PathBuf,
+    want: &[&str],
+) {
+    let Some(s) = stores(b, tag) else { return };
+    let (up, rd) = project(&s, "team");
+    let budget = budget_mb.to_string();
+    let srv = serve(&s, &["--ingest-memory-mb", &budget, "--rate-limit", "0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = srv.child.id();
+    let base = vm_hwm(pid);
+    let t0 = Instant::now();
+    let dir = make(&s.data.join("src"));
+    let id = id_of(&dir);
+    let t1 = Instant::now();
+    let (st, v) = upload_parallel(&srv.url, &up, &dir);
+    assert_eq!(st, 200, "{v}");
+    eprintln!(
+        "{tag}: made in {:.1} s, uploaded in {:.1} s",
+        (t1 - t0).as_secs_f64(),
+        t1.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    let v = loop {
+        let (_, v) = get(&srv.url, &rd, &format!("/api/v1/sessions/{id}"));
+        if ["ready", "corrupt", "failed", "too_large"].contains(&v["ingest"].as_str().unwrap_or(""))
+        {
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(240), "not analysed: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let peak = vm_hwm(pid);
+    eprintln!(
+        "{tag} ({b:?}): ingest {} in {:.1} s, peak RSS {} MiB (start {} MiB, budget {budget_mb} MiB): {}",
+        v["ingest"],
+        t.elapsed().as_secs_f64(),
+        peak >> 20,
+        base >> 20,
+        v["ingest_error"]
+    );
+    assert!(want.contains(&v["ingest"].as_str().unwrap()), "{v}");
+    assert!(
+        peak <= base + (budget_mb << 20) + MEMORY_SLACK,
+        "peak RSS {} MiB over start {} MiB + budget {budget_mb} MiB + {} MiB",
+        peak >> 20,
+        base >> 20,
+        MEMORY_SLACK >> 20
+    );
+    // Every page of it answers, each small.
+    for path in [
+        format!("/api/v1/sessions/{id}"),
+        format!("/api/v1/sessions/{id}/insights"),
+        format!("/api/v1/sessions/{id}/kernels"),
+    ] {
+        let (st, v) = get(&srv.url, &rd, &path);
+        assert_eq!(st, 200, "{path}");
+        assert!(v.to_string().len() < 16 << 20, "{path}");
+    }
+    let _ = std::fs::remove_dir_all(&s.data);
+}
+
+/// Row "ingest memory from repeated strings": the 1.5 KB upload of 127-frame stacks naming two
+/// 512 KiB strings at 8 lines is analysed within a 256 MiB budget; its line answers are small
+/// (the strings capped at 4 KiB, each stored once).
+fn long_strings_stay_within_the_budget(b: Backend) {
+    within_the_memory_budget(b, "memstr", 256, long_strings_session, &["ready"]);
+}
+
+#[test]
+fn long_strings_stay_within_the_budget_sqlite_local() {
+    long_strings_stay_within_the_budget(Backend::SqliteLocal);
+}
+
+#[test]
+fn long_strings_stay_within_the_budget_postgres_local() {
+    long_strings_stay_within_the_budget(Backend::PgLocal);
+}
+
+/// Row "ingest memory within the documented limits": 4,096 files of highly compressible kernel
+/// records are read until their records would need more than the budget, then stored
+/// `too_large` with the reason, the server's peak within the budget.
+fn many_compressible_files_stay_within_the_budget(b: Backend) {
+    within_the_memory_budget(
+        b,
+        "membomb",
+        256,
+        |s| compressible_session(s, 4096, 1200),
+        &["too_large"],
+    );
+}
+
+#[test]
+fn many_compressible_files_stay_within_the_budget_sqlite_local() {
+    many_compressible_files_stay_within_the_budget(Backend::SqliteLocal);
+}
+
+#[test]
+fn many_compressible_files_stay_within_the_budget_postgres_local() {
+    many_compressible_files_stay_within_the_budget(Backend::PgLocal);
+}
+
+/// A session of `n` kernels whose analysis takes a while (seconds in a debug build).
+fn slow_session(parent: &Path, n: u32) -> PathBuf {
+    use gpufl_trace::*;
+    let id = "slow-1-20261127T000000Z";
+    let dir = parent.join(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::File::create(dir.join("trace-0000.ndjson.zst")).unwrap();
+    let mut w = TraceWriter::new(file, &gen_header(id)).unwrap();
+    let names: Vec<StrId> = (0..50)
+        .map(|i| w.intern_str(&format!("kernel_{i}")).unwrap())
+        .collect();
+    let mut t = 1_001_000_000u64;
+    for i in 0..n {
+        w.write(&Record::Kernel(Kernel {
+            name: names[i as usize % names.len()],
+            start: t,
+            end: t + 3_000 + u64::from(i % 7) * 100,
+            dev: 0,
+            ctx: 1,
+            stream: 7 + i % 3,
+            corr: i + 1,
+            grid: [1 + (i % 5) as i32, 1, 1],
+            block: [128, 1, 1],
+            regs: 32,
+            ..Kernel::default()
+        }))
+        .unwrap();
+        t += 5_000;
+    }
+    w.finish(1_795_300_001_000_000_000, "normal").unwrap();
+    dir
+}
+
+/// The database of `s` as the library opens it.
+fn db_url_of(s: &Stores) -> String {
+    let mut cfg = gpufl_server::ServeConfig::new(s.data.clone());
+    cfg.db = s.db.clone();
+    cfg.db_url()
+}
+
+/// Row "poison session crash loop": a session whose analysis stops the server (here: the server
+/// killed with SIGKILL while analysing it) three times is `failed` with the reason at the next
+/// start — in the API and on its dashboard page — and not claimed again (no fourth analysis,
+/// the killed analyses' temporary directories removed); a newer analysis takes it up again.
+fn a_poison_session_ends_failed(b: Backend) {
+    let Some(s) = stores(b, "poison") else { return };
+    let (up, rd) = project(&s, "team");
+    let dir = slow_session(&s.data.join("src"), 600_000);
+    let id = id_of(&dir);
+    let detail = |url: &str| get(url, &rd, &format!("/api/v1/sessions/{id}")).1;
+    for round in 1..=3 {
+        let mut srv = serve(&s, &["--ingest-workers", "1"]);
+        if round == 1 {
+            let (st, v) = upload_parallel(&srv.url, &up, &dir);
+            assert_eq!(st, 200, "{v}");
+        }
+        let t = Instant::now();
+        loop {
+            let v = detail(&srv.url);
+            if v["ingest"] == "running" {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "round {round}: not running: {v}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        srv.child.kill().unwrap();
+        srv.child.wait().unwrap();
+    }
+    let srv = serve(&s, &["--ingest-workers", "1"]);
+    let t = Instant::now();
+    let v = loop {
+        let v = detail(&srv.url);
+        if v["ingest"] == "failed" {
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "not failed: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let why = v["ingest_error"].as_str().unwrap().to_string();
+    assert!(why.contains("stopped the server 3 times"), "{v}");
+    assert_eq!(v["analyses"], 3, "{v}");
+    let page = ureq::get(&format!("{}/sessions/{id}", srv.url))
+        .set("Authorization", &format!("Bearer {rd}"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(
+        page.contains("stopped the server 3 times"),
+        "the reason on its page"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let v = detail(&srv.url);
+    assert_eq!(
+        (v["ingest"].as_str(), v["analyses"].as_i64()),
+        (Some("failed"), Some(3))
+    );
+    let left: Vec<_> = std::fs::read_dir(s.data.join("tmp"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "temporary directories left: {left:?}");
+    drop(srv);
+    // A newer analysis (as a newer gpufl's start does) takes it up again.
+    let rt = gpufl_server::runtime().unwrap();
+    rt.block_on(async {
+        let db = gpufl_server::store::Db::open(&db_url_of(&s)).await.unwrap();
+        let n = db
+            .requeue_old(gpufl_server::ingest::ANALYSIS_VERSION + 1)
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    });
+    let srv = serve(&s, &["--ingest-workers", "1"]);
+    let t = Instant::now();
+    loop {
+        let v = detail(&srv.url);
+        if v["ingest"] == "ready" {
+            assert_eq!(v["analyses"], 4, "{v}");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(240), "not analysed: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&s.data);
+}
+
+#[test]
+fn a_poison_session_ends_failed_sqlite_local() {
+    a_poison_session_ends_failed(Backend::SqliteLocal);
+}
+
+#[test]
+fn a_poison_session_ends_failed_postgres_local() {
+    a_poison_session_ends_failed(Backend::PgLocal);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The soak (bench/server_soak.sh; not in the default run): mixed uploads, hostile uploads and
+// hostile clients, and readers, for GPUFL_SOAK_SECS seconds on PostgreSQL + S3, the server under
+// an address-space limit.
+
+/// Counts of one kind of request by answer.
+#[derive(Default)]
+struct Tally {
+    by_status: std::collections::BTreeMap<u16, u64>,
+    errors: u64,
+    ms: Vec<f64>,
+}
+
+type Tallies = std::sync::Mutex<std::collections::BTreeMap<&'static str, Tally>>;
+
+fn note(t: &Tallies, what: &'static str, status: Option<u16>, ms: f64) {
+    let mut m = t.lock().unwrap();
+    let e = m.entry(what).or_default();
+    match status {
+        Some(s) => *e.by_status.entry(s).or_default() += 1,
+        None => e.errors += 1,
+    }
+    e.ms.push(ms);
+}
+
+fn timed_get(url: &str, key: Option<&str>, t: &Tallies, what: &'static str) -> Option<u16> {
+    let t0 = Instant::now();
+    let agent = ureq::AgentBuilder::new()
+        .redirects(0)
+        .timeout(Duration::from_secs(60))
+        .build();
+    let mut r = agent.get(url);
+    if let Some(k) = key {
+        r = r.set("Authorization", &format!("Bearer {k}"));
+    }
+    let st = match r.call() {
+        Ok(r) => {
+            let s = r.status();
+            let _ = r.into_string();
+            Some(s)
+        }
+        Err(ureq::Error::Status(s, r)) => {
+            let _ = r.into_string();
+            Some(s)
+        }
+        Err(_) => None,
+    };
+    note(t, what, st, t0.elapsed().as_secs_f64() * 1e3);
+    st
+}
+
+/// A copy of bundled session `from` named `id` under `parent`.
+fn copy_session(from: &Path, parent: &Path, id: &str) -> PathBuf {
+    let to = parent.join(id);
+    std::fs::create_dir_all(&to).unwrap();
+    for f in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+    }
+    to
+}
+
+/// `p`-th percentile of `v` (sorted in place), ms.
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 * p / 100.0).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+/// Every session of the read key's project by id (the list paged through; a 429 waited out).
+fn all_sessions(url: &str, rd: &str) -> std::collections::BTreeMap<String, Value> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut offset = 0;
+    loop {
+        let (st, v) = get(
+            url,
+            rd,
+            &format!("/api/v1/sessions?limit=1000&offset={offset}"),
+        );
+        if st == 429 {
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        assert_eq!(st, 200, "{v}");
+        let page = v["sessions"].as_array().unwrap();
+        for x in page {
+            out.insert(x["id"].as_str().unwrap().to_string(), x.clone());
+        }
+        if page.len() < 1000 {
+            return out;
+        }
+        offset += 1000;
+    }
+}
+
+#[test]
+#[ignore = "the soak: bench/server_soak.sh"]
+fn soak() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let secs: u64 = std::env::var("GPUFL_SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    let as_mb: u64 = std::env::var("GPUFL_SOAK_AS_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3072);
+    let ingest_mb: u64 = std::env::var("GPUFL_SOAK_INGEST_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let s = stores(Backend::PgS3, "soak").expect("PostgreSQL and S3 (scripts/services.sh)");
+    let (up, rd) = project(&s, "team");
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--as={}", as_mb << 20))
+        .arg("--")
+        .arg(GPUFL)
+        .arg("serve")
+        .args(store_args(&s))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(["--ingest-memory-mb", &ingest_mb.to_string()])
+        // Readers and uploaders share one key each: room for all of them.
+        .args(["--rate-limit", "2000"])
+        .env("MALLOC_ARENA_MAX", "2");
+    let mut srv = common::spawn_serve(cmd);
+    let url = srv.url.clone();
+    let pid = srv.child.id();
+    let src = s.data.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let bundled_dirs: Vec<PathBuf> = bundled()
+        .into_iter()
+        .filter(|d| d.starts_with(root().join("testdata/sessions")))
+        .collect();
+    let tallies: Tallies = Default::default();
+    let stop = AtomicBool::new(false);
+    let normal: std::sync::Mutex<Vec<String>> = Default::default();
+    let hostile: std::sync::Mutex<Vec<(String, &'static str)>> = Default::default();
+    let seq = AtomicU64::new(0);
+    let started = Instant::now();
+    std::thread::scope(|sc| {
+        // Uploaders: copies of the bundled sessions under fresh ids, some uploaded twice.
+        for w in 0..2 {
+            let (tallies, stop, normal, seq, src, bundled_dirs, url, up) = (
+                &tallies,
+                &stop,
+                &normal,
+                &seq,
+                &src,
+                &bundled_dirs,
+                &url,
+                &up,
+            );
+            sc.spawn(move || {
+                let opts = gpufl_upload::UploadOptions::new(url.clone(), up.clone());
+                let upl = gpufl_upload::Uploader::new(&opts).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let n = seq.fetch_add(1, Ordering::Relaxed);
+                    let from = &bundled_dirs[n as usize % bundled_dirs.len()];
+                    let id = format!("soak{w}x{n}-1-20261127T000000Z");
+                    let d = copy_session(from, src, &id);
+                    for _ in 0..1 + (n % 3 == 0) as usize {
+                        let t0 = Instant::now();
+                        let r = upl.upload(&d, &mut |_| {});
+                        note(
+                            tallies,
+                            "upload (gpufl-upload)",
+                            Some(if r.is_ok() { 200 } else { 0 }),
+                            t0.elapsed().as_secs_f64() * 1e3,
+                        );
+                        if let Err(e) = r {
+                            eprintln!("soak: upload {id}: {e}");
+                        }
+                    }
+                    normal.lock().unwrap().push(id);
+                    let _ = std::fs::remove_dir_all(&d);
+                }
+            });
+        }
+        // Readers: the list, a session and its pages, the API's documents, a raw file.
+        for _ in 0..2 {
+            let (tallies, stop, normal, url, rd) = (&tallies, &stop, &normal, &url, &rd);
+            sc.spawn(move || {
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    timed_get(
+                        &format!("{url}/api/v1/sessions?limit=50"),
+                        Some(rd),
+                        tallies,
+                        "read: API list",
+                    );
+                    timed_get(
+                        &format!("{url}/sessions"),
+                        Some(rd),
+                        tallies,
+                        "read: dashboard list",
+                    );
+                    let id = {
+                        let n = normal.lock().unwrap();
+                        if n.is_empty() {
+                            None
+                        } else {
+                            Some(n[i % n.len()].clone())
+                        }
+                    };
+                    if let Some(id) = id {
+                        for (what, p) in [
+                            ("read: API session", format!("/api/v1/sessions/{id}")),
+                            (
+                                "read: API insights",
+                                format!("/api/v1/sessions/{id}/insights"),
+                            ),
+                            (
+                                "read: API kernels",
+                                format!("/api/v1/sessions/{id}/kernels"),
+                            ),
+                            ("read: dashboard session", format!("/sessions/{id}")),
+                            (
+                                "read: raw file",
+                                format!("/api/v1/sessions/{id}/files/trace-0000.ndjson.zst"),
+                            ),
+                        ] {
+                            timed_get(&format!("{url}{p}"), Some(rd), tallies, what);
+                        }
+                    }
+                }
+            });
+        }
+        // Hostile uploads and hostile clients, in turn.
+        {
+            let (tallies, stop, hostile, src, url, up, rd) =
+                (&tallies, &stop, &hostile, &src, &url, &up, &rd);
+            sc.spawn(move || {
+                let mut round = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    round += 1;
+                    let dir = src.join(format!("h{round}"));
+                    std::fs::create_dir_all(&dir).unwrap();
+                    let t0 = Instant::now();
+                    let (what, made): (&'static str, PathBuf) = match round % 4 {
+                        1 => ("long strings", long_strings_session(&dir)),
+                        2 => (
+                            "4,096 compressible files",
+                            compressible_session(&dir, 4096, 1200),
+                        ),
+                        3 => ("a session of 600,000 kernels", slow_session(&dir, 600_000)),
+                        _ => {
+                            // Not a gpufl session: refused at completion.
+                            let d = dir.join("junk-1-20261127T000000Z");
+                            std::fs::create_dir_all(&d).unwrap();
+                            std::fs::write(d.join("trace-0000.ndjson.zst"), vec![0u8; 1000])
+                                .unwrap();
+                            ("not a trace", d)
+                        }
+                    };
+                    // A fresh id each round.
+                    let id = format!("hostile{round}-1-20261127T000000Z");
+                    let d = dir.join(&id);
+                    std::fs::rename(&made, &d).unwrap();
+                    let (st, v) = upload_parallel(url, up, &d);
+                    note(
+                        tallies,
+                        "hostile upload",
+                        Some(st),
+                        t0.elapsed().as_secs_f64() * 1e3,
+                    );
+                    if st == 200 {
+                        hostile.lock().unwrap().push((id.clone(), what));
+                    } else {
+                        assert!((400..500).contains(&st), "{what}: {st} {v}");
+                    }
+                    let _ = std::fs::remove_dir_all(&dir);
+                    // Hostile clients: idle sockets, a flood of unknown keys, bad hosts, long
+                    // searches, odd dates, cross-site logins.
+                    let addr = url.trim_start_matches("http://").to_string();
+                    let idle: Vec<std::net::TcpStream> = (0..200)
+                        .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+                        .collect();
+                    for _ in 0..300 {
+                        timed_get(
+                            &format!("{url}/api/v1/sessions"),
+                            Some("gfl_rd_0000"),
+                            tallies,
+                            "hostile: unknown key",
+                        );
+                    }
+                    let long = "x".repeat(50_000);
+                    timed_get(
+                        &format!("{url}/sessions?q={long}"),
+                        Some(rd),
+                        tallies,
+                        "hostile: long search",
+                    );
+                    timed_get(
+                        &format!("{url}/api/v1/sessions?since=9999-12-31T23:59:59Z"),
+                        Some(rd),
+                        tallies,
+                        "hostile: odd date",
+                    );
+                    timed_get(
+                        &format!("{url}/api/v1/sessions?app=%00"),
+                        Some(rd),
+                        tallies,
+                        "hostile: NUL parameter",
+                    );
+                    let t0 = Instant::now();
+                    let r = ureq::AgentBuilder::new()
+                        .redirects(0)
+                        .build()
+                        .post(&format!("{url}/login"))
+                        .set("Origin", "http://evil.example")
+                        .send_form(&[("key", rd.as_str())]);
+                    let st = match r {
+                        Ok(r) => Some(r.status()),
+                        Err(ureq::Error::Status(s, _)) => Some(s),
+                        Err(_) => None,
+                    };
+                    note(
+                        tallies,
+                        "hostile: cross-site login",
+                        st,
+                        t0.elapsed().as_secs_f64() * 1e3,
+                    );
+                    std::thread::sleep(Duration::from_secs(5));
+                    drop(idle);
+                }
+            });
+        }
+        while started.elapsed() < Duration::from_secs(secs) {
+            std::thread::sleep(Duration::from_secs(1));
+            assert!(
+                srv.child.try_wait().unwrap().is_none(),
+                "the server stopped"
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let load_s = started.elapsed().as_secs_f64();
+    // Every session ends in a final state.
+    let finals = ["ready", "corrupt", "failed", "too_large"];
+    let t = Instant::now();
+    let mut states: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut hostile_states: Vec<String> = Vec::new();
+    let mut all;
+    loop {
+        all = all_sessions(&url, &rd);
+        // Uploads refused at completion (not a trace) stay `uploading`, left to housekeeping.
+        let stuck: Vec<&Value> = all
+            .values()
+            .filter(|x| {
+                x["state"] == "complete" && !finals.contains(&x["ingest"].as_str().unwrap_or(""))
+            })
+            .collect();
+        if stuck.is_empty() {
+            states.clear();
+            for x in all.values() {
+                *states
+                    .entry(format!(
+                        "{}/{}",
+                        x["state"].as_str().unwrap(),
+                        x["ingest"].as_str().unwrap()
+                    ))
+                    .or_default() += 1;
+            }
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(600), "stuck: {stuck:?}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let drain_s = t.elapsed().as_secs_f64();
+    let normal = normal.into_inner().unwrap();
+    for id in &normal {
+        let v = all.get(id).unwrap_or_else(|| panic!("{id} lost"));
+        assert!(
+            ["ready", "corrupt"].contains(&v["ingest"].as_str().unwrap()),
+            "{id}: {v}"
+        );
+    }
+    for (id, what) in hostile.into_inner().unwrap() {
+        assert!(all.contains_key(&id), "{id} lost");
+        let v = loop {
+            match get(&url, &rd, &format!("/api/v1/sessions/{id}")) {
+                (429, _) => std::thread::sleep(Duration::from_secs(1)),
+                (st, v) => {
+                    assert_eq!(st, 200, "{id}: {v}");
+                    break v;
+                }
+            }
+        };
+        let state = v["ingest"].as_str().unwrap().to_string();
+        let why = v["ingest_error"].as_str().unwrap_or("").to_string();
+        assert!(finals.contains(&state.as_str()), "{id}: {v}");
+        if state != "ready" {
+            assert!(!why.is_empty(), "{id}: {state} without a reason");
+        }
+        hostile_states.push(format!("{what}: {state}"));
+    }
+    assert!(
+        srv.child.try_wait().unwrap().is_none(),
+        "the server stopped"
+    );
+    let peak = vm_hwm(pid);
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().to_string()))
+        .unwrap_or_default();
+    let _ = srv.child.kill();
+    let mut hs: std::collections::BTreeMap<String, u64> = Default::default();
+    for h in hostile_states {
+        *hs.entry(h).or_default() += 1;
+    }
+    println!("\nsoak: {load_s:.0} s of load, then {drain_s:.0} s until every session was in a final state; server pid {pid} never restarted");
+    println!("soak: address-space limit {as_mb} MiB, ingest memory {ingest_mb} MiB; peak RSS {} MiB, RSS at the end {rss}", peak >> 20);
+    println!(
+        "soak: {} ordinary sessions uploaded, all ready or corrupt; sessions by state: {states:?}",
+        normal.len()
+    );
+    println!("soak: hostile sessions: {hs:?}");
+    println!("\n| requests | answers | p50 ms | p99 ms |\n|---|---|---|---|");
+    for (what, t) in tallies.lock().unwrap().iter_mut() {
+        let answers: Vec<String> = t
+            .by_status
+            .iter()
+            .map(|(s, n)| format!("{n}× {s}"))
+            .chain((t.errors > 0).then(|| format!("{}× no answer", t.errors)))
+            .collect();
+        println!(
+            "| {what} | {} | {:.1} | {:.1} |",
+            answers.join(", "),
+            pct(&mut t.ms, 50.0),
+            pct(&mut t.ms, 99.0)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&s.data);
+}

@@ -128,21 +128,26 @@ pub async fn list_keys(
         .collect())
 }
 
+/// The key of an `Authorization: Bearer KEY` header (the scheme in any case, RFC 7235); None
+/// without the header, an empty key for any other form.
+pub fn bearer(headers: &HeaderMap) -> Option<String> {
+    let h = headers.get(header::AUTHORIZATION)?;
+    let v = h.to_str().unwrap_or("").trim();
+    Some(match v.split_once(' ') {
+        Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => key.trim().to_string(),
+        _ => String::new(),
+    })
+}
+
 /// The caller of a request, from its `Authorization: Bearer KEY`.
 pub async fn caller(db: &Db, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    let Some(h) = headers.get(header::AUTHORIZATION) else {
+    let Some(key) = bearer(headers) else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "missing_key",
             "send the project's key as `Authorization: Bearer KEY`",
         ));
     };
-    let key = h
-        .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .unwrap_or("");
     if key.is_empty() {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -163,6 +168,23 @@ pub async fn caller(db: &Db, headers: &HeaderMap) -> Result<Caller, ApiError> {
         key_id: row.id,
         kind,
     })
+}
+
+/// The client's address as the per-address limit counts it (`-` when unknown).
+pub fn client_key(parts: &Parts) -> String {
+    parts
+        .extensions
+        .get::<crate::net::ClientAddr>()
+        .map_or_else(|| "-".to_string(), |a| a.0.ip().to_string())
+}
+
+/// A failed authentication from `client`: the failure itself, or — past the address's rate
+/// ([`AppState::fail_limiter`]) — a 429 with `Retry-After`.
+pub fn failed(st: &AppState, client: &str, e: ApiError) -> ApiError {
+    match st.fail_limiter.take(client) {
+        Ok(()) => e,
+        Err(limited) => limited,
+    }
 }
 
 /// The caller, who must hold a key of `kind`.
@@ -187,7 +209,13 @@ impl FromRequestParts<Arc<AppState>> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, st: &Arc<AppState>) -> Result<Self, ApiError> {
-        let c = caller(&st.db, &parts.headers).await?;
+        let c = match caller(&st.db, &parts.headers).await {
+            Ok(c) => c,
+            Err(e) if e.status == StatusCode::UNAUTHORIZED => {
+                return Err(failed(st, &client_key(parts), e))
+            }
+            Err(e) => return Err(e),
+        };
         st.limiter.take(&c.key_id)?;
         Ok(c)
     }
@@ -230,7 +258,8 @@ impl FromRequestParts<Arc<AppState>> for ReadCaller {
     }
 }
 
-/// Token buckets per key: `rate` requests a second, bursts of `burst`.
+/// Token buckets per key (an API key's id, or a client address): `rate` requests a second,
+/// bursts of `burst`; 0: unlimited.
 pub struct RateLimiter {
     rate: f64,
     burst: f64,
@@ -268,7 +297,7 @@ impl RateLimiter {
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
             format!(
-                "more than {} requests a second with this key; retry after {wait} s",
+                "more than {} requests a second ({key}); retry after {wait} s",
                 self.rate
             ),
         );

@@ -1,6 +1,9 @@
 //! Raw files in an object store: a local directory by default, S3 (or any S3 API) for scale.
-//! Part `i` of file `F` of session `S` of project `P` is the object `sessions/P/S/F/i` (index
-//! zero-padded so that listings sort), written once the server has checked its hash.
+//! Part `i` of file `F` of session `S` of project `P` is the object `sessions/P/S/F/i.H.R` (index
+//! zero-padded so that listings sort; `H` the first 16 hex digits of the part's SHA-256, `R` random
+//! per write), written
+//! once the server has checked its hash and before the part's row names it (the rows are in
+//! [`crate::store::parts`]). Parts stored by schema 1 are `sessions/P/S/F/i`.
 
 use crate::error::ServerError;
 use bytes::Bytes;
@@ -50,38 +53,54 @@ impl Blobs {
         })
     }
 
-    fn path(project: &str, session: &str, file: &str, idx: i64) -> ObjPath {
-        ObjPath::from(format!("sessions/{project}/{session}/{file}/{idx:08}"))
+    /// The object of a part stored before its name carried its hash (schema 1): `…/{idx:08}`.
+    pub fn legacy_name(project: &str, session: &str, file: &str, idx: i64) -> String {
+        format!("sessions/{project}/{session}/{file}/{idx:08}")
     }
 
-    pub async fn put_part(
-        &self,
+    /// A new object for part `idx` of `file` with SHA-256 `sha256`: `…/{idx:08}.{first 16 hex
+    /// digits of the hash}.{token}`, `token` random per write. No two writes share an object, so
+    /// a part's row (which names its object) and the object's bytes always agree, however
+    /// requests race; an object no row names is garbage (see [`crate::store::Db::intend_blob`]).
+    pub fn part_name(
         project: &str,
         session: &str,
         file: &str,
         idx: i64,
-        bytes: Bytes,
-    ) -> Result<(), object_store::Error> {
+        sha256: &str,
+        token: &str,
+    ) -> String {
+        let h = &sha256[..sha256.len().min(16)];
+        format!("sessions/{project}/{session}/{file}/{idx:08}.{h}.{token}")
+    }
+
+    /// Write object `name` (a whole object appears at once: the local store writes a temporary
+    /// file and renames it, S3 publishes on completion).
+    pub async fn put(&self, name: &str, bytes: Bytes) -> Result<(), object_store::Error> {
         self.store
-            .put(
-                &Self::path(project, session, file, idx),
-                PutPayload::from_bytes(bytes),
-            )
+            .put(&ObjPath::from(name), PutPayload::from_bytes(bytes))
             .await
             .map(|_| ())
     }
 
-    pub async fn get_part(
-        &self,
-        project: &str,
-        session: &str,
-        file: &str,
-        idx: i64,
-    ) -> Result<Bytes, object_store::Error> {
-        self.store
-            .get(&Self::path(project, session, file, idx))
-            .await?
-            .bytes()
-            .await
+    /// The bytes of object `name`.
+    pub async fn get(&self, name: &str) -> Result<Bytes, object_store::Error> {
+        self.store.get(&ObjPath::from(name)).await?.bytes().await
+    }
+
+    /// Remove object `name`; one already gone is no error.
+    pub async fn delete(&self, name: &str) -> Result<(), object_store::Error> {
+        match self.store.delete(&ObjPath::from(name)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The names of the objects under `prefix` (`sessions/P/S/`).
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, object_store::Error> {
+        use futures_util::TryStreamExt;
+        let p = ObjPath::from(prefix);
+        let metas: Vec<object_store::ObjectMeta> = self.store.list(Some(&p)).try_collect().await?;
+        Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
     }
 }

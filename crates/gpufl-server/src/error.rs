@@ -24,6 +24,9 @@ pub enum ServerError {
     ProjectExists(String),
     #[error("no key with id {0:?}")]
     NoKey(String),
+    /// Stored data that does not add up (a part a completed manifest names is not stored).
+    #[error("{0}")]
+    Inconsistent(String),
     #[error("the database's schema is version {found}, newer than this gpufl knows ({known}): upgrade gpufl")]
     SchemaTooNew { found: i64, known: i64 },
 }

@@ -5,7 +5,15 @@
 //! session was not uploaded again meanwhile (then it is pending again and analysed anew).
 //! Independent of the HTTP layer: the claims and the results go through the store
 //! ([`Db::claim_next_session`], [`Db::save_analysis`]), the manifest is `gpufl-protocol`'s.
+//!
+//! Bounded: one session's analysis runs within the worker's memory [`Budget`] whatever the
+//! upload ([`crate::bounds`]: strings capped, records costed; over it the session is stored
+//! `too_large` with the reason), its line documents keep each stack and string once
+//! ([`crate::linedoc`]). A session whose analysis stopped the server [`MAX_ATTEMPTS`] times is
+//! `failed` for good (until a newer [`ANALYSIS_VERSION`]); an error the worker survives (the
+//! store, the disk) is retried after a backoff ([`backoff_ns`]), [`MAX_RETRIES`] times at most.
 
+use crate::bounds::{Bounded, Budget};
 use crate::store::{now_ns, ClaimKey, Db, Stored, StoredInsight, StoredKernel};
 use crate::AppState;
 use gpufl_analysis::{Analysis, Config, Model, Severity};
@@ -18,10 +26,31 @@ use tokio::io::AsyncWriteExt;
 
 /// Bumped when what ingest stores changes (a newer analysis): sessions stored by an older one
 /// are analysed again at start.
-pub const ANALYSIS_VERSION: i64 = 3;
+pub const ANALYSIS_VERSION: i64 = 4;
 
 /// A claim not finished after this long belongs to an instance that died: taken over.
 pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;
+
+/// Claims of a session that never came back (its analysis stopped the server: killed, out of
+/// memory) before it is `failed` for good.
+pub const MAX_ATTEMPTS: i64 = 3;
+
+/// Errors the worker survived (store, disk) before a session is `failed` for good.
+pub const MAX_RETRIES: i64 = 8;
+
+/// What a session `failed` after [`MAX_ATTEMPTS`] says.
+pub const POISON_REASON: &str =
+    "the analysis stopped the server 3 times (out of memory, or killed) \
+     and is not tried again until a newer gpufl's analysis";
+
+/// The wait before retrying a session whose analysis met an error for the `retries`-th time:
+/// `base_ms` (10 s by default) doubling, at most 15 minutes.
+pub fn backoff_ns(base_ms: u64, retries: i64) -> i64 {
+    let ms = base_ms
+        .saturating_mul(1 << retries.clamp(0, 20))
+        .min(900_000);
+    ms as i64 * 1_000_000
+}
 
 /// The category an insight's card is filed under on the dashboard.
 pub fn category(rule: &str) -> &'static str {
@@ -68,21 +97,52 @@ struct Claim {
     project: String,
     session: String,
     gen: i64,
+    retries: i64,
     manifest: Manifest,
 }
 
-/// Claim the next session to analyse; a claim whose manifest does not read is left to its lease.
+/// Claim the next session to analyse; a claim whose manifest does not read is `failed`.
 async fn claim(db: &Db, instance: &str) -> Result<Option<Claim>, sqlx::Error> {
-    let row = db.claim_next_session(instance, now_ns(), LEASE_NS).await?;
-    Ok(row.and_then(|r| {
-        let manifest = serde_json::from_str(&r.manifest).ok()?;
-        Some(Claim {
-            project: r.project,
-            session: r.session,
-            gen: r.gen,
-            manifest,
-        })
-    }))
+    loop {
+        let Some(r) = db
+            .claim_next_session(
+                instance,
+                now_ns(),
+                LEASE_NS,
+                MAX_ATTEMPTS,
+                ANALYSIS_VERSION,
+                POISON_REASON,
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        match serde_json::from_str(&r.manifest) {
+            Ok(manifest) => {
+                return Ok(Some(Claim {
+                    project: r.project,
+                    session: r.session,
+                    gen: r.gen,
+                    retries: r.retries,
+                    manifest,
+                }))
+            }
+            Err(e) => {
+                let why = format!("its manifest does not read: {e}");
+                db.release_claim(
+                    &r.project,
+                    &r.session,
+                    instance,
+                    r.gen,
+                    &why,
+                    0,
+                    true,
+                    ANALYSIS_VERSION,
+                )
+                .await?;
+            }
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -92,22 +152,77 @@ struct InsightDoc<'a> {
     insight: &'a gpufl_analysis::Insight,
 }
 
-/// Read and analyse a session directory (blocking; bounded by the hardened reader's limits).
-pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
+/// Warnings kept of a session, at most, and characters kept of one.
+pub const MAX_WARNINGS: usize = 200;
+const MAX_WARNING_CHARS: usize = 1000;
+
+/// The stored documents of one session, bytes in all, at most: a fraction of the budget.
+fn max_docs_bytes(budget: Budget) -> usize {
+    usize::try_from(budget.bytes / 4).unwrap_or(usize::MAX)
+}
+
+/// `s` without the server's paths of the session's files (`dir/`): what the API shows.
+fn unpathed(s: &str, dir: &str) -> String {
+    s.replace(dir, "")
+}
+
+/// Read and analyse a session directory (blocking) within `budget` (see [`crate::bounds`]).
+pub fn analyse_dir(dir: &Path, threads: usize, budget: Budget) -> Stored {
     let mut out = Stored::default();
-    let mut reader = match gpufl_trace::ParSessionReader::open(dir, threads) {
+    let prefix = format!("{}/", dir.display());
+    let reader = match gpufl_trace::ParSessionReader::open_with(dir, budget.read_limits(), threads)
+    {
         Ok(r) => r,
         Err(e) => {
-            out.corrupt = Some(e.to_string());
-            out.warnings.push(e.to_string());
+            let e = unpathed(&e.to_string(), &prefix);
+            out.corrupt = Some(e.clone());
+            out.warnings.push(e);
             return out;
         }
     };
+    let mut reader = Bounded::new(reader, budget.records());
     let mut model = Model::load_items(&mut reader);
-    model.add_warnings(reader.warnings());
+    if reader.over() {
+        drop(reader);
+        if let Some(h) = model.header() {
+            out.app = h.app_name.clone();
+            out.host = h.host.clone();
+            out.command = h.command_line.join(" ");
+            out.start_ns = h.start_unix_ns.min(i64::MAX as u64) as i64;
+        }
+        out.too_large = Some(format!(
+            "too large to analyse here: its records need more than the {} MiB this server gives \
+             one session's analysis (gpufl serve --ingest-memory-mb, shared by the ingest workers)",
+            budget.bytes >> 20
+        ));
+        return out;
+    }
+    let read_warnings: Vec<String> = reader
+        .inner()
+        .warnings()
+        .iter()
+        .map(|w| unpathed(w, &prefix))
+        .collect();
+    model.add_warnings(read_warnings);
     let cfg = Config::default();
     let a: Analysis = gpufl_analysis::analyze_on(&model, &cfg, threads);
-    out.warnings = a.warnings.clone();
+    out.warnings = a
+        .warnings
+        .iter()
+        .take(MAX_WARNINGS)
+        .map(|w| {
+            unpathed(
+                &w.chars().take(MAX_WARNING_CHARS).collect::<String>(),
+                &prefix,
+            )
+        })
+        .collect();
+    if a.warnings.len() > MAX_WARNINGS {
+        out.warnings.push(format!(
+            "… and {} more warnings",
+            a.warnings.len() - MAX_WARNINGS
+        ));
+    }
     let Some(h) = model.header() else {
         out.corrupt = Some("no header record: the files hold no readable gpufl session".into());
         return out;
@@ -168,16 +283,37 @@ pub fn analyse_dir(dir: &Path, threads: usize) -> Stored {
     out.docs
         .push(("analysis", serde_json::to_string(&a).unwrap_or_default()));
     out.docs.push(("telemetry", telemetry_series(&model)));
-    let lines = gpufl_analysis::lines::line_details(&model, &cfg);
-    out.docs
-        .push(("lines", serde_json::to_string(&lines).unwrap_or_default()));
+    let details = gpufl_analysis::lines::line_details_by_stack(&model, &cfg);
+    let (lines, stacks) = crate::linedoc::build(&model, &details);
+    out.docs.push(("lines", lines));
+    out.docs.push(("stacks", stacks));
+    let focus: Vec<gpufl_analysis::lines::LineDetail> =
+        details.into_iter().map(|(d, _)| d).collect();
     out.docs.push((
         "sources",
-        serde_json::to_string(&gpufl_analysis::lines::source_texts(&model, &lines))
+        serde_json::to_string(&gpufl_analysis::lines::source_texts(&model, &focus))
             .unwrap_or_default(),
     ));
     out.docs.push(("timeline", timeline_doc(&a)));
     out.docs.push(("scopes", scopes_doc(&a)));
+    let bytes: usize = out
+        .docs
+        .iter()
+        .map(|(_, d)| d.len())
+        .chain(out.insights.iter().map(|i| i.body.len()))
+        .chain(out.kernels_rows.iter().map(|k| k.body.len()))
+        .sum();
+    if bytes > max_docs_bytes(budget) {
+        out.docs.clear();
+        out.insights.clear();
+        out.kernels_rows.clear();
+        out.too_large = Some(format!(
+            "too large to store here: its analysis makes {} MiB of documents, more than the {} MiB \
+             this server keeps of one session (a quarter of --ingest-memory-mb per worker)",
+            bytes >> 20,
+            max_docs_bytes(budget) >> 20
+        ));
+    }
     out
 }
 
@@ -207,16 +343,26 @@ async fn fetch(st: &AppState, c: &Claim, dir: &Path) -> Result<PathBuf, crate::S
     tokio::fs::create_dir_all(&sdir)
         .await
         .map_err(|e| crate::ServerError::io(format!("creating {}", sdir.display()), e))?;
+    let parts: std::collections::HashMap<(String, i64), String> = st
+        .db
+        .parts(&c.project, &c.session)
+        .await?
+        .into_iter()
+        .map(|p| ((p.file, p.idx), p.blob))
+        .collect();
     for f in &c.manifest.files {
         // Part by part to disk: one part in memory at a time, whatever the session's size.
         let p = sdir.join(&f.name);
         let io = |e| crate::ServerError::io(format!("writing {}", p.display()), e);
         let mut out = tokio::fs::File::create(&p).await.map_err(io)?;
         for i in 0..f.parts {
-            let b = st
-                .blobs
-                .get_part(&c.project, &c.session, &f.name, i as i64)
-                .await?;
+            let Some(name) = parts.get(&(f.name.clone(), i as i64)) else {
+                return Err(crate::ServerError::Inconsistent(format!(
+                    "part {i} of {} is not stored",
+                    f.name
+                )));
+            };
+            let b = st.blobs.get(name).await?;
             let want = f.part_len(i) as usize;
             out.write_all(&b[..want.min(b.len())]).await.map_err(io)?;
         }
@@ -236,31 +382,104 @@ async fn store(st: &AppState, c: &Claim, s: &Stored, started: i64) -> Result<boo
     st.db.save_analysis(key, s, ANALYSIS_VERSION, started).await
 }
 
-/// One claim, analysed and stored. `Ok(false)`: nothing to claim.
+/// The temporary directory of one ingest: `ingest-PID-RANDOM` under the server's `tmp/`.
+fn tmp_name() -> String {
+    format!(
+        "ingest-{}-{}",
+        std::process::id(),
+        crate::auth::random_hex(8)
+    )
+}
+
+/// Remove the temporary directories of ingests whose process is gone (killed mid-ingest): those
+/// named by a pid that no longer runs, and (named before pids were) those older than the lease.
+/// The number removed.
+pub fn clean_tmp(tmp: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(tmp) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("ingest-") else {
+            continue;
+        };
+        let gone = match rest
+            .split_once('-')
+            .and_then(|(p, _)| p.parse::<u32>().ok())
+        {
+            Some(pid) => pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists(),
+            None => e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|d| d.as_nanos() > LEASE_NS as u128),
+        };
+        if gone && std::fs::remove_dir_all(e.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// One claim, analysed and stored. `Ok(false)`: nothing to claim. An error fetching the parts
+/// or storing the results gives the claim back, to be retried after [`backoff_ns`] (`failed`
+/// after [`MAX_RETRIES`]); a panic of the analysis fails the session at once.
 pub async fn run_once(st: &Arc<AppState>) -> Result<bool, crate::ServerError> {
     let Some(c) = claim(&st.db, &st.instance).await? else {
         return Ok(false);
     };
     let started = now_ns();
-    let tmp = st
-        .tmp_dir
-        .join(format!("ingest-{}", crate::auth::random_hex(8)));
+    let tmp = st.tmp_dir.join(tmp_name());
     let result = async {
         let dir = fetch(st, &c, &tmp).await?;
-        let threads = st.analysis_threads;
-        let stored = tokio::task::spawn_blocking(move || analyse_dir(&dir, threads))
+        let (threads, budget) = (st.analysis_threads, st.ingest_budget);
+        let stored = tokio::task::spawn_blocking(move || analyse_dir(&dir, threads, budget))
             .await
-            .unwrap_or_else(|e| Stored {
-                corrupt: Some(format!("the analysis failed: {e}")),
-                ..Stored::default()
-            });
-        Ok::<_, crate::ServerError>(stored)
+            .map_err(|e| Failure::Final(format!("the analysis failed: {e}")))?;
+        store(st, &c, &stored, started)
+            .await
+            .map_err(|e| Failure::Retry(format!("storing the results: {e}")))?;
+        Ok::<_, Failure>(())
     }
     .await;
     let _ = tokio::fs::remove_dir_all(&tmp).await;
-    let stored = result?;
-    store(st, &c, &stored, started).await?;
+    if let Err(f) = result {
+        let (why, fail) = match f {
+            Failure::Retry(why) => (why, c.retries + 1 >= MAX_RETRIES),
+            Failure::Final(why) => (why, true),
+        };
+        let why = why.replace(&format!("{}/", tmp.display()), "");
+        eprintln!("gpufl serve: ingest of {}: {why}", c.session);
+        st.db
+            .release_claim(
+                &c.project,
+                &c.session,
+                &st.instance,
+                c.gen,
+                &why,
+                now_ns() + backoff_ns(st.ingest_retry_ms, c.retries),
+                fail,
+                ANALYSIS_VERSION,
+            )
+            .await?;
+    }
     Ok(true)
+}
+
+/// Why a claimed session was not stored.
+enum Failure {
+    /// An error the worker survived: retried later.
+    Retry(String),
+    /// The analysis itself failed: not retried.
+    Final(String),
+}
+
+impl From<crate::ServerError> for Failure {
+    fn from(e: crate::ServerError) -> Self {
+        Failure::Retry(e.to_string())
+    }
 }
 
 /// The ingest loop of one worker: claim until none is left, then wait for an upload (or a

@@ -11,8 +11,12 @@
 pub mod api;
 pub mod auth;
 pub mod blobs;
+pub mod bounds;
 pub mod error;
+pub mod housekeeping;
 pub mod ingest;
+pub mod linedoc;
+pub mod net;
 pub mod store;
 pub mod web;
 
@@ -51,18 +55,41 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// Requests a second per key (bursts of twice that); 0: unlimited.
     pub rate_per_key: f64,
+    /// Requests a second per client address that carry no key, an unknown or revoked key, or a
+    /// wrong login (bursts of five times that); 0: unlimited.
+    pub rate_per_address: f64,
+    /// Connections: cap and timeouts.
+    pub net: net::NetLimits,
     /// Concurrent ingest jobs in this instance (0: none, an API-only instance).
     pub ingest_workers: usize,
     /// Threads of one analysis.
     pub analysis_threads: usize,
+    /// Memory the ingest workers may use together, MiB (each worker's analysis gets its share:
+    /// docs/server-api.md, "Limits").
+    pub ingest_memory_mb: u64,
     /// How often an idle ingest worker looks for work uploaded to other instances, ms.
     pub poll_ms: u64,
+    /// The first wait before analysing again a session whose analysis met an error the server
+    /// survived, ms (doubled at each further error: [`ingest::backoff_ns`]).
+    pub ingest_retry_ms: u64,
+    /// What housekeeping removes, and how often it runs.
+    pub housekeeping: housekeeping::Housekeeping,
     /// A project shown without a key (dashboard and read API), created when missing: `gpufl
     /// serve --local` / `--demo`. Only for a loopback address (the CLI checks).
     pub open_project: Option<String>,
 }
 
+/// Default of [`ServeConfig::ingest_memory_mb`]: 2 GiB for all ingest workers together.
+pub const DEFAULT_INGEST_MEMORY_MB: u64 = 2048;
+
 impl ServeConfig {
+    /// The memory one worker's analysis of one session may use.
+    pub fn ingest_budget(&self) -> bounds::Budget {
+        bounds::Budget {
+            bytes: (self.ingest_memory_mb.max(16) << 20) / self.ingest_workers.max(1) as u64,
+        }
+    }
+
     pub fn new(data: PathBuf) -> Self {
         ServeConfig {
             listen: "127.0.0.1:8470".into(),
@@ -71,9 +98,14 @@ impl ServeConfig {
             store: None,
             limits: Limits::default(),
             rate_per_key: 200.0,
+            rate_per_address: 10.0,
+            net: net::NetLimits::default(),
             ingest_workers: 2,
             analysis_threads: 2,
+            ingest_memory_mb: DEFAULT_INGEST_MEMORY_MB,
             poll_ms: 1000,
+            ingest_retry_ms: 10_000,
+            housekeeping: housekeeping::Housekeeping::default(),
             open_project: None,
         }
     }
@@ -97,14 +129,24 @@ pub struct AppState {
     pub blobs: blobs::Blobs,
     pub limits: Limits,
     pub limiter: auth::RateLimiter,
+    /// Failed authentications per client address.
+    pub fail_limiter: auth::RateLimiter,
+    /// A whole request's time, at most.
+    pub request_timeout: std::time::Duration,
     pub ingest_wake: Notify,
     /// This instance's name in claims (`host:pid:random`).
     pub instance: String,
     pub tmp_dir: PathBuf,
     pub analysis_threads: usize,
+    /// What one worker's analysis of one session may use.
+    pub ingest_budget: bounds::Budget,
     pub poll_ms: u64,
+    pub ingest_retry_ms: u64,
+    pub housekeeping: housekeeping::Housekeeping,
     /// The project opened without a key: (id, name).
     pub open_project: Option<(String, String)>,
+    /// Completions hashing stored files at once, server-wide.
+    pub hashing: tokio::sync::Semaphore,
 }
 
 /// Open the database (migrating it) and the store.
@@ -134,12 +176,18 @@ pub async fn open(cfg: &ServeConfig) -> Result<Arc<AppState>, ServerError> {
         blobs,
         limits: cfg.limits,
         limiter: auth::RateLimiter::new(cfg.rate_per_key, cfg.rate_per_key * 2.0),
+        fail_limiter: auth::RateLimiter::new(cfg.rate_per_address, cfg.rate_per_address * 5.0),
+        request_timeout: std::time::Duration::from_millis(cfg.net.request_timeout_ms.max(1)),
         ingest_wake: Notify::new(),
         instance: format!("{host}:{}:{}", std::process::id(), auth::random_hex(4)),
         tmp_dir,
         analysis_threads: cfg.analysis_threads.max(1),
+        ingest_budget: cfg.ingest_budget(),
         poll_ms: cfg.poll_ms.max(10),
+        ingest_retry_ms: cfg.ingest_retry_ms,
+        housekeeping: cfg.housekeeping,
         open_project,
+        hashing: tokio::sync::Semaphore::new(2),
     }))
 }
 
@@ -163,10 +211,12 @@ pub async fn serve_with(
         .local_addr()
         .map_err(|e| ServerError::io("local address", e))?;
     eprintln!(
-        "gpufl serve: listening on http://{addr} (database {}, store {}, {} ingest worker(s){})",
+        "gpufl serve: listening on http://{addr} (database {}, store {}, {} ingest worker(s), {} MiB each, {} connections at most{})",
         redact(&cfg.db_url()),
         st.blobs.describe,
         cfg.ingest_workers,
+        st.ingest_budget.bytes >> 20,
+        net::effective_cap(&cfg.net),
         if requeued + orphans > 0 {
             format!(
                 ", {requeued} session(s) to analyse again, {orphans} left by a stopped instance"
@@ -183,12 +233,10 @@ pub async fn serve_with(
     for _ in 0..cfg.ingest_workers {
         tokio::spawn(ingest::worker(st.clone()));
     }
+    tokio::spawn(housekeeping::task(st.clone()));
     ready(addr);
     let app = api::router(st);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| ServerError::io("serving", e))
+    net::serve(listener, app, cfg.net, shutdown_signal()).await
 }
 
 /// A database URL without its password.

@@ -522,6 +522,12 @@ fn http(method: &str, url: &str, key: Option<&str>, form: Option<&[(&str, &str)]
     if let Some(k) = key {
         req = req.set("Authorization", &format!("Bearer {k}"));
     }
+    // A form's POST carries its page's origin, as a browser sends it (the server takes the
+    // login form's POSTs from its own pages only).
+    if method == "POST" {
+        let origin = url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
+        req = req.set("Origin", &origin);
+    }
     let r = match form {
         Some(f) => req.send_form(f),
         None => req.call(),
@@ -685,6 +691,133 @@ fn login_refuses_an_upload_key() {
     );
     assert!((300..400).contains(&p.status), "{}", p.status);
     assert_eq!(p.location.as_deref(), Some("/compare"));
+}
+
+/// A raw POST of the login form (or logout) with the given headers: status, `Location`,
+/// `Set-Cookie`, body.
+fn post_form(
+    url: &str,
+    form: &[(&str, &str)],
+    headers: &[(&str, &str)],
+) -> (u16, Option<String>, Option<String>, String) {
+    let agent = ureq::AgentBuilder::new().redirects(0).build();
+    let mut req = agent.post(url);
+    for (h, v) in headers {
+        req = req.set(h, v);
+    }
+    let resp = match req.send_form(form) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{url}: {e}"),
+    };
+    (
+        resp.status(),
+        resp.header("location").map(str::to_string),
+        resp.header("set-cookie").map(str::to_string),
+        resp.into_string().unwrap_or_default(),
+    )
+}
+
+/// A page with a cookie: its status.
+fn get_with_cookie(url: &str, cookie: &str) -> u16 {
+    let agent = ureq::AgentBuilder::new().redirects(0).build();
+    match agent.get(url).set("Cookie", cookie).call() {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(s, _)) => s,
+        Err(e) => panic!("{url}: {e}"),
+    }
+}
+
+/// Rows "login/logout take cross-site POSTs", "`next=` after login" and "the cookie holds the
+/// raw read key": the form's POSTs are taken from this server's pages only (another `Origin`,
+/// or none, is 403, and logs no one in or out); `next` that a browser would read as another
+/// site, or that holds control characters, goes to `/sessions` (never a 500); the cookie is an
+/// opaque id, not the key, `Secure` behind TLS, and logging out ends it on the server.
+#[test]
+fn login_is_same_origin_with_an_opaque_session() {
+    let f = fixture();
+    let login = format!("{}/login", f.url);
+    let own = f.url.clone();
+    let form = [("key", f.a_rd.as_str()), ("next", "/compare")];
+    for origin in [Some("http://evil.example"), Some("null"), None] {
+        let h: Vec<(&str, &str)> = origin.iter().map(|o| ("Origin", *o)).collect();
+        let (st, _, cookie, _) = post_form(&login, &form, &h);
+        assert_eq!(st, 403, "Origin {origin:?}");
+        assert!(cookie.is_none(), "Origin {origin:?}: {cookie:?}");
+    }
+    // The Referer's origin serves where there is no Origin.
+    let referer = format!("{own}/login");
+    let (st, _, cookie, _) = post_form(&login, &form, &[("Referer", &referer)]);
+    assert_eq!(st, 303);
+    assert!(cookie.is_some());
+    // next.
+    for bad in [
+        "/\t/evil.example",
+        "/\tevil.example",
+        "//evil.example",
+        "/\\evil.example",
+        "/a\r\nSet-Cookie: x=1",
+        "/a\x0b",
+        "/a\x1f",
+        "/a\x7f",
+        "https://evil.example/",
+        "/ /evil.example",
+    ] {
+        let (st, loc, _, _) = post_form(
+            &login,
+            &[("key", f.a_rd.as_str()), ("next", bad)],
+            &[("Origin", &own)],
+        );
+        assert_eq!(st, 303, "{bad:?}");
+        assert_eq!(loc.as_deref(), Some("/sessions"), "{bad:?}");
+        let p = http("GET", &format!("{login}?next={}", enc(bad)), None, None);
+        // Control characters are refused outright (400); the rest go back to /sessions.
+        match p.status {
+            200 => assert!(
+                p.body.contains("value=\"/sessions\""),
+                "{bad:?}: {}",
+                p.body
+            ),
+            400 => assert!(bad.chars().any(char::is_control), "{bad:?}"),
+            s => panic!("{bad:?}: {s}"),
+        }
+    }
+    // The cookie: an opaque id, Secure behind TLS, ended by logout.
+    let (st, _, cookie, _) = post_form(&login, &form, &[("Origin", &own)]);
+    assert_eq!(st, 303);
+    let cookie = cookie.unwrap();
+    assert!(!cookie.contains(&f.a_rd), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(!cookie.contains("Secure"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap().to_string();
+    assert_eq!(get_with_cookie(&format!("{own}/sessions"), &pair), 200);
+    let (_, _, tls, _) = post_form(
+        &login,
+        &form,
+        &[("Origin", &own), ("X-Forwarded-Proto", "https")],
+    );
+    assert!(tls.unwrap().contains("Secure"));
+    // A cross-site logout leaves the session; a same-origin one ends it on the server.
+    let (st, _, _, _) = post_form(
+        &format!("{own}/logout"),
+        &[],
+        &[("Origin", "http://evil.example"), ("Cookie", &pair)],
+    );
+    assert_eq!(st, 403);
+    assert_eq!(get_with_cookie(&format!("{own}/sessions"), &pair), 200);
+    let (st, _, _, _) = post_form(
+        &format!("{own}/logout"),
+        &[],
+        &[("Origin", &own), ("Cookie", &pair)],
+    );
+    assert_eq!(st, 303);
+    assert_eq!(get_with_cookie(&format!("{own}/sessions"), &pair), 303);
+    // The raw key as a cookie (what it held before) opens nothing.
+    let raw = format!("gpufl_key={}", f.a_rd);
+    assert_eq!(get_with_cookie(&format!("{own}/sessions"), &raw), 303);
 }
 
 /// A page asked for without a key sends to the login form, which sends back after.

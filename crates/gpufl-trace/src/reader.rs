@@ -109,6 +109,12 @@ pub struct TraceReader {
     st: State,
 }
 
+/// Unknown record types a reader names in its warnings, at most (records of further types are
+/// counted together).
+pub const MAX_UNKNOWN_TYPES: usize = 64;
+/// Bytes of an unknown type's name that a reader keeps to name it, at most.
+pub const MAX_UNKNOWN_TAG: usize = 64;
+
 /// What parsing a line updates (apart from the input, so a line can be parsed in place while the
 /// input's buffer is borrowed). The parallel reader ([`crate::par`]) runs the same state over the
 /// lines its workers classified.
@@ -117,6 +123,10 @@ pub(crate) struct State {
     warnings: Vec<String>,
     bad_lines: u64,
     unknown_types: BTreeMap<String, u64>,
+    /// Records of unknown types beyond the [`MAX_UNKNOWN_TYPES`] named ones (or with a type name
+    /// longer than [`MAX_UNKNOWN_TAG`]): counted, not named, so that a hostile trace of distinct
+    /// types holds no more than a count.
+    unknown_other: u64,
     /// Records skipped for holding more entries than the reader takes, by type.
     oversized: BTreeMap<String, u64>,
     header_version: Option<u32>,
@@ -365,6 +375,7 @@ impl State {
             warnings: Vec::new(),
             bad_lines: 0,
             unknown_types: BTreeMap::new(),
+            unknown_other: 0,
             oversized: BTreeMap::new(),
             header_version: None,
             saw_end: false,
@@ -427,6 +438,12 @@ impl State {
             w.push(format!(
                 "{}: skipped {n} record(s) of unknown type '{t}' (written by a newer gpufl?)",
                 st.source
+            ));
+        }
+        if st.unknown_other > 0 {
+            w.push(format!(
+                "{}: skipped {} record(s) of further unknown types",
+                st.source, st.unknown_other
             ));
         }
         w
@@ -536,7 +553,14 @@ impl State {
                 return None;
             }
             Line::Unknown(tag) => {
-                *self.unknown_types.entry(tag.into()).or_insert(0) += 1;
+                let room = self.unknown_types.len() < MAX_UNKNOWN_TYPES;
+                match self.unknown_types.get_mut(&*tag) {
+                    Some(n) => *n += 1,
+                    None if room && tag.len() <= MAX_UNKNOWN_TAG => {
+                        self.unknown_types.insert(tag.into(), 1);
+                    }
+                    None => self.unknown_other += 1,
+                }
                 return None;
             }
             Line::Oversized(tag) => {

@@ -67,6 +67,19 @@ impl UploadError {
 }
 
 impl UploadError {
+    /// Whether the session's upload is worth starting over once: the server refused the
+    /// completion because it no longer holds every part (`409 incomplete`) or another completion
+    /// of the session raced it (`409 completion_raced`). A shorter file than the server holds
+    /// (`409 manifest_shrinks`) or a part stored with other bytes (`409 part_conflict`) is final:
+    /// the local files are not the ones uploaded before.
+    pub fn worth_starting_over(&self) -> bool {
+        matches!(
+            self,
+            UploadError::Server { status: 409, code, .. }
+                if code == "incomplete" || code == "completion_raced"
+        )
+    }
+
     /// Why this error would fail every other session alike (a refused key, a server out of
     /// reach, unusable options), so that a caller uploading several stops there; None otherwise.
     pub fn stops_the_rest(&self) -> Option<&'static str> {
@@ -77,6 +90,35 @@ impl UploadError {
             UploadError::Transport { .. } => Some("the server is out of reach"),
             UploadError::Options(_) => Some("the options are unusable"),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(status: u16, code: &str) -> UploadError {
+        UploadError::Server {
+            what: "POST complete".into(),
+            status,
+            code: code.into(),
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn which_refusals_start_the_upload_over() {
+        assert!(server(409, "incomplete").worth_starting_over());
+        assert!(server(409, "completion_raced").worth_starting_over());
+        for (s, c) in [
+            (409, "manifest_shrinks"),
+            (409, "part_conflict"),
+            (422, "hash_mismatch"),
+            (429, "rate_limited"),
+            (401, "unknown_key"),
+        ] {
+            assert!(!server(s, c).worth_starting_over(), "{s} {c}");
         }
     }
 }

@@ -15,7 +15,9 @@
 //!    new, unchanged or extended.
 //!
 //! Requests are tried again on connection errors, 5xx and 429 (exponential backoff, or the
-//! server's `Retry-After`); any other 4xx is final, an [`UploadError::Server`] with the server's
+//! server's `Retry-After`: a server over its connection cap answers 503 with one); a completion
+//! the server could not take as it stood (`409 incomplete`, `409 completion_raced`) starts the
+//! session's upload over once; any other 4xx is final, an [`UploadError::Server`] with the server's
 //! `error` code and `reason`. [`find_sessions`] finds the session directories under the paths a
 //! user names.
 
@@ -188,7 +190,21 @@ impl Uploader {
     }
 
     /// Upload the session in `dir` (see the crate's documentation); `progress` hears of each step.
+    /// A completion refused because the server no longer holds every part (`409 incomplete`: an
+    /// upload it removed meanwhile) or because another completion of the session raced it
+    /// (`409 completion_raced`) starts the upload over once, from the status.
     pub fn upload(
+        &self,
+        dir: &Path,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Outcome, UploadError> {
+        match self.upload_once(dir, progress) {
+            Err(e) if e.worth_starting_over() => self.upload_once(dir, progress),
+            r => r,
+        }
+    }
+
+    fn upload_once(
         &self,
         dir: &Path,
         progress: &mut dyn FnMut(Progress),

@@ -44,7 +44,10 @@ fn parse_time(s: &str) -> Result<i64, ApiError> {
     parse_rfc3339(s).ok_or_else(|| {
         ApiError::bad(
             "bad_query",
-            format!("{s:?}: a time is ns since the epoch or RFC 3339 (2026-11-26T14:00:00Z)"),
+            format!(
+                "{s:?}: a time is ns since the epoch or an RFC 3339 UTC date that exists, \
+                 1678 to 2262 (2026-11-26T14:00:00Z)"
+            ),
         )
     })
 }
@@ -63,7 +66,14 @@ fn parse_rfc3339(s: &str) -> Option<i64> {
     let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days_in = match mo {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=12).contains(&mo) || !(1..=days_in).contains(&d) || h > 23 || mi > 59 || sec > 60 {
         return None;
     }
     let rest = &s[19..];
@@ -93,7 +103,10 @@ fn parse_rfc3339(s: &str) -> Option<i64> {
     let doy = (153 * m2 + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400 + h * 3600 + mi * 60 + sec) * 1_000_000_000) + frac)
+    // Out of the range of ns since the epoch in 64 bits (1677-2262): None, never wrapped.
+    (days * 86_400 + h * 3600 + mi * 60 + sec)
+        .checked_mul(1_000_000_000)?
+        .checked_add(frac)
 }
 
 fn session_json(r: &SessionRow) -> Value {
@@ -243,7 +256,7 @@ pub async fn line(
         loc.get("file").and_then(Value::as_str) == Some(q.file.as_str())
             && loc.get("line").and_then(Value::as_i64) == Some(q.line)
     };
-    let lines: Vec<Value> = details
+    let mut lines: Vec<Value> = details
         .as_array()
         .map(|a| {
             a.iter()
@@ -252,6 +265,21 @@ pub async fn line(
                 .collect()
         })
         .unwrap_or_default();
+    // Each line's stack from the `stacks` document (where ingest keeps each stack once).
+    if lines.iter().any(|l| l.get("stack_ref").is_some()) {
+        let stacks: Option<crate::linedoc::Stacks> = st
+            .db
+            .doc(&c.project_id, &id, "stacks")
+            .await?
+            .and_then(|b| serde_json::from_str(&b).ok());
+        for l in &mut lines {
+            let frames = crate::linedoc::stack_of(l, stacks.as_ref());
+            if let Some(o) = l.as_object_mut() {
+                o.remove("stack_ref");
+                o.insert("stack".into(), json!(frames));
+            }
+        }
+    }
     let ins = parsed(
         st.db
             .insight_bodies_at(&c.project_id, &id, &q.file, q.line)
@@ -332,22 +360,29 @@ pub async fn file(
             "no such file in this session",
         ));
     };
+    let parts = st.db.file_parts(&c.project_id, &id, &f.name).await?;
+    let mut names = Vec::with_capacity(f.parts as usize);
+    for i in 0..f.parts {
+        let Some(p) = parts.iter().find(|p| p.idx == i as i64) else {
+            return Err(ApiError::internal(format!(
+                "{id}/{}: part {i} missing",
+                f.name
+            )));
+        };
+        names.push((p.blob.clone(), f.part_len(i) as usize));
+    }
     let blobs = st.blobs.clone();
-    let project = c.project_id.clone();
     let size = f.size;
-    let stream = futures_util::stream::unfold(0u64, move |i| {
+    let stream = futures_util::stream::unfold(names.into_iter(), move |mut it| {
         let blobs = blobs.clone();
-        let (project, id, f) = (project.clone(), id.clone(), f.clone());
         async move {
-            if i >= f.parts {
-                return None;
-            }
+            let (name, len) = it.next()?;
             let r = blobs
-                .get_part(&project, &id, &f.name, i as i64)
+                .get(&name)
                 .await
-                .map(|b| b.slice(..(f.part_len(i) as usize).min(b.len())))
+                .map(|b| b.slice(..len.min(b.len())))
                 .map_err(std::io::Error::other);
-            Some((r, i + 1))
+            Some((r, it))
         }
     });
     Ok((
@@ -371,5 +406,10 @@ mod tests {
         );
         assert_eq!(super::parse_rfc3339("2026-13-26T14:00:00Z"), None);
         assert_eq!(super::parse_rfc3339("2026-11-26 14:00:00Z"), None);
+        assert_eq!(super::parse_rfc3339("2026-02-31T00:00:00Z"), None);
+        assert_eq!(super::parse_rfc3339("2025-02-29T00:00:00Z"), None);
+        assert!(super::parse_rfc3339("2024-02-29T00:00:00Z").is_some());
+        assert_eq!(super::parse_rfc3339("9999-12-31T23:59:59Z"), None);
+        assert_eq!(super::parse_rfc3339("1000-01-01T00:00:00Z"), None);
     }
 }

@@ -1,8 +1,9 @@
 //! `/api/v1/uploads/…`: resumable, idempotent, hash-checked uploads (docs/server-api.md).
 
 use crate::auth::{Caller, UploadCaller};
+use crate::blobs::Blobs;
 use crate::error::ApiError;
-use crate::store::now_ns;
+use crate::store::{now_ns, NewPart, Published};
 use crate::AppState;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -153,42 +154,63 @@ async fn put_part_inner(
     let size = bytes.len() as i64;
     let (project, db) = (c.project_id.as_str(), &st.db);
     // The session's row, created by its first part.
-    db.open_upload(project, &session, now_ns()).await?;
-    let mut old_size = 0;
-    if let Some(old) = db.part(project, &session, &file, idx).await? {
-        old_size = old.size;
-        if old_size == size && old.sha256 == got {
+    let total = match db.session_part_bytes(project, &session).await? {
+        Some(n) => n,
+        None => {
+            db.open_upload(project, &session, now_ns()).await?;
+            0
+        }
+    };
+    let conflict = || {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "part_conflict",
+            format!("part {idx} of {file} is stored with other bytes"),
+        )
+    };
+    let old = db.part(project, &session, &file, idx).await?;
+    if let Some(old) = &old {
+        if old.size == size && old.sha256 == got {
             return Ok(Json(PartStored { stored: false }));
         }
         // Only a longer version of a short (last) part replaces it: the same file, grown.
-        let conflict = || {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                "part_conflict",
-                format!("part {idx} of {file} is stored with other bytes"),
-            )
-        };
-        if old_size >= size {
+        if old.size >= size {
             return Err(conflict());
         }
-        let prev = st.blobs.get_part(project, &session, &file, idx).await?;
+        let prev = st.blobs.get(&old.blob).await?;
         if !bytes.starts_with(&prev) {
             return Err(conflict());
         }
     }
-    let total = db.session_part_bytes(project, &session).await.unwrap_or(0);
-    if (total - old_size + size) as u64 > st.limits.max_session_bytes {
-        return Err(too_large(format!(
-            "a session is at most {} bytes",
-            st.limits.max_session_bytes
-        )));
+    let max = st.limits.max_session_bytes.min(i64::MAX as u64) as i64;
+    let over = || too_large(format!("a session is at most {max} bytes"));
+    // Checked again when the part is published; this spares writing an object to refuse it.
+    if total - old.as_ref().map_or(0, |o| o.size) + size > max {
+        return Err(over());
     }
-    st.blobs
-        .put_part(project, &session, &file, idx, bytes)
+    let token = crate::auth::random_hex(6);
+    let blob = Blobs::part_name(project, &session, &file, idx, &got, &token);
+    let part = NewPart {
+        project,
+        session: &session,
+        file: &file,
+        idx,
+        size,
+        sha256: &got,
+        blob: &blob,
+        replaces: old.as_ref(),
+    };
+    let grace = i64::try_from(st.housekeeping.garbage_grace_ms.saturating_mul(1_000_000))
+        .unwrap_or(i64::MAX);
+    db.intend_blob(&part, now_ns().saturating_add(grace))
         .await?;
-    db.record_part(project, &session, &file, idx, size, &got)
-        .await?;
-    Ok(Json(PartStored { stored: true }))
+    st.blobs.put(&blob, bytes).await?;
+    match db.publish_part(&part, max, now_ns(), grace).await? {
+        Published::Stored => Ok(Json(PartStored { stored: true })),
+        Published::Same => Ok(Json(PartStored { stored: false })),
+        Published::Conflict(_) => Err(conflict()),
+        Published::OverCap => Err(over()),
+    }
 }
 
 /// A part's body as its headers announce it (`Content-Length` at most [`PART_SIZE`], the SHA-256
@@ -315,39 +337,96 @@ pub async fn complete(
         .map_err(|_| too_large(format!("a manifest is at most {MAX_MANIFEST} bytes")))?;
     let m = parse_manifest(&body, st.limits.max_session_bytes)?;
     let (project, session) = (c.project_id.as_str(), session.as_str());
-    check_parts_held(st.as_ref(), project, session, &m).await?;
-    check_hashes(st.as_ref(), project, session, &m).await?;
-    check_opens_with_header(st.as_ref(), project, session, &m).await?;
-    let manifest = serde_json::to_string(&m).map_err(ApiError::internal)?;
-    let bytes: u64 = m.files.iter().map(|f| f.size).sum();
-    // Idempotent: only a different manifest moves the session (and only once, whoever races).
-    let prev = st
-        .db
-        .upload_state(project, session)
-        .await?
-        .ok_or_else(ApiError::not_found)?;
-    let was_complete = prev == "complete";
-    let moved = st
-        .db
-        .complete_upload(project, session, &manifest, bytes as i64, now_ns())
-        .await?;
-    let stored = if !moved {
-        "unchanged"
-    } else if was_complete {
-        "extended"
-    } else {
-        "new"
-    };
-    if moved {
-        st.ingest_wake.notify_waiters();
+    // Idempotent: only a manifest that adds to what is stored moves the session, and only the
+    // completion that saw the stored manifest last (a race is taken again from the start).
+    for _ in 0..4 {
+        let (state, stored) = st
+            .db
+            .upload_manifest(project, session)
+            .await?
+            .ok_or_else(ApiError::not_found)?;
+        let was_complete = state == "complete";
+        let prev: Option<Manifest> = if was_complete {
+            serde_json::from_str(&stored).ok()
+        } else {
+            None
+        };
+        let merged = merge_manifest(prev.as_ref(), &m, st.limits.max_session_bytes)?;
+        let manifest = serde_json::to_string(&merged).map_err(ApiError::internal)?;
+        let stored_word = if was_complete && manifest == stored {
+            "unchanged"
+        } else {
+            check_parts_held(st.as_ref(), project, session, &merged).await?;
+            check_hashes(st.as_ref(), project, session, &merged).await?;
+            if prev.as_ref().and_then(|p| p.files.first()) != merged.files.first() {
+                check_opens_with_header(st.as_ref(), project, session, &merged).await?;
+            }
+            let bytes: u64 = merged.files.iter().map(|f| f.size).sum();
+            let moved = st
+                .db
+                .complete_upload(project, session, &stored, &manifest, bytes as i64, now_ns())
+                .await?;
+            if !moved {
+                continue;
+            }
+            st.ingest_wake.notify_waiters();
+            if was_complete {
+                "extended"
+            } else {
+                "new"
+            }
+        };
+        let ingest = st.db.ingest_state(project, session).await?;
+        return Ok(Json(Completion {
+            ingest,
+            session: session.to_string(),
+            state: "complete".into(),
+            stored: stored_word.into(),
+        }));
     }
-    let ingest = st.db.ingest_state(project, session).await?;
-    Ok(Json(Completion {
-        ingest,
-        session: session.to_string(),
-        state: "complete".into(),
-        stored: stored.into(),
-    }))
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "completion_raced",
+        "other completions of this session kept changing it meanwhile: retry",
+    ))
+}
+
+/// The manifest a completion stores: for a session completed before, the stored manifest with
+/// this one's files added or grown — files it leaves out are kept (a rolling session deletes its
+/// oldest files), a file shorter than stored is refused (409 `manifest_shrinks`: a completed
+/// session only grows).
+fn merge_manifest(prev: Option<&Manifest>, m: &Manifest, max: u64) -> Result<Manifest, ApiError> {
+    let Some(prev) = prev else {
+        return Ok(m.clone());
+    };
+    let mut files: BTreeMap<&str, &gpufl_protocol::FileManifest> =
+        prev.files.iter().map(|f| (f.name.as_str(), f)).collect();
+    for f in &m.files {
+        if let Some(old) = files.get(f.name.as_str()) {
+            if f.size < old.size {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "manifest_shrinks",
+                    format!(
+                        "{}: the session holds {} bytes of it, this manifest {}: a completed session only grows",
+                        f.name, old.size, f.size
+                    ),
+                ));
+            }
+        }
+        files.insert(&f.name, f);
+    }
+    if files.len() > MAX_FILES {
+        return Err(malformed(format!("a session has 1 to {MAX_FILES} files")));
+    }
+    let merged = Manifest {
+        files: files.into_values().cloned().collect(),
+    };
+    let total: u64 = merged.files.iter().map(|f| f.size).sum();
+    if total > max {
+        return Err(too_large(format!("a session is at most {max} bytes")));
+    }
+    Ok(merged)
 }
 
 /// Every part of the manifest held, at least as long as the manifest says (409 `incomplete`).
@@ -391,7 +470,9 @@ async fn check_parts_held(
     Ok(())
 }
 
-/// Each file's bytes against its hash, part by part from the store (422 `hash_mismatch`).
+/// Each file's bytes against its hash (422 `hash_mismatch`). A file's first `size` bytes never
+/// change once stored, so their hash, once found, is kept: a completion reads and hashes only the
+/// files (and lengths) no completion checked before, a few at a time server-wide.
 async fn check_hashes(
     st: &AppState,
     project: &str,
@@ -399,16 +480,32 @@ async fn check_hashes(
     m: &Manifest,
 ) -> Result<(), ApiError> {
     for f in &m.files {
-        let mut h = Sha256::new();
-        for i in 0..f.parts {
-            let b = st
-                .blobs
-                .get_part(project, session, &f.name, i as i64)
-                .await?;
-            let want = f.part_len(i) as usize;
-            h.update(&b[..want.min(b.len())]);
-        }
-        let got = hex::encode(h.finalize());
+        let size = f.size as i64;
+        let got = match st.db.verified_hash(project, session, &f.name, size).await? {
+            Some(h) => h,
+            None => {
+                let _permit = st.hashing.acquire().await.map_err(ApiError::internal)?;
+                let parts = st.db.file_parts(project, session, &f.name).await?;
+                let mut h = Sha256::new();
+                for i in 0..f.parts {
+                    let Some(p) = parts.iter().find(|p| p.idx == i as i64) else {
+                        return Err(ApiError::new(
+                            StatusCode::CONFLICT,
+                            "incomplete",
+                            format!("{}#{i} is missing", f.name),
+                        ));
+                    };
+                    let b = st.blobs.get(&p.blob).await?;
+                    let want = f.part_len(i) as usize;
+                    h.update(&b[..want.min(b.len())]);
+                }
+                let got = hex::encode(h.finalize());
+                st.db
+                    .record_verified(project, session, &f.name, size, &got)
+                    .await?;
+                got
+            }
+        };
         if got != f.sha256 {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -434,7 +531,10 @@ async fn check_opens_with_header(
     if first.parts == 0 {
         return Err(not_gpufl("its first file is empty"));
     }
-    let b = st.blobs.get_part(project, session, &first.name, 0).await?;
+    let Some(p0) = st.db.part(project, session, &first.name, 0).await? else {
+        return Err(not_gpufl("its first file has no part 0"));
+    };
+    let b = st.blobs.get(&p0.blob).await?;
     let b = b.slice(..(first.part_len(0) as usize).min(b.len()));
     match gpufl_trace::TraceReader::from_bytes(b.to_vec(), first.name.clone()) {
         Ok(mut r) => match r.next() {

@@ -51,6 +51,36 @@ pub struct Stored {
     pub docs: Vec<(&'static str, String)>,
     /// The files did not decode to a session (no header): kept, marked corrupt.
     pub corrupt: Option<String>,
+    /// Its records need more memory than the server gives one session's analysis: kept,
+    /// marked `too_large`, with this reason.
+    pub too_large: Option<String>,
+}
+
+impl Stored {
+    /// The ingest state it is stored as: `too_large`, `corrupt` or `ready`.
+    pub fn state(&self) -> &'static str {
+        if self.too_large.is_some() {
+            "too_large"
+        } else if self.corrupt.is_some() {
+            "corrupt"
+        } else {
+            "ready"
+        }
+    }
+
+    /// Why it is not analysed (empty when it is).
+    pub fn error(&self) -> String {
+        self.too_large
+            .clone()
+            .or_else(|| self.corrupt.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Text for a plain text column: the NUL PostgreSQL refuses replaced by `␀` (U+2400), on both
+/// backends alike (JSON columns escape it themselves).
+pub fn clean(s: &str) -> String {
+    s.replace('\0', "\u{2400}")
 }
 
 /// One stored insight, read back.
@@ -271,13 +301,10 @@ impl Db {
         started: i64,
     ) -> Result<bool, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        let state = if s.corrupt.is_some() {
-            "corrupt"
-        } else {
-            "ready"
-        };
+        let state = s.state();
         let r = sqlx::query(
             "UPDATE sessions SET ingest_state = $1, analysis_version = $2, claimed_by = '', \
+             ingest_attempts = 0, ingest_retries = 0, not_before_ns = 0, \
              app = $3, host = $4, command = $5, start_ns = $6, wall_ns = $7, kernels = $8, syncs = $9, \
              blocked_ns = $10, busy_ppm = $11, top_severity = $12, top_insight = $13, warnings = $14, \
              ingest_error = $15 \
@@ -285,9 +312,9 @@ impl Db {
         )
         .bind(state)
         .bind(version)
-        .bind(&s.app)
-        .bind(&s.host)
-        .bind(&s.command)
+        .bind(clean(&s.app))
+        .bind(clean(&s.host))
+        .bind(clean(&s.command))
         .bind(s.start_ns)
         .bind(s.wall_ns)
         .bind(s.kernels)
@@ -295,9 +322,9 @@ impl Db {
         .bind(s.blocked_ns)
         .bind(s.busy_ppm)
         .bind(s.top_severity)
-        .bind(&s.top_insight)
+        .bind(clean(&s.top_insight))
         .bind(serde_json::to_string(&s.warnings).unwrap_or_else(|_| "[]".into()))
-        .bind(s.corrupt.clone().unwrap_or_default())
+        .bind(clean(&s.error()))
         .bind(c.project)
         .bind(c.session)
         .bind(c.instance)
@@ -327,9 +354,9 @@ impl Db {
             .bind(ord as i64)
             .bind(i.severity)
             .bind(i.category)
-            .bind(&i.rule)
-            .bind(&i.title)
-            .bind(&i.file)
+            .bind(clean(&i.rule))
+            .bind(clean(&i.title))
+            .bind(clean(&i.file))
             .bind(i.line)
             .bind(i.impact_ns)
             .bind(&i.body)
@@ -345,7 +372,7 @@ impl Db {
             .bind(c.session)
             .bind(ord as i64)
             .bind(k.device)
-            .bind(&k.name)
+            .bind(clean(&k.name))
             .bind(k.launches)
             .bind(k.total_ns)
             .bind(&k.body)

@@ -138,3 +138,72 @@ impl Db {
         }))
     }
 }
+
+/// The dashboard's login sessions: the `web_sessions` table (the SHA-256 of a session's random
+/// id, the read key it stands for, when it ends).
+impl Db {
+    pub async fn insert_web_session(
+        &self,
+        hash: &str,
+        key_id: &str,
+        created_ns: i64,
+        expires_ns: i64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO web_sessions (hash, key_id, created_ns, expires_ns) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(hash)
+        .bind(key_id)
+        .bind(created_ns)
+        .bind(expires_ns)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The read key (not revoked) and project name of the login session whose id hashes to
+    /// `hash`, unless it ended before `now`.
+    pub async fn web_session(
+        &self,
+        hash: &str,
+        now: i64,
+    ) -> Result<Option<(LiveKey, String)>, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT k.id, k.kind, k.project_id, p.name FROM web_sessions w \
+             JOIN api_keys k ON k.id = w.key_id JOIN projects p ON p.id = k.project_id \
+             WHERE w.hash = $1 AND w.expires_ns > $2 AND k.revoked_ns = 0 AND k.kind = 'read'",
+        )
+        .bind(hash)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| {
+            (
+                LiveKey {
+                    id: text(&r, "id"),
+                    project_id: text(&r, "project_id"),
+                    kind: text(&r, "kind"),
+                },
+                text(&r, "name"),
+            )
+        }))
+    }
+
+    /// End a login session.
+    pub async fn delete_web_session(&self, hash: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM web_sessions WHERE hash = $1")
+            .bind(hash)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Remove the login sessions that ended before `now`.
+    pub async fn purge_web_sessions(&self, now: i64) -> Result<u64, sqlx::Error> {
+        let r = sqlx::query("DELETE FROM web_sessions WHERE expires_ns <= $1")
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected())
+    }
+}

@@ -42,6 +42,29 @@ const MIGRATIONS: &[&[&str]] = &[
         "CREATE TABLE ingest_log (project_id TEXT NOT NULL, session_id TEXT NOT NULL, instance TEXT NOT NULL, \
          gen BIGINT NOT NULL, started_ns BIGINT NOT NULL, finished_ns BIGINT NOT NULL, outcome TEXT NOT NULL)",
     ],
+    // 2: hardening (issue 36). Parts name their object (its name carries the hash; '' for the
+    // objects of schema 1) and the session keeps their byte sum (the cap checked and moved in one
+    // statement); the ingest's attempts, retries and backoff; the files whose hash completion
+    // checked; objects to delete unless a part names them; the dashboard's login sessions.
+    &[
+        "ALTER TABLE parts ADD COLUMN blob TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE sessions ADD COLUMN part_bytes BIGINT NOT NULL DEFAULT 0",
+        "UPDATE sessions SET part_bytes = COALESCE((SELECT SUM(p.size) FROM parts p \
+         WHERE p.project_id = sessions.project_id AND p.session_id = sessions.id), 0)",
+        "ALTER TABLE sessions ADD COLUMN updated_ns BIGINT NOT NULL DEFAULT 0",
+        "UPDATE sessions SET updated_ns = CASE WHEN uploaded_ns > created_ns THEN uploaded_ns ELSE created_ns END",
+        "ALTER TABLE sessions ADD COLUMN ingest_attempts BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN ingest_retries BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN not_before_ns BIGINT NOT NULL DEFAULT 0",
+        "CREATE INDEX sessions_state ON sessions (state, updated_ns)",
+        "CREATE TABLE verified_files (project_id TEXT NOT NULL, session_id TEXT NOT NULL, file TEXT NOT NULL, \
+         size BIGINT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (project_id, session_id, file, size))",
+        "CREATE TABLE blob_garbage (name TEXT PRIMARY KEY, project_id TEXT NOT NULL, session_id TEXT NOT NULL, \
+         file TEXT NOT NULL, idx BIGINT NOT NULL, after_ns BIGINT NOT NULL)",
+        "CREATE INDEX blob_garbage_after ON blob_garbage (after_ns)",
+        "CREATE TABLE web_sessions (hash TEXT PRIMARY KEY, key_id TEXT NOT NULL, created_ns BIGINT NOT NULL, \
+         expires_ns BIGINT NOT NULL)",
+    ],
 ];
 
 /// The schema version this build writes.

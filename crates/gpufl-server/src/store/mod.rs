@@ -16,7 +16,7 @@ pub mod sessions;
 pub use analysis::{ClaimKey, InsightRow, KernelRow, Stored, StoredInsight, StoredKernel};
 pub use keys::{KeyRow, LiveKey};
 pub use migrate::SCHEMA_VERSION;
-pub use parts::PartRow;
+pub use parts::{Garbage, NewPart, PartRow, Published};
 pub use sessions::{
     Claimed, Filters, ListFilter, SessionChoice, SessionDetail, SessionRow, Sort, TrendPoint,
 };
@@ -103,16 +103,5 @@ pub fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
-/// A `SUM`: BIGINT from SQLite, NUMERIC from PostgreSQL; either read.
-fn sum(r: &AnyRow, col: &str) -> i64 {
-    r.try_get::<i64, _>(col)
-        .or_else(|_| r.try_get::<f64, _>(col).map(|f| f as i64))
-        .or_else(|_| {
-            r.try_get::<String, _>(col)
-                .map(|s| s.parse::<f64>().unwrap_or(0.0) as i64)
-        })
         .unwrap_or(0)
 }

@@ -20,7 +20,7 @@ pub struct SessionRow {
     pub wall_ns: i64,
     /// Upload state: `uploading`, `complete`.
     pub state: String,
-    /// `none`, `pending`, `running`, `ready`, `corrupt`.
+    /// `none`, `pending`, `running`, `ready`, `corrupt`, `failed`, `too_large`.
     pub ingest: String,
     pub bytes: i64,
     pub kernels: i64,
@@ -262,6 +262,8 @@ pub struct Claimed {
     pub gen: i64,
     /// The completed upload's manifest (JSON).
     pub manifest: String,
+    /// Errors its analysis met and survived so far (for the backoff).
+    pub retries: i64,
 }
 
 /// Reads: one session, lists, the dashboard's table, trend and choices.
@@ -461,8 +463,8 @@ impl Db {
         now: i64,
     ) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "INSERT INTO sessions (project_id, id, state, created_ns) VALUES ($1, $2, 'uploading', $3) \
-             ON CONFLICT (project_id, id) DO NOTHING",
+            "INSERT INTO sessions (project_id, id, state, created_ns, updated_ns) \
+             VALUES ($1, $2, 'uploading', $3, $3) ON CONFLICT (project_id, id) DO NOTHING",
         )
         .bind(project)
         .bind(session)
@@ -472,32 +474,53 @@ impl Db {
         Ok(())
     }
 
-    /// Mark the session complete with `manifest` and pending analysis — unless it holds that
-    /// manifest already. True when it moved (whoever races, once).
+    /// A session's upload state and its stored manifest (empty while uploading); None when
+    /// absent.
+    pub async fn upload_manifest(
+        &self,
+        project: &str,
+        session: &str,
+    ) -> Result<Option<(String, String)>, sqlx::Error> {
+        let row =
+            sqlx::query("SELECT state, manifest FROM sessions WHERE project_id = $1 AND id = $2")
+                .bind(project)
+                .bind(session)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|r| (text(&r, "state"), text(&r, "manifest"))))
+    }
+
+    /// Mark the session complete with `manifest` and pending analysis (a new upload generation:
+    /// its attempts, retries and error cleared) — only if it still holds manifest `prev`. True
+    /// when it moved (of completions racing from one `prev`, one).
     pub async fn complete_upload(
         &self,
         project: &str,
         session: &str,
+        prev: &str,
         manifest: &str,
         bytes: i64,
         now: i64,
     ) -> Result<bool, sqlx::Error> {
         let r = sqlx::query(
             "UPDATE sessions SET state = 'complete', manifest = $1, bytes = $2, uploaded_ns = $3, \
-             upload_gen = upload_gen + 1, ingest_state = 'pending' \
-             WHERE project_id = $4 AND id = $5 AND manifest <> $1",
+             updated_ns = $3, upload_gen = upload_gen + 1, ingest_state = 'pending', \
+             ingest_attempts = 0, ingest_retries = 0, not_before_ns = 0, ingest_error = '' \
+             WHERE project_id = $4 AND id = $5 AND manifest = $6 AND manifest <> $1",
         )
         .bind(manifest)
         .bind(bytes)
         .bind(now)
         .bind(project)
         .bind(session)
+        .bind(prev)
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected() > 0)
     }
 
-    /// A session's ingest state (`none`, `pending`, `running`, `ready`, `corrupt`); an error
+    /// A session's ingest state (`none`, `pending`, `running`, `ready`, `corrupt`, `failed`,
+    /// `too_large`); an error
     /// when there is no such session.
     pub async fn ingest_state(&self, project: &str, session: &str) -> Result<String, sqlx::Error> {
         let r = sqlx::query("SELECT ingest_state FROM sessions WHERE project_id = $1 AND id = $2")
@@ -509,13 +532,19 @@ impl Db {
     }
 }
 
-/// Ingest: claims of the workers.
+/// Ingest: claims of the workers. A claim counts an attempt; a claim that never comes back (the
+/// instance died: killed, out of memory) leaves it counted, so a session whose analysis stops
+/// the server is tried [`Db::claim_next_session`]'s `max_attempts` times, then `failed` for
+/// good (until a newer analysis); an error the worker survives gives the attempt back and
+/// retries later (backoff), up to `max_retries`.
 impl Db {
-    /// Mark every session stored by an analysis other than `version` as pending.
+    /// Every session stored by an analysis other than `version` (analysed, corrupt, failed or
+    /// too large) pending again, its attempts and retries cleared.
     pub async fn requeue_old(&self, version: i64) -> Result<u64, sqlx::Error> {
         let r = sqlx::query(
-            "UPDATE sessions SET ingest_state = 'pending' WHERE state = 'complete' \
-             AND ingest_state IN ('ready', 'corrupt') AND analysis_version <> $1",
+            "UPDATE sessions SET ingest_state = 'pending', ingest_attempts = 0, ingest_retries = 0, \
+             not_before_ns = 0 WHERE state = 'complete' \
+             AND ingest_state IN ('ready', 'corrupt', 'failed', 'too_large') AND analysis_version <> $1",
         )
         .bind(version)
         .execute(&self.pool)
@@ -533,7 +562,7 @@ impl Db {
         Ok(rows.iter().map(|r| text(r, "claimed_by")).collect())
     }
 
-    /// The claims of instance `who`, pending again.
+    /// The claims of instance `who` (gone), pending again — their attempts stay counted.
     pub async fn requeue_claims_of(&self, who: &str) -> Result<u64, sqlx::Error> {
         let r = sqlx::query(
             "UPDATE sessions SET ingest_state = 'pending', claimed_by = '' \
@@ -545,21 +574,40 @@ impl Db {
         Ok(r.rows_affected())
     }
 
-    /// Claim the pending session uploaded first, or one whose claim is older than `lease_ns`,
-    /// for `instance` (several instances on one PostgreSQL skip each other's locked rows).
+    /// Claim the pending session uploaded first whose backoff is over, or one whose claim is
+    /// older than `lease_ns`, for `instance` (several instances on one PostgreSQL skip each
+    /// other's locked rows). Sessions that would be claimed after `max_attempts` claims that
+    /// never came back are marked `failed` with `poison_reason` (and analysis `version`) first.
     pub async fn claim_next_session(
         &self,
         instance: &str,
         now: i64,
         lease_ns: i64,
+        max_attempts: i64,
+        version: i64,
+        poison_reason: &str,
     ) -> Result<Option<Claimed>, sqlx::Error> {
+        sqlx::query(
+            "UPDATE sessions SET ingest_state = 'failed', claimed_by = '', analysis_version = $1, \
+             ingest_error = $2 \
+             WHERE (ingest_state = 'pending' OR (ingest_state = 'running' AND claimed_ns < $3)) \
+             AND ingest_attempts >= $4",
+        )
+        .bind(version)
+        .bind(poison_reason)
+        .bind(now - lease_ns)
+        .bind(max_attempts)
+        .execute(&self.pool)
+        .await?;
         let sql = format!(
             "UPDATE sessions SET ingest_state = 'running', claimed_by = $1, claimed_ns = $2, \
-             ingest_gen = upload_gen, ingest_count = ingest_count + 1 \
+             ingest_gen = upload_gen, ingest_count = ingest_count + 1, \
+             ingest_attempts = ingest_attempts + 1 \
              WHERE (project_id, id) IN (SELECT project_id, id FROM sessions \
-               WHERE ingest_state = 'pending' OR (ingest_state = 'running' AND claimed_ns < $3) \
+               WHERE (ingest_state = 'pending' AND not_before_ns <= $2) \
+                  OR (ingest_state = 'running' AND claimed_ns < $3) \
                ORDER BY uploaded_ns LIMIT 1{}) \
-             RETURNING project_id, id, upload_gen, manifest",
+             RETURNING project_id, id, upload_gen, manifest, ingest_retries",
             self.skip_locked()
         );
         let row = sqlx::query(&sql)
@@ -573,7 +621,45 @@ impl Db {
             session: text(&r, "id"),
             gen: int(&r, "upload_gen"),
             manifest: text(&r, "manifest"),
+            retries: int(&r, "ingest_retries"),
         }))
+    }
+
+    /// Give back a claim whose analysis met an error the worker survived (a store that did not
+    /// answer, a full disk): pending again after `not_before_ns` with `reason` kept — or, when
+    /// `fail`, `failed` for good (analysis `version`). Only while the claim is still `instance`'s
+    /// at generation `gen`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn release_claim(
+        &self,
+        project: &str,
+        session: &str,
+        instance: &str,
+        gen: i64,
+        reason: &str,
+        not_before_ns: i64,
+        fail: bool,
+        version: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let r = sqlx::query(
+            "UPDATE sessions SET ingest_state = $1, claimed_by = '', ingest_error = $2, \
+             not_before_ns = $3, ingest_retries = ingest_retries + 1, \
+             ingest_attempts = CASE WHEN ingest_attempts > 0 THEN ingest_attempts - 1 ELSE 0 END, \
+             analysis_version = CASE WHEN $1 = 'failed' THEN $4 ELSE analysis_version END \
+             WHERE project_id = $5 AND id = $6 AND claimed_by = $7 AND upload_gen = $8 \
+             AND ingest_state = 'running'",
+        )
+        .bind(if fail { "failed" } else { "pending" })
+        .bind(reason)
+        .bind(not_before_ns)
+        .bind(version)
+        .bind(project)
+        .bind(session)
+        .bind(instance)
+        .bind(gen)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() > 0)
     }
 }
 

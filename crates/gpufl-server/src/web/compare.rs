@@ -437,6 +437,9 @@ async fn profile(st: &AppState, project: &str, s: &SessionRow) -> Result<Profile
         .ok_or_else(|| {
             let why = match s.ingest.as_str() {
                 "corrupt" => "its files could not be read (corrupt)".to_string(),
+                "failed" | "too_large" => {
+                    format!("its analysis is {}: {}", s.ingest, s.ingest_error)
+                }
                 "ready" => {
                     "it has no stored comparison profile (analysed by an older server?)".to_string()
                 }

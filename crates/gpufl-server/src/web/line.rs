@@ -54,16 +54,8 @@ pub struct LineKernelDoc {
     pub total_ns: u64,
 }
 
-#[derive(Deserialize, Default, Clone)]
-#[serde(default)]
-pub struct FrameDoc {
-    pub kind: String,
-    pub module: Option<String>,
-    pub function: Option<String>,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    pub text: Option<String>,
-}
+/// A frame of a stack (the `stacks` document's, or a line's own in an older analysis).
+pub type FrameDoc = crate::linedoc::Frame;
 
 /// One entry of the `lines` document (gpufl_analysis::lines::LineDetail); fields an older
 /// analysis did not write read as empty.
@@ -82,7 +74,10 @@ pub struct LineDoc {
     pub copy_bytes: u64,
     pub launches: u64,
     pub kernels: Vec<LineKernelDoc>,
+    /// Its stack (an older analysis's documents), or…
     pub stack: Vec<FrameDoc>,
+    /// …its index in the `stacks` document.
+    pub stack_ref: Option<usize>,
 }
 
 /// One file of the `sources` document.
@@ -545,16 +540,24 @@ pub async fn page(
     let (file, line) = target(q)?;
     let p = v.project_id.as_str();
     let session = data::session(&st, p, &id).await?;
-    let docs: Vec<LineDoc> = data::doc(&st, p, &id, "lines").await?.unwrap_or_default();
+    let mut docs: Vec<LineDoc> = data::doc(&st, p, &id, "lines").await?.unwrap_or_default();
+    let at = |d: &LineDoc| d.location.file == file && d.location.line == Some(line);
+    if docs.iter().any(|d| at(d) && d.stack_ref.is_some()) {
+        let stacks: Option<crate::linedoc::Stacks> = data::doc(&st, p, &id, "stacks").await?;
+        if let Some(stacks) = stacks {
+            for d in docs.iter_mut().filter(|d| at(d)) {
+                if let Some(i) = d.stack_ref {
+                    d.stack = stacks.frames_of(i);
+                }
+            }
+        }
+    }
     let user_files: HashSet<&str> = docs
         .iter()
         .map(|d| d.location.file.as_str())
         .filter(|f| !f.starts_with('<'))
         .collect();
-    let here: Vec<&LineDoc> = docs
-        .iter()
-        .filter(|d| d.location.file == file && d.location.line == Some(line))
-        .collect();
+    let here: Vec<&LineDoc> = docs.iter().filter(|d| at(d)).collect();
     let cards: Vec<Card> = st
         .db
         .insights(p, &id)

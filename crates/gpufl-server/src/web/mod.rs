@@ -3,10 +3,16 @@
 //! Content-Security-Policy every page carries forbids scripts, so a kernel name such as
 //! `<script>` can only ever be shown as text. Works air-gapped (nothing is loaded from elsewhere).
 //!
-//! Who may look ([`Viewer`], taken by every page as an extractor): the same read keys as the API, sent as `Authorization: Bearer KEY` or, from a
-//! browser, kept in an `HttpOnly`, `SameSite=Strict` cookie set by the login form. A server
-//! started with an open project (`gpufl serve --local` / `--demo`, loopback only) shows that
-//! project without a key. A key reaches its own project's pages only: another project's session
+//! Who may look ([`Viewer`], taken by every page as an extractor): the same read keys as the
+//! API, sent as `Authorization: Bearer KEY` or, from a browser, through the login form, which
+//! answers with an opaque login session in an `HttpOnly`, `SameSite=Strict` cookie (`Secure` when
+//! served over TLS): a random id whose SHA-256 the database keeps beside the key it stands for, so
+//! the cookie never holds the key and logging out ends the session on the server. The form's
+//! POSTs (login, logout) are taken only from a page of this server (`Origin`, else `Referer`), and
+//! the page to go back to (`next`) only if it is a path of this server that no URL parser could
+//! read as another site. A server started with an open project (`gpufl serve --local` /
+//! `--demo`, loopback only) shows that project without a key (to requests naming a loopback host:
+//! [`crate::api`]'s guard). A key reaches its own project's pages only: another project's session
 //! is "not found", exactly like a missing one.
 //!
 //! Pages (docs/dashboard.md): the sessions list (`/sessions`), a session (`/sessions/{id}`) with
@@ -24,6 +30,7 @@ pub mod session;
 pub mod sessions;
 
 use crate::auth::{self, KeyKind};
+use crate::store::now_ns;
 use crate::AppState;
 use askama::Template;
 use axum::extract::{Form, FromRequestParts, Query, State};
@@ -34,8 +41,11 @@ use axum::Router;
 use serde::Deserialize;
 use std::sync::Arc;
 
-/// Name of the cookie holding a read key.
-pub const COOKIE: &str = "gpufl_key";
+/// Name of the cookie holding a login session's id.
+pub const COOKIE: &str = "gpufl_session";
+
+/// How long a login session lasts, seconds.
+pub const SESSION_SECS: i64 = 30 * 24 * 3600;
 
 /// The policy of every dashboard response: nothing but our own stylesheet and inline SVG; no
 /// script from anywhere, no form posting elsewhere, no framing.
@@ -82,7 +92,9 @@ async fn secure_headers(mut r: Response) -> Response {
     );
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        // Not `no-referrer`: with it a browser sends `Origin: null` on the form's own POSTs,
+        // which [`same_origin`] must see; `same-origin` still sends nothing to other sites.
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.entry(header::CACHE_CONTROL)
@@ -133,6 +145,8 @@ pub enum WebError {
     Forbidden(String),
     /// No key: to the login form, then back to this path.
     Login(String),
+    /// Too many requests: the reason and the seconds to wait (429 with `Retry-After`).
+    RateLimited(String, u64),
     Internal(String),
 }
 
@@ -149,7 +163,7 @@ impl From<crate::error::ApiError> for WebError {
             401 => WebError::Login(String::new()),
             403 => WebError::Forbidden(e.reason),
             404 => WebError::NotFound(e.reason),
-            429 => WebError::Forbidden(format!("too many requests: {}", e.reason)),
+            429 => WebError::RateLimited(e.reason, e.retry_after.unwrap_or(1)),
             s if s < 500 => WebError::BadRequest(e.reason),
             _ => WebError::Internal(e.reason),
         }
@@ -179,6 +193,11 @@ impl IntoResponse for WebError {
             WebError::NotFound(r) => (StatusCode::NOT_FOUND, "Not found", r.as_str()),
             WebError::BadRequest(r) => (StatusCode::BAD_REQUEST, "Bad request", r.as_str()),
             WebError::Forbidden(r) => (StatusCode::FORBIDDEN, "Forbidden", r.as_str()),
+            WebError::RateLimited(r, _) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many requests",
+                r.as_str(),
+            ),
             WebError::Internal(r) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Server error",
@@ -191,10 +210,15 @@ impl IntoResponse for WebError {
             reason,
             nav: None,
         };
-        match page.render() {
+        let mut r = match page.render() {
             Ok(body) => (status, Html(body)).into_response(),
             Err(_) => (status, reason.to_string()).into_response(),
+        };
+        if let WebError::RateLimited(_, secs) = &self {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
         }
+        r
     }
 }
 
@@ -218,7 +242,7 @@ pub fn url_encode(s: &str) -> String {
     out
 }
 
-fn cookie_key(headers: &HeaderMap) -> Option<String> {
+fn cookie_value(headers: &HeaderMap) -> Option<String> {
     for v in headers.get_all(header::COOKIE) {
         let Ok(s) = v.to_str() else { continue };
         for part in s.split(';') {
@@ -232,6 +256,8 @@ fn cookie_key(headers: &HeaderMap) -> Option<String> {
     None
 }
 
+/// The viewer a read key stands for; None for a key that is not known (or revoked); an upload
+/// key is refused.
 async fn key_viewer(st: &AppState, key: &str) -> Result<Option<Viewer>, WebError> {
     let hash = auth::sha256_hex(key.as_bytes());
     let Some((k, project_name)) = st.db.live_key_with_project(&hash).await? else {
@@ -250,17 +276,53 @@ async fn key_viewer(st: &AppState, key: &str) -> Result<Option<Viewer>, WebError
     }))
 }
 
-/// The viewer of a request: its bearer key, else its cookie's key, else the open project; none
-/// sends the browser to the login form and back to `path`.
-pub async fn viewer(st: &AppState, headers: &HeaderMap, path: &str) -> Result<Viewer, WebError> {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|s| s.trim().to_string());
-    if let Some(k) = bearer.or_else(|| cookie_key(headers)) {
-        if let Some(v) = key_viewer(st, &k).await? {
-            return Ok(v);
+/// The viewer a login session's cookie stands for (its key still valid), if any.
+async fn cookie_viewer(st: &AppState, token: &str) -> Result<Option<Viewer>, WebError> {
+    let hash = auth::sha256_hex(token.as_bytes());
+    let Some((k, project_name)) = st.db.web_session(&hash, now_ns()).await? else {
+        return Ok(None);
+    };
+    st.limiter.take(&k.id)?;
+    Ok(Some(Viewer {
+        project_id: k.project_id,
+        project_name,
+        open: false,
+    }))
+}
+
+/// The viewer of a request: its bearer key, else its login session, else the open project; none
+/// sends the browser to the login form and back to `path`. A key or login session that is not
+/// known counts against the client's address ([`auth::failed`]).
+pub async fn viewer(
+    st: &AppState,
+    headers: &HeaderMap,
+    client: &str,
+    path: &str,
+) -> Result<Viewer, WebError> {
+    let refused = || {
+        WebError::from(auth::failed(
+            st,
+            client,
+            crate::error::ApiError::new(StatusCode::UNAUTHORIZED, "unknown_key", "not known"),
+        ))
+    };
+    if let Some(k) = auth::bearer(headers) {
+        match key_viewer(st, &k).await? {
+            Some(v) => return Ok(v),
+            None => {
+                if let e @ WebError::RateLimited(..) = refused() {
+                    return Err(e);
+                }
+            }
+        }
+    } else if let Some(t) = cookie_value(headers) {
+        match cookie_viewer(st, &t).await? {
+            Some(v) => return Ok(v),
+            None => {
+                if let e @ WebError::RateLimited(..) = refused() {
+                    return Err(e);
+                }
+            }
         }
     }
     if let Some((id, name)) = &st.open_project {
@@ -281,7 +343,8 @@ impl FromRequestParts<Arc<AppState>> for Viewer {
         parts: &mut axum::http::request::Parts,
         st: &Arc<AppState>,
     ) -> Result<Self, WebError> {
-        viewer(st, &parts.headers, &parts.uri.to_string()).await
+        let client = auth::client_key(parts);
+        viewer(st, &parts.headers, &client, &parts.uri.to_string()).await
     }
 }
 
@@ -299,12 +362,59 @@ struct LoginPage {
     error: String,
 }
 
-/// A local path to go back to after logging in (never another site: `//host` and `\` refused).
-fn safe_next(n: Option<&str>) -> String {
+/// A path of this server to go back to after logging in; anything else is `/sessions`. Taken
+/// only of printable ASCII without `\\` (a browser removes tabs and newlines from a URL and reads
+/// `\\` as `/`: `/\t/evil.example` would be `//evil.example`, another site), starting with one
+/// `/` only.
+pub fn safe_next(n: Option<&str>) -> String {
     match n {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p.into(),
+        Some(p)
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && p.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'\\') =>
+        {
+            p.into()
+        }
         _ => "/sessions".into(),
     }
+}
+
+/// Whether a POST comes from a page of this server: its `Origin` (else its `Referer`'s origin)
+/// is `http(s)://` and the request's own `Host`.
+pub fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let origin = match headers.get(header::ORIGIN) {
+        Some(o) => o.to_str().unwrap_or("").to_string(),
+        None => match headers
+            .get(header::REFERER)
+            .and_then(|r| r.to_str().ok())
+            .and_then(|r| url::Url::parse(r).ok())
+        {
+            Some(u) => u.origin().ascii_serialization(),
+            None => return false,
+        },
+    };
+    origin == format!("http://{host}") || origin == format!("https://{host}")
+}
+
+/// Whether the browser reached this server over TLS (directly, or through a proxy that says so).
+fn over_tls(headers: &HeaderMap) -> bool {
+    let h = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase()
+    };
+    h("x-forwarded-proto") == "https" || h("origin").starts_with("https://")
+}
+
+fn cross_site() -> WebError {
+    WebError::Forbidden(
+        "this form is taken only from a page of this server (the request's Origin is another site, or missing)".into(),
+    )
 }
 
 async fn login_page(q: Query<LoginQuery>) -> Result<Response, WebError> {
@@ -322,9 +432,17 @@ pub struct LoginForm {
     next: Option<String>,
 }
 
-async fn login(State(st): State<Arc<AppState>>, Form(f): Form<LoginForm>) -> Response {
+async fn login(
+    State(st): State<Arc<AppState>>,
+    parts: axum::http::request::Parts,
+    Form(f): Form<LoginForm>,
+) -> Response {
+    if !same_origin(&parts.headers) {
+        return cross_site().into_response();
+    }
     let key = f.key.trim();
     let next = safe_next(f.next.as_deref());
+    let client = auth::client_key(&parts);
     let refused = |error: String| {
         let mut r = render(&LoginPage {
             title: "Log in",
@@ -336,30 +454,72 @@ async fn login(State(st): State<Arc<AppState>>, Form(f): Form<LoginForm>) -> Res
         *r.status_mut() = StatusCode::UNAUTHORIZED;
         r
     };
+    let limited = |why: &str| -> Option<Response> {
+        let e = auth::failed(
+            &st,
+            &client,
+            crate::error::ApiError::new(StatusCode::UNAUTHORIZED, "unknown_key", why),
+        );
+        (e.status == StatusCode::TOO_MANY_REQUESTS).then(|| WebError::from(e).into_response())
+    };
     match key_viewer(&st, key).await {
         Ok(Some(_)) => {
+            let token = auth::random_hex(32);
+            let now = now_ns();
+            let Ok(Some(k)) = st.db.live_key(&auth::sha256_hex(key.as_bytes())).await else {
+                return WebError::Internal("the database did not answer".into()).into_response();
+            };
+            if let Err(e) = st
+                .db
+                .insert_web_session(
+                    &auth::sha256_hex(token.as_bytes()),
+                    &k.id,
+                    now,
+                    now + SESSION_SECS * 1_000_000_000,
+                )
+                .await
+            {
+                return WebError::from(e).into_response();
+            }
             let mut r = Redirect::to(&next).into_response();
-            // The key is 7 + 32 characters of [a-z0-9_]: nothing to escape in the cookie.
-            if key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                if let Ok(v) = HeaderValue::from_str(&format!(
-                    "{COOKIE}={key}; Path=/; HttpOnly; SameSite=Strict; Max-Age=2592000"
-                )) {
-                    r.headers_mut().insert(header::SET_COOKIE, v);
-                }
+            let secure = if over_tls(&parts.headers) {
+                "; Secure"
+            } else {
+                ""
+            };
+            if let Ok(v) = HeaderValue::from_str(&format!(
+                "{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECS}{secure}"
+            )) {
+                r.headers_mut().insert(header::SET_COOKIE, v);
             }
             r
         }
-        Ok(None) => refused("this key is not known to the server, or it was revoked".into()),
-        Err(WebError::Forbidden(why)) => refused(why),
+        Ok(None) => limited("unknown key").unwrap_or_else(|| {
+            refused("this key is not known to the server, or it was revoked".into())
+        }),
+        Err(WebError::Forbidden(why)) => limited(&why).unwrap_or_else(|| refused(why)),
         Err(e) => e.into_response(),
     }
 }
 
-async fn logout() -> Response {
+/// Log out: the login session ends on the server too (its cookie no longer opens anything).
+async fn logout(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if !same_origin(&headers) {
+        return cross_site().into_response();
+    }
+    if let Some(t) = cookie_value(&headers) {
+        if let Err(e) = st
+            .db
+            .delete_web_session(&auth::sha256_hex(t.as_bytes()))
+            .await
+        {
+            return WebError::from(e).into_response();
+        }
+    }
     let mut r = Redirect::to("/login").into_response();
     r.headers_mut().insert(
         header::SET_COOKIE,
-        HeaderValue::from_static("gpufl_key=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+        HeaderValue::from_static("gpufl_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
     );
     r
 }

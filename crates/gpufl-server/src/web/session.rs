@@ -423,6 +423,12 @@ fn pending_text(s: &SessionRow) -> String {
         "corrupt" => format!(
             "The files did not decode to a gpufl session, so there is nothing to show (ingest corrupt; {upload})."
         ),
+        "failed" => format!(
+            "The analysis failed and is not tried again until a newer gpufl's analysis; the reason is above (ingest failed; {upload})."
+        ),
+        "too_large" => format!(
+            "Too large to analyse on this server; the reason is above (ingest too_large; {upload})."
+        ),
         "none" | "" => format!(
             "Not analysed yet: the upload is not complete (ingest none; {upload})."
         ),

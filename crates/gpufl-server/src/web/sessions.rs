@@ -93,6 +93,9 @@ impl Default for Filters {
 }
 
 /// A field's value; empty or blank is "not given".
+/// Characters of a search, at most.
+pub const MAX_SEARCH: usize = 200;
+
 fn given(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
@@ -109,6 +112,13 @@ impl Filters {
             q: given(&q.q).map(str::to_string),
             ..Filters::default()
         };
+        if let Some(s) = &f.q {
+            if s.chars().count() > MAX_SEARCH {
+                return Err(WebError::BadRequest(format!(
+                    "the search is at most {MAX_SEARCH} characters"
+                )));
+            }
+        }
         if let Some(s) = given(&q.severity) {
             f.severity = match fmt::severity_rank(s) {
                 0 => {

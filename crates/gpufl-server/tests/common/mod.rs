@@ -75,6 +75,129 @@ pub fn postgres_config(tag: &str) -> Option<ServeConfig> {
     Some(cfg)
 }
 
+/// [`postgres_config`] with the raw files in a fresh prefix of the S3 bucket of `GPUFL_TEST_S3`
+/// (and the `AWS_*` variables: `scripts/services.sh`), or None (skipped) without them — a failure
+/// with `GPUFL_REQUIRE_SERVICES=1`.
+pub fn postgres_s3_config(tag: &str) -> Option<ServeConfig> {
+    let mut cfg = postgres_config(tag)?;
+    let Ok(base) = std::env::var("GPUFL_TEST_S3") else {
+        assert!(!require_services(), "GPUFL_TEST_S3 is not set");
+        eprintln!("skipped: no S3 server (GPUFL_TEST_S3; scripts/services.sh)");
+        return None;
+    };
+    cfg.store = Some(format!("{}/t-{}", base.trim_end_matches('/'), rand_hex()));
+    Some(cfg)
+}
+
+/// The configurations a test runs on: SQLite + a local directory always, PostgreSQL + S3 where
+/// the services are (with `s3`; else PostgreSQL + a local directory).
+pub fn backends(tag: &str, s3: bool) -> Vec<ServeConfig> {
+    let mut v = vec![sqlite_config(tag)];
+    let pg = if s3 {
+        postgres_s3_config(tag)
+    } else {
+        postgres_config(tag)
+    };
+    v.extend(pg);
+    v
+}
+
+/// A request with a bearer key: status and JSON body (null when not JSON).
+pub fn request(
+    method: &str,
+    url: &str,
+    key: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> (u16, Value) {
+    let mut r = ureq::request(method, url);
+    if let Some(k) = key {
+        r = r.set("Authorization", &format!("Bearer {k}"));
+    }
+    for (h, v) in headers {
+        r = r.set(h, v);
+    }
+    let resp = match body {
+        Some(b) => r.send_bytes(b),
+        None => r.call(),
+    };
+    let resp = match resp {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {url}: {e}"),
+    };
+    let st = resp.status();
+    let text = resp.into_string().unwrap_or_default();
+    (st, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
+
+/// `PUT` part `idx` of `file` of `session` with its hash.
+pub fn put_part(
+    url: &str,
+    key: &str,
+    session: &str,
+    file: &str,
+    idx: u64,
+    bytes: &[u8],
+) -> (u16, Value) {
+    request(
+        "PUT",
+        &format!("{url}/api/v1/uploads/{session}/files/{file}/parts/{idx}"),
+        Some(key),
+        &[("X-Gpufl-Sha256", &sha256_hex(bytes))],
+        Some(bytes),
+    )
+}
+
+/// The manifest of one file of `bytes`, named `file`, in parts of 4 MiB.
+pub fn manifest_of(files: &[(&str, &[u8])]) -> String {
+    let part = gpufl_protocol::PART_SIZE;
+    let files: Vec<Value> = files
+        .iter()
+        .map(|(name, b)| {
+            serde_json::json!({
+                "name": name,
+                "size": b.len(),
+                "sha256": sha256_hex(b),
+                "parts": (b.len() as u64).div_ceil(part),
+            })
+        })
+        .collect();
+    serde_json::json!({ "files": files }).to_string()
+}
+
+/// `POST …/complete` with `manifest`.
+pub fn complete(url: &str, key: &str, session: &str, manifest: &str) -> (u16, Value) {
+    request(
+        "POST",
+        &format!("{url}/api/v1/uploads/{session}/complete"),
+        Some(key),
+        &[("Content-Type", "application/json")],
+        Some(manifest.as_bytes()),
+    )
+}
+
+/// A session's detail from the read API once `pred` holds of it (panics after `secs`).
+pub fn wait_for(url: &str, rd: &str, id: &str, secs: u64, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (_, v) = get(url, rd, &format!("/api/v1/sessions/{id}"));
+        if pred(&v) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id}: not as expected after {secs} s: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A running server, stopped when dropped.
 pub struct Server {
     pub url: String,
