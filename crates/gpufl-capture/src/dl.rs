@@ -103,24 +103,58 @@ std::thread_local! {
 /// `dl_iterate_phdr`, the one way the recorder walks the loaded modules (the unwinder's
 /// snapshot, the symbolizer, the loader counters).
 ///
-/// Before the walk, the calling thread touches a thread-local of this library. This library is
+/// The calling thread touches a thread-local of this library before the walk and again inside
+/// it, at the first module, while the walk holds the loader's list lock. This library is
 /// dlopen'ed (CUDA's injection), so the access goes through `__tls_get_addr`, which brings the
 /// thread's DTV up to the loader's current TLS generation when it is behind (glibc ≥ 2.34).
 /// Without that, glibc's `dl_iterate_phdr` can crash: for each module with TLS it calls
 /// `_dl_tls_get_addr_soft`, which, when the thread's DTV is behind, walks the TLS slotinfo list
 /// to that module's id without the lock `dlopen` holds; a module that another thread's `dlopen`
-/// has mapped (its TLS id given) but not yet added to that list walks it past its end, a NULL
-/// pointer. Seen on the H100 machine (glibc 2.39): a recorded HuggingFace Trainer died with
-/// SIGSEGV on the recorder's writer thread at `ld-linux-x86-64.so.2+0x14bb7` (that loop, address
-/// 0) 0.3 s into its recording, while PyTorch was loading its libraries (about 1 run in 80).
-/// With a current DTV the walk is not taken; what remains is a dlopen finishing between the touch
-/// and the walk reaching its module, a window of microseconds instead of "since the thread last
-/// used TLS".
+/// has mapped (its TLS id given) but not yet added to that list (it is still being relocated)
+/// walks it past its end, a NULL pointer. Seen on the H100 machine (glibc 2.39): a recorded
+/// HuggingFace Trainer died with SIGSEGV on the recorder's writer thread at
+/// `ld-linux-x86-64.so.2+0x14bb7` (that loop, address 0) 0.3 s into its recording, while PyTorch
+/// was loading its libraries (about 1 run in 80).
+///
+/// Why the touch inside the walk closes it: a module is added to the list under the lock the
+/// walk holds, so every module the walk meets was mapped before the walk began; `dlopen`s are
+/// serialised, so no other one can finish while that module's is under way; the touch, made
+/// after the walk began, therefore sees every generation that finished before, and the thread's
+/// DTV is current for every module still being loaded. The touch before the walk allocates this
+/// thread's TLS block of this library outside the lock (later touches only update the DTV).
+/// A C reproduction (a thread `dlopen`ing 140 libraries with TLS whose relocation takes 3 ms,
+/// another walking the list): 23 of 30 processes crash with a stale DTV, none with the touch.
 ///
 /// # Safety
 /// `cb` must only use `data` as the caller means it and must not unwind.
 pub unsafe fn iterate_phdr(cb: PhdrCallback, data: *mut c_void) -> std::ffi::c_int {
+    struct Walk {
+        cb: PhdrCallback,
+        data: *mut c_void,
+        first: bool,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        walk: *mut c_void,
+    ) -> std::ffi::c_int {
+        // SAFETY: `walk` is the `Walk` on iterate_phdr's stack, alive for the whole walk.
+        let Some(w) = (unsafe { walk.cast::<Walk>().as_mut() }) else {
+            return 1;
+        };
+        if w.first {
+            w.first = false;
+            DTV_TOUCH.with(|c| std::hint::black_box(c.get()));
+        }
+        // SAFETY: the caller's contract for `cb` and `data`.
+        unsafe { (w.cb)(info, size, w.data) }
+    }
     DTV_TOUCH.with(|c| std::hint::black_box(c.get()));
-    // SAFETY: the caller's contract; dl_iterate_phdr has no other precondition.
-    unsafe { libc::dl_iterate_phdr(Some(cb), data) }
+    let mut walk = Walk {
+        cb,
+        data,
+        first: true,
+    };
+    // SAFETY: `each` only reads `walk`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut walk as *mut Walk).cast()) }
 }
