@@ -431,6 +431,28 @@ pub extern "C" fn gpufl_test_callmark(enter: c_int, domain: u32, cbid: u32) -> c
     .unwrap_or(-1)
 }
 
+/// Test entry point: walk the loaded modules as the recorder does ([`crate::dl::iterate_phdr`])
+/// and return how many there are. A test calls it from a thread that walks while another thread
+/// `dlopen`s libraries with TLS (crates/gpufl-cli/tests/loader_race.rs).
+#[no_mangle]
+pub extern "C" fn gpufl_test_walk_modules() -> i64 {
+    unsafe extern "C" fn count(
+        _info: *mut libc::dl_phdr_info,
+        _size: usize,
+        n: *mut std::ffi::c_void,
+    ) -> c_int {
+        // SAFETY: `n` is the i64 below, alive for the walk.
+        if let Some(n) = unsafe { n.cast::<i64>().as_mut() } {
+            *n += 1;
+        }
+        0
+    }
+    let mut n: i64 = 0;
+    // SAFETY: `count` only writes the counter passed with it.
+    unsafe { crate::dl::iterate_phdr(count, (&mut n as *mut i64).cast()) };
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,26 +528,4 @@ mod tests {
         assert_eq!(gpufl_resume(), GPUFL_DISABLED);
         assert!(!recorder::is_paused());
     }
-}
-
-/// Test entry point: walk the loaded modules as the recorder does ([`crate::dl::iterate_phdr`])
-/// and return how many there are. A test calls it from a thread that walks while another thread
-/// `dlopen`s libraries with TLS (crates/gpufl-cli/tests/loader_race.rs).
-#[no_mangle]
-pub extern "C" fn gpufl_test_walk_modules() -> i64 {
-    unsafe extern "C" fn count(
-        _info: *mut libc::dl_phdr_info,
-        _size: usize,
-        n: *mut std::ffi::c_void,
-    ) -> c_int {
-        // SAFETY: `n` is the i64 below, alive for the walk.
-        if let Some(n) = unsafe { n.cast::<i64>().as_mut() } {
-            *n += 1;
-        }
-        0
-    }
-    let mut n: i64 = 0;
-    // SAFETY: `count` only writes the counter passed with it.
-    unsafe { crate::dl::iterate_phdr(count, (&mut n as *mut i64).cast()) };
-    n
 }
