@@ -12,7 +12,11 @@ pub struct DumpArgs {
     /// Session directory.
     pub(crate) session: PathBuf,
     /// Only these record types (comma-separated, e.g. `sync,kernel`).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = clap::builder::PossibleValuesParser::new(gpufl_trace::RECORD_TYPES)
+    )]
     pub(crate) r#type: Vec<String>,
     /// Print records as stored (ids unresolved, interned records included).
     #[arg(long)]

@@ -47,8 +47,39 @@ pub enum Record {
     End(End),
 }
 
+/// Every record type, as [`Record::type_name`] spells it (the value of the `"t"` key), in the
+/// order of [`Record`]'s variants: the types `gpufl dump --type` accepts.
+pub const RECORD_TYPES: &[&str] = &[
+    "header",
+    "str",
+    "frame",
+    "stack",
+    "kernel",
+    "function",
+    "memcpy",
+    "memset",
+    "sync",
+    "api",
+    "callsite",
+    "hostcall",
+    "hsample",
+    "gnode",
+    "stream",
+    "capture",
+    "scope",
+    "range",
+    "window",
+    "kdetail",
+    "kstall",
+    "telemetry",
+    "overhead",
+    "dropped",
+    "notice",
+    "end",
+];
+
 impl Record {
-    /// The value of the `"t"` key for this record.
+    /// The value of the `"t"` key for this record (one of [`RECORD_TYPES`]).
     pub fn type_name(&self) -> &'static str {
         match self {
             Record::Header(_) => "header",

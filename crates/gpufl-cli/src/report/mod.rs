@@ -44,7 +44,7 @@ pub struct ReportArgs {
     #[arg(long = "user-path", value_name = "PATTERN")]
     user_path: Vec<String>,
     /// Colours: auto (on a terminal, unless NO_COLOR is set), always, never.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     color: String,
     /// Threads to decode and analyse with (default: GPUFL_THREADS, else every available core).
     #[arg(long, value_name = "N")]
