@@ -368,6 +368,218 @@ pub struct Knobs {
     pub host_samples_hz: u32,
     /// `GPUFL_HOST_SAMPLE_BUDGET`: share of one core the host sampler may use, percent.
     pub host_sample_budget_pct: f64,
+    /// One line per variable above set to a value it does not accept ([`knob_warnings`]): the
+    /// recorder writes each as a warning notice (and on stderr); the default stands.
+    pub warnings: Vec<String>,
+}
+
+/// What a knob accepts: a check of its value and the words that say it.
+type Accepts = (fn(&str) -> bool, &'static str);
+
+fn one_of(v: &str, values: &[&str]) -> bool {
+    values.contains(&v)
+}
+
+fn is_01(v: &str) -> bool {
+    one_of(v, &["0", "1"])
+}
+
+fn is_bool(v: &str) -> bool {
+    parse_bool(v).is_some()
+}
+
+fn is_uint(v: &str) -> bool {
+    v.trim().parse::<u64>().is_ok()
+}
+
+fn is_uint_at_least_1(v: &str) -> bool {
+    v.trim().parse::<u64>().is_ok_and(|n| n >= 1)
+}
+
+fn is_count_or_off(v: &str) -> bool {
+    parse_count_or_off(v).is_some()
+}
+
+fn is_positive_number(v: &str) -> bool {
+    v.trim()
+        .parse::<f64>()
+        .is_ok_and(|x| x.is_finite() && x > 0.0)
+}
+
+fn is_non_negative_number(v: &str) -> bool {
+    v.trim()
+        .parse::<f64>()
+        .is_ok_and(|x| x.is_finite() && x >= 0.0)
+}
+
+fn is_percent(v: &str) -> bool {
+    v.trim()
+        .parse::<f64>()
+        .is_ok_and(|x| x.is_finite() && x > 0.0 && x <= 100.0)
+}
+
+/// A comma-separated list whose items are all in `values` (empty items and an empty list too).
+fn list_of(v: &str, values: &[&str]) -> bool {
+    v.split(',')
+        .map(str::trim)
+        .all(|x| x.is_empty() || values.contains(&x))
+}
+
+/// The [`Knobs`] variables and what each accepts (`GPUFL_TRIGGER_SIGNAL` has its own notice,
+/// [`TriggerSignal::Invalid`]; `GPUFL_CUPTI_LIB`, `GPUFL_EXPORTER_SOCKET`, `GPUFL_JOB` and
+/// `GPUFL_KERNEL_DETAIL` take any text).
+const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
+    ("GPUFL_FLUSH_MS", (is_uint, "a number of ms (0: never)")),
+    (
+        "GPUFL_FLUSH_MODE",
+        (|v| one_of(v, &["cupti", "writer"]), "one of cupti|writer"),
+    ),
+    ("GPUFL_SITE_STACKS", (is_01, "0 or 1")),
+    (
+        "GPUFL_DISCARD",
+        (
+            |v| one_of(v, &["0", "1", "iterate", "decode"]),
+            "one of 0|1|iterate|decode",
+        ),
+    ),
+    ("GPUFL_API_DISCARD", (is_01, "0 or 1")),
+    (
+        "GPUFL_THREAD_ID_TYPE",
+        (
+            |v| one_of(v, &["default", "system"]),
+            "one of default|system",
+        ),
+    ),
+    ("GPUFL_PER_THREAD_BUFFERS", (is_01, "0 or 1")),
+    ("GPUFL_HW_TRACE", (is_01, "0 or 1")),
+    (
+        "GPUFL_ACTIVITY_KINDS",
+        (
+            |v| v == "none" || list_of(v, &["kernels", "memcpy", "memset", "overhead"]),
+            "none or a comma-separated list of kernels|memcpy|memset|overhead",
+        ),
+    ),
+    (
+        "GPUFL_CALLBACK_DOMAINS",
+        (
+            |v| list_of(v, &["runtime", "driver"]),
+            "a comma-separated list of runtime|driver",
+        ),
+    ),
+    (
+        "GPUFL_SITE_DOMAINS",
+        (
+            |v| list_of(v, &["runtime", "driver"]),
+            "a comma-separated list of runtime|driver",
+        ),
+    ),
+    (
+        "GPUFL_SITE_KINDS",
+        (
+            |v| list_of(v, &["launch", "graph", "copy"]),
+            "a comma-separated list of launch|graph|copy",
+        ),
+    ),
+    (
+        "GPUFL_API_DOMAINS",
+        (
+            |v| list_of(v, &["runtime", "driver"]),
+            "a comma-separated list of runtime|driver",
+        ),
+    ),
+    (
+        "GPUFL_SITE_BUDGET",
+        (is_percent, "a percentage in (0, 100]"),
+    ),
+    (
+        "GPUFL_API_FROM",
+        (
+            |v| one_of(v, &["callbacks", "activity"]),
+            "one of callbacks|activity",
+        ),
+    ),
+    ("GPUFL_DRIVER_SITES", (is_01, "0 or 1")),
+    ("GPUFL_PY_DEFER", (is_01, "0 or 1")),
+    (
+        "GPUFL_SYNC_NATIVE_DEFER",
+        (is_bool, "a boolean (1|true|yes|on, 0|false|no|off)"),
+    ),
+    (
+        "GPUFL_SYNC_PY_UNWIND_US",
+        (is_uint_at_least_1, "a number of µs, at least 1"),
+    ),
+    (
+        "GPUFL_SITE_UNWIND_US",
+        (is_uint_at_least_1, "a number of µs, at least 1"),
+    ),
+    ("GPUFL_XTHREAD_REUSE_US", (is_uint, "a number of µs")),
+    ("GPUFL_CROSS_THREAD", (is_01, "0 or 1")),
+    (
+        "GPUFL_NATIVE_EVERY",
+        (is_uint_at_least_1, "a whole number, at least 1"),
+    ),
+    ("GPUFL_SITE_NATIVE", (is_01, "0 or 1")),
+    ("GPUFL_DEBUG_COST", (is_01, "0 or 1")),
+    (
+        "GPUFL_XTHREAD_READ",
+        (|v| one_of(v, &["pipe", "readv"]), "one of pipe|readv"),
+    ),
+    ("GPUFL_XTHREAD_DIRECT", (is_01, "0 or 1")),
+    ("GPUFL_SOURCE_TEXT", (is_01, "0 or 1")),
+    ("GPUFL_SIGNALS", (is_01, "0 or 1")),
+    (gpufl_trace::feed::ENV_FEED, (is_01, "0 or 1")),
+    (
+        "GPUFL_ALWAYS_ON_BUDGET",
+        (is_positive_number, "a positive percentage"),
+    ),
+    (
+        "GPUFL_WINDOW_MS",
+        (is_uint_at_least_1, "a number of ms, at least 1"),
+    ),
+    (
+        "GPUFL_WINDOW_PERIOD_MS",
+        (is_uint, "a number of ms (0: none)"),
+    ),
+    (
+        "GPUFL_KERNEL_DETAIL_SAMPLES",
+        (is_non_negative_number, "a number of launches"),
+    ),
+    (
+        "GPUFL_KERNEL_DETAIL_GAP_MS",
+        (is_non_negative_number, "a number of ms"),
+    ),
+    (
+        "GPUFL_KERNEL_DETAIL_BUDGET",
+        (is_non_negative_number, "a share of time (0.05 = 5 %)"),
+    ),
+    (
+        "GPUFL_KERNEL_DETAIL_STALLS",
+        (is_bool, "a boolean (1|true|yes|on, 0|false|no|off)"),
+    ),
+    (
+        "GPUFL_HOSTCALL_US",
+        (is_count_or_off, "a number of µs (0 or off: none)"),
+    ),
+    (
+        "GPUFL_HOST_SAMPLES",
+        (is_count_or_off, "a rate per second (0 or off: none)"),
+    ),
+    (
+        "GPUFL_HOST_SAMPLE_BUDGET",
+        (is_percent, "a percentage in (0, 100]"),
+    ),
+];
+
+/// A line for each knob set to a value it does not accept: the variable, the value, what it
+/// accepts (the value, or a list's unknown items, are ignored).
+pub fn knob_warnings(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    KNOBS_ACCEPT
+        .iter()
+        .filter_map(|&(name, (ok, accepted))| {
+            let v = get(name)?;
+            (!ok(&v)).then(|| format!("{name}={v:?} is not {accepted}; ignored"))
+        })
+        .collect()
 }
 
 /// Default threshold of `hostcall` records, µs (`GPUFL_HOSTCALL_US`).
@@ -515,6 +727,7 @@ impl Knobs {
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .filter(|v| v.is_finite() && *v > 0.0 && *v <= 100.0)
                 .unwrap_or(DEFAULT_HOST_SAMPLE_BUDGET_PCT),
+            warnings: knob_warnings(&get),
         }
     }
 }
@@ -766,6 +979,47 @@ mod tests {
             with(&[("GPUFL_TRIGGER_SIGNAL", "99")]).trigger_signal,
             TriggerSignal::Invalid(n) if n.contains("GPUFL_TRIGGER_SIGNAL=\"99\"")
         ));
+    }
+
+    #[test]
+    fn knobs_with_values_they_do_not_accept_warn() {
+        let env = |k: &str| {
+            match k {
+                "GPUFL_DISCARD" => Some("everything"),
+                "GPUFL_SITE_KINDS" => Some("launch,kernel"),
+                "GPUFL_HOST_SAMPLES" => Some("-3"),
+                "GPUFL_SITE_STACKS" => Some("off"),
+                "GPUFL_SITE_DOMAINS" => Some("runtime, driver"),
+                "GPUFL_HOSTCALL_US" => Some("off"),
+                "GPUFL_SYNC_NATIVE_DEFER" => Some("no"),
+                "GPUFL_ACTIVITY_KINDS" => Some("none"),
+                _ => None,
+            }
+            .map(str::to_string)
+        };
+        let k = Knobs::from_env_with(env);
+        assert_eq!(
+            k.warnings,
+            [
+                "GPUFL_SITE_STACKS=\"off\" is not 0 or 1; ignored",
+                "GPUFL_DISCARD=\"everything\" is not one of 0|1|iterate|decode; ignored",
+                "GPUFL_SITE_KINDS=\"launch,kernel\" is not a comma-separated list of \
+                 launch|graph|copy; ignored",
+                "GPUFL_HOST_SAMPLES=\"-3\" is not a rate per second (0 or off: none); ignored",
+            ]
+        );
+        assert!(Knobs::from_env_with(|_| None).warnings.is_empty());
+        // Every knob of the table is one the knobs read.
+        for (name, _) in KNOBS_ACCEPT {
+            let seen = std::cell::Cell::new(false);
+            let _ = Knobs::from_env_with(|k| {
+                if k == *name {
+                    seen.set(true);
+                }
+                None
+            });
+            assert!(seen.get(), "{name}");
+        }
     }
 
     #[test]

@@ -158,9 +158,11 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         return Err(InitError::AlreadyRunning(r.session_dir.clone()));
     }
     // Every GPUFL_* knob, read now rather than by the first callback that needs one.
-    let _ = crate::options::knobs();
-    for w in opts.apply_env() {
-        say(false, &w);
+    // A value a variable does not accept is said on stderr and kept as a warning notice.
+    let mut env_warnings = opts.apply_env();
+    env_warnings.extend(crate::options::knobs().warnings.iter().cloned());
+    for w in &env_warnings {
+        say(false, w);
     }
     let start_unix_ns = procinfo::unix_ns();
     let pid = std::process::id();
@@ -228,6 +230,8 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         header.capture.status = "partial".into();
         header.capture.reason = Some(notices.join("; "));
     }
+    // After the capture's status: a bad option does not make the capture partial.
+    notices.extend(env_warnings);
     header.clock = ClockSync {
         trace_ns: cupti.timestamp(),
         unix_ns: procinfo::unix_ns(),
