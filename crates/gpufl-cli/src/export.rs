@@ -41,6 +41,9 @@ pub struct ExportArgs {
 }
 
 pub fn run(args: ExportArgs) -> Result<i32> {
+    for p in &args.sessions {
+        crate::summary::ensure_exists(p)?;
+    }
     let dirs = find_sessions(&args.sessions)?;
     let config = crate::options::analysis_config(&[], &[], &args.user_path);
     let threads = crate::options::threads(args.threads);

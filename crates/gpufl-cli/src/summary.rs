@@ -128,6 +128,7 @@ pub fn summarize(dir: &Path) -> Result<Summary> {
 pub fn expand_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
+        ensure_exists(p)?;
         let found = session::find_sessions(p);
         if found.is_empty() {
             bail!(
@@ -138,6 +139,18 @@ pub fn expand_sessions(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
         out.extend(found);
     }
     Ok(out)
+}
+
+/// An error for a path named on the command line that does not exist (or cannot be looked at),
+/// so that it is not reported as "not a gpufl session directory".
+pub fn ensure_exists(p: &Path) -> Result<()> {
+    match std::fs::metadata(p) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{} does not exist", esc_path(p))
+        }
+        Err(e) => bail!("cannot read {}: {}", esc_path(p), esc(&e.to_string())),
+    }
 }
 
 /// `gpufl info`. Every string from a trace is escaped for the terminal ([`esc`]). The sessions of a

@@ -465,6 +465,9 @@ fn not_one_session_or_a_bad_percentage_is_an_error() {
     );
     let (code, _, err) = run(gpufl().args(["diff", &s, "no/such/dir"]));
     assert_eq!(code, 2);
+    assert!(err.contains("no/such/dir does not exist"), "{err}");
+    let (code, _, err) = run(gpufl().args(["diff", &s, "crates"]));
+    assert_eq!(code, 2);
     assert!(err.contains("not a gpufl session directory"), "{err}");
     for bad in [["--threshold=-1"], ["--fail-on-regression=five"]] {
         let (code, _, err) = run(gpufl().arg("diff").args(bad).args([&s, &s]));
