@@ -21,7 +21,7 @@ pub struct RecordArgs {
     #[arg(long)]
     no_stacks: bool,
     /// Which API calls get records: none, sync, default, all.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", value_parser = ["none", "sync", "default", "all"])]
     api_records: String,
     /// GPU telemetry (NVML) every MS milliseconds; 0 turns it off (default 100).
     #[arg(long, value_name = "MS")]
@@ -134,6 +134,10 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let lib = lib
         .canonicalize()
         .with_context(|| format!("{} does not exist", lib.display()))?;
+    // Without a loadable driver CUDA is never initialized: nothing can be recorded but the scopes
+    // of a program that starts the recorder itself (gpufl_init). The command runs all the same.
+    let no_driver = cuda_driver_error();
+    let output_was_there = args.output.exists();
     std::fs::create_dir_all(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let (out_dir, mut run) = make_run_dir(&args.output.canonicalize()?, &args.command)?;
@@ -245,7 +249,13 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             .into_iter()
             .filter(|p| !before.contains(p))
             .collect();
-        if new.is_empty() {
+        if let (true, Some(why)) = (new.is_empty(), &no_driver) {
+            term::eprint_line(&format!(
+                "gpufl: no session recorded: {} could not be loaded ({}): the command ran without recording",
+                CUDA_DRIVER,
+                term::esc(why)
+            ));
+        } else if new.is_empty() {
             term::eprint_line(
                 "gpufl: no session recorded (the command made no CUDA call, or CUDA ignored CUDA_INJECTION64_PATH)",
             );
@@ -272,10 +282,54 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             }
         }
     }
+    if no_driver.is_some() {
+        remove_if_empty(&out_dir, &args.output, output_was_there);
+    }
     if let Some(sig) = killed_by {
         die_like(sig);
     }
     Ok(code)
+}
+
+/// The CUDA driver library, as CUDA's runtime loads it.
+const CUDA_DRIVER: &str = "libcuda.so.1";
+
+/// Why the CUDA driver library cannot be loaded here, or None when it can (loaded and unloaded
+/// again: the recorded program loads its own).
+fn cuda_driver_error() -> Option<String> {
+    let name = std::ffi::CString::new(CUDA_DRIVER).ok()?;
+    // SAFETY: dlopen/dlclose/dlerror with a valid C string; the handle is closed at once.
+    unsafe {
+        let h = libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if !h.is_null() {
+            libc::dlclose(h);
+            return None;
+        }
+        let e = libc::dlerror();
+        let msg = if e.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(e).to_string_lossy().into_owned()
+        };
+        Some(if msg.is_empty() || msg.contains("No such file") {
+            "not found: no NVIDIA driver on this machine?".to_string()
+        } else {
+            msg
+        })
+    }
+}
+
+/// Remove the run directory when it holds nothing but its run record (no session, nothing the
+/// command wrote there), and the output directory when this run created it and it is now empty.
+fn remove_if_empty(run_dir: &Path, output: &Path, output_was_there: bool) {
+    let only_run_record = std::fs::read_dir(run_dir).is_ok_and(|rd| {
+        rd.flatten()
+            .all(|e| e.file_name() == std::ffi::OsStr::new(gpufl_trace::run::RUN_FILE))
+    });
+    if only_run_record && std::fs::remove_dir_all(run_dir).is_ok() && !output_was_there {
+        // Fails, as it should, unless empty.
+        let _ = std::fs::remove_dir(output);
+    }
 }
 
 fn unix_ns() -> u64 {
