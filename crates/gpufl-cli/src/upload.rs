@@ -28,12 +28,28 @@ pub struct UploadArgs {
     /// Retries of a request after a connection error, a 5xx or a 429 (exponential backoff).
     #[arg(long, default_value_t = 5)]
     retries: u32,
+    /// How long each request keeps trying a server it cannot reach (connection refused, DNS, a
+    /// connect that does not complete) before the upload fails, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = parse_secs)]
+    connect_timeout_s: f64,
+}
+
+/// A number of seconds, 0 or more.
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds (0 to 86400)")),
+    }
 }
 
 pub fn run(args: UploadArgs) -> Result<i32> {
     let mut opts = UploadOptions::new(args.server, args.api_key);
     opts.retries = args.retries;
+    opts.connect_timeout = std::time::Duration::from_secs_f64(args.connect_timeout_s);
     let uploader = Uploader::new(&opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for d in &args.dirs {
+        crate::summary::ensure_exists(d)?;
+    }
     let sessions = gpufl_upload::find_sessions(&args.dirs).map_err(|e| anyhow::anyhow!("{e}"))?;
     if sessions.is_empty() {
         let dirs: Vec<String> = args.dirs.iter().map(|d| term::esc_path(d)).collect();

@@ -37,6 +37,8 @@ pub(crate) struct Client {
     retries: u32,
     backoff: Duration,
     max_backoff: Duration,
+    /// The time a request may spend failing to connect ([`UploadOptions::connect_timeout`]).
+    connect_timeout: Duration,
 }
 
 /// A request's body.
@@ -52,6 +54,9 @@ struct Failure {
     /// The answer, for an HTTP status (status, code, reason).
     answer: Option<(u16, String, String)>,
     retry_after: Option<Duration>,
+    /// The server could not be reached (refused, DNS, connect timeout): bounded by the connect
+    /// timeout.
+    unreachable: bool,
 }
 
 /// The API root of `server`: `…/api/v1` appended unless it is there.
@@ -135,8 +140,12 @@ impl Client {
                 "no API key given (--api-key KEY or GPUFL_API_KEY)".into(),
             ));
         }
+        let connect = opts
+            .connect_timeout
+            .max(Duration::from_secs(1))
+            .min(opts.timeout);
         let agent = ureq::AgentBuilder::new()
-            .timeout_connect(opts.timeout)
+            .timeout_connect(connect)
             .timeout_read(opts.timeout)
             .timeout_write(opts.timeout)
             // A redirect is reported, not followed: the key goes to the address given only.
@@ -150,6 +159,7 @@ impl Client {
             retries: opts.retries,
             backoff: opts.backoff,
             max_backoff: opts.max_backoff,
+            connect_timeout: opts.connect_timeout,
         })
     }
 
@@ -164,6 +174,7 @@ impl Client {
         on_retry: &mut dyn FnMut(&Retry),
     ) -> Result<Vec<u8>, UploadError> {
         let url = format!("{}{path}", self.root);
+        let start = std::time::Instant::now();
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -171,7 +182,27 @@ impl Client {
                 Ok(body) => return Ok(body),
                 Err(f) => f,
             };
-            if attempt > self.retries {
+            let mut wait = failure
+                .retry_after
+                .unwrap_or_else(|| jittered(self.backoff, self.max_backoff, attempt - 1));
+            // A server that cannot be reached is tried for the connect timeout, no longer.
+            let mut out_of_time = false;
+            if failure.unreachable {
+                let left = self.connect_timeout.saturating_sub(start.elapsed());
+                out_of_time = left.is_zero();
+                wait = wait.min(left);
+            }
+            if attempt > self.retries || out_of_time {
+                let why = if out_of_time {
+                    format!(
+                        "{} (gave up after {:.1} s: connect timeout {} s)",
+                        failure.why,
+                        start.elapsed().as_secs_f64(),
+                        self.connect_timeout.as_secs_f64()
+                    )
+                } else {
+                    failure.why
+                };
                 return Err(match failure.answer {
                     Some((status, code, reason)) => UploadError::Server {
                         what: what.to_string(),
@@ -182,13 +213,10 @@ impl Client {
                     None => UploadError::Transport {
                         what: what.to_string(),
                         attempts: attempt,
-                        why: failure.why,
+                        why,
                     },
                 });
             }
-            let wait = failure
-                .retry_after
-                .unwrap_or_else(|| jittered(self.backoff, self.max_backoff, attempt - 1));
             on_retry(&Retry {
                 what: what.to_string(),
                 attempt,
@@ -240,6 +268,7 @@ impl Client {
                 why: format!("reading the answer: {e}"),
                 answer: None,
                 retry_after: None,
+                unreachable: false,
             })),
             Err(ureq::Error::Status(status, resp)) => {
                 let after = resp.header("Retry-After").and_then(retry_after);
@@ -254,6 +283,7 @@ impl Client {
                         } else {
                             None
                         },
+                        unreachable: false,
                     }))
                 } else {
                     Err(UploadError::Server {
@@ -271,6 +301,10 @@ impl Client {
                         why,
                         answer: None,
                         retry_after: None,
+                        unreachable: matches!(
+                            t.kind(),
+                            ureq::ErrorKind::Dns | ureq::ErrorKind::ConnectionFailed
+                        ),
                     }))
                 } else {
                     Err(UploadError::Transport {

@@ -15,7 +15,8 @@
 //!    new, unchanged or extended.
 //!
 //! Requests are tried again on connection errors, 5xx and 429 (exponential backoff, or the
-//! server's `Retry-After`: a server over its connection cap answers 503 with one); a completion
+//! server's `Retry-After`: a server over its connection cap answers 503 with one; a server that
+//! cannot be reached at all is tried for [`UploadOptions::connect_timeout`], 5 s by default); a completion
 //! the server could not take as it stood (`409 incomplete`, `409 completion_raced`) starts the
 //! session's upload over once; any other 4xx is final, an [`UploadError::Server`] with the server's
 //! `error` code and `reason`. [`find_sessions`] finds the session directories under the paths a
@@ -51,11 +52,19 @@ pub struct UploadOptions {
     pub max_backoff: Duration,
     /// Connect, read and write timeout of each request.
     pub timeout: Duration,
+    /// How long a request keeps trying to reach a server it cannot connect to (connection
+    /// refused, no route, DNS, a connect that does not complete), first attempt and retries
+    /// together; then it fails. A connect attempt itself waits at most this long (and at least
+    /// 1 s). Default [`DEFAULT_CONNECT_TIMEOUT`].
+    pub connect_timeout: Duration,
 }
+
+/// Default of [`UploadOptions::connect_timeout`]: 5 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl UploadOptions {
     /// `server` and `api_key` with the defaults: 5 retries, 1 s backoff doubling up to 30 s,
-    /// 60 s timeouts.
+    /// 60 s timeouts, 5 s for a server that cannot be reached.
     pub fn new(server: impl Into<String>, api_key: impl Into<String>) -> Self {
         UploadOptions {
             server: server.into(),
@@ -64,6 +73,7 @@ impl UploadOptions {
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(30),
             timeout: Duration::from_secs(60),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }
@@ -78,6 +88,7 @@ impl std::fmt::Debug for UploadOptions {
             .field("backoff", &self.backoff)
             .field("max_backoff", &self.max_backoff)
             .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .finish()
     }
 }
@@ -489,6 +500,33 @@ mod tests {
             };
             assert_eq!((r.attempt, r.retries), (i as u32 + 1, 2));
         }
+    }
+
+    /// A server that refuses connections is tried for the connect timeout, not for the whole
+    /// backoff (1 + 2 + 4 + 8 + 16 s with 5 retries).
+    #[test]
+    fn an_unreachable_server_is_given_up_at_the_connect_timeout() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let mut opts = UploadOptions::new(format!("http://127.0.0.1:{port}"), "gfl_up_x");
+        assert_eq!(opts.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        opts.connect_timeout = Duration::from_millis(1500);
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/sessions/stream_sync_loop-665-20261122T061858Z");
+        let t = std::time::Instant::now();
+        let e = upload_session(&dir, &opts, &mut |_| {}).unwrap_err();
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(1400) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        let UploadError::Transport { attempts, why, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert!((2..=3).contains(attempts), "{e:?}");
+        assert!(why.contains("connect timeout 1.5 s"), "{why}");
     }
 
     /// What is sent of a session whose last file ends in a block still being written: its closed
