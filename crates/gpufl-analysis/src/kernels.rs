@@ -39,6 +39,153 @@ pub fn short_name(name: &str) -> &str {
     }
 }
 
+/// The kernel's signature without `void ` and its parameter list (the first `(` outside template
+/// brackets): tells template instantiations apart where the short names are the same.
+pub fn signature(name: &str) -> &str {
+    let n = name.strip_prefix("void ").unwrap_or(name);
+    let mut depth = 0i32;
+    for (i, c) in n.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 && i > 0 => return &n[..i],
+            _ => {}
+        }
+    }
+    n
+}
+
+/// [`signature`] made compact: no namespace or class qualifier (`at::native::F` → `F`), no
+/// `(anonymous namespace)`, no casts of template values (`(unsigned long)3` → `3`), `> >` as
+/// `>>`. `void at::native::k<4, at::native::F<float> >(int)` → `k<4, F<float>>`.
+pub fn compact_signature(name: &str) -> String {
+    let sig = signature(name).replace("(anonymous namespace)::", "");
+    let mut out = String::with_capacity(sig.len());
+    // Where the identifier being copied starts in `out` (its qualifiers are cut back to it).
+    let mut ident_start = 0;
+    let mut chars = sig.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            ':' if chars.peek() == Some(&':') => {
+                chars.next();
+                out.truncate(ident_start);
+            }
+            '(' => {
+                // A cast of a template value, `(unsigned long)3`: dropped.
+                let rest: String = chars.clone().take_while(|&x| x != ')').collect();
+                let after = chars.clone().nth(rest.chars().count() + 1);
+                let is_cast = !rest.is_empty()
+                    && rest.chars().all(|x| x.is_ascii_lowercase() || x == ' ')
+                    && after.is_some_and(|x| x.is_ascii_digit() || x == '-');
+                if is_cast {
+                    for _ in 0..=rest.chars().count() {
+                        chars.next();
+                    }
+                } else {
+                    out.push(c);
+                }
+                ident_start = out.len();
+            }
+            c if c.is_alphanumeric() || c == '_' || c == '~' => out.push(c),
+            _ => {
+                if c == '>' && out.ends_with(" >") {
+                    out.pop();
+                } else if c == '>' && out.ends_with(' ') && out.trim_end().ends_with('>') {
+                    out.truncate(out.trim_end().len());
+                }
+                out.push(c);
+                ident_start = out.len();
+            }
+        }
+    }
+    out
+}
+
+/// The names of a table's kernels where `shown[i]` (the name a table would print for kernel
+/// `full[i]`, before clipping to `width` characters) would read the same as another row's once
+/// clipped: [`compact_signature`]s, and where those still collide, the compact signature with the
+/// part the rows share elided after the kernel's name (`k<…Mul<bool>>, array<char*, 3>>`; a name
+/// without template arguments after its first 24 characters), at most `width` characters. Other
+/// rows keep `shown`.
+pub fn distinct_names(shown: &[String], full: &[&str], width: usize) -> Vec<String> {
+    let clip = |s: &str| -> String { s.chars().take(width).collect() };
+    let clipped: Vec<String> = shown.iter().map(|s| clip(s)).collect();
+    let collides = |i: usize| (0..shown.len()).any(|j| j != i && clipped[j] == clipped[i]);
+    let compact: Vec<String> = full.iter().map(|n| compact_signature(n)).collect();
+    (0..shown.len())
+        .map(|i| {
+            if !collides(i) {
+                return shown[i].clone();
+            }
+            let group: Vec<usize> = (0..shown.len())
+                .filter(|&j| j != i && clipped[j] == clipped[i])
+                .collect();
+            let c = &compact[i];
+            if c.chars().count() <= width || group.iter().all(|&j| clip(&compact[j]) != clip(c)) {
+                return c.clone();
+            }
+            // Identical compact forms (namespaces alone differ): the signatures, elided.
+            let (mine, others): (&str, Vec<&str>) = if group.iter().any(|&j| compact[j] == *c) {
+                (
+                    signature(full[i]),
+                    group.iter().map(|&j| signature(full[j])).collect(),
+                )
+            } else {
+                (
+                    c.as_str(),
+                    group.iter().map(|&j| compact[j].as_str()).collect(),
+                )
+            };
+            elide_shared(mine, &others, width)
+        })
+        .collect()
+}
+
+/// `s` with the part it shares with the closest of `others` elided after its first `<` (after its
+/// first 24 characters when it has none), so that where it differs shows within `width`
+/// characters.
+fn elide_shared(s: &str, others: &[&str], width: usize) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let shared = others
+        .iter()
+        .map(|o| {
+            chars
+                .iter()
+                .zip(o.chars())
+                .take_while(|(a, b)| **a == *b)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    // Kept before the elision: the kernel's name and `<`, or a name's first 24 characters.
+    let head = chars
+        .iter()
+        .position(|&c| c == '<')
+        .map_or(24.min(chars.len()), |p| p + 1);
+    // Back to the start of the differing argument (at most 16 characters back).
+    let mut start = shared.min(chars.len());
+    let floor = start.saturating_sub(16).max(head);
+    while start > floor && !matches!(chars[start - 1], '<' | ',' | ' ') {
+        start -= 1;
+    }
+    let out: String = if start <= head + 1 {
+        s.to_string()
+    } else {
+        chars[..head]
+            .iter()
+            .chain(std::iter::once(&'…'))
+            .chain(&chars[start..])
+            .collect()
+    };
+    if out.chars().count() > width {
+        let mut t: String = out.chars().take(width.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    } else {
+        out
+    }
+}
+
 /// Substrings of the kernels a framework runtime launches for itself, not for the user's program
 /// (XLA's `stream_executor::` kernels: the one-thread `DelayKernel` timing its autotuning, redzone
 /// checks). No kernel rule reports them: nothing the user writes changes them.
@@ -1182,6 +1329,63 @@ impl AloneSweep {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn signatures_drop_void_and_parameters_but_keep_templates() {
+        assert_eq!(
+            signature("void at::native::k<4, at::native::F<float>>(int, at::native::F<float>)"),
+            "at::native::k<4, at::native::F<float>>"
+        );
+        assert_eq!(signature("small_grid(float*, int)"), "small_grid");
+        assert_eq!(signature("(anonymous)"), "(anonymous)");
+    }
+
+    const MUL: &str = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<bool, bool, bool, at::native::binary_internal::MulFunctor<bool> >, std::array<char*, (unsigned long)3> >(int, at::native::BinaryFunctor<bool, bool, bool, at::native::binary_internal::MulFunctor<bool> >, std::array<char*, (unsigned long)3>)";
+    const EQ: &str = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, bool, at::native::(anonymous namespace)::CompareEqFunctor<c10::BFloat16> >, std::array<char*, (unsigned long)3> >(int, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, bool, at::native::(anonymous namespace)::CompareEqFunctor<c10::BFloat16> >, std::array<char*, (unsigned long)3>)";
+
+    #[test]
+    fn compact_signatures_drop_qualifiers_and_casts() {
+        assert_eq!(
+            compact_signature(MUL),
+            "vectorized_elementwise_kernel<4, BinaryFunctor<bool, bool, bool, MulFunctor<bool>>, array<char*, 3>>"
+        );
+        assert_eq!(
+            compact_signature(EQ),
+            "vectorized_elementwise_kernel<4, BinaryFunctor<BFloat16, BFloat16, bool, CompareEqFunctor<BFloat16>>, array<char*, 3>>"
+        );
+        assert_eq!(compact_signature("small_grid(float*, int)"), "small_grid");
+        assert_eq!(compact_signature("void ns::k<(int)-1>(int)"), "k<-1>");
+        assert_eq!(compact_signature("(anonymous)"), "(anonymous)");
+    }
+
+    #[test]
+    fn rows_that_would_read_the_same_are_told_apart() {
+        let shown: Vec<String> = [MUL, EQ, "void other<1>(int)"]
+            .iter()
+            .map(|n| signature(n).to_string())
+            .collect();
+        let names = distinct_names(&shown, &[MUL, EQ, "void other<1>(int)"], 60);
+        assert_eq!(
+            names[2], "other<1>",
+            "a row that does not collide keeps its name"
+        );
+        // Compact forms differ within 60 characters: they are the names (clipped by the table).
+        assert_eq!(names[0], compact_signature(MUL));
+        assert_eq!(names[1], compact_signature(EQ));
+        // Within 45 they would not: the shared part is elided.
+        let names = distinct_names(&shown, &[MUL, EQ, "void other<1>(int)"], 45);
+        assert_eq!(names[0], "vectorized_elementwise_kernel<…bool, bool, b…");
+        assert_eq!(names[1], "vectorized_elementwise_kernel<…BFloat16, BFl…");
+        // Rows that fit stay as they were.
+        let shown = vec!["k<1>".to_string(), "k<2>".to_string()];
+        assert_eq!(distinct_names(&shown, &["k<1>()", "k<2>()"], 60), shown);
+        // Same compact form: the signatures, the shared part elided.
+        let a = "void a::k<float, float, float, float, float, float, float, p::Y>(int)";
+        let b = "void a::k<float, float, float, float, float, float, float, q::Y>(int)";
+        let shown = vec![signature(a).to_string(), signature(b).to_string()];
+        let names = distinct_names(&shown, &[a, b], 30);
+        assert_eq!(names, ["a::k<…p::Y>", "a::k<…q::Y>"]);
+    }
+
     use super::*;
 
     #[test]

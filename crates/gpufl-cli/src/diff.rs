@@ -327,14 +327,22 @@ fn kernels(o: &mut String, d: &Diff, limit: usize) {
         );
         let shown = &d.kernels[..cap(limit, d.kernels.len())];
         let shorts: Vec<&str> = shown.iter().map(|k| short_name(&k.name)).collect();
-        for (k, short) in shown.iter().zip(&shorts) {
-            // The short name, unless another row shares it: then the name with its template
-            // arguments (the parameter list clipped).
-            let name = if shorts.iter().filter(|s| *s == short).count() > 1 {
-                k.name.strip_prefix("void ").unwrap_or(&k.name)
-            } else {
-                short
-            };
+        // The short name, unless another row shares it: then the name with its template
+        // arguments (the parameter list clipped), told apart where those read the same clipped.
+        let names: Vec<String> = shown
+            .iter()
+            .zip(&shorts)
+            .map(|(k, short)| {
+                if shorts.iter().filter(|s| *s == short).count() > 1 {
+                    k.name.strip_prefix("void ").unwrap_or(&k.name).to_string()
+                } else {
+                    short.to_string()
+                }
+            })
+            .collect();
+        let full: Vec<&str> = shown.iter().map(|k| k.name.as_str()).collect();
+        let names = gpufl_analysis::kernels::distinct_names(&names, &full, 70);
+        for (k, name) in shown.iter().zip(&names) {
             let (inb, inn) = (k.status != Status::New, k.status != Status::Gone);
             let _ = writeln!(
                 o,

@@ -381,25 +381,33 @@ fn acc_index(slot_of_name: &mut [u32], accs: &mut Vec<Acc>, name: u32, dev: u32)
 
 use crate::kernels::short_name as short_kernel;
 
-/// Names for prose: [`short_kernel`], or the signature without its parameters (clipped) where two
-/// functions of the list would read the same (template instantiations).
+/// Names for prose: [`short_kernel`], or the signature (clipped) where two functions of the list
+/// would read the same (template instantiations), told apart where those would read the same
+/// clipped ([`crate::kernels::distinct_names`]).
 fn display_names(kernels: &[KernelLaunches]) -> Vec<String> {
+    const WIDTH: usize = 100;
     let shorts: Vec<&str> = kernels.iter().map(|k| short_kernel(&k.name)).collect();
-    kernels
+    let mut names: Vec<String> = shorts.iter().map(|s| s.to_string()).collect();
+    // The rows that share their short name, shown by their signatures, clipped.
+    let shared: Vec<usize> = (0..kernels.len())
+        .filter(|&i| shorts.iter().filter(|x| **x == shorts[i]).count() > 1)
+        .collect();
+    let shown: Vec<String> = shared
         .iter()
-        .zip(&shorts)
-        .map(|(k, s)| {
-            if shorts.iter().filter(|x| *x == s).count() < 2 {
-                return s.to_string();
-            }
-            let f = short_function(&k.name);
-            let f = f.strip_prefix("void ").unwrap_or(f);
-            match f.char_indices().nth(100) {
-                Some((i, _)) => format!("{}…", &f[..i]),
-                None => f.to_string(),
-            }
+        .map(|&i| {
+            let f = short_function(&kernels[i].name);
+            f.strip_prefix("void ").unwrap_or(f).to_string()
         })
-        .collect()
+        .collect();
+    let full: Vec<&str> = shared.iter().map(|&i| kernels[i].name.as_str()).collect();
+    let distinct = crate::kernels::distinct_names(&shown, &full, WIDTH);
+    for (&i, f) in shared.iter().zip(distinct) {
+        names[i] = match f.char_indices().nth(WIDTH) {
+            Some((i, _)) => format!("{}…", &f[..i]),
+            None => f,
+        };
+    }
+    names
 }
 
 fn insight(

@@ -7,7 +7,7 @@
 
 use super::style::clip;
 use gpufl_analysis::kdetail::DetailSummary;
-use gpufl_analysis::kernels::{short_name, KernelRow, KernelTable};
+use gpufl_analysis::kernels::{distinct_names, short_name, signature, KernelRow, KernelTable};
 use gpufl_analysis::{fmt_duration, Limiter};
 use std::fmt::Write;
 
@@ -101,20 +101,27 @@ fn detail_columns(d: Option<&DetailSummary>) -> String {
     )
 }
 
-/// The kernel's signature without `void ` and its parameter list (the first `(` outside template
-/// brackets): tells template instantiations apart where the short names are the same.
-pub(crate) fn signature(name: &str) -> &str {
-    let n = name.strip_prefix("void ").unwrap_or(name);
-    let mut depth = 0i32;
-    for (i, c) in n.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            '(' if depth == 0 && i > 0 => return &n[..i],
-            _ => {}
-        }
-    }
-    n
+/// Width of the kernel column.
+const NAME_WIDTH: usize = 60;
+
+/// The rows' names: the short name, or where rows share it the signature without its parameters
+/// (template instantiations), told apart where even those would read the same once clipped
+/// ([`distinct_names`]).
+fn row_names(rows: &[&KernelRow]) -> Vec<String> {
+    let shorts: Vec<&str> = rows.iter().map(|r| short_name(&r.name)).collect();
+    let shown: Vec<String> = rows
+        .iter()
+        .zip(&shorts)
+        .map(|(r, short)| {
+            if shorts.iter().filter(|s| *s == short).count() > 1 {
+                signature(&r.name).to_string()
+            } else {
+                short.to_string()
+            }
+        })
+        .collect();
+    let full: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    distinct_names(&shown, &full, NAME_WIDTH)
 }
 
 /// Append the table: a heading per device, then its top kernels by GPU time.
@@ -162,17 +169,8 @@ pub fn render(out: &mut String, t: &KernelTable) {
             "local",
             "occupancy"
         );
-        let shorts: Vec<&str> = rows
-            .iter()
-            .take(shown)
-            .map(|r| short_name(&r.name))
-            .collect();
-        for (r, short) in rows.iter().take(shown).zip(&shorts) {
-            let name = if shorts.iter().filter(|s| *s == short).count() > 1 {
-                signature(&r.name)
-            } else {
-                short
-            };
+        let names = row_names(&rows[..shown]);
+        for (r, name) in rows.iter().take(shown).zip(&names) {
             let cols = if counted {
                 detail_columns(r.detail.as_ref())
             } else {
@@ -192,7 +190,7 @@ pub fn render(out: &mut String, t: &KernelTable) {
                 bytes(r.launch.smem_bytes()),
                 local(r.launch.local_mem, r.stack_frame),
                 occupancy(r),
-                clip(&crate::term::esc(name), 60),
+                clip(&crate::term::esc(name), NAME_WIDTH),
             );
             if r.graph_runs > 0 {
                 // Kernels a graph replay ran: no launch call of their own.
@@ -257,7 +255,7 @@ fn detail_notes(out: &mut String, rows: &[&KernelRow]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{local, sectors, signature};
+    use super::{local, sectors};
 
     #[test]
     fn sectors_per_request_over_the_ideal() {
@@ -273,15 +271,5 @@ mod tests {
         assert_eq!(local(64, Some(0)), "64");
         assert_eq!(local(0, Some(568)), "0+568s");
         assert_eq!(local(96, Some(2048)), "96+2048s");
-    }
-
-    #[test]
-    fn signatures_drop_void_and_parameters_but_keep_templates() {
-        assert_eq!(
-            signature("void at::native::k<4, at::native::F<float>>(int, at::native::F<float>)"),
-            "at::native::k<4, at::native::F<float>>"
-        );
-        assert_eq!(signature("small_grid(float*, int)"), "small_grid");
-        assert_eq!(signature("(anonymous)"), "(anonymous)");
     }
 }
