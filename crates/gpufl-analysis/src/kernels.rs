@@ -110,16 +110,16 @@ pub fn compact_signature(name: &str) -> String {
 pub fn distinct_names(shown: &[String], full: &[&str], width: usize) -> Vec<String> {
     let clip = |s: &str| -> String { s.chars().take(width).collect() };
     let clipped: Vec<String> = shown.iter().map(|s| clip(s)).collect();
-    let collides = |i: usize| (0..shown.len()).any(|j| j != i && clipped[j] == clipped[i]);
+    // Rows of one kernel (on two devices) are not told apart by their names.
+    let rival = |i: usize, j: usize| j != i && clipped[j] == clipped[i] && full[j] != full[i];
+    let collides = |i: usize| (0..shown.len()).any(|j| rival(i, j));
     let compact: Vec<String> = full.iter().map(|n| compact_signature(n)).collect();
     (0..shown.len())
         .map(|i| {
             if !collides(i) {
                 return shown[i].clone();
             }
-            let group: Vec<usize> = (0..shown.len())
-                .filter(|&j| j != i && clipped[j] == clipped[i])
-                .collect();
+            let group: Vec<usize> = (0..shown.len()).filter(|&j| rival(i, j)).collect();
             let c = &compact[i];
             if c.chars().count() <= width || group.iter().all(|&j| clip(&compact[j]) != clip(c)) {
                 return c.clone();
@@ -1375,6 +1375,9 @@ mod tests {
         let names = distinct_names(&shown, &[MUL, EQ, "void other<1>(int)"], 45);
         assert_eq!(names[0], "vectorized_elementwise_kernel<…bool, bool, b…");
         assert_eq!(names[1], "vectorized_elementwise_kernel<…BFloat16, BFl…");
+        // One kernel on two devices: its name twice.
+        let shown = vec!["k".to_string(), "k".to_string()];
+        assert_eq!(distinct_names(&shown, &["k<1>()", "k<1>()"], 60), shown);
         // Rows that fit stay as they were.
         let shown = vec!["k<1>".to_string(), "k<2>".to_string()];
         assert_eq!(distinct_names(&shown, &["k<1>()", "k<2>()"], 60), shown);

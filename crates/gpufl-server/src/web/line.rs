@@ -493,8 +493,23 @@ fn kernels_at<'a>(here: &[&'a LineDoc]) -> Vec<(&'a str, u64, u64)> {
     list
 }
 
-/// The kernels launched from the line with their kernel rows' stats and a link per device.
+/// The kernels launched from the line with their kernel rows' stats and a link per device; where
+/// two would read the same (template instantiations), enough of their signatures to tell them
+/// apart ([`gpufl_analysis::kernels::distinct_names`], at most 80 characters).
 fn kernel_views(list: &[(&str, u64, u64)], rows: &[KernelRow], id: &str) -> Vec<KernelView> {
+    let mut views = plain_kernel_views(list, rows, id);
+    let shorts: Vec<String> = views.iter().map(|v| v.short.clone()).collect();
+    let full: Vec<&str> = list.iter().map(|l| l.0).collect();
+    let names = gpufl_analysis::kernels::distinct_names(&shorts, &full, 79);
+    for ((v, n), s) in views.iter_mut().zip(names).zip(&shorts) {
+        if n != *s {
+            v.short = fmt::cut(&n, 80);
+        }
+    }
+    views
+}
+
+fn plain_kernel_views(list: &[(&str, u64, u64)], rows: &[KernelRow], id: &str) -> Vec<KernelView> {
     list.iter()
         .map(|&(name, launches, total)| {
             let mine: Vec<&KernelRow> = rows.iter().filter(|r| r.name == name).collect();

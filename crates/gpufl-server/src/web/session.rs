@@ -401,6 +401,7 @@ pub async fn page(
     page.ranges_more = sc.ranges_total.max(sc.ranges.len()) - page.ranges.len();
     let (rows, n) = st.db.top_kernels(p, &id, KERNEL_ROWS).await?;
     page.kernels = rows.iter().map(|k| kernel_view(k, &id)).collect();
+    distinct_kernel_names(&mut page.kernels, &rows);
     page.kernels_more = (n - page.kernels.len() as i64).max(0);
     render(&page)
 }
@@ -1003,6 +1004,25 @@ fn u(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
 
+/// Where rows would read the same (template instantiations: `vectorized_elementwise_kernel` 15
+/// times), enough of their signatures to tell them apart
+/// ([`gpufl_analysis::kernels::distinct_names`]).
+fn distinct_kernel_names(views: &mut [KernelView], rows: &[KernelRow]) {
+    let shorts: Vec<String> = rows
+        .iter()
+        .map(|k| gpufl_analysis::kernels::short_name(&k.name).to_string())
+        .collect();
+    let full: Vec<&str> = rows.iter().map(|k| k.name.as_str()).collect();
+    // `cut` keeps 79 characters and `…`: rows must differ within those.
+    let names = gpufl_analysis::kernels::distinct_names(&shorts, &full, KERNEL_NAME_CHARS - 1);
+    for (v, n) in views.iter_mut().zip(names) {
+        v.short = fmt::cut(&n, KERNEL_NAME_CHARS);
+    }
+}
+
+/// Width of a kernel's name in the session page's table.
+const KERNEL_NAME_CHARS: usize = 80;
+
 fn kernel_view(k: &KernelRow, session: &str) -> KernelView {
     let b = &k.body;
     let occ = b.get("occupancy").filter(|o| o.is_object());
@@ -1027,7 +1047,10 @@ fn kernel_view(k: &KernelRow, session: &str) -> KernelView {
         .and_then(|l| l.get("regs"))
         .and_then(Value::as_u64);
     KernelView {
-        short: fmt::cut(gpufl_analysis::kernels::short_name(&k.name), 80),
+        short: fmt::cut(
+            gpufl_analysis::kernels::short_name(&k.name),
+            KERNEL_NAME_CHARS,
+        ),
         href: format!(
             "/sessions/{}/kernel?name={}&device={}",
             url_encode(session),
