@@ -197,6 +197,7 @@ def test_python_m_gpufl_runs_the_command(tmp_path):
     env = with_package(dict(os.environ))
     if not INSTALLED:
         env["PATH"] = str(CLI.parent) + os.pathsep + env.get("PATH", "")
+    (tmp_path / "none").mkdir()
     r = subprocess.run([sys.executable, "-m", "gpufl", "report", str(tmp_path / "none")],
                        env=env, capture_output=True, text=True, timeout=60)
     # The command ran (it says the directory holds no session) and its status came back.
