@@ -107,7 +107,9 @@ pub use totals::{totals, Totals};
 pub use userframe::{
     user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL,
 };
-pub use views::{ApiRec, CopyOp, CopyRec, FrameView, KernelRec, LaunchConfig, SyncRec};
+pub use views::{
+    ApiRec, CopyOp, CopyRec, FrameView, HostcallRec, HsampleRec, KernelRec, LaunchConfig, SyncRec,
+};
 
 use serde::Serialize;
 
