@@ -1,7 +1,8 @@
 //! What every rule reads: [`Ctx`], the model with the session's wall time, the devices' busy
 //! intervals, and the user location of every stack, synchronization and call site (computed once
 //! per distinct stack), with the lookups the rules share (an API call by correlation id, a call
-//! site's line, the GPU-observed span of an always-on session).
+//! site's line, the GPU-observed span of an always-on session, the host records indexed for the
+//! join of idle gaps with the host).
 
 use crate::corrs::KernelCorrs;
 use crate::ids::{CorrId, LocIx, StackIx};
@@ -40,6 +41,8 @@ pub(crate) struct Ctx<'a> {
     pub loc_via: Vec<LocVia>,
     /// The kernels' distinct correlation ids, on first need.
     kernel_corrs: OnceLock<Option<Vec<u32>>>,
+    /// The host records indexed for the join, on first need.
+    host: OnceLock<crate::shared::host::HostIndex>,
 }
 
 impl<'a> Ctx<'a> {
@@ -95,7 +98,15 @@ impl<'a> Ctx<'a> {
             api_by_corr,
             loc_via,
             kernel_corrs: OnceLock::new(),
+            host: OnceLock::new(),
         }
+    }
+
+    /// The host records (`hostcall`, `hsample`) indexed for the join of idle gaps with what the
+    /// host was doing (built on the first call, shared by the rules; empty without them).
+    pub fn host(&self) -> &crate::shared::host::HostIndex {
+        self.host
+            .get_or_init(|| crate::shared::host::HostIndex::new(self))
     }
 
     /// The kernels' distinct non-zero correlation ids, sorted (built on the first call, shared by
