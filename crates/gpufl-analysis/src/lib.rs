@@ -101,6 +101,7 @@ pub use run::{analyze_run, RunAnalysis, RunMember};
 pub use sampling::{Basis, BasisKind, CallsPerLine, Sampling};
 pub use scopes::{rollup_path, RangeRollup, RangeSpan, ScopeRollup, ScopeSpan, MAX_SCOPE_DEPTH};
 pub use shared::graphs::{GraphOp, GraphSummary};
+pub use shared::host::calls::CallKind;
 pub use shared::host::{Compiler, Doing, DoingTime, HostActivity, HostLine, Overhead};
 pub use shared::idle::utilization::{ChunkIdle, ChunkLine};
 pub use shared::idle::{ClassTotal, DeviceIdle, Gap, IdleByClass, IdleClass, UtilChunk};

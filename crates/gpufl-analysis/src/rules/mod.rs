@@ -10,6 +10,7 @@
 //! its section in docs/insights.md.
 
 pub(crate) mod bank_conflicts;
+pub mod blocking_call;
 pub(crate) mod blocking_copy;
 pub mod collective_wait;
 pub(crate) mod default_stream_barrier;
@@ -151,6 +152,13 @@ pub static RULES: &[RuleSpec] = &[
         exact: false,
         anchor: "rule-host-read",
         run: Some(Run::Ctx(host_read::run)),
+    },
+    RuleSpec {
+        name: blocking_call::RULE,
+        category: Synchronization,
+        exact: false,
+        anchor: "rule-blocking-call",
+        run: Some(Run::Ctx(blocking_call::run)),
     },
     RuleSpec {
         name: default_stream_barrier::RULE,
@@ -332,6 +340,7 @@ pub enum RuleData {
     UncoalescedAccess(uncoalesced_access::Data),
     BankConflicts(bank_conflicts::Data),
     StallReasons(stall_reasons::Data),
+    BlockingCall(blocking_call::Data),
 }
 
 /// `impl From<rule::Data> for RuleData`, so that a rule hands its figures to
@@ -369,4 +378,5 @@ rule_data_from! {
     UncoalescedAccess(uncoalesced_access),
     BankConflicts(bank_conflicts),
     StallReasons(stall_reasons),
+    BlockingCall(blocking_call),
 }

@@ -45,6 +45,8 @@ use crate::shared::Ctx;
 use crate::text::{fmt_duration, share};
 use crate::userframe::SourceLoc;
 use crate::views::sync_kind_from_u8;
+
+pub(crate) mod calls;
 use gpufl_trace::{HostState, StrId};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -302,6 +304,24 @@ pub(crate) fn is_module_load(name: &str) -> bool {
     ]
     .iter()
     .any(|p| name.starts_with(p))
+}
+
+/// The idle time of device `dev` (all devices together when None) inside `[s, e)`: the time no
+/// op of it ran, within its active range (first op's start to last op's end), GPU-unobserved
+/// time left out — the GPU idle a host call over `[s, e)` coincided with.
+pub(crate) fn gpu_idle_in(cx: &Ctx, dev: Option<u32>, s: u64, e: u64) -> u64 {
+    let iv = cx.busy.intervals(dev);
+    let (Some(first), Some(last)) = (iv.first(), iv.last()) else {
+        return 0;
+    };
+    let (a, b) = (s.max(first.0), e.min(last.1));
+    if b <= a {
+        return 0;
+    }
+    let busy = crate::intervals::overlap_ns(iv, a, b);
+    (b - a)
+        .saturating_sub(busy)
+        .saturating_sub(cx.m.unobserved_in(a, b))
 }
 
 /// An exact interval: a CUDA call of a thread.
