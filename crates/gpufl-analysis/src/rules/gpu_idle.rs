@@ -17,11 +17,13 @@
 
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, share, Insight};
+use crate::shared::host::{HostActivity, HostGap, Join};
 use crate::shared::idle::{
     BlockedIndex, ClassFigures, Group, IdleClass, IdleScan, FIX_LAUNCH, FIX_OTHER, FIX_SYNC,
 };
 use crate::shared::timeline::{location_note, LocationSource, Locator};
 use crate::shared::Ctx;
+use crate::userframe::SourceLoc;
 use serde::Serialize;
 use std::cmp::Reverse;
 
@@ -64,6 +66,14 @@ pub struct Data {
     pub blocking_call: Option<String>,
     /// The least precise way a gap's line was found.
     pub location_source: LocationSource,
+    /// What the host was doing during the gaps (sessions with `hostcall` or `hsample` records;
+    /// absent without them): the join of `shared::host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostActivity>,
+    /// When the finding moved to the host line holding most of the gaps' time: the line of the
+    /// work that ended the gaps (the line the finding has without host records).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_ended_at: Option<SourceLoc>,
 }
 
 /// Run the rule over the devices' idle gaps.
@@ -144,6 +154,12 @@ fn insight(
     } else {
         "the line's span"
     };
+    let who = if class == IdleClass::Sync {
+        "the blocked thread"
+    } else {
+        "the launching thread"
+    };
+    let host = host_join(cx, locator, loc, fired);
     let title = match class {
         IdleClass::Sync => format!(
             "GPU idle × {gaps}{at} · {} while the host was blocked in {} ({pct:.1}% of {span})",
@@ -211,6 +227,48 @@ fn insight(
         IdleClass::Other => FIX_OTHER,
         _ => FIX_LAUNCH,
     };
+    let mut fix = fix.to_string();
+    let (mut location, mut title, mut gap_ended_at) = (location, title, None);
+    if let Some((j, off)) = &host {
+        detail += &format!("; {}", j.activity.sentence(who));
+        if let Some(o) = off {
+            detail += &format!("; {o}");
+        }
+        let doing = match (&j.line, j.compiling) {
+            (Some(t), _) => Some((Some(t.loc), t.phrase.clone(), t.share)),
+            (None, Some(c)) => Some((
+                loc,
+                c.label().to_string(),
+                share(j.activity.compile_ns, j.activity.gap_ns),
+            )),
+            _ => None,
+        };
+        if let Some((hl, phrase, sh)) = doing {
+            let new_loc = hl.map_or_else(|| location.clone(), |l| locator.source_loc(l));
+            let moved = hl.is_some() && hl != loc;
+            let at = if hl.is_none() {
+                String::new()
+            } else {
+                format!(" @ {}", new_loc.short())
+            };
+            title = format!(
+                "GPU idle × {gaps}{at} · {} while {who} was {phrase} ({:.0}% of the gaps' time; {pct:.1}% of {span})",
+                fmt_duration(idle),
+                sh * 100.0
+            );
+            if moved {
+                detail += &format!(
+                    "; located at the host line that holds {:.0}% of the gaps' time, the gaps ended at {}",
+                    sh * 100.0,
+                    location.short()
+                );
+                gap_ended_at = Some(std::mem::replace(&mut location, new_loc));
+            }
+            if let Some(f) = j.fix() {
+                fix = f;
+            }
+        }
+    }
     Insight::new(RULE, location, title, detail, fix)
         .count(gaps)
         .impact(idle, window, cx.wall_ns)
@@ -233,5 +291,46 @@ fn insight(
                 .collect(),
             blocking_call,
             location_source: src,
+            host: host.map(|(j, _)| j.activity),
+            gap_ended_at,
         })
+}
+
+/// The join of the fired classes' gaps with the host (None without host records), and a note on
+/// the one-off pauses left out when compilation held them.
+fn host_join(
+    cx: &Ctx,
+    locator: &Locator,
+    loc: Option<LocIx>,
+    fired: &[(IdleClass, ClassFigures, &Group)],
+) -> Option<(Join, Option<String>)> {
+    let h = cx.host();
+    if h.is_empty() {
+        return None;
+    }
+    let (mut gaps, mut off): (Vec<HostGap>, Vec<HostGap>) = (Vec::new(), Vec::new());
+    for f in fired {
+        let (g, o) = f.2.host_gaps(f.1.one_off_gaps);
+        gaps.extend(g);
+        off.extend(o);
+    }
+    let join = h.explain(cx, locator, &gaps, loc);
+    let note = (!off.is_empty())
+        .then(|| h.explain(cx, locator, &off, loc))
+        .and_then(|o| {
+            let c = o.compiling?;
+            let at = o
+                .line
+                .map(|t| format!(" at {}", locator.source_loc(t.loc).short()))
+                .unwrap_or_default();
+            Some(format!(
+                "the one-off pause{} left out {} {}{at} ({:.0}% of {})",
+                if off.len() == 1 { "" } else { "s" },
+                if off.len() == 1 { "was" } else { "were" },
+                c.label(),
+                share(o.activity.compile_ns, o.activity.gap_ns) * 100.0,
+                fmt_duration(o.activity.gap_ns)
+            ))
+        });
+    Some((join, note))
 }

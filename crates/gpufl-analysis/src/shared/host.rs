@@ -244,11 +244,69 @@ pub struct HostActivity {
 /// The join's answer for a set of gaps: the plain data, and the host line a finding moves to.
 pub(crate) struct Join {
     pub activity: HostActivity,
-    /// The line holding at least [`RELOCATE_PCT`] % of the gaps' time, and its main activity as
-    /// prose ("in cudaFree").
-    pub line: Option<(LocIx, String)>,
+    /// The line holding at least [`RELOCATE_PCT`] % of the gaps' time.
+    pub line: Option<HostTop>,
     /// Compilation holds at least [`RELOCATE_PCT`] % of the gaps' time: its main kind.
     pub compiling: Option<Compiler>,
+}
+
+/// The host line holding most of a set of gaps' time.
+pub(crate) struct HostTop {
+    pub loc: LocIx,
+    /// Its share of the gaps' time (all its activities), 0..1.
+    pub share: f64,
+    /// Its main activity as prose after "was": `in cudaFree`, `compiling (XLA)`, `on CPU`.
+    pub phrase: String,
+    doing: Doing,
+    /// The call's name (a CUDA call), or the compiler.
+    call: Option<String>,
+    compiler: Option<Compiler>,
+}
+
+/// The fix when the host was on a CPU at a line during the gaps.
+const FIX_HOST_CPU: &str = "Move the host work at that line off the launching thread or overlap it with GPU work: prepare data in DataLoader workers or a background thread, prefetch the next batch while the GPU runs this one, vectorize the preparation or do it on the GPU, and issue the next GPU work before the CPU work where the order allows.";
+/// The fix when the host was waiting (I/O, a queue, another thread) at a line.
+const FIX_HOST_WAIT: &str = "The host was waiting at that line (I/O, a queue, another thread) while the GPU had nothing to do: prefetch (DataLoader workers with prefetch_factor, a background loader), read ahead, and queue GPU work before waiting.";
+
+impl Compiler {
+    /// The fix when compilation held the gaps.
+    pub(crate) fn fix(self) -> &'static str {
+        match self {
+            Compiler::Xla => {
+                "Compile once: keep shapes static (pad batches to a few fixed sizes, drop the                  last partial batch), keep Python values that change out of static arguments,                  warm up with every shape you will see before the work you time, and keep                  compiled code across runs (jax.config jax_compilation_cache_dir)."
+            }
+            Compiler::TorchCompile => {
+                "Compile once: find what makes Dynamo compile again (TORCH_LOGS=recompiles),                  mark sizes that change as dynamic or pad them to a few fixed sizes, warm up                  with the shapes you will see, and keep Inductor's caches                  (TORCHINDUCTOR_CACHE_DIR)."
+            }
+            Compiler::Triton => {
+                "Autotune and compile once: warm up with the shapes you will see, keep Triton's                  cache (TRITON_CACHE_DIR), and narrow the autotuner's configurations or key."
+            }
+            Compiler::ModuleLoad => calls::CallKind::ModuleLoad.fix(),
+        }
+    }
+}
+
+impl Join {
+    /// The fix for what held the gaps, when the join names it (a call, compilation, CPU work or
+    /// a wait at a line); None to keep the finding's own.
+    pub(crate) fn fix(&self) -> Option<String> {
+        if let Some(t) = &self.line {
+            let f = match t.doing {
+                Doing::Call => t
+                    .call
+                    .as_deref()
+                    .map(calls::CallKind::of)
+                    .filter(|k| *k != calls::CallKind::Other)
+                    .map(|k| k.fix()),
+                Doing::Compile => t.compiler.map(Compiler::fix),
+                Doing::Cpu | Doing::Lock => Some(FIX_HOST_CPU),
+                Doing::Sleep | Doing::Idle => Some(FIX_HOST_WAIT),
+                Doing::Sync | Doing::Unknown => None,
+            };
+            return f.map(str::to_string);
+        }
+        self.compiling.map(|c| c.fix().to_string())
+    }
 }
 
 /// The compiler whose frames a Python stack is in, if any (innermost frame that says so).
@@ -783,7 +841,21 @@ fn finish(cx: &Ctx, p: Parts) -> Join {
         .map(|(l, _)| *l);
     let line_at = top.and_then(|l| {
         let r = p.rows.iter().find(|r| r.0 .0 == Some(l))?;
-        Some((l, phrase(r.0 .1, m)))
+        let act = r.0 .1;
+        Some(HostTop {
+            loc: l,
+            share: share(by_loc[&l], gap_ns),
+            phrase: phrase(act, m),
+            doing: act.doing(),
+            call: match act {
+                Act::Call(n) => Some(m.str(StrId(n)).to_string()),
+                _ => None,
+            },
+            compiler: match act {
+                Act::Compile(c) => Some(c),
+                _ => None,
+            },
+        })
     });
     // Compilation's main kind, when it holds enough.
     let compiling = (compile_ns as u128 * 100 >= gap_ns as u128 * RELOCATE_PCT as u128)

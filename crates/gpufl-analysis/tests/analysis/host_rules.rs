@@ -198,3 +198,180 @@ fn blocking_call_names_torch_empty_cache() {
     assert_eq!(j["data"]["rule"], "blocking-call");
     assert_eq!(j["data"]["kind"], "free");
 }
+
+#[test]
+fn gpu_idle_moves_to_the_host_line_that_holds_most_of_the_gaps() {
+    let mut b = B::new();
+    malloc_free_loop(&mut b, 20, true);
+    let a = b.analyze();
+    let v = rule(&a, "gpu-idle");
+    assert_eq!(v.len(), 1, "{v:#?}");
+    let i = v[0];
+    // Each gap: 30 µs in cudaFree, 40 µs in cudaMalloc, 7 µs launching (5 µs in the call).
+    assert_eq!(i.impact_ns, 19 * 77 * US);
+    assert_eq!(i.location.line, Some(67), "cudaMalloc holds 40 of 77 µs");
+    assert!(
+        i.title.starts_with(
+            "GPU idle × 19 @ malloc_free_loop.cu:67 · 1.46ms while the launching thread was in cudaMalloc (52% of the gaps' time;"
+        ),
+        "{}",
+        i.title
+    );
+    assert!(
+        i.detail.contains(
+            "during 19 gaps (1.46ms) the launching thread was 52% in cudaMalloc @ malloc_free_loop.cu:67, 39% in cudaFree @ malloc_free_loop.cu:70, 6% in cudaLaunchKernel @ malloc_free_loop.cu:68 (97% timed from its CUDA calls)"
+        ),
+        "{}",
+        i.detail
+    );
+    assert!(i
+        .detail
+        .contains("the gaps ended at malloc_free_loop.cu:68"));
+    assert!(i.fix.contains("cudaMallocAsync"), "{}", i.fix);
+    let d = data!(i, GpuIdle);
+    assert_eq!(d.gap_ended_at.as_ref().and_then(|l| l.line), Some(68));
+    let h = d.host.as_ref().expect("host");
+    assert_eq!(
+        (h.gaps, h.gap_ns, h.exact_ns),
+        (19, 19 * 77 * US, 19 * 75 * US)
+    );
+    assert_eq!(h.threads, vec![1]);
+    assert_eq!(h.lines[0].what, "cudaMalloc");
+    let j = serde_json::to_value(i).unwrap();
+    assert_eq!(j["data"]["host"]["lines"][1]["what"], "cudaFree");
+    assert_eq!(j["data"]["gap_ended_at"]["line"], 68);
+    // Without host records: the launch line, no host data.
+    let mut b = B::new();
+    malloc_free_loop(&mut b, 20, false);
+    let a = b.analyze();
+    let i = rule(&a, "gpu-idle")[0];
+    assert_eq!(i.location.line, Some(68));
+    assert!(i.title.contains("waiting for the host to issue work"));
+    let j = serde_json::to_value(i).unwrap();
+    assert!(j["data"].get("host").is_none() && j["data"].get("gap_ended_at").is_none());
+}
+
+/// A PyTorch-like loop: ~5 ms of NumPy preparation on the main thread (line 40) before each
+/// step's launch (line 44), sampled every 1 ms.
+fn prep_loop(b: &mut B, steps: u64) {
+    let launch_st = b.user_stack("/app/pytorch_numpy_prep.py", 44, "main");
+    let prep = py_stack(
+        b,
+        &[
+            (
+                "stack",
+                "/venv/lib/python3.12/site-packages/numpy/core/shape_base.py",
+                456,
+            ),
+            ("main", "/app/pytorch_numpy_prep.py", 40),
+        ],
+    );
+    let other = py_stack(b, &[("main", "/app/pytorch_numpy_prep.py", 42)]);
+    let mut t = MS;
+    let mut ts = 0;
+    for _ in 0..steps {
+        // The step's kernel: 1 ms.
+        let a = t;
+        launch(
+            b,
+            "step",
+            (a, a + 5 * US),
+            a + 10 * US,
+            a + MS,
+            Some(launch_st),
+        );
+        t = a + MS;
+        // Preparation, then the next launch at t + 5.2 ms.
+        while ts < t + 5_200 * US {
+            if ts >= t {
+                let st = if ts < t + 5 * MS { prep } else { other };
+                sample(b, 1, ts, HostState::Cpu, MS, Some(st));
+            }
+            ts += MS;
+        }
+        t += 5_200 * US;
+    }
+}
+
+#[test]
+fn gpu_idle_names_the_preparation_line_from_host_samples() {
+    let mut b = B::new();
+    prep_loop(&mut b, 30);
+    let a = b.analyze();
+    let v = rule(&a, "gpu-idle");
+    assert_eq!(v.len(), 1, "{v:#?}");
+    let i = v[0];
+    assert_eq!(i.location.line, Some(40), "{}", i.title);
+    let d = data!(i, GpuIdle);
+    let h = d.host.as_ref().unwrap();
+    assert!(h.lines[0].share >= 0.8, "{:?}", h.lines[0]);
+    assert_eq!(h.lines[0].doing, Doing::Cpu);
+    assert!(
+        i.title.contains("while the launching thread was on CPU"),
+        "{}",
+        i.title
+    );
+    assert!(i
+        .fix
+        .starts_with("Move the host work at that line off the launching thread"));
+    assert_eq!(d.gap_ended_at.as_ref().and_then(|l| l.line), Some(44));
+}
+
+#[test]
+fn launch_bound_carries_the_join_of_the_idle_before_its_kernels() {
+    // 100 launches, one every 20 µs: a 6 µs call at line 40, the kernel 1 µs later for 2 µs; the
+    // host samples Python at line 50 between the launches.
+    let run = |python: bool| {
+        let mut b = B::new();
+        let st = b.user_stack("/src/app.cu", 40, "step");
+        let py = py_stack(&mut b, &[("prepare", "/app/loop.py", 50)]);
+        for i in 0..100u64 {
+            let a = MS + i * 20 * US;
+            launch(
+                &mut b,
+                "tiny",
+                (a, a + 6 * US),
+                a + 7 * US,
+                a + 9 * US,
+                Some(st),
+            );
+            if python {
+                sample(&mut b, 1, a - 5 * US, HostState::Cpu, 20 * US, Some(py));
+            }
+        }
+        b.analyze()
+    };
+    let a = run(true);
+    let v = rule(&a, "launch-bound");
+    assert_eq!(v.len(), 1);
+    let i = v[0];
+    let d = data!(i, LaunchBound);
+    let h = d.host.as_ref().expect("host");
+    // 99 gaps of 18 µs: 6 µs in the launch call, the 12 µs left estimated from the samples.
+    assert_eq!(
+        (h.gaps, h.gap_ns, h.exact_ns),
+        (99, 99 * 18 * US, 99 * 6 * US)
+    );
+    assert_eq!(h.sampled_ns, 99 * 12 * US);
+    assert_eq!(i.location.file, "/app/loop.py");
+    assert_eq!(i.location.line, Some(50));
+    assert_eq!(d.gap_ended_at.as_ref().and_then(|l| l.line), Some(40));
+    assert!(
+        i.title.starts_with("Launch-bound × 100 @ loop.py:50 · the GPU waited 1.78ms between short kernels while the launching thread was on CPU (67% of that time)"),
+        "{}",
+        i.title
+    );
+    assert!(
+        i.detail.contains("33% in cudaLaunchKernel @ app.cu:40"),
+        "{}",
+        i.detail
+    );
+    // Host records without samples at a line: the launch line stays.
+    let a = run(false);
+    let i = rule(&a, "launch-bound")[0];
+    assert_eq!(i.location.line, Some(40));
+    assert!(
+        data!(i, LaunchBound).host.is_none(),
+        "no host records at all"
+    );
+}

@@ -113,7 +113,7 @@ impl S {
         let j = cx.host().explain(&cx, &locator, gaps, None);
         let line = j
             .line
-            .map(|(l, what)| format!("{} {what}", cx.loc(l).short()));
+            .map(|t| format!("{} {}", cx.loc(t.loc).short(), t.phrase));
         (j.activity, line, j.compiling)
     }
 }
