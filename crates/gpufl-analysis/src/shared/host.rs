@@ -1022,10 +1022,13 @@ impl HostActivity {
                 top.join(", ")
             );
         }
-        let mut how = vec![format!(
-            "{:.0}% timed from its CUDA calls",
-            share(self.exact_ns, self.gap_ns) * 100.0
-        )];
+        let mut how = Vec::new();
+        if self.exact_ns > 0 {
+            how.push(format!(
+                "{:.0}% timed from its CUDA calls",
+                share(self.exact_ns, self.gap_ns) * 100.0
+            ));
+        }
         if self.samples > 0 {
             how.push(format!(
                 "{:.0}% estimated from {} host sample{}",
@@ -1041,7 +1044,10 @@ impl HostActivity {
                 if self.unseen_gaps == 1 { "" } else { "s" }
             ));
         }
-        s + &format!(" ({})", how.join(", "))
+        if !how.is_empty() {
+            s += &format!(" ({})", how.join(", "));
+        }
+        s
     }
 }
 
