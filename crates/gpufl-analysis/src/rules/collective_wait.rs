@@ -153,7 +153,8 @@ pub struct Data {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gap_ended_at: Option<SourceLoc>,
     /// Not host-bound: the kernels the late rank runs and the others do not, or runs longer, over
-    /// the matched collectives' span (most extra time first, at most [`MAX_EXTRA_KERNELS`]).
+    /// the matched collectives' span (most extra time first, at most [`MAX_EXTRA_KERNELS`]:
+    /// those only it runs, and those with at least [`MIN_EXTRA_PCT`] % of the extra time).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extra_kernels: Vec<ExtraKernel>,
 }
@@ -820,7 +821,9 @@ fn host_time(
         stretch_join(&h, &gaps, &mut host);
     } else if gap_median.is_some() {
         host.extra = extra_kernels(ps, l, spread, w.late_colls.len() as u64, cfg);
-        if let Some(line) = host.extra.first().and_then(|k| k.launch_line.clone()) {
+        // The launch line of the work with the most extra time that has one (a library's
+        // launches, cuBLAS's, may have no sampled call site).
+        if let Some(line) = host.extra.iter().find_map(|k| k.launch_line.clone()) {
             if line != host.location {
                 host.gap_ended_at = Some(std::mem::replace(&mut host.location, line));
                 host.moved = Some((0.0, String::new()));
@@ -952,7 +955,10 @@ fn extra_kernels(
         })
         .collect();
     let total: u64 = extra.iter().map(|k| k.extra_ns).sum();
-    extra.retain(|k| k.extra_ns as u128 * 100 >= total as u128 * MIN_EXTRA_PCT as u128);
+    // Kernels only the late rank runs, and those holding enough of the extra time.
+    extra.retain(|k| {
+        k.others_launches == 0 || k.extra_ns as u128 * 100 >= total as u128 * MIN_EXTRA_PCT as u128
+    });
     extra.sort_by(|a, b| {
         b.extra_ns
             .cmp(&a.extra_ns)

@@ -267,6 +267,17 @@ fn insight(
             if let Some(f) = j.fix() {
                 fix = f;
             }
+        } else if let Some([a, b]) = &j.pair {
+            title = format!(
+                "GPU idle × {gaps}{at} · {} while {who} was {} @ {} ({:.0}%) and {} @ {} ({:.0}%; {pct:.1}% of {span})",
+                fmt_duration(idle),
+                a.1,
+                locator.source_loc(a.0).short(),
+                a.2 * 100.0,
+                b.1,
+                locator.source_loc(b.0).short(),
+                b.2 * 100.0
+            );
         }
     }
     Insight::new(RULE, location, title, detail, fix)

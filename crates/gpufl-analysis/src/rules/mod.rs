@@ -317,6 +317,9 @@ pub(crate) fn session_rules() -> Vec<Run> {
 /// Figures specific to one rule, as plain data (each type lives in its rule's file).
 #[derive(Serialize, Clone, Debug)]
 #[serde(tag = "rule", rename_all = "kebab-case")]
+// A session has a few dozen insights at most: the size of the largest figures (the host join's)
+// costs nothing, and boxing them would change the type every reader matches on.
+#[allow(clippy::large_enum_variant)]
 pub enum RuleData {
     DefaultStreamBarrier(default_stream_barrier::Data),
     PageableAsyncCopy(pageable_async_copy::Data),

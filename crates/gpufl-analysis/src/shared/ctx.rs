@@ -27,6 +27,8 @@ pub(crate) struct Ctx<'a> {
     pub m: &'a Model,
     pub wall_ns: u64,
     pub busy: &'a DeviceBusy,
+    /// Which frames are the user's code (the analysis's configuration).
+    pub filter: crate::userframe::FrameFilter,
     /// Distinct user locations ([`LocIx`] indexes them; see [`Ctx::loc`]).
     pub locs: Vec<SourceLoc>,
     /// Each sync's user location, None for a sync without a stack.
@@ -91,6 +93,7 @@ impl<'a> Ctx<'a> {
             m,
             wall_ns,
             busy,
+            filter: cfg.filter.clone(),
             locs,
             sync_locs,
             stack_locs,

@@ -188,6 +188,10 @@ pub struct HostLine {
     pub exact_ns: u64,
     /// Host samples counted.
     pub samples: u64,
+    /// Where the line's function was called from (the next user frame outward, in another
+    /// function, of a stack at this line), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<SourceLoc>,
 }
 
 /// Time of one activity during the gaps.
@@ -248,7 +252,14 @@ pub(crate) struct Join {
     pub line: Option<HostTop>,
     /// Compilation holds at least [`RELOCATE_PCT`] % of the gaps' time: its main kind.
     pub compiling: Option<Compiler>,
+    /// No line holds enough, but two lines together do (each at least [`PAIR_MIN_PCT`] %):
+    /// each line with its main activity as prose and its share.
+    pub pair: Option<[(LocIx, String, f64); 2]>,
 }
+
+/// Each of two lines that hold [`RELOCATE_PCT`] % of the gaps' time together holds at least
+/// this share, percent, for the finding to name both.
+pub const PAIR_MIN_PCT: u64 = 20;
 
 /// The host line holding most of a set of gaps' time.
 pub(crate) struct HostTop {
@@ -653,6 +664,9 @@ impl HostIndex {
                     }
                     let key = self.timed_key(cx, locator, c.what);
                     let e = acc.entry(key).or_default();
+                    if let (None, Timed::Hostcall(i)) = (e.stack, c.what) {
+                        e.stack = m.hostcall(i as usize).stack;
+                    }
                     for &(s, e2) in &pieces {
                         e.exact += e2 - s;
                         insert(&mut covered, s, e2);
@@ -707,6 +721,7 @@ impl HostIndex {
                     (None, st, _) => Act::State(Doing::of_state(st)),
                 };
                 let e = acc.entry((loc, act)).or_default();
+                e.stack = e.stack.or(s.stack);
                 e.sampled += s.period_ns;
                 e.samples += 1;
                 raw_sampled = raw_sampled.saturating_add(s.period_ns);
@@ -733,11 +748,11 @@ impl HostIndex {
                 (v as u128 * rest_ns as u128 / raw_sampled as u128) as u64
             }
         };
-        let mut rows: Vec<((Option<LocIx>, Act), u64, u64, u64)> = acc
+        let mut rows: Vec<Row> = acc
             .into_iter()
             .map(|(k, a)| {
                 let s = scale(a.sampled);
-                (k, a.exact + s, a.exact, a.samples)
+                (k, a.exact + s, a.exact, a.samples, a.stack)
             })
             .filter(|r| r.1 > 0)
             .collect();
@@ -781,12 +796,17 @@ struct Acc {
     exact: u64,
     sampled: u64,
     samples: u64,
+    /// A stack at this line (the first seen), for its caller.
+    stack: Option<StackIx>,
 }
+
+/// ((line, activity), time, exact time, samples, a stack there).
+type Row = ((Option<LocIx>, Act), u64, u64, u64, Option<StackIx>);
 
 /// What [`finish`] makes the answer of.
 struct Parts {
-    /// ((line, activity), time, exact time, samples), most time first.
-    rows: Vec<((Option<LocIx>, Act), u64, u64, u64)>,
+    /// The rows, most time first.
+    rows: Vec<Row>,
     threads: Vec<u64>,
     gaps: u64,
     gap_ns: u64,
@@ -798,7 +818,7 @@ struct Parts {
 fn finish(cx: &Ctx, p: Parts) -> Join {
     let m = cx.m;
     let gap_ns = p.gap_ns;
-    let line = |r: &((Option<LocIx>, Act), u64, u64, u64)| HostLine {
+    let line = |r: &Row| HostLine {
         location: r.0 .0.map(|l| cx.loc(l).clone()),
         doing: r.0 .1.doing(),
         what: r.0 .1.what(m),
@@ -806,6 +826,10 @@ fn finish(cx: &Ctx, p: Parts) -> Join {
         share: share(r.1, gap_ns),
         exact_ns: r.2,
         samples: r.3,
+        caller: r
+            .4
+            .filter(|_| r.0 .0.is_some())
+            .and_then(|st| crate::userframe::user_caller(m, st, &cx.filter)),
     };
     let exact_ns: u64 = p.rows.iter().map(|r| r.2).sum();
     let compile_ns: u64 = p
@@ -834,11 +858,31 @@ fn finish(cx: &Ctx, p: Parts) -> Join {
             *by_loc.entry(l).or_default() += r.1;
         }
     }
-    let top = by_loc
-        .iter()
-        .max_by_key(|(l, ns)| (**ns, std::cmp::Reverse(**l)))
-        .filter(|(_, ns)| **ns as u128 * 100 >= gap_ns as u128 * RELOCATE_PCT as u128)
+    let mut locs: Vec<(LocIx, u64)> = by_loc.iter().map(|(l, ns)| (*l, *ns)).collect();
+    locs.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let enough = |ns: u64, pct: u64| ns as u128 * 100 >= gap_ns as u128 * pct as u128;
+    let top = locs
+        .first()
+        .filter(|(_, ns)| enough(*ns, RELOCATE_PCT))
         .map(|(l, _)| *l);
+    let main_act = |l: LocIx| {
+        p.rows
+            .iter()
+            .find(|r| r.0 .0 == Some(l))
+            .map(|r| phrase(r.0 .1, m))
+            .unwrap_or_default()
+    };
+    let pair = match locs.as_slice() {
+        [a, b, ..]
+            if top.is_none() && enough(b.1, PAIR_MIN_PCT) && enough(a.1 + b.1, RELOCATE_PCT) =>
+        {
+            Some([
+                (a.0, main_act(a.0), share(a.1, gap_ns)),
+                (b.0, main_act(b.0), share(b.1, gap_ns)),
+            ])
+        }
+        _ => None,
+    };
     let line_at = top.and_then(|l| {
         let r = p.rows.iter().find(|r| r.0 .0 == Some(l))?;
         let act = r.0 .1;
@@ -884,17 +928,18 @@ fn finish(cx: &Ctx, p: Parts) -> Join {
         activity,
         line: line_at,
         compiling,
+        pair,
     }
 }
 
 /// Sampled CPU and lock time spread over many lines: the overhead summary.
 fn overhead(
     cx: &Ctx,
-    rows: &[((Option<LocIx>, Act), u64, u64, u64)],
+    rows: &[Row],
     gap_ns: u64,
-    line: &dyn Fn(&((Option<LocIx>, Act), u64, u64, u64)) -> HostLine,
+    line: &dyn Fn(&Row) -> HostLine,
 ) -> Option<Overhead> {
-    let cpu: Vec<&((Option<LocIx>, Act), u64, u64, u64)> = rows
+    let cpu: Vec<&Row> = rows
         .iter()
         .filter(|r| {
             r.0 .0.is_some() && matches!(r.0 .1, Act::State(Doing::Cpu) | Act::State(Doing::Lock))
@@ -953,7 +998,20 @@ fn line_text(l: &HostLine) -> String {
         _ => l.what.clone(),
     };
     let at = match &l.location {
-        Some(loc) if !loc.is_unattributed() => format!(" @ {}", loc.short()),
+        Some(loc) if !loc.is_unattributed() => {
+            let caller = l
+                .caller
+                .as_ref()
+                .map(|c| format!(" (called at {})", c.user_short()))
+                .unwrap_or_default();
+            let func = loc
+                .function
+                .as_deref()
+                .filter(|_| l.caller.is_some())
+                .map(|f| format!(" in {}()", crate::text::short_function(f)))
+                .unwrap_or_default();
+            format!(" @ {}{func}{caller}", loc.short())
+        }
         Some(_) => " (no line of the program)".to_string(),
         None if matches!(l.doing, Doing::Call | Doing::Sync) => String::new(),
         None => " (no stack: a thread that ran no Python)".to_string(),
@@ -1025,7 +1083,7 @@ impl HostActivity {
         let mut how = Vec::new();
         if self.exact_ns > 0 {
             how.push(format!(
-                "{:.0}% timed from its CUDA calls",
+                "{:.0}% timed exactly",
                 share(self.exact_ns, self.gap_ns) * 100.0
             ));
         }

@@ -60,15 +60,26 @@ fn py_stack(b: &mut B, frames: &[(&str, &str, u32)]) -> StackId {
 /// until 30 µs after the kernel ends. The GPU idles from each kernel's end to the next one's
 /// start: 30 µs in cudaFree, 40 µs in cudaMalloc, 7 µs launching.
 fn malloc_free_loop(b: &mut B, n: usize, with_records: bool) {
+    malloc_free_loop_with(b, n, with_records, (40, 30));
+}
+
+/// [`malloc_free_loop`] with cudaMalloc taking `malloc_us` and cudaFree returning `free_us` after
+/// the kernel ends.
+fn malloc_free_loop_with(
+    b: &mut B,
+    n: usize,
+    with_records: bool,
+    (malloc_us, free_us): (u64, u64),
+) {
     let malloc = b.user_stack("/src/malloc_free_loop.cu", 67, "main");
     let launch_st = b.user_stack("/src/malloc_free_loop.cu", 68, "main");
     let free = b.user_stack("/src/malloc_free_loop.cu", 70, "main");
     let mut t = MS;
     for _ in 0..n {
         if with_records {
-            hostcall(b, "cudaMalloc", t, t + 40 * US, Some(malloc));
+            hostcall(b, "cudaMalloc", t, t + malloc_us * US, Some(malloc));
         }
-        let a = t + 40 * US;
+        let a = t + malloc_us * US;
         let k = a + 7 * US;
         launch(
             b,
@@ -79,9 +90,15 @@ fn malloc_free_loop(b: &mut B, n: usize, with_records: bool) {
             Some(launch_st),
         );
         if with_records {
-            hostcall(b, "cudaFree", a + 15 * US, k + 130 * US, Some(free));
+            hostcall(
+                b,
+                "cudaFree",
+                a + 15 * US,
+                k + (100 + free_us) * US,
+                Some(free),
+            );
         }
-        t = k + 130 * US;
+        t = k + (100 + free_us) * US;
     }
 }
 
@@ -219,7 +236,7 @@ fn gpu_idle_moves_to_the_host_line_that_holds_most_of_the_gaps() {
     );
     assert!(
         i.detail.contains(
-            "during 19 gaps (1.46ms) the launching thread was 52% in cudaMalloc @ malloc_free_loop.cu:67, 39% in cudaFree @ malloc_free_loop.cu:70, 6% in cudaLaunchKernel @ malloc_free_loop.cu:68 (97% timed from its CUDA calls)"
+            "during 19 gaps (1.46ms) the launching thread was 52% in cudaMalloc @ malloc_free_loop.cu:67, 39% in cudaFree @ malloc_free_loop.cu:70, 6% in cudaLaunchKernel @ malloc_free_loop.cu:68 (97% timed exactly)"
         ),
         "{}",
         i.detail
@@ -249,6 +266,27 @@ fn gpu_idle_moves_to_the_host_line_that_holds_most_of_the_gaps() {
     assert!(i.title.contains("waiting for the host to issue work"));
     let j = serde_json::to_value(i).unwrap();
     assert!(j["data"].get("host").is_none() && j["data"].get("gap_ended_at").is_none());
+}
+
+#[test]
+fn gpu_idle_names_two_host_lines_that_hold_the_gaps_together() {
+    let mut b = B::new();
+    malloc_free_loop_with(&mut b, 20, true, (35, 35));
+    let a = b.analyze();
+    let i = rule(&a, "gpu-idle")[0];
+    assert_eq!(
+        i.location.line,
+        Some(68),
+        "no line holds half: the launch line stays"
+    );
+    assert!(
+        i.title.starts_with(
+            "GPU idle × 19 @ malloc_free_loop.cu:68 · 1.46ms while the launching thread was in cudaMalloc @ malloc_free_loop.cu:67 (45%) and in cudaFree @ malloc_free_loop.cu:70 (45%;"
+        ),
+        "{}",
+        i.title
+    );
+    assert!(data!(i, GpuIdle).gap_ended_at.is_none());
 }
 
 /// A PyTorch-like loop: ~5 ms of NumPy preparation on the main thread (line 40) before each

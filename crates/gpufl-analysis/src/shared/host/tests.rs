@@ -174,7 +174,7 @@ fn calls_are_exact_and_samples_fill_the_rest() {
         "{text}"
     );
     assert!(
-        text.contains("40% timed from its CUDA calls, 50% estimated from 1 host sample"),
+        text.contains("40% timed exactly, 50% estimated from 1 host sample"),
         "{text}"
     );
 }
@@ -371,6 +371,45 @@ fn cpu_time_spread_over_library_lines_is_framework_overhead() {
     assert!(
         text.contains("framework overhead 100% spread over 4 lines under hf_generate.py:30 (utils.py:2500 40%, utils.py:2510 30%, utils.py:2520 20%)"),
         "{text}"
+    );
+}
+
+#[test]
+fn a_host_line_in_a_helper_names_its_caller() {
+    let mut s = S::new();
+    s.kernel(0, 1_000);
+    let st = s.py(
+        &[
+            ("busy_host_work", "/app/ddp_straggler.py", 38),
+            ("main", "/app/ddp_straggler.py", 71),
+            ("<module>", "/app/ddp_straggler.py", 120),
+        ],
+        None,
+    );
+    let top = s.py(
+        &[
+            ("main", "/app/ddp_straggler.py", 73),
+            ("<module>", "/app/ddp_straggler.py", 120),
+        ],
+        None,
+    );
+    s.sample(1, 1_000, HostState::Cpu, 600, Some(st));
+    s.sample(1, 1_700, HostState::Cpu, 300, Some(top));
+    let (a, _, _) = s.join(&[gap(1_000, 2_000, 1)]);
+    assert_eq!(
+        a.lines[0].caller.as_ref().map(|c| c.user_short()),
+        Some("ddp_straggler.py:71".into())
+    );
+    assert_eq!(
+        a.lines[1].caller, None,
+        "main() called from the module level"
+    );
+    assert!(
+        a.sentence("the host").contains(
+            "60% on CPU @ ddp_straggler.py:38 in busy_host_work() (called at ddp_straggler.py:71), 30% on CPU @ ddp_straggler.py:73"
+        ),
+        "{}",
+        a.sentence("the host")
     );
 }
 
