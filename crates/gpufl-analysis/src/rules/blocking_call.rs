@@ -58,6 +58,10 @@ pub struct Data {
     pub max_ns: u64,
     /// The device's idle time overlapping the calls, ns.
     pub gpu_idle_ns: u64,
+    /// A synchronizing call: the device's idle time from the end of each call that waited for
+    /// work on it until its next work started (the call drained the queue, so the device
+    /// restarted only when the host issued again), ns. Part of the GPU idle it caused.
+    pub idle_after_ns: u64,
     /// Bytes asked for (allocation calls whose parameters say), summed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
@@ -69,6 +73,8 @@ struct Group {
     host: u64,
     max: u64,
     idle: u64,
+    /// Idle after the calls that waited for device work (see [`Data::idle_after_ns`]).
+    after: u64,
     bytes: Option<u64>,
     first: u64,
     last: u64,
@@ -94,7 +100,13 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         g.calls += 1;
         g.host += end - h.start;
         g.max = g.max.max(end - h.start);
-        g.idle += gpu_idle_in(cx, dev, h.start, end);
+        let idle = gpu_idle_in(cx, dev, h.start, end);
+        g.idle += idle;
+        // The device had work during the call (it was not idle throughout): the idle from the
+        // call's return until the next work is the drain's restart.
+        if idle < end - h.start {
+            g.after += cx.observed_idle_after(dev, end);
+        }
         g.first = g.first.min(h.start);
         g.last = g.last.max(end);
         if g.stack.is_none() {
@@ -104,15 +116,22 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             g.bytes = Some(g.bytes.unwrap_or(0).saturating_add(b));
         }
     }
+    // Only a synchronizing call drains the device: the others keep only the idle inside them.
+    for ((_, name), g) in groups.iter_mut() {
+        if !synchronizes(cx, m.str(gpufl_trace::StrId(*name)), g.stack) {
+            g.after = 0;
+        }
+    }
     let active = observed_active_ns(cx);
     let mut fired: Vec<((Option<LocIx>, u32), Group)> = groups
         .into_iter()
         .filter(|(_, g)| {
-            let window = cx.gpu_span(g.first, g.last).max(g.idle);
+            let caused = g.idle + g.after;
+            let window = cx.gpu_span(g.first, g.last).max(caused);
             g.calls >= MIN_CALLS
-                && g.idle > 0
-                && g.idle as u128 * 100 >= window as u128 * MIN_SHARE_PCT as u128
-                && g.idle as u128 * 100 >= active as u128 * MIN_ACTIVE_PCT as u128
+                && caused > 0
+                && caused as u128 * 100 >= window as u128 * MIN_SHARE_PCT as u128
+                && caused as u128 * 100 >= active as u128 * MIN_ACTIVE_PCT as u128
         })
         .collect();
     // A stable order (the map's is not): by line, then call name.
@@ -127,6 +146,12 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         .into_iter()
         .map(|((loc, name), g)| insight(cx, loc, m.str(gpufl_trace::StrId(name)), &g))
         .collect()
+}
+
+/// Whether a call named `call` (with a stack of it) synchronizes with the device: its kind, or the
+/// Python API that made it (a pool's free).
+fn synchronizes(cx: &Ctx, call: &str, stack: Option<StackIx>) -> bool {
+    CallKind::of(call).synchronizes() || python_api(cx, stack).is_some()
 }
 
 /// The devices' active ranges (first op's start to last op's end), less GPU-unobserved time.
@@ -147,7 +172,8 @@ fn insight(cx: &Ctx, loc: Option<LocIx>, call: &str, g: &Group) -> Insight {
     let kind = CallKind::of(call);
     let via = python_api(cx, g.stack);
     let location = loc.map_or_else(SourceLoc::driver_internal, |l| cx.loc(l).clone());
-    let window = cx.gpu_span(g.first, g.last).max(g.idle);
+    let caused = g.idle + g.after;
+    let window = cx.gpu_span(g.first, g.last).max(caused);
     let at = if location.is_unattributed() {
         String::new()
     } else {
@@ -157,12 +183,17 @@ fn insight(cx: &Ctx, loc: Option<LocIx>, call: &str, g: &Group) -> Insight {
         Some(api) => format!("{call} ({api})"),
         None => call.to_string(),
     };
+    let after_title = if g.after > 0 {
+        format!(" and {} after it", fmt_duration(g.after))
+    } else {
+        String::new()
+    };
     let title = format!(
-        "Blocking call × {}{at} · {name} held the host {}, the GPU idle {} of it ({:.1}% of the line's span)",
+        "Blocking call × {}{at} · {name} held the host {}, the GPU idle {} of it{after_title} ({:.1}% of the line's span)",
         g.calls,
         fmt_duration(g.host),
         fmt_duration(g.idle),
-        share(g.idle, window) * 100.0
+        share(caused, window) * 100.0
     );
     let what = match via {
         Some("torch.cuda.empty_cache()") => {
@@ -184,13 +215,21 @@ with cudaFree, which waits for the device to finish all its work (an implicit sy
         .unwrap_or_default();
     let detail = format!(
         "{what}: {} call{}{where_} held the thread {} in all (longest {}{bytes}), and the GPU was idle for {} of that \
-         time ({:.0}% of it): the device waited while the host was inside the call",
+         time ({:.0}% of it): the device waited while the host was inside the call{}",
         g.calls,
         if g.calls == 1 { "" } else { "s" },
         fmt_duration(g.host),
         fmt_duration(g.max),
         fmt_duration(g.idle),
-        share(g.idle, g.host) * 100.0
+        share(g.idle, g.host) * 100.0,
+        if g.after > 0 {
+            format!(
+                "; the call drained the device, which then stayed idle {} more until the host issued work again",
+                fmt_duration(g.after)
+            )
+        } else {
+            String::new()
+        }
     );
     let fix = match via {
         Some("torch.cuda.empty_cache()") => FIX_EMPTY_CACHE,
@@ -199,9 +238,9 @@ with cudaFree, which waits for the device to finish all its work (an implicit sy
     };
     Insight::new(RULE, location, title, detail, fix)
         .count(g.calls)
-        .impact(g.idle, window, cx.wall_ns)
+        .impact(caused, window, cx.wall_ns)
         .blocked(g.host)
-        .gpu_idle(g.idle)
+        .gpu_idle(caused)
         .data(Data {
             call: call.to_string(),
             kind,
@@ -211,6 +250,7 @@ with cudaFree, which waits for the device to finish all its work (an implicit sy
             host_ns: g.host,
             max_ns: g.max,
             gpu_idle_ns: g.idle,
+            idle_after_ns: g.after,
             bytes: g.bytes,
         })
 }

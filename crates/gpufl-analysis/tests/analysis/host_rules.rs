@@ -120,12 +120,15 @@ fn blocking_call_names_cuda_free_in_a_loop_with_the_gpu_idle_it_caused() {
     // Idle inside each call: from the kernel's end to the call's end, 30 µs, except after the
     // last kernel (the device's active range ends there).
     assert_eq!(d.gpu_idle_ns, 19 * 30 * US);
-    assert_eq!(free.gpu_idle_ns, d.gpu_idle_ns);
-    assert_eq!(free.impact_ns, d.gpu_idle_ns);
+    // cudaFree drained the device: it stays idle until the next kernel starts, 47 µs later
+    // (cudaMalloc, then the launch), except after the last call.
+    assert_eq!(d.idle_after_ns, 19 * 47 * US);
+    assert_eq!(free.gpu_idle_ns, d.gpu_idle_ns + d.idle_after_ns);
+    assert_eq!(free.impact_ns, free.gpu_idle_ns);
     assert_eq!(free.blocked_ns, d.host_ns);
     assert!(
         free.title.starts_with(
-            "Blocking call × 20 @ malloc_free_loop.cu:70 · cudaFree held the host 2.44ms, the GPU idle 570.0µs of it"
+            "Blocking call × 20 @ malloc_free_loop.cu:70 · cudaFree held the host 2.44ms, the GPU idle 570.0µs of it and 893.0µs after it"
         ),
         "{}",
         free.title
@@ -145,6 +148,7 @@ fn blocking_call_names_cuda_free_in_a_loop_with_the_gpu_idle_it_caused() {
         ("cudaMalloc", 19 * 40 * US)
     );
     assert!(!d.synchronizes);
+    assert_eq!(d.idle_after_ns, 0, "cudaMalloc does not drain the device");
 }
 
 #[test]
