@@ -992,31 +992,40 @@ fn phrase(a: Act, m: &Model) -> String {
 
 /// A host line as prose: `91% in cudaFree @ free_loop.cu:17`.
 fn line_text(l: &HostLine) -> String {
-    let what = match l.doing {
-        Doing::Call => format!("in {}", l.what),
-        Doing::Sync => format!("blocked in {}", l.what),
-        _ => l.what.clone(),
-    };
-    let at = match &l.location {
-        Some(loc) if !loc.is_unattributed() => {
-            let caller = l
-                .caller
-                .as_ref()
-                .map(|c| format!(" (called at {})", c.user_short()))
-                .unwrap_or_default();
-            let func = loc
-                .function
-                .as_deref()
-                .filter(|_| l.caller.is_some())
-                .map(|f| format!(" in {}()", crate::text::short_function(f)))
-                .unwrap_or_default();
-            format!(" @ {}{func}{caller}", loc.short())
-        }
-        Some(_) => " (no line of the program)".to_string(),
-        None if matches!(l.doing, Doing::Call | Doing::Sync) => String::new(),
-        None => " (no stack: a thread that ran no Python)".to_string(),
-    };
-    format!("{:.0}% {what}{at}", l.share * 100.0)
+    l.text()
+}
+
+impl HostLine {
+    /// The line as prose: `91% in cudaFree @ free_loop.cu:17`, with its function and caller
+    /// when it has one (`… @ train.py:38 in busy_host_work() (called at train.py:71)`).
+    pub fn text(&self) -> String {
+        let l = self;
+        let what = match l.doing {
+            Doing::Call => format!("in {}", l.what),
+            Doing::Sync => format!("blocked in {}", l.what),
+            _ => l.what.clone(),
+        };
+        let at = match &l.location {
+            Some(loc) if !loc.is_unattributed() => {
+                let caller = l
+                    .caller
+                    .as_ref()
+                    .map(|c| format!(" (called at {})", c.user_short()))
+                    .unwrap_or_default();
+                let func = loc
+                    .function
+                    .as_deref()
+                    .filter(|_| l.caller.is_some())
+                    .map(|f| format!(" in {}()", crate::text::short_function(f)))
+                    .unwrap_or_default();
+                format!(" @ {}{func}{caller}", loc.short())
+            }
+            Some(_) => " (no line of the program)".to_string(),
+            None if matches!(l.doing, Doing::Call | Doing::Sync) => String::new(),
+            None => " (no stack: a thread that ran no Python)".to_string(),
+        };
+        format!("{:.0}% {what}{at}", l.share * 100.0)
+    }
 }
 
 impl HostActivity {
@@ -1053,33 +1062,18 @@ impl HostActivity {
             );
         }
         if let Some(o) = &self.overhead {
-            let under = o
-                .under
-                .as_ref()
-                .map(|u| format!(" under {}", u.user_short()))
-                .unwrap_or_default();
-            let top: Vec<String> = o
-                .top
-                .iter()
-                .take(3)
-                .map(|l| {
-                    let at = l.location.as_ref().map_or_else(
-                        || "?".to_string(),
-                        |loc| match &loc.library {
-                            Some(lib) => lib.user_short(),
-                            None => loc.user_short(),
-                        },
-                    );
-                    format!("{at} {:.0}%", l.share * 100.0)
-                })
-                .collect();
-            s += &format!(
-                "; framework overhead {:.0}% spread over {} lines{under} ({})",
-                o.share * 100.0,
-                o.lines,
-                top.join(", ")
-            );
+            s += &format!("; {}", o.text());
         }
+        let how = self.basis();
+        if !how.is_empty() {
+            s += &format!(" ({how})");
+        }
+        s
+    }
+
+    /// How the breakdown was measured: `2% timed exactly, 98% estimated from 54 host samples,
+    /// 3 gaps with neither` (empty when nothing covers the gaps).
+    pub fn basis(&self) -> String {
         let mut how = Vec::new();
         if self.exact_ns > 0 {
             how.push(format!(
@@ -1102,10 +1096,68 @@ impl HostActivity {
                 if self.unseen_gaps == 1 { "" } else { "s" }
             ));
         }
-        if !how.is_empty() {
-            s += &format!(" ({})", how.join(", "));
+        how.join(", ")
+    }
+
+    /// The breakdown as short lines for a text report: the lines holding at least 5% of the
+    /// gaps' time (at most 5), compilation when no line shows it, and the framework overhead.
+    pub fn breakdown(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .lines
+            .iter()
+            .filter(|l| l.share >= 0.05)
+            .take(5)
+            .map(HostLine::text)
+            .collect();
+        let comp_shown = self
+            .lines
+            .iter()
+            .filter(|l| l.share >= 0.05)
+            .take(5)
+            .any(|l| l.doing == Doing::Compile);
+        if self.compile_ns > 0 && !comp_shown && share(self.compile_ns, self.gap_ns) >= 0.05 {
+            out.push(format!(
+                "{:.0}% compiling",
+                share(self.compile_ns, self.gap_ns) * 100.0
+            ));
         }
-        s
+        if let Some(o) = &self.overhead {
+            out.push(o.text());
+        }
+        out
+    }
+}
+
+impl Overhead {
+    /// `framework overhead 74% spread over 9 lines under gen.py:40 (cache_utils.py:146 23%, …)`.
+    pub fn text(&self) -> String {
+        let o = self;
+        let under = o
+            .under
+            .as_ref()
+            .map(|u| format!(" under {}", u.user_short()))
+            .unwrap_or_default();
+        let top: Vec<String> = o
+            .top
+            .iter()
+            .take(3)
+            .map(|l| {
+                let at = l.location.as_ref().map_or_else(
+                    || "?".to_string(),
+                    |loc| match &loc.library {
+                        Some(lib) => lib.user_short(),
+                        None => loc.user_short(),
+                    },
+                );
+                format!("{at} {:.0}%", l.share * 100.0)
+            })
+            .collect();
+        format!(
+            "framework overhead {:.0}% spread over {} lines{under} ({})",
+            o.share * 100.0,
+            o.lines,
+            top.join(", ")
+        )
     }
 }
 
