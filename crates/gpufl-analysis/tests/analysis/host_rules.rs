@@ -417,3 +417,67 @@ fn launch_bound_carries_the_join_of_the_idle_before_its_kernels() {
         "no host records at all"
     );
 }
+
+/// A `generate()`-like loop: each step, three library lines under the user's call at gen.py:40
+/// each launch a 50 µs kernel 300 µs after the previous launch, the host on CPU at that library
+/// line in between (sampled every 100 µs when `samples`).
+fn generate_loop(b: &mut B, steps: u64, samples: bool) {
+    let lib = "/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py";
+    let stacks: Vec<StackId> = [185u32, 273, 282]
+        .iter()
+        .map(|&l| py_stack(b, &[("forward", lib, l), ("main", "/app/gen.py", 40)]))
+        .collect();
+    let mut t = MS;
+    for _ in 0..steps {
+        for &st in &stacks {
+            if samples {
+                for k in 1..3u64 {
+                    sample(b, 1, t - k * 100 * US, HostState::Cpu, 100 * US, Some(st));
+                }
+            }
+            launch(b, "k", (t, t + 5 * US), t + 10 * US, t + 60 * US, Some(st));
+            t += 300 * US;
+        }
+    }
+}
+
+#[test]
+fn gpu_idle_rolls_library_lines_up_under_the_users_call() {
+    let mut b = B::new();
+    generate_loop(&mut b, 30, true);
+    let a = b.analyze();
+    let v = rule(&a, "gpu-idle");
+    let up: Vec<_> = v
+        .iter()
+        .filter(|i| !data!(i, GpuIdle).library_lines.is_empty())
+        .collect();
+    assert_eq!(up.len(), 1, "{v:#?}");
+    let i = up[0];
+    assert_eq!(
+        (i.location.file.as_str(), i.location.line),
+        ("/app/gen.py", Some(40))
+    );
+    assert!(i.location.library.is_none());
+    let d = data!(i, GpuIdle);
+    assert_eq!(d.library_lines.len(), 3);
+    // 89 gaps of 250 µs, kernel end to the next kernel start (none before the first).
+    assert_eq!((d.gaps, d.idle_ns), (89, 89 * 250 * US));
+    let h = d.host.as_ref().expect("host");
+    let o = h.overhead.as_ref().expect("framework overhead");
+    assert_eq!(o.lines, 3);
+    assert_eq!(o.under.as_ref().and_then(|u| u.line), Some(40));
+    assert!(
+        i.title.starts_with(
+            "GPU idle × 89 under gen.py:40 · 22.25ms before the launches of 3 library lines; host: framework overhead"
+        ),
+        "{}",
+        i.title
+    );
+    // Without host records the per-line findings stay as they were, with no roll-up.
+    let mut b = B::new();
+    generate_loop(&mut b, 30, false);
+    let a = b.analyze();
+    assert!(rule(&a, "gpu-idle")
+        .iter()
+        .all(|i| data!(i, GpuIdle).library_lines.is_empty()));
+}

@@ -202,6 +202,36 @@ fn host_block(out: &mut String, ins: &Insight, st: &Style) {
             let _ = writeln!(out, "               {}", esc(&l));
         }
     }
+    if let Some(RuleData::GpuIdle(d)) = &ins.data {
+        if !d.library_lines.is_empty() {
+            let _ = writeln!(
+                out,
+                "             {}",
+                st.paint("2", "gaps ended by the launches of (most idle first):")
+            );
+            for l in d.library_lines.iter().take(5) {
+                let at = l
+                    .location
+                    .library
+                    .as_ref()
+                    .map_or_else(|| l.location.short(), |lib| lib.user_short());
+                let _ = writeln!(
+                    out,
+                    "               {:>9}  {} ({} gaps)",
+                    fmt_duration(l.idle_ns),
+                    esc(&at),
+                    l.gaps
+                );
+            }
+            if d.library_lines.len() > 5 {
+                let _ = writeln!(
+                    out,
+                    "               and {} more lines",
+                    d.library_lines.len() - 5
+                );
+            }
+        }
+    }
     if !extra.is_empty() {
         let _ = writeln!(
             out,
