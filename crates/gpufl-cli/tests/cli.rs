@@ -743,7 +743,7 @@ fn insights_of(prefix: &str) -> Vec<serde_json::Value> {
 
 /// Issue 35's sessions recorded on the H100 (hostcall and hsample records): the host line of
 /// each stall is named. (a) cudaFree in a C++ loop; (b) torch.cuda.empty_cache() every step;
-/// (c) ~5 ms of NumPy preparation per step on the launching thread.
+/// (c) ~5 ms of NumPy preparation per step on the launching thread; (f) JAX recompiling.
 #[test]
 fn recorded_host_stalls_are_named_at_their_host_line() {
     let line = |i: &serde_json::Value| {
@@ -789,4 +789,17 @@ fn recorded_host_stalls_are_named_at_their_host_line() {
     assert!(top["share"].as_f64().unwrap() >= 0.8, "{top}");
     assert_eq!(top["caller"]["line"], 40);
     assert_eq!(idle["data"]["gap_ended_at"]["line"], 62);
+    // (f) a JAX loop whose shapes change: the gaps are compilation at the jitted call.
+    let v = insights_of("jax_recompile-");
+    let idle = v
+        .iter()
+        .find(|i| i["rule"] == "gpu-idle" && line(i).1 == 61)
+        .expect("gpu-idle at the jitted call");
+    assert!(
+        idle["title"].as_str().unwrap().contains("compiling (XLA)"),
+        "{}",
+        idle["title"]
+    );
+    let h = &idle["data"]["host"];
+    assert!(h["compile_ns"].as_u64().unwrap() * 10 >= h["gap_ns"].as_u64().unwrap() * 9);
 }
