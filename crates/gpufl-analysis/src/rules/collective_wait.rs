@@ -154,7 +154,8 @@ pub struct Data {
     pub gap_ended_at: Option<SourceLoc>,
     /// Not host-bound: the kernels the late rank runs and the others do not, or runs longer, over
     /// the matched collectives' span (most extra time first, at most [`MAX_EXTRA_KERNELS`]:
-    /// those only it runs, and those with at least [`MIN_EXTRA_PCT`] % of the extra time).
+    /// those only it runs, at least once per two late collectives, and those with at least
+    /// [`MIN_EXTRA_PCT`] % of the extra time).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extra_kernels: Vec<ExtraKernel>,
 }
@@ -955,9 +956,12 @@ fn extra_kernels(
         })
         .collect();
     let total: u64 = extra.iter().map(|k| k.extra_ns).sum();
-    // Kernels only the late rank runs, and those holding enough of the extra time.
+    // Kernels only the late rank runs about every step (at least once per two late
+    // collectives: a one-off kernel is no straggler's work), and those holding enough of the
+    // extra time.
     extra.retain(|k| {
-        k.others_launches == 0 || k.extra_ns as u128 * 100 >= total as u128 * MIN_EXTRA_PCT as u128
+        (k.others_launches == 0 && k.launches * 2 >= late)
+            || k.extra_ns as u128 * 100 >= total as u128 * MIN_EXTRA_PCT as u128
     });
     extra.sort_by(|a, b| {
         b.extra_ns
