@@ -380,4 +380,12 @@ fn recorded_ddp_stragglers_are_named_at_the_host_line_and_the_extra_work() {
         "{}",
         extra[0]
     );
+    // A one-off kernel only rank 1 ran (setup) is not its per-step work.
+    let late = d["late_collectives"].as_u64().unwrap();
+    assert!(
+        extra
+            .iter()
+            .all(|k| k["others_launches"] != 0 || k["launches"].as_u64().unwrap() * 2 >= late),
+        "{extra:?}"
+    );
 }
