@@ -2,7 +2,8 @@
 //! names the line (count, time, thread states, threads) and the CUDA calls that held their thread
 //! there (call, count, host time) — from the `hostlines` document
 //! (gpufl_analysis::hostlines); on the session page, the idle breakdown: what the host was doing
-//! while the GPU idled, merged over the idle findings' `data.host` (gpufl-analysis's join of the
+//! while the GPU idled, merged over the `gpu-idle` findings' `data.host` (else the `launch-bound`
+//! ones'; gpufl-analysis's join of the
 //! gaps with host calls and samples: the host lines with their share of the gap time, compilation,
 //! framework overhead).
 //!
@@ -16,7 +17,9 @@ use std::collections::HashMap;
 
 /// Host lines listed in the idle breakdown.
 pub const BREAKDOWN_LINES: usize = 10;
-/// Rules whose `data.host` the idle breakdown merges (their gaps do not overlap).
+/// Rules whose `data.host` the idle breakdown merges, in order of preference: the first that has
+/// any (a `launch-bound` finding's gaps can be a `gpu-idle` finding's too, so they are not summed;
+/// `gpu-idle` findings are one per line, over disjoint gaps).
 pub const IDLE_RULES: [&str; 2] = ["gpu-idle", "launch-bound"];
 
 // ---------------------------------------------------------------------------------------------
@@ -297,19 +300,23 @@ type LineKey<'a> = (&'a str, u32, &'a str);
 /// Its location, time, exactly timed part and samples, summed over the findings.
 type LineSum<'a> = (Option<&'a LocDoc>, u64, u64, u64);
 
-/// The idle breakdown of a session, from its idle findings' `data.host` ([`IDLE_RULES`]); None
-/// when none carries one (no host records, or an analysis before the join).
+/// The idle breakdown of a session, from its idle findings' `data.host` (those of the first of
+/// [`IDLE_RULES`] that has any); None when none carries one (no host records, or an analysis
+/// before the join).
 pub fn idle_breakdown(insights: &[InsightRow], session: &str) -> Option<IdleBreakdown> {
-    let acts: Vec<ActivityDoc> = insights
+    let of_rule = |rule: &str| -> Vec<ActivityDoc> {
+        insights
+            .iter()
+            .filter(|r| r.rule == rule)
+            .filter_map(|r| r.body.get("data")?.get("host"))
+            .filter_map(|h| serde_json::from_value::<ActivityDoc>(h.clone()).ok())
+            .filter(|a| a.gap_ns > 0)
+            .collect()
+    };
+    let acts: Vec<ActivityDoc> = IDLE_RULES
         .iter()
-        .filter(|r| IDLE_RULES.contains(&r.rule.as_str()))
-        .filter_map(|r| r.body.get("data")?.get("host"))
-        .filter_map(|h| serde_json::from_value::<ActivityDoc>(h.clone()).ok())
-        .filter(|a| a.gap_ns > 0)
-        .collect();
-    if acts.is_empty() {
-        return None;
-    }
+        .map(|r| of_rule(r))
+        .find(|a| !a.is_empty())?;
     let gap_ns: u64 = acts.iter().map(|a| a.gap_ns).sum();
     let gaps: u64 = acts.iter().map(|a| a.gaps).sum();
     let sum = |f: fn(&ActivityDoc) -> u64| acts.iter().map(f).fold(0u64, u64::saturating_add);
@@ -445,4 +452,120 @@ pub fn idle_breakdown(insights: &[InsightRow], session: &str) -> Option<IdleBrea
             .collect(),
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(rule: &str, host: serde_json::Value) -> InsightRow {
+        InsightRow {
+            ord: 0,
+            severity: 3,
+            category: "IDLE GPU".into(),
+            rule: rule.into(),
+            title: String::new(),
+            file: String::new(),
+            line: 0,
+            impact_ns: 0,
+            body: json!({ "data": { "host": host } }),
+        }
+    }
+
+    fn activity(file: &str, line: u32, what: &str, ns: u64, gap_ns: u64) -> serde_json::Value {
+        json!({
+            "threads": [7], "gaps": 10, "gap_ns": gap_ns, "exact_ns": ns, "sampled_ns": 0,
+            "samples": 0, "unseen_gaps": 1, "compile_ns": 0,
+            "lines": [{ "location": { "file": file, "line": line, "origin": "python" },
+                        "doing": "call", "what": what, "ns": ns, "share": 0.5,
+                        "exact_ns": ns, "samples": 0 }],
+            "states": [{ "doing": "call", "ns": ns, "share": 0.5 }]
+        })
+    }
+
+    #[test]
+    fn gpu_idle_findings_merge_and_launch_bound_is_not_added_to_them() {
+        let rows = vec![
+            row("gpu-idle", activity("/a/t.py", 45, "cudaFree", 600, 1000)),
+            row("gpu-idle", activity("/a/t.py", 45, "cudaFree", 400, 1000)),
+            row(
+                "launch-bound",
+                activity("/a/t.py", 9, "cudaLaunchKernel", 900, 1000),
+            ),
+        ];
+        let b = idle_breakdown(&rows, "s-1").expect("a breakdown");
+        assert!(b.summary.starts_with("During 20 GPU idle gaps (2.0µs) of 2 findings, on 1 host thread: 50.0% timed exactly"), "{}", b.summary);
+        assert!(
+            b.summary.contains("2 gaps had neither a call nor a sample"),
+            "{}",
+            b.summary
+        );
+        assert_eq!(
+            b.lines.len(),
+            1,
+            "launch-bound left out when gpu-idle has host data"
+        );
+        let l = &b.lines[0];
+        assert_eq!(
+            (l.what.as_str(), l.share.as_str(), l.how.as_str()),
+            ("cudaFree", "50.0%", "exact")
+        );
+        let c = l.chip.as_ref().expect("a chip");
+        assert_eq!(c.href, "/sessions/s-1/line?file=%2Fa%2Ft.py&line=45");
+        assert_eq!(b.doing[0].doing, "in CUDA calls");
+        // Only launch-bound findings: theirs.
+        let b = idle_breakdown(&rows[2..], "s-1").unwrap();
+        assert_eq!(b.lines[0].what, "cudaLaunchKernel");
+        // No host data: no breakdown.
+        assert!(idle_breakdown(&[row("gpu-idle", json!(null))], "s").is_none());
+    }
+
+    #[test]
+    fn the_host_at_a_line_merges_its_entries() {
+        let doc = |state: &str, n: u64, call: &str, count: u64| HostLineDoc {
+            location: LocDoc {
+                file: "/a/t.py".into(),
+                line: Some(3),
+                ..LocDoc::default()
+            },
+            samples: n,
+            sample_ns: n * 10,
+            states: vec![StateDoc {
+                state: state.into(),
+                samples: n,
+                ns: n * 10,
+            }],
+            threads: vec![5],
+            calls: vec![CallDoc {
+                call: call.into(),
+                count,
+                host_ns: count * 100,
+                max_ns: 100,
+            }],
+        };
+        let docs = vec![doc("cpu", 3, "cudaFree", 2), doc("lock", 1, "cudaFree", 1)];
+        let h = at_line(&docs, "/a/t.py", 3).unwrap();
+        assert_eq!(
+            h.summary,
+            "4 host samples standing for 40ns on 1 thread (5)"
+        );
+        let states: Vec<(&str, &str)> = h
+            .states
+            .iter()
+            .map(|s| (s.state.as_str(), s.share.as_str()))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("on CPU", "75.0%"),
+                ("waiting on a lock (the GIL included)", "25.0%")
+            ]
+        );
+        assert_eq!(
+            (h.calls[0].count.as_str(), h.calls[0].host.as_str()),
+            ("3", "300ns")
+        );
+        assert!(at_line(&docs, "/a/t.py", 4).is_none());
+    }
 }
