@@ -65,6 +65,7 @@ mod corrs;
 pub mod diff;
 pub mod error;
 mod fold;
+pub mod hostlines;
 pub mod ids;
 pub mod insight;
 pub mod insights;
