@@ -443,7 +443,10 @@ fn check_flows(d: &Decoded) {
 /// state, and named by the state (or the CUDA call) and the innermost user line.
 #[test]
 fn host_calls_and_samples_are_on_their_threads() {
-    for name in ["malloc_free_loop-613-20261127T204121Z", "pytorch_empty_cache-759-20261127T204130Z"] {
+    for name in [
+        "malloc_free_loop-613-20261127T204121Z",
+        "pytorch_empty_cache-759-20261127T204130Z",
+    ] {
         let dir = testdata(name);
         let e = expected(&dir);
         assert!(!e.hostcalls.is_empty() && !e.hsamples.is_empty(), "{name}");
@@ -494,7 +497,9 @@ fn host_calls_and_samples_are_on_their_threads() {
     }
     // The C++ loop's thread has no sampled stack (no Python): its samples say the call; the
     // PyTorch loop's name the user's line.
-    let d = decode(&perfetto(&[testdata("malloc_free_loop-613-20261127T204121Z")]));
+    let d = decode(&perfetto(&[testdata(
+        "malloc_free_loop-613-20261127T204121Z",
+    )]));
     let names: Vec<String> = d
         .slices
         .iter()
@@ -502,7 +507,9 @@ fn host_calls_and_samples_are_on_their_threads() {
         .filter_map(|s| s.ev.name.clone())
         .collect();
     assert!(names.iter().any(|n| n == "in cudaFree"), "{names:?}");
-    let d = decode(&perfetto(&[testdata("pytorch_empty_cache-759-20261127T204130Z")]));
+    let d = decode(&perfetto(&[testdata(
+        "pytorch_empty_cache-759-20261127T204130Z",
+    )]));
     let names: Vec<String> = d
         .slices
         .iter()
