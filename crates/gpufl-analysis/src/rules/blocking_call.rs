@@ -15,7 +15,9 @@
 //!   instantiation, stream and event lifecycle, device configuration, each with its fix.
 //! - **Fires** with at least [`MIN_CALLS`] calls, GPU idle of at least [`MIN_SHARE_PCT`] % of the
 //!   window (the line's span: first call's start to last call's end) and of at least
-//!   [`MIN_ACTIVE_PCT`] % of the devices' observed active time. **Impact:** the GPU idle they
+//!   [`MIN_ACTIVE_PCT`] % of the devices' observed active time; or, for a call that synchronizes
+//!   and left the device some idle, host time in the calls above both shares (the device stayed
+//!   busy through most of the waits, but the host could not queue work ahead of it across them). **Impact:** the GPU idle they
 //!   caused (`gpu_idle_ns`); `blocked_ns` is their host time.
 //! - **Severity:** on the impact's share of the window: HIGH above 50 %, MEDIUM above 10 %.
 //!
@@ -125,13 +127,20 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     let active = observed_active_ns(cx);
     let mut fired: Vec<((Option<LocIx>, u32), Group)> = groups
         .into_iter()
-        .filter(|(_, g)| {
+        .filter(|((_, name), g)| {
             let caused = g.idle + g.after;
             let window = cx.gpu_span(g.first, g.last).max(caused);
-            g.calls >= MIN_CALLS
-                && caused > 0
+            let idle_enough = caused > 0
                 && caused as u128 * 100 >= window as u128 * MIN_SHARE_PCT as u128
-                && caused as u128 * 100 >= active as u128 * MIN_ACTIVE_PCT as u128
+                && caused as u128 * 100 >= active as u128 * MIN_ACTIVE_PCT as u128;
+            // An implicit synchronization in a loop that holds the host for a good share of
+            // the line's span is named even while the GPU stays busy through most of it: the
+            // host cannot queue work ahead of the device across it, and the device drained.
+            let host_enough = caused > 0
+                && synchronizes(cx, m.str(gpufl_trace::StrId(*name)), g.stack)
+                && g.host as u128 * 100 >= window as u128 * MIN_SHARE_PCT as u128
+                && g.host as u128 * 100 >= active as u128 * MIN_ACTIVE_PCT as u128;
+            g.calls >= MIN_CALLS && (idle_enough || host_enough)
         })
         .collect();
     // A stable order (the map's is not): by line, then call name.

@@ -176,6 +176,49 @@ fn blocking_call_needs_three_calls_and_idle_gpu() {
     assert!(rule(&b.analyze(), "blocking-call").is_empty());
 }
 
+/// torch.cuda.empty_cache() each step while the GPU has ~1 ms of work queued: the host waits in
+/// cudaFree for the queue to drain (most of the call), the device idles only between the call's
+/// return and the next step's first kernel. Named for the host time, LOW for the little idle.
+#[test]
+fn blocking_call_names_a_synchronizing_call_that_holds_the_host_while_the_gpu_drains() {
+    let mut b = B::new();
+    let st = b.user_stack("/app/step.py", 45, "main");
+    let mut t = MS;
+    for _ in 0..20 {
+        b.kernel(t, t + MS);
+        hostcall(&mut b, "cudaFree", t + 100 * US, t + MS + 5 * US, Some(st));
+        t += MS + 20 * US;
+    }
+    let a = b.analyze();
+    let v = rule(&a, "blocking-call");
+    assert_eq!(v.len(), 1, "{v:#?}");
+    let i = v[0];
+    assert_eq!((i.location.line, i.severity), (Some(45), Severity::Low));
+    let d = data!(i, BlockingCall);
+    assert_eq!((d.calls, d.host_ns), (20, 20 * 905 * US));
+    assert!(d.gpu_idle_ns + d.idle_after_ns > 0);
+    assert!(
+        (d.gpu_idle_ns + d.idle_after_ns) * 20 < d.host_ns,
+        "under 5 % of the host time: {d:?}"
+    );
+    // A call that does not synchronize, the same way: nothing.
+    let mut b = B::new();
+    let st = b.user_stack("/app/step.py", 45, "main");
+    let mut t = MS;
+    for _ in 0..20 {
+        b.kernel(t, t + MS);
+        hostcall(
+            &mut b,
+            "cudaStreamQuery",
+            t + 100 * US,
+            t + MS + 5 * US,
+            Some(st),
+        );
+        t += MS + 20 * US;
+    }
+    assert!(rule(&b.analyze(), "blocking-call").is_empty());
+}
+
 #[test]
 fn blocking_call_names_torch_empty_cache() {
     let mut b = B::new();
