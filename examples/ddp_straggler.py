@@ -4,7 +4,7 @@ A small MLP (6 x Linear(2048, 2048) + ReLU, then Linear(2048, 10)), batch 256, S
 batch per rank, in DistributedDataParallel (NCCL). Each step: forward, backward (DDP all-reduces
 the gradients with NCCL), optimizer step, loss.item(). Rank --straggler (default 1) is late:
 --mode host (default): with --straggle-ms MS it first spends MS ms of host work in busy_host_work()
-(a busy loop, no CUDA call) on the line marked "gpufl-example: straggler"; --straggle-ms 0 is the
+(a busy loop, no CUDA call, line "gpufl-example: host-work") called on "gpufl-example: straggler"; 0 is the
 balanced twin. --mode gpu: after each step it runs --extra-matmuls N (default 16) chained
 2048 x 2048 matmuls launched in extra_gpu_work() (line marked "gpufl-example: extra-gpu-work"),
 so its next all-reduce starts that much later. The other rank waits for it in the all-reduce.
@@ -35,7 +35,7 @@ def busy_host_work(ms):
     """Host work that makes no CUDA call: a busy loop of `ms` milliseconds."""
     end = time.perf_counter() + ms / 1e3
     n = 0
-    while time.perf_counter() < end:
+    while time.perf_counter() < end:  # gpufl-example: host-work
         n += 1
     return n
 

@@ -15,7 +15,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$NGPU" -lt 2 ]; then
   log "(hostgaps_ddp) skipped: $NGPU GPU(s), the phase needs 2"
 else
-  L_HOST=$(grep -n "# gpufl-example: straggler\$" examples/ddp_straggler.py | head -1 | cut -d: -f1)
+  L_HOST=$(grep -n "# gpufl-example: host-work\$" examples/ddp_straggler.py | head -1 | cut -d: -f1)
   L_GPU=$(grep -n "# gpufl-example: extra-gpu-work\$" examples/ddp_straggler.py | head -1 | cut -d: -f1)
   echo "ddp_straggler.py: host work at line $L_HOST, extra GPU work at line $L_GPU" | tee -a "$OUT/summary.txt"
   hgd_run() { # name line check args...

@@ -130,6 +130,47 @@ impl Model {
         }
     }
 
+    /// `hostcall` record `i` (file order).
+    pub fn hostcall(&self, i: usize) -> HostcallRec {
+        let c = &self.hostcalls;
+        let bytes = c.bytes.get(i);
+        let ctx = c.ctx.get(i);
+        HostcallRec {
+            name: StrId(c.name.get(i)),
+            start: c.start.get(i),
+            end: c.end.get(i),
+            tid: c.tid.get(i),
+            corr: CorrId(c.corr.get(i)),
+            ctx: (ctx != NONE).then_some(ctx),
+            bytes: (bytes != u64::MAX).then_some(bytes),
+            stack: StackIx::from_raw(c.stack.get(i)),
+        }
+    }
+
+    /// `hostcall` records in the order they were read.
+    pub fn hostcalls(&self) -> impl Iterator<Item = HostcallRec> + '_ {
+        (0..self.hostcall_count()).map(|i| self.hostcall(i))
+    }
+
+    /// Host sample `i` (file order).
+    pub fn hsample(&self, i: usize) -> HsampleRec {
+        let c = &self.hsamples;
+        let call = c.call.get(i);
+        HsampleRec {
+            ts: c.ts.get(i),
+            tid: c.tid.get(i),
+            state: host_state_from_u8(c.state.get(i)),
+            period_ns: c.period.get(i),
+            stack: StackIx::from_raw(c.stack.get(i)),
+            call: (call != NONE).then_some(StrId(call)),
+        }
+    }
+
+    /// Host samples in the order they were read.
+    pub fn hsamples(&self) -> impl Iterator<Item = HsampleRec> + '_ {
+        (0..self.hsample_count()).map(|i| self.hsample(i))
+    }
+
     /// API calls in the order they were read.
     pub fn apis(&self) -> impl Iterator<Item = ApiRec> + '_ {
         (0..self.api_count() as usize).map(|i| self.api(i))
@@ -206,7 +247,8 @@ impl Model {
         self.stack_via.get(&id).copied()
     }
 
-    /// Heap bytes held by the record columns (kernels, copies, syncs), capacity included.
+    /// Heap bytes held by the record columns (kernels, copies, syncs, API calls, call sites,
+    /// hostcalls, host samples), capacity included.
     pub fn column_bytes(&self) -> usize {
         let k = &self.kernels;
         let c = &self.copies;
@@ -244,6 +286,26 @@ impl Model {
             + self.apis.name.heap_bytes()
             + self.apis.cbid.heap_bytes()
             + self.callsites.capacity() * std::mem::size_of::<crate::model::Callsite>()
+            + self.host_column_bytes()
+    }
+
+    fn host_column_bytes(&self) -> usize {
+        let h = &self.hostcalls;
+        let s = &self.hsamples;
+        h.start.heap_bytes()
+            + h.end.heap_bytes()
+            + h.tid.heap_bytes()
+            + h.bytes.heap_bytes()
+            + h.corr.heap_bytes()
+            + h.name.heap_bytes()
+            + h.ctx.heap_bytes()
+            + h.stack.heap_bytes()
+            + s.ts.heap_bytes()
+            + s.tid.heap_bytes()
+            + s.period.heap_bytes()
+            + s.stack.heap_bytes()
+            + s.call.heap_bytes()
+            + s.state.heap_bytes()
     }
 
     pub(crate) fn sync_kind_at(&self, i: usize) -> SyncKind {

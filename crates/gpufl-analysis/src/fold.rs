@@ -8,8 +8,9 @@
 //!
 //! A part holds the timed records and API calls only (kernels, copies, memsets,
 //! synchronizations, `api` and `overhead` records): any other record (interned strings, frames,
-//! stacks, call sites, telemetry, …) ends a run and is handed out by itself, between the parts of
-//! its block, and the records of a run shorter than 64 come one by one.
+//! stacks, call sites, hostcalls and host samples, telemetry, …) ends a run and is handed out by
+//! itself, between the parts of its block, and the records of a run shorter than 64 come one by
+//! one.
 //! A part also keeps the order of its records (one byte each), so that a part whose devices go
 //! beyond [`MAX_DEVICES`](crate::model::MAX_DEVICES) can be replayed record by record.
 
@@ -295,6 +296,8 @@ impl BlockFold for ModelFold {
             Record::Api(_) | Record::Overhead(_) => true,
             // A stack id of `NONE` (never written) would read as no stack.
             Record::Sync(s) => s.stack.is_none_or(|id| id.0 != NONE),
+            // Hostcalls and host samples (rare next to GPU work: a few hundred a second) come
+            // record by record, as every other record.
             _ => false,
         }
     }

@@ -25,7 +25,8 @@
 //! - `shared`: what the rules share and nothing that is a rule: the context (`Ctx`: every stack's
 //!   user location), the device timelines and call-site location (`timeline`), copies and
 //!   streams (`copies`), every device's idle gaps and utilization (`idle`: the [`DeviceIdle`] of
-//!   `gpu_idle` in the analysis), the kernel rules' sites (`kernel_site`, `detail_site`), the CUDA
+//!   `gpu_idle` in the analysis), what the host was doing during idle gaps (`host`: the join of
+//!   the gaps with `hostcall` and `hsample` records, a [`HostActivity`]), the kernel rules' sites (`kernel_site`, `detail_site`), the CUDA
 //!   graph summary (`graphs`), the [`Analysis::attribution`], and what is done to the insights
 //!   after the rules (`finish`: scopes, cross-thread locations, ranking).
 //! - [`rules`]: one file per rule, each importing only the contract, `shared` and the lower
@@ -64,6 +65,7 @@ mod corrs;
 pub mod diff;
 pub mod error;
 mod fold;
+pub mod hostlines;
 pub mod ids;
 pub mod insight;
 pub mod insights;
@@ -100,6 +102,8 @@ pub use run::{analyze_run, RunAnalysis, RunMember};
 pub use sampling::{Basis, BasisKind, CallsPerLine, Sampling};
 pub use scopes::{rollup_path, RangeRollup, RangeSpan, ScopeRollup, ScopeSpan, MAX_SCOPE_DEPTH};
 pub use shared::graphs::{GraphOp, GraphSummary};
+pub use shared::host::calls::CallKind;
+pub use shared::host::{Compiler, Doing, DoingTime, HostActivity, HostLine, Overhead};
 pub use shared::idle::utilization::{ChunkIdle, ChunkLine};
 pub use shared::idle::{ClassTotal, DeviceIdle, Gap, IdleByClass, IdleClass, UtilChunk};
 pub use telemetry::{DeviceTelemetry, EccCounts, Stat, ThrottleTime};
@@ -107,7 +111,9 @@ pub use totals::{totals, Totals};
 pub use userframe::{
     user_frame, FrameFilter, FrameOrigin, SourceLoc, BUILTIN_EXCLUDES, DRIVER_INTERNAL,
 };
-pub use views::{ApiRec, CopyOp, CopyRec, FrameView, KernelRec, LaunchConfig, SyncRec};
+pub use views::{
+    ApiRec, CopyOp, CopyRec, FrameView, HostcallRec, HsampleRec, KernelRec, LaunchConfig, SyncRec,
+};
 
 use serde::Serialize;
 

@@ -83,12 +83,40 @@ pub(crate) struct Apis {
     pub(crate) cbid: Col<u32>,
 }
 
+/// CUDA calls that held their thread (`hostcall` records): 48 bytes per record. `ctx` and
+/// `stack` are [`NONE`] when absent, `bytes` is `u64::MAX` when the call's size is unknown.
+#[derive(Debug, Default)]
+pub(crate) struct Hostcalls {
+    pub(crate) start: Col<u64>,
+    pub(crate) end: Col<u64>,
+    pub(crate) tid: Col<u64>,
+    pub(crate) bytes: Col<u64>,
+    pub(crate) corr: Col<u32>,
+    pub(crate) name: Col<u32>,
+    pub(crate) ctx: Col<u32>,
+    pub(crate) stack: Col<u32>,
+}
+
+/// Host samples (`hsample` records): 33 bytes per sample. `stack` and `call` are [`NONE`] when
+/// absent; `state` is a `HostState` byte.
+#[derive(Debug, Default)]
+pub(crate) struct Hsamples {
+    pub(crate) ts: Col<u64>,
+    pub(crate) tid: Col<u64>,
+    pub(crate) period: Col<u64>,
+    pub(crate) stack: Col<u32>,
+    pub(crate) call: Col<u32>,
+    pub(crate) state: Col<u8>,
+}
+
 /// One recorded session, compact and columnar: the header, the interned strings / frames / stacks
 /// of every trace file (remapped to one id space), kernels, copies and memsets, synchronizations.
 /// API, overhead and callsite records only widen the session's time range; `dropped` records are
 /// summed; notices become warnings; telemetry samples become one series per device (94 bytes per
-/// sample). Memory is proportional to the session: 36 bytes per kernel, 43 per copy or memset, 45
-/// per synchronization, plus the interned tables.
+/// sample). `hostcall` records (which widen the time range, as API calls) and host samples
+/// (`hsample`, which do not, as telemetry) are kept in file order. Memory is proportional to the
+/// session: 36 bytes per kernel, 43 per copy or memset, 45 per synchronization, 48 per hostcall,
+/// 33 per host sample, plus the interned tables.
 #[derive(Debug, Default)]
 pub struct Model {
     header: Option<Header>,
@@ -102,6 +130,8 @@ pub struct Model {
     pub(crate) copies: Copies,
     pub(crate) syncs: Syncs,
     pub(crate) apis: Apis,
+    pub(crate) hostcalls: Hostcalls,
+    pub(crate) hsamples: Hsamples,
     /// `callsite` records, sorted by corr after loading.
     pub(crate) callsites: Vec<Callsite>,
     /// Distinct kernel launch configurations, in order of first use.
@@ -480,8 +510,9 @@ impl Model {
                 let files = self.detail_files(ld, k.lines.iter().map(|l| l.file));
                 self.detail_store.add_stalls(&k, name, &files);
             }
+            Record::Hostcall(h) => self.take_hostcall(ld, h),
+            Record::Hsample(h) => self.take_hsample(ld, h),
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
-            Record::Hostcall(_) | Record::Hsample(_) => {}
         }
     }
 
@@ -582,6 +613,35 @@ impl Model {
         c.corr.push(a.corr);
         c.name.push(name);
         c.cbid.push(a.cbid);
+    }
+
+    fn take_hostcall(&mut self, ld: &mut Loader, h: gpufl_trace::Hostcall) {
+        self.span(h.start, h.end);
+        let name = self.str_ref(ld, h.name);
+        let stack = StackIx::to_raw(h.stack.map(|id| self.stack_ref(ld, id)));
+        let c = &mut self.hostcalls;
+        c.start.push(h.start);
+        c.end.push(h.end);
+        c.tid.push(h.tid);
+        c.bytes.push(h.bytes.unwrap_or(u64::MAX));
+        c.corr.push(h.corr);
+        c.name.push(name);
+        c.ctx.push(h.ctx.unwrap_or(NONE));
+        c.stack.push(stack);
+    }
+
+    /// A host sample: kept, without widening the session's time range (the sampler runs from the
+    /// recorder's start to its end, as telemetry).
+    fn take_hsample(&mut self, ld: &mut Loader, h: gpufl_trace::Hsample) {
+        let stack = StackIx::to_raw(h.stack.map(|id| self.stack_ref(ld, id)));
+        let call = h.call.map_or(NONE, |id| self.str_ref(ld, id));
+        let c = &mut self.hsamples;
+        c.ts.push(h.ts);
+        c.tid.push(h.tid);
+        c.period.push(h.period_ns);
+        c.stack.push(stack);
+        c.call.push(call);
+        c.state.push(host_state_to_u8(h.state));
     }
 
     #[inline]
@@ -1094,6 +1154,19 @@ impl Model {
     }
     pub fn callsite_count(&self) -> usize {
         self.callsites.len()
+    }
+    /// `hostcall` records: CUDA calls that held their thread past the recorder's threshold.
+    pub fn hostcall_count(&self) -> usize {
+        self.hostcalls.start.len()
+    }
+    /// `hsample` records: the host sampler's samples.
+    pub fn hsample_count(&self) -> usize {
+        self.hsamples.ts.len()
+    }
+    /// Whether the session has host records (`hostcall` or `hsample`): the analysis then says
+    /// what the host was doing during GPU idle gaps; without them its findings are as before.
+    pub fn has_host_records(&self) -> bool {
+        self.hostcall_count() > 0 || self.hsample_count() > 0
     }
     /// Telemetry series, one per device that has samples, by device.
     pub fn telemetry(&self) -> &[crate::telemetry::Series] {

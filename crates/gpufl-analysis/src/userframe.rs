@@ -316,6 +316,40 @@ pub fn user_frame(m: &Model, stack: StackIx, f: &FrameFilter) -> SourceLoc {
     }
 }
 
+/// The caller of a stack's user frame: the next frame outward that is the user's code and in
+/// another function (`busy_host_work()` at `train.py:38` is called at `train.py:71` in `main()`);
+/// None when there is none.
+pub fn user_caller(m: &Model, stack: StackIx, f: &FrameFilter) -> Option<SourceLoc> {
+    let frames = m.stack(stack)?;
+    let mut inner: Option<Option<&str>> = None;
+    for &id in frames {
+        let Some(fr) = m.frame(id) else { continue };
+        if !f.is_user(fr.file, fr.module) {
+            continue;
+        }
+        match inner {
+            None => inner = Some(fr.func),
+            // Python's module level calling `main()` says nothing.
+            Some(_) if fr.func == Some("<module>") => return None,
+            Some(func) if func != fr.func => {
+                return Some(SourceLoc {
+                    file: fr.file.or(fr.module).unwrap_or("?").to_string(),
+                    line: fr.line,
+                    function: fr.func.map(str::to_string),
+                    origin: match fr.kind {
+                        FrameKind::Python => FrameOrigin::Python,
+                        _ => FrameOrigin::Native,
+                    },
+                    text: fr.text.map(str::to_string),
+                    library: None,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

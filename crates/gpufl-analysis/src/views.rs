@@ -2,7 +2,7 @@
 //! enumerations its columns store.
 
 use crate::ids::{CorrId, StackIx};
-use gpufl_trace::{CopyKind, FrameKind, MemoryKind, StrId, SyncKind};
+use gpufl_trace::{CopyKind, FrameKind, HostState, MemoryKind, StrId, SyncKind};
 use serde::Serialize;
 
 /// A kernel execution as the model keeps it (launch configuration and register / memory figures are
@@ -130,6 +130,43 @@ impl ApiRec {
     }
 }
 
+/// A CUDA call that held its thread (`hostcall` record): an allocation or free, a pinned-host
+/// allocation, a module load, stream / event / graph lifecycle, a limit. `name` resolves with
+/// [`Model::str`](crate::Model::str).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HostcallRec {
+    pub name: StrId,
+    pub start: u64,
+    pub end: u64,
+    pub tid: u64,
+    pub corr: CorrId,
+    pub ctx: Option<u32>,
+    /// Bytes asked for (allocation calls), when the call's parameters said.
+    pub bytes: Option<u64>,
+    pub stack: Option<StackIx>,
+}
+
+impl HostcallRec {
+    /// Host time in the call (`end - start`, 0 if it ends before it starts).
+    pub fn duration_ns(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+/// One sample of a host thread (`hsample` record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HsampleRec {
+    pub ts: u64,
+    pub tid: u64,
+    pub state: HostState,
+    /// Host time the sample stands for, ns.
+    pub period_ns: u64,
+    /// Python frames (none for a thread that runs no Python).
+    pub stack: Option<StackIx>,
+    /// The CUDA function the thread was inside (state `cuda`).
+    pub call: Option<StrId>,
+}
+
 /// A frame with its strings resolved (`?` for strings the trace never defined).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct FrameView<'a> {
@@ -162,6 +199,26 @@ pub(crate) fn sync_kind_from_u8(b: u8) -> SyncKind {
         4 => SyncKind::ContextSynchronize,
         _ => SyncKind::Unknown,
     }
+}
+
+const HOST_STATES: [HostState; 6] = [
+    HostState::Unknown,
+    HostState::Cpu,
+    HostState::Cuda,
+    HostState::Lock,
+    HostState::Sleep,
+    HostState::Idle,
+];
+
+pub(crate) fn host_state_to_u8(s: HostState) -> u8 {
+    HOST_STATES.iter().position(|&x| x == s).unwrap_or(0) as u8
+}
+
+pub(crate) fn host_state_from_u8(b: u8) -> HostState {
+    HOST_STATES
+        .get(b as usize)
+        .copied()
+        .unwrap_or(HostState::Unknown)
 }
 
 const COPY_KINDS: [CopyKind; 11] = [
@@ -238,6 +295,9 @@ mod tests {
             SyncKind::Unknown,
         ] {
             assert_eq!(sync_kind_from_u8(sync_kind_to_u8(k)), k);
+        }
+        for s in HOST_STATES {
+            assert_eq!(host_state_from_u8(host_state_to_u8(s)), s);
         }
         for k in COPY_KINDS {
             for m in MEM_KINDS {

@@ -54,6 +54,10 @@ mod detail_rules;
 // documented rule in the table, the categories the server groups by.
 #[path = "analysis/rule_table.rs"]
 mod rule_table;
+// Issue 35: blocking-call, and what the host was doing during idle gaps (hostcall and hsample
+// records).
+#[path = "analysis/host_rules.rs"]
+mod host_rules;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: build sessions record by record

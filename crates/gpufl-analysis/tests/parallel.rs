@@ -10,7 +10,7 @@ use std::path::Path;
 fn fingerprint(m: &Model, threads: usize) -> String {
     let a = analyze_on(m, &Config::default(), threads);
     format!(
-        "{} {} {} {} {} {} {:?} {:?} {:?}\n{}",
+        "{} {} {} {} {} {} {:?} {:?} {:?} {:?} {:?}\n{}",
         m.kernel_count(),
         m.copy_count(),
         m.sync_count(),
@@ -20,6 +20,8 @@ fn fingerprint(m: &Model, threads: usize) -> String {
         m.time_range(),
         m.devices(),
         m.warnings(),
+        m.hostcalls().collect::<Vec<_>>(),
+        m.hsamples().collect::<Vec<_>>(),
         serde_json::to_string(&a).unwrap()
     )
 }
@@ -76,6 +78,47 @@ fn generated_multi_block_session_loads_and_analyses_the_same() {
         t += 900 + (i as u64 * 7919) % 2000;
         // Strings and stacks first used deep into the session, in later blocks.
         let name = w.intern_str(&format!("k{}", i % 97)).unwrap();
+        // Host records among the GPU work: a hostcall (with a stack) and host samples.
+        if i % 500 == 7 {
+            let f = w
+                .intern_frame(FrameData {
+                    kind: FrameKind::Python,
+                    module: None,
+                    offset: None,
+                    func: Some(name),
+                    file: Some(file),
+                    line: Some(30 + i % 3),
+                    inlined: false,
+                    text: None,
+                })
+                .unwrap();
+            let stack = w.intern_stack(&[f]).unwrap();
+            let cuda_free = w.intern_str("cudaFree").unwrap();
+            w.write(&Record::Hostcall(Hostcall {
+                name: cuda_free,
+                start: t,
+                end: t + 400,
+                tid: 1,
+                corr: 1_000_000 + i,
+                stack: Some(stack),
+                bytes: (i % 1000 == 7).then_some(4096),
+                ..Hostcall::default()
+            }))
+            .unwrap();
+            w.write(&Record::Hsample(Hsample {
+                ts: t + 200,
+                tid: 1,
+                state: if i % 1000 == 7 {
+                    HostState::Cuda
+                } else {
+                    HostState::Cpu
+                },
+                period_ns: 10_000_000,
+                stack: Some(stack),
+                call: (i % 1000 == 7).then_some(cuda_free),
+            }))
+            .unwrap();
+        }
         let rec = if i % 40 == 3 {
             let f = w
                 .intern_frame(FrameData {
@@ -136,6 +179,16 @@ fn generated_multi_block_session_loads_and_analyses_the_same() {
         |t| Model::load_items(&mut ParTraceReader::from_bytes(bytes.clone(), "g", t).unwrap()),
     );
     let m = Model::load(TraceReader::from_bytes(bytes.clone(), "g").unwrap());
+    assert_eq!((m.hostcall_count(), m.hsample_count()), (120, 120));
+    let h = m.hostcall(1);
+    assert_eq!(
+        (m.str(h.name), h.duration_ns(), h.bytes),
+        ("cudaFree", 400, None)
+    );
+    assert!(h.stack.is_some());
+    let s = m.hsample(2);
+    assert_eq!((s.state, s.period_ns), (HostState::Cuda, 10_000_000));
+    assert_eq!(s.call.map(|c| m.str(c)), Some("cudaFree"));
     let graphs = analyze(&m, &Config::default()).graphs;
     assert_eq!(graphs.len(), 2, "{graphs:?}");
     assert_eq!(graphs.iter().map(|g| g.nodes).sum::<u64>(), 10);

@@ -244,3 +244,90 @@ fn a_watchdog_polling_during_the_stretch_does_not_split_it() {
     assert_eq!(d.host_gap_median_ns, Some((STRAGGLE_US + 30) * 1000));
     assert_eq!(i.location.line, Some(FORWARD_LINE));
 }
+
+#[test]
+fn the_stragglers_host_samples_name_the_line_of_its_host_work() {
+    let plan = Plan {
+        host_samples: true,
+        ..Plan::straggler()
+    };
+    let (run, _) = run_of(plan, "host-samples");
+    let i = run
+        .insights
+        .iter()
+        .find(|i| i.rule == "collective-wait")
+        .expect("collective-wait");
+    let Some(RuleData::CollectiveWait(d)) = &i.data else {
+        panic!("no data")
+    };
+    assert!(d.host_bound);
+    // The samples in the stretches are at the host work's line; the call that ended them (the
+    // forward launch) stays as where the stretches ended.
+    assert_eq!(i.location.line, Some(STRAGGLE_WORK_LINE), "{}", i.title);
+    assert_eq!(i.location.function.as_deref(), Some("busy_host_work"));
+    assert_eq!(
+        d.gap_ended_at.as_ref().and_then(|l| l.line),
+        Some(FORWARD_LINE)
+    );
+    let h = d.host.as_ref().expect("host");
+    assert_eq!(
+        h.gaps,
+        d.late_collectives - 1,
+        "the first step has no stretch before it"
+    );
+    assert!(h.lines[0].share > 0.9, "{:?}", h.lines[0]);
+    assert!(
+        i.detail
+            .contains("Over those stretches, during 29 gaps (116.87ms) rank 1's host was 99% on CPU @ ddp_train.py:36 (100% estimated from 234 host samples)"),
+        "{}",
+        i.detail
+    );
+    assert!(i.title.ends_with("@ ddp_train.py:36"), "{}", i.title);
+}
+
+#[test]
+fn a_gpu_work_straggler_names_its_extra_kernels_and_their_launch_line() {
+    let plan = Plan {
+        straggle: false,
+        extra_gpu: true,
+        ..Plan::straggler()
+    };
+    let (run, _) = run_of(plan, "extra-gpu");
+    let i = run
+        .insights
+        .iter()
+        .find(|i| i.rule == "collective-wait")
+        .expect("collective-wait");
+    let Some(RuleData::CollectiveWait(d)) = &i.data else {
+        panic!("no data")
+    };
+    assert_eq!(d.late_rank, 1);
+    assert!(!d.host_bound);
+    assert_eq!(d.extra_kernels.len(), 1, "{:#?}", d.extra_kernels);
+    let k = &d.extra_kernels[0];
+    assert_eq!(k.name, EXTRA_KERNEL);
+    assert_eq!(k.others_launches, 0);
+    assert_eq!(
+        k.per_late_collective_ns,
+        4 * 500 * 1000 * k.launches / 4 / d.late_collectives
+    );
+    assert_eq!(
+        k.launch_line.as_ref().and_then(|l| l.line),
+        Some(EXTRA_LINE)
+    );
+    assert_eq!(i.location.line, Some(EXTRA_LINE), "{}", i.title);
+    assert_eq!(
+        d.gap_ended_at.as_ref().and_then(|l| l.line),
+        Some(BACKWARD_LINE)
+    );
+    assert!(
+        i.detail.contains("at::native::tanh_kernel × "),
+        "{}",
+        i.detail
+    );
+    assert!(
+        i.detail.contains("launched @ ddp_train.py:88"),
+        "{}",
+        i.detail
+    );
+}

@@ -9,13 +9,14 @@
 //!   nobody behind it) is an immediate error, a full exporter queue drops the datagram. Since
 //!   every figure is cumulative, a lost datagram costs only freshness.
 //! - Bounded: per-GPU tallies for at most [`feed::MAX_GPUS`] devices, at most [`MAX_LINES`]
-//!   distinct sync lines (beyond: `<other>`), [`MAX_CTX`] contexts; the GPU busy time is a union of
+//!   distinct sync lines (beyond: `<other>`), [`MAX_CALLS`] CUDA functions of `hostcall` records
+//!   (the host time inside them by call), [`MAX_CTX`] contexts; the GPU busy time is a union of
 //!   intervals kept exact within [`HORIZON_NS`] of the latest end, in at most [`RECENT`] pieces.
 //! - `GPUFL_EXPORTER_FEED=0` turns it off; `GPUFL_EXPORTER_SOCKET` names the one socket to send to
 //!   (default: `/tmp/gpufl-<uid>/exporter.sock` and `/run/gpufl/exporter.sock`).
 
-use gpufl_trace::feed::{self, GpuStatus, LineStatus, Status};
-use gpufl_trace::{FrameId, Record, StackId};
+use gpufl_trace::feed::{self, CallStatus, GpuStatus, LineStatus, Status};
+use gpufl_trace::{FrameId, Record, StackId, StrId};
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
@@ -25,6 +26,9 @@ use std::time::{Duration, Instant};
 pub const PERIOD: Duration = Duration::from_secs(1);
 /// Distinct sync lines tallied per process.
 pub const MAX_LINES: usize = 4096;
+/// Distinct CUDA functions tallied for the host time inside them (the hostcall list is a few
+/// dozen functions; beyond: `<other>`).
+pub const MAX_CALLS: usize = 256;
 /// Contexts remembered (context → GPU).
 const MAX_CTX: usize = 64;
 /// Intervals kept unmerged for the busy-time union.
@@ -141,6 +145,11 @@ pub struct Feed {
     line_tally: Vec<(u64, u64)>,
     /// CUDA ordinal → UUID, from the session header.
     uuids: Vec<(u32, String)>,
+    /// API function names of this trace file: string id → call index.
+    call_of: HashMap<StrId, u32>,
+    call_names: Vec<String>,
+    /// Per call index: (host ns, calls) of its `hostcall` records.
+    call_tally: Vec<(u64, u64)>,
 }
 
 impl Default for Feed {
@@ -172,6 +181,9 @@ impl Feed {
             line_index: HashMap::new(),
             line_tally: Vec::new(),
             uuids: Vec::new(),
+            call_of: HashMap::new(),
+            call_names: Vec::new(),
+            call_tally: Vec::new(),
         }
     }
 
@@ -261,10 +273,38 @@ impl Feed {
         self.stack_line.insert(id, l);
     }
 
-    /// The trace's ids start again (a new rolling file): forget frames and stacks, keep tallies.
+    /// An API function's name was interned (writer side, once per function and trace file).
+    pub fn note_call_name(&mut self, id: StrId, name: &str) {
+        if !self.on {
+            return;
+        }
+        let name = match self.call_names.iter().position(|n| n == name) {
+            Some(i) => i as u32,
+            None => {
+                let label = if self.call_names.len() >= MAX_CALLS {
+                    OTHER
+                } else {
+                    name
+                };
+                match self.call_names.iter().position(|n| n == label) {
+                    Some(i) => i as u32,
+                    None => {
+                        self.call_names.push(label.to_string());
+                        self.call_tally.push((0, 0));
+                        self.call_names.len() as u32 - 1
+                    }
+                }
+            }
+        };
+        self.call_of.insert(id, name);
+    }
+
+    /// The trace's ids start again (a new rolling file): forget frames, stacks and names, keep
+    /// tallies.
     pub fn forget_ids(&mut self) {
         self.frame_line.clear();
         self.stack_line.clear();
+        self.call_of.clear();
     }
 
     fn gpu(&mut self, dev: u32) -> Option<&mut Gpu> {
@@ -336,6 +376,21 @@ impl Feed {
                     t.1 += 1;
                 }
             }
+            Record::Hostcall(h) => {
+                let i = match self.call_of.get(&h.name) {
+                    Some(&i) => i,
+                    None => {
+                        // A name the writer did not announce (never expected): by its id.
+                        let id = h.name;
+                        self.note_call_name(id, &format!("cbid{}", h.cbid));
+                        self.call_of.get(&id).copied().unwrap_or(0)
+                    }
+                };
+                if let Some(t) = self.call_tally.get_mut(i as usize) {
+                    t.0 += h.end.saturating_sub(h.start);
+                    t.1 += 1;
+                }
+            }
             _ => {}
         }
     }
@@ -399,7 +454,25 @@ impl Feed {
                 top.truncate(feed::TOP_LINES);
             }
         }
+        // CUDA calls by host time: the longest few.
+        let mut calls: Vec<(u64, u64, usize)> = self
+            .call_tally
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.1 > 0)
+            .map(|(i, &(ns, n))| (ns, n, i))
+            .collect();
+        calls.sort_by(|a, b| b.0.cmp(&a.0).then(a.2.cmp(&b.2)));
+        calls.truncate(feed::MAX_CALLS);
         Status {
+            hostcalls: calls
+                .into_iter()
+                .map(|(ns, n, i)| CallStatus {
+                    call: self.call_names[i].clone(),
+                    blocked_s: ns as f64 / 1e9,
+                    calls: n,
+                })
+                .collect(),
             status: status.to_string(),
             seq: self.seq,
             uptime_s: self.started.elapsed().as_secs_f64(),
@@ -584,6 +657,43 @@ mod tests {
         );
         assert!((s.top[0].sync_s - 0.6).abs() < 1e-9);
         assert_eq!((s.pid, s.app.as_str()), (std::process::id(), "train"));
+    }
+
+    #[test]
+    fn tallies_host_time_by_call() {
+        let mut f = Feed::to(Vec::new(), "a", "s");
+        f.note_call_name(StrId(4), "cudaFree");
+        f.note_call_name(StrId(9), "cudaMalloc");
+        let hc = |name: u32, start: u64, end: u64| {
+            Record::Hostcall(gpufl_trace::Hostcall {
+                name: StrId(name),
+                start,
+                end,
+                ..gpufl_trace::Hostcall::default()
+            })
+        };
+        for _ in 0..3 {
+            f.observe(&hc(4, 0, 500_000_000));
+        }
+        f.observe(&hc(9, 0, 100_000_000));
+        // A new trace file: ids start again, tallies stay.
+        f.forget_ids();
+        f.note_call_name(StrId(0), "cudaMalloc");
+        f.observe(&hc(0, 0, 100_000_000));
+        let s = f.status("recording");
+        let got: Vec<(&str, u64)> = s
+            .hostcalls
+            .iter()
+            .map(|c| (c.call.as_str(), c.calls))
+            .collect();
+        assert_eq!(got, [("cudaFree", 3), ("cudaMalloc", 2)]);
+        assert!((s.hostcalls[0].blocked_s - 1.5).abs() < 1e-9);
+        assert!((s.hostcalls[1].blocked_s - 0.2).abs() < 1e-9);
+        for i in 0..(MAX_CALLS as u32 + 5) {
+            f.note_call_name(StrId(100 + i), &format!("cuFn{i}"));
+        }
+        assert_eq!(f.call_names.len(), MAX_CALLS + 1);
+        assert_eq!(f.call_names.last().map(String::as_str), Some(OTHER));
     }
 
     #[test]

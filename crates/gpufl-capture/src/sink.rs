@@ -606,6 +606,7 @@ impl Sink {
             .and_then(|c| c.callback_name(domain, cbid))
             .unwrap_or_else(|| format!("cbid{cbid}"));
         let id = self.w.intern_str(&name)?;
+        self.feed.note_call_name(id, &name);
         self.api_names.insert((domain, cbid), id);
         Ok(id)
     }

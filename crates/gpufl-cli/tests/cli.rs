@@ -732,3 +732,74 @@ fn report_is_the_same_on_any_number_of_threads() {
         }
     }
 }
+
+/// The insights of `gpufl report --json` over a bundled session.
+fn insights_of(prefix: &str) -> Vec<serde_json::Value> {
+    let (code, out, err) = run(gpufl().arg("report").arg("--json").arg(session(prefix)));
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    j["sessions"][0]["insights"].as_array().unwrap().clone()
+}
+
+/// Issue 35's sessions recorded on the H100 (hostcall and hsample records): the host line of
+/// each stall is named. (a) cudaFree in a C++ loop; (b) torch.cuda.empty_cache() every step;
+/// (c) ~5 ms of NumPy preparation per step on the launching thread; (f) JAX recompiling.
+#[test]
+fn recorded_host_stalls_are_named_at_their_host_line() {
+    let line = |i: &serde_json::Value| {
+        (
+            i["location"]["file"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string(),
+            i["location"]["line"].as_u64().unwrap_or(0),
+        )
+    };
+    // (a)
+    let v = insights_of("malloc_free_loop-");
+    let free = v
+        .iter()
+        .find(|i| i["rule"] == "blocking-call" && i["data"]["call"] == "cudaFree")
+        .expect("blocking-call cudaFree");
+    assert_eq!(line(free), ("malloc_free_loop.cu".into(), 70));
+    assert!(free["data"]["synchronizes"].as_bool().unwrap());
+    assert_eq!(free["data"]["calls"], 300);
+    assert!(free["data"]["gpu_idle_ns"].as_u64().unwrap() > 10_000_000);
+    assert!(free["data"]["host_ns"].as_u64().unwrap() > 30_000_000);
+    // (b)
+    let v = insights_of("pytorch_empty_cache-");
+    let ec = v
+        .iter()
+        .find(|i| i["rule"] == "blocking-call" && i["data"]["via"] == "torch.cuda.empty_cache()")
+        .expect("blocking-call empty_cache");
+    assert_eq!(line(ec), ("pytorch_empty_cache.py".into(), 45));
+    assert!(ec["fix"].as_str().unwrap().contains("empty_cache"));
+    assert!(ec["data"]["idle_after_ns"].as_u64().unwrap() > 0);
+    // (c)
+    let v = insights_of("pytorch_numpy_prep-");
+    let idle = v
+        .iter()
+        .find(|i| i["rule"] == "gpu-idle" && line(i).1 == 34)
+        .expect("gpu-idle at the NumPy line");
+    let top = &idle["data"]["host"]["lines"][0];
+    assert_eq!(top["location"]["line"], 34);
+    assert!(top["share"].as_f64().unwrap() >= 0.8, "{top}");
+    assert_eq!(top["caller"]["line"], 40);
+    assert_eq!(idle["data"]["gap_ended_at"]["line"], 62);
+    // (f) a JAX loop whose shapes change: the gaps are compilation at the jitted call.
+    let v = insights_of("jax_recompile-");
+    let idle = v
+        .iter()
+        .find(|i| i["rule"] == "gpu-idle" && line(i).1 == 61)
+        .expect("gpu-idle at the jitted call");
+    assert!(
+        idle["title"].as_str().unwrap().contains("compiling (XLA)"),
+        "{}",
+        idle["title"]
+    );
+    let h = &idle["data"]["host"];
+    assert!(h["compile_ns"].as_u64().unwrap() * 10 >= h["gap_ns"].as_u64().unwrap() * 9);
+}

@@ -8,7 +8,7 @@
 //! Without `prometheus`/`promtool` on PATH these tests say so and pass, unless
 //! `GPUFL_REQUIRE_PROMETHEUS=1` (set by .ci/run once it installed them), where they fail.
 
-use gpufl_trace::feed::{GpuStatus, LineStatus, Status, FEED_VERSION};
+use gpufl_trace::feed::{CallStatus, GpuStatus, LineStatus, Status, FEED_VERSION};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -179,6 +179,11 @@ fn synthetic_status(seq: u64) -> Status {
                 syncs: 10,
             },
         ],
+        hostcalls: vec![CallStatus {
+            call: "cudaFree".into(),
+            blocked_s: 1.5,
+            calls: 298,
+        }],
     }
 }
 
@@ -337,6 +342,14 @@ fn prometheus_scrapes_what_the_recorders_fed() {
         (format!("gpufl_process_gpu_busy_seconds_total{{{g}}}"), 4.5),
         (format!("gpufl_process_copies_total{{{g}}}"), 6.0),
         (format!("gpufl_process_gpu_sync_seconds_total{{{g}}}"), 3.25),
+        (
+            format!("gpufl_process_host_blocked_seconds_total{{{s},call=\"cudaFree\"}}"),
+            1.5,
+        ),
+        (
+            format!("gpufl_process_host_blocked_calls_total{{{s},call=\"cudaFree\"}}"),
+            298.0,
+        ),
         // The same totals each time: no busy time in the last ~10 s.
         (format!("gpufl_process_gpu_busy_ratio{{{g}}}"), 0.0),
         (format!("count(gpufl_process_top_sync_seconds{{{s}}})"), 1.0),

@@ -325,3 +325,67 @@ fn recorded_ddp_run_names_rank_1_and_the_stretch_that_holds_its_host_work() {
         }
     }
 }
+
+/// The collective-wait insight of a bundled run's `gpufl report --json`.
+fn collective_wait_of(run_dir: &str) -> serde_json::Value {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/runs")
+        .join(run_dir);
+    let (code, out, err) = run(gpufl().arg("report").arg("--json").arg(&dir));
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let cw: Vec<serde_json::Value> = j["run"]["insights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["rule"] == "collective-wait")
+        .cloned()
+        .collect();
+    assert_eq!(cw.len(), 1, "{}", j["run"]["insights"]);
+    cw[0].clone()
+}
+
+/// Issue 35's DDP runs (2 ranks, host samples): (d) rank 1 spends 20 ms per step in
+/// busy_host_work() (line 38, called at line 71), a line with no CUDA call: the insight is
+/// located there from rank 1's samples; (e) rank 1 runs extra matmuls (extra_gpu_work(), line
+/// 106): located at that launch line, with the kernels only rank 1 runs.
+#[test]
+fn recorded_ddp_stragglers_are_named_at_the_host_line_and_the_extra_work() {
+    let i = collective_wait_of("run-torchrun-726-20261127T195651Z");
+    let d = &i["data"];
+    assert_eq!(d["late_rank"], 1);
+    assert_eq!(d["host_bound"], true);
+    assert_eq!(i["location"]["line"], 38, "{}", i["title"]);
+    let top = &d["host"]["lines"][0];
+    assert_eq!(top["location"]["line"], 38);
+    assert_eq!(top["caller"]["line"], 71);
+    assert!(top["share"].as_f64().unwrap() >= 0.5, "{top}");
+    assert_eq!(d["gap_ended_at"]["line"], 73);
+
+    let i = collective_wait_of("run-torchrun-1492-20261127T195712Z");
+    let d = &i["data"];
+    assert_eq!(d["late_rank"], 1);
+    assert_eq!(d["host_bound"], false);
+    assert_eq!(i["location"]["line"], 106, "{}", i["title"]);
+    let extra = d["extra_kernels"].as_array().unwrap();
+    assert!(!extra.is_empty());
+    assert!(
+        extra
+            .iter()
+            .any(|k| k["launch_line"]["line"] == 106
+                && k["per_late_collective_ns"].as_u64() > Some(0))
+    );
+    assert!(
+        extra[0]["name"].as_str().unwrap().contains("cutlass"),
+        "{}",
+        extra[0]
+    );
+    // A one-off kernel only rank 1 ran (setup) is not its per-step work.
+    let late = d["late_collectives"].as_u64().unwrap();
+    assert!(
+        extra
+            .iter()
+            .all(|k| k["others_launches"] != 0 || k["launches"].as_u64().unwrap() * 2 >= late),
+        "{extra:?}"
+    );
+}

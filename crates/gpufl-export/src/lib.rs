@@ -1,6 +1,8 @@
 //! `gpufl export`: recorded sessions as a timeline that Perfetto (protobuf) or any Chrome trace
 //! viewer (JSON trace events) opens — a track per host thread and per GPU stream, flow arrows
-//! from each launch to its GPU work, scopes and NVTX ranges as slices, telemetry as counter
+//! from each launch to its GPU work, the CUDA calls that held a thread (`hostcall`) as slices on
+//! it and its host samples on a `host samples` track beside it (what the host did during a GPU
+//! gap), scopes and NVTX ranges as slices, telemetry as counter
 //! tracks and the insights of gpufl-analysis as annotated instants; several sessions go in one
 //! file, one process track group each.
 //!
@@ -160,7 +162,14 @@ pub fn export<W: Write>(dirs: &[PathBuf], out: W, opts: &Options) -> Result<Summ
         };
         pids.insert(pid);
         sink.session(sess, sink::SessionMeta { pid, name, gpus })?;
-        let stats = walk::walk(dir, &mut scan, sess, sink.as_mut(), opts.threads)?;
+        let stats = walk::walk(
+            dir,
+            &mut scan,
+            sess,
+            sink.as_mut(),
+            opts.threads,
+            &opts.config.filter,
+        )?;
         let mut notes = scan.warnings.clone();
         notes.extend(scan.insights_note.clone());
         if scan.links.over_cap > 0 {

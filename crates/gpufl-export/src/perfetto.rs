@@ -265,8 +265,17 @@ impl<W: Write> Writer<W> {
         let uuid = self.next_uuid;
         self.next_uuid += 1;
         self.tracks.insert((sess, track), uuid);
+        // A thread's host samples go under its track (made first when the thread has no other).
+        let thread_parent = match track {
+            Track::HostSamples(tid) => Some(self.track(sess, Track::Thread(tid))?),
+            _ => None,
+        };
         let s = &self.sessions[sess as usize];
-        let (pid, parent, name) = (s.meta.pid, s.uuid, track.name(&s.meta));
+        let (pid, parent, name) = (
+            s.meta.pid,
+            thread_parent.unwrap_or(s.uuid),
+            track.name(&s.meta),
+        );
         self.descriptor(|p| {
             uint(p, f::TD_UUID, uuid);
             match track {

@@ -21,6 +21,8 @@ pub enum Track {
     Thread(u64),
     /// Threads beyond the per-session cap, or records without a thread.
     OtherThreads,
+    /// The host samples of a thread (`hsample` records), beside (in Perfetto: under) its track.
+    HostSamples(u64),
     /// A GPU stream (kernels, copies, memsets).
     Stream { dev: u32, stream: u32 },
     /// Streams beyond the per-session cap.
@@ -39,6 +41,7 @@ impl Track {
         match *self {
             Track::Thread(tid) => format!("thread {tid}"),
             Track::OtherThreads => "other threads".into(),
+            Track::HostSamples(tid) => format!("host samples · thread {tid}"),
             Track::Stream { dev, stream } => match meta.gpus.iter().find(|g| g.0 == dev) {
                 Some((_, n)) => format!("GPU {dev} ({n}) stream {stream}"),
                 None => format!("GPU {dev} stream {stream}"),
@@ -55,7 +58,7 @@ impl Track {
         match self {
             Track::Insights => 0,
             Track::Stream { .. } | Track::OtherStreams => 1,
-            Track::Thread(_) | Track::OtherThreads => 2,
+            Track::Thread(_) | Track::OtherThreads | Track::HostSamples(_) => 2,
             _ => 3,
         }
     }
@@ -69,6 +72,8 @@ pub enum Cat {
     Memset,
     Api,
     Sync,
+    Hostcall,
+    Hsample,
     Callsite,
     Scope,
     Range,
@@ -77,12 +82,14 @@ pub enum Cat {
 }
 
 impl Cat {
-    pub const ALL: [Cat; 10] = [
+    pub const ALL: [Cat; 12] = [
         Cat::Kernel,
         Cat::Memcpy,
         Cat::Memset,
         Cat::Api,
         Cat::Sync,
+        Cat::Hostcall,
+        Cat::Hsample,
         Cat::Callsite,
         Cat::Scope,
         Cat::Range,
@@ -96,6 +103,8 @@ impl Cat {
             Cat::Memset => "memset",
             Cat::Api => "api",
             Cat::Sync => "sync",
+            Cat::Hostcall => "hostcall",
+            Cat::Hsample => "hsample",
             Cat::Callsite => "callsite",
             Cat::Scope => "scope",
             Cat::Range => "range",

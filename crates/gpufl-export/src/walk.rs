@@ -8,7 +8,8 @@ use crate::links::{End, Links};
 use crate::scan::{Clock, Scan};
 use crate::sink::{Arg, Cat, Event, Metric, Sink, Track};
 use crate::ExportError;
-use gpufl_trace::{ParSessionReader, Record, StackId, Symbols};
+use gpufl_analysis::userframe::FrameFilter;
+use gpufl_trace::{HostState, ParSessionReader, Record, StackId, Symbols};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -61,6 +62,10 @@ struct Walker<'a> {
     threads: HashSet<u64>,
     streams: HashSet<(u32, u32)>,
     scopes: HashMap<u64, ThreadScopes>,
+    /// Per thread with a host-samples track: where its last sample's slice ended.
+    sampled_to: HashMap<u64, u64>,
+    /// Which frames are the user's (a host sample is named by its innermost one).
+    filter: &'a FrameFilter,
     stats: WalkStats,
 }
 
@@ -128,6 +133,8 @@ impl Walker<'_> {
             Record::Memset(s) => self.memset(&s, &mut scan.links)?,
             Record::Sync(s) => self.sync(&s)?,
             Record::Api(a) => self.api(&a, &mut scan.links)?,
+            Record::Hostcall(h) => self.hostcall(&h)?,
+            Record::Hsample(h) => self.hsample(&h)?,
             Record::Callsite(c) => self.callsite(&c, &mut scan.links)?,
             Record::Scope(s) => self.scope(&s)?,
             Record::Range(r) => self.range(&r)?,
@@ -274,6 +281,116 @@ impl Walker<'_> {
             cat: Cat::Api,
             args: &args,
             flow_out,
+            flow_in: None,
+        })?;
+        Ok(())
+    }
+
+    /// A CUDA call that held its thread (`hostcall`): a slice on the thread, with its stack.
+    fn hostcall(&mut self, h: &gpufl_trace::Hostcall) -> Result<(), ExportError> {
+        let (ts, dur) = self.slice(h.start, h.end);
+        let track = self.thread(Some(h.tid));
+        let name = self.sym.str(h.name).to_string();
+        let domain = spelling(&h.domain);
+        let stack = h.stack.map(|id| self.stack(id)).unwrap_or_default();
+        let mut args = vec![
+            ("corr", Arg::U(h.corr as u64)),
+            ("domain", Arg::S(&domain)),
+            ("cbid", Arg::U(h.cbid as u64)),
+        ];
+        if let Some(b) = h.bytes {
+            args.push(("bytes", Arg::U(b)));
+        }
+        if h.ret != 0 {
+            args.push(("ret", Arg::U(h.ret as u64)));
+        }
+        if h.stack.is_some() {
+            args.push(("stack", Arg::List(&stack)));
+        }
+        self.emit(&Event {
+            track,
+            ts,
+            dur: Some(dur),
+            name: &name,
+            cat: Cat::Hostcall,
+            args: &args,
+            flow_out: None,
+            flow_in: None,
+        })?;
+        Ok(())
+    }
+
+    /// The innermost user frame of a stack as `file:line` (the file's last component), else
+    /// the innermost frame with a file.
+    fn top_line(&self, id: StackId) -> Option<String> {
+        let frames = self.sym.stack(id)?;
+        let label = |f: &gpufl_trace::Frame| {
+            let file = self.sym.opt_str(f.file)?;
+            let base = file.rsplit('/').next().unwrap_or(file);
+            Some(match f.line {
+                Some(l) => format!("{base}:{l}"),
+                None => base.to_string(),
+            })
+        };
+        let all = || frames.iter().filter_map(|&f| self.sym.frame(f));
+        all()
+            .filter(|f| {
+                self.filter
+                    .is_user(self.sym.opt_str(f.file), self.sym.opt_str(f.module))
+            })
+            .find_map(label)
+            .or_else(|| all().find_map(label))
+    }
+
+    /// A host sample: a slice on the thread's host-samples track, from the sample's period
+    /// before it (clipped to the thread's previous sample) to the sample, named by the thread's
+    /// state (the CUDA call it was in) and its innermost user line; the whole stack as an
+    /// argument. Threads past the cap: an instant on "other threads".
+    fn hsample(&mut self, h: &gpufl_trace::Hsample) -> Result<(), ExportError> {
+        let call = h.call.map(|c| self.sym.str(c).to_string());
+        let state = spelling(&h.state);
+        let mut name = match (&call, h.state) {
+            (Some(c), _) => format!("in {c}"),
+            (None, HostState::Idle) => "idle-waiting".to_string(),
+            (None, s) => s.display_name().to_string(),
+        };
+        if let Some(l) = h.stack.and_then(|id| self.top_line(id)) {
+            name = format!("{name} @ {l}");
+        }
+        let stack = h.stack.map(|id| self.stack(id)).unwrap_or_default();
+        let mut args = vec![
+            ("state", Arg::S(&state)),
+            ("period_ns", Arg::U(h.period_ns)),
+        ];
+        if let Some(c) = &call {
+            args.push(("call", Arg::S(c)));
+        }
+        if h.stack.is_some() {
+            args.push(("stack", Arg::List(&stack)));
+        }
+        let (track, ts, dur) = match self.thread(Some(h.tid)) {
+            Track::Thread(tid) => {
+                let last = self.sampled_to.entry(tid).or_insert(0);
+                // Out of order (never expected): a point at the sample.
+                let start = if h.ts >= *last {
+                    h.ts.saturating_sub(h.period_ns).max(*last)
+                } else {
+                    h.ts
+                };
+                *last = (*last).max(h.ts);
+                let (ts, dur) = self.slice(start, h.ts);
+                (Track::HostSamples(tid), ts, Some(dur))
+            }
+            other => (other, self.clock.unix(h.ts), None),
+        };
+        self.emit(&Event {
+            track,
+            ts,
+            dur,
+            name: &name,
+            cat: Cat::Hsample,
+            args: &args,
+            flow_out: None,
             flow_in: None,
         })?;
         Ok(())
@@ -499,6 +616,7 @@ pub fn walk(
     sess: u32,
     sink: &mut dyn Sink,
     threads: usize,
+    filter: &FrameFilter,
 ) -> Result<WalkStats, ExportError> {
     let reader = ParSessionReader::open(dir, threads)?;
     let mut w = Walker {
@@ -509,6 +627,8 @@ pub fn walk(
         threads: HashSet::new(),
         streams: HashSet::new(),
         scopes: HashMap::new(),
+        sampled_to: HashMap::new(),
+        filter,
         stats: WalkStats::default(),
     };
     w.insights(scan)?;

@@ -246,3 +246,82 @@ fn hostile_strings_round_trip() {
         .unwrap();
     assert_eq!(stack, "train_step (/src/train\\x.py:42)");
 }
+
+/// Hostcalls are complete events on their thread (tid = the OS thread id) with the call's name
+/// and time; host samples complete events on a "host samples · thread T" thread, each ending at
+/// its sample.
+#[test]
+fn host_calls_and_samples_are_on_their_threads() {
+    let dir = testdata("pytorch_empty_cache-759-20261127T204130Z");
+    let e = expected(&dir);
+    let doc = chrome(std::slice::from_ref(&dir));
+    check(&doc, std::slice::from_ref(&dir));
+    let base: i128 = doc["otherData"]["base_unix_ns"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let evs = doc["traceEvents"].as_array().unwrap();
+    let names: HashMap<u64, String> = evs
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let at = |e: &Value, k: &str| (ns(&e[k]) + base) as u64;
+    // Within 10 ns (the µs doubles).
+    let calls: Vec<(u64, String, u64, u64)> = evs
+        .iter()
+        .filter(|e| e["cat"] == "hostcall")
+        .map(|e| {
+            assert_eq!(e["ph"], "X");
+            let tid = e["tid"].as_u64().unwrap();
+            assert_eq!(names[&tid], format!("thread {tid}"));
+            (
+                tid,
+                e["name"].as_str().unwrap().to_string(),
+                at(e, "ts").div_ceil(10),
+                (ns(&e["dur"]) as u64).div_ceil(10),
+            )
+        })
+        .collect();
+    let want = e
+        .hostcalls
+        .iter()
+        .map(|(t, n, ts, d)| (*t, n.clone(), ts.div_ceil(10), d.div_ceil(10)));
+    assert_eq!(calls.len(), e.hostcalls.len());
+    let (got, want) = (counts(calls), counts(want));
+    let close = got
+        .keys()
+        .zip(want.keys())
+        .all(|(a, b)| a.0 == b.0 && a.1 == b.1 && a.2.abs_diff(b.2) <= 1 && a.3.abs_diff(b.3) <= 1);
+    assert!(close, "hostcalls differ");
+    let mut samples: Vec<(u64, u64, String)> = Vec::new();
+    for s in evs.iter().filter(|e| e["cat"] == "hsample") {
+        assert_eq!(s["ph"], "X");
+        let track = &names[&s["tid"].as_u64().unwrap()];
+        let tid: u64 = track
+            .strip_prefix("host samples · thread ")
+            .expect("a host-samples track")
+            .parse()
+            .unwrap();
+        let end = (ns(&s["ts"]) + ns(&s["dur"]) + base) as u64;
+        samples.push((tid, end / 1000, s["args"]["state"].as_str().unwrap().into()));
+    }
+    let want: Vec<(u64, u64, String)> = e
+        .hsamples
+        .iter()
+        .map(|(t, ts, st, _)| (*t, ts / 1000, st.clone()))
+        .collect();
+    assert_eq!(samples.len(), want.len());
+    let (g, w) = (counts(samples), counts(want));
+    let near = g
+        .keys()
+        .zip(w.keys())
+        .all(|(a, b)| a.0 == b.0 && a.1.abs_diff(b.1) <= 1 && a.2 == b.2);
+    assert!(near, "host samples differ");
+}

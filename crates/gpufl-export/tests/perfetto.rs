@@ -438,6 +438,92 @@ fn check_flows(d: &Decoded) {
     }
 }
 
+/// Hostcalls are slices on their thread's track (name, time, duration as recorded); host samples
+/// are slices on a "host samples" track under their thread's, each ending at its sample, with its
+/// state, and named by the state (or the CUDA call) and the innermost user line.
+#[test]
+fn host_calls_and_samples_are_on_their_threads() {
+    for name in [
+        "malloc_free_loop-613-20261127T204121Z",
+        "pytorch_empty_cache-759-20261127T204130Z",
+    ] {
+        let dir = testdata(name);
+        let e = expected(&dir);
+        assert!(!e.hostcalls.is_empty() && !e.hsamples.is_empty(), "{name}");
+        let d = decode(&perfetto(std::slice::from_ref(&dir)));
+        assert_eq!((d.unmatched_ends, d.unclosed), (0, 0), "{name}");
+        let tid_of = |track: u64| d.tracks[&track].thread.as_ref().map(|t| t.1);
+        let calls: Vec<(u64, String, u64, u64)> = d
+            .slices
+            .iter()
+            .filter(|s| s.ev.cat.as_deref() == Some("hostcall"))
+            .map(|s| {
+                let tid = tid_of(s.ev.track).expect("a hostcall on a thread track");
+                (tid, s.ev.name.clone().unwrap(), s.ev.ts, s.dur)
+            })
+            .collect();
+        assert_eq!(counts(calls), counts(e.hostcalls.clone()), "{name}");
+        let mut samples = Vec::new();
+        for s in d
+            .slices
+            .iter()
+            .filter(|s| s.ev.cat.as_deref() == Some("hsample"))
+        {
+            let t = &d.tracks[&s.ev.track];
+            let tid = tid_of(t.parent.expect("under a thread")).expect("parent is a thread track");
+            assert_eq!(
+                t.name.as_deref(),
+                Some(format!("host samples · thread {tid}").as_str())
+            );
+            let Some(Ann::U(period)) = s.ev.args.get("period_ns") else {
+                panic!("period arg")
+            };
+            assert!(s.dur <= *period, "at most the sample's period");
+            let Some(Ann::S(state)) = s.ev.args.get("state") else {
+                panic!("state arg")
+            };
+            let call = match s.ev.args.get("call") {
+                Some(Ann::S(c)) => Some(c.clone()),
+                _ => None,
+            };
+            let n = s.ev.name.clone().unwrap();
+            match &call {
+                Some(c) => assert!(n.starts_with(&format!("in {c}")), "{n}"),
+                None => assert!(!n.is_empty()),
+            }
+            samples.push((tid, s.ev.ts + s.dur, state.clone(), call));
+        }
+        assert_eq!(counts(samples), counts(e.hsamples.clone()), "{name}");
+    }
+    // The C++ loop's thread has no sampled stack (no Python): its samples say the call; the
+    // PyTorch loop's name the user's line.
+    let d = decode(&perfetto(&[testdata(
+        "malloc_free_loop-613-20261127T204121Z",
+    )]));
+    let names: Vec<String> = d
+        .slices
+        .iter()
+        .filter(|s| s.ev.cat.as_deref() == Some("hsample"))
+        .filter_map(|s| s.ev.name.clone())
+        .collect();
+    assert!(names.iter().any(|n| n == "in cudaFree"), "{names:?}");
+    let d = decode(&perfetto(&[testdata(
+        "pytorch_empty_cache-759-20261127T204130Z",
+    )]));
+    let names: Vec<String> = d
+        .slices
+        .iter()
+        .filter(|s| s.ev.cat.as_deref() == Some("hsample"))
+        .filter_map(|s| s.ev.name.clone())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("in cudaFree @ pytorch_empty_cache.py:")),
+        "{names:?}"
+    );
+}
+
 #[test]
 fn testdata_sessions_decode_against_perfettos_protos() {
     for dir in sessions() {

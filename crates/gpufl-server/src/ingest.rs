@@ -25,8 +25,8 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 /// Bumped when what ingest stores changes (a newer analysis): sessions stored by an older one
-/// are analysed again at start.
-pub const ANALYSIS_VERSION: i64 = 4;
+/// are analysed again at start. 5: the `hostlines` document and the idle findings' `data.host`.
+pub const ANALYSIS_VERSION: i64 = 5;
 
 /// A claim not finished after this long belongs to an instance that died: taken over.
 pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;
@@ -292,6 +292,11 @@ pub fn analyse_dir(dir: &Path, threads: usize, budget: Budget) -> Stored {
     out.docs.push((
         "sources",
         serde_json::to_string(&gpufl_analysis::lines::source_texts(&model, &focus))
+            .unwrap_or_default(),
+    ));
+    out.docs.push((
+        "hostlines",
+        serde_json::to_string(&gpufl_analysis::hostlines::host_line_details(&model, &cfg))
             .unwrap_or_default(),
     ));
     out.docs.push(("timeline", timeline_doc(&a)));

@@ -16,6 +16,8 @@ pub const FEED_VERSION: u32 = 1;
 pub const MAX_DATAGRAM: usize = 8192;
 /// Sync lines per process in a datagram: the top ones by time blocked.
 pub const TOP_LINES: usize = 3;
+/// CUDA calls per process in a datagram (`hostcalls`): the ones that held the host longest.
+pub const MAX_CALLS: usize = 8;
 /// GPUs per process in a datagram.
 pub const MAX_GPUS: usize = 16;
 /// Longest string field, in bytes (cut at a character boundary).
@@ -72,6 +74,21 @@ pub struct Status {
     /// The lines that blocked longest in syncs, longest first.
     #[serde(default)]
     pub top: Vec<LineStatus>,
+    /// Host time inside CUDA calls that held their thread (`hostcall` records: `cudaFree`,
+    /// `cudaMalloc`, module loads …) by call, the longest [`MAX_CALLS`] first (absent from
+    /// recorders before host calls were recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hostcalls: Vec<CallStatus>,
+}
+
+/// One CUDA function's `hostcall` records in a process.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CallStatus {
+    /// The function, e.g. `cudaFree`.
+    pub call: String,
+    /// Host time inside it, seconds.
+    pub blocked_s: f64,
+    pub calls: u64,
 }
 
 /// One GPU of a process.
@@ -134,6 +151,10 @@ impl Status {
         self.top.truncate(TOP_LINES);
         for l in &mut self.top {
             cut(&mut l.line);
+        }
+        self.hostcalls.truncate(MAX_CALLS);
+        for c in &mut self.hostcalls {
+            cut(&mut c.call);
         }
     }
 
@@ -198,6 +219,13 @@ mod tests {
                 kernels: 3,
                 ..GpuStatus::default()
             }],
+            hostcalls: (0..20)
+                .map(|i| CallStatus {
+                    call: format!("cudaFree{}", "x".repeat(i * 10)),
+                    blocked_s: 1.0,
+                    calls: 3,
+                })
+                .collect(),
             ..Status::default()
         };
         let bytes = s.encode();
@@ -206,6 +234,12 @@ mod tests {
         assert_eq!(back.app.len(), MAX_LABEL);
         assert_eq!(back.top.len(), TOP_LINES);
         assert_eq!(back.gpus, s.gpus);
+        assert_eq!(back.hostcalls.len(), MAX_CALLS);
+        assert_eq!(back.hostcalls[0].call, "cudaFree");
+        // A datagram of a recorder before host calls: none.
+        let old =
+            br#"{"v":1,"pid":1,"app":"","status":"","seq":0,"uptime_s":0,"sync_s":0,"syncs":0}"#;
+        assert!(Status::decode(old).unwrap().hostcalls.is_empty());
         assert!(matches!(
             Status::decode(br#"{"v":99,"pid":1,"app":"","status":"","seq":0,"uptime_s":0,"sync_s":0,"syncs":0}"#),
             Err(FeedError::Version(99))

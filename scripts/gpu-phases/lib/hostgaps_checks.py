@@ -7,8 +7,9 @@ usage: gpufl dump RUN --type header,hostcall,hsample[,callsite] | hostgaps_check
 CHECK (what the program plants; FILE:LINE its marked line):
   blocking-call  a hostcall of cudaFree / cuMemFree whose stack holds FILE:LINE, and host samples
                  in state `cuda` naming such a call
-  host-line      the samples of the thread that runs FILE's Python code: at least half in state
-                 `cpu` at FILE:LINE (the innermost frame of FILE)
+  host-line      the samples of the thread that runs FILE's Python code, on a CPU in FILE's code
+                 (the program's own work, not its imports): more at FILE:LINE (the innermost
+                 frame of FILE) than at any other line of FILE
   compile        samples in state `cpu` whose stack holds FILE:LINE (the jit call that compiles)
   frames-in      samples under FILE:LINE whose stacks hold frames of FRAGMENT (a path fragment,
                  default `transformers/`): at least half of them
@@ -85,11 +86,13 @@ if check == "blocking-call":
 elif check == "host-line":
     main = [s for s in samples if user_line(s.get("stack"), mfile)]
     tid = collections.Counter(s["tid"] for s in main).most_common(1)
-    mine = [s for s in samples if tid and s["tid"] == tid[0][0]]
-    hit = [s for s in mine if s["state"] == "cpu" and at(s.get("stack"), mfile, line)
+    mine = [s for s in main if tid and s["tid"] == tid[0][0] and s["state"] == "cpu"]
+    hit = [s for s in mine if at(s.get("stack"), mfile, line)
            and user_line(s.get("stack"), mfile) == f"{mfile.rsplit('/', 1)[-1]}:{line}"]
-    say(f"samples of the Python thread on a CPU at {mfile}:{line} ({len(hit)} of {len(mine)})",
-        bool(mine) and len(hit) * 2 >= len(mine))
+    top = collections.Counter(user_line(s.get("stack"), mfile) for s in mine).most_common(1)
+    say(f"on-CPU samples of the Python thread in {mfile} at line {line} ({len(hit)} of {len(mine)}; "
+        f"most at {top[0][0] if top else None})",
+        bool(hit) and top[0][1] == len(hit))
 elif check == "compile":
     hit = [s for s in samples if s["state"] == "cpu" and at(s.get("stack"), mfile, line)]
     say(f"samples on a CPU under {mfile}:{line} (compilation in the jit call: {len(hit)})", len(hit) >= 5)

@@ -43,6 +43,7 @@ use crate::ids::LocIx;
 use crate::insight::{fmt_duration, share, Insight};
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
+use crate::shared::host::{HostActivity, HostGap};
 use crate::shared::timeline::{location_note, most_frequent_per_key, LocationSource, Locator};
 use crate::shared::Ctx;
 use crate::userframe::SourceLoc;
@@ -70,6 +71,11 @@ pub const MIN_WINDOW_PCT: u64 = 1;
 pub const SAME_HOST_ERROR_NS: u64 = 10_000;
 /// Collectives matched at most (per run): more are left out, with a warning.
 pub const MAX_COLLECTIVES: usize = 1 << 20;
+/// Extra kernels listed.
+pub const MAX_EXTRA_KERNELS: usize = 5;
+/// An extra kernel is listed with at least this share of all the late rank's extra GPU time,
+/// percent.
+pub const MIN_EXTRA_PCT: u64 = 5;
 
 /// How the ranks' clocks were put on one time line.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +143,40 @@ pub struct Data {
     pub host_bound: bool,
     pub location_source: LocationSource,
     pub clock: ClockMethod,
+    /// Host-bound, with host records on the late rank: what its host was doing during the
+    /// stretches (its host samples and CUDA calls; the join of `shared::host`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostActivity>,
+    /// When the location moved (to the host line of the stretches, or to the launch line of the
+    /// late rank's extra GPU work): the line it has otherwise (the call after the stretch, or the
+    /// collective's launch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_ended_at: Option<SourceLoc>,
+    /// Not host-bound: the kernels the late rank runs and the others do not, or runs longer, over
+    /// the matched collectives' span (most extra time first, at most [`MAX_EXTRA_KERNELS`]:
+    /// those only it runs, at least once per two late collectives, and those with at least
+    /// [`MIN_EXTRA_PCT`] % of the extra time).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_kernels: Vec<ExtraKernel>,
+}
+
+/// A kernel function the late rank runs more of than the other ranks (their mean).
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct ExtraKernel {
+    pub name: String,
+    /// Its launches and GPU time on the late rank over the matched collectives' span, and the
+    /// other ranks' mean.
+    pub launches: u64,
+    pub others_launches: u64,
+    pub gpu_ns: u64,
+    pub others_gpu_ns: u64,
+    /// `gpu_ns − others_gpu_ns`, and that per late collective (about per step).
+    pub extra_ns: u64,
+    pub per_late_collective_ns: u64,
+    /// The line of its launches that the others make less often (the late rank's sampled call
+    /// sites of this kernel, by line, less the other ranks' mean there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_line: Option<SourceLoc>,
 }
 
 /// One rank's part in the rule: its model, rank number and the offset that aligns its clock.
@@ -254,7 +294,7 @@ pub(crate) fn run(
     if !figures.fires {
         return (Vec::new(), Some(align), warnings);
     }
-    let host = host_time(&ps[l], l, &colls, &waits, figures.median_late, cfg);
+    let host = host_time(&ps, l, (&colls, &spread), &waits, figures.median_late, cfg);
     let found = Found {
         names: &names,
         method,
@@ -693,6 +733,14 @@ struct Host {
     /// The title's lateness: where the host made the rank late when host-bound (the later
     /// buckets' small lateness would hide it), else the median over the late collectives.
     title_late: u64,
+    /// Host-bound with host records: the join over the stretches, and the line's share and
+    /// activity when the location moved to it.
+    join: Option<HostActivity>,
+    moved: Option<(f64, String)>,
+    /// The location it has without the move.
+    gap_ended_at: Option<SourceLoc>,
+    /// Not host-bound: the late rank's extra GPU work.
+    extra: Vec<ExtraKernel>,
 }
 
 /// A location: the line, the call before the stretch, how it was found, the scope open there.
@@ -705,13 +753,14 @@ type Line = (
 
 /// Where the late rank's host spent the time before its late collectives (see the module doc).
 fn host_time(
-    lr: &Rank,
+    ps: &[Rank],
     l: usize,
-    colls: &[Coll],
+    (colls, spread): (&[Coll], &Spread),
     w: &Waits,
     median_late: u64,
     cfg: &Config,
 ) -> Host {
+    let lr = &ps[l];
     let m = lr.m;
     let busy = DeviceBusy::new(m);
     let (t0, t1) = m.time_range();
@@ -753,7 +802,7 @@ fn host_time(
         None
     }
     .unwrap_or_else(|| launch_line(&h, l, colls, &w.late_colls));
-    Host {
+    let mut host = Host {
         loc,
         location: locator.source_loc(loc),
         before,
@@ -764,7 +813,188 @@ fn host_time(
         explained,
         stretches: gaps.len(),
         title_late,
+        join: None,
+        moved: None,
+        gap_ended_at: None,
+        extra: Vec::new(),
+    };
+    if host_bound {
+        stretch_join(&h, &gaps, &mut host);
+    } else if gap_median.is_some() {
+        host.extra = extra_kernels(ps, l, spread, w.late_colls.len() as u64, cfg);
+        // The launch line of the work with the most extra time that has one (a library's
+        // launches, cuBLAS's, may have no sampled call site).
+        if let Some(line) = host.extra.iter().find_map(|k| k.launch_line.clone()) {
+            if line != host.location {
+                host.gap_ended_at = Some(std::mem::replace(&mut host.location, line));
+                host.moved = Some((0.0, String::new()));
+            }
+        }
     }
+    host
+}
+
+/// What the late rank's host was doing during the stretches that explain its lateness (the join
+/// of `shared::host` over them, the thread of the call that ended each, and its driver): the
+/// location moves to the host line holding most of their time.
+fn stretch_join(h: &HostCalls, gaps: &[Stretch], host: &mut Host) {
+    let hx = h.cx.host();
+    if hx.is_empty() {
+        return;
+    }
+    let spans: Vec<HostGap> = gaps
+        .iter()
+        .filter(|g| explains(g))
+        .map(|&(after, _, d, _)| {
+            let c = h.calls[after];
+            HostGap {
+                start: c.0.saturating_sub(d),
+                end: c.0,
+                tid: h.call_loc(c.2).2.map(|(t, _)| t),
+            }
+        })
+        .collect();
+    let j = hx.explain(h.cx, h.locator, &spans, host.loc);
+    if let Some(t) = j.line.as_ref().filter(|t| Some(t.loc) != host.loc) {
+        let new_loc = h.locator.source_loc(t.loc);
+        host.gap_ended_at = Some(std::mem::replace(&mut host.location, new_loc));
+        host.loc = Some(t.loc);
+        host.moved = Some((t.share, t.phrase.clone()));
+    }
+    host.join = Some(j.activity);
+}
+
+/// Per kernel name (communication kernels left out): launches and GPU time of a rank's kernels
+/// that start inside the aligned span `[first, last]`.
+fn kernel_profile(r: &Rank, first: i128, last: i128) -> HashMap<String, (u64, u64)> {
+    let m = r.m;
+    let mut out: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut comm: HashMap<u32, bool> = HashMap::new();
+    for k in 0..m.kernel_count() {
+        let (s, e) = r.at(k);
+        if s < first || s > last {
+            continue;
+        }
+        let name = m.kernel(k).name;
+        let is_comm = *comm
+            .entry(name.0)
+            .or_insert_with(|| crate::comm::is_comm_kernel(m.str(name)));
+        if is_comm {
+            continue;
+        }
+        let e2 = out.entry(m.str(name).to_string()).or_default();
+        e2.0 += 1;
+        e2.1 += (e - s) as u64;
+    }
+    out
+}
+
+/// A rank's sampled launch call sites by (kernel name, line as `file:line`): the calls they
+/// stand for, and the line.
+fn site_lines(m: &Model, cfg: &Config) -> HashMap<(String, String), (u64, SourceLoc)> {
+    let mut name_of: HashMap<u32, u32> = HashMap::new();
+    for k in 0..m.kernel_count() {
+        let r = m.kernel(k);
+        if r.corr.known().is_some() {
+            name_of.entry(r.corr.0).or_insert(r.name.0);
+        }
+    }
+    let mut locs: HashMap<crate::ids::StackIx, SourceLoc> = HashMap::new();
+    let mut out: HashMap<(String, String), (u64, SourceLoc)> = HashMap::new();
+    for c in &m.callsites {
+        let Some(&name) = name_of.get(&c.corr.0) else {
+            continue;
+        };
+        let loc = locs
+            .entry(c.stack)
+            .or_insert_with(|| crate::userframe::user_frame(m, c.stack, &cfg.filter))
+            .clone();
+        if loc.is_unattributed() {
+            continue;
+        }
+        let key = (m.str(gpufl_trace::StrId(name)).to_string(), loc.short());
+        let e = out.entry(key).or_insert((0, loc));
+        e.0 += c.weight as u64;
+    }
+    out
+}
+
+/// The kernels the late rank runs and the others do not, or runs longer (over the matched
+/// collectives' span), with the launch line of their extra launches.
+fn extra_kernels(
+    ps: &[Rank],
+    l: usize,
+    spread: &Spread,
+    late: u64,
+    cfg: &Config,
+) -> Vec<ExtraKernel> {
+    let (first, last) = (spread.first, spread.last);
+    let mine = kernel_profile(&ps[l], first, last);
+    let others: Vec<HashMap<String, (u64, u64)>> = (0..ps.len())
+        .filter(|&q| q != l)
+        .map(|q| kernel_profile(&ps[q], first, last))
+        .collect();
+    let n = others.len().max(1) as u64;
+    let mut extra: Vec<ExtraKernel> = mine
+        .iter()
+        .filter_map(|(name, &(count, ns))| {
+            let (oc, ons) = others.iter().fold((0u64, 0u64), |a, o| {
+                let v = o.get(name).copied().unwrap_or((0, 0));
+                (a.0 + v.0, a.1 + v.1)
+            });
+            let (oc, ons) = (oc / n, ons / n);
+            (ns > ons).then(|| ExtraKernel {
+                name: name.clone(),
+                launches: count,
+                others_launches: oc,
+                gpu_ns: ns,
+                others_gpu_ns: ons,
+                extra_ns: ns - ons,
+                per_late_collective_ns: (ns - ons) / late.max(1),
+                launch_line: None,
+            })
+        })
+        .collect();
+    let total: u64 = extra.iter().map(|k| k.extra_ns).sum();
+    // Kernels only the late rank runs about every step (at least once per two late
+    // collectives: a one-off kernel is no straggler's work), and those holding enough of the
+    // extra time.
+    extra.retain(|k| {
+        (k.others_launches == 0 && k.launches * 2 >= late)
+            || k.extra_ns as u128 * 100 >= total as u128 * MIN_EXTRA_PCT as u128
+    });
+    extra.sort_by(|a, b| {
+        b.extra_ns
+            .cmp(&a.extra_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    extra.truncate(MAX_EXTRA_KERNELS);
+    if extra.is_empty() {
+        return extra;
+    }
+    // Launch lines: the late rank's call sites of each kernel, by line, less the others' mean.
+    let my_sites = site_lines(ps[l].m, cfg);
+    let other_sites: Vec<HashMap<(String, String), (u64, SourceLoc)>> = (0..ps.len())
+        .filter(|&q| q != l)
+        .map(|q| site_lines(ps[q].m, cfg))
+        .collect();
+    for k in extra.iter_mut() {
+        let best = my_sites
+            .iter()
+            .filter(|(key, _)| key.0 == k.name)
+            .map(|(key, (w, loc))| {
+                let o: u64 = other_sites
+                    .iter()
+                    .map(|s| s.get(key).map_or(0, |v| v.0))
+                    .sum::<u64>()
+                    / n;
+                (w.saturating_sub(o), std::cmp::Reverse(key.1.clone()), loc)
+            })
+            .filter(|x| x.0 > 0)
+            .max_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        k.launch_line = best.map(|b| b.2.clone());
+    }
+    extra
 }
 
 /// The line of the call that ended the most stretch time (of the stretches that explain their
@@ -917,6 +1147,9 @@ fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
             host_bound: host.host_bound,
             location_source: host.src,
             clock: found.method,
+            host: host.join,
+            gap_ended_at: host.gap_ended_at,
+            extra_kernels: host.extra,
         })
         .scope(host.scope)
 }
@@ -936,7 +1169,59 @@ fn clock_text(method: ClockMethod) -> String {
 
 /// What the late rank's host did, for the detail.
 fn host_text(lr: &Rank, h: &Host) -> String {
-    let location = &h.location;
+    let mut s = stretch_text(lr, h);
+    if let Some(j) = &h.join {
+        s += &format!(
+            " Over those stretches, {}.",
+            j.sentence(&format!("rank {}'s host", lr.rank))
+        );
+    }
+    if let (Some((sh, _)), Some(end)) = (&h.moved, &h.gap_ended_at) {
+        if h.host_bound {
+            s += &format!(
+                " Located at the host line holding {:.0}% of the stretches' time; they ended at the CUDA call at {}.",
+                sh * 100.0,
+                end.short()
+            );
+        } else {
+            s += &format!(
+                " Located at the launch line of its extra GPU work; the late collectives are launched at {}.",
+                end.short()
+            );
+        }
+    }
+    if !h.extra.is_empty() {
+        let parts: Vec<String> = h
+            .extra
+            .iter()
+            .map(|k| {
+                let at = k
+                    .launch_line
+                    .as_ref()
+                    .map(|l| format!(" launched @ {}", l.short()))
+                    .unwrap_or_default();
+                format!(
+                    "{} × {} (the others: {}; {} more GPU time, {} per late collective){at}",
+                    crate::kernels::short_name(&k.name),
+                    k.launches,
+                    k.others_launches,
+                    fmt_duration(k.extra_ns),
+                    fmt_duration(k.per_late_collective_ns)
+                )
+            })
+            .collect();
+        s += &format!(
+            " GPU work rank {} runs and the others do not, or longer, over the matched collectives: {}.",
+            lr.rank,
+            parts.join("; ")
+        );
+    }
+    s
+}
+
+/// What the stretches without CUDA calls say, for the detail.
+fn stretch_text(lr: &Rank, h: &Host) -> String {
+    let location = h.gap_ended_at.as_ref().unwrap_or(&h.location);
     match (h.host_bound, h.gap_median) {
         (true, Some(g)) => {
             let between = match (&h.before, h.loc.is_none()) {

@@ -17,11 +17,13 @@
 
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, share, Insight};
+use crate::shared::host::{HostActivity, HostGap, Join};
 use crate::shared::idle::{
     BlockedIndex, ClassFigures, Group, IdleClass, IdleScan, FIX_LAUNCH, FIX_OTHER, FIX_SYNC,
 };
 use crate::shared::timeline::{location_note, LocationSource, Locator};
 use crate::shared::Ctx;
+use crate::userframe::SourceLoc;
 use serde::Serialize;
 use std::cmp::Reverse;
 
@@ -64,7 +66,30 @@ pub struct Data {
     pub blocking_call: Option<String>,
     /// The least precise way a gap's line was found.
     pub location_source: LocationSource,
+    /// What the host was doing during the gaps (sessions with `hostcall` or `hsample` records;
+    /// absent without them): the join of `shared::host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostActivity>,
+    /// When the finding moved to the host line holding most of the gaps' time: the line of the
+    /// work that ended the gaps (the line the finding has without host records).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_ended_at: Option<SourceLoc>,
+    /// A roll-up under one user call (sessions with host records): the library lines whose
+    /// launches ended the gaps, most idle first (the finding is located at the user's call).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub library_lines: Vec<LibraryLine>,
 }
+
+/// One library line of a roll-up under a user call: the gaps its launches ended.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct LibraryLine {
+    pub location: SourceLoc,
+    pub gaps: u64,
+    pub idle_ns: u64,
+}
+
+/// Fewest library lines under one user call for a roll-up.
+pub const MIN_ROLLUP_LINES: usize = 3;
 
 /// Run the rule over the devices' idle gaps.
 pub(crate) fn run(cx: &Ctx, idle: &IdleScan) -> Vec<Insight> {
@@ -99,6 +124,144 @@ pub(crate) fn run(cx: &Ctx, idle: &IdleScan) -> Vec<Insight> {
         fired.sort_by_key(|f| Reverse(f.1.idle_ns));
         let loc = (slot != n - 1).then(|| LocIx::at(slot));
         out.push(insight(cx, &locator, blocked, loc, &fired));
+    }
+    out.extend(rollups(cx, &locator, idle));
+    out
+}
+
+/// With host records: the `launch` gaps ended by work that several library lines issued under one
+/// user call (transformers' lines under `model.generate(...)`), as one finding at the user's call
+/// with the join over all of them, so that the host's time under the call reads in one place.
+fn rollups(cx: &Ctx, locator: &Locator, idle: &IdleScan) -> Vec<Insight> {
+    let h = cx.host();
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let n = cx.locs.len() + 1;
+    // (the user call's file and line, its library lines with their launch gaps)
+    type Lines<'g> = Vec<(LocIx, &'g Group)>;
+    let mut by_call: Vec<((String, Option<u32>), Lines)> = Vec::new();
+    for slot in 0..n - 1 {
+        let l = LocIx::at(slot);
+        let loc = cx.loc(l);
+        if loc.library.is_none() || loc.is_unattributed() {
+            continue;
+        }
+        let g = &idle.groups[IdleClass::Launch.index() * n + slot];
+        if g.gaps == 0 {
+            continue;
+        }
+        let key = (loc.file.clone(), loc.line);
+        match by_call.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push((l, g)),
+            None => by_call.push((key, vec![(l, g)])),
+        }
+    }
+    let mut out = Vec::new();
+    for (_, lines) in by_call {
+        if lines.len() < MIN_ROLLUP_LINES {
+            continue;
+        }
+        let mut gaps_host: Vec<HostGap> = Vec::new();
+        let (mut gaps, mut idle_ns, mut one_off) = (0u64, 0u64, 0u64);
+        let (mut first, mut last, mut largest) = (u64::MAX, 0u64, 0u64);
+        let mut libs: Vec<LibraryLine> = Vec::new();
+        for (l, g) in &lines {
+            let f = g.settle(cx.m);
+            gaps += f.gaps;
+            idle_ns += f.idle_ns;
+            one_off += f.one_off_ns;
+            largest = largest.max(f.largest);
+            first = first.min(g.first_start);
+            last = last.max(g.last_end);
+            gaps_host.extend(g.host_gaps(f.one_off_gaps).0);
+            libs.push(LibraryLine {
+                location: locator.source_loc(Some(*l)),
+                gaps: f.gaps,
+                idle_ns: f.idle_ns,
+            });
+        }
+        let window = cx
+            .gpu_span(first, last)
+            .saturating_sub(one_off)
+            .max(idle_ns);
+        let pct = MIN_SHARE_PCT[IdleClass::Launch.index()];
+        if gaps < MIN_GAPS
+            || (idle_ns as u128 * 100) < window as u128 * pct as u128
+            || (idle_ns as u128 * 100)
+                < idle.active_ns.saturating_sub(one_off) as u128 * MIN_ACTIVE_PCT as u128
+        {
+            continue;
+        }
+        libs.sort_by_key(|k| Reverse(k.idle_ns));
+        let j = h.explain(cx, locator, &gaps_host, None);
+        let mut location = cx.loc(lines[0].0).clone();
+        location.library = None;
+        let call = location.short();
+        let top: Vec<String> = libs
+            .iter()
+            .take(3)
+            .map(|k| {
+                let at = k
+                    .location
+                    .library
+                    .as_ref()
+                    .map_or_else(|| k.location.short(), |lib| lib.user_short());
+                format!("{at} {}", fmt_duration(k.idle_ns))
+            })
+            .collect();
+        let doing = j
+            .activity
+            .overhead
+            .as_ref()
+            .map(|o| {
+                format!(
+                    "framework overhead {:.0}% over {} lines",
+                    o.share * 100.0,
+                    o.lines
+                )
+            })
+            .or_else(|| j.activity.lines.first().map(|l| l.text()))
+            .unwrap_or_else(|| "not seen".to_string());
+        let title = format!(
+            "GPU idle × {gaps} under {call} · {} before the launches of {} library lines; host: {doing} ({:.1}% of the call's span)",
+            fmt_duration(idle_ns),
+            libs.len(),
+            share(idle_ns, window) * 100.0
+        );
+        let detail = format!(
+            "{gaps} gaps ({} in all, longest {}) ended by work that {} library lines issued under the call at {call}{} \
+             (most: {}); {}",
+            fmt_duration(idle_ns),
+            fmt_duration(largest),
+            libs.len(),
+            in_function(&location),
+            top.join(", "),
+            j.activity.sentence("the launching thread")
+        );
+        let fix = j.fix().unwrap_or_else(|| FIX_LAUNCH.to_string());
+        out.push(
+            Insight::new(RULE, location, title, detail, fix)
+                .count(gaps)
+                .impact(idle_ns, window, cx.wall_ns)
+                .gpu_idle(idle_ns)
+                .data(Data {
+                    class: IdleClass::Launch,
+                    gaps,
+                    idle_ns,
+                    largest_gap_ns: largest,
+                    classes: Vec::new(),
+                    blocking_call: None,
+                    location_source: lines
+                        .iter()
+                        .filter_map(|(_, g)| g.src)
+                        .max()
+                        .unwrap_or(LocationSource::None),
+                    host: Some(j.activity),
+                    gap_ended_at: None,
+                    library_lines: libs,
+                }),
+        );
     }
     out
 }
@@ -144,6 +307,12 @@ fn insight(
     } else {
         "the line's span"
     };
+    let who = if class == IdleClass::Sync {
+        "the blocked thread"
+    } else {
+        "the launching thread"
+    };
+    let host = host_join(cx, locator, loc, fired);
     let title = match class {
         IdleClass::Sync => format!(
             "GPU idle × {gaps}{at} · {} while the host was blocked in {} ({pct:.1}% of {span})",
@@ -211,6 +380,59 @@ fn insight(
         IdleClass::Other => FIX_OTHER,
         _ => FIX_LAUNCH,
     };
+    let mut fix = fix.to_string();
+    let (mut location, mut title, mut gap_ended_at) = (location, title, None);
+    if let Some((j, off)) = &host {
+        detail += &format!("; {}", j.activity.sentence(who));
+        if let Some(o) = off {
+            detail += &format!("; {o}");
+        }
+        let doing = match (&j.line, j.compiling) {
+            (Some(t), _) => Some((Some(t.loc), t.phrase.clone(), t.share)),
+            (None, Some(c)) => Some((
+                loc,
+                c.label().to_string(),
+                share(j.activity.compile_ns, j.activity.gap_ns),
+            )),
+            _ => None,
+        };
+        if let Some((hl, phrase, sh)) = doing {
+            let new_loc = hl.map_or_else(|| location.clone(), |l| locator.source_loc(l));
+            let moved = hl.is_some() && hl != loc;
+            let at = if hl.is_none() {
+                String::new()
+            } else {
+                format!(" @ {}", new_loc.short())
+            };
+            title = format!(
+                "GPU idle × {gaps}{at} · {} while {who} was {phrase} ({:.0}% of the gaps' time; {pct:.1}% of {span})",
+                fmt_duration(idle),
+                sh * 100.0
+            );
+            if moved {
+                detail += &format!(
+                    "; located at the host line that holds {:.0}% of the gaps' time, the gaps ended at {}",
+                    sh * 100.0,
+                    location.short()
+                );
+                gap_ended_at = Some(std::mem::replace(&mut location, new_loc));
+            }
+            if let Some(f) = j.fix() {
+                fix = f;
+            }
+        } else if let Some([a, b]) = &j.pair {
+            title = format!(
+                "GPU idle × {gaps}{at} · {} while {who} was {} @ {} ({:.0}%) and {} @ {} ({:.0}%; {pct:.1}% of {span})",
+                fmt_duration(idle),
+                a.1,
+                locator.source_loc(a.0).short(),
+                a.2 * 100.0,
+                b.1,
+                locator.source_loc(b.0).short(),
+                b.2 * 100.0
+            );
+        }
+    }
     Insight::new(RULE, location, title, detail, fix)
         .count(gaps)
         .impact(idle, window, cx.wall_ns)
@@ -233,5 +455,47 @@ fn insight(
                 .collect(),
             blocking_call,
             location_source: src,
+            host: host.map(|(j, _)| j.activity),
+            gap_ended_at,
+            library_lines: Vec::new(),
         })
+}
+
+/// The join of the fired classes' gaps with the host (None without host records), and a note on
+/// the one-off pauses left out when compilation held them.
+fn host_join(
+    cx: &Ctx,
+    locator: &Locator,
+    loc: Option<LocIx>,
+    fired: &[(IdleClass, ClassFigures, &Group)],
+) -> Option<(Join, Option<String>)> {
+    let h = cx.host();
+    if h.is_empty() {
+        return None;
+    }
+    let (mut gaps, mut off): (Vec<HostGap>, Vec<HostGap>) = (Vec::new(), Vec::new());
+    for f in fired {
+        let (g, o) = f.2.host_gaps(f.1.one_off_gaps);
+        gaps.extend(g);
+        off.extend(o);
+    }
+    let join = h.explain(cx, locator, &gaps, loc);
+    let note = (!off.is_empty())
+        .then(|| h.explain(cx, locator, &off, loc))
+        .and_then(|o| {
+            let c = o.compiling?;
+            let at = o
+                .line
+                .map(|t| format!(" at {}", locator.source_loc(t.loc).short()))
+                .unwrap_or_default();
+            Some(format!(
+                "the one-off pause{} left out {} {}{at} ({:.0}% of {})",
+                if off.len() == 1 { "" } else { "s" },
+                if off.len() == 1 { "was" } else { "were" },
+                c.label(),
+                share(o.activity.compile_ns, o.activity.gap_ns) * 100.0,
+                fmt_duration(o.activity.gap_ns)
+            ))
+        });
+    Some((join, note))
 }

@@ -21,11 +21,13 @@
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, in_function, share, short_function, Insight};
+use crate::shared::host::{HostActivity, HostGap};
 use crate::shared::timeline::{
     location_note, median_p99, most_frequent_per_key, BusyIndex, LocationSource, Locator,
 };
 use crate::shared::Ctx;
 use crate::store::NONE;
+use crate::userframe::SourceLoc;
 use serde::Serialize;
 
 pub(crate) const RULE: &str = "launch-bound";
@@ -84,6 +86,13 @@ pub struct Data {
     /// Functions at this line, most recoverable first.
     pub kernels: Vec<KernelLaunches>,
     pub location_source: LocationSource,
+    /// What the host was doing during the idle before the short launches' kernels (sessions
+    /// with `hostcall` or `hsample` records; absent without them): the join of `shared::host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostActivity>,
+    /// When the finding moved to the host line holding most of that idle time: the launch line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_ended_at: Option<SourceLoc>,
 }
 
 /// Counts of one (kernel function, device).
@@ -116,6 +125,9 @@ struct Fired {
     /// (0, loc) votes from sampled call sites / from next syncs.
     site_votes: Vec<(u32, LocIx)>,
     sync_votes: Vec<(u32, LocIx)>,
+    /// The idle gaps before its short launches' kernels, with the launching thread (kept only
+    /// when the session has host records).
+    gaps: Vec<HostGap>,
 }
 
 /// Index of each kernel's launch call in the API columns (NONE when not recorded, and for kernels a
@@ -254,6 +266,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     // Pass 2: latencies, recoverable time and call-site votes of the fired functions.
     let locator = Locator::new(cx);
     let has_sites = !m.callsites.is_empty();
+    let keep_gaps = m.has_host_records();
     for (i, &ai) in acc_of.iter().enumerate() {
         let acc = &accs[ai as usize];
         if acc.fired == NONE || api_of[i] == NONE {
@@ -270,6 +283,13 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         if d < l {
             let idle = busy_of(acc.dev).map_or(0, |b| b.idle_before(s));
             f.recoverable += (l - d).min(idle);
+            if keep_gaps && idle > 0 {
+                f.gaps.push(HostGap {
+                    start: s - idle,
+                    end: s,
+                    tid: Some(api.tid),
+                });
+            }
         }
         if has_sites {
             if let Some(loc) = cx.callsite_loc(api.corr) {
@@ -295,7 +315,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
     drop(api_of);
 
     // One insight per line.
-    let mut by_line: Vec<(Option<LocIx>, LocationSource, KernelLaunches, u64, u64)> = Vec::new();
+    let mut by_line: Vec<LineFn> = Vec::new();
     for acc in accs.iter().filter(|a| a.fired != NONE) {
         let f = &mut fired[acc.fired as usize];
         let (loc, src) = if !f.site_votes.is_empty() {
@@ -326,7 +346,14 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             busy_share: acc.busy_share,
             recoverable_ns: f.recoverable,
         };
-        by_line.push((loc, src, kl, acc.first, acc.last));
+        by_line.push((
+            loc,
+            src,
+            kl,
+            acc.first,
+            acc.last,
+            std::mem::take(&mut f.gaps),
+        ));
     }
     // The lines in order, the functions without one last.
     by_line.sort_by_key(|x| (x.0.is_none(), x.0));
@@ -335,6 +362,17 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         .map(|line| insight(cx, &locator, line))
         .collect()
 }
+
+/// A fired function at its line: (line, how found, its figures, first start, last end, the idle
+/// gaps before its short launches).
+type LineFn = (
+    Option<LocIx>,
+    LocationSource,
+    KernelLaunches,
+    u64,
+    u64,
+    Vec<HostGap>,
+);
 
 fn acc_index(slot_of_name: &mut [u32], accs: &mut Vec<Acc>, name: u32, dev: u32) -> u32 {
     let new = |accs: &mut Vec<Acc>| {
@@ -410,11 +448,7 @@ fn display_names(kernels: &[KernelLaunches]) -> Vec<String> {
     names
 }
 
-fn insight(
-    cx: &Ctx,
-    locator: &Locator,
-    group: &[(Option<LocIx>, LocationSource, KernelLaunches, u64, u64)],
-) -> Insight {
+fn insight(cx: &Ctx, locator: &Locator, group: &[LineFn]) -> Insight {
     let loc = group[0].0;
     let src = group
         .iter()
@@ -484,7 +518,7 @@ fn insight(
     } else {
         format!(" at {}{}", location.short(), in_function(&location))
     };
-    let detail = format!(
+    let mut detail = format!(
         "{short} of {launches} launches{where_} ran shorter than their launch call, so the GPU waits for the host: {}{more}; \
          {:.1}% of all kernel time is in these short kernels. ~{} is launch overhead not hidden by GPU work (launch − \
          kernel time, at most the idle time before each kernel){}",
@@ -493,7 +527,40 @@ fn insight(
         fmt_duration(impact),
         location_note(src, "these launches")
     );
-    Insight::new(RULE, location, title, detail, FIX)
+    // What the host was doing in the idle before the short launches' kernels.
+    let (mut location, mut title, mut fix) = (location, title, FIX.to_string());
+    let mut gap_ended_at = None;
+    let h = cx.host();
+    let host = (!h.is_empty()).then(|| {
+        let gaps: Vec<HostGap> = group.iter().flat_map(|g| g.5.iter().copied()).collect();
+        h.explain(cx, locator, &gaps, loc)
+    });
+    if let Some(j) = &host {
+        detail += &format!(
+            "; in the idle before the short launches' kernels, {}",
+            j.activity.sentence("the launching thread")
+        );
+        if let Some(t) = j.line.as_ref().filter(|t| Some(t.loc) != loc) {
+            let new_loc = locator.source_loc(t.loc);
+            title = format!(
+                "Launch-bound × {launches} @ {} · the GPU waited {} between short kernels while the launching thread was {} ({:.0}% of that time)",
+                new_loc.short(),
+                fmt_duration(j.activity.gap_ns),
+                t.phrase,
+                t.share * 100.0
+            );
+            detail += &format!(
+                "; located at the host line that holds {:.0}% of that time, the launches at {}",
+                t.share * 100.0,
+                location.short()
+            );
+            gap_ended_at = Some(std::mem::replace(&mut location, new_loc));
+            if let Some(f) = j.fix() {
+                fix = f;
+            }
+        }
+    }
+    Insight::new(RULE, location, title, detail, fix)
         .count(launches)
         .impact(impact, window, cx.wall_ns)
         .gpu_idle(impact)
@@ -503,6 +570,8 @@ fn insight(
             recoverable_ns: impact,
             kernels,
             location_source: src,
+            host: host.map(|j| j.activity),
+            gap_ended_at,
         })
 }
 

@@ -10,6 +10,7 @@
 //! its section in docs/insights.md.
 
 pub(crate) mod bank_conflicts;
+pub mod blocking_call;
 pub(crate) mod blocking_copy;
 pub mod collective_wait;
 pub(crate) mod default_stream_barrier;
@@ -151,6 +152,13 @@ pub static RULES: &[RuleSpec] = &[
         exact: false,
         anchor: "rule-host-read",
         run: Some(Run::Ctx(host_read::run)),
+    },
+    RuleSpec {
+        name: blocking_call::RULE,
+        category: Synchronization,
+        exact: false,
+        anchor: "rule-blocking-call",
+        run: Some(Run::Ctx(blocking_call::run)),
     },
     RuleSpec {
         name: default_stream_barrier::RULE,
@@ -309,6 +317,9 @@ pub(crate) fn session_rules() -> Vec<Run> {
 /// Figures specific to one rule, as plain data (each type lives in its rule's file).
 #[derive(Serialize, Clone, Debug)]
 #[serde(tag = "rule", rename_all = "kebab-case")]
+// A session has a few dozen insights at most: the size of the largest figures (the host join's)
+// costs nothing, and boxing them would change the type every reader matches on.
+#[allow(clippy::large_enum_variant)]
 pub enum RuleData {
     DefaultStreamBarrier(default_stream_barrier::Data),
     PageableAsyncCopy(pageable_async_copy::Data),
@@ -332,6 +343,7 @@ pub enum RuleData {
     UncoalescedAccess(uncoalesced_access::Data),
     BankConflicts(bank_conflicts::Data),
     StallReasons(stall_reasons::Data),
+    BlockingCall(blocking_call::Data),
 }
 
 /// `impl From<rule::Data> for RuleData`, so that a rule hands its figures to
@@ -369,4 +381,5 @@ rule_data_from! {
     UncoalescedAccess(uncoalesced_access),
     BankConflicts(bank_conflicts),
     StallReasons(stall_reasons),
+    BlockingCall(blocking_call),
 }

@@ -1,7 +1,8 @@
 //! What every rule reads: [`Ctx`], the model with the session's wall time, the devices' busy
 //! intervals, and the user location of every stack, synchronization and call site (computed once
 //! per distinct stack), with the lookups the rules share (an API call by correlation id, a call
-//! site's line, the GPU-observed span of an always-on session).
+//! site's line, the GPU-observed span of an always-on session, the host records indexed for the
+//! join of idle gaps with the host).
 
 use crate::corrs::KernelCorrs;
 use crate::ids::{CorrId, LocIx, StackIx};
@@ -26,6 +27,8 @@ pub(crate) struct Ctx<'a> {
     pub m: &'a Model,
     pub wall_ns: u64,
     pub busy: &'a DeviceBusy,
+    /// Which frames are the user's code (the analysis's configuration).
+    pub filter: crate::userframe::FrameFilter,
     /// Distinct user locations ([`LocIx`] indexes them; see [`Ctx::loc`]).
     pub locs: Vec<SourceLoc>,
     /// Each sync's user location, None for a sync without a stack.
@@ -40,6 +43,8 @@ pub(crate) struct Ctx<'a> {
     pub loc_via: Vec<LocVia>,
     /// The kernels' distinct correlation ids, on first need.
     kernel_corrs: OnceLock<Option<Vec<u32>>>,
+    /// The host records indexed for the join, on first need.
+    host: OnceLock<crate::shared::host::HostIndex>,
 }
 
 impl<'a> Ctx<'a> {
@@ -88,6 +93,7 @@ impl<'a> Ctx<'a> {
             m,
             wall_ns,
             busy,
+            filter: cfg.filter.clone(),
             locs,
             sync_locs,
             stack_locs,
@@ -95,7 +101,15 @@ impl<'a> Ctx<'a> {
             api_by_corr,
             loc_via,
             kernel_corrs: OnceLock::new(),
+            host: OnceLock::new(),
         }
+    }
+
+    /// The host records (`hostcall`, `hsample`) indexed for the join of idle gaps with what the
+    /// host was doing (built on the first call, shared by the rules; empty without them).
+    pub fn host(&self) -> &crate::shared::host::HostIndex {
+        self.host
+            .get_or_init(|| crate::shared::host::HostIndex::new(self))
     }
 
     /// The kernels' distinct non-zero correlation ids, sorted (built on the first call, shared by

@@ -12,6 +12,9 @@
 //!   utilization series ([`idle::utilization`]); gpu-idle's insights and low-utilization read it.
 //! - [`kernel_site`] and [`detail_site`]: which kernels the kernel rules look at, where a kernel
 //!   is launched, how it is described.
+//! - [`host`]: the join of idle gaps with the host (`hostcall` and `hsample` records): what the
+//!   host was doing while a device waited, by host line and activity (gpu-idle, launch-bound and
+//!   collective-wait explain their gaps with it).
 //! - [`graphs`]: CUDA graphs as units (the `graphs` of the analysis; graph-replay-gaps reads it).
 //! - [`attribution`]: where the session's sync and GPU time is attributed (an analysis output).
 //! - [`finish`]: what is done to the insights once every rule has run (scopes, cross-thread
@@ -27,6 +30,7 @@ mod ctx;
 pub(crate) mod detail_site;
 pub(crate) mod finish;
 pub mod graphs;
+pub mod host;
 pub(crate) mod idle;
 pub(crate) mod kernel_site;
 pub(crate) mod timeline;

@@ -81,6 +81,7 @@ fn categories_are_the_dashboards() {
             &[
                 "sync-attribution",
                 "in-loop-sync",
+                "blocking-call",
                 "host-read",
                 "graph-replay-gaps",
             ][..],

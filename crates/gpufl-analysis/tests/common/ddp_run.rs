@@ -16,6 +16,12 @@
 //! - `D+220`: `loss.item()` at `ITEM_LINE`, a StreamSynchronize until the optimizer is done;
 //! - the next step starts 30 µs after the last rank's sync returns.
 //!
+//! With `host_samples`, each rank's main thread is sampled every 500 µs (`hsample` records): in
+//! the straggle at `STRAGGLE_WORK_LINE` (in `busy_host_work`, on the CPU), else at
+//! `FORWARD_LINE`. With `extra_gpu` (and no straggle), rank 1 launches 4 more kernels
+//! (`EXTRA_KERNEL`, 500 µs each) at `EXTRA_LINE` after each step's sync: its next forward pass
+//! queues behind them, so its all-reduce starts 2 ms late while its host keeps launching.
+//!
 //! Rank 1's CUPTI clock is offset from rank 0's by [`RANK1_CLOCK_SKEW`] (each session's header
 //! clock pair maps it back), so matching starts without aligning them would be 777 ms off.
 
@@ -34,6 +40,9 @@ pub const FORWARD_LINE: u32 = 61;
 pub const BACKWARD_LINE: u32 = 63;
 pub const OPT_LINE: u32 = 66;
 pub const ITEM_LINE: u32 = 67;
+pub const STRAGGLE_WORK_LINE: u32 = 36;
+pub const EXTRA_LINE: u32 = 88;
+pub const EXTRA_KERNEL: &str = "void at::native::tanh_kernel<float>(float*, int)";
 pub const NCCL_KERNEL: &str =
     "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)";
 pub const RANK1_CLOCK_SKEW: u64 = 777_000_000;
@@ -52,6 +61,10 @@ pub struct Plan {
     pub two_hosts: bool,
     /// A watchdog thread polls an event (`cudaEventQuery`) 2 ms into each step.
     pub watchdog: bool,
+    /// The ranks' main threads are sampled (`hsample` records).
+    pub host_samples: bool,
+    /// Rank 1 runs extra GPU work after each step (the straggle off).
+    pub extra_gpu: bool,
 }
 
 impl Plan {
@@ -61,6 +74,8 @@ impl Plan {
             comm_kernel: NCCL_KERNEL,
             two_hosts: false,
             watchdog: false,
+            host_samples: false,
+            extra_gpu: false,
         }
     }
     pub fn balanced() -> Plan {
@@ -194,6 +209,9 @@ pub fn write_run_dir(root: &Path, plan: Plan) -> PathBuf {
     // collective ends when the last rank arrives.
     let mut events: Vec<Vec<Ev>> = vec![Vec::new(), Vec::new()];
     let mut base = UNIX0 + 50_000 * US;
+    // Per rank: when its stream is free (extra GPU work runs past a step's end).
+    let mut busy_until = [0u64; 2];
+    let mut next_sample = [base; 2];
     for s in 0..STEPS {
         let delay = |r: u64| -> u64 {
             if plan.straggle {
@@ -227,7 +245,7 @@ pub fn write_run_dir(root: &Path, plan: Plan) -> PathBuf {
                     at: st.base + 2_000 * US,
                 });
             }
-            let mut gpu_free = t;
+            let mut gpu_free = t.max(busy_until[r]);
             for i in 0..6 {
                 let l = t + i * 10 * US;
                 let k0 = (l + 8 * US).max(gpu_free);
@@ -314,11 +332,49 @@ pub fn write_run_dir(root: &Path, plan: Plan) -> PathBuf {
                 start: s0,
                 end: sync_end[r],
             });
+            if plan.extra_gpu && r == 1 {
+                let mut free = sync_end[r];
+                for i in 0..4 {
+                    let l = sync_end[r] + (2 + i * 6) * US;
+                    let k0 = (l + 8 * US).max(free);
+                    free = k0 + 500 * US;
+                    ev.push(Ev::launch(
+                        10,
+                        l,
+                        EXTRA_LINE,
+                        EXTRA_KERNEL,
+                        k0,
+                        free,
+                        7,
+                        [528, 1, 1],
+                    ));
+                }
+                busy_until[r] = free;
+            }
+        }
+        let next = sync_end[0].max(sync_end[1]) + 30 * US;
+        if plan.host_samples {
+            for r in 0..2 {
+                let st = &steps[r];
+                while next_sample[r] < next {
+                    let at = next_sample[r];
+                    let in_straggle = at >= st.base && at < st.base + st.delay;
+                    per_rank[r].push(Ev::Sample {
+                        at,
+                        line: if in_straggle {
+                            STRAGGLE_WORK_LINE
+                        } else {
+                            FORWARD_LINE
+                        },
+                    });
+                    next_sample[r] += 500 * US;
+                }
+            }
         }
         for r in 0..2 {
             events[r].append(&mut per_rank[r]);
         }
-        base = sync_end[0].max(sync_end[1]) + 30 * US;
+        base = next;
     }
     for (r, evs) in events.iter().enumerate() {
         let skew = if r == 1 { RANK1_CLOCK_SKEW } else { 0 };
@@ -357,6 +413,11 @@ enum Ev {
     },
     Poll {
         at: u64,
+    },
+    /// A host sample of the main thread, on the CPU at `line`.
+    Sample {
+        at: u64,
+        line: u32,
     },
 }
 
@@ -403,15 +464,22 @@ fn write_rank(sd: &Path, h: &Header, rank: u32, evs: &[Ev], skew: u64) {
                 BACKWARD_LINE => "loss.backward()",
                 OPT_LINE => "opt.step()",
                 ITEM_LINE => "losses.append(loss.item())",
+                STRAGGLE_WORK_LINE => "while time.perf_counter() < end:",
+                EXTRA_LINE => "a = torch.tanh(a @ a)",
                 _ => "",
             };
             let text = w.intern_str(text).unwrap();
+            let func = match line {
+                STRAGGLE_WORK_LINE => w.intern_str("busy_host_work").unwrap(),
+                EXTRA_LINE => w.intern_str("extra_gpu_work").unwrap(),
+                _ => main,
+            };
             let f = w
                 .intern_frame(FrameData {
                     kind: FrameKind::Python,
                     module: None,
                     offset: None,
-                    func: Some(main),
+                    func: Some(func),
                     file: Some(file),
                     line: Some(line),
                     inlined: false,
@@ -481,6 +549,18 @@ fn write_rank(sd: &Path, h: &Header, rank: u32, evs: &[Ev], skew: u64) {
                     tid: 99 + 100 * rank as u64,
                     corr,
                     ret: 600,
+                }))
+                .unwrap();
+            }
+            Ev::Sample { at, line } => {
+                let stack = stack_at(&mut w, line);
+                w.write(&Record::Hsample(Hsample {
+                    ts: tr(at),
+                    tid: 10 + 100 * rank as u64,
+                    state: HostState::Cpu,
+                    period_ns: 500 * US,
+                    stack: Some(stack),
+                    call: None,
                 }))
                 .unwrap();
             }

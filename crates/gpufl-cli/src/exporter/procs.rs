@@ -2,7 +2,8 @@
 //! statuses, and their metrics.
 //!
 //! Cardinality: at most [`MAX_PROCS`] processes at once (a full table refuses new ones and counts
-//! them), each with at most `feed::MAX_GPUS` GPUs and `feed::TOP_LINES` line series; a process
+//! them), each with at most `feed::MAX_GPUS` GPUs, `feed::TOP_LINES` line series and
+//! `feed::MAX_CALLS` call series; a process
 //! leaves the table once its recorder has been silent for the stale period. An ended process
 //! stays for that period too, so scrapes see its last totals and its `ended` status.
 //!
@@ -176,6 +177,11 @@ impl Table {
                 page.sample("gpufl_process_sync_line_seconds_total", &l, t.sync_s);
                 page.sample("gpufl_process_sync_line_syncs_total", &l, t.syncs as f64);
             }
+            for c in &s.hostcalls {
+                let l = with(&base, &[("call", c.call.as_str())]);
+                page.sample("gpufl_process_host_blocked_seconds_total", &l, c.blocked_s);
+                page.sample("gpufl_process_host_blocked_calls_total", &l, c.calls as f64);
+            }
         }
     }
 }
@@ -212,6 +218,8 @@ pub fn families(page: &mut Page) {
         ("gpufl_process_top_sync_seconds", Gauge, "Host time blocked in syncs at the process's top sync line (the user's file:line), seconds; one series per process."),
         ("gpufl_process_sync_line_seconds_total", Counter, "Host time blocked in syncs per source line, for the process's top 3 lines (seconds)."),
         ("gpufl_process_sync_line_syncs_total", Counter, "Synchronizations per source line, for the process's top 3 lines."),
+        ("gpufl_process_host_blocked_seconds_total", Counter, "Host time inside CUDA calls that held their thread (cudaFree, cudaMalloc, module loads ...; hostcall records) by call, for the process's top 8 calls (seconds)."),
+        ("gpufl_process_host_blocked_calls_total", Counter, "CUDA calls that held their thread past the hostcall threshold, by call, for the process's top 8 calls."),
     ];
     for (name, kind, help) in f {
         page.family(name, kind, help);
@@ -344,7 +352,7 @@ pub fn recv(sock: &UnixDatagram, buf: &mut [u8]) -> std::io::Result<(usize, Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufl_trace::feed::{GpuStatus, LineStatus};
+    use gpufl_trace::feed::{CallStatus, GpuStatus, LineStatus};
 
     fn status(pid: u32, uptime: f64, busy: f64) -> Vec<u8> {
         Status {
@@ -376,6 +384,11 @@ mod tests {
                     syncs: 2,
                 },
             ],
+            hostcalls: vec![CallStatus {
+                call: "cudaFree".into(),
+                blocked_s: 0.75,
+                calls: 300,
+            }],
             ..Status::default()
         }
         .encode()
@@ -408,6 +421,8 @@ mod tests {
             format!("gpufl_process_top_sync_seconds{{{base},line=\"train.py:42\"}} 2"),
             format!("gpufl_process_sync_line_syncs_total{{{base},line=\"train.py:7\"}} 2"),
             format!("gpufl_process_recording{{{base},status=\"recording\",session=\"train-1\"}} 1"),
+            format!("gpufl_process_host_blocked_seconds_total{{{base},call=\"cudaFree\"}} 0.75"),
+            format!("gpufl_process_host_blocked_calls_total{{{base},call=\"cudaFree\"}} 300"),
         ] {
             assert!(text.contains(&line), "{line} missing in\n{text}");
         }

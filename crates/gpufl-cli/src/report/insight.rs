@@ -1,6 +1,7 @@
 //! One insight of the text report (a session's or the run's cross-rank ones): severity, title,
 //! detail, the basis of an always-on estimate, the source line (library line and the user's call),
-//! the thread it was inferred through, the scope and the fix.
+//! the thread it was inferred through, what the host was doing during the gaps (the join of host
+//! samples and CUDA calls, and a late rank's extra GPU work), the scope and the fix.
 
 use super::style::{secs, Style};
 use crate::term::esc;
@@ -135,6 +136,7 @@ pub(super) fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Sty
             )
         );
     }
+    host_block(out, ins, st);
     if let Some(path) = &ins.scope {
         let p: Vec<String> = path.iter().map(|s| esc(s).into_owned()).collect();
         let _ = writeln!(
@@ -144,4 +146,123 @@ pub(super) fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Sty
         );
     }
     let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
+}
+
+/// What the host was doing during an idle finding's gaps (its `data.host`), one line per host
+/// line, and the line that ended them when the finding moved to the host line; a late rank's
+/// extra GPU work.
+fn host_block(out: &mut String, ins: &Insight, st: &Style) {
+    use gpufl_analysis::{fmt_duration, RuleData};
+    use std::fmt::Write;
+    let (host, ended, what, ended_what, extra) = match &ins.data {
+        Some(RuleData::GpuIdle(d)) => (&d.host, &d.gap_ended_at, "gaps", "gaps ended at", &[][..]),
+        Some(RuleData::LaunchBound(d)) => {
+            (&d.host, &d.gap_ended_at, "gaps", "gaps ended at", &[][..])
+        }
+        Some(RuleData::CollectiveWait(d)) => (
+            &d.host,
+            &d.gap_ended_at,
+            "stretches without a CUDA call",
+            if d.extra_kernels.is_empty() {
+                "stretches ended at"
+            } else {
+                "late collectives launched at"
+            },
+            &d.extra_kernels[..],
+        ),
+        _ => return,
+    };
+    if let Some(h) = host {
+        let basis = h.basis();
+        let basis = if basis.is_empty() {
+            String::new()
+        } else {
+            format!("; {basis}")
+        };
+        let _ = writeln!(
+            out,
+            "             {}",
+            st.paint(
+                "2",
+                &format!(
+                    "host during {} {what} ({}{basis}):",
+                    h.gaps,
+                    fmt_duration(h.gap_ns)
+                )
+            )
+        );
+        let lines = h.breakdown();
+        if lines.is_empty() {
+            let _ = writeln!(
+                out,
+                "               no call or sample covers 5% of the {what}' time"
+            );
+        }
+        for l in lines {
+            let _ = writeln!(out, "               {}", esc(&l));
+        }
+    }
+    if let Some(RuleData::GpuIdle(d)) = &ins.data {
+        if !d.library_lines.is_empty() {
+            let _ = writeln!(
+                out,
+                "             {}",
+                st.paint("2", "gaps ended by the launches of (most idle first):")
+            );
+            for l in d.library_lines.iter().take(5) {
+                let at = l
+                    .location
+                    .library
+                    .as_ref()
+                    .map_or_else(|| l.location.short(), |lib| lib.user_short());
+                let _ = writeln!(
+                    out,
+                    "               {:>9}  {} ({} gaps)",
+                    fmt_duration(l.idle_ns),
+                    esc(&at),
+                    l.gaps
+                );
+            }
+            if d.library_lines.len() > 5 {
+                let _ = writeln!(
+                    out,
+                    "               and {} more lines",
+                    d.library_lines.len() - 5
+                );
+            }
+        }
+    }
+    if !extra.is_empty() {
+        let _ = writeln!(
+            out,
+            "             {}",
+            st.paint(
+                "2",
+                "GPU work only the late rank runs, or runs longer (per late collective):"
+            )
+        );
+        for k in extra {
+            let at = k
+                .launch_line
+                .as_ref()
+                .map(|l| format!(" @ {}", l.short()))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "               {:>9}  {} × {} (the others: {}){at}",
+                fmt_duration(k.per_late_collective_ns),
+                esc(gpufl_analysis::kernels::short_name(&k.name)),
+                k.launches,
+                k.others_launches
+            );
+        }
+    }
+    if let Some(e) = ended {
+        let _ = writeln!(
+            out,
+            "             {} {}",
+            st.paint("2", ended_what),
+            st.paint("36", &esc(&e.short()))
+        );
+    }
 }

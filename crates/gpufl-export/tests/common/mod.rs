@@ -21,6 +21,8 @@ pub fn sessions() -> Vec<PathBuf> {
         testdata("pytorch_train_sync-1304"),
         testdata("hf_trainer"),
         testdata("nvtx_ranges"),
+        testdata("malloc_free_loop-613-20261127T204121Z"),
+        testdata("pytorch_empty_cache-759-20261127T204130Z"),
         synthetic(),
     ]
 }
@@ -37,6 +39,10 @@ pub struct Expected {
     pub scope_opens: usize,
     pub ranges: usize,
     pub pid: u32,
+    /// Hostcalls: (tid, call name, ts Unix ns, dur ns).
+    pub hostcalls: Vec<(u64, String, u64, u64)>,
+    /// Host samples: (tid, ts Unix ns, state as the format spells it, call name).
+    pub hsamples: Vec<(u64, u64, String, Option<String>)>,
 }
 
 /// Read the session as the format defines it.
@@ -108,10 +114,28 @@ pub fn expected(dir: &Path) -> Expected {
             }
             Record::Scope(s) if !s.end => e.scope_opens += 1,
             Record::Range(_) => e.ranges += 1,
+            Record::Hostcall(h) => e.hostcalls.push((
+                h.tid,
+                sym.str(h.name).to_string(),
+                unix(&clock, h.start),
+                h.end.saturating_sub(h.start),
+            )),
+            Record::Hsample(h) => e.hsamples.push((
+                h.tid,
+                unix(&clock, h.ts),
+                serde_json::to_value(h.state)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                h.call.map(|c| sym.str(c).to_string()),
+            )),
             _ => {}
         }
     }
     e.gpu.sort();
+    e.hostcalls.sort();
+    e.hsamples.sort();
     e
 }
 

@@ -1,16 +1,19 @@
 //! The line page (`/sessions/{id}/line?file=F&line=N`), the target of the insight chips: the
 //! source text around the line as the recorder stored it, the synchronizations and copies issued
-//! there (count, time, distribution), the whole Python + native stack, the kernels launched from
+//! there (count, time, distribution), what the host did there (host samples by thread state, the
+//! CUDA calls that held the thread), the whole Python + native stack, the kernels launched from
 //! the line with their stats (each linking to its kernel page) and the insights located there.
 //!
 //! Reads the session's `lines` document (gpufl-analysis's line details, at most 500 lines, one
 //! entry per distinct location at that line: e.g. per library frame inside it), its `sources`
 //! document (the texts of the lines the frames name) and the kernel rows of the kernels launched
-//! there (by name).
+//! there (by name), and the host samples and host calls at the line from its `hostlines` document
+//! ([`super::hostview`]).
 
 use super::cards::Card;
 use super::charts::Bars;
 use super::data;
+use super::hostview::{self, HostAtLine, HostLineDoc};
 use super::{fmt, render, url_encode, Nav, Viewer, WebError};
 use crate::store::KernelRow;
 use crate::AppState;
@@ -239,6 +242,8 @@ pub struct LinePage {
     pub stacks_more: usize,
     pub kernels: Vec<KernelView>,
     pub cards: Vec<Card>,
+    /// The host samples and host calls at the line (web::hostview), when any.
+    pub host: Option<HostAtLine>,
 }
 
 fn bad(why: &str) -> WebError {
@@ -581,7 +586,12 @@ pub async fn page(
         .filter(|r| r.file == file && r.line == i64::from(line))
         .map(|r| Card::from_row(r, &id))
         .collect();
-    if here.is_empty() && cards.is_empty() {
+    let host_docs: Vec<HostLineDoc> = data::doc(&st, p, &id, "hostlines")
+        .await?
+        .unwrap_or_default();
+    let host = hostview::at_line(&host_docs, &file, line);
+    let host_loc = hostview::location_at(&host_docs, &file, line);
+    if here.is_empty() && cards.is_empty() && host.is_none() {
         return Err(WebError::NotFound(format!(
             "nothing recorded at {file}:{line} in this session"
         )));
@@ -609,8 +619,17 @@ pub async fn page(
         nav: Some(v.nav()),
         session_href: format!("/sessions/{}", url_encode(&session.id)),
         session: session.id,
-        function: function_at(&here, &cards),
-        source: listing(&texts, line, hit_text(&here, &cards)),
+        function: match function_at(&here, &cards) {
+            f if f.is_empty() => host_loc
+                .and_then(|l| l.function.clone())
+                .unwrap_or_default(),
+            f => f,
+        },
+        source: listing(
+            &texts,
+            line,
+            hit_text(&here, &cards).or(host_loc.and_then(|l| l.text.as_deref())),
+        ),
         file_has_text: !texts.is_empty(),
         syncs,
         sync_blocked: fmt::dur_u(sum(|d| d.sync_blocked_ns)),
@@ -632,6 +651,7 @@ pub async fn page(
         stacks: stacks(&here, &user_files, &file, line),
         kernels: kernel_views(&list, &rows, &id),
         cards,
+        host,
         file,
         line,
     })

@@ -24,6 +24,7 @@ pub mod charts;
 pub mod compare;
 pub mod data;
 pub mod fmt;
+pub mod hostview;
 pub mod kernel;
 pub mod line;
 pub mod session;

@@ -1,5 +1,6 @@
 //! The session page (`/sessions/{id}`): headline numbers, the Insights panel grouped by category,
-//! GPU utilization over time per device with idle time by cause, telemetry charts (with throttling
+//! GPU utilization over time per device with idle time by cause, what the host was doing while the
+//! GPU idled (the idle findings' host lines, [`super::hostview`]), telemetry charts (with throttling
 //! bands), the scope tree with its roll-ups, and the kernel table.
 //!
 //! Bounded whatever the session's size: it reads the session's row, its insights, the small
@@ -10,6 +11,7 @@
 use super::cards::{self, Card, Chip};
 use super::charts::{self, Band, Column, LineChart, Series, StackedColumns};
 use super::data;
+use super::hostview::{self, IdleBreakdown};
 use super::{fmt, render, url_encode, Nav, Viewer, WebError};
 use crate::store::{KernelRow, SessionRow};
 use crate::AppState;
@@ -298,6 +300,8 @@ struct SessionPage {
     stats: Vec<Stat>,
     groups: Vec<Group>,
     devices: Vec<DeviceView>,
+    /// What the host was doing while the GPU idled (web::hostview), when the findings say.
+    idle_host: Option<IdleBreakdown>,
     telemetry: Vec<TelemetryView>,
     scopes: Vec<ScopeView>,
     scopes_more: usize,
@@ -328,6 +332,7 @@ impl SessionPage {
             stats: Vec::new(),
             groups: Vec::new(),
             devices: Vec::new(),
+            idle_host: None,
             telemetry: Vec::new(),
             scopes: Vec::new(),
             scopes_more: 0,
@@ -358,6 +363,7 @@ pub async fn page(
     let idle_ns: u64 = timeline.devices.iter().map(|d| d.idle_ns).sum();
     page.stats = headline(&s, (!timeline.devices.is_empty()).then_some(idle_ns));
     let insights = st.db.insights(p, &id).await?;
+    page.idle_host = hostview::idle_breakdown(&insights, &id);
     page.groups = cards::grouped(&insights, &id)
         .into_iter()
         .map(|(category, mut cards)| {

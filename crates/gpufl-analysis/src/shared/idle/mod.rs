@@ -31,6 +31,7 @@ pub(crate) mod utilization;
 
 use crate::ids::LocIx;
 use crate::model::Model;
+use crate::shared::host::HostGap;
 pub use crate::shared::timeline::LocationSource;
 use crate::shared::timeline::{device_timelines, op_corr, ApiCursor, Locator};
 use crate::shared::timeline::{order_and_last_start, push_capped, Listed, OpWalk, StartOrdered};
@@ -353,11 +354,15 @@ pub(crate) struct Group {
     pub(crate) src: Option<LocationSource>,
     /// The blocked call of the longest gap (sync class): index into the blocked index.
     pub(crate) blocker: Option<(u64, usize)>,
+    /// Every gap with the thread that issued the op that ended it (or was blocked), for the join
+    /// with the host ([`crate::shared::host`]): kept only when the session has host records.
+    pub(crate) host: Vec<HostGap>,
 }
 
 impl Group {
     fn add(&mut self, gs: u64, ge: u64, src: LocationSource, blocker: Option<usize>) {
         let len = ge - gs;
+
         if self.gaps == 0 {
             self.first_start = gs;
         }
@@ -372,6 +377,15 @@ impl Group {
             }
         }
         push_capped(&mut self.top, (len, gs), ONE_OFF_CANDIDATES);
+    }
+
+    /// The group's gaps for the join with the host: those counted, and its `one_off` one-off
+    /// pauses (the longest, as [`Group::settle`] finds them). Empty without host records.
+    pub(crate) fn host_gaps(&self, one_off: u64) -> (Vec<HostGap>, Vec<HostGap>) {
+        let mut top: Vec<(u64, u64)> = self.top.iter().map(|r| r.0).collect();
+        top.sort_unstable_by(|a, b| b.cmp(a));
+        let off: Vec<u64> = top.iter().take(one_off as usize).map(|t| t.1).collect();
+        self.host.iter().partition(|g| !off.contains(&g.start))
     }
 
     /// The group's figures without its one-off pauses: from the longest gap down, each gap longer
@@ -442,6 +456,8 @@ struct DeviceScan<'c> {
     top: BinaryHeap<Reverse<TopGap>>,
     gaps: u64,
     idle: u64,
+    /// Keep each gap with its thread in its group (the session has host records).
+    host: bool,
 }
 
 impl DeviceScan<'_> {
@@ -450,16 +466,19 @@ impl DeviceScan<'_> {
         let len = ge - gs;
         self.gaps += 1;
         self.idle += len;
+        let mut thread = None;
         let (class, loc, src, blocker) = if len < MIN_GAP_NS {
             (IdleClass::KernelWait, None, None, None)
         } else {
             let corr = op_corr(m, op);
             let api = self.apis.find(corr);
             let tid = api.map(|a| a.tid);
+            thread = tid;
             let (cov, best) = self.blocked.cover(tid, gs, ge);
             let covered = cov as u128 * 100 > len as u128 * SYNC_COVER_PCT as u128;
             if let Some(b) = best.filter(|_| covered) {
                 let blk = &self.blocked.by_tid[b];
+                thread = Some(blk.tid).filter(|&t| t != u64::MAX).or(tid);
                 (IdleClass::Sync, blk.loc, Some(blk.src), Some(b))
             } else if api.is_some_and(|a| a.start >= gs || a.end > gs) {
                 let is_kernel = (op as usize) < m.kernel_count();
@@ -499,6 +518,13 @@ impl DeviceScan<'_> {
             };
             let g = &mut self.groups[class.index() * n + slot];
             g.add(gs, ge, src.unwrap_or(LocationSource::None), blocker);
+            if self.host {
+                g.host.push(HostGap {
+                    start: gs,
+                    end: ge,
+                    tid: thread,
+                });
+            }
         }
         push_capped(&mut self.top, (len, Reverse(gs), class, loc, src), TOP_GAPS);
     }
@@ -593,6 +619,7 @@ fn scan_device(
         top: BinaryHeap::new(),
         gaps: 0,
         idle: 0,
+        host: m.has_host_records(),
     };
     // The first op only extends `ce` (its start is `first`).
     let (mut cs, mut ce) = (first, first);
