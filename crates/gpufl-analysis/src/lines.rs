@@ -7,7 +7,7 @@ use crate::ids::StackIx;
 use crate::userframe::{user_frame, SourceLoc};
 use crate::{Config, Model};
 use gpufl_trace::FrameKind;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
 /// Lines kept, at most (the most time blocked or on the GPU first).
@@ -17,11 +17,13 @@ pub const MAX_KERNELS: usize = 20;
 /// Frames of a line's stack, at most (innermost first).
 pub const MAX_FRAMES: usize = 128;
 
-/// One frame of a stack, its strings resolved.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+/// One frame of a stack, its strings resolved (also what the server's stored documents hold and
+/// its pages read back: `Deserialize`, missing fields empty).
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+#[serde(default)]
 pub struct StackFrame {
     /// `native` or `python`.
-    pub kind: &'static str,
+    pub kind: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -116,7 +118,8 @@ pub fn stack_frames(m: &Model, s: StackIx) -> Vec<StackFrame> {
             kind: match f.kind {
                 FrameKind::Python => "python",
                 _ => "native",
-            },
+            }
+            .to_string(),
             module: f.module.map(str::to_string),
             function: f.func.map(str::to_string),
             file: f.file.map(str::to_string),

@@ -19,22 +19,8 @@ use std::collections::HashMap;
 /// Bytes of the strings the `stacks` document holds, at most.
 pub const MAX_STRINGS_BYTES: usize = 4 << 20;
 
-/// One frame as the API and the pages show it (gpufl-analysis's `lines::StackFrame`).
-#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
-#[serde(default)]
-pub struct Frame {
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub module: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub function: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-}
+/// One frame as the API and the pages show it: gpufl-analysis's.
+pub use gpufl_analysis::lines::StackFrame as Frame;
 
 /// The `stacks` document.
 #[derive(Serialize, Deserialize, Default, Debug)]
