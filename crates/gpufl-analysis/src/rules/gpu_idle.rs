@@ -78,7 +78,37 @@ pub struct Data {
     /// launches ended the gaps, most idle first (the finding is located at the user's call).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub library_lines: Vec<LibraryLine>,
+    /// A roll-up over a loop the library runs under the user's call (the decode steps of
+    /// `generate()`): its steps, and the host's time per step by line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Steps>,
 }
+
+/// The steps of the loop under a roll-up's user call ([`crate::shared::steps`]: the
+/// synchronization the loop makes once per step marks them).
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Steps {
+    pub count: u64,
+    /// The synchronization that marks a step: its library line inside the user's call.
+    pub site: SourceLoc,
+    /// A step's length: the call's span (the roll-up's window) over the steps, ns.
+    pub step_ns: u64,
+    /// The roll-up's GPU idle per step, ns.
+    pub idle_ns: u64,
+    /// The host's time per step during the gaps, by line (library line ← the user's call), most
+    /// first (at most [`STEP_LINES`]).
+    pub lines: Vec<StepLine>,
+}
+
+/// One host line's time per step.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct StepLine {
+    pub location: SourceLoc,
+    pub ns: u64,
+}
+
+/// Host lines listed per step.
+pub const STEP_LINES: usize = 8;
 
 /// One library line of a roll-up under a user call: the gaps its launches ended.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -198,6 +228,7 @@ fn rollups(cx: &Ctx, locator: &Locator, idle: &IdleScan) -> Vec<Insight> {
         let mut location = cx.loc(lines[0].0).clone();
         location.library = None;
         let call = location.short();
+        let steps = loop_steps(cx, &location, &j, idle_ns, window);
         let top: Vec<String> = libs
             .iter()
             .take(3)
@@ -229,9 +260,34 @@ fn rollups(cx: &Ctx, locator: &Locator, idle: &IdleScan) -> Vec<Insight> {
             libs.len(),
             share(idle_ns, window) * 100.0
         );
+        let per_step = steps.as_ref().map_or_else(String::new, |st| {
+            let top: Vec<String> = st
+                .lines
+                .iter()
+                .take(3)
+                .map(|l| format!("{} {}", l.location.short(), fmt_duration(l.ns)))
+                .collect();
+            format!(
+                "; per step ({} steps, one sync at {}{} each): {}, the GPU idle {} of it; host per step: {}",
+                st.count,
+                st.site
+                    .library
+                    .as_ref()
+                    .map_or_else(|| st.site.short(), |l| l.short()),
+                st.site
+                    .library
+                    .as_ref()
+                    .and_then(|l| l.function.as_deref())
+                    .map(|f| format!(" in {}", crate::text::short_function(f)))
+                    .unwrap_or_default(),
+                fmt_duration(st.step_ns),
+                fmt_duration(st.idle_ns),
+                top.join(", ")
+            )
+        });
         let detail = format!(
             "{gaps} gaps ({} in all, longest {}) ended by work that {} library lines issued under the call at {call}{} \
-             (most: {}); {}",
+             (most: {}); {}{per_step}",
             fmt_duration(idle_ns),
             fmt_duration(largest),
             libs.len(),
@@ -260,10 +316,35 @@ fn rollups(cx: &Ctx, locator: &Locator, idle: &IdleScan) -> Vec<Insight> {
                     host: Some(j.activity),
                     gap_ended_at: None,
                     library_lines: libs,
+                    steps,
                 }),
         );
     }
     out
+}
+
+/// The steps of the loop under the user's call at `call`, with the roll-up's idle and the join's
+/// host lines divided over them.
+fn loop_steps(cx: &Ctx, call: &SourceLoc, j: &Join, idle_ns: u64, window: u64) -> Option<Steps> {
+    let st = crate::shared::steps::under_call(cx, &call.file, call.line)?;
+    let n = st.count;
+    let lines = j
+        .by_loc
+        .iter()
+        .filter(|(l, _)| !cx.loc(*l).is_unattributed())
+        .take(STEP_LINES)
+        .map(|(l, ns)| StepLine {
+            location: cx.loc(*l).clone(),
+            ns: ns / n,
+        })
+        .collect();
+    Some(Steps {
+        count: n,
+        site: cx.loc(st.loc).clone(),
+        step_ns: window / n,
+        idle_ns: idle_ns / n,
+        lines,
+    })
 }
 
 fn insight(
@@ -458,6 +539,7 @@ fn insight(
             host: host.map(|(j, _)| j.activity),
             gap_ended_at,
             library_lines: Vec::new(),
+            steps: None,
         })
 }
 

@@ -255,6 +255,8 @@ pub(crate) struct Join {
     /// No line holds enough, but two lines together do (each at least [`PAIR_MIN_PCT`] %):
     /// each line with its main activity as prose and its share.
     pub pair: Option<[(LocIx, String, f64); 2]>,
+    /// Every host line's time in the gaps (all its activities), most first.
+    pub by_loc: Vec<(LocIx, u64)>,
 }
 
 /// Each of two lines that hold [`RELOCATE_PCT`] % of the gaps' time together holds at least
@@ -929,6 +931,7 @@ fn finish(cx: &Ctx, p: Parts) -> Join {
         line: line_at,
         compiling,
         pair,
+        by_loc: locs,
     }
 }
 
@@ -1194,4 +1197,4 @@ fn inside(iv: &[(u64, u64)], t: u64) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

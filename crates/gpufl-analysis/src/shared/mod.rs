@@ -15,6 +15,8 @@
 //! - [`host`]: the join of idle gaps with the host (`hostcall` and `hsample` records): what the
 //!   host was doing while a device waited, by host line and activity (gpu-idle, launch-bound and
 //!   collective-wait explain their gaps with it).
+//! - [`steps`]: the steps of a loop a library runs under one user call (the decode steps of
+//!   `generate()`), from the synchronizations under the call; gpu-idle's roll-up reads it.
 //! - [`graphs`]: CUDA graphs as units (the `graphs` of the analysis; graph-replay-gaps reads it).
 //! - [`attribution`]: where the session's sync and GPU time is attributed (an analysis output).
 //! - [`finish`]: what is done to the insights once every rule has run (scopes, cross-thread
@@ -33,6 +35,7 @@ pub mod graphs;
 pub mod host;
 pub(crate) mod idle;
 pub(crate) mod kernel_site;
+pub(crate) mod steps;
 pub(crate) mod timeline;
 
 pub(crate) use ctx::Ctx;

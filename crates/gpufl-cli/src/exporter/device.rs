@@ -10,6 +10,11 @@
 //! computes between samples are computed here between scrapes, as DCGM does: NVLink bandwidth
 //! (KiB/s / 1000 since the previous reading, 0 at the first) and the PCIe rates (bytes/s). XIDs
 //! come from NVML's critical-XID events, drained at each scrape.
+//!
+//! One thing runs between scrapes: NVML's PCIe byte counters are 32-bit on current drivers and
+//! wrap every 4 GiB, several times a second at full PCIe speed, so a thread reads them every
+//! [`PCIE_POLL`] and sums their wrapping increments into 64-bit totals ([`PcieAcc`]); the
+//! scrape's rates and totals come from those.
 
 use super::text::{Kind, Page};
 use nvml_wrapper::enum_wrappers::device::{
@@ -19,7 +24,9 @@ use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings as sys;
 use std::ffi::OsStr;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 const NVML_LIB: &str = "libnvidia-ml.so.1";
 /// nvml.h field IDs read with `nvmlDeviceGetFieldValues`.
@@ -34,6 +41,117 @@ const ALL_LINKS: u32 = u32::MAX;
 const EVENT_XID: u64 = 0x8;
 /// XID events taken from NVML per scrape at most (the rest wait for the next scrape).
 const MAX_EVENTS_PER_SCRAPE: usize = 1024;
+
+/// How often the PCIe counters are read: a 32-bit byte counter wraps every 4 GiB, 67 ms at
+/// 64 GB/s (PCIe 5.0 x16), so reads 25 ms apart see each wrap.
+pub const PCIE_POLL: Duration = Duration::from_millis(25);
+
+/// A byte counter of NVML summed into 64 bits: each reading adds its increment over the one
+/// before, modulo 2^32 when NVML gave the value as 32 bits (it wraps), else as it is (a 64-bit
+/// counter that went back was reset: its value is the increment). The first reading is the
+/// starting total.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PcieAcc {
+    last: Option<u64>,
+    pub total: u64,
+}
+
+impl PcieAcc {
+    /// Add a reading: NVML's value and whether it is a 32-bit one.
+    pub fn add(&mut self, raw: u64, narrow: bool) {
+        let inc = match self.last {
+            None => raw,
+            Some(p) if narrow => u64::from((raw as u32).wrapping_sub(p as u32)),
+            Some(p) if raw >= p => raw - p,
+            Some(_) => raw,
+        };
+        self.total = self.total.wrapping_add(inc);
+        self.last = Some(raw);
+    }
+}
+
+/// Each GPU's PCIe TX and RX totals (by position in [`Live::gpus`]; None until read).
+type PcieTotals = Arc<Mutex<Vec<Option<(PcieAcc, PcieAcc)>>>>;
+
+/// The thread that reads the PCIe counters every [`PCIE_POLL`]; stopped and joined on drop.
+struct PciePoller {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    totals: PcieTotals,
+}
+
+impl Drop for PciePoller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+type FieldValuesFn = unsafe extern "C" fn(
+    sys::nvmlDevice_t,
+    std::os::raw::c_int,
+    *mut sys::nvmlFieldValue_t,
+) -> sys::nvmlReturn_t;
+
+impl PciePoller {
+    /// Start reading the counters of these devices (NVML handles as addresses); None when NVML
+    /// lacks field values or the thread cannot start.
+    fn start(nvml: &Nvml, handles: Vec<usize>) -> Option<PciePoller> {
+        let f: FieldValuesFn = *nvml.lib().nvmlDeviceGetFieldValues.as_ref().ok()?;
+        let totals: PcieTotals = Arc::new(Mutex::new(vec![None; handles.len()]));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (t, s) = (totals.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("gpufl-pcie".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    for (i, &h) in handles.iter().enumerate() {
+                        let Some(v) = pcie_fields(f, h) else { continue };
+                        let mut g = t.lock().unwrap_or_else(|e| e.into_inner());
+                        let e = g[i].get_or_insert_with(Default::default);
+                        e.0.add(v[0].0, v[0].1);
+                        e.1.add(v[1].0, v[1].1);
+                    }
+                    std::thread::sleep(PCIE_POLL);
+                }
+            })
+            .ok()?;
+        Some(PciePoller {
+            stop,
+            thread: Some(thread),
+            totals,
+        })
+    }
+
+    /// GPU `i`'s TX and RX totals, when read.
+    fn totals(&self, i: usize) -> Option<(u64, u64)> {
+        let g = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        g.get(i).copied().flatten().map(|(t, r)| (t.total, r.total))
+    }
+}
+
+/// The PCIe TX and RX counters of one device: (value, 32-bit) each; None when NVML fails them.
+fn pcie_fields(f: FieldValuesFn, handle: usize) -> Option<[(u64, bool); 2]> {
+    // SAFETY: a zeroed nvmlFieldValue_t is valid (plain data).
+    let mut v: [sys::nvmlFieldValue_t; 2] = unsafe { std::mem::zeroed() };
+    v[0].fieldId = FI_PCIE_TX_BYTES;
+    v[1].fieldId = FI_PCIE_RX_BYTES;
+    // SAFETY: a live device handle of the NVML instance the poller's owner keeps loaded (the
+    // poller is dropped first); two initialised values NVML fills.
+    let rc = unsafe { f(handle as sys::nvmlDevice_t, 2, v.as_mut_ptr()) };
+    nvml_try(rc).ok()?;
+    let read = |x: &sys::nvmlFieldValue_t| {
+        let narrow = matches!(
+            x.valueType,
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT
+                | sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT
+        );
+        field_u64(x).map(|n| (n, narrow))
+    };
+    Some([read(&v[0])?, read(&v[1])?])
+}
 
 /// A cumulative counter's value and when it was read.
 #[derive(Clone, Copy, Debug)]
@@ -262,8 +380,10 @@ impl Drop for EventSet {
     }
 }
 
-/// NVML, its GPUs and the XID event set.
+/// NVML, its GPUs, the XID event set and the PCIe counters' poller (fields drop in order: the
+/// poller and the event set before NVML).
 pub struct Live {
+    pcie: Option<PciePoller>,
     events: Option<EventSet>,
     gpus: Vec<Gpu>,
     nvml: Nvml,
@@ -312,8 +432,14 @@ impl Devices {
                     pcie_prev: None,
                 })
             })
-            .collect();
-        Devices::Nvml(Box::new(Live { events, gpus, nvml }))
+            .collect::<Vec<Gpu>>();
+        let pcie = PciePoller::start(&nvml, gpus.iter().map(|g| g.handle).collect());
+        Devices::Nvml(Box::new(Live {
+            pcie,
+            events,
+            gpus,
+            nvml,
+        }))
     }
 
     /// Why device metrics are missing, if they are.
@@ -331,15 +457,21 @@ impl Devices {
         let Devices::Nvml(live) = self else {
             return;
         };
-        let Live { events, gpus, nvml } = &mut **live;
+        let Live {
+            pcie,
+            events,
+            gpus,
+            nvml,
+        } = &mut **live;
         if let Some(set) = events {
             drain_xids(nvml, set, gpus);
         }
-        for g in gpus.iter_mut() {
+        for (i, g) in gpus.iter_mut().enumerate() {
             let Ok(d) = nvml.device_by_index(g.index) else {
                 continue;
             };
-            let r = read(nvml, &d, g);
+            let totals = pcie.as_ref().and_then(|p| p.totals(i));
+            let r = read(nvml, &d, g, totals);
             let gpu = g.index.to_string();
             let labels = [
                 ("gpu", gpu.as_str()),
@@ -355,7 +487,7 @@ impl Devices {
 }
 
 /// One GPU's reading now (and its counters kept for the next scrape's rates).
-fn read(nvml: &Nvml, d: &Device, g: &mut Gpu) -> Reading {
+fn read(nvml: &Nvml, d: &Device, g: &mut Gpu, pcie_totals: Option<(u64, u64)>) -> Reading {
     let now = Instant::now();
     let mut r = Reading {
         sm_clock: d.clock_info(Clock::SM).ok().map(f64::from),
@@ -401,16 +533,13 @@ fn read(nvml: &Nvml, d: &Device, g: &mut Gpu) -> Reading {
         d,
         &[
             (FI_MEMORY_TEMP, 0),
-            (FI_PCIE_TX_BYTES, 0),
-            (FI_PCIE_RX_BYTES, 0),
             (FI_NVLINK_DATA_TX_KIB, ALL_LINKS),
             (FI_NVLINK_DATA_RX_KIB, ALL_LINKS),
         ],
     );
     if let Some(f) = f {
         r.memory_temp = memory_temp(&f[0]);
-        pcie(&mut r, g, field_u64(&f[1]), field_u64(&f[2]), now, d);
-        if let (Some(tx), Some(rx)) = (field_u64(&f[3]), field_u64(&f[4])) {
+        if let (Some(tx), Some(rx)) = (field_u64(&f[1]), field_u64(&f[2])) {
             let sum = Counted {
                 value: tx.saturating_add(rx),
                 at: now,
@@ -420,15 +549,15 @@ fn read(nvml: &Nvml, d: &Device, g: &mut Gpu) -> Reading {
             r.nvlink_rx_bytes = Some(rx as f64 * 1024.0);
             g.nvlink_prev = Some(sum);
         }
-    } else {
-        pcie(&mut r, g, None, None, now, d);
     }
+    let (tx, rx) = pcie_totals.unzip();
+    pcie(&mut r, g, tx, rx, now, d);
     r
 }
 
-/// PCIe byte counters and rates: the rate since the previous scrape from NVML's cumulative
-/// counters; at the first scrape, or without those counters, NVML's throughput sample (KB/s
-/// over 20 ms).
+/// PCIe byte counters and rates: the rate since the previous scrape from the poller's 64-bit
+/// totals of NVML's counters; at the first scrape, or without those counters, NVML's throughput
+/// sample (KB/s over 20 ms).
 fn pcie(r: &mut Reading, g: &mut Gpu, tx: Option<u64>, rx: Option<u64>, now: Instant, d: &Device) {
     let sample = |c| d.pcie_throughput(c).ok().map(|kb| f64::from(kb) * 1024.0);
     match (tx, rx) {
@@ -556,8 +685,8 @@ pub fn families(page: &mut Page) {
         ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", Gauge, "Current clock throttle (clocks event) reasons, NVML's bitmask (4 SW power cap, 8 HW slowdown, 32 SW thermal, 64 HW thermal, 128 HW power brake)."),
         ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", Counter, "Total number of single-bit volatile ECC errors (GPUs with ECC on)."),
         ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", Counter, "Total number of double-bit volatile ECC errors (GPUs with ECC on)."),
-        ("DCGM_FI_PROF_PCIE_TX_BYTES", Gauge, "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second (NVML's byte counter since the previous scrape; at the first, NVML's 20 ms sample)."),
-        ("DCGM_FI_PROF_PCIE_RX_BYTES", Gauge, "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second (NVML's byte counter since the previous scrape; at the first, NVML's 20 ms sample)."),
+        ("DCGM_FI_PROF_PCIE_TX_BYTES", Gauge, "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second (NVML's byte counter, read every 25 ms, since the previous scrape; at the first, NVML's 20 ms sample)."),
+        ("DCGM_FI_PROF_PCIE_RX_BYTES", Gauge, "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second (NVML's byte counter, read every 25 ms, since the previous scrape; at the first, NVML's 20 ms sample)."),
         ("gpufl_gpu_pcie_tx_bytes_total", Counter, "Bytes transmitted over PCIe (NVML's counter); rate() gives bytes/s."),
         ("gpufl_gpu_pcie_rx_bytes_total", Counter, "Bytes received over PCIe (NVML's counter); rate() gives bytes/s."),
         ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", Counter, "Total number of NVLink bandwidth counters for all lanes: as DCGM computes it, NVLink data received + transmitted over all links since the previous reading (scrape), in KiB/s / 1000; 0 at the first scrape. A rate, though dcgm-exporter types it counter."),
@@ -611,6 +740,28 @@ mod tests {
         f.nvmlReturn = ret;
         set(&mut f.value);
         f
+    }
+
+    #[test]
+    fn pcie_totals_sum_the_wrapping_increments() {
+        let mut a = PcieAcc::default();
+        a.add(4_000_000_000, true);
+        assert_eq!(a.total, 4_000_000_000, "the first reading starts the total");
+        // 27 GB/s for 25 ms: 675 MB, past 2^32.
+        a.add((4_000_000_000u64 + 675_000_000) % (1 << 32), true);
+        assert_eq!(a.total, 4_675_000_000);
+        for _ in 0..40 {
+            let next = (a.total + 675_000_000) % (1 << 32);
+            a.add(next, true);
+        }
+        assert_eq!(a.total, 4_675_000_000 + 40 * 675_000_000, "a second of wraps");
+        // A 64-bit counter does not wrap; one that went back was reset.
+        let mut b = PcieAcc::default();
+        b.add(1 << 40, false);
+        b.add((1 << 40) + 5, false);
+        assert_eq!(b.total, (1 << 40) + 5);
+        b.add(3, false);
+        assert_eq!(b.total, (1 << 40) + 8);
     }
 
     #[test]

@@ -231,6 +231,36 @@ fn host_block(out: &mut String, ins: &Insight, st: &Style) {
                 );
             }
         }
+        if let Some(s) = &d.steps {
+            let site = s.site.library.as_ref().map_or_else(
+                || s.site.short(),
+                |l| match l.function.as_deref() {
+                    Some(f) => format!("{} in {f}", l.short()),
+                    None => l.short(),
+                },
+            );
+            let _ = writeln!(
+                out,
+                "             {}",
+                st.paint(
+                    "2",
+                    &esc(&format!(
+                        "per step ({} steps, one sync at {site} each): {}, the GPU idle {}; host per step:",
+                        s.count,
+                        fmt_duration(s.step_ns),
+                        fmt_duration(s.idle_ns)
+                    ))
+                )
+            );
+            for l in &s.lines {
+                let _ = writeln!(
+                    out,
+                    "               {:>9}  {}",
+                    fmt_duration(l.ns),
+                    esc(&l.location.short())
+                );
+            }
+        }
     }
     if !extra.is_empty() {
         let _ = writeln!(

@@ -7,15 +7,16 @@ use crate::Config;
 use gpufl_trace::*;
 
 /// A session built record by record (strings, frames and stacks interned as the writer does).
-struct S {
-    recs: Vec<Record>,
+/// Other shared modules' tests build theirs with it.
+pub(crate) struct S {
+    pub(crate) recs: Vec<Record>,
     strs: Vec<String>,
     frames: u32,
     stacks: u32,
 }
 
 impl S {
-    fn new() -> S {
+    pub(crate) fn new() -> S {
         let header = Header {
             session_id: "host-100-20261127T000000Z".into(),
             pid: 100,
@@ -29,7 +30,7 @@ impl S {
         }
     }
 
-    fn s(&mut self, s: &str) -> StrId {
+    pub(crate) fn s(&mut self, s: &str) -> StrId {
         if let Some(i) = self.strs.iter().position(|x| x == s) {
             return StrId(i as u32);
         }
@@ -40,7 +41,7 @@ impl S {
     }
 
     /// A stack of Python frames (innermost first): (func, file, line).
-    fn py(&mut self, frames: &[(&str, &str, u32)], via: Option<u64>) -> StackId {
+    pub(crate) fn py(&mut self, frames: &[(&str, &str, u32)], via: Option<u64>) -> StackId {
         let mut ids = Vec::new();
         for &(func, file, line) in frames {
             let f = Frame {
@@ -68,7 +69,7 @@ impl S {
         id
     }
 
-    fn kernel(&mut self, start: u64, end: u64) {
+    pub(crate) fn kernel(&mut self, start: u64, end: u64) {
         let name = self.s("k");
         self.recs.push(Record::Kernel(Kernel {
             name,
@@ -78,6 +79,21 @@ impl S {
             stream: 7,
             corr: 0,
             ..Kernel::default()
+        }));
+    }
+
+    /// A stream synchronization ending at `end`, with its stack.
+    pub(crate) fn sync(&mut self, start: u64, end: u64, stack: StackId) {
+        self.recs.push(Record::Sync(Sync {
+            kind: SyncKind::StreamSynchronize,
+            start,
+            end,
+            ctx: 1,
+            stream: Some(7),
+            event: None,
+            corr: 0,
+            tid: Some(1),
+            stack: Some(stack),
         }));
     }
 
