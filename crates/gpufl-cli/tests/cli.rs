@@ -803,3 +803,40 @@ fn recorded_host_stalls_are_named_at_their_host_line() {
     let h = &idle["data"]["host"];
     assert!(h["compile_ns"].as_u64().unwrap() * 10 >= h["gap_ns"].as_u64().unwrap() * 9);
 }
+
+/// Issue 35 (g): HuggingFace `generate()` (2 calls of 24 new tokens, H100): the idle under the
+/// user's call is one roll-up with its decode steps (the stop check transformers makes once per
+/// step) and the host's time per step by transformers' line.
+#[test]
+fn generate_reports_the_host_time_per_decode_step_by_library_line() {
+    let v = insights_of("hf_generate-");
+    let roll = v
+        .iter()
+        .find(|i| i["rule"] == "gpu-idle" && !i["data"]["library_lines"].is_null())
+        .expect("a roll-up under the generate() call");
+    assert_eq!(roll["location"]["line"], 40);
+    assert!(roll["location"]["library"].is_null(), "located at the user's call");
+    let st = &roll["data"]["steps"];
+    assert_eq!(st["count"], 48, "2 calls x 24 tokens: {st}");
+    assert_eq!(st["site"]["library"]["line"], 383);
+    assert!(st["site"]["library"]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("transformers/generation/utils.py"));
+    let (step, idle) = (st["step_ns"].as_u64().unwrap(), st["idle_ns"].as_u64().unwrap());
+    assert!(idle <= step && idle > 0, "{st}");
+    let lines = st["lines"].as_array().unwrap();
+    assert!(lines.len() >= 3, "{st}");
+    let per_line: Vec<u64> = lines.iter().map(|l| l["ns"].as_u64().unwrap()).collect();
+    assert!(per_line.windows(2).all(|w| w[0] >= w[1]), "most first");
+    assert!(per_line.iter().sum::<u64>() <= idle, "within the step's idle time");
+    for l in lines {
+        assert_eq!(l["location"]["line"], 40, "each line ← the user's call: {l}");
+        assert!(l["location"]["library"]["file"]
+            .as_str()
+            .unwrap()
+            .contains("/transformers/"));
+    }
+    let text = roll["detail"].as_str().unwrap();
+    assert!(text.contains("per step (48 steps, one sync at utils.py:383 in StopCheck.__call__ each)"), "{text}");
+}
