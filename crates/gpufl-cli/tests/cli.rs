@@ -815,7 +815,10 @@ fn generate_reports_the_host_time_per_decode_step_by_library_line() {
         .find(|i| i["rule"] == "gpu-idle" && !i["data"]["library_lines"].is_null())
         .expect("a roll-up under the generate() call");
     assert_eq!(roll["location"]["line"], 40);
-    assert!(roll["location"]["library"].is_null(), "located at the user's call");
+    assert!(
+        roll["location"]["library"].is_null(),
+        "located at the user's call"
+    );
     let st = &roll["data"]["steps"];
     assert_eq!(st["count"], 48, "2 calls x 24 tokens: {st}");
     assert_eq!(st["site"]["library"]["line"], 383);
@@ -823,20 +826,32 @@ fn generate_reports_the_host_time_per_decode_step_by_library_line() {
         .as_str()
         .unwrap()
         .ends_with("transformers/generation/utils.py"));
-    let (step, idle) = (st["step_ns"].as_u64().unwrap(), st["idle_ns"].as_u64().unwrap());
+    let (step, idle) = (
+        st["step_ns"].as_u64().unwrap(),
+        st["idle_ns"].as_u64().unwrap(),
+    );
     assert!(idle <= step && idle > 0, "{st}");
     let lines = st["lines"].as_array().unwrap();
     assert!(lines.len() >= 3, "{st}");
     let per_line: Vec<u64> = lines.iter().map(|l| l["ns"].as_u64().unwrap()).collect();
     assert!(per_line.windows(2).all(|w| w[0] >= w[1]), "most first");
-    assert!(per_line.iter().sum::<u64>() <= idle, "within the step's idle time");
+    assert!(
+        per_line.iter().sum::<u64>() <= idle,
+        "within the step's idle time"
+    );
     for l in lines {
-        assert_eq!(l["location"]["line"], 40, "each line ← the user's call: {l}");
+        assert_eq!(
+            l["location"]["line"], 40,
+            "each line ← the user's call: {l}"
+        );
         assert!(l["location"]["library"]["file"]
             .as_str()
             .unwrap()
             .contains("/transformers/"));
     }
     let text = roll["detail"].as_str().unwrap();
-    assert!(text.contains("per step (48 steps, one sync at utils.py:383 in StopCheck.__call__ each)"), "{text}");
+    assert!(
+        text.contains("per step (48 steps, one sync at utils.py:383 in StopCheck.__call__ each)"),
+        "{text}"
+    );
 }
