@@ -8,8 +8,8 @@
 //! for without a key sends to the login form.
 //!
 //! Browser tests: Debian's `chromium` driven through `chromedriver` (W3C WebDriver, from Rust;
-//! tests/webdriver): the journey of the issue (sessions → session → the SYNCHRONIZATION card's
-//! chip → the line → a kernel; compare), the hostile session shown as text with no script run,
+//! tests/webdriver): the journey of the issue (sessions → session → the SYNCHRONIZATION filter's
+//! first card's chip → the line → a kernel; compare), the hostile session shown as text with no script run,
 //! project isolation, logout. Without Chromium or chromedriver they say they skip, unless
 //! `GPUFL_REQUIRE_BROWSER=1` (CI, once `.ci/run` installed them): then they fail. Screenshots of
 //! each page go to `$GPUFL_SCREENSHOTS` (scripts/screenshots.sh: docs/screenshots), else to
@@ -990,7 +990,28 @@ fn browser_sessions_session_line_kernel() {
         assert_no_error(&b);
         b.find("h1#session-title");
         assert!(!b.find_all("#headline .stat").is_empty());
-        let chip = b.find("div.insight-group[data-category=\"SYNCHRONIZATION\"] a.chip");
+        // The SYNCHRONIZATION filter of the findings list, then its first card's chip.
+        let filter = b
+            .find_all("nav#insight-filters a.filter")
+            .into_iter()
+            .find(|a| b.text(a).starts_with("SYNCHRONIZATION"))
+            .unwrap_or_else(|| panic!("no SYNCHRONIZATION filter: {}", b.page_text()));
+        b.click_nav(&filter);
+        assert!(
+            b.current_path().contains("?category=SYNCHRONIZATION"),
+            "{}",
+            b.current_url()
+        );
+        let cats: Vec<String> = b
+            .find_all("#insight-list .card")
+            .iter()
+            .filter_map(|c| b.attr(c, "data-category"))
+            .collect();
+        assert!(
+            !cats.is_empty() && cats.iter().all(|c| c == "SYNCHRONIZATION"),
+            "{cats:?}"
+        );
+        let chip = b.find("#insight-list .card[data-category=\"SYNCHRONIZATION\"] a.chip");
         let chip_text = b.text(&chip);
         let chip_title = b.attr(&chip, "title").unwrap_or_default();
         b.click_nav(&chip);
@@ -1139,7 +1160,7 @@ fn browser_hostile_session_runs_no_script() {
     assert!(text.contains(SCRIPT), "{text}");
     assert!(text.contains("<img src=x onerror="), "{text}");
     // Its chip shows the hostile path and leads to the line.
-    let chip = b.find("div.insight-group[data-category=\"SYNCHRONIZATION\"] a.chip");
+    let chip = b.find("#insight-list .card[data-category=\"SYNCHRONIZATION\"] a.chip");
     assert_eq!(
         b.attr(&chip, "title")
             .as_deref()
