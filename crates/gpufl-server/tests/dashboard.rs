@@ -567,6 +567,70 @@ fn hostile_pages(f: &Fixture) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // Plain HTTP: no browser needed.
 
+/// The `href` of every `<a class="{class}" href="…">` of a page, unescaped, in page order.
+fn hrefs_of(html: &str, class: &str) -> Vec<String> {
+    let key = format!("<a class=\"{class}\" href=\"");
+    html.split(&key)
+        .skip(1)
+        .filter_map(|r| r.split_once('"').map(|(h, _)| unescape(h)))
+        .collect()
+}
+
+/// Library lines are first-class (issue 37): on hf_trainer, a card's library chip links to the
+/// library line's page, which says it is a library line and lists the user lines that called
+/// through it (each linking to its page); a user line's page shows its split by library line as
+/// a visible table (not folded), each row linking to that library line's page.
+#[test]
+fn library_chips_open_the_library_line_and_user_lines_split_by_it() {
+    let f = fixture();
+    let id = f.id("hf_trainer-");
+    let sp = http(
+        "GET",
+        &format!("{}/sessions/{}", f.url, enc(id)),
+        Some(&f.a_rd),
+        None,
+    );
+    assert_eq!(sp.status, 200);
+    let libs = hrefs_of(&sp.body, "chip lib");
+    assert!(!libs.is_empty(), "no library chip link on the session page");
+    let lib = &libs[0];
+    assert!(
+        lib.starts_with(&format!("/sessions/{}/line?file=", enc(id))),
+        "{lib}"
+    );
+    let lp = http("GET", &format!("{}{lib}", f.url), Some(&f.a_rd), None);
+    assert_eq!(lp.status, 200, "{lib}: {}", lp.body);
+    assert!(
+        lp.body.contains("id=\"library-badge\""),
+        "{lib}: not a library line page"
+    );
+    assert!(lp.body.contains("By user line calling it"), "{lib}");
+    let users = hrefs_of(&lp.body, "chip");
+    assert!(!users.is_empty(), "{lib}: no user line listed");
+    // The library page's insights are the ones through it: the card whose chip led here.
+    assert!(lp.body.contains("id=\"line-insights\""), "{lib}");
+    // The user line's page: its split by library line, visible, linking back.
+    let user = users
+        .iter()
+        .find(|u| {
+            let up = http("GET", &format!("{}{u}", f.url), Some(&f.a_rd), None);
+            up.status == 200 && hrefs_of(&up.body, "chip lib").contains(lib)
+        })
+        .unwrap_or_else(|| panic!("no user line of {lib} links back to it: {users:?}"));
+    let up = http("GET", &format!("{}{user}", f.url), Some(&f.a_rd), None);
+    assert!(
+        up.body.contains("<section id=\"line-locations\">"),
+        "{user}"
+    );
+    assert!(up.body.contains("By library line"), "{user}");
+    assert!(
+        !up.body.contains("<details class=\"variants\""),
+        "{user}: still folded"
+    );
+    let rows = up.body.matches("<tr class=\"variant\">").count();
+    assert!(rows >= 1, "{user}: no library line rows");
+}
+
 /// The hostile session is analysed like any other: its sync insights are located at the
 /// hostile path (so the session page's chip shows it).
 #[test]
