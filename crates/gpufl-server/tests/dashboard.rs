@@ -1106,9 +1106,9 @@ fn browser_sessions_session_line_kernel() {
         id
     };
     journey("pytorch_train_sync-1304-", false);
-    // The session page's screenshot: a session with every section filled (insights of three
-    // categories, telemetry, NVTX scopes and ranges).
-    b.goto(&format!("{}/sessions/{}", f.url, enc(f.id("nvtx_ranges-"))));
+    // The session page's screenshot: hf_trainer, the example (its top finding first, 30
+    // findings of three categories, utilization, the host while the GPU idled, telemetry).
+    b.goto(&format!("{}/sessions/{}", f.url, enc(f.id("hf_trainer-"))));
     assert_no_error(&b);
     save_shot("session.png", &b.screenshot_full(12000));
     // hf_trainer: the chip's line launched kernels; one of them opens its detail.

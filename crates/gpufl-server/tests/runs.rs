@@ -8,6 +8,7 @@
 //! fewer.
 
 mod common;
+mod webdriver;
 
 use common::{id_of, root, Server};
 use gpufl_analysis::{analyze_on, analyze_run, Analysis, Config, Model, RunMember};
@@ -146,6 +147,9 @@ fn an_uploaded_run_is_one_run_with_ranks_side_by_side_and_cross_rank_findings() 
                 "{id} listed on its own"
             );
         }
+        if cfg.db_url().starts_with("sqlite") {
+            screenshot(&url, &rd, &path);
+        }
         // An unknown run is a 404 page.
         assert_eq!(html(&url, &rd, "/runs/no-such-run").0, 404);
         // A run analysis over fewer members does not replace the stored one.
@@ -166,4 +170,42 @@ fn an_uploaded_run_is_one_run_with_ranks_side_by_side_and_cross_rank_findings() 
         });
         drop(server);
     }
+}
+
+/// The run page's screenshot (`run.png` in `$GPUFL_SCREENSHOTS`, else target/dashboard-screenshots)
+/// when Chromium is installed (required with `GPUFL_REQUIRE_BROWSER=1`).
+fn screenshot(url: &str, key: &str, path: &str) {
+    let require = std::env::var("GPUFL_REQUIRE_BROWSER").is_ok_and(|v| v == "1");
+    let b = match webdriver::find_browser().and_then(|(c, d)| webdriver::Browser::start(&c, &d)) {
+        Ok(b) => b,
+        Err(why) => {
+            assert!(!require, "GPUFL_REQUIRE_BROWSER=1 but {why}");
+            eprintln!("no screenshot: {why}");
+            return;
+        }
+    };
+    b.goto(&format!("{url}/login"));
+    let field = b.find("input[name=key]");
+    b.send_keys(&field, key);
+    let go = b.find("#login");
+    b.click_nav(&go);
+    b.goto(&format!("{url}{path}"));
+    b.find("table#ranks");
+    let png = b.screenshot_full(4000);
+    let dir = match std::env::var("GPUFL_SCREENSHOTS") {
+        Ok(d) if !d.is_empty() => {
+            let p = PathBuf::from(d);
+            if p.is_absolute() {
+                p
+            } else {
+                root().join(p)
+            }
+        }
+        _ => root().join("target/dashboard-screenshots"),
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("run.png"), png).unwrap();
+    // The sessions list with the run's row open.
+    b.goto(&format!("{url}/sessions"));
+    b.find("tr.session.run");
 }
