@@ -231,6 +231,8 @@ pub fn analyse_dir(dir: &Path, threads: usize, budget: Budget) -> Stored {
     out.host = h.host.clone();
     out.command = h.command_line.join(" ");
     out.start_ns = h.start_unix_ns.min(i64::MAX as u64) as i64;
+    out.run_id = h.run_id.clone().unwrap_or_default();
+    out.rank = h.rank.map_or(-1, i64::from);
     let t = &a.totals;
     out.wall_ns = t.wall_ns.min(i64::MAX as u64) as i64;
     out.kernels = t.kernels.min(i64::MAX as u64) as i64;
@@ -344,18 +346,29 @@ fn telemetry_series(model: &Model) -> String {
 
 /// Write a claimed session's parts into `dir/<session>/` (each file cut to its manifest size).
 async fn fetch(st: &AppState, c: &Claim, dir: &Path) -> Result<PathBuf, crate::ServerError> {
-    let sdir = dir.join(&c.session);
+    fetch_files(st, &c.project, &c.session, &c.manifest, dir).await
+}
+
+/// Write session `session`'s parts (listed by `manifest`) into `dir/<session>/`.
+pub(crate) async fn fetch_files(
+    st: &AppState,
+    project: &str,
+    session: &str,
+    manifest: &Manifest,
+    dir: &Path,
+) -> Result<PathBuf, crate::ServerError> {
+    let sdir = dir.join(session);
     tokio::fs::create_dir_all(&sdir)
         .await
         .map_err(|e| crate::ServerError::io(format!("creating {}", sdir.display()), e))?;
     let parts: std::collections::HashMap<(String, i64), String> = st
         .db
-        .parts(&c.project, &c.session)
+        .parts(project, session)
         .await?
         .into_iter()
         .map(|p| ((p.file, p.idx), p.blob))
         .collect();
-    for f in &c.manifest.files {
+    for f in &manifest.files {
         // Part by part to disk: one part in memory at a time, whatever the session's size.
         let p = sdir.join(&f.name);
         let io = |e| crate::ServerError::io(format!("writing {}", p.display()), e);
@@ -443,9 +456,16 @@ pub async fn run_once(st: &Arc<AppState>) -> Result<bool, crate::ServerError> {
         let stored = tokio::task::spawn_blocking(move || analyse_dir(&dir, threads, budget))
             .await
             .map_err(|e| Failure::Final(format!("the analysis failed: {e}")))?;
-        store(st, &c, &stored, started)
+        let saved = store(st, &c, &stored, started)
             .await
             .map_err(|e| Failure::Retry(format!("storing the results: {e}")))?;
+        if saved && !stored.run_id.is_empty() {
+            // The run's cross-rank analysis, over its members analysed so far: a failure there
+            // is the run's, not this session's.
+            if let Err(e) = crate::runs::analyse_run(st, &c.project, &stored.run_id, &tmp).await {
+                eprintln!("gpufl serve: run analysis of {}: {e}", stored.run_id);
+            }
+        }
         Ok::<_, Failure>(())
     }
     .await;

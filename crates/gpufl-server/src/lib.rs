@@ -17,6 +17,7 @@ pub mod housekeeping;
 pub mod ingest;
 pub mod linedoc;
 pub mod net;
+pub mod runs;
 pub mod store;
 pub mod web;
 

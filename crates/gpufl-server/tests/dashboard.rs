@@ -8,8 +8,8 @@
 //! for without a key sends to the login form.
 //!
 //! Browser tests: Debian's `chromium` driven through `chromedriver` (W3C WebDriver, from Rust;
-//! tests/webdriver): the journey of the issue (sessions → session → the SYNCHRONIZATION card's
-//! chip → the line → a kernel; compare), the hostile session shown as text with no script run,
+//! tests/webdriver): the journey of the issue (sessions → session → the SYNCHRONIZATION filter's
+//! first card's chip → the line → a kernel; compare), the hostile session shown as text with no script run,
 //! project isolation, logout. Without Chromium or chromedriver they say they skip, unless
 //! `GPUFL_REQUIRE_BROWSER=1` (CI, once `.ci/run` installed them): then they fail. Screenshots of
 //! each page go to `$GPUFL_SCREENSHOTS` (scripts/screenshots.sh: docs/screenshots), else to
@@ -567,6 +567,70 @@ fn hostile_pages(f: &Fixture) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // Plain HTTP: no browser needed.
 
+/// The `href` of every `<a class="{class}" href="…">` of a page, unescaped, in page order.
+fn hrefs_of(html: &str, class: &str) -> Vec<String> {
+    let key = format!("<a class=\"{class}\" href=\"");
+    html.split(&key)
+        .skip(1)
+        .filter_map(|r| r.split_once('"').map(|(h, _)| unescape(h)))
+        .collect()
+}
+
+/// Library lines are first-class (issue 37): on hf_trainer, a card's library chip links to the
+/// library line's page, which says it is a library line and lists the user lines that called
+/// through it (each linking to its page); a user line's page shows its split by library line as
+/// a visible table (not folded), each row linking to that library line's page.
+#[test]
+fn library_chips_open_the_library_line_and_user_lines_split_by_it() {
+    let f = fixture();
+    let id = f.id("hf_trainer-");
+    let sp = http(
+        "GET",
+        &format!("{}/sessions/{}", f.url, enc(id)),
+        Some(&f.a_rd),
+        None,
+    );
+    assert_eq!(sp.status, 200);
+    let libs = hrefs_of(&sp.body, "chip lib");
+    assert!(!libs.is_empty(), "no library chip link on the session page");
+    let lib = &libs[0];
+    assert!(
+        lib.starts_with(&format!("/sessions/{}/line?file=", enc(id))),
+        "{lib}"
+    );
+    let lp = http("GET", &format!("{}{lib}", f.url), Some(&f.a_rd), None);
+    assert_eq!(lp.status, 200, "{lib}: {}", lp.body);
+    assert!(
+        lp.body.contains("id=\"library-badge\""),
+        "{lib}: not a library line page"
+    );
+    assert!(lp.body.contains("By user line calling it"), "{lib}");
+    let users = hrefs_of(&lp.body, "chip");
+    assert!(!users.is_empty(), "{lib}: no user line listed");
+    // The library page's insights are the ones through it: the card whose chip led here.
+    assert!(lp.body.contains("id=\"line-insights\""), "{lib}");
+    // The user line's page: its split by library line, visible, linking back.
+    let user = users
+        .iter()
+        .find(|u| {
+            let up = http("GET", &format!("{}{u}", f.url), Some(&f.a_rd), None);
+            up.status == 200 && hrefs_of(&up.body, "chip lib").contains(lib)
+        })
+        .unwrap_or_else(|| panic!("no user line of {lib} links back to it: {users:?}"));
+    let up = http("GET", &format!("{}{user}", f.url), Some(&f.a_rd), None);
+    assert!(
+        up.body.contains("<section id=\"line-locations\">"),
+        "{user}"
+    );
+    assert!(up.body.contains("By library line"), "{user}");
+    assert!(
+        !up.body.contains("<details class=\"variants\""),
+        "{user}: still folded"
+    );
+    let rows = up.body.matches("<tr class=\"variant\">").count();
+    assert!(rows >= 1, "{user}: no library line rows");
+}
+
 /// The hostile session is analysed like any other: its sync insights are located at the
 /// hostile path (so the session page's chip shows it).
 #[test]
@@ -990,7 +1054,28 @@ fn browser_sessions_session_line_kernel() {
         assert_no_error(&b);
         b.find("h1#session-title");
         assert!(!b.find_all("#headline .stat").is_empty());
-        let chip = b.find("div.insight-group[data-category=\"SYNCHRONIZATION\"] a.chip");
+        // The SYNCHRONIZATION filter of the findings list, then its first card's chip.
+        let filter = b
+            .find_all("nav#insight-filters a.filter")
+            .into_iter()
+            .find(|a| b.text(a).starts_with("SYNCHRONIZATION"))
+            .unwrap_or_else(|| panic!("no SYNCHRONIZATION filter: {}", b.page_text()));
+        b.click_nav(&filter);
+        assert!(
+            b.current_path().contains("?category=SYNCHRONIZATION"),
+            "{}",
+            b.current_url()
+        );
+        let cats: Vec<String> = b
+            .find_all("#insight-list .card")
+            .iter()
+            .filter_map(|c| b.attr(c, "data-category"))
+            .collect();
+        assert!(
+            !cats.is_empty() && cats.iter().all(|c| c == "SYNCHRONIZATION"),
+            "{cats:?}"
+        );
+        let chip = b.find("#insight-list .card[data-category=\"SYNCHRONIZATION\"] a.chip");
         let chip_text = b.text(&chip);
         let chip_title = b.attr(&chip, "title").unwrap_or_default();
         b.click_nav(&chip);
@@ -1021,9 +1106,9 @@ fn browser_sessions_session_line_kernel() {
         id
     };
     journey("pytorch_train_sync-1304-", false);
-    // The session page's screenshot: a session with every section filled (insights of three
-    // categories, telemetry, NVTX scopes and ranges).
-    b.goto(&format!("{}/sessions/{}", f.url, enc(f.id("nvtx_ranges-"))));
+    // The session page's screenshot: hf_trainer, the issue's example (its top finding first, 30
+    // findings of three categories, utilization, the host while the GPU idled, telemetry).
+    b.goto(&format!("{}/sessions/{}", f.url, enc(f.id("hf_trainer-"))));
     assert_no_error(&b);
     save_shot("session.png", &b.screenshot_full(12000));
     // hf_trainer: the chip's line launched kernels; one of them opens its detail.
@@ -1139,7 +1224,7 @@ fn browser_hostile_session_runs_no_script() {
     assert!(text.contains(SCRIPT), "{text}");
     assert!(text.contains("<img src=x onerror="), "{text}");
     // Its chip shows the hostile path and leads to the line.
-    let chip = b.find("div.insight-group[data-category=\"SYNCHRONIZATION\"] a.chip");
+    let chip = b.find("#insight-list .card[data-category=\"SYNCHRONIZATION\"] a.chip");
     assert_eq!(
         b.attr(&chip, "title")
             .as_deref()

@@ -54,6 +54,9 @@ pub struct Stored {
     /// Its records need more memory than the server gives one session's analysis: kept,
     /// marked `too_large`, with this reason.
     pub too_large: Option<String>,
+    /// The run it belongs to (its header's `run_id`), empty for none; its rank, -1 for none.
+    pub run_id: String,
+    pub rank: i64,
 }
 
 impl Stored {
@@ -307,7 +310,7 @@ impl Db {
              ingest_attempts = 0, ingest_retries = 0, not_before_ns = 0, \
              app = $3, host = $4, command = $5, start_ns = $6, wall_ns = $7, kernels = $8, syncs = $9, \
              blocked_ns = $10, busy_ppm = $11, top_severity = $12, top_insight = $13, warnings = $14, \
-             ingest_error = $15 \
+             ingest_error = $15, run_id = $20, run_rank = $21 \
              WHERE project_id = $16 AND id = $17 AND claimed_by = $18 AND upload_gen = $19 AND ingest_state = 'running'",
         )
         .bind(state)
@@ -329,6 +332,8 @@ impl Db {
         .bind(c.session)
         .bind(c.instance)
         .bind(c.gen)
+        .bind(clean(&s.run_id))
+        .bind(s.rank)
         .execute(&mut *tx)
         .await?;
         if r.rows_affected() == 0 {

@@ -65,6 +65,16 @@ const MIGRATIONS: &[&[&str]] = &[
         "CREATE TABLE web_sessions (hash TEXT PRIMARY KEY, key_id TEXT NOT NULL, created_ns BIGINT NOT NULL, \
          expires_ns BIGINT NOT NULL)",
     ],
+    // 3: runs (issue 37). A session names its run (`run_id` of its header: the sessions of one
+    // `gpufl record` of several processes) and its rank; a run's cross-rank analysis is stored
+    // once per run, with the number of its members it covers.
+    &[
+        "ALTER TABLE sessions ADD COLUMN run_id TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE sessions ADD COLUMN run_rank BIGINT NOT NULL DEFAULT -1",
+        "CREATE INDEX sessions_run ON sessions (project_id, run_id)",
+        "CREATE TABLE runs (project_id TEXT NOT NULL, run_id TEXT NOT NULL, members BIGINT NOT NULL, \
+         body TEXT NOT NULL, updated_ns BIGINT NOT NULL, PRIMARY KEY (project_id, run_id))",
+    ],
 ];
 
 /// The schema version this build writes.

@@ -2,8 +2,9 @@
 //! through sqlx's `Any` driver, as methods of [`Db`] named for what they do and returning typed
 //! rows — the handlers, pages and the ingest worker call these and hold no SQL of their own.
 //! Split by what the statements touch: [`keys`] (projects and API keys), [`sessions`] (the
-//! sessions table: uploads, listings, ingest claims), [`parts`] (the parts of an upload) and
-//! [`analysis`] (what ingest stores: insights, kernel rows, documents). Schema migrations
+//! sessions table: uploads, listings, ingest claims), [`parts`] (the parts of an upload),
+//! [`analysis`] (what ingest stores: insights, kernel rows, documents) and [`runs`] (the sessions of
+//! a run and its cross-rank analysis). Schema migrations
 //! ([`migrate`]) run when the store opens; the few statements that differ per backend are chosen
 //! by [`Backend`].
 
@@ -11,12 +12,14 @@ pub mod analysis;
 pub mod keys;
 pub mod migrate;
 pub mod parts;
+pub mod runs;
 pub mod sessions;
 
 pub use analysis::{ClaimKey, InsightRow, KernelRow, Stored, StoredInsight, StoredKernel};
 pub use keys::{KeyRow, LiveKey};
 pub use migrate::SCHEMA_VERSION;
 pub use parts::{Garbage, NewPart, PartRow, Published};
+pub use runs::{RunMemberRow, RunRow};
 pub use sessions::{
     Claimed, Filters, ListFilter, SessionChoice, SessionDetail, SessionRow, Sort, TrendPoint,
 };

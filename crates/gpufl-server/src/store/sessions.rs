@@ -34,14 +34,19 @@ pub struct SessionRow {
     /// The reader's and the analysis's warnings (JSON array of strings).
     pub warnings: Vec<String>,
     pub ingest_error: String,
+    /// The run it belongs to (its header's `run_id`); empty for none.
+    pub run_id: String,
+    /// Its rank in the run; -1 for none.
+    pub rank: i64,
 }
 
 /// Columns of [`SessionRow`], for `SELECT`.
 pub const SESSION_COLS: &str = "id, app, host, command, start_ns, wall_ns, state, ingest_state, \
-     bytes, kernels, syncs, blocked_ns, busy_ppm, top_severity, top_insight, warnings, ingest_error";
+     bytes, kernels, syncs, blocked_ns, busy_ppm, top_severity, top_insight, warnings, ingest_error, \
+     run_id, run_rank";
 
 impl SessionRow {
-    fn from_row(r: &sqlx::any::AnyRow) -> SessionRow {
+    pub(super) fn from_row(r: &sqlx::any::AnyRow) -> SessionRow {
         SessionRow {
             id: text(r, "id"),
             app: text(r, "app"),
@@ -60,6 +65,8 @@ impl SessionRow {
             top_insight: text(r, "top_insight"),
             warnings: serde_json::from_str(&text(r, "warnings")).unwrap_or_default(),
             ingest_error: text(r, "ingest_error"),
+            run_id: text(r, "run_id"),
+            rank: int(r, "run_rank"),
         }
     }
 

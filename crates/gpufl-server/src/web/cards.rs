@@ -1,4 +1,4 @@
-//! Insight cards, as the session page's Insights panel and the kernel page show them: severity,
+//! Insight cards, as the session page's findings list and the kernel page show them: severity,
 //! title, impact, the fix, and the source-line chip that opens the line's detail (with the
 //! library's line beside it when the cause sits in a library). Templates include
 //! `templates/card.html` inside `{% for card in … %}`.
@@ -7,7 +7,7 @@ use super::{fmt, url_encode};
 use crate::store::InsightRow;
 use serde_json::Value;
 
-/// A link to a line's detail, or (library locations) a label.
+/// A link to a line's detail (a user line's, or the library line inside it), or a label.
 #[derive(Debug, Clone)]
 pub struct Chip {
     /// `/sessions/{id}/line?file=…&line=…`; empty for a label.
@@ -77,8 +77,20 @@ impl Card {
             },
         });
         let lib = loc.get("library").filter(|l| l.is_object()).map(|l| Chip {
-            href: String::new(),
-            text: loc_text(s(l, "file"), u(l, "line")),
+            href: if s(l, "file").is_empty() || u(l, "line") == 0 {
+                String::new()
+            } else {
+                format!(
+                    "/sessions/{}/line?file={}&line={}",
+                    url_encode(session),
+                    url_encode(s(l, "file")),
+                    u(l, "line")
+                )
+            },
+            text: match u(l, "line") {
+                0 => fmt::lib_path(s(l, "file"), 48),
+                n => format!("{}:{n}", fmt::lib_path(s(l, "file"), 48)),
+            },
             title: format!(
                 "{}:{} in {}()",
                 s(l, "file"),
@@ -136,30 +148,17 @@ impl Card {
     }
 }
 
-/// The categories of the Insights panel, in its order.
-pub const CATEGORIES: [&str; 5] = [
-    "SYNCHRONIZATION",
-    "STREAMS & TRANSFERS",
-    "IDLE GPU",
-    "KERNELS",
-    "SYSTEM",
-];
-
-/// Cards grouped by category, in [`CATEGORIES`] order, empty groups left out.
-pub fn grouped(rows: &[InsightRow], session: &str) -> Vec<(&'static str, Vec<Card>)> {
-    CATEGORIES
-        .iter()
-        .map(|c| {
-            (
-                *c,
-                rows.iter()
-                    .filter(|r| r.category == *c)
-                    .map(|r| Card::from_row(r, session))
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .filter(|(_, v)| !v.is_empty())
-        .collect()
+/// The categories present among `rows` with their counts, the category of the highest-ranked
+/// finding first (the rows are in the analysis's order): the session page's filters.
+pub fn categories(rows: &[InsightRow]) -> Vec<(&str, usize)> {
+    let mut out: Vec<(&str, usize)> = Vec::new();
+    for r in rows {
+        match out.iter_mut().find(|(c, _)| *c == r.category) {
+            Some((_, n)) => *n += 1,
+            None => out.push((r.category.as_str(), 1)),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -205,7 +204,11 @@ mod tests {
         assert_eq!(c.impact, "73.58s blocked across 50 calls");
         assert_eq!(c.function, "in train_step()");
         let lib = c.lib.expect("the library's line");
-        assert!(lib.text.ends_with("trainer.py:2612"), "{}", lib.text);
+        assert_eq!(lib.text, "transformers/trainer.py:2612");
+        assert_eq!(
+            lib.href,
+            "/sessions/s%2F1/line?file=%2Fsite-packages%2Ftransformers%2Ftrainer.py&line=2612"
+        );
         assert_eq!(c.severity_class, "sev-high");
     }
 

@@ -183,18 +183,48 @@ fn pct_fig(label: &'static str, d: &FDelta, worse: Worse) -> Figure {
     }
 }
 
-/// The totals the page shows (GPU busy time growing counts as worse, as `gpufl diff` gates it;
-/// its share of the run growing as better).
+/// Which direction of each compared figure is worse for the user, in one place: the page
+/// colours a change red (worse) or green (better) by this table, and not at all where a change is
+/// neither (`Neither`: it grows with the work done, e.g. kernels, or GPU busy time, whose share
+/// of the run is what tells). A finding's time: more is worse; a new finding is worse, a gone one
+/// better, whatever its time.
+pub const WORSE: &[(&str, Worse)] = &[
+    ("wall time", Worse::Up),
+    ("GPU busy time", Worse::Neither),
+    ("GPU busy (share of the run)", Worse::Down),
+    ("kernels", Worse::Neither),
+    ("copies", Worse::Neither),
+    ("synchronizations", Worse::Up),
+    ("time blocked in syncs", Worse::Up),
+    ("finding's time", Worse::Up),
+    ("kernel's GPU time", Worse::Up),
+    ("line's time blocked", Worse::Up),
+];
+
+/// Which direction of figure `label` is worse ([`WORSE`]; `Neither` for one not in it).
+pub fn worse(label: &str) -> Worse {
+    WORSE
+        .iter()
+        .find(|(l, _)| *l == label)
+        .map_or(Worse::Neither, |(_, w)| *w)
+}
+
+/// The totals the page shows, each coloured by [`WORSE`].
 pub fn totals(d: &Diff) -> Vec<Figure> {
     let t = &d.totals;
+    let dur = |label, x| dur_fig(label, x, worse(label));
     vec![
-        dur_fig("wall time", &t.wall_ns, Worse::Up),
-        dur_fig("GPU busy time", &t.gpu_busy_ns, Worse::Up),
-        pct_fig("GPU busy (share of the run)", &t.gpu_busy_pct, Worse::Down),
-        count_fig("kernels", &t.kernels, Worse::Neither),
-        count_fig("copies", &t.copies, Worse::Neither),
-        count_fig("synchronizations", &t.syncs, Worse::Up),
-        dur_fig("time blocked in syncs", &t.sync_blocked_ns, Worse::Up),
+        dur("wall time", &t.wall_ns),
+        dur("GPU busy time", &t.gpu_busy_ns),
+        pct_fig(
+            "GPU busy (share of the run)",
+            &t.gpu_busy_pct,
+            worse("GPU busy (share of the run)"),
+        ),
+        count_fig("kernels", &t.kernels, worse("kernels")),
+        count_fig("copies", &t.copies, worse("copies")),
+        count_fig("synchronizations", &t.syncs, worse("synchronizations")),
+        dur("time blocked in syncs", &t.sync_blocked_ns),
     ]
 }
 
@@ -329,7 +359,11 @@ pub fn rows(d: &Diff, a: &str, b: &str) -> (Vec<InsightRow>, Vec<KernelRow>, Vec
                 count: arrow(fmt::count(u(i.count.base)), fmt::count(u(i.count.new))),
                 impact: arrow(fmt::dur(u(i.impact_ns.base)), fmt::dur(u(i.impact_ns.new))),
                 delta: dur_delta(&i.impact_ns),
-                class: delta_class(i.impact_ns.delta as f64, Worse::Up),
+                class: match i.status {
+                    diff::Status::New => "delta-up",
+                    diff::Status::Gone => "delta-down",
+                    _ => delta_class(i.impact_ns.delta as f64, worse("finding's time")),
+                },
             }
         })
         .collect();
@@ -355,7 +389,7 @@ pub fn rows(d: &Diff, a: &str, b: &str) -> (Vec<InsightRow>, Vec<KernelRow>, Vec
             base: fmt::dur(u(k.total_ns.base)),
             new: fmt::dur(u(k.total_ns.new)),
             delta: dur_delta(&k.total_ns),
-            class: delta_class(k.total_ns.delta as f64, Worse::Up),
+            class: delta_class(k.total_ns.delta as f64, worse("kernel's GPU time")),
         })
         .collect();
     let lines = d
@@ -369,7 +403,7 @@ pub fn rows(d: &Diff, a: &str, b: &str) -> (Vec<InsightRow>, Vec<KernelRow>, Vec
             base: fmt::dur(u(l.sync_blocked_ns.base)),
             new: fmt::dur(u(l.sync_blocked_ns.new)),
             delta: dur_delta(&l.sync_blocked_ns),
-            class: delta_class(l.sync_blocked_ns.delta as f64, Worse::Up),
+            class: delta_class(l.sync_blocked_ns.delta as f64, worse("line's time blocked")),
             copies: arrow(fmt::count(u(l.copies.base)), fmt::count(u(l.copies.new))),
             copy_delta: dur_delta(&l.copy_ns),
         })
@@ -586,6 +620,43 @@ mod tests {
         );
         assert_eq!(dur_delta(&Delta::of(0, 1_000)), "+1.0µs (new)");
         assert_eq!(count_delta(&Delta::of(7, 7)), "0");
+    }
+
+    #[test]
+    fn each_figure_is_coloured_by_its_own_direction() {
+        let base = prof(1_000_000_000, 400_000_000, 100_000_000, false);
+        let new = prof(800_000_000, 500_000_000, 50_000_000, true);
+        let d = diff::diff(&base, &new, &diff::Options::default()).unwrap();
+        let class = |label: &str| {
+            totals(&d)
+                .into_iter()
+                .find(|f| f.label == label)
+                .map(|f| f.class)
+                .unwrap()
+        };
+        // Faster and less blocked: better; more GPU busy time for the work: not judged, its
+        // share of the run grew: better.
+        assert_eq!(class("wall time"), "delta-down");
+        assert_eq!(class("time blocked in syncs"), "delta-down");
+        assert_eq!(class("GPU busy time"), "delta-same");
+        assert_eq!(class("GPU busy (share of the run)"), "delta-down");
+        // Every total the page shows has its direction in the table.
+        for f in totals(&d) {
+            assert!(WORSE.iter().any(|(l, _)| *l == f.label), "{}", f.label);
+        }
+        // A finding new in B is worse whatever its time, a gone one better.
+        let (ins, _, _) = rows(&d, "a", "b");
+        for i in &ins {
+            match i.status {
+                "new" => assert_eq!(i.class, "delta-up", "{}", i.title),
+                "gone" => assert_eq!(i.class, "delta-down", "{}", i.title),
+                _ => {}
+            }
+        }
+        assert!(
+            ins.iter().any(|i| i.status == "new"),
+            "the new profile adds a finding"
+        );
     }
 
     #[test]

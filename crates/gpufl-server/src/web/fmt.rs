@@ -130,6 +130,28 @@ pub fn short_path(p: &str, n: usize) -> String {
     format!("…{tail}")
 }
 
+/// A library file as its package names it: the path after the last `site-packages/` or
+/// `dist-packages/`, then whole components dropped from the left (`…/`) until it fits in `n`
+/// characters (the file name alone is kept whatever its length).
+pub fn lib_path(p: &str, n: usize) -> String {
+    let rel = ["site-packages/", "dist-packages/"]
+        .iter()
+        .filter_map(|m| p.rfind(m).map(|i| &p[i + m.len()..]))
+        .min_by_key(|r| r.len())
+        .unwrap_or(p);
+    if rel.chars().count() <= n {
+        return rel.to_string();
+    }
+    let mut rest = rel;
+    while let Some((_, tail)) = rest.split_once('/') {
+        rest = tail;
+        if rest.chars().count() + 2 <= n {
+            break;
+        }
+    }
+    format!("…/{rest}")
+}
+
 /// The first `n` characters of `s`, with `…` at the end when cut.
 pub fn cut(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
@@ -167,6 +189,18 @@ mod tests {
         assert_eq!(time(1_795_702_721_992_287_729), "2026-11-26 14:18:41");
         assert_eq!(time(0), "–");
         assert_eq!(short_path("/a/b/c/train.py", 8), "…rain.py");
+        assert_eq!(
+            lib_path("/usr/lib/python3/site-packages/transformers/trainer.py", 48),
+            "transformers/trainer.py"
+        );
+        assert_eq!(
+            lib_path("/opt/cuda/include/cub/device/x.cuh", 16),
+            "…/device/x.cuh"
+        );
+        assert_eq!(
+            lib_path("/a/very_long_file_name.py", 8),
+            "…/very_long_file_name.py"
+        );
         assert_eq!(cut("python3 train.py", 8), "python3…");
         assert_eq!(cut("short", 8), "short");
         assert_eq!(loc("/a/b/c/train.py", Some(9), 8), "…rain.py:9");

@@ -1,8 +1,12 @@
 //! The line page (`/sessions/{id}/line?file=F&line=N`), the target of the insight chips: the
 //! source text around the line as the recorder stored it, the synchronizations and copies issued
 //! there (count, time, distribution), what the host did there (host samples by thread state, the
-//! CUDA calls that held the thread), the whole Python + native stack, the kernels launched from
-//! the line with their stats (each linking to its kernel page) and the insights located there.
+//! CUDA calls that held the thread), its split by library line (each linking to that library
+//! line's page), the whole Python + native stack, the kernels launched from the line with their
+//! stats (each linking to its kernel page) and the insights located there. A library line (the
+//! frame nearest the CUDA call in a library, the cards' library chip) has a page of its own at the
+//! same address: the user lines' locations through it, split by user line, and the insights
+//! through it.
 //!
 //! Reads the session's `lines` document (gpufl-analysis's line details, at most 500 lines, one
 //! entry per distinct location at that line: e.g. per library frame inside it), its `sources`
@@ -99,9 +103,13 @@ pub struct SrcLine {
     pub hit: bool,
 }
 
-/// One distinct location at the line (per library frame inside it), when there are several.
+/// One distinct location at the line: on a user line's page, per library line inside it; on a
+/// library line's page, per user line that called it.
 pub struct Variant {
     pub via: String,
+    /// That line's page; empty for none (the user line calling CUDA directly).
+    pub href: String,
+    pub title: String,
     pub syncs: String,
     pub blocked: String,
     pub p50: String,
@@ -220,6 +228,8 @@ pub struct LinePage {
     pub file: String,
     pub line: u32,
     pub function: String,
+    /// A library line (the page gathers the user lines' locations through it).
+    pub library: bool,
     pub source: Vec<SrcLine>,
     /// The recorder stored texts of this file (lines elsewhere in it).
     pub file_has_text: bool,
@@ -380,10 +390,19 @@ fn target(q: LineQuery) -> Result<(String, u32), WebError> {
     Ok((file, line))
 }
 
+/// The location of the page's line in a `lines` entry: the entry's own, or (a library line's
+/// page) its library frame.
+fn own(d: &LineDoc, library: bool) -> &LocDoc {
+    match &d.location.library {
+        Some(l) if library => l,
+        _ => &d.location,
+    }
+}
+
 /// The function the line is in: a location's, else an insight card's.
-fn function_at(here: &[&LineDoc], cards: &[Card]) -> String {
+fn function_at(here: &[&LineDoc], cards: &[Card], library: bool) -> String {
     here.iter()
-        .find_map(|d| d.location.function.clone())
+        .find_map(|d| own(d, library).function.clone())
         .or_else(|| {
             cards.iter().find(|c| !c.function.is_empty()).map(|c| {
                 c.function
@@ -396,9 +415,9 @@ fn function_at(here: &[&LineDoc], cards: &[Card]) -> String {
 }
 
 /// The line's text as a location or an insight card recorded it.
-fn hit_text<'a>(here: &[&'a LineDoc], cards: &'a [Card]) -> Option<&'a str> {
+fn hit_text<'a>(here: &[&'a LineDoc], cards: &'a [Card], library: bool) -> Option<&'a str> {
     here.iter()
-        .find_map(|d| d.location.text.as_deref())
+        .find_map(|d| own(d, library).text.as_deref())
         .or_else(|| {
             cards
                 .iter()
@@ -421,31 +440,66 @@ fn merged_hist(here: &[&LineDoc]) -> Vec<u64> {
     hist
 }
 
-/// Each location at the line, when there are several.
-fn variants(here: &[&LineDoc]) -> Vec<Variant> {
-    if here.len() <= 1 {
+/// The page of `file:line` in session `id`.
+pub fn line_href(id: &str, file: &str, line: u32) -> String {
+    format!(
+        "/sessions/{}/line?file={}&line={line}",
+        url_encode(id),
+        url_encode(file)
+    )
+}
+
+/// The split of the line's locations: on a user line's page by the library line inside it
+/// (whenever one is, or there are several), on a library line's page by the user line that called
+/// it; each linking to that line's page.
+fn variants(here: &[&LineDoc], library: bool, id: &str) -> Vec<Variant> {
+    if !library && here.len() <= 1 && here.iter().all(|d| d.location.library.is_none()) {
         return Vec::new();
     }
     here.iter()
-        .map(|d| Variant {
-            via: match &d.location.library {
-                Some(l) => format!(
-                    "via {}:{} in {}()",
-                    fmt::short_path(&l.file, 48),
-                    l.line.unwrap_or(0),
-                    l.function.as_deref().unwrap_or("?")
+        .map(|d| {
+            let other = if library {
+                Some(&d.location)
+            } else {
+                d.location.library.as_deref()
+            };
+            let (via, href, title) = match other {
+                Some(l) => (
+                    format!(
+                        "{}{}:{} in {}()",
+                        if library { "from " } else { "" },
+                        fmt::short_path(&l.file, 48),
+                        l.line.unwrap_or(0),
+                        l.function.as_deref().unwrap_or("?")
+                    ),
+                    l.line
+                        .filter(|_| !l.file.is_empty())
+                        .map(|n| line_href(id, &l.file, n))
+                        .unwrap_or_default(),
+                    format!("{}:{}", l.file, l.line.unwrap_or(0)),
                 ),
-                None => "directly".into(),
-            },
-            syncs: fmt::count(d.syncs as i64),
-            blocked: fmt::dur_u(d.sync_blocked_ns),
-            p50: fmt::dur_u(d.sync_p50_ns),
-            p99: fmt::dur_u(d.sync_p99_ns),
-            max: fmt::dur_u(d.sync_max_ns),
-            copies: fmt::count(d.copies as i64),
-            launches: fmt::count(d.launches as i64),
+                None => ("directly".into(), String::new(), String::new()),
+            };
+            Variant {
+                via,
+                href,
+                title,
+                syncs: fmt::count(d.syncs as i64),
+                blocked: fmt::dur_u(d.sync_blocked_ns),
+                p50: fmt::dur_u(d.sync_p50_ns),
+                p99: fmt::dur_u(d.sync_p99_ns),
+                max: fmt::dur_u(d.sync_max_ns),
+                copies: fmt::count(d.copies as i64),
+                launches: fmt::count(d.launches as i64),
+            }
         })
         .collect()
+}
+
+/// Whether an insight's stored body locates it through the library line `file:line`.
+fn through_library(body: &serde_json::Value, file: &str, line: u32) -> bool {
+    let l = &body["location"]["library"];
+    l["file"].as_str() == Some(file) && l["line"].as_u64() == Some(u64::from(line))
 }
 
 /// Whose percentiles the page shows when several locations at the line synchronized.
@@ -463,12 +517,22 @@ fn pct_note(here: &[&LineDoc], top: Option<&LineDoc>, syncs: u64) -> String {
 
 /// Stacks: one per location at the line (the longest synchronization's, else a copy's or a
 /// launch's), at most [`MAX_STACKS`].
-fn stacks(here: &[&LineDoc], user_files: &HashSet<&str>, file: &str, line: u32) -> Vec<StackView> {
+fn stacks(
+    here: &[&LineDoc],
+    user_files: &HashSet<&str>,
+    (file, line): (&str, u32),
+    library: bool,
+) -> Vec<StackView> {
     here.iter()
         .filter(|d| !d.stack.is_empty())
         .take(MAX_STACKS)
         .map(|d| StackView {
             label: match &d.location.library {
+                Some(_) if library => format!(
+                    "from {}:{}",
+                    fmt::short_path(&d.location.file, 48),
+                    d.location.line.unwrap_or(0)
+                ),
                 Some(l) => format!(
                     "through {}:{}",
                     fmt::short_path(&l.file, 48),
@@ -561,7 +625,16 @@ pub async fn page(
     let p = v.project_id.as_str();
     let session = data::session(&st, p, &id).await?;
     let mut docs: Vec<LineDoc> = data::doc(&st, p, &id, "lines").await?.unwrap_or_default();
-    let at = |d: &LineDoc| d.location.file == file && d.location.line == Some(line);
+    let at_user = |d: &LineDoc| d.location.file == file && d.location.line == Some(line);
+    let at_lib = |d: &LineDoc| {
+        d.location
+            .library
+            .as_deref()
+            .is_some_and(|l| l.file == file && l.line == Some(line))
+    };
+    // A library line: no user location there, but user lines' locations through it.
+    let library = !docs.iter().any(at_user) && docs.iter().any(at_lib);
+    let at = |d: &LineDoc| if library { at_lib(d) } else { at_user(d) };
     if docs.iter().any(|d| at(d) && d.stack_ref.is_some()) {
         let stacks: Option<crate::linedoc::Stacks> = data::doc(&st, p, &id, "stacks").await?;
         if let Some(stacks) = stacks {
@@ -583,7 +656,10 @@ pub async fn page(
         .insights(p, &id)
         .await?
         .iter()
-        .filter(|r| r.file == file && r.line == i64::from(line))
+        .filter(|r| {
+            (r.file == file && r.line == i64::from(line))
+                || (library && through_library(&r.body, &file, line))
+        })
         .map(|r| Card::from_row(r, &id))
         .collect();
     let host_docs: Vec<HostLineDoc> = data::doc(&st, p, &id, "hostlines")
@@ -619,7 +695,7 @@ pub async fn page(
         nav: Some(v.nav()),
         session_href: format!("/sessions/{}", url_encode(&session.id)),
         session: session.id,
-        function: match function_at(&here, &cards) {
+        function: match function_at(&here, &cards, library) {
             f if f.is_empty() => host_loc
                 .and_then(|l| l.function.clone())
                 .unwrap_or_default(),
@@ -628,7 +704,7 @@ pub async fn page(
         source: listing(
             &texts,
             line,
-            hit_text(&here, &cards).or(host_loc.and_then(|l| l.text.as_deref())),
+            hit_text(&here, &cards, library).or(host_loc.and_then(|l| l.text.as_deref())),
         ),
         file_has_text: !texts.is_empty(),
         syncs,
@@ -638,7 +714,8 @@ pub async fn page(
         pct_note: pct_note(&here, top, syncs),
         sync_max: fmt::dur_u(here.iter().map(|d| d.sync_max_ns).max().unwrap_or(0)),
         sync_chart: sync_bars(&merged_hist(&here)),
-        variants: variants(&here),
+        variants: variants(&here, library, &id),
+        library,
         copies: sum(|d| d.copies),
         copy_time: fmt::dur_u(sum(|d| d.copy_ns)),
         copy_bytes: fmt::bytes(sum(|d| d.copy_bytes).min(i64::MAX as u64) as i64),
@@ -648,7 +725,7 @@ pub async fn page(
             .filter(|d| !d.stack.is_empty())
             .count()
             .saturating_sub(MAX_STACKS),
-        stacks: stacks(&here, &user_files, &file, line),
+        stacks: stacks(&here, &user_files, (&file, line), library),
         kernels: kernel_views(&list, &rows, &id),
         cards,
         host,

@@ -27,6 +27,7 @@ pub mod fmt;
 pub mod hostview;
 pub mod kernel;
 pub mod line;
+pub mod run;
 pub mod session;
 pub mod sessions;
 
@@ -64,6 +65,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/sessions/{id}", get(session::page))
         .route("/sessions/{id}/line", get(line::page))
         .route("/sessions/{id}/kernel", get(kernel::page))
+        .route("/runs/{run_id}", get(run::page))
         .route("/compare", get(compare::page))
         .layer(axum::middleware::map_response(secure_headers))
         .layer(axum::middleware::from_fn(timing))

@@ -1,5 +1,6 @@
-//! The session page (`/sessions/{id}`): headline numbers, the Insights panel grouped by category,
-//! GPU utilization over time per device with idle time by cause, what the host was doing while the
+//! The session page (`/sessions/{id}`): headline numbers, then the findings as one ranked list in
+//! the analysis's order (its first is the session's top finding), with the categories as filters
+//! (`?category=…`, links with counts), then GPU utilization over time per device with idle time by cause, what the host was doing while the
 //! GPU idled (the idle findings' host lines, [`super::hostview`]), telemetry charts (with throttling
 //! bands), the scope tree with its roll-ups, and the kernel table.
 //!
@@ -13,10 +14,10 @@ use super::charts::{self, Band, Column, LineChart, Series, StackedColumns};
 use super::data;
 use super::hostview::{self, IdleBreakdown};
 use super::{fmt, render, url_encode, Nav, Viewer, WebError};
-use crate::store::{KernelRow, SessionRow};
+use crate::store::{InsightRow, KernelRow, SessionRow};
 use crate::AppState;
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use gpufl_trace::{throttle, Telemetry};
 use serde::Deserialize;
@@ -28,8 +29,10 @@ pub const KERNEL_ROWS: i64 = 50;
 /// Scope rows shown (tree order), and range rows.
 pub const SCOPE_ROWS: usize = 500;
 pub const RANGE_ROWS: usize = 100;
-/// Cards shown per category.
-pub const CARDS_PER_GROUP: usize = 100;
+/// Cards shown at most (the list, or one category of it).
+pub const MAX_CARDS: usize = 100;
+/// Cards shown open at the top of the unfiltered list; the rest open on a click.
+pub const TOP_CARDS: usize = 5;
 /// Points per telemetry series (and bands per chart) at most.
 pub const MAX_POINTS: usize = 500;
 /// Devices shown in the utilization and telemetry sections.
@@ -193,11 +196,13 @@ pub struct Stat {
     pub tip: String,
 }
 
-/// The cards of one category.
-pub struct Group {
-    pub category: &'static str,
-    pub cards: Vec<Card>,
-    pub more: usize,
+/// A category filter of the findings list: a link with the category's count.
+pub struct Filter {
+    pub label: String,
+    pub href: String,
+    pub count: usize,
+    /// Whether the list shows this filter now.
+    pub on: bool,
 }
 
 /// A row of a device's idle-by-class table.
@@ -298,7 +303,17 @@ struct SessionPage {
     /// Why there is nothing more to show yet (not analysed); empty when analysed.
     pending: String,
     stats: Vec<Stat>,
-    groups: Vec<Group>,
+    /// The findings in the analysis's order (filtered by `category` when one is chosen): the
+    /// first [`TOP_CARDS`] shown open (all when filtered), the rest after them.
+    top: Vec<Card>,
+    rest: Vec<Card>,
+    /// Findings not shown (over [`MAX_CARDS`]).
+    cards_more: usize,
+    /// Findings in all (before the filter).
+    findings: usize,
+    /// The chosen category; empty for all.
+    category: String,
+    filters: Vec<Filter>,
     devices: Vec<DeviceView>,
     /// What the host was doing while the GPU idled (web::hostview), when the findings say.
     idle_host: Option<IdleBreakdown>,
@@ -330,7 +345,12 @@ impl SessionPage {
             ingest_error: s.ingest_error.clone(),
             pending: pending_text(s),
             stats: Vec::new(),
-            groups: Vec::new(),
+            top: Vec::new(),
+            rest: Vec::new(),
+            cards_more: 0,
+            findings: 0,
+            category: String::new(),
+            filters: Vec::new(),
             devices: Vec::new(),
             idle_host: None,
             telemetry: Vec::new(),
@@ -344,9 +364,17 @@ impl SessionPage {
     }
 }
 
+/// The session page's query: the category the findings list is filtered by.
+#[derive(Deserialize, Default)]
+pub struct SessionQuery {
+    #[serde(default)]
+    pub category: Option<String>,
+}
+
 pub async fn page(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
+    Query(q): Query<SessionQuery>,
     v: Viewer,
 ) -> Result<Response, WebError> {
     let p = v.project_id.as_str();
@@ -364,18 +392,7 @@ pub async fn page(
     page.stats = headline(&s, (!timeline.devices.is_empty()).then_some(idle_ns));
     let insights = st.db.insights(p, &id).await?;
     page.idle_host = hostview::idle_breakdown(&insights, &id);
-    page.groups = cards::grouped(&insights, &id)
-        .into_iter()
-        .map(|(category, mut cards)| {
-            let more = cards.len().saturating_sub(CARDS_PER_GROUP);
-            cards.truncate(CARDS_PER_GROUP);
-            Group {
-                category,
-                cards,
-                more,
-            }
-        })
-        .collect();
+    findings_list(&mut page, &insights, &id, q.category.as_deref());
     let gpu_name = |d: u32| {
         header
             .gpus
@@ -410,6 +427,44 @@ pub async fn page(
     distinct_kernel_names(&mut page.kernels, &rows);
     page.kernels_more = (n - page.kernels.len() as i64).max(0);
     render(&page)
+}
+
+/// The findings list of the page: every insight in stored (the analysis's) order, or those of
+/// `category`; and the filters, one per category present, with counts.
+fn findings_list(page: &mut SessionPage, rows: &[InsightRow], id: &str, category: Option<&str>) {
+    let category = category
+        .filter(|c| rows.iter().any(|r| r.category == *c))
+        .unwrap_or("");
+    let base = format!("/sessions/{}", url_encode(id));
+    page.findings = rows.len();
+    page.category = category.to_string();
+    page.filters = std::iter::once(Filter {
+        label: "all".into(),
+        href: format!("{base}#insights"),
+        count: rows.len(),
+        on: category.is_empty(),
+    })
+    .chain(cards::categories(rows).into_iter().map(|(c, n)| Filter {
+        label: c.to_string(),
+        href: format!("{base}?category={}#insights", url_encode(c)),
+        count: n,
+        on: c == category,
+    }))
+    .collect();
+    let mut shown: Vec<Card> = rows
+        .iter()
+        .filter(|r| category.is_empty() || r.category == category)
+        .map(|r| Card::from_row(r, id))
+        .collect();
+    page.cards_more = shown.len().saturating_sub(MAX_CARDS);
+    shown.truncate(MAX_CARDS);
+    let open = if category.is_empty() {
+        TOP_CARDS
+    } else {
+        MAX_CARDS
+    };
+    page.rest = shown.split_off(open.min(shown.len()));
+    page.top = shown;
 }
 
 /// What a session that is not analysed (yet) says instead of its figures.

@@ -232,6 +232,57 @@ pub struct Row {
     /// `ingest-…` class: the state's word.
     pub ingest_class: String,
     pub ingest_error: String,
+    /// A run's row: the run page; empty for a session's own row.
+    pub run_href: String,
+    /// `run · 3 sessions`.
+    pub run_label: String,
+    /// A run's sessions: (`rank 0`, its page).
+    pub members: Vec<(String, String)>,
+}
+
+/// The rows of the page: one per session, except the sessions of one run (their header's
+/// `run_id`), which make one row linking to the run page (the figures and top finding of its
+/// member with the highest severity), its sessions listed under it.
+fn rows_of(sessions: &[SessionRow]) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::new();
+    let mut runs: Vec<&str> = Vec::new();
+    for s in sessions {
+        if s.run_id.is_empty() {
+            out.push(Row::of(s));
+            continue;
+        }
+        if runs.contains(&s.run_id.as_str()) {
+            continue;
+        }
+        runs.push(&s.run_id);
+        let mut members: Vec<&SessionRow> =
+            sessions.iter().filter(|m| m.run_id == s.run_id).collect();
+        members.sort_by_key(|m| (m.rank < 0, m.rank, m.id.clone()));
+        let worst = members
+            .iter()
+            .max_by_key(|m| (m.top_severity, std::cmp::Reverse(m.rank)))
+            .copied()
+            .unwrap_or(s);
+        let mut row = Row::of(worst);
+        row.id = s.run_id.clone();
+        row.href = super::run::href(&s.run_id);
+        row.run_href = row.href.clone();
+        row.app = s.run_id.clone();
+        row.run_label = format!("run · {} sessions", members.len());
+        row.members = members
+            .iter()
+            .map(|m| {
+                let label = if m.rank >= 0 {
+                    format!("rank {} · {}", m.rank, m.id)
+                } else {
+                    m.id.clone()
+                };
+                (label, format!("/sessions/{}", url_encode(&m.id)))
+            })
+            .collect();
+        out.push(row);
+    }
+    out
 }
 
 impl Row {
@@ -276,6 +327,9 @@ impl Row {
                 s.ingest.clone()
             },
             ingest_error: s.ingest_error.clone(),
+            run_href: String::new(),
+            run_label: String::new(),
+            members: Vec::new(),
         }
     }
 }
@@ -499,7 +553,7 @@ pub async fn page(
         trend_note,
         upload_hint: format!("gpufl upload DIR --server http://{host} --api-key UPLOAD_KEY"),
         choices,
-        rows: rows.iter().map(Row::of).collect(),
+        rows: rows_of(&rows),
     })
 }
 
