@@ -40,10 +40,9 @@ pub(crate) fn under_call(cx: &Ctx, file: &str, line: Option<u32>) -> Option<Step
         if loc.library.is_none() || loc.file != file || loc.line != line {
             continue;
         }
-        let depth = cx
-            .m
-            .sync_stack(i)
-            .map_or(usize::MAX, |s| depth(cx, s, file, line));
+        let depth =
+            cx.m.sync_stack(i)
+                .map_or(usize::MAX, |s| depth(cx, s, file, line));
         let e = sites.entry(l).or_insert((usize::MAX, 0));
         e.0 = e.0.min(depth);
         e.1 += 1;
@@ -97,7 +96,8 @@ mod tests {
     use crate::Config;
 
     const LIB: &str = "/venv/lib/python3.12/site-packages/transformers/generation/utils.py";
-    const MODEL: &str = "/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py";
+    const MODEL: &str =
+        "/venv/lib/python3.12/site-packages/transformers/models/gpt2/modeling_gpt2.py";
     const USER: &str = "/app/gen.py";
 
     /// The steps under `gen.py:40` of a session of `calls` calls of `tokens` steps each, with a

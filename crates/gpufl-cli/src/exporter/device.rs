@@ -754,7 +754,11 @@ mod tests {
             let next = (a.total + 675_000_000) % (1 << 32);
             a.add(next, true);
         }
-        assert_eq!(a.total, 4_675_000_000 + 40 * 675_000_000, "a second of wraps");
+        assert_eq!(
+            a.total,
+            4_675_000_000 + 40 * 675_000_000,
+            "a second of wraps"
+        );
         // A 64-bit counter does not wrap; one that went back was reset.
         let mut b = PcieAcc::default();
         b.add(1 << 40, false);
