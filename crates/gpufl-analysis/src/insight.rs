@@ -7,7 +7,7 @@
 //! A rule's own figures are one variant of [`RuleData`], declared with the rule table
 //! (`crate::rules`).
 
-use crate::rules::RuleData;
+use crate::rules::{Cause, RuleData};
 pub(crate) use crate::text::share;
 pub use crate::text::{fmt_duration, short_function};
 use crate::userframe::SourceLoc;
@@ -23,17 +23,24 @@ pub enum Severity {
     High,
 }
 
+/// Severity thresholds, in percent of the session's time (see [`Severity::of_impact`]).
+pub const HIGH_SHARE_PCT: u64 = 25;
+pub const MEDIUM_SHARE_PCT: u64 = 5;
+
 impl Severity {
-    /// HIGH if `impact` is more than 50 % of `window`, MEDIUM if more than 10 %, LOW otherwise
-    /// (exactly 10 % is LOW, exactly 50 % MEDIUM; an empty window is LOW). Integer arithmetic, so
-    /// the boundaries are exact.
-    pub fn from_share(impact_ns: u64, window_ns: u64) -> Severity {
-        let (i, w) = (impact_ns as u128, window_ns as u128);
+    /// The one severity formula (docs/insights.md, "Ranking and severity"): HIGH if `impact_ns`
+    /// is more than [`HIGH_SHARE_PCT`] % of `session_ns` (the session's wall time; in an always-on
+    /// session its observed time), MEDIUM if more than [`MEDIUM_SHARE_PCT`] %, LOW otherwise
+    /// (exactly 5 % is LOW, exactly 25 % MEDIUM; an empty session is LOW). Integer arithmetic, so
+    /// the boundaries are exact. Monotone in `impact_ns`: insights ranked by impact never rise in
+    /// severity down the list.
+    pub fn of_impact(impact_ns: u64, session_ns: u64) -> Severity {
+        let (i, w) = (impact_ns as u128 * 100, session_ns as u128);
         if w == 0 {
             Severity::Low
-        } else if i * 2 > w {
+        } else if i > w * HIGH_SHARE_PCT as u128 {
             Severity::High
-        } else if i * 10 > w {
+        } else if i > w * MEDIUM_SHARE_PCT as u128 {
             Severity::Medium
         } else {
             Severity::Low
@@ -44,8 +51,12 @@ impl Severity {
 /// One finding of a rule, with its source location and fix.
 #[derive(Serialize, Clone, Debug)]
 pub struct Insight {
-    /// The rule's name (`"sync-attribution"`, `"low-occupancy"`, …).
+    /// The rule's name (`"sync-attribution"`, `"low-occupancy"`, …): the headline's, when other
+    /// rules' findings at the same line and cause were merged into this one (`facets`).
     pub rule: &'static str,
+    /// What the finding is about (the rule table's [`Cause`]); one finding per line and cause.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
     pub severity: Severity,
     pub title: String,
     pub detail: String,
@@ -57,11 +68,15 @@ pub struct Insight {
     pub impact_ns: u64,
     /// `impact_ns / wall_ns` of the session, 0..1.
     pub share_of_wall: f64,
-    /// The time severity is measured against, ns: the session's wall time for sync-attribution,
-    /// the loop's span for in-loop-sync, the sampled time for the telemetry rules (see each rule).
+    /// The rule's own window, ns, which `share_of_window` measures the impact against: the
+    /// session's wall time for sync-attribution, the loop's span for in-loop-sync, the sampled
+    /// time for the telemetry rules (see each rule). Severity is not rated on it.
     pub window_ns: u64,
-    /// `impact_ns / window_ns`, 0..1: what `severity` is computed from.
+    /// `impact_ns / window_ns`, 0..1: the impact against the rule's own window.
     pub share_of_window: f64,
+    /// `impact_ns` over the session's time (its wall time; in an always-on session its observed
+    /// time), 0..1: what `severity` is rated on ([`Severity::of_impact`]), filled after the rules run.
+    pub share_of_session: f64,
     /// Host time blocked in the covered synchronizations, ns (for StreamWaitEvent: the enqueue).
     pub blocked_ns: u64,
     /// GPU idle time the rule attributes to the synchronizations, ns (0 for sync-attribution).
@@ -73,6 +88,13 @@ pub struct Insight {
     /// The rule's own figures (rules other than the two sync rules).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<RuleData>,
+    /// The other rules' findings about the same line and cause, merged into this one, highest
+    /// impact first (`shared::finish::merge`), each a whole finding (rule, title, figures, data);
+    /// the report says the fix once, the headline's. The finding's impact is the headline's, the
+    /// largest: the facets measure the same time from other sides, so they are not added. A
+    /// facet holds no facets.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub facets: Vec<Insight>,
     /// The innermost named scope (outermost first) open on the thread of the insight's
     /// representative event: its longest synchronization at [`Insight::location`], else its
     /// longest API call (launch, copy, memset) with a call-site stack there. Filled after the rules
@@ -113,6 +135,7 @@ impl Insight {
     ) -> Insight {
         Insight {
             rule,
+            cause: crate::rules::spec(rule).map(|s| s.cause),
             severity: Severity::Low,
             title,
             detail,
@@ -123,24 +146,25 @@ impl Insight {
             share_of_wall: 0.0,
             window_ns: 0,
             share_of_window: 0.0,
+            share_of_session: 0.0,
             blocked_ns: 0,
             gpu_idle_ns: 0,
             sync_kind: None,
             median_kernels_between: None,
             data: None,
+            facets: Vec::new(),
             scope: None,
             inferred: None,
             basis: None,
         }
     }
 
-    /// The time the finding costs, measured against `window_ns`: the severity and
-    /// `share_of_window` from their ratio ([`Severity::from_share`]), `share_of_wall` from
-    /// `impact_ns / wall_ns`.
+    /// The time the finding costs, measured against `window_ns`: `share_of_window` from their
+    /// ratio, `share_of_wall` from `impact_ns / wall_ns` (the severity is rated after the rules
+    /// run, on the session's time: `shared::finish::rate`).
     pub(crate) fn impact(mut self, impact_ns: u64, window_ns: u64, wall_ns: u64) -> Insight {
         self.impact_ns = impact_ns;
         self.window_ns = window_ns;
-        self.severity = Severity::from_share(impact_ns, window_ns);
         self.share_of_wall = share(impact_ns, wall_ns);
         self.share_of_window = share(impact_ns, window_ns);
         self
@@ -188,12 +212,6 @@ impl Insight {
         self
     }
 
-    /// The severity, where the rule does not rate the impact's share of the window.
-    pub(crate) fn severity(mut self, severity: Severity) -> Insight {
-        self.severity = severity;
-        self
-    }
-
     /// The window, ns, where it is not the one severity was measured against (or there is no
     /// impact).
     pub(crate) fn window(mut self, window_ns: u64) -> Insight {
@@ -222,11 +240,21 @@ mod tests {
 
     #[test]
     fn severity_boundaries_are_exact() {
-        assert_eq!(Severity::from_share(1000, 10_000), Severity::Low);
-        assert_eq!(Severity::from_share(1001, 10_000), Severity::Medium);
-        assert_eq!(Severity::from_share(5000, 10_000), Severity::Medium);
-        assert_eq!(Severity::from_share(5001, 10_000), Severity::High);
-        assert_eq!(Severity::from_share(5, 0), Severity::Low);
+        assert_eq!(Severity::of_impact(500, 10_000), Severity::Low);
+        assert_eq!(Severity::of_impact(501, 10_000), Severity::Medium);
+        assert_eq!(Severity::of_impact(2500, 10_000), Severity::Medium);
+        assert_eq!(Severity::of_impact(2501, 10_000), Severity::High);
+        assert_eq!(Severity::of_impact(5, 0), Severity::Low);
         assert!(Severity::High > Severity::Medium && Severity::Medium > Severity::Low);
+    }
+
+    #[test]
+    fn severity_is_monotone_in_impact() {
+        let mut last = Severity::Low;
+        for i in (0..=10_000u64).step_by(7) {
+            let s = Severity::of_impact(i, 10_000);
+            assert!(s >= last);
+            last = s;
+        }
     }
 }

@@ -28,7 +28,8 @@
 //!   `gpu_idle` in the analysis), what the host was doing during idle gaps (`host`: the join of
 //!   the gaps with `hostcall` and `hsample` records, a [`HostActivity`]), the kernel rules' sites (`kernel_site`, `detail_site`), the CUDA
 //!   graph summary (`graphs`), the [`Analysis::attribution`], and what is done to the insights
-//!   after the rules (`finish`: scopes, cross-thread locations, ranking).
+//!   after the rules (`finish`: scopes, cross-thread locations, severity, ranking, one finding per
+//!   line and cause).
 //! - [`rules`]: one file per rule, each importing only the contract, `shared` and the lower
 //!   modules, and the one rule table, [`rules::RULES`] (name, category, exactness in always-on
 //!   sessions, doc anchor, the function that runs it; [`rules::spec`] finds a row), which
@@ -145,7 +146,9 @@ pub struct Analysis {
     /// Sync and GPU time by what their locations name (a user line, inferred, a library line,
     /// `<driver-internal>`).
     pub attribution: shared::attribution::Attribution,
-    /// Ranked by `impact_ns`, highest first; ties by rule, then location, then title.
+    /// Ranked by `impact_ns`, highest first; ties by rule, then location, then title. Severity
+    /// follows from `impact_ns` by one formula ([`Severity::of_impact`]), so it never rises down
+    /// the list.
     pub insights: Vec<Insight>,
     /// Whether CPU stacks were captured (some sync carries one, or the trace has stack records):
     /// without them there are no source lines and no insights.
@@ -181,6 +184,16 @@ pub struct Analysis {
     /// with most time (absent without graph work).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub graphs: Vec<GraphSummary>,
+}
+
+impl Analysis {
+    /// Every rule's finding: each insight, then the findings merged into it as its facets (same
+    /// line, same cause), in rank order within it.
+    pub fn findings(&self) -> impl Iterator<Item = &Insight> {
+        self.insights
+            .iter()
+            .flat_map(|i| std::iter::once(i).chain(i.facets.iter()))
+    }
 }
 
 /// Run every rule over a model, on this thread.
@@ -249,7 +262,9 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
     shared::finish::name_scopes(&cx, &mut insights);
     shared::finish::mark_inferred(&cx, &mut insights);
     sampling::mark_basis(m, &mut insights);
+    shared::finish::rate(&mut insights, shared::finish::session_ns(m, totals.wall_ns));
     shared::finish::rank(&mut insights);
+    let insights = shared::finish::merge(insights);
     let has_stacks = totals.syncs_with_stack > 0 || m.stack_count() > 0;
     let mut warnings = m.warnings().to_vec();
     let unattributed = totals.syncs - totals.syncs_with_stack;

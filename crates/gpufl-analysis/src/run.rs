@@ -195,7 +195,11 @@ pub fn analyze_run(members: &[RunMember], cfg: &Config) -> RunAnalysis {
         .collect();
     let (mut insights, clock, w) = collective_wait::run(parts, cfg);
     warnings.extend(w);
+    // Rated on the longest rank's wall time (the run's span, as near as one rank says).
+    let run_wall = ranks.iter().map(|r| r.wall_ns).max().unwrap_or(0);
+    crate::shared::finish::rate(&mut insights, run_wall);
     crate::shared::finish::rank(&mut insights);
+    let insights = crate::shared::finish::merge(insights);
     RunAnalysis {
         processes: members.len() as u32,
         ranks,

@@ -348,8 +348,16 @@ fn uploads_every_bundled_session_once(b: Backend) {
         .as_array()
         .unwrap()
         .iter()
-        .find(|i| i["rule"] == "sync-attribution")
-        .expect("a sync-attribution insight");
+        .find(|i| {
+            // The loop's syncs: a sync-attribution, headline or a facet of the finding at its
+            // line (one finding per line and cause).
+            i["rule"] == "sync-attribution" && i["count"] == 20
+                || i["facets"].as_array().is_some_and(|f| {
+                    f.iter()
+                        .any(|f| f["rule"] == "sync-attribution" && f["count"] == 20)
+                })
+        })
+        .expect("a finding with the loop's sync-attribution");
     assert_eq!(sync["category"], "SYNCHRONIZATION");
     let (file, line) = (
         sync["location"]["file"].as_str().unwrap(),

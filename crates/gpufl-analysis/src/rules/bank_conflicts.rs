@@ -14,7 +14,8 @@
 //!   wavefront costs the warp about an issue cycle, as an instruction does; an estimate and an
 //!   upper bound (the kernel's time is not all issue). Without instruction counts, × extra /
 //!   wavefronts.
-//! - **Severity:** on the impact's share of the device's busy time.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
 use crate::insight::Insight;
 use crate::kdetail::DetailCounts;

@@ -19,7 +19,8 @@
 //!   and left the device some idle, host time in the calls above both shares (the device stayed
 //!   busy through most of the waits, but the host could not queue work ahead of it across them). **Impact:** the GPU idle they
 //!   caused (`gpu_idle_ns`); `blocked_ns` is their host time.
-//! - **Severity:** on the impact's share of the window: HIGH above 50 %, MEDIUM above 10 %.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 //!
 //! Category SYNCHRONIZATION: these are calls that hold the host thread, most of them because
 //! they synchronize implicitly; the dashboard lists them beside the explicit synchronizations

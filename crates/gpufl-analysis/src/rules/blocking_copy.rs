@@ -20,7 +20,8 @@
 //! - **Impact:** host time blocked: the calls' API durations (the copy's GPU time for a call
 //!   without an API record), plus the paired syncs' durations. The syncs also appear in
 //!   sync-attribution: the rules are different views of one timeline.
-//! - **Severity:** on the impact's share of the session's wall time, as sync-attribution.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 //! - One insight per user line (the `callsite` of the copy; calls without one are left out, so
 //!   older sessions raise nothing here). Pairing needs the copy's `api` record (its thread).
 

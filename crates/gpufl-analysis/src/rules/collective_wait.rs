@@ -37,7 +37,7 @@
 //!   the lateness, the delay is on the late rank's GPU (its work before the collective), and the
 //!   location is the collective's own launch line.
 //! - **Impact:** the mean over the other ranks of their waiting time. **Window:** the span of the
-//!   matched collectives (first start to last end, aligned). **Severity** on their ratio.
+//!   matched collectives (first start to last end, aligned).
 
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, share, Insight};

@@ -27,7 +27,8 @@
 //!   is at least [`MIN_WAIT_NS`].
 //! - **Impact:** both waits, summed over the line's default-stream operations. A synchronous
 //!   default-stream copy's own wait is also host time, which blocking-copy counts too.
-//! - **Severity:** on the impact's share of the session's wall time, as sync-attribution.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 //! - **Location:** the callsite of the default-stream operation (the user frame: the line inside a
 //!   helper that calls `cudaMemcpy`). A kernel without a callsite (launch callsites are sampled)
 //!   takes the location of the sampled launches of the same kernel on the same stream when they all

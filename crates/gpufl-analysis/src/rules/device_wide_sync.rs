@@ -26,7 +26,7 @@
 //!   one insight per line (`<driver-internal>` for syncs without a user frame; syncs without a stack
 //!   are left out, as in sync-attribution).
 //! - **Impact:** the summed extra wait. `blocked_ns`: the whole duration of the syncs that waited
-//!   extra. **Severity:** on the impact's share of the session's wall time.
+//!   extra.
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};

@@ -8,7 +8,7 @@
 //! - **Impact:** 0 (not time); **location:** the device (no source line). GPUs without ECC, or with
 //!   ECC off, have no counters and never fire.
 
-use crate::insight::{Insight, Severity};
+use crate::insight::Insight;
 use crate::shared::Ctx;
 use crate::telemetry::Series;
 use crate::userframe::SourceLoc;
@@ -60,9 +60,8 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         corrected_new: last.0.saturating_sub(first.0),
         uncorrected_new: unc_max.saturating_sub(first.1),
     };
-    let (severity, title, detail, fix) = if unc_max > 0 {
+    let (title, detail, fix) = if unc_max > 0 {
         (
-            Severity::High,
             format!(
                 "Uncorrected ECC errors on GPU {} · {unc_max} ({} during this session)",
                 s.device, data.uncorrected_new
@@ -76,7 +75,6 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         )
     } else if data.corrected_new > 0 {
         (
-            Severity::Low,
             format!(
                 "Corrected ECC errors on GPU {} · +{} during this session",
                 s.device, data.corrected_new
@@ -94,7 +92,6 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         Insight::new(RULE, SourceLoc::device(s.device), title, detail, fix)
             .count(unc_max.max(data.corrected_new))
             .window(cx.wall_ns)
-            .severity(severity)
             .data(data),
     )
 }

@@ -13,7 +13,8 @@
 //!   sync-attribution, which counts the host's blocked time: this one only reports the GPU idle
 //!   they cause when it is large) and 10 % for `other` (one insight for the whole session, no
 //!   line).
-//! - **Severity:** on the impact's share of the window: HIGH above 50 %, MEDIUM above 10 %.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, share, Insight};

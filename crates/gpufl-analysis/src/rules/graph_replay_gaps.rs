@@ -13,7 +13,8 @@
 //!   otherwise, *GPU idle between replays* (the host launches the next replay late), at the graph
 //!   launch's line, with the idle time in all gaps; the title says when a replay is shorter than
 //!   the gap after it (tiny replays).
-//! - **Severity:** on the impact's share of the span: HIGH above 50 %, MEDIUM above 10 %.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
 use crate::insight::{fmt_duration, in_function, Insight};
 use crate::shared::graphs::GraphSummary;

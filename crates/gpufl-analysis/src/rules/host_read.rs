@@ -17,7 +17,8 @@
 //! - **Fires** for a line with at least [`MIN_READS`] reads followed by idle, and idle after them
 //!   of at least [`MIN_SHARE_PCT`] % of the line's **span** (first read's start to last read's end,
 //!   the window, as in-loop-sync's loop span). **Impact:** the idle time after the reads.
-//! - **Severity:** on the impact's share of the span: HIGH above 50 %, MEDIUM above 10 %.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, share, Insight};

@@ -20,11 +20,8 @@
 //!   launches between two syncs are estimated as the summed `weight` of the launch call sites
 //!   (`callsite` records of a `*Launch*` API) whose correlation id lies between theirs. The GPU
 //!   idle after a sync counts only when that gap was observed (0 otherwise): a lower bound.
-//! - **Severity:** on the impact's share of the **loop's span** (first sync's start to last
-//!   sync's end, `window_ns`): HIGH above 50 %, MEDIUM above 10 %, LOW otherwise. The loop's span
-//!   rather than the session's wall time, because the loop is what grows with the run while the
-//!   startup (CUDA and framework initialisation, often seconds) does not: a short recording
-//!   would otherwise rate every loop LOW. `share_of_wall` is still reported.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, in_function, Insight};

@@ -16,8 +16,8 @@
 //! - **Line:** the most frequent call site of its sampled launches; in sessions without call sites,
 //!   the most frequent next synchronization (with a stack) on the launching thread (approximate).
 //!   Functions at one line make one insight.
-//! - **Severity:** on the impact's share of the functions' span (`window_ns`), for the same reason
-//!   as in-loop-sync: startup does not grow with the run.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, in_function, share, short_function, Insight};

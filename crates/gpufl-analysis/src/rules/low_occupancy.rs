@@ -14,7 +14,8 @@
 //!   twice as many are resident; beyond about 50 % more warps rarely help, which is why the target
 //!   is 50 % (the impact is 0 at the threshold: no cliff). An upper bound: a kernel bound by
 //!   arithmetic throughput or memory bandwidth gains less.
-//! - **Severity:** on the impact's share of the device's busy time.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 //! - **Fix,** by limiter: registers → the register count that reaches 50 % with
 //!   `__launch_bounds__(threads, blocks)`; shared memory → the bytes per block that do (or the
 //!   carveout preference, when the driver chose a small carveout); blocks → larger blocks; warps →

@@ -20,14 +20,13 @@
 //! - **Fires** per device when the runs' idle time (pauses excluded) is at least [`MIN_SHARE_PCT`] %
 //!   of the window: the active range less the one-off pauses (and less the device's gaps that
 //!   overlap time the GPU was not observed, in an always-on session).
-//! - **Impact:** 0, and **severity** MEDIUM when that idle time is more than half the window, LOW
-//!   otherwise (never HIGH): this is a view over time of idle time that gpu-idle and the sync and
-//!   copy rules already attribute to lines, and rank; it is not counted again (`gpu_idle_ns`
-//!   carries it).
+//! - **Impact:** 0 (so LOW, as the severity formula gives): this is a view over time of idle time
+//!   that gpu-idle and the sync and copy rules already attribute to lines, and rank; it is not
+//!   counted again (`gpu_idle_ns` carries it).
 //! - **Location:** the line of the largest run, or the device when that run has none.
 
 use crate::ids::LocIx;
-use crate::insight::{fmt_duration, share, Insight, Severity};
+use crate::insight::{fmt_duration, share, Insight};
 use crate::shared::idle::{
     DeviceIdle, Gap, IdleClass, FIX_LAUNCH, FIX_OTHER, FIX_SYNC, LOW_UTILIZATION, UTIL_CHUNKS,
 };
@@ -249,11 +248,6 @@ fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
             .count(runs.len() as u64)
             .window(window)
             .share_of_window(share(idle, window))
-            .severity(if idle as u128 * 2 > window as u128 {
-                Severity::Medium
-            } else {
-                Severity::Low
-            })
             .gpu_idle(idle)
             .data(Data {
                 device: d.device,

@@ -3,16 +3,15 @@
 //!
 //! - **Fires** per device when, in some sample, `mem_used` is more than 90 % of `mem_total`
 //!   (exactly 90 % does not fire).
-//! - **Severity:** HIGH when the peak is above [`HIGH_USED_PCT`] % (the next allocation is likely to
-//!   fail, or the framework's allocator to free its cache, which synchronizes the device), MEDIUM
-//!   otherwise.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 //! - **Impact:** 0: a risk (out-of-memory, fragmentation, cache flushes), not time the trace shows
 //!   lost; insights with time impact rank first.
 //! - NVML counts the memory of **every process** on the GPU, and a framework's cached blocks
 //!   (PyTorch's `memory_reserved`, not only `memory_allocated`).
 //! - **Location:** the device (no source line).
 
-use crate::insight::{fmt_duration, share, Insight, Severity};
+use crate::insight::{fmt_duration, share, Insight};
 use crate::shared::Ctx;
 use crate::telemetry::Series;
 use crate::userframe::SourceLoc;
@@ -21,8 +20,6 @@ use serde::Serialize;
 pub(crate) const RULE: &str = "memory-pressure";
 /// Used share (percent, exclusive) above which the rule fires.
 pub const MIN_USED_PCT: u64 = 90;
-/// Used share (percent, exclusive) above which it is HIGH.
-pub const HIGH_USED_PCT: u64 = 98;
 
 /// The rule's own figures.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -85,11 +82,6 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
     if !above(used, total, MIN_USED_PCT) {
         return None;
     }
-    let severity = if above(used, total, HIGH_USED_PCT) {
-        Severity::High
-    } else {
-        Severity::Medium
-    };
     let peak_share = used as f64 / total as f64;
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let origin = cx.m.time_range().0;
@@ -113,7 +105,6 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         Insight::new(RULE, SourceLoc::device(s.device), title, detail, FIX)
             .count(n)
             .window(sampled)
-            .severity(severity)
             .data(Data {
                 device: s.device,
                 peak_used_bytes: used,

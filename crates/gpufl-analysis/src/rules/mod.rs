@@ -1,5 +1,5 @@
 //! The rules, one file each, and the one table that names them ([`RULES`]): each rule's name,
-//! category, exactness in always-on sessions, section in docs/insights.md, and the function that
+//! category, cause ([`Cause`]: findings of one line with the same cause merge), exactness in always-on sessions, section in docs/insights.md, and the function that
 //! runs it. The analysis runs the table ([`crate::analyze_on`], through `session_rules`), the
 //! sampling summary reads its exactness ([`crate::sampling::rule_is_exact`]), the server its
 //! category ([`spec`]), and a test checks it against docs/insights.md.
@@ -65,6 +65,57 @@ impl Category {
     }
 }
 
+/// What a finding is about, beyond its rule: findings at the same line with the same cause are
+/// one finding (`shared::finish::merge`), the highest impact's rule its headline and the others
+/// its facets (docs/insights.md, "One finding per cause"). Several rules share a cause where they
+/// look at the same thing from different sides: the host waiting for the GPU at a line
+/// (sync-attribution, in-loop-sync, host-read, blocking-copy, device-wide-sync), the GPU waiting
+/// for the host (gpu-idle, low-utilization).
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cause {
+    /// The host waits for the GPU at the line: a synchronization, a blocking copy, a read of a value.
+    HostWaits,
+    /// A call that blocks the host (cudaFree, cudaMalloc, empty_cache) and starves the GPU.
+    BlockingCall,
+    /// The legacy default stream serializes the other streams.
+    DefaultStream,
+    /// Asynchronous copies from pageable memory run synchronously.
+    PageableMemory,
+    /// Copies and kernels that could overlap run one after the other.
+    SerialCopies,
+    /// The GPU waits for the host to issue work.
+    GpuStarved,
+    /// Kernels shorter than their launch.
+    LaunchOverhead,
+    /// torch.compile compiling.
+    Compilation,
+    /// Gaps between CUDA graph replays.
+    GraphGaps,
+    /// Clocks held down.
+    Clocks,
+    /// Device memory nearly full.
+    DeviceMemory,
+    /// ECC errors.
+    Ecc,
+    /// Few warps per SM.
+    Occupancy,
+    /// Local memory: spills or local arrays.
+    Spills,
+    /// Grids that leave SMs idle.
+    GridSize,
+    /// Divergent warps.
+    Divergence,
+    /// Uncoalesced global memory access.
+    MemoryAccess,
+    /// Shared memory bank conflicts.
+    BankConflicts,
+    /// Where the warps stall.
+    Stalls,
+    /// A rank the others wait for in collectives.
+    LateRank,
+}
+
 /// How a rule over one session runs: its function, by what it reads beside the context (the
 /// analysis schedules the rules that read the idle scan, the longest shared product, after the
 /// others, so that those run while it is computed).
@@ -103,6 +154,8 @@ pub struct RuleSpec {
     /// The rule's name, as in [`Insight::rule`] (`"gpu-idle"`).
     pub name: &'static str,
     pub category: Category,
+    /// What its findings are about: findings of one line with the same cause merge.
+    pub cause: Cause,
     /// Whether its figures come only from records kept all the time in an always-on session
     /// (exact), rather than from the GPU activity inside its windows (estimated).
     pub exact: bool,
@@ -128,6 +181,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: sync_attribution::RULE,
         category: Synchronization,
+        cause: Cause::HostWaits,
         exact: true,
         anchor: "rule-sync-attribution",
         run: Some(Run::Ctx(sync_attribution::run)),
@@ -135,6 +189,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: torch_compile::RULE,
         category: IdleGpu,
+        cause: Cause::Compilation,
         exact: false,
         anchor: "rule-torch-compile",
         run: Some(Run::Ctx(torch_compile::run)),
@@ -142,6 +197,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: in_loop_sync::RULE,
         category: Synchronization,
+        cause: Cause::HostWaits,
         exact: true,
         anchor: "rule-in-loop-sync",
         run: Some(Run::Ctx(in_loop_sync::run)),
@@ -149,6 +205,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: host_read::RULE,
         category: Synchronization,
+        cause: Cause::HostWaits,
         exact: false,
         anchor: "rule-host-read",
         run: Some(Run::Ctx(host_read::run)),
@@ -156,6 +213,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: blocking_call::RULE,
         category: Synchronization,
+        cause: Cause::BlockingCall,
         exact: false,
         anchor: "rule-blocking-call",
         run: Some(Run::Ctx(blocking_call::run)),
@@ -163,6 +221,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: default_stream_barrier::RULE,
         category: StreamsAndTransfers,
+        cause: Cause::DefaultStream,
         exact: false,
         anchor: "rule-default-stream-barrier",
         run: Some(Run::Ctx(default_stream_barrier::run)),
@@ -170,6 +229,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: pageable_async_copy::RULE,
         category: StreamsAndTransfers,
+        cause: Cause::PageableMemory,
         exact: false,
         anchor: "rule-pageable-async-copy",
         run: Some(Run::Ctx(pageable_async_copy::run)),
@@ -177,6 +237,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: blocking_copy::RULE,
         category: StreamsAndTransfers,
+        cause: Cause::HostWaits,
         exact: false,
         anchor: "rule-blocking-copy",
         run: Some(Run::Ctx(blocking_copy::run)),
@@ -184,6 +245,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: device_wide_sync::RULE,
         category: StreamsAndTransfers,
+        cause: Cause::HostWaits,
         exact: false,
         anchor: "rule-device-wide-sync",
         run: Some(Run::Ctx(device_wide_sync::run)),
@@ -191,6 +253,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: no_copy_compute_overlap::RULE,
         category: StreamsAndTransfers,
+        cause: Cause::SerialCopies,
         exact: false,
         anchor: "rule-no-copy-compute-overlap",
         run: Some(Run::Ctx(no_copy_compute_overlap::run)),
@@ -198,6 +261,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: gpu_idle::RULE,
         category: IdleGpu,
+        cause: Cause::GpuStarved,
         exact: false,
         anchor: "rule-gpu-idle",
         run: Some(Run::Idle(gpu_idle::run)),
@@ -205,6 +269,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: launch_bound::RULE,
         category: IdleGpu,
+        cause: Cause::LaunchOverhead,
         exact: false,
         anchor: "rule-launch-bound",
         run: Some(Run::Ctx(launch_bound::run)),
@@ -212,6 +277,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: low_utilization::RULE,
         category: IdleGpu,
+        cause: Cause::GpuStarved,
         exact: false,
         anchor: "rule-low-utilization",
         run: Some(Run::Idle(|cx, idle| {
@@ -221,6 +287,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: throttling::RULE,
         category: System,
+        cause: Cause::Clocks,
         exact: true,
         anchor: "rule-throttling",
         run: Some(Run::Ctx(throttling::run)),
@@ -228,6 +295,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: memory_pressure::RULE,
         category: System,
+        cause: Cause::DeviceMemory,
         exact: true,
         anchor: "rule-memory-pressure",
         run: Some(Run::Ctx(memory_pressure::run)),
@@ -235,6 +303,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: ecc_errors::RULE,
         category: System,
+        cause: Cause::Ecc,
         exact: true,
         anchor: "rule-ecc-errors",
         run: Some(Run::Ctx(ecc_errors::run)),
@@ -242,6 +311,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: low_occupancy::RULE,
         category: Kernels,
+        cause: Cause::Occupancy,
         exact: false,
         anchor: "rule-low-occupancy",
         run: Some(Run::Kernels(low_occupancy::run)),
@@ -249,6 +319,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: register_spill::RULE,
         category: Kernels,
+        cause: Cause::Spills,
         exact: false,
         anchor: "rule-register-spill",
         run: Some(Run::Kernels(register_spill::run)),
@@ -256,6 +327,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: under_filled_grid::RULE,
         category: Kernels,
+        cause: Cause::GridSize,
         exact: false,
         anchor: "rule-under-filled-grid",
         run: Some(Run::Kernels(under_filled_grid::run)),
@@ -263,6 +335,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: warp_divergence::RULE,
         category: Kernels,
+        cause: Cause::Divergence,
         exact: false,
         anchor: "rule-warp-divergence",
         run: Some(Run::Kernels(warp_divergence::run)),
@@ -270,6 +343,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: uncoalesced_access::RULE,
         category: Kernels,
+        cause: Cause::MemoryAccess,
         exact: false,
         anchor: "rule-uncoalesced-access",
         run: Some(Run::Kernels(uncoalesced_access::run)),
@@ -277,6 +351,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: bank_conflicts::RULE,
         category: Kernels,
+        cause: Cause::BankConflicts,
         exact: false,
         anchor: "rule-bank-conflicts",
         run: Some(Run::Kernels(bank_conflicts::run)),
@@ -284,6 +359,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: stall_reasons::RULE,
         category: Kernels,
+        cause: Cause::Stalls,
         exact: false,
         anchor: "rule-stall-reasons",
         run: Some(Run::Kernels(stall_reasons::run)),
@@ -291,6 +367,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: graph_replay_gaps::RULE,
         category: Synchronization,
+        cause: Cause::GraphGaps,
         exact: false,
         anchor: "rule-graph-replay-gaps",
         run: Some(Run::Graphs(graph_replay_gaps::run)),
@@ -298,6 +375,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: collective_wait::RULE,
         category: StreamsAndTransfers,
+        cause: Cause::LateRank,
         exact: false,
         anchor: "rule-collective-wait",
         run: None,

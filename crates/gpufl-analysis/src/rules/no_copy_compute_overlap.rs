@@ -21,7 +21,8 @@
 //!   op's of the sequence; in sessions without call sites, the next synchronization with a stack
 //!   on the copying thread — approximate, said in the insight), over all its sequences.
 //! - **Impact:** measured time − the 4-stream prediction, summed over the sequences.
-//! - **Severity:** on the impact's share of the session's wall time.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, Insight};

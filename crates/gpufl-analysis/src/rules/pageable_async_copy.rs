@@ -9,7 +9,8 @@
 //!   write for one staged copy count once, their bytes and GPU times summed.
 //! - **Impact:** host time blocked in those calls (the API records' durations; for a call without
 //!   an API record, its GPU copy time as an estimate).
-//! - **Severity:** on the impact's share of the session's wall time, as sync-attribution.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 //! - Copies that blocking-copy reports as "copy then wait" (`.item()`/`.cpu()`-style: the copy and
 //!   a synchronization at the same line) are left to that rule, so that no copy is counted twice.
 //! - Copies without a callsite (older sessions, or callsites dropped by the recorder's rate cap)

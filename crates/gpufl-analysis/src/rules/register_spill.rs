@@ -10,15 +10,15 @@
 //!   (`function` records: current compilers spill to the ABI stack frame, which CUDA's local
 //!   memory size leaves out) fires a softer insight: the frame holds spills, local arrays or
 //!   registers saved around calls, and only ptxas' "spill stores" tells them apart, so its
-//!   wording says "register spills or local arrays" and its severity is one level lower.
+//!   wording says "register spills or local arrays".
 //! - **Impact** (a rough weight for ranking, not a measurement): Σ over those configurations of
 //!   GPU time × local / (local + 4 × registers) — the share of a thread's state (its registers are
 //!   4 bytes each) that lives in local memory. 64 bytes of local memory beside 128 registers weigh
 //!   11 %; 1 KiB beside 255 registers, 50 %.
 //!   A stack frame is weighed the same way, frame in place of local memory, over every
 //!   configuration.
-//! - **Severity:** on the impact's share of the device's busy time (one level lower for a stack
-//!   frame alone).
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 //! - **Evidence of spilling.** Neither CUPTI nor the cubin counts spill stores (only ptxas' report
 //!   does), and a frame also holds local arrays and registers saved around calls: `sinf`/`cosf`'s
 //!   slow path alone gives a clean kernel a 32-byte frame. The one sign that the bytes are spills
@@ -30,7 +30,7 @@
 //!   registers (`__launch_bounds__`' min blocks, `-maxrregcount`), and keep per-thread arrays in
 //!   registers (constant indices, unrolled loops) or in shared memory.
 
-use crate::insight::{fmt_duration, Insight, Severity};
+use crate::insight::{fmt_duration, Insight};
 use crate::kernels::{KernelRow, KernelTable, Variant};
 use crate::shared::kernel_site::{self, describe, location, matters, part, worth, KernelInsight};
 use crate::shared::timeline::{LocationSource, Locator};
@@ -82,14 +82,6 @@ fn share(bytes: u32, regs: u16) -> f64 {
 
 fn local_share(c: &LaunchConfig) -> f64 {
     share(c.local_mem, c.regs)
-}
-
-/// One level lower: a stack frame may be local arrays or call overhead rather than spills.
-fn softer(s: Severity) -> Severity {
-    match s {
-        Severity::High => Severity::Medium,
-        Severity::Medium | Severity::Low => Severity::Low,
-    }
 }
 
 pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
@@ -186,9 +178,7 @@ fn unproven(
         stack_frame: row.stack_frame,
         spill_evidence: false,
     };
-    let mut ins = build(cx, row, c, (title, detail, fix), (loc, src), figures);
-    ins.severity = Severity::Low;
-    Some(ins)
+    Some(build(cx, row, c, (title, detail, fix), (loc, src), figures))
 }
 
 /// No local memory, but a stack frame in the cubin: spills or local arrays.
@@ -250,9 +240,7 @@ fn frame_insight(cx: &Ctx, locator: &Locator, row: &KernelRow) -> Option<Insight
         stack_frame: Some(frame),
         spill_evidence: true,
     };
-    let mut ins = build(cx, row, c, (title, detail, fix), (loc, src), figures);
-    ins.severity = softer(ins.severity);
-    Some(ins)
+    Some(build(cx, row, c, (title, detail, fix), (loc, src), figures))
 }
 
 /// The figures of an insight beside its kernel row and launch configuration.

@@ -6,16 +6,10 @@
 //!   of its device's busy time, not a vendor library's) with at least [`MIN_SAMPLES`] samples:
 //!   one insight at the line with the most samples, naming its dominant stall reasons in plain
 //!   words with a fix, and the next lines in the detail.
-//! - **Severity:** LOW and no time claimed (informational: every kernel waits on something),
-//!   unless the kernel is heavy (at least [`HEAVY_BUSY_PCT`] % of its device's busy time), one
-//!   line holds more than half of its samples, and more than half of that line's samples wait on
-//!   memory (`long_scoreboard`) — then MEDIUM, with an impact of the kernel's GPU time × that
-//!   line's memory-waiting share of the samples (an estimate, an upper bound of what hiding the
-//!   latency recovers). Not when the kernel's `kdetail` counters show the line's global accesses
-//!   coalesced (under 2 × the recorder's ideal sectors): its warps then wait on bandwidth or
-//!   latency the access pattern cannot improve, and it stays LOW.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
-use crate::insight::{Insight, Severity};
+use crate::insight::Insight;
 use crate::kdetail::{KernelStalls, StallLine};
 use crate::kernels::{KernelRow, KernelTable};
 use crate::shared::detail_site::{self, describe, launched, short, Site};
@@ -393,13 +387,7 @@ fn insight(cx: &Ctx, locator: &Locator, row: &KernelRow, s: &KernelStalls) -> In
         memory_bound_line,
         recoverable_ns: impact,
     };
-    let mut ins = detail_site::insight(cx, RULE, row, (title, detail, fix), loc, impact).data(data);
-    ins.severity = if memory_bound_line {
-        Severity::Medium
-    } else {
-        Severity::Low
-    };
-    ins
+    detail_site::insight(cx, RULE, row, (title, detail, fix), loc, impact).data(data)
 }
 
 /// A reason in two or three words for a title.

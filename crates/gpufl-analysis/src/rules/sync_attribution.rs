@@ -5,8 +5,8 @@
 //!   stack are left out: they have no location).
 //! - **Impact:** the group's host-side time in the calls (for StreamWaitEvent the enqueue only:
 //!   the wait itself happens on the device).
-//! - **Severity:** on the impact's share of the session's wall time: HIGH above 50 %, MEDIUM above
-//!   10 %, LOW otherwise.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 //! - Syncs with no user frame group under `<driver-internal>`.
 
 use crate::ids::LocIx;

@@ -8,15 +8,14 @@
 //!   [`crate::telemetry`]).
 //! - **Fires** per device when throttled time is more than 5 % of the sampled time (exactly 5 % does
 //!   not fire).
-//! - **Severity:** HIGH when thermal or hardware slowdown (thermal reasons, `HwSlowdown`, the power
-//!   brake) covers more than 5 % of the sampled time: the hardware is protecting itself and clocks
-//!   drop hard; otherwise (software power cap only) MEDIUM above 50 %, LOW up to 50 %.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 //! - **Impact** (an estimate of the time lost): over throttled samples, duration × the GPU's
 //!   utilization (NVML, 100 % when unknown) × the SM clock's shortfall from the device's maximum
 //!   (`1 − sm_mhz / sm_max_mhz`; 0 when either is unknown): busy time that ran slower.
 //! - **Location:** the device (no source line).
 
-use crate::insight::{fmt_duration, share, Insight, Severity};
+use crate::insight::{fmt_duration, share, Insight};
 use crate::shared::Ctx;
 use crate::telemetry::{throttle_time, Series};
 use crate::userframe::SourceLoc;
@@ -26,7 +25,7 @@ use serde::Serialize;
 pub(crate) const RULE: &str = "throttling";
 /// Least share of the sampled time (percent, exclusive) under throttling for an insight.
 pub const MIN_SHARE_PCT: u64 = 5;
-/// Reasons that make throttling HIGH when they last more than [`MIN_SHARE_PCT`] %.
+/// Reasons counted in `hardware_ns` (thermal, hardware slowdown, the power brake).
 const HARDWARE: u64 = throttle::THERMAL | throttle::HW_SLOWDOWN | throttle::HW_POWER_BRAKE_SLOWDOWN;
 
 /// The rule's own figures.
@@ -43,7 +42,7 @@ pub struct Data {
     pub thermal_ns: u64,
     /// Under hardware slowdown.
     pub hw_slowdown_ns: u64,
-    /// Under thermal, hardware slowdown or the power brake: what makes it HIGH.
+    /// Under thermal, hardware slowdown or the power brake.
     pub hardware_ns: u64,
     /// Mean SM clock while throttled, and the device's maximum, MHz.
     pub throttled_sm_mhz: Option<f64>,
@@ -107,14 +106,6 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         lost += d[i] as f64 * util * shortfall;
     }
     let lost_ns = lost.round() as u64;
-    let hardware = hardware_ns as u128 * 100 > t.sampled_ns as u128 * MIN_SHARE_PCT as u128;
-    let severity = if hardware {
-        Severity::High
-    } else if t.throttled_ns as u128 * 2 > t.sampled_ns as u128 {
-        Severity::Medium
-    } else {
-        Severity::Low
-    };
     let sm_max = s.samples().filter_map(|x| x.sm_max_mhz).max();
     let clk = (clk_n > 0).then(|| clk_sum / clk_n as f64);
     let pct = |ns: u64| share(ns, t.sampled_ns) * 100.0;
@@ -164,7 +155,6 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         Insight::new(RULE, SourceLoc::device(s.device), title, detail, fix)
             .count(throttled)
             .impact(lost_ns, t.sampled_ns, cx.wall_ns)
-            .severity(severity)
             .data(Data {
                 device: s.device,
                 sampled_ns: t.sampled_ns,

@@ -22,7 +22,7 @@
 //!   when their GPU idle is over half the session's wall time), their GPU idle time the impact.
 
 use crate::ids::{LocIx, StackIx};
-use crate::insight::{fmt_duration, in_function, Insight, Severity};
+use crate::insight::{fmt_duration, in_function, Insight};
 use crate::shared::timeline::most_frequent_per_key;
 use crate::shared::Ctx;
 use crate::userframe::SourceLoc;
@@ -208,13 +208,6 @@ fn line_insight(cx: &Ctx, line: &[(LocIx, Episode)], first_run: &HashMap<LocIx, 
     let n_first = usize::from(eps[0].start_ns < ran_from);
     let later = &eps[n_first..];
     let (re_ns, re_idle) = (sum(later, |e| e.span_ns), sum(later, |e| e.gpu_idle_ns));
-    let severity = if later.is_empty() {
-        Severity::Low
-    } else if (re_idle as u128) * 2 > cx.wall_ns as u128 {
-        Severity::High
-    } else {
-        Severity::Medium
-    };
     let mut kept: Vec<Episode> = eps.iter().map(|e| (*e).clone()).collect();
     if kept.len() > MAX_EPISODES {
         kept.sort_by(|a, b| b.span_ns.cmp(&a.span_ns).then(a.start_ns.cmp(&b.start_ns)));
@@ -249,7 +242,6 @@ fn line_insight(cx: &Ctx, line: &[(LocIx, Episode)], first_run: &HashMap<LocIx, 
     Insight::new(RULE, loc, title, detail, FIX)
         .count(eps.len() as u64)
         .impact(impact, window, cx.wall_ns)
-        .severity(severity)
         .gpu_idle(idle_ns)
         .data(Data {
             compilations: eps.len() as u64,

@@ -17,9 +17,10 @@
 //! - **Impact:** the kernel's GPU time × excess sectors / all global sectors: the share of its
 //!   memory traffic that is waste; an estimate and an upper bound (for a kernel bound by memory
 //!   bandwidth).
-//! - **Severity:** on the impact's share of the device's busy time.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
-use crate::insight::{Insight, Severity};
+use crate::insight::Insight;
 use crate::kdetail::{Access, DetailCounts, ASSUMED_SECTORS_PER_REQUEST};
 use crate::kernels::KernelTable;
 use crate::shared::detail_site::{self, at_most, describe, launched, no_line_note, short, Site};
@@ -256,12 +257,7 @@ pub(crate) fn run(cx: &Ctx, table: &KernelTable) -> Vec<Insight> {
             proven,
             recoverable_ns: impact,
         };
-        let mut ins =
-            detail_site::insight(cx, RULE, row, (title, detail, fix), loc, impact).data(data);
-        if !proven {
-            ins.severity = Severity::Low;
-        }
-        out.push(ins);
+        out.push(detail_site::insight(cx, RULE, row, (title, detail, fix), loc, impact).data(data));
     }
     out
 }

@@ -21,7 +21,8 @@
 //!   other kernel running: a concurrent kernel on another stream uses the idle SMs) × that idle
 //!   share: what spreading the same work evenly over every SM would recover, an upper bound (a
 //!   block's work may not split).
-//! - **Severity:** on the impact's share of the device's busy time.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
 use crate::insight::{fmt_duration, Insight};
 use crate::kernels::{alone_times as kernel_alone_times, KernelRow, KernelTable, Variant};

@@ -14,7 +14,8 @@
 //!   active`), are in the detail, and the launch line beside it (see `detail_site`).
 //! - **Impact:** the kernel's GPU time × (1 − lanes / 32): an estimate and an upper bound (the
 //!   share of issue slots the idle lanes waste; a kernel bound by memory gains less).
-//! - **Severity:** on the impact's share of the device's busy time.
+//! - **Severity:** from the impact's share of the session's time, as every rule's
+//!   (docs/insights.md, "Ranking and severity").
 
 use crate::insight::Insight;
 use crate::kdetail::{DetailLine, WARP};

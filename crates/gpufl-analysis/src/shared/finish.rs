@@ -1,9 +1,10 @@
 //! What is done to the rules' insights once they have all run: each one's scope path
-//! ([`name_scopes`]), whether its location was read from another thread ([`mark_inferred`]), and
-//! the ranking ([`rank`]).
+//! ([`name_scopes`]), whether its location was read from another thread ([`mark_inferred`]), its
+//! severity ([`rate`]), the ranking ([`rank`]) and one finding per line and cause ([`merge`]).
 
 use crate::ids::LocIx;
-use crate::insight::{Inferred, Insight};
+use crate::insight::{share, Inferred, Insight, Severity};
+use crate::rules::{Cause, RuleData};
 use crate::shared::Ctx;
 use crate::userframe::SourceLoc;
 use std::collections::HashMap;
@@ -83,6 +84,26 @@ fn loc_index<'c>(cx: &'c Ctx) -> HashMap<&'c SourceLoc, LocIx> {
         .collect()
 }
 
+/// The time severity is rated on: the session's wall time, or in an always-on session the time
+/// the GPU was observed (its windows), where the GPU rules' impacts were measured.
+pub(crate) fn session_ns(m: &crate::Model, wall_ns: u64) -> u64 {
+    if m.is_always_on() {
+        m.observed_ns().min(wall_ns.max(1))
+    } else {
+        wall_ns
+    }
+}
+
+/// Rate every insight by the one formula ([`Severity::of_impact`]): its impact's share of
+/// `session_ns` ([`session_ns`]), kept as `share_of_session`. Ranked by impact, severities then
+/// never rise down the list.
+pub(crate) fn rate(v: &mut [Insight], session_ns: u64) {
+    for i in v.iter_mut() {
+        i.severity = Severity::of_impact(i.impact_ns, session_ns);
+        i.share_of_session = share(i.impact_ns, session_ns).min(1.0);
+    }
+}
+
 /// Sort by impact (highest first), then rule, location and title, so the order is total and stable.
 pub(crate) fn rank(v: &mut [Insight]) {
     v.sort_by(|a, b| {
@@ -92,4 +113,67 @@ pub(crate) fn rank(v: &mut [Insight]) {
             .then_with(|| a.location.cmp(&b.location))
             .then_with(|| a.title.cmp(&b.title))
     });
+}
+
+/// A line as findings are merged on: the user's file and line and the library line inside it
+/// (the function and the text follow from them).
+type LineKey = (String, Option<u32>, Option<(String, Option<u32>)>);
+
+fn line_key(l: &SourceLoc) -> LineKey {
+    (
+        l.file.clone(),
+        l.line,
+        l.library.as_ref().map(|b| (b.file.clone(), b.line)),
+    )
+}
+
+/// One finding per line and cause (docs/insights.md, "One finding per cause"), over a ranked
+/// list, which stays ranked. First the `gpu-idle` roll-ups under a user call take in the findings
+/// at their library lines: `gpu-idle`'s own there are left out (they are the roll-up's
+/// `library_lines` already), the other GPU-starved findings there (`low-utilization`) are merged
+/// into the roll-up. Then findings at the same line ([`SourceLoc`]'s file and line, and its library
+/// line) with the same [`Cause`] merge: the first — the highest impact — is the headline, keeping
+/// its rule, impact, severity and fix; the others become its [`Insight::facets`], in rank order.
+pub(crate) fn merge(v: Vec<Insight>) -> Vec<Insight> {
+    // The roll-ups' library lines, each to its roll-up's key.
+    let mut to_rollup: HashMap<LineKey, LineKey> = HashMap::new();
+    for i in &v {
+        if let Some(RuleData::GpuIdle(d)) = &i.data {
+            for l in &d.library_lines {
+                to_rollup
+                    .entry(line_key(&l.location))
+                    .or_insert_with(|| line_key(&i.location));
+            }
+        }
+    }
+    let mut out: Vec<Insight> = Vec::with_capacity(v.len());
+    let mut at: HashMap<(LineKey, Cause), usize> = HashMap::new();
+    for ins in v {
+        let Some(cause) = ins.cause else {
+            out.push(ins);
+            continue;
+        };
+        let mut key = line_key(&ins.location);
+        if cause == Cause::GpuStarved {
+            if let Some(r) = to_rollup.get(&key) {
+                if ins.rule == crate::rules::gpu_idle::RULE {
+                    continue;
+                }
+                key = r.clone();
+            }
+        }
+        match at.get(&(key.clone(), cause)) {
+            Some(&h) => {
+                let mut ins = ins;
+                let more = std::mem::take(&mut ins.facets);
+                out[h].facets.push(ins);
+                out[h].facets.extend(more);
+            }
+            None => {
+                at.insert((key, cause), out.len());
+                out.push(ins);
+            }
+        }
+    }
+    out
 }

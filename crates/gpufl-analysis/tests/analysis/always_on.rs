@@ -131,7 +131,7 @@ fn insight_inside_windows_is_estimated_with_the_coverage_and_sync_insight_exact(
     let gi = gi[0];
     assert_eq!((gi.count, gi.impact_ns), (8, 800 * US));
     assert_eq!(gi.window_ns, 1700 * US, "observed span of the line");
-    assert_eq!(gi.severity, Severity::Medium);
+    assert_eq!(window_level(gi), Severity::Medium);
     assert_eq!(gi.location.line, Some(20));
     let bs = basis(gi);
     assert_eq!(bs.kind, BasisKind::Estimated);

@@ -250,7 +250,7 @@ fn pageable_async_copies_group_by_line_with_count_bytes_bandwidth_and_blocked_ti
     assert!(i.detail.contains("at app.cu:42 in load()"), "{}", i.detail);
     assert!(i.fix.contains("cudaMallocHost") && i.fix.contains("pin_memory()"));
     assert_eq!(i.window_ns, 1_000_000);
-    assert_eq!(i.severity, Severity::Medium, "36 % of the session");
+    assert_eq!(window_level(i), Severity::Medium, "36 % of the session");
     assert!(i.sync_kind.is_none() && i.median_kernels_between.is_none());
     let d = data_of(i);
     assert_eq!(d["rule"], "pageable-async-copy");
@@ -404,7 +404,7 @@ fn copy_rules_rate_a_loop_on_its_span_and_a_burst_on_the_session() {
     let a = copy_loop(&[1, 1]);
     let i = rule(&a, "pageable-async-copy")[0];
     assert_eq!((i.impact_ns, i.window_ns), (150_000, 450_000));
-    assert_eq!(i.severity, Severity::Medium, "33 % of the loop");
+    assert_eq!(window_level(i), Severity::Medium, "33 % of the loop");
     assert!((i.share_of_window - 1.0 / 3.0).abs() < 1e-12);
     assert!((i.share_of_wall - 0.015).abs() < 1e-12);
     assert!(
@@ -1159,9 +1159,14 @@ fn copy_rule_data_serializes_with_the_rule_tag() {
     assert_eq!(p["location"]["line"], 12);
     let a = device_sync(50_000, true);
     let v = serde_json::to_value(&a).unwrap();
-    let d = v["insights"]
+    // Headline or facet of the finding at its line (same cause as the sync's attribution).
+    let all: Vec<&serde_json::Value> = v["insights"]
         .as_array()
         .unwrap()
+        .iter()
+        .flat_map(|i| std::iter::once(i).chain(i["facets"].as_array().into_iter().flatten()))
+        .collect();
+    let d = all
         .iter()
         .find(|i| i["rule"] == "device-wide-sync")
         .unwrap();

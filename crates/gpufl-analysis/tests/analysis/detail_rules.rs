@@ -808,7 +808,7 @@ fn without_the_recorders_ideal_four_sectors_a_request_are_assumed() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-fn a_heavy_kernel_waiting_on_memory_at_one_line_is_medium() {
+fn a_heavy_kernel_waiting_on_memory_at_one_line_claims_its_time() {
     let strided = |coalesced: bool, with_detail: bool| {
         let mut b = B::new();
         let k = "strided_load(float const*, float*)";
@@ -840,7 +840,8 @@ fn a_heavy_kernel_waiting_on_memory_at_one_line_is_medium() {
     let v = rule(&a, "stall-reasons");
     assert_eq!(v.len(), 1);
     let i = v[0];
-    assert_eq!(i.severity, Severity::Medium);
+    // Its estimated time is most of this one-kernel session.
+    assert_eq!(i.severity, Severity::High);
     assert_eq!(i.location.line, Some(81));
     assert!(
         i.title
@@ -859,7 +860,7 @@ fn a_heavy_kernel_waiting_on_memory_at_one_line_is_medium() {
     // Without counters, the same.
     assert_eq!(
         rule(&strided(false, false), "stall-reasons")[0].severity,
-        Severity::Medium
+        Severity::High
     );
     // Its accesses coalesced (the counters say so): waiting on bandwidth, LOW.
     let a = strided(true, true);

@@ -208,7 +208,7 @@ fn a_sync_after_each_replay_fires_at_the_sync_line() {
     assert_eq!(i.impact_ns, 39 * 41_000);
     assert_eq!(i.count, 40);
     // Idle is 41 of every 141 µs: MEDIUM.
-    assert_eq!(i.severity, Severity::Medium);
+    assert_eq!(window_level(i), Severity::Medium);
     // No launch-bound advice for kernels that already are in a graph.
     assert!(rule(&a, "launch-bound").is_empty(), "{:#?}", a.insights);
 }

@@ -284,7 +284,7 @@ fn low_occupancy_severity_follows_the_share_of_busy_time() {
     let t = launches(&mut b, "k", cfg(2000, 256, 255), 10, 0, 100 * US);
     launches(&mut b, "other", cfg(2000, 256, 32), 9, t, 1000 * US);
     let i = rule(&b.analyze(), "low-occupancy")[0].clone();
-    assert_eq!(i.severity, Severity::Low);
+    assert_eq!(window_level(&i), Severity::Low);
 }
 
 #[test]
@@ -497,13 +497,13 @@ fn register_spill_from_a_stack_frame() {
     function(&mut b, "trig(float*)", Some(32), Some(32));
     launches(&mut b, "trig(float*)", cfg(2000, 256, 40), 10, 0, 100 * US);
     assert!(rule(&b.analyze(), "register-spill").is_empty());
-    // A frame at the register cap is evidence: one level below its share's severity.
+    // A frame at the register cap is evidence.
     let mut b = h100();
     function(&mut b, "k", Some(2048), Some(2048));
     launches(&mut b, "k", cfg(2000, 128, 255), 10, 0, 100 * US);
     let i = rule(&b.analyze(), "register-spill")[0].clone();
-    // 2048 / (2048 + 1020) = 67 %: HIGH by its share, MEDIUM for a frame.
-    assert_eq!(i.severity, Severity::Medium);
+    // 2048 / (2048 + 1020) = 67 % of the busy time.
+    assert_eq!(window_level(&i), Severity::High);
     assert!(i.title.contains("weighted"), "{}", i.title);
     assert!(data!(&i, RegisterSpill).spill_evidence);
     // Only the stack with callees known: it stands in for the frame.
@@ -584,7 +584,7 @@ fn under_filled_grid_fewer_blocks_than_sms() {
     let i = rule(&a, "under-filled-grid")[0];
     // 66 of 132 SMs: half the SM time idle, all of the kernel's time alone: 500 µs.
     assert_eq!(i.impact_ns, 500 * US);
-    assert_eq!(i.severity, Severity::Medium);
+    assert_eq!(window_level(i), Severity::Medium);
     assert!(
         i.title.contains("small runs 66 blocks on 132 SMs"),
         "{}",

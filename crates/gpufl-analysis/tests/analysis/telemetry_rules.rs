@@ -92,36 +92,27 @@ fn telemetry_loads_per_device_without_widening_the_session() {
 #[test]
 fn throttling_fires_above_five_percent_and_rates_power_and_thermal_apart() {
     use gpufl_trace::throttle as t;
-    let fired = |a: &Analysis| rule(a, "throttling").first().map(|i| i.severity);
+    // Whether it fires; its severity is its impact's (the work slowed down) share of the session.
+    let fired = |a: &Analysis| rule(a, "throttling").first().map(|_| ());
     assert_eq!(
         fired(&throttled(100, 5, t::SW_POWER_CAP)),
         None,
         "exactly 5 %"
     );
-    assert_eq!(
-        fired(&throttled(100, 6, t::SW_POWER_CAP)),
-        Some(Severity::Low)
-    );
+    assert_eq!(fired(&throttled(100, 6, t::SW_POWER_CAP)), Some(()));
     assert_eq!(
         fired(&throttled(100, 50, t::SW_POWER_CAP)),
-        Some(Severity::Low),
+        Some(()),
         "power cap half the time"
     );
-    assert_eq!(
-        fired(&throttled(100, 51, t::SW_POWER_CAP)),
-        Some(Severity::Medium)
-    );
+    assert_eq!(fired(&throttled(100, 51, t::SW_POWER_CAP)), Some(()));
     for hw in [
         t::SW_THERMAL_SLOWDOWN,
         t::HW_THERMAL_SLOWDOWN,
         t::HW_SLOWDOWN,
         t::HW_POWER_BRAKE_SLOWDOWN,
     ] {
-        assert_eq!(
-            fired(&throttled(100, 6, hw)),
-            Some(Severity::High),
-            "{hw:#x}"
-        );
+        assert_eq!(fired(&throttled(100, 6, hw)), Some(()), "{hw:#x}");
         assert_eq!(fired(&throttled(100, 5, hw)), None, "{hw:#x}");
     }
     // Clock settings and idle clocks are not throttling.
@@ -232,12 +223,12 @@ fn memory_pressure_thresholds_are_exact() {
     let sev = |used: u64| {
         rule(&memory(&[100, used, 100], 1000), "memory-pressure")
             .first()
-            .map(|i| i.severity)
+            .map(|i| (i.severity, i.impact_ns))
     };
+    // A risk, not time: impact 0, so LOW (docs/insights.md, "Ranking and severity").
     assert_eq!(sev(900), None, "exactly 90 %");
-    assert_eq!(sev(901), Some(Severity::Medium));
-    assert_eq!(sev(980), Some(Severity::Medium), "exactly 98 %");
-    assert_eq!(sev(981), Some(Severity::High));
+    assert_eq!(sev(901), Some((Severity::Low, 0)));
+    assert_eq!(sev(981), Some((Severity::Low, 0)));
     // Large totals: the comparison is exact in integers (80 GiB, one byte over 90 %).
     let total = 80u64 << 30;
     let edge = total / 10 * 9;
@@ -270,7 +261,7 @@ fn memory_pressure_reports_the_peak_share_and_time_above() {
     }
     let a = b.analyze();
     let i = rule(&a, "memory-pressure")[0];
-    assert_eq!(i.severity, Severity::Medium);
+    assert_eq!((i.severity, i.impact_ns), (Severity::Low, 0));
     assert_eq!(i.location, SourceLoc::device(1));
     assert_eq!(i.impact_ns, 0, "a risk, not lost time");
     let d = data!(i, MemoryPressure);
@@ -308,7 +299,7 @@ fn ecc(counts: &[(u64, u64)]) -> Analysis {
 }
 
 #[test]
-fn ecc_errors_any_uncorrected_is_high_corrected_growth_is_low() {
+fn ecc_errors_any_uncorrected_fires_corrected_only_when_they_grow() {
     let one = |counts: &[(u64, u64)]| {
         let a = ecc(counts);
         let v = rule(&a, "ecc-errors");
@@ -328,14 +319,15 @@ fn ecc_errors_any_uncorrected_is_high_corrected_growth_is_low() {
         (7, 9, 2)
     );
     let (sev, d) = one(&[(0, 1), (0, 1)]).unwrap();
+    // A risk, not time: impact 0, so LOW; the title says uncorrected.
     assert_eq!(
         sev,
-        Severity::High,
+        Severity::Low,
         "uncorrected before the session still counts"
     );
     assert_eq!((d.uncorrected_max, d.uncorrected_new), (1, 0));
     let (sev, d) = one(&[(3, 0), (4, 2), (4, 2)]).unwrap();
-    assert_eq!(sev, Severity::High);
+    assert_eq!(sev, Severity::Low);
     assert_eq!((d.uncorrected_new, d.corrected_new), (2, 1));
     let a = ecc(&[(3, 0), (4, 2)]);
     let i = rule(&a, "ecc-errors")[0];
@@ -480,7 +472,7 @@ fn low_utilization_names_the_launch_line_leaves_the_startup_pause_out_and_asks_n
 }
 
 #[test]
-fn low_utilization_names_the_blocking_call_of_sync_gaps_and_is_never_high() {
+fn low_utilization_names_the_blocking_call_of_sync_gaps_and_claims_no_time() {
     let mut b = B::new();
     let sst = b.user_stack("/src/app.cu", 54, "step");
     let mut t = MS;
@@ -512,9 +504,10 @@ fn low_utilization_names_the_blocking_call_of_sync_gaps_and_is_never_high() {
         "{}",
         i.title
     );
-    // Most of the active range is idle (840 of 1340 µs), yet MEDIUM: the line rules rank it.
+    // Most of the active range is idle (840 of 1340 µs), yet impact 0 (LOW): the line rules rank
+    // it (merged into gpu-idle's finding at the same line, as a facet).
     assert!(i.gpu_idle_ns * 2 > i.window_ns);
-    assert_eq!(i.severity, Severity::Medium);
+    assert_eq!((i.impact_ns, i.severity), (0, Severity::Low));
     // The same gaps as gpu-idle's sync insight, which carries the impact.
     assert_eq!(rule(&a, "gpu-idle")[0].impact_ns, 4 * 210 * US);
 }

@@ -33,7 +33,7 @@ fn jax_float_read_is_named_at_the_users_line_via_the_waiting_thread() {
     let r = reads[0];
     // 20 steps and 2 warm-up steps: one 4-byte read of the loss each.
     assert_eq!(r.count, 22);
-    assert_eq!(r.severity, Severity::High);
+    assert_eq!(window_level(r), Severity::High);
     // XLA's worker thread issued the copy; the Python frames are the main thread's.
     let inf = r.inferred.as_ref().expect("inferred via another thread");
     assert_eq!(inf.via_tids.len(), 1);

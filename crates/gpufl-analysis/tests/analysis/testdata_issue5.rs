@@ -32,8 +32,7 @@ fn testdata_scopes_roll_the_item_syncs_up_to_train_step_forward() {
     // Each insight at the .item() line names its innermost scope.
     let line = example_line("pytorch_scopes.py", "# gpufl-example: scopes");
     let at_line: Vec<_> = a
-        .insights
-        .iter()
+        .findings()
         .filter(|i| i.location.line == Some(line))
         .collect();
     assert!(at_line.len() >= 2, "{at_line:#?}");

@@ -35,7 +35,7 @@ fn testdata_default_stream_barrier_names_the_cudamemcpy_inside_the_helper() {
         "default_stream_barrier.cu",
         "gpufl-example: default-stream-barrier",
     );
-    assert_eq!(i.severity, Severity::High);
+    assert_eq!(window_level(i), Severity::High);
     assert_eq!(
         i.location
             .function
@@ -56,7 +56,7 @@ fn testdata_pageable_async_copy_names_the_copy_from_malloc_memory() {
         "pageable_async_copy.cu",
         "gpufl-example: pageable-async-copy",
     );
-    assert_eq!(i.severity, Severity::High);
+    assert_eq!(window_level(i), Severity::High);
     assert_eq!(i.count, 20);
     // The pinned device-to-host copy of the same loop is not flagged.
     assert_eq!(rule(&a, "pageable-async-copy").len(), 1);
@@ -71,7 +71,7 @@ fn testdata_blocking_copy_names_the_large_copy_not_the_small_upload() {
         "blocking_copy.cu",
         "gpufl-example: blocking-copy",
     );
-    assert_eq!(i.severity, Severity::High);
+    assert_eq!(window_level(i), Severity::High);
     assert_eq!(i.count, 20);
     let small = example_line("blocking_copy.cu", "gpufl-example: small-h2d-not-flagged");
     assert!(rule(&a, "blocking-copy")
@@ -88,7 +88,7 @@ fn testdata_device_wide_sync_names_the_sledgehammer() {
         "device_wide_sync.cu",
         "gpufl-example: device-wide-sync",
     );
-    assert_eq!(i.severity, Severity::High);
+    assert_eq!(window_level(i), Severity::High);
     assert_eq!(i.count, 20);
 }
 
@@ -128,7 +128,7 @@ fn testdata_gpu_idle_names_the_late_launch() {
         "gpu_idle_launch.cu",
         "gpufl-example: gpu-idle",
     );
-    assert_eq!(i.severity, Severity::High);
+    assert_eq!(window_level(i), Severity::High);
     assert!(i.count >= 400, "{}", i.count);
     assert_eq!(a.insights[0].rule, "gpu-idle", "ranked first");
     let d = &a.gpu_idle[0];
@@ -145,7 +145,7 @@ fn testdata_launch_bound_names_the_tiny_kernel_launch() {
         "launch_bound.cu",
         "gpufl-example: launch-bound",
     );
-    assert_eq!(i.severity, Severity::High);
+    assert_eq!(window_level(i), Severity::High);
     assert_eq!(i.count, 5000);
     // The GPU's idle time between the tiny kernels is the launches' too, at the same line.
     planted(
@@ -194,7 +194,7 @@ fn testdata_pytorch_cpu_is_a_high_blocking_copy() {
         "pytorch_transfers.py",
         "gpufl-example: cpu",
     );
-    assert_eq!(i.severity, Severity::High);
+    assert_eq!(window_level(i), Severity::High);
     assert_eq!(a.insights[0].location.line, i.location.line, "ranked first");
 }
 
@@ -208,5 +208,5 @@ fn testdata_pytorch_non_blocking_from_pageable_memory_is_flagged() {
         "gpufl-example: pageable",
     );
     assert_eq!(i.count, 30);
-    assert!(i.severity >= Severity::Medium);
+    assert!(window_level(i) >= Severity::Medium);
 }

@@ -173,7 +173,7 @@ fn overlap_rule_predicts_the_seed_pipeline() {
     // Impact: measured − 4-stream prediction, on the session's wall time (80 ms): 46.9 %.
     assert_eq!(i.impact_ns, 37_500_000);
     assert_eq!(i.window_ns, 80 * MS);
-    assert_eq!(i.severity, Severity::Medium);
+    assert_eq!(window_level(i), Severity::Medium);
     assert!(i.detail.contains("~42.50ms (1.88x)"), "{}", i.detail);
 }
 

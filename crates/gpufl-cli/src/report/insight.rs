@@ -58,6 +58,7 @@ pub(super) fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Sty
             "             at {} (the whole device: no source line)",
             st.paint("36", &esc(&loc.file))
         );
+        facet_lines(out, ins, st);
         let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
         return;
     }
@@ -68,6 +69,7 @@ pub(super) fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Sty
             "             at kernel {} (no launch call site recorded)",
             st.paint("36", &esc(&loc.file))
         );
+        facet_lines(out, ins, st);
         let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
         return;
     }
@@ -145,7 +147,22 @@ pub(super) fn render_insight(out: &mut String, n: usize, ins: &Insight, st: &Sty
             st.paint("35", &p.join(" > "))
         );
     }
+    facet_lines(out, ins, st);
     let _ = writeln!(out, "             fix: {}", esc(&ins.fix));
+}
+
+/// The other rules' findings merged into this one (same line, same cause): one line each.
+fn facet_lines(out: &mut String, ins: &Insight, st: &Style) {
+    use std::fmt::Write;
+    for f in &ins.facets {
+        let _ = writeln!(
+            out,
+            "             {} {}  {}",
+            st.paint("2", "also:"),
+            esc(&f.title),
+            st.paint("2", &format!("[{}]", f.rule))
+        );
+    }
 }
 
 /// What the host was doing during an idle finding's gaps (its `data.host`), one line per host
