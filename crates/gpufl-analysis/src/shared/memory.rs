@@ -276,7 +276,7 @@ fn scan_rows(rows: &[&MemRow], loc_of: impl Fn(&MemRow) -> Option<LocIx>) -> Mem
     }
     devs.sort_by_key(|d| d.dev);
     let mut lines: Vec<LineMem> = lines.into_values().collect();
-    lines.sort_by(|a, b| (a.dev, a.loc).cmp(&(b.dev, b.loc)));
+    lines.sort_by_key(|l| (l.dev, l.loc));
     MemScan {
         devices: devs,
         lines,
@@ -347,3 +347,81 @@ pub fn thin(series: &[(u64, u64)], n: usize) -> Vec<(u64, u64)> {
 #[cfg(test)]
 #[path = "memory/tests.rs"]
 mod tests;
+
+/// A holder as the memory rules report it: its line (`file:line`, "(no stack)" for allocations
+/// without one), live bytes and allocations.
+#[derive(serde::Serialize, Clone, Debug, PartialEq)]
+pub struct HolderData {
+    pub location: String,
+    pub bytes: u64,
+    pub allocs: u64,
+}
+
+/// The first `n` holders as reported.
+pub fn holders_data(cx: &Ctx, holders: &[Holder], n: usize) -> Vec<HolderData> {
+    holders
+        .iter()
+        .take(n)
+        .map(|h| HolderData {
+            location: h
+                .loc
+                .map_or_else(|| "(no stack)".to_string(), |l| cx.loc(l).short()),
+            bytes: h.bytes,
+            allocs: h.allocs,
+        })
+        .collect()
+}
+
+/// "train.py:10 7.5 GiB (30 allocations), …" for a finding's prose.
+pub fn holders_text(h: &[HolderData]) -> String {
+    h.iter()
+        .map(|h| {
+            format!(
+                "{} {} ({} allocation{})",
+                h.location,
+                fmt_bytes(h.bytes),
+                h.allocs,
+                if h.allocs == 1 { "" } else { "s" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Bytes for prose: "512 B", "8.0 MiB", "7.50 GiB".
+pub fn fmt_bytes(b: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let f = b as f64;
+    if f >= KIB * KIB * KIB {
+        format!("{:.2} GiB", f / (KIB * KIB * KIB))
+    } else if f >= KIB * KIB {
+        format!("{:.1} MiB", f / (KIB * KIB))
+    } else if f >= KIB {
+        format!("{:.1} KiB", f / KIB)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// The device's memory in all, bytes: the largest `mem_total` of its telemetry, else the
+/// header's `total_mem_bytes`.
+pub fn device_total(cx: &Ctx, dev: u32) -> Option<u64> {
+    let tele =
+        cx.m.telemetry()
+            .iter()
+            .filter(|s| s.device == dev)
+            .flat_map(|s| s.samples().filter_map(|x| x.mem_total).collect::<Vec<_>>())
+            .max();
+    tele.or_else(|| {
+        cx.m.header()?
+            .gpus
+            .iter()
+            .find(|g| g.index == dev && g.total_mem_bytes > 0)
+            .map(|g| g.total_mem_bytes)
+    })
+}
+
+/// ns from the session's first record to `ts` (negative before it).
+pub fn offset_ns(cx: &Ctx, ts: u64) -> i64 {
+    (ts as i128 - cx.m.time_range().0 as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
