@@ -287,6 +287,7 @@ impl Model {
             + self.apis.cbid.heap_bytes()
             + self.callsites.capacity() * std::mem::size_of::<crate::model::Callsite>()
             + self.host_column_bytes()
+            + self.mems.capacity() * std::mem::size_of::<crate::model::MemRow>()
     }
 
     fn host_column_bytes(&self) -> usize {

@@ -95,7 +95,7 @@ pub use ids::{CorrId, LocIx, StackIx};
 pub use insight::{fmt_duration, Insight, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelSource, KernelTable};
-pub use model::{Model, Window, WindowReason};
+pub use model::{MemRow, Model, Window, WindowReason};
 pub use occupancy::{Limiter, Occupancy, SmLimits};
 pub use rules::in_loop_sync::{MIN_MEDIAN_KERNELS, MIN_SYNCS};
 pub use rules::RuleData;

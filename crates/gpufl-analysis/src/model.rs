@@ -97,6 +97,28 @@ pub(crate) struct Hostcalls {
     pub(crate) stack: Col<u32>,
 }
 
+/// One allocation, free or failed allocation (`mem` record), as the analysis keeps it: rare
+/// records (an allocation is not a launch), kept as rows in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemRow {
+    pub ts: u64,
+    pub op: gpufl_trace::MemOp,
+    pub addr: u64,
+    pub bytes: u64,
+    pub kind: gpufl_trace::MemoryKind,
+    pub dev: u32,
+    pub corr: u32,
+    pub stream: Option<u32>,
+    pub pool: Option<u64>,
+    pub pool_bytes: Option<u64>,
+    /// The API function's name (string index), when the record names it.
+    pub api: Option<u32>,
+    pub tid: Option<u64>,
+    pub stack: Option<StackIx>,
+    /// Failed allocations: the device's free bytes at the last telemetry sample.
+    pub free: Option<u64>,
+}
+
 /// Host samples (`hsample` records): 33 bytes per sample. `stack` and `call` are [`NONE`] when
 /// absent; `state` is a `HostState` byte.
 #[derive(Debug, Default)]
@@ -132,6 +154,8 @@ pub struct Model {
     pub(crate) apis: Apis,
     pub(crate) hostcalls: Hostcalls,
     pub(crate) hsamples: Hsamples,
+    /// `mem` records, in file order.
+    pub(crate) mems: Vec<MemRow>,
     /// `callsite` records, sorted by corr after loading.
     pub(crate) callsites: Vec<Callsite>,
     /// Distinct kernel launch configurations, in order of first use.
@@ -512,6 +536,7 @@ impl Model {
             }
             Record::Hostcall(h) => self.take_hostcall(ld, h),
             Record::Hsample(h) => self.take_hsample(ld, h),
+            Record::Mem(m) => self.take_mem(ld, m),
             Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
         }
     }
@@ -628,6 +653,30 @@ impl Model {
         c.name.push(name);
         c.ctx.push(h.ctx.unwrap_or(NONE));
         c.stack.push(stack);
+    }
+
+    /// An allocation, free or failed allocation: kept, widening the session's time range (an
+    /// out-of-memory may be the last thing the program did).
+    fn take_mem(&mut self, ld: &mut Loader, m: gpufl_trace::Mem) {
+        self.span(m.ts, m.ts);
+        let stack = m.stack.map(|id| self.stack_ref(ld, id));
+        let api = m.api.map(|id| self.str_ref(ld, id));
+        self.mems.push(MemRow {
+            ts: m.ts,
+            op: m.op,
+            addr: m.addr,
+            bytes: m.bytes,
+            kind: m.mem_kind,
+            dev: m.dev,
+            corr: m.corr,
+            stream: m.stream,
+            pool: m.pool,
+            pool_bytes: m.pool_bytes,
+            api,
+            tid: m.tid,
+            stack,
+            free: m.free,
+        });
     }
 
     /// A host sample: kept, without widening the session's time range (the sampler runs from the
@@ -1158,6 +1207,10 @@ impl Model {
     /// `hostcall` records: CUDA calls that held their thread past the recorder's threshold.
     pub fn hostcall_count(&self) -> usize {
         self.hostcalls.start.len()
+    }
+    /// `mem` records (allocations, frees, failed allocations), in file order.
+    pub fn mems(&self) -> &[MemRow] {
+        &self.mems
     }
     /// `hsample` records: the host sampler's samples.
     pub fn hsample_count(&self) -> usize {

@@ -6,8 +6,8 @@
 
 use crate::cupti::{self, sys};
 use gpufl_trace::{
-    Api, ApiDomain, CopyKind, GraphNode, Kernel, Memcpy, MemoryKind, Memset, Overhead, StrId, Sync,
-    SyncKind,
+    Api, ApiDomain, CopyKind, GraphNode, Kernel, Mem, MemOp, Memcpy, MemoryKind, Memset, Overhead,
+    StrId, Sync, SyncKind,
 };
 use std::ffi::{c_char, c_void, CStr};
 use std::mem::offset_of;
@@ -30,6 +30,8 @@ pub enum Decoded {
     /// An API call; its `name` is left for the caller to intern from `domain` and `cbid`.
     Api(Api),
     Overhead(Overhead),
+    /// An allocation or free (CUPTI's memory activity); its stack is joined by the writer.
+    Mem(Mem),
     /// A kind gpufl does not record (its numeric kind).
     Other(u32),
 }
@@ -167,8 +169,50 @@ pub unsafe fn decode(rec: *const c_void) -> Decoded {
                 end: field!(b, O, end, u64),
             })
         }
+        cupti::KIND_MEMORY2 => match unsafe { decode_memory(b) } {
+            Some(m) => Decoded::Mem(m),
+            None => Decoded::Other(kind),
+        },
         other => Decoded::Other(other),
     }
+}
+
+/// A memory activity record (`CUPTI_ACTIVITY_KIND_MEMORY2`), read with the layout of
+/// `CUpti_ActivityMemory3` (CUDA 12.0): `CUpti_ActivityMemory4` (CUPTI 12.6+) only appends a
+/// field. None for an operation type other than allocation (1) or release (2).
+///
+/// # Safety
+/// `b` must point at a complete memory activity record.
+unsafe fn decode_memory(b: *const u8) -> Option<Mem> {
+    type M = sys::CUpti_ActivityMemory3;
+    type P = sys::CUpti_ActivityMemory3__bindgen_ty_1;
+    let op = match field!(b, M, memoryOperationType, u32) {
+        1 => MemOp::Alloc,
+        2 => MemOp::Free,
+        _ => return None,
+    };
+    let pool_at = offset_of!(M, memoryPoolConfig);
+    // SAFETY: offsets of CUPTI's own struct, inside the record.
+    let pool_type: u32 = unsafe { rd(b, pool_at + offset_of!(P, memoryPoolType)) };
+    let pool_addr: u64 = unsafe { rd(b, pool_at + offset_of!(P, address)) };
+    // The union's `size` (local pools; imported pools hold a process id there).
+    let pool_size: u64 = unsafe { rd(b, pool_at + offset_of!(P, pool)) };
+    let is_async = field!(b, M, isAsync, u32) != 0;
+    let stream = field!(b, M, streamId, u32);
+    Some(Mem {
+        ts: field!(b, M, timestamp, u64),
+        op,
+        addr: field!(b, M, address, u64),
+        bytes: field!(b, M, bytes, u64),
+        mem_kind: memory_kind(field!(b, M, memoryKind, u32)),
+        dev: field!(b, M, deviceId, u32),
+        ctx: field!(b, M, contextId, u32),
+        corr: field!(b, M, correlationId, u32),
+        stream: (is_async && stream != INVALID).then_some(stream),
+        pool: (pool_type != 0 && pool_addr != 0).then_some(pool_addr),
+        pool_bytes: (pool_type == 1 && pool_addr != 0).then_some(pool_size),
+        ..Mem::default()
+    })
 }
 
 /// CUPTI_ACTIVITY_MEMCPY_KIND_* to [`CopyKind`].
@@ -283,9 +327,105 @@ pub fn synthetic_kernel_record(name: &CStr, start: u64, end: u64, corr: u32) -> 
     r
 }
 
+/// A memory activity record laid out as CUPTI writes it (`CUpti_ActivityMemory3`): `op` 1
+/// allocation, 2 release; device memory on device 0, context 1.
+#[doc(hidden)]
+pub fn synthetic_memory_record(
+    op: u32,
+    addr: u64,
+    bytes: u64,
+    ts: u64,
+    corr: u32,
+) -> SyntheticRecord {
+    type M = sys::CUpti_ActivityMemory3;
+    let mut r = SyntheticRecord::new::<M>(cupti::KIND_MEMORY2);
+    r.put(offset_of!(M, memoryOperationType), &op.to_ne_bytes())
+        .put(offset_of!(M, memoryKind), &3u32.to_ne_bytes())
+        .put(offset_of!(M, correlationId), &corr.to_ne_bytes())
+        .put(offset_of!(M, address), &addr.to_ne_bytes())
+        .put(offset_of!(M, bytes), &bytes.to_ne_bytes())
+        .put(offset_of!(M, timestamp), &ts.to_ne_bytes())
+        .put(offset_of!(M, contextId), &1u32.to_ne_bytes());
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decodes_memory_records_by_offset() {
+        type M = sys::CUpti_ActivityMemory3;
+        type P = sys::CUpti_ActivityMemory3__bindgen_ty_1;
+        let rec = synthetic_memory_record(1, 0x7f00_0000_0000, 8 << 20, 1234, 55);
+        let Decoded::Mem(m) = (unsafe { decode(rec.as_ptr()) }) else {
+            panic!("not decoded as a mem record");
+        };
+        assert_eq!(m.op, MemOp::Alloc);
+        assert_eq!(
+            (m.addr, m.bytes, m.ts, m.corr),
+            (0x7f00_0000_0000, 8 << 20, 1234, 55)
+        );
+        assert_eq!((m.mem_kind, m.dev, m.ctx), (MemoryKind::Device, 0, 1));
+        assert_eq!((m.stream, m.pool, m.pool_bytes), (None, None, None));
+        // A stream-ordered free from a local pool of 64 MiB, on stream 13 of device 2.
+        let mut rec = synthetic_memory_record(2, 0x7f00_0000_0000, 8 << 20, 2000, 56);
+        let pool = offset_of!(M, memoryPoolConfig);
+        rec.put(offset_of!(M, isAsync), &1u32.to_ne_bytes())
+            .put(offset_of!(M, streamId), &13u32.to_ne_bytes())
+            .put(offset_of!(M, deviceId), &2u32.to_ne_bytes())
+            .put(offset_of!(M, memoryKind), &2u32.to_ne_bytes())
+            .put(pool + offset_of!(P, memoryPoolType), &1u32.to_ne_bytes())
+            .put(
+                pool + offset_of!(P, address),
+                &0x7e00_0000_0000u64.to_ne_bytes(),
+            )
+            .put(pool + offset_of!(P, pool), &(64u64 << 20).to_ne_bytes());
+        let Decoded::Mem(m) = (unsafe { decode(rec.as_ptr()) }) else {
+            panic!("not decoded as a mem record");
+        };
+        assert_eq!(m.op, MemOp::Free);
+        assert_eq!(
+            (m.stream, m.dev, m.mem_kind),
+            (Some(13), 2, MemoryKind::Pinned)
+        );
+        assert_eq!(
+            (m.pool, m.pool_bytes),
+            (Some(0x7e00_0000_0000), Some(64 << 20))
+        );
+        // An operation type this build does not know is not a mem record.
+        let rec = synthetic_memory_record(7, 1, 1, 1, 1);
+        assert!(matches!(
+            unsafe { decode(rec.as_ptr()) },
+            Decoded::Other(cupti::KIND_MEMORY2)
+        ));
+    }
+
+    /// CUPTI 13 writes `CUpti_ActivityMemory4`; the decoder reads `CUpti_ActivityMemory3`'s
+    /// layout: every field it reads sits at the same offset in both.
+    #[test]
+    fn memory3_and_memory4_share_the_offsets_the_decoder_reads() {
+        type M3 = sys::CUpti_ActivityMemory3;
+        type M4 = sys::CUpti_ActivityMemory4;
+        macro_rules! same {
+            ($($f:ident),*) => {$(
+                assert_eq!(offset_of!(M3, $f), offset_of!(M4, $f), stringify!($f));
+            )*};
+        }
+        same!(
+            memoryOperationType,
+            memoryKind,
+            correlationId,
+            address,
+            bytes,
+            timestamp,
+            deviceId,
+            contextId,
+            streamId,
+            isAsync,
+            memoryPoolConfig
+        );
+    }
 
     /// A synthetic kernel record laid out as CUPTI writes it decodes field by field.
     #[test]

@@ -173,7 +173,9 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
                 .get_or_init(|| crate::sites::SiteTable::build(c));
         }
         // Hostcall records (other CUDA calls that held their thread): unless GPUFL_HOSTCALL_US=0.
-        if knobs.hostcall_us > 0 {
+        // The same callbacks of the allocating functions give `mem` records their stacks and
+        // failures (crate::memcalls), unless GPUFL_MEM_RECORDS=0.
+        if knobs.hostcall_us > 0 || knobs.mem_records {
             COLLECTION.hostcalls.get_or_init(|| HostcallTable::build(c));
         }
         if let Some(cupti) = crate::recorder::cupti_loaded() {
@@ -260,6 +262,7 @@ fn set_collection(
         crate::kernel_detail::abandon();
     }
     set_gpu_kinds(c, gpu_on, notices);
+    set_mem_kind(c, on && knobs().mem_records, notices);
     enable_api_records(c, opts, api_on, notices);
     // Always-on: call-site callbacks inside windows only (like GPU activity).
     set_site_callbacks(c, sub, on && (!aon || window > 0));
@@ -269,7 +272,8 @@ fn set_collection(
         // Hostcalls, all the time (always-on too, like synchronizations); ids the cost guard
         // turned off stay off.
         if let Some(t) = COLLECTION.hostcalls.get() {
-            for (domain, id) in t.ids() {
+            let k = knobs();
+            for (domain, id) in t.enabled_ids(k.hostcall_us > 0, k.mem_records) {
                 let f = u32::from(on && !is_muted(domain, id));
                 (c.enable_callback)(f, sub, domain, id);
             }
@@ -292,6 +296,25 @@ fn set_collection(
     // A call in progress across the switch may have its exit unseen: threads' call markers
     // (crate::callmark) from before are stale.
     crate::sites::callbacks_switched();
+}
+
+/// Turn CUPTI's memory activity (`mem` records, crate::memcalls) on or off: in every mode, all
+/// the time, while recording.
+fn set_mem_kind(c: &Cupti, on: bool, notices: &mut Vec<String>) {
+    // SAFETY: plain CUPTI calls with valid arguments.
+    unsafe {
+        if on {
+            let rc = (c.activity_enable)(cupti::KIND_MEMORY2);
+            if rc != cupti::SUCCESS {
+                notices.push(format!(
+                    "memory activity (mem records): {}",
+                    c.result_string(rc)
+                ));
+            }
+        } else {
+            (c.activity_disable)(cupti::KIND_MEMORY2);
+        }
+    }
 }
 
 /// Turn the call-site callbacks (launches, graph launches, copies, memsets) on or off; the driver domain's stay

@@ -39,6 +39,8 @@ pub const KIND_RUNTIME: u32 = 5;
 pub const KIND_CONCURRENT_KERNEL: u32 = 10;
 pub const KIND_OVERHEAD: u32 = 17;
 pub const KIND_SYNCHRONIZATION: u32 = 38;
+/// CUPTI_ACTIVITY_KIND_MEMORY2: one record per allocation and per free (`mem` records).
+pub const KIND_MEMORY2: u32 = 49;
 
 /// CUPTI_ACTIVITY_FLAG_FLUSH_FORCED.
 pub const FLUSH_FORCED: u32 = 1;
@@ -82,6 +84,8 @@ pub struct Cupti {
     /// `cuptiGetGraphId(CUgraph, uint32_t*)` and `cuptiGetGraphNodeId(CUgraphNode, uint64_t*)`.
     pub get_graph_id: Option<unsafe extern "C" fn(*mut c_void, *mut u32) -> u32>,
     pub get_graph_node_id: Option<unsafe extern "C" fn(*mut c_void, *mut u64) -> u32>,
+    /// `cuptiGetDeviceId(CUcontext, uint32_t*)`.
+    pub get_device_id: Option<unsafe extern "C" fn(*mut c_void, *mut u32) -> u32>,
     /// CUPTI's `InitializeInjectionNvtx2` (NVTX's injection signature; [`crate::nvtx`]).
     pub initialize_injection_nvtx2: Option<unsafe extern "C" fn(*const c_void) -> c_int>,
     /// Kernel detail's SASS metrics API, or which symbol this CUPTI lacks.
@@ -228,6 +232,7 @@ impl Cupti {
             activity_enable_hw_trace: opt!(lib, c"cuptiActivityEnableHWTrace"),
             get_graph_id: opt!(lib, c"cuptiGetGraphId"),
             get_graph_node_id: opt!(lib, c"cuptiGetGraphNodeId"),
+            get_device_id: opt!(lib, c"cuptiGetDeviceId"),
             initialize_injection_nvtx2: opt!(lib, c"InitializeInjectionNvtx2"),
             sass: SassApi::load(&lib),
             pc_sampling: PcSamplingApi::load(&lib),
@@ -270,6 +275,20 @@ impl Cupti {
         let mut id = 0u32;
         // SAFETY: plain CUPTI query with the context and stream handle the API call received.
         (unsafe { f(ctx, stream, per_thread as u8, &mut id) } == SUCCESS).then_some(id)
+    }
+
+    /// The device ordinal of a context, if CUPTI can tell.
+    ///
+    /// # Safety
+    /// `ctx` is a context handle an API callback received (or null).
+    pub unsafe fn device_id(&self, ctx: *mut c_void) -> Option<u32> {
+        let f = self.get_device_id?;
+        if ctx.is_null() {
+            return None;
+        }
+        let mut id = 0u32;
+        // SAFETY: plain CUPTI query with the context handle the API call received.
+        (unsafe { f(ctx, &mut id) } == SUCCESS).then_some(id)
     }
 
     /// Name of an API function by domain and callback id.

@@ -160,6 +160,9 @@ pub fn size_in_params(raw_name: &str) -> bool {
 /// Flags of a callback id in the table.
 const HOSTCALL: u8 = 1;
 const SIZED: u8 = 2;
+/// An allocating function ([`crate::memcalls::is_alloc_fn`]): its call-site stack and its
+/// failure go with `mem` records.
+const MEM: u8 = 4;
 
 /// Callback ids of the hostcall list per domain, from CUPTI's names.
 pub struct HostcallTable {
@@ -196,7 +199,13 @@ impl HostcallTable {
             let own_record =
                 crate::sites::classify(name).is_some() || crate::cbids::is_sync(domain, cbid);
             if is_hostcall(name) && !own_record {
-                *slot = HOSTCALL | if size_in_params(&raw) { SIZED } else { 0 };
+                *slot = HOSTCALL
+                    | if size_in_params(&raw) { SIZED } else { 0 }
+                    | if crate::memcalls::is_alloc_fn(name) {
+                        MEM
+                    } else {
+                        0
+                    };
             }
         }
         HostcallTable {
@@ -227,12 +236,32 @@ impl HostcallTable {
         self.flags(domain, cbid) & SIZED != 0
     }
 
+    /// Whether (domain, cbid) is an allocating function (`mem` records' stacks and failures).
+    #[inline]
+    pub fn is_mem(&self, domain: u32, cbid: u32) -> bool {
+        self.flags(domain, cbid) & MEM != 0
+    }
+
     /// Every (domain, cbid) of the table.
     pub fn ids(&self) -> Vec<(u32, u32)> {
+        self.ids_with(HOSTCALL)
+    }
+
+    /// The ids whose callbacks are to be on: every id with hostcall records on, else the
+    /// allocating ones with `mem` records on.
+    pub fn enabled_ids(&self, hostcalls: bool, mem: bool) -> Vec<(u32, u32)> {
+        match (hostcalls, mem) {
+            (true, _) => self.ids_with(HOSTCALL),
+            (false, true) => self.ids_with(MEM),
+            (false, false) => Vec::new(),
+        }
+    }
+
+    fn ids_with(&self, flag: u8) -> Vec<(u32, u32)> {
         let f = |domain: u32, t: &[u8]| {
             t.iter()
                 .enumerate()
-                .filter(|(_, f)| **f & HOSTCALL != 0)
+                .filter(|(_, f)| **f & flag != 0)
                 .map(move |(i, _)| (domain, i as u32))
                 .collect::<Vec<_>>()
         };
@@ -294,8 +323,12 @@ pub struct HostcallCall<'a> {
     /// Stacks are captured, and whether the process runs Python.
     pub stacks: bool,
     pub python: bool,
-    /// The threshold, ns.
+    /// The threshold, ns (`u64::MAX`: hostcall records off).
     pub threshold_ns: u64,
+    /// `mem` records are on: allocations of at least `mem_stack_bytes` get their stack, failed
+    /// allocations are recorded ([`crate::memcalls`]).
+    pub mem: bool,
+    pub mem_stack_bytes: u64,
 }
 
 /// API entry or exit of a hostcall.
@@ -332,22 +365,22 @@ pub unsafe fn on_api(call: HostcallCall, data: *const c_void) {
         return;
     }
     let end = call.cupti.timestamp();
-    if end.saturating_sub(open.start) < call.threshold_ns {
+    let slow = end.saturating_sub(open.start) >= call.threshold_ns;
+    let mem = call.mem && call.table.is_mem(call.domain, call.cbid);
+    if !slow && !mem {
         if let Some(i) = short_index(call.domain, call.cbid) {
             SHARED.short[i].fetch_add(1, Ordering::Relaxed);
         }
         return;
     }
-    let mut s = Sample::empty();
     // SAFETY (all `cb_field` reads): CUpti_CallbackData field offsets and types.
-    s.corr = unsafe { cupti::cb_field(data, offset_of!(D, correlationId)) };
-    s.ctx = unsafe { cupti::cb_field(data, offset_of!(D, contextUid)) };
-    s.domain = call.domain;
-    s.cbid = call.cbid;
-    s.tid = crate::procinfo::gettid();
-    s.ts = open.start;
-    s.end = end;
     let ret: *const u32 = unsafe { cupti::cb_field(data, offset_of!(D, functionReturnValue)) };
+    // SAFETY: CUPTI's pointer to the call's return value, valid at exit.
+    let ret = if ret.is_null() {
+        0
+    } else {
+        unsafe { ret.read_unaligned() }
+    };
     let bytes = if call.table.sized(call.domain, call.cbid) {
         let params: *const u8 = unsafe { cupti::cb_field(data, offset_of!(D, functionParams)) };
         // SAFETY: the function's parameter struct has a size_t at offset 8 (size_in_params).
@@ -355,24 +388,42 @@ pub unsafe fn on_api(call: HostcallCall, data: *const c_void) {
     } else {
         None
     };
-    s.hostcall = Some(HostcallFacts {
-        bytes,
-        // SAFETY: CUPTI's pointer to the call's return value, valid at exit.
-        ret: if ret.is_null() {
-            0
-        } else {
-            unsafe { ret.read_unaligned() }
-        },
+    let mem = mem
+        .then(|| crate::memcalls::facts(bytes, ret, call.mem_stack_bytes))
+        .flatten();
+    if !slow && mem.is_none() {
+        return;
+    }
+    let mut s = Sample::empty();
+    s.corr = unsafe { cupti::cb_field(data, offset_of!(D, correlationId)) };
+    s.ctx = unsafe { cupti::cb_field(data, offset_of!(D, contextUid)) };
+    s.domain = call.domain;
+    s.cbid = call.cbid;
+    s.tid = crate::procinfo::gettid();
+    s.ts = open.start;
+    s.end = end;
+    s.hostcall = slow.then_some(HostcallFacts { bytes, ret });
+    s.mem = mem.map(|mut m| {
+        if m.failed {
+            let ctx: *mut c_void = unsafe { cupti::cb_field(data, offset_of!(D, context)) };
+            // SAFETY: the context handle this API call received.
+            m.dev = unsafe { call.cupti.device_id(ctx) };
+        }
+        m
     });
+    // A failed allocation always gets its stack (the post-mortem's line); others within the
+    // thread's capture budget.
+    let must = s.mem.is_some_and(|m| m.failed);
     if call.stacks {
-        let afford = BUDGET
-            .try_with(|b| {
-                let mut budget = b.get();
-                let ok = budget.afford(end, crate::sites::budget_ppm());
-                b.set(budget);
-                ok
-            })
-            .unwrap_or(false);
+        let afford = must
+            || BUDGET
+                .try_with(|b| {
+                    let mut budget = b.get();
+                    let ok = budget.afford(end, crate::sites::budget_ppm());
+                    b.set(budget);
+                    ok
+                })
+                .unwrap_or(false);
         if afford {
             s.has_stack = true;
             let cost = stack::capture_for(&mut s, call.python, stack::Purpose::Hostcall);
@@ -452,7 +503,12 @@ impl MutePolicy {
         if now.saturating_duration_since(self.since) < MUTE_WINDOW {
             return;
         }
-        let ids = table.ids();
+        let mut ids = table.ids();
+        // Allocating functions keep their callbacks while `mem` records are on: their stacks
+        // and failures are the memory findings' evidence.
+        if crate::options::knobs().mem_records {
+            ids.retain(|&(d, c)| !table.is_mem(d, c));
+        }
         let off = self.step(now, &ids, |d, c| {
             short_index(d, c).map_or(0, |i| u64::from(SHARED.short[i].swap(0, Ordering::Relaxed)))
         });
@@ -538,6 +594,35 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    /// With hostcall records off and `mem` records on, only the allocating functions'
+    /// callbacks are turned on; the frees and the rest of the list stay off.
+    #[test]
+    fn allocating_functions_alone_when_hostcalls_are_off() {
+        let t = HostcallTable::from_names(real_names());
+        let names = real_names();
+        let name = |(d, c): (u32, u32)| {
+            let raw = &names.iter().find(|n| n.0 == d && n.1 == c).unwrap().2;
+            cupti::strip_version_suffix(raw).to_string()
+        };
+        let mem: Vec<String> = t.enabled_ids(false, true).into_iter().map(name).collect();
+        for want in [
+            "cudaMalloc",
+            "cudaMallocAsync",
+            "cudaMallocManaged",
+            "cuMemAlloc",
+            "cuMemCreate",
+        ] {
+            assert!(mem.iter().any(|n| n == want), "{want} missing from {mem:?}");
+        }
+        assert!(
+            mem.iter().all(|n| crate::memcalls::is_alloc_fn(n)),
+            "{mem:?}"
+        );
+        assert!(!mem.iter().any(|n| n == "cudaFree" || n == "cuModuleLoad"));
+        assert_eq!(t.enabled_ids(true, true).len(), t.ids().len());
+        assert!(t.enabled_ids(false, false).is_empty());
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod hostsampler;
 pub mod inductor;
 pub mod kernel_detail;
 pub mod kernel_stall;
+pub mod memcalls;
 pub mod metrics_feed;
 pub mod modules;
 pub mod nvtx;

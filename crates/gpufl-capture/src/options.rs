@@ -368,6 +368,13 @@ pub struct Knobs {
     pub host_samples_hz: u32,
     /// `GPUFL_HOST_SAMPLE_BUDGET`: share of one core the host sampler may use, percent.
     pub host_sample_budget_pct: f64,
+    // --- memory (memcalls.rs)
+    /// `GPUFL_MEM_RECORDS`: `mem` records (CUPTI's memory activity, failed allocations), unless
+    /// false.
+    pub mem_records: bool,
+    /// `GPUFL_MEM_STACK_BYTES`: allocations of at least this many bytes get their call-site
+    /// stack (0: every allocation whose size the call gives).
+    pub mem_stack_bytes: u64,
     /// One line per variable above set to a value it does not accept ([`knob_warnings`]): the
     /// recorder writes each as a warning notice (and on stderr); the default stands.
     pub warnings: Vec<String>,
@@ -568,6 +575,11 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
         "GPUFL_HOST_SAMPLE_BUDGET",
         (is_percent, "a percentage in (0, 100]"),
     ),
+    (
+        "GPUFL_MEM_RECORDS",
+        (is_bool, "a boolean (1|true|yes|on, 0|false|no|off)"),
+    ),
+    ("GPUFL_MEM_STACK_BYTES", (is_uint, "a number of bytes")),
 ];
 
 /// A line for each knob set to a value it does not accept: the variable, the value, what it
@@ -584,6 +596,9 @@ pub fn knob_warnings(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
 
 /// Default threshold of `hostcall` records, µs (`GPUFL_HOSTCALL_US`).
 pub const DEFAULT_HOSTCALL_US: u32 = 20;
+/// Default size from which an allocation gets its call-site stack, bytes
+/// (`GPUFL_MEM_STACK_BYTES`): 1 MiB.
+pub const DEFAULT_MEM_STACK_BYTES: u64 = 1 << 20;
 /// Default rate of the host sampler, per second per thread (`GPUFL_HOST_SAMPLES`).
 pub const DEFAULT_HOST_SAMPLES_HZ: u32 = 100;
 /// Highest rate of the host sampler, per second per thread.
@@ -727,6 +742,10 @@ impl Knobs {
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .filter(|v| v.is_finite() && *v > 0.0 && *v <= 100.0)
                 .unwrap_or(DEFAULT_HOST_SAMPLE_BUDGET_PCT),
+            mem_records: not_false("GPUFL_MEM_RECORDS"),
+            mem_stack_bytes: get("GPUFL_MEM_STACK_BYTES")
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(DEFAULT_MEM_STACK_BYTES),
             warnings: knob_warnings(&get),
         }
     }
@@ -902,6 +921,10 @@ mod tests {
         assert_eq!(one("GPUFL_HOSTCALL_US", "0").hostcall_us, 0);
         assert_eq!(one("GPUFL_HOSTCALL_US", " 50 ").hostcall_us, 50);
         assert_eq!(one("GPUFL_HOSTCALL_US", "soon").hostcall_us, 20);
+        assert!(one("GPUFL_HOSTCALL_US", "soon").mem_records);
+        assert!(!one("GPUFL_MEM_RECORDS", "0").mem_records);
+        assert_eq!(one("GPUFL_MEM_STACK_BYTES", "0").mem_stack_bytes, 0);
+        assert_eq!(one("GPUFL_MEM_STACK_BYTES", "x").mem_stack_bytes, 1 << 20);
         assert_eq!(one("GPUFL_HOST_SAMPLES", "off").host_samples_hz, 0);
         assert_eq!(one("GPUFL_HOST_SAMPLES", "250").host_samples_hz, 250);
         assert_eq!(one("GPUFL_HOST_SAMPLES", "99999").host_samples_hz, 1000);

@@ -319,6 +319,8 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
             ),
             host_samples_hz: Some(crate::options::knobs().host_samples_hz),
             hostcall_us: Some(crate::options::knobs().hostcall_us),
+            mem_records: Some(crate::options::knobs().mem_records),
+            mem_stack_bytes: Some(crate::options::knobs().mem_stack_bytes),
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -452,7 +454,12 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
                     outermost,
                     stacks: r.opts.enable_stack_trace,
                     python: r.python,
-                    threshold_ns: u64::from(crate::options::knobs().hostcall_us) * 1000,
+                    threshold_ns: match crate::options::knobs().hostcall_us {
+                        0 => u64::MAX,
+                        us => u64::from(us) * 1000,
+                    },
+                    mem: crate::options::knobs().mem_records,
+                    mem_stack_bytes: crate::options::knobs().mem_stack_bytes,
                 };
                 // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
                 unsafe { crate::hostcalls::on_api(call, data) }

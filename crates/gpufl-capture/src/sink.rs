@@ -64,6 +64,12 @@ pub struct Sink {
     pub hostcalls_lost: u64,
     pub hsamples: u64,
     pub hsamples_lost: u64,
+    /// `mem` records written.
+    pub mems: u64,
+    /// Allocation stacks waiting for their memory activity record, and each device's free memory
+    /// at its last telemetry sample (crate::memcalls).
+    mem_join: crate::memcalls::StackJoin,
+    device_free: crate::memcalls::DeviceFree,
     /// Inductor's cache index, made at the first Triton kernel.
     inductor: Option<crate::inductor::Index>,
     /// Kernel names whose generated source was looked up (ids of the current file).
@@ -105,6 +111,9 @@ impl Sink {
             hostcalls_lost: 0,
             hsamples: 0,
             hsamples_lost: 0,
+            mems: 0,
+            mem_join: Default::default(),
+            device_free: Default::default(),
             inductor: None,
             sourced: std::collections::HashSet::new(),
             pending_sources: Vec::new(),
@@ -125,6 +134,9 @@ impl Sink {
     pub fn write(&mut self, rec: &Record) -> Result<(), TraceError> {
         self.dirty = true;
         self.feed.observe(rec);
+        if let Record::Telemetry(t) = rec {
+            self.device_free.observe(t);
+        }
         self.w.write(rec)
     }
 
@@ -251,6 +263,12 @@ impl Sink {
         } else {
             None
         };
+        if let Some(m) = s.mem {
+            self.take_mem_sample(s, m, stack)?;
+            if s.hostcall.is_none() {
+                return Ok(());
+            }
+        }
         if let Some((graph, node)) = s.graph_node {
             return self.write(&Record::Gnode(Gnode {
                 graph,
@@ -304,6 +322,45 @@ impl Sink {
             corr: s.corr,
             tid: Some(s.tid),
             stack,
+        }))
+    }
+
+    /// An allocation call's sample: a failed allocation is written now (`alloc_failed`, with the
+    /// device's free memory at the last telemetry sample); a large one's stack waits for its
+    /// memory activity record.
+    fn take_mem_sample(
+        &mut self,
+        s: &Sample,
+        m: crate::memcalls::MemFacts,
+        stack: Option<StackId>,
+    ) -> Result<(), TraceError> {
+        if !m.failed {
+            if let Some(stack) = stack {
+                self.mem_join.insert(s.corr, stack, s.tid);
+            }
+            return Ok(());
+        }
+        let api = self.api_name(s.domain, s.cbid)?;
+        let name = self
+            .cupti
+            .and_then(|c| c.callback_name(s.domain, s.cbid))
+            .unwrap_or_default();
+        let dev = m.dev.unwrap_or(0);
+        self.mems += 1;
+        self.write(&Record::Mem(Mem {
+            ts: s.ts,
+            op: MemOp::AllocFailed,
+            addr: 0,
+            bytes: m.bytes.unwrap_or(0),
+            mem_kind: crate::memcalls::kind_of(&name),
+            dev,
+            ctx: s.ctx,
+            corr: s.corr,
+            api: Some(api),
+            tid: Some(s.tid),
+            stack,
+            free: self.device_free.get(dev),
+            ..Mem::default()
         }))
     }
 
@@ -519,6 +576,11 @@ impl Sink {
                 self.write(&Record::Api(a))
             }
             Decoded::Overhead(o) => self.write(&Record::Overhead(o)),
+            Decoded::Mem(mut m) => {
+                self.mem_join.attach(&mut m);
+                self.mems += 1;
+                self.write(&Record::Mem(m))
+            }
             Decoded::Other(_) => Ok(()),
         }
     }
@@ -631,6 +693,7 @@ impl Sink {
         self.addr_frames.clear();
         self.py_frames.clear();
         self.stacks.clear();
+        self.mem_join.clear();
         // String ids restart in the new file: its kernels get their source records again.
         self.sourced.clear();
         self.pending_sources.clear();
@@ -863,6 +926,67 @@ mod tests {
         assert!(nodes[0].stack.is_some());
         assert_eq!((nodes[1].node, nodes[1].from), (91, Some(GraphNode(2, 77))));
         assert!(nodes[1].stack.is_none());
+    }
+
+    /// A large allocation's stack joins its memory activity record by correlation id; a free
+    /// stays without; a failed allocation is written at once with its stack and the device's
+    /// free memory at the last telemetry sample.
+    #[test]
+    fn mem_records_get_their_allocation_stacks_and_failures() {
+        let path =
+            std::env::temp_dir().join(format!("gpufl-sink-mem-{}.ndjson.zst", std::process::id()));
+        let mut sink = sink_at(&path);
+        sink.write(&Record::Telemetry(Box::new(Telemetry {
+            dev: 0,
+            mem_used: Some(79 << 30),
+            mem_total: Some(80 << 30),
+            ..Telemetry::default()
+        })))
+        .unwrap();
+        let mut s = Sample::empty();
+        (s.domain, s.cbid, s.corr, s.ctx, s.tid) = (cupti::DOMAIN_RUNTIME, 20, 31, 1, 5);
+        (s.ts, s.end) = (1_000, 2_000);
+        s.has_stack = true;
+        s.len = 1;
+        s.frames[0] = 0x1000;
+        s.mem = crate::memcalls::facts(Some(8 << 20), 0, 1 << 20);
+        sink.take_sample(&s).unwrap();
+        let alloc = activity::synthetic_memory_record(1, 0x7f00_0000_0000, 8 << 20, 1_500, 31);
+        let free = activity::synthetic_memory_record(2, 0x7f00_0000_0000, 8 << 20, 3_000, 32);
+        for r in [&alloc, &free] {
+            sink.take_decoded(unsafe { activity::decode(r.as_ptr()) })
+                .unwrap();
+        }
+        let mut f = s;
+        (f.corr, f.ts) = (40, 4_000);
+        f.mem = crate::memcalls::facts(Some(1 << 30), crate::memcalls::OUT_OF_MEMORY, 1 << 20)
+            .map(|m| crate::memcalls::MemFacts { dev: Some(0), ..m });
+        sink.take_sample(&f).unwrap();
+        assert_eq!(sink.mems, 3);
+        assert_eq!(sink.hostcalls, 0, "a fast allocation is no hostcall");
+        sink.finish("test").unwrap();
+        let recs = read_back(&path);
+        std::fs::remove_file(&path).ok();
+        let mems: Vec<&Mem> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Mem(m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(mems.len(), 3);
+        assert_eq!(
+            (mems[0].op, mems[0].corr, mems[0].tid),
+            (MemOp::Alloc, 31, Some(5))
+        );
+        assert!(mems[0].stack.is_some());
+        assert_eq!((mems[1].op, mems[1].stack), (MemOp::Free, None));
+        let oom = mems[2];
+        assert_eq!(
+            (oom.op, oom.bytes, oom.ts),
+            (MemOp::AllocFailed, 1 << 30, 4_000)
+        );
+        assert_eq!((oom.free, oom.stack), (Some(1 << 30), mems[0].stack));
     }
 
     #[test]

@@ -83,6 +83,9 @@ pub struct Sample {
     /// A CUDA call that held its thread past the hostcall threshold ([`crate::hostcalls`]): the
     /// sample is a `hostcall` record (`ts`..`end` the call), not a call site.
     pub hostcall: Option<HostcallFacts>,
+    /// An allocation call whose stack goes with its `mem` record, or that failed for want of
+    /// memory ([`crate::memcalls`]).
+    pub mem: Option<crate::memcalls::MemFacts>,
     /// Innermost first. Native return addresses, or `PY_TAG | python frame id`.
     pub frames: [u64; MAX_FRAMES],
 }
@@ -108,6 +111,7 @@ impl Sample {
             via_tid: 0,
             graph_node: None,
             hostcall: None,
+            mem: None,
             frames: [0; MAX_FRAMES],
         }
     }

@@ -57,6 +57,13 @@ pub struct RecordArgs {
     /// their stack (default 20; 0 turns them off).
     #[arg(long, value_name = "US")]
     hostcall_us: Option<u32>,
+    /// Give allocations of at least N bytes their call-site stack in `mem` records (default
+    /// 1048576; failed allocations always get theirs).
+    #[arg(long, value_name = "N", conflicts_with = "no_mem_records")]
+    mem_stack_bytes: Option<u64>,
+    /// No `mem` records (allocations, frees, failed allocations).
+    #[arg(long)]
+    no_mem_records: bool,
     /// Print nothing of gpufl's own (the summary included).
     #[arg(short, long)]
     quiet: bool,
@@ -172,6 +179,11 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     if let Some(us) = args.hostcall_us {
         cmd.env("GPUFL_HOSTCALL_US", us.to_string());
+    }
+    if args.no_mem_records {
+        cmd.env("GPUFL_MEM_RECORDS", "0");
+    } else if let Some(n) = args.mem_stack_bytes {
+        cmd.env("GPUFL_MEM_STACK_BYTES", n.to_string());
     }
     if !crate::options::nvtx_injection_set() {
         // NVTX ranges become scopes: NVTX loads this library, which hands over to CUPTI (nvtx.rs).

@@ -289,6 +289,8 @@ fn write_telemetry_session(root: &Path) -> PathBuf {
             call_sites: None,
             host_samples_hz: None,
             hostcall_us: None,
+            mem_records: None,
+            mem_stack_bytes: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),
@@ -485,6 +487,8 @@ fn write_always_on_session(root: &Path, call_sites: Option<&str>) -> PathBuf {
             call_sites: call_sites.map(String::from),
             host_samples_hz: None,
             hostcall_us: None,
+            mem_records: None,
+            mem_stack_bytes: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),

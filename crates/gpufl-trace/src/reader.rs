@@ -790,6 +790,7 @@ fn parse_known(tag: &str, line: &[u8]) -> Option<Result<Record, serde_json::Erro
         "callsite" => p(line, Record::Callsite),
         "hostcall" => p(line, Record::Hostcall),
         "hsample" => p(line, Record::Hsample),
+        "mem" => p(line, Record::Mem),
         "gnode" => p(line, Record::Gnode),
         "stream" => p(line, Record::Stream),
         "capture" => p(line, Record::Capture),

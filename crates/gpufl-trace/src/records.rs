@@ -32,6 +32,7 @@ pub enum Record {
     Callsite(Callsite),
     Hostcall(Hostcall),
     Hsample(Hsample),
+    Mem(Mem),
     Gnode(Gnode),
     Stream(StreamInfo),
     Capture(CaptureState),
@@ -63,6 +64,7 @@ pub const RECORD_TYPES: &[&str] = &[
     "callsite",
     "hostcall",
     "hsample",
+    "mem",
     "gnode",
     "stream",
     "capture",
@@ -95,6 +97,7 @@ impl Record {
             Record::Callsite(_) => "callsite",
             Record::Hostcall(_) => "hostcall",
             Record::Hsample(_) => "hsample",
+            Record::Mem(_) => "mem",
             Record::Gnode(_) => "gnode",
             Record::Stream(_) => "stream",
             Record::Capture(_) => "capture",
@@ -282,6 +285,14 @@ pub struct CaptureOptions {
     /// `hostcall` records existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostcall_us: Option<u32>,
+    /// Whether `mem` records (allocations and frees) were recorded; absent in sessions recorded
+    /// before `mem` records existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_records: Option<bool>,
+    /// Allocations of at least this many bytes get their call-site stack (`mem.stack`); absent
+    /// in sessions recorded before `mem` records existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_stack_bytes: Option<u64>,
 }
 
 /// Whether capture is running; when it is not, `reason` says why (once, clearly).
@@ -624,6 +635,74 @@ pub struct Hostcall {
 
 fn is_zero(v: &u32) -> bool {
     *v == 0
+}
+
+/// What a `mem` record did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MemOp {
+    /// Memory was allocated (or, for virtual memory, mapped) at `addr`.
+    #[default]
+    Alloc,
+    /// The allocation at `addr` was freed (or unmapped).
+    Free,
+    /// An allocation failed: out of memory (`cudaErrorMemoryAllocation` /
+    /// `CUDA_ERROR_OUT_OF_MEMORY`); `bytes` is the size asked for.
+    AllocFailed,
+    /// An operation this reader does not know (written by a newer recorder).
+    #[serde(other)]
+    Unknown,
+}
+
+/// One allocation, free or failed allocation of GPU-visible memory (device, pinned host, managed,
+/// stream-ordered pool memory): CUPTI's memory activity, with the call-site stack of allocations
+/// of at least `options.mem_stack_bytes`; failed allocations come from the API callbacks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Mem {
+    /// Trace-clock time of the operation (ns).
+    pub ts: u64,
+    pub op: MemOp,
+    /// Virtual address of the allocation (0 for a failed allocation).
+    pub addr: u64,
+    /// Bytes allocated or freed; for a failed allocation the bytes asked for.
+    pub bytes: u64,
+    pub mem_kind: MemoryKind,
+    pub dev: u32,
+    /// CUPTI context id (0: unknown).
+    pub ctx: u32,
+    /// Correlation id of the API call that allocated or freed.
+    pub corr: u32,
+    /// CUPTI stream id of a stream-ordered operation (`cudaMallocAsync`, `cudaFreeAsync`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<u32>,
+    /// Base address of the memory pool a stream-ordered allocation came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<u64>,
+    /// Bytes the pool held from the device after the operation (its reserved size), when CUPTI
+    /// reports it: what the device sees of pool memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_bytes: Option<u64>,
+    /// The API function, when known (failed allocations: e.g. `cudaMalloc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<StrId>,
+    /// OS thread id of the caller (present with a stack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u64>,
+    /// CPU stack at the call (allocations of at least `options.mem_stack_bytes`, every failed
+    /// allocation; stacks on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<StackId>,
+    /// Failed allocations: the device's free memory, bytes, at the last telemetry sample before
+    /// the failure (NVML), when telemetry was on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free: Option<u64>,
+}
+
+impl Mem {
+    /// Whether this record adds live bytes (a successful allocation).
+    pub fn is_alloc(&self) -> bool {
+        self.op == MemOp::Alloc
+    }
 }
 
 /// What a sampled host thread was doing ([`Hsample::state`]).

@@ -142,6 +142,8 @@ fn sample_header() -> Header {
             call_sites: None,
             host_samples_hz: None,
             hostcall_us: None,
+            mem_records: None,
+            mem_stack_bytes: None,
         },
         capture: CaptureStatus {
             status: "partial".into(),
@@ -423,6 +425,50 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         ret: 0,
         stack: Some(stack),
     }));
+    let malloc = r.str("cudaMalloc");
+    r.rec(Record::Mem(Mem {
+        ts: t0 + 7,
+        op: MemOp::Alloc,
+        addr: 0x7f00_0000_0000 + (i << 24),
+        bytes: 256 << 20,
+        mem_kind: MemoryKind::Device,
+        dev: 0,
+        ctx: 1,
+        corr: 800 + i as u32,
+        stream: None,
+        pool: None,
+        pool_bytes: None,
+        api: Some(malloc),
+        tid: Some(tid),
+        stack: Some(stack),
+        free: None,
+    }));
+    r.rec(Record::Mem(Mem {
+        ts: t0 + 8,
+        op: MemOp::Free,
+        addr: 0x7f00_0000_0000 + (i << 24),
+        bytes: 256 << 20,
+        mem_kind: MemoryKind::Device,
+        dev: 0,
+        ctx: 1,
+        corr: 801 + i as u32,
+        stream: Some(7),
+        pool: Some(0x7e00_0000_0000),
+        pool_bytes: Some(512 << 20),
+        ..Mem::default()
+    }));
+    r.rec(Record::Mem(Mem {
+        ts: t0 + 9,
+        op: MemOp::AllocFailed,
+        bytes: 80 << 30,
+        mem_kind: MemoryKind::Device,
+        corr: 802 + i as u32,
+        api: Some(malloc),
+        tid: Some(tid),
+        stack: Some(stack),
+        free: Some(1 << 30),
+        ..Mem::default()
+    }));
     r.rec(Record::Hsample(Hsample {
         ts: t0 + 10,
         tid,
@@ -557,6 +603,11 @@ fn refs(r: &Record) -> (Vec<StrId>, Vec<FrameId>, Vec<StackId>) {
         Record::Sync(s) => (vec![], vec![], s.stack.into_iter().collect()),
         Record::Callsite(c) => (vec![c.api], vec![], vec![c.stack]),
         Record::Hostcall(h) => (vec![h.name], vec![], h.stack.into_iter().collect()),
+        Record::Mem(m) => (
+            m.api.into_iter().collect(),
+            vec![],
+            m.stack.into_iter().collect(),
+        ),
         Record::Hsample(h) => (
             h.call.into_iter().collect(),
             vec![],
@@ -661,6 +712,9 @@ fn round_trip_every_record_type_through_a_file() {
         "sync",
         "api",
         "callsite",
+        "hostcall",
+        "hsample",
+        "mem",
         "telemetry",
         "stream",
         "capture",
@@ -1570,6 +1624,46 @@ fn stream_role_from_a_newer_recorder_reads_as_other() {
         serde_json::from_slice(br#"{"t":"stream","ctx":1,"stream":7,"role":"legacy_default"}"#)
             .unwrap();
     assert_eq!(legacy.type_name(), "stream");
+}
+
+#[test]
+fn mem_lines_are_compact_and_tolerate_new_ops() {
+    let free = Record::Mem(Mem {
+        ts: 5,
+        op: MemOp::Free,
+        addr: 4096,
+        bytes: 1 << 20,
+        mem_kind: MemoryKind::Device,
+        dev: 1,
+        ctx: 2,
+        corr: 9,
+        ..Mem::default()
+    });
+    let line = serde_json::to_string(&free).unwrap();
+    assert_eq!(
+        line,
+        r#"{"t":"mem","ts":5,"op":"free","addr":4096,"bytes":1048576,"mem_kind":"device","dev":1,"ctx":2,"corr":9}"#
+    );
+    let failed: Record = serde_json::from_str(
+        r#"{"t":"mem","ts":6,"op":"alloc_failed","addr":0,"bytes":7,"mem_kind":"device","dev":0,"ctx":0,"corr":3,"stack":4,"free":100}"#,
+    )
+    .unwrap();
+    let Record::Mem(f) = failed else {
+        panic!("not a mem record");
+    };
+    assert_eq!(
+        (f.op, f.stack, f.free),
+        (MemOp::AllocFailed, Some(StackId(4)), Some(100))
+    );
+    assert!(!f.is_alloc());
+    let newer: Record = serde_json::from_str(
+        r#"{"t":"mem","ts":6,"op":"remap","addr":1,"bytes":7,"mem_kind":"tiled","dev":0,"ctx":0,"corr":3,"extra":[1]}"#,
+    )
+    .unwrap();
+    let Record::Mem(n) = newer else {
+        panic!("not a mem record");
+    };
+    assert_eq!((n.op, n.mem_kind), (MemOp::Unknown, MemoryKind::Unknown));
 }
 
 #[path = "format/damaged.rs"]

@@ -23,8 +23,13 @@ pub(crate) mod in_loop_sync;
 pub(crate) mod launch_bound;
 pub(crate) mod low_occupancy;
 pub(crate) mod low_utilization;
+pub mod memory_leak;
+pub mod memory_peak;
 pub(crate) mod memory_pressure;
+#[cfg(test)]
+mod memory_tests;
 pub(crate) mod no_copy_compute_overlap;
+pub mod out_of_memory;
 pub(crate) mod pageable_async_copy;
 pub(crate) mod register_spill;
 pub(crate) mod stall_reasons;
@@ -301,6 +306,27 @@ pub static RULES: &[RuleSpec] = &[
         run: Some(Run::Ctx(memory_pressure::run)),
     },
     RuleSpec {
+        name: out_of_memory::RULE,
+        category: System,
+        exact: true,
+        anchor: "rule-out-of-memory",
+        run: Some(Run::Ctx(out_of_memory::run)),
+    },
+    RuleSpec {
+        name: memory_leak::RULE,
+        category: System,
+        exact: true,
+        anchor: "rule-memory-leak",
+        run: Some(Run::Ctx(memory_leak::run)),
+    },
+    RuleSpec {
+        name: memory_peak::RULE,
+        category: System,
+        exact: true,
+        anchor: "rule-memory-peak",
+        run: Some(Run::Ctx(memory_peak::run)),
+    },
+    RuleSpec {
         name: ecc_errors::RULE,
         category: System,
         cause: Cause::Ecc,
@@ -422,6 +448,9 @@ pub enum RuleData {
     BankConflicts(bank_conflicts::Data),
     StallReasons(stall_reasons::Data),
     BlockingCall(blocking_call::Data),
+    OutOfMemory(out_of_memory::Data),
+    MemoryLeak(memory_leak::Data),
+    MemoryPeak(memory_peak::Data),
 }
 
 /// `impl From<rule::Data> for RuleData`, so that a rule hands its figures to
@@ -460,4 +489,7 @@ rule_data_from! {
     BankConflicts(bank_conflicts),
     StallReasons(stall_reasons),
     BlockingCall(blocking_call),
+    OutOfMemory(out_of_memory),
+    MemoryLeak(memory_leak),
+    MemoryPeak(memory_peak),
 }

@@ -17,6 +17,9 @@
 //!   collective-wait explain their gaps with it).
 //! - [`steps`]: the steps of a loop a library runs under one user call (the decode steps of
 //!   `generate()`), from the synchronizations under the call; gpu-idle's roll-up reads it.
+//! - [`memory`]: memory over time from `mem` records: each device's live bytes, the peak and
+//!   its holders by allocating line, each line's growth and churn, the out-of-memory post-mortem
+//!   (the memory rules read it).
 //! - [`graphs`]: CUDA graphs as units (the `graphs` of the analysis; graph-replay-gaps reads it).
 //! - [`attribution`]: where the session's sync and GPU time is attributed (an analysis output).
 //! - [`finish`]: what is done to the insights once every rule has run (scopes, cross-thread
@@ -35,6 +38,7 @@ pub mod graphs;
 pub mod host;
 pub(crate) mod idle;
 pub(crate) mod kernel_site;
+pub mod memory;
 pub(crate) mod steps;
 pub(crate) mod timeline;
 

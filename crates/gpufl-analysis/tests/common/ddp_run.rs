@@ -143,6 +143,8 @@ fn header(app: &str, pid: u32, rank: Option<u32>, host: &str, trace0: u64) -> He
             call_sites: None,
             host_samples_hz: None,
             hostcall_us: None,
+            mem_records: None,
+            mem_stack_bytes: None,
         },
         capture: CaptureStatus {
             status: "ok".into(),

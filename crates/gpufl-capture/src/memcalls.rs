@@ -1,0 +1,262 @@
+//! `mem` records: allocations, frees and failed allocations of GPU-visible memory.
+//!
+//! **Where they come from.** Allocations and frees are CUPTI's memory activity
+//! (`CUPTI_ACTIVITY_KIND_MEMORY2`, decoded by [`crate::activity`]): one record per operation,
+//! with its address, size, memory kind, device, context, stream and the correlation id of the
+//! API call. The activity kind stays on in every mode (always-on included, outside windows too):
+//! an allocation is rare next to launches, and the out-of-memory post-mortem needs what was
+//! alive long before the crash.
+//!
+//! **Stacks and failures.** The allocating functions ([`is_alloc_fn`]) are on the hostcall
+//! table ([`crate::hostcalls`]); at their exit callback, an allocation of at least
+//! `GPUFL_MEM_STACK_BYTES` (default [`crate::options::DEFAULT_MEM_STACK_BYTES`]) captures its
+//! stack within the thread's capture budget, and a failed one ([`OUT_OF_MEMORY`]) always does.
+//! Smaller allocations get no stack. The writer joins a captured stack to the activity record of
+//! the same correlation id ([`StackJoin`]) and writes a failed allocation at once, with the
+//! device's free memory at the last telemetry sample ([`DeviceFree`]: NVML, read by the telemetry
+//! thread; nothing is asked of CUDA or NVML from the callback).
+//!
+//! **Hot path.** Nothing beyond the hostcall callback's own: a table lookup, the size read from
+//! the call's parameters, a comparison; the stack capture and a push on the bounded sample queue
+//! for large or failed allocations only. No lock, no allocation.
+
+use gpufl_trace::{Mem, MemOp, MemoryKind, StackId, Telemetry};
+use std::collections::{HashMap, VecDeque};
+
+/// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY`: both 2.
+pub const OUT_OF_MEMORY: u32 = 2;
+
+/// Stacks waiting for their activity record, at most (the oldest go first).
+pub const MAX_PENDING_STACKS: usize = 8192;
+
+/// Whether the function (its name without the version suffix) allocates memory: its call-site
+/// stack goes with the `mem` record of what it allocated, and its failure is an out-of-memory.
+pub fn is_alloc_fn(name: &str) -> bool {
+    let base = name.strip_suffix("_ptsz").unwrap_or(name);
+    base.starts_with("cudaMalloc")
+        || base.starts_with("cuMemAlloc")
+        || matches!(base, "cudaHostAlloc" | "cuMemHostAlloc" | "cuMemCreate")
+}
+
+/// The kind of memory an allocating function (its name) allocates.
+pub fn kind_of(name: &str) -> MemoryKind {
+    let base = name.strip_suffix("_ptsz").unwrap_or(name);
+    if matches!(
+        base,
+        "cudaMallocHost" | "cudaHostAlloc" | "cuMemAllocHost" | "cuMemHostAlloc"
+    ) {
+        MemoryKind::Pinned
+    } else if base.contains("Managed") {
+        MemoryKind::Managed
+    } else if base.contains("Array") {
+        MemoryKind::Array
+    } else {
+        MemoryKind::Device
+    }
+}
+
+/// What the allocation callback hands the writer besides the sample's common fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemFacts {
+    /// Bytes asked for, when the call's parameters give it.
+    pub bytes: Option<u64>,
+    /// The call's return code.
+    pub ret: u32,
+    /// The call failed for want of memory: the writer writes an `alloc_failed` record.
+    pub failed: bool,
+    /// The device of the call's context (failed allocations).
+    pub dev: Option<u32>,
+}
+
+/// The facts of an allocation call's exit worth a sample: a failure for want of memory, or a
+/// successful allocation of at least `threshold` bytes. None: nothing to record here (its
+/// activity record is written without a stack).
+pub fn facts(bytes: Option<u64>, ret: u32, threshold: u64) -> Option<MemFacts> {
+    let failed = ret == OUT_OF_MEMORY;
+    let large = ret == 0 && bytes.is_some_and(|b| b >= threshold);
+    (failed || large).then_some(MemFacts {
+        bytes,
+        ret,
+        failed,
+        dev: None,
+    })
+}
+
+/// The writer's join of allocation stacks (from the callbacks) to CUPTI's memory records, by
+/// correlation id. Bounded: the oldest stacks are forgotten past [`MAX_PENDING_STACKS`] (an
+/// allocation whose activity record never comes).
+#[derive(Default)]
+pub struct StackJoin {
+    by_corr: HashMap<u32, (StackId, u64)>,
+    order: VecDeque<u32>,
+}
+
+impl StackJoin {
+    /// Remember the stack and thread of the allocation call `corr`.
+    pub fn insert(&mut self, corr: u32, stack: StackId, tid: u64) {
+        if self.by_corr.insert(corr, (stack, tid)).is_none() {
+            self.order.push_back(corr);
+        }
+        while self.order.len() > MAX_PENDING_STACKS {
+            if let Some(old) = self.order.pop_front() {
+                self.by_corr.remove(&old);
+            }
+        }
+    }
+
+    /// Give an allocation record its call's stack and thread, if captured.
+    pub fn attach(&mut self, m: &mut Mem) {
+        if m.op != MemOp::Alloc || m.stack.is_some() {
+            return;
+        }
+        if let Some((stack, tid)) = self.by_corr.remove(&m.corr) {
+            m.stack = Some(stack);
+            m.tid = Some(tid);
+        }
+    }
+
+    /// Stacks waiting.
+    pub fn len(&self) -> usize {
+        self.by_corr.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_corr.is_empty()
+    }
+
+    /// Forget every stack (a new trace file: stack ids start over).
+    pub fn clear(&mut self) {
+        self.by_corr.clear();
+        self.order.clear();
+    }
+}
+
+/// Each device's free memory at its last telemetry sample (NVML: total − used).
+#[derive(Default)]
+pub struct DeviceFree {
+    free: HashMap<u32, u64>,
+}
+
+impl DeviceFree {
+    /// Take a telemetry sample.
+    pub fn observe(&mut self, t: &Telemetry) {
+        if let (Some(total), Some(used)) = (t.mem_total, t.mem_used) {
+            self.free.insert(t.dev, total.saturating_sub(used));
+        }
+    }
+
+    /// The device's free bytes at its last sample.
+    pub fn get(&self, dev: u32) -> Option<u64> {
+        self.free.get(&dev).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocating_functions_by_name() {
+        for f in [
+            "cudaMalloc",
+            "cudaMallocAsync_ptsz",
+            "cudaMallocManaged",
+            "cudaMallocHost",
+            "cudaHostAlloc",
+            "cuMemAlloc",
+            "cuMemAllocAsync",
+            "cuMemHostAlloc",
+            "cuMemCreate",
+        ] {
+            assert!(is_alloc_fn(f), "{f}");
+        }
+        for f in [
+            "cudaFree",
+            "cuMemFree",
+            "cuMemMap",
+            "cudaFreeAsync",
+            "cudaMemcpy",
+        ] {
+            assert!(!is_alloc_fn(f), "{f}");
+        }
+    }
+
+    #[test]
+    fn memory_kind_by_function() {
+        assert_eq!(kind_of("cudaMallocHost"), MemoryKind::Pinned);
+        assert_eq!(kind_of("cuMemHostAlloc"), MemoryKind::Pinned);
+        assert_eq!(kind_of("cudaMallocManaged"), MemoryKind::Managed);
+        assert_eq!(kind_of("cudaMallocAsync_ptsz"), MemoryKind::Device);
+        assert_eq!(kind_of("cuMemCreate"), MemoryKind::Device);
+    }
+
+    #[test]
+    fn facts_of_large_and_failed_allocations_only() {
+        let mib = 1 << 20;
+        assert_eq!(facts(Some(mib - 1), 0, mib), None);
+        assert!(facts(Some(mib), 0, mib).is_some_and(|f| !f.failed));
+        // A failure is recorded whatever its size, and even when the size is not known.
+        assert!(facts(Some(16), OUT_OF_MEMORY, mib).is_some_and(|f| f.failed));
+        assert!(facts(None, OUT_OF_MEMORY, mib).is_some_and(|f| f.failed));
+        // Another error (an invalid value) is not an out-of-memory.
+        assert_eq!(facts(Some(1 << 40), 1, mib), None);
+        assert_eq!(facts(None, 0, 0), None);
+    }
+
+    #[test]
+    fn the_join_attaches_once_and_forgets_the_oldest() {
+        let mut j = StackJoin::default();
+        j.insert(7, StackId(3), 42);
+        let mut m = Mem {
+            corr: 7,
+            ..Mem::default()
+        };
+        j.attach(&mut m);
+        assert_eq!((m.stack, m.tid), (Some(StackId(3)), Some(42)));
+        let mut again = Mem {
+            corr: 7,
+            ..Mem::default()
+        };
+        j.attach(&mut again);
+        assert_eq!(again.stack, None);
+        // A free never takes an allocation's stack.
+        j.insert(8, StackId(4), 42);
+        let mut free = Mem {
+            corr: 8,
+            op: MemOp::Free,
+            ..Mem::default()
+        };
+        j.attach(&mut free);
+        assert_eq!(free.stack, None);
+        for c in 100..100 + MAX_PENDING_STACKS as u32 {
+            j.insert(c, StackId(1), 1);
+        }
+        assert_eq!(j.len(), MAX_PENDING_STACKS);
+        let mut old = Mem {
+            corr: 8,
+            ..Mem::default()
+        };
+        j.attach(&mut old);
+        assert_eq!(old.stack, None, "the oldest stack was forgotten");
+    }
+
+    #[test]
+    fn free_memory_from_the_last_sample() {
+        let mut f = DeviceFree::default();
+        assert_eq!(f.get(0), None);
+        f.observe(&Telemetry {
+            dev: 0,
+            mem_used: Some(70 << 30),
+            mem_total: Some(80 << 30),
+            ..Telemetry::default()
+        });
+        f.observe(&Telemetry {
+            dev: 0,
+            mem_used: Some(79 << 30),
+            mem_total: Some(80 << 30),
+            ..Telemetry::default()
+        });
+        assert_eq!(f.get(0), Some(1 << 30));
+        assert_eq!(f.get(1), None);
+    }
+}
