@@ -335,6 +335,7 @@ if has toggle; then
       bare) $PY $LB bare ;;
       gpufl-full) gpufl record -q -o $T -- $PY $LB $1 ;;
       gpufl-no-host) gpufl record -q --no-host-samples --hostcall-us 0 -o $T -- $PY $LB $1 ;;
+      gpufl-no-mem) gpufl record -q --no-mem-records -o $T -- $PY $LB $1 ;;
       always-on-no-host) gpufl record -q --always-on --no-host-samples --hostcall-us 0 -o $T -- $PY $LB $1 ;;
       gpufl-always-on) gpufl record -q --always-on -o $T -- $PY $LB $1 ;;
       always-on-no-sites) GPUFL_SITE_STACKS=0 gpufl record -q --always-on -o $T -- $PY $LB $1 ;;

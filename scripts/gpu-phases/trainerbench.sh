@@ -5,7 +5,7 @@
 # gpufl-api-discard (API records collected by CUPTI, dropped by the writer unwritten),
 # gpufl-api-cb (launch api records made by the call-site callbacks, GPUFL_API_FROM=callbacks),
 # gpufl-kernels-only, gpufl-subscribed (CUPTI subscribed, nothing collected, no telemetry),
-# gpufl-no-telemetry, gpufl-no-host-samples (the host sampler off), gpufl-no-host-time (host sampler
+# gpufl-no-telemetry, gpufl-no-mem (no mem records, issue 38), gpufl-no-host-samples (the host sampler off), gpufl-no-host-time (host sampler
 # and hostcall records off: the recorder before issue 35), gpufl-always-on-no-host (likewise in
 # always-on), gpufl-no-sync (no synchronization callbacks), cupti-kernels-discard
 # (CUPTI's concurrent-kernel records only, returned unread: the floor of any recorder that collects
@@ -39,6 +39,7 @@ run_trainer() { # mode args...
     gpufl-no-telemetry) GPUFL_TELEMETRY_MS=0 gpufl record -q -o "$TB/notel" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-no-host-samples) gpufl record -q --no-host-samples -o "$TB/nohs" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-no-host-time) gpufl record -q --no-host-samples --hostcall-us 0 -o "$TB/nohost" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
+    gpufl-no-mem) gpufl record -q --no-mem-records -o "$TB/nomem" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     gpufl-always-on-no-host) gpufl record -q --always-on --no-host-samples --hostcall-us 0 -o "$TB/aon-nohost" -- $PY bench/trainer_bench.py --mode $m "$@" ;;
     torch-profiler) $PY bench/trainer_bench.py --mode $m "$@" --profiler ;;
   esac
