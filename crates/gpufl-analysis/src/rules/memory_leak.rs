@@ -7,12 +7,12 @@
 //!   grew by at least [`MIN_GROWTH_BYTES`] from its first allocation to the end.
 //! - **Figures:** growth in all, per allocation (≈ per iteration of the loop that allocates) and
 //!   per second, live bytes at the end, allocations and frees.
-//! - **Severity:** HIGH when the device ran out of memory (an `alloc_failed` record), MEDIUM when
-//!   the growth is at least [`MEDIUM_SHARE`] of the device's memory, LOW otherwise. **Impact:** 0
-//!   (a risk, not time lost; `out-of-memory` carries the crash's).
+//! - **Severity:** by the ranking's one formula (docs/insights.md "Ranking and severity"):
+//!   **impact** 0 (a risk, not time lost; `out-of-memory` carries the crash's, and a leak at the
+//!   failing line is a facet of that finding: both are the device-memory cause), so LOW.
 //! - **Location:** the allocating line.
 
-use crate::insight::{fmt_duration, Insight, Severity};
+use crate::insight::{fmt_duration, Insight};
 use crate::shared::memory::{self, fmt_bytes, LineMem};
 use crate::shared::Ctx;
 use serde::Serialize;
@@ -26,8 +26,6 @@ pub const MIN_RISING: f64 = 0.8;
 pub const MIN_KEPT: f64 = 0.9;
 /// Growth from the first allocation to the end, bytes.
 pub const MIN_GROWTH_BYTES: u64 = 16 << 20;
-/// Growth share of the device's memory from which the finding is MEDIUM.
-pub const MEDIUM_SHARE: f64 = 0.1;
 
 /// The rule's own figures.
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -73,14 +71,6 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
                 0.0
             };
             let oom = scan.failures.iter().any(|f| f.dev == l.dev);
-            let total = memory::device_total(cx, l.dev);
-            let severity = if oom {
-                Severity::High
-            } else if total.is_some_and(|t| growth as f64 >= MEDIUM_SHARE * t as f64) {
-                Severity::Medium
-            } else {
-                Severity::Low
-            };
             let title = format!(
                 "Memory grows at {} on GPU {} · +{} over {} allocations, never freed",
                 loc.short(),
@@ -107,7 +97,6 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             Insight::new(RULE, loc, title, detail, FIX)
                 .count(l.allocs)
                 .window(span)
-                .severity(severity)
                 .data(Data {
                     device: l.dev,
                     allocs: l.allocs,

@@ -2,15 +2,16 @@
 //! lines holding it then, with the memory over time.
 //!
 //! - **Fires** per device with allocations.
-//! - **Severity:** LOW (information), MEDIUM when the peak is at least [`NEAR_PCT`] % of the
-//!   device's memory (telemetry's `mem_total`, else the header's). **Impact:** 0.
+//! - **Severity:** by the ranking's one formula: **impact** 0 (information), so LOW; the title
+//!   says when the peak is at least [`NEAR_PCT`] % of the device's memory (telemetry's
+//!   `mem_total`, else the header's).
 //! - **Figures:** the peak and when, the largest holders by allocating line, live bytes at the
 //!   end, allocations and frees, the busiest line by allocations and frees per second (churn), and
 //!   the memory over time ([`crate::shared::memory::MAX_SERIES_POINTS`] points at most, each the
 //!   highest of its stretch: `[ns after the first record, live bytes]`).
 //! - **Location:** the largest holder's line (the device when it has no stack).
 
-use crate::insight::{Insight, Severity};
+use crate::insight::Insight;
 use crate::shared::memory::{self, fmt_bytes, holders_data, holders_text, HolderData};
 use crate::shared::Ctx;
 use crate::userframe::SourceLoc;
@@ -84,7 +85,11 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
                 d.dev,
                 fmt_bytes(d.peak_bytes),
                 share
-                    .map(|s| format!(" ({:.0}% of the device)", s * 100.0))
+                    .map(|s| format!(
+                        " ({:.0}% of the device{})",
+                        s * 100.0,
+                        if near { ": close to running out" } else { "" }
+                    ))
                     .unwrap_or_default()
             );
             let mut detail = format!(
@@ -105,7 +110,6 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             }
             Insight::new(RULE, loc, title, detail, FIX)
                 .count(d.allocs)
-                .severity(if near { Severity::Medium } else { Severity::Low })
                 .data(Data {
                     device: d.dev,
                     peak_bytes: d.peak_bytes,

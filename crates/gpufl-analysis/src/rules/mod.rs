@@ -308,6 +308,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: out_of_memory::RULE,
         category: System,
+        cause: Cause::DeviceMemory,
         exact: true,
         anchor: "rule-out-of-memory",
         run: Some(Run::Ctx(out_of_memory::run)),
@@ -315,6 +316,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: memory_leak::RULE,
         category: System,
+        cause: Cause::DeviceMemory,
         exact: true,
         anchor: "rule-memory-leak",
         run: Some(Run::Ctx(memory_leak::run)),
@@ -322,6 +324,7 @@ pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         name: memory_peak::RULE,
         category: System,
+        cause: Cause::DeviceMemory,
         exact: true,
         anchor: "rule-memory-peak",
         run: Some(Run::Ctx(memory_peak::run)),
