@@ -83,18 +83,27 @@ pub fn facts(bytes: Option<u64>, ret: u32, threshold: u64) -> Option<MemFacts> {
 }
 
 /// The writer's join of allocation stacks (from the callbacks) to CUPTI's memory records, by
-/// correlation id. Bounded: the oldest stacks are forgotten past [`MAX_PENDING_STACKS`] (an
+/// correlation id, else by time: the allocation call whose span (entry to exit) holds the
+/// record's timestamp (should CUPTI give the memory record the correlation id of a driver call
+/// made inside the runtime call the callback saw). Bounded: the oldest stacks are forgotten past [`MAX_PENDING_STACKS`] (an
 /// allocation whose activity record never comes).
 #[derive(Default)]
 pub struct StackJoin {
-    by_corr: HashMap<u32, (StackId, u64)>,
+    by_corr: HashMap<u32, Pending>,
     order: VecDeque<u32>,
 }
 
 impl StackJoin {
-    /// Remember the stack and thread of the allocation call `corr`.
-    pub fn insert(&mut self, corr: u32, stack: StackId, tid: u64) {
-        if self.by_corr.insert(corr, (stack, tid)).is_none() {
+    /// Remember the stack and thread of the allocation call `corr`, which ran from `start` to
+    /// `end`.
+    pub fn insert(&mut self, corr: u32, stack: StackId, tid: u64, start: u64, end: u64) {
+        let p = Pending {
+            stack,
+            tid,
+            start,
+            end,
+        };
+        if self.by_corr.insert(corr, p).is_none() {
             self.order.push_back(corr);
         }
         while self.order.len() > MAX_PENDING_STACKS {
@@ -109,9 +118,17 @@ impl StackJoin {
         if m.op != MemOp::Alloc || m.stack.is_some() {
             return;
         }
-        if let Some((stack, tid)) = self.by_corr.remove(&m.corr) {
-            m.stack = Some(stack);
-            m.tid = Some(tid);
+        let key = if self.by_corr.contains_key(&m.corr) {
+            Some(m.corr)
+        } else {
+            self.by_corr
+                .iter()
+                .find(|(_, p)| p.start <= m.ts && m.ts <= p.end)
+                .map(|(&c, _)| c)
+        };
+        if let Some(p) = key.and_then(|c| self.by_corr.remove(&c)) {
+            m.stack = Some(p.stack);
+            m.tid = Some(p.tid);
         }
     }
 
@@ -129,6 +146,15 @@ impl StackJoin {
         self.by_corr.clear();
         self.order.clear();
     }
+}
+
+/// A captured allocation stack: the stack, its thread, the call's span (trace clock).
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    stack: StackId,
+    tid: u64,
+    start: u64,
+    end: u64,
 }
 
 /// Each device's free memory at its last telemetry sample (NVML: total − used).
@@ -206,7 +232,7 @@ mod tests {
     #[test]
     fn the_join_attaches_once_and_forgets_the_oldest() {
         let mut j = StackJoin::default();
-        j.insert(7, StackId(3), 42);
+        j.insert(7, StackId(3), 42, 10, 20);
         let mut m = Mem {
             corr: 7,
             ..Mem::default()
@@ -220,7 +246,7 @@ mod tests {
         j.attach(&mut again);
         assert_eq!(again.stack, None);
         // A free never takes an allocation's stack.
-        j.insert(8, StackId(4), 42);
+        j.insert(8, StackId(4), 42, 10, 20);
         let mut free = Mem {
             corr: 8,
             op: MemOp::Free,
@@ -229,7 +255,7 @@ mod tests {
         j.attach(&mut free);
         assert_eq!(free.stack, None);
         for c in 100..100 + MAX_PENDING_STACKS as u32 {
-            j.insert(c, StackId(1), 1);
+            j.insert(c, StackId(1), 1, 10, 20);
         }
         assert_eq!(j.len(), MAX_PENDING_STACKS);
         let mut old = Mem {
@@ -238,6 +264,28 @@ mod tests {
         };
         j.attach(&mut old);
         assert_eq!(old.stack, None, "the oldest stack was forgotten");
+    }
+
+    #[test]
+    fn a_record_of_another_correlation_id_joins_the_call_it_happened_in() {
+        let mut j = StackJoin::default();
+        j.insert(10, StackId(1), 7, 1_000, 2_000);
+        j.insert(11, StackId(2), 7, 3_000, 4_000);
+        let mut m = Mem {
+            corr: 99,
+            ts: 3_500,
+            ..Mem::default()
+        };
+        j.attach(&mut m);
+        assert_eq!(m.stack, Some(StackId(2)));
+        let mut outside = Mem {
+            corr: 98,
+            ts: 2_500,
+            ..Mem::default()
+        };
+        j.attach(&mut outside);
+        assert_eq!(outside.stack, None);
+        assert_eq!(j.len(), 1);
     }
 
     #[test]

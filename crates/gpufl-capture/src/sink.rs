@@ -336,7 +336,7 @@ impl Sink {
     ) -> Result<(), TraceError> {
         if !m.failed {
             if let Some(stack) = stack {
-                self.mem_join.insert(s.corr, stack, s.tid);
+                self.mem_join.insert(s.corr, stack, s.tid, s.ts, s.end);
             }
             return Ok(());
         }
