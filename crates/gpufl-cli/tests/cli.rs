@@ -859,3 +859,58 @@ fn generate_reports_the_host_time_per_decode_step_by_library_line() {
         "{text}"
     );
 }
+
+/// Issue 38's sessions recorded on the H100 (`bash scripts/gpu-check.sh memory`): (a) a PyTorch
+/// loop keeping 256 MiB tensors until out of memory; (b) a C++ loop leaking 8 MiB cudaMallocs;
+/// (c) cudaMallocAsync on a pool, and PyTorch with expandable segments (1 GiB at the peak, the
+/// programs' own cudaMemGetInfo deltas 1024 and 1040 MiB).
+#[test]
+fn recorded_memory_findings() {
+    let file_line = |i: &serde_json::Value| {
+        let l = &i["location"];
+        (
+            l["file"].as_str().unwrap().rsplit('/').next().unwrap().to_string(),
+            l["line"].as_u64().unwrap_or(0),
+        )
+    };
+    // (a) the first finding is the failed allocation at the growing line, its holders that line.
+    let v = insights_of("pytorch_oom-");
+    assert_eq!(v[0]["rule"], "out-of-memory", "{}", v[0]["title"]);
+    assert_eq!(file_line(&v[0]), ("pytorch_oom.py".into(), 28));
+    let d = &v[0]["data"];
+    assert_eq!(d["requested_bytes"], 256u64 << 20);
+    let top = &d["holders"][0];
+    assert_eq!(top["location"], "pytorch_oom.py:28", "{top}");
+    assert!(top["bytes"].as_u64().unwrap() > 70u64 << 30, "{top}");
+    let facets: Vec<&str> = v[0]["facets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert!(facets.contains(&"memory-leak"), "{facets:?}");
+    // (b) the leaking line and its growth per allocation.
+    let v = insights_of("leak_loop-");
+    let leak = v
+        .iter()
+        .find(|i| i["rule"] == "memory-leak")
+        .expect("memory-leak");
+    assert_eq!(file_line(leak), ("leak_loop.cu".into(), 47));
+    assert_eq!(leak["data"]["allocs"], 200);
+    assert_eq!(leak["data"]["growth_per_alloc"], 8u64 << 20);
+    // (c) the peaks against the programs' own accounting, within 5 %.
+    for (prefix, mib) in [("mempool_async-", 1024.0), ("pytorch_expandable-", 1040.0)] {
+        let v = insights_of(prefix);
+        let all: Vec<&serde_json::Value> = v
+            .iter()
+            .flat_map(|i| std::iter::once(i).chain(i["facets"].as_array().into_iter().flatten()))
+            .collect();
+        let peak = all
+            .iter()
+            .find(|i| i["rule"] == "memory-peak")
+            .unwrap_or_else(|| panic!("{prefix}: memory-peak"));
+        let got = peak["data"]["peak_bytes"].as_f64().unwrap() / (1u64 << 20) as f64;
+        assert!((got - mib).abs() <= mib * 0.05, "{prefix}: {got} MiB vs {mib}");
+        assert!(peak["data"]["series"].as_array().unwrap().len() > 2);
+    }
+}
