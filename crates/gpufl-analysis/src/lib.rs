@@ -57,6 +57,9 @@
 //! a user location of the context ([`LocIx`]); "none" is an `Option` of one (4 bytes, as the
 //! handle), never a sentinel value.
 //!
+//! [`frames`] says which leading frames of a stack are shown ([`frames::first_shown_frame`]: not
+//! the recorder's, CUPTI's, the driver's nor the CUDA runtime's internals), for every view of a stack.
+//!
 //! [`diff`] compares two analysed sessions (`gpufl diff`): a [`diff::Profile`] of each, then a
 //! typed [`diff::Diff`] of totals, kernels, sync and copy time per line, and insights.
 
@@ -66,6 +69,7 @@ mod corrs;
 pub mod diff;
 pub mod error;
 mod fold;
+pub mod frames;
 pub mod hostlines;
 pub mod ids;
 pub mod insight;

@@ -3,6 +3,7 @@
 use crate::summary::expand_sessions;
 use anyhow::Result;
 use clap::Args;
+use gpufl_analysis::frames::{first_shown_frame, FrameParts};
 use gpufl_trace::{Record, SessionReader, Symbols};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -24,6 +25,11 @@ pub struct DumpArgs {
     /// Stop after N records.
     #[arg(long)]
     pub(crate) limit: Option<usize>,
+    /// Keep every frame of a stack: by default the leading frames of the recorder, CUPTI, the
+    /// driver and the CUDA runtime's internals are left out (the first frame shown is the CUDA
+    /// call the program made, e.g. `cudaStreamSynchronize`).
+    #[arg(long)]
+    pub(crate) all_frames: bool,
 }
 
 pub fn run(args: DumpArgs) -> Result<i32> {
@@ -64,7 +70,7 @@ pub(crate) fn dump_dir(
         let v = if args.raw {
             serde_json::to_value(&rec)?
         } else {
-            resolve(&rec, &syms)?
+            resolve(&rec, &syms, args.all_frames)?
         };
         // JSON: serde escapes every control character, nothing more to do.
         out(&v.to_string())?;
@@ -77,8 +83,9 @@ pub(crate) fn dump_dir(
 }
 
 /// The record as JSON with names and stacks spelled out.
-fn resolve(rec: &Record, syms: &Symbols) -> Result<Value> {
+fn resolve(rec: &Record, syms: &Symbols, all_frames: bool) -> Result<Value> {
     let mut v = serde_json::to_value(rec)?;
+    let stack_json = |syms: &Symbols, id| stack_json(syms, id, all_frames);
     match rec {
         Record::Kernel(k) => v["name"] = json!(syms.str(k.name)),
         Record::Function(f) => v["name"] = json!(syms.str(f.name)),
@@ -113,14 +120,26 @@ fn resolve(rec: &Record, syms: &Symbols) -> Result<Value> {
     Ok(v)
 }
 
-fn stack_json(syms: &Symbols, id: gpufl_trace::StackId) -> Value {
+/// A stack's frames, innermost first, described; from the first shown frame
+/// ([`first_shown_frame`]) unless `all_frames`.
+fn stack_json(syms: &Symbols, id: gpufl_trace::StackId, all_frames: bool) -> Value {
     match syms.stack(id) {
-        Some(frames) => Value::Array(
-            frames
-                .iter()
-                .map(|f| json!(syms.describe_frame(*f)))
-                .collect(),
-        ),
+        Some(frames) => {
+            let from = if all_frames {
+                0
+            } else {
+                first_shown_frame(frames.iter().map(|&f| match syms.frame(f) {
+                    Some(fr) => FrameParts::of_record(fr, syms),
+                    None => FrameParts::default(),
+                }))
+            };
+            Value::Array(
+                frames[from..]
+                    .iter()
+                    .map(|f| json!(syms.describe_frame(*f)))
+                    .collect(),
+            )
+        }
         None => json!(format!("<unknown stack {}>", id.0)),
     }
 }

@@ -35,6 +35,11 @@ pub struct ExportArgs {
     /// Treat frames whose file contains PATTERN as your code (as `gpufl report`).
     #[arg(long = "user-path", value_name = "PATTERN")]
     user_path: Vec<String>,
+    /// Write every frame of a stack: by default the leading frames of the recorder, CUPTI, the
+    /// driver and the CUDA runtime's internals are left out (the first frame written is the CUDA
+    /// call the program made, e.g. `cudaStreamSynchronize`).
+    #[arg(long)]
+    all_frames: bool,
     /// Don't print the summary on stderr.
     #[arg(short, long)]
     quiet: bool,
@@ -55,6 +60,7 @@ pub fn run(args: ExportArgs) -> Result<i32> {
         insights_max_records: args.insights_max_records,
         threads,
         config,
+        all_frames: args.all_frames,
     };
     let file = std::fs::File::create(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;

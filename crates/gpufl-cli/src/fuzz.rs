@@ -696,6 +696,7 @@ fn run_cli_paths(dir: &Path) -> usize {
             r#type: Vec::new(),
             raw,
             limit: None,
+            all_frames: false,
         };
         let mut printed = 0;
         let _ = crate::dump::dump_dir(dir, &args, &mut printed, &mut |l| {

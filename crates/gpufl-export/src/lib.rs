@@ -49,6 +49,10 @@ pub struct Options {
     pub threads: usize,
     /// The analysis' configuration (which frames are the user's).
     pub config: Config,
+    /// Write every frame of a stack: by default its leading frames of the recorder, CUPTI, the
+    /// driver and the CUDA runtime's internals are left out
+    /// (`gpufl_analysis::frames::first_shown_frame`).
+    pub all_frames: bool,
 }
 
 impl Default for Options {
@@ -58,6 +62,7 @@ impl Default for Options {
             insights_max_records: DEFAULT_INSIGHTS_MAX_RECORDS,
             threads: 1,
             config: Config::default(),
+            all_frames: false,
         }
     }
 }
@@ -162,14 +167,7 @@ pub fn export<W: Write>(dirs: &[PathBuf], out: W, opts: &Options) -> Result<Summ
         };
         pids.insert(pid);
         sink.session(sess, sink::SessionMeta { pid, name, gpus })?;
-        let stats = walk::walk(
-            dir,
-            &mut scan,
-            sess,
-            sink.as_mut(),
-            opts.threads,
-            &opts.config.filter,
-        )?;
+        let stats = walk::walk(dir, &mut scan, sess, sink.as_mut(), opts)?;
         let mut notes = scan.warnings.clone();
         notes.extend(scan.insights_note.clone());
         if scan.links.over_cap > 0 {

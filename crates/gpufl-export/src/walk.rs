@@ -7,7 +7,8 @@
 use crate::links::{End, Links};
 use crate::scan::{Clock, Scan};
 use crate::sink::{Arg, Cat, Event, Metric, Sink, Track};
-use crate::ExportError;
+use crate::{ExportError, Options};
+use gpufl_analysis::frames::{first_shown_frame, FrameParts};
 use gpufl_analysis::userframe::FrameFilter;
 use gpufl_trace::{HostState, ParSessionReader, Record, StackId, Symbols};
 use serde::Serialize;
@@ -66,6 +67,8 @@ struct Walker<'a> {
     sampled_to: HashMap<u64, u64>,
     /// Which frames are the user's (a host sample is named by its innermost one).
     filter: &'a FrameFilter,
+    /// Every frame of a stack written, not from the first shown one.
+    all_frames: bool,
     stats: WalkStats,
 }
 
@@ -92,10 +95,21 @@ impl Walker<'_> {
         Track::OtherStreams
     }
 
+    /// A stack's frames described, innermost first, from the first shown one
+    /// ([`first_shown_frame`]: not the recorder's, CUPTI's, the driver's nor the runtime's
+    /// internals) unless every frame is asked for; at most [`MAX_FRAMES`].
     fn stack(&self, id: StackId) -> Vec<String> {
         match self.sym.stack(id) {
             Some(frames) => frames
                 .iter()
+                .skip(if self.all_frames {
+                    0
+                } else {
+                    first_shown_frame(frames.iter().map(|&f| match self.sym.frame(f) {
+                        Some(fr) => FrameParts::of_record(fr, &self.sym),
+                        None => FrameParts::default(),
+                    }))
+                })
                 .take(MAX_FRAMES)
                 .map(|&f| self.sym.describe_frame(f))
                 .collect(),
@@ -615,10 +629,9 @@ pub fn walk(
     scan: &mut Scan,
     sess: u32,
     sink: &mut dyn Sink,
-    threads: usize,
-    filter: &FrameFilter,
+    opts: &Options,
 ) -> Result<WalkStats, ExportError> {
-    let reader = ParSessionReader::open(dir, threads)?;
+    let reader = ParSessionReader::open(dir, opts.threads)?;
     let mut w = Walker {
         sess,
         sink,
@@ -628,7 +641,8 @@ pub fn walk(
         streams: HashSet::new(),
         scopes: HashMap::new(),
         sampled_to: HashMap::new(),
-        filter,
+        filter: &opts.config.filter,
+        all_frames: opts.all_frames,
         stats: WalkStats::default(),
     };
     w.insights(scan)?;

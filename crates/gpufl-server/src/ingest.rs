@@ -27,7 +27,7 @@ use tokio::io::AsyncWriteExt;
 /// Bumped when what ingest stores changes (a newer analysis): sessions stored by an older one
 /// are analysed again at start. 5: the `hostlines` document and the idle findings' `data.host`;
 /// 6: severity from the impact's share of the session, one finding per line and cause (`facets`).
-pub const ANALYSIS_VERSION: i64 = 6;
+pub const ANALYSIS_VERSION: i64 = 7;
 
 /// A claim not finished after this long belongs to an instance that died: taken over.
 pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;

@@ -8,6 +8,7 @@
 //!
 //! Documents of an older analysis (each line with its whole `stack`) read as they were.
 
+use gpufl_analysis::frames::{first_shown_frame, FrameParts};
 use gpufl_analysis::ids::StackIx;
 use gpufl_analysis::lines::LineDetail;
 use gpufl_analysis::Model;
@@ -145,6 +146,14 @@ pub fn build(m: &Model, details: &[(LineDetail, Option<StackIx>)]) -> (String, S
         serde_json::to_string(&lines).unwrap_or_default(),
         serde_json::to_string(&b.stacks).unwrap_or_default(),
     )
+}
+
+/// A stack as the pages and the API show it: from its first shown frame, without the leading
+/// frames of the recorder, CUPTI, the driver and the CUDA runtime's internals
+/// ([`gpufl_analysis::frames::first_shown_frame`]; the documents keep every frame).
+pub fn shown(mut frames: Vec<Frame>) -> Vec<Frame> {
+    let from = first_shown_frame(frames.iter().map(FrameParts::from));
+    frames.split_off(from)
 }
 
 /// The stack of a `lines` document's entry: its `stack_ref` resolved in `stacks`, or (a document

@@ -244,7 +244,7 @@ with cudaFree, which waits for the device to finish all its work (an implicit sy
     let fix = match via {
         Some("torch.cuda.empty_cache()") => FIX_EMPTY_CACHE,
         Some(_) => FIX_CUPY_POOL,
-        None => kind.fix(),
+        None => cx.fix(kind.fix()),
     };
     Insight::new(RULE, location, title, detail, fix)
         .count(g.calls)

@@ -27,6 +27,7 @@
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};
+use crate::shared::advice::Fix;
 use crate::shared::copies::{
     api_name, bandwidth_gbps, call_ns, copy_calls, copy_then_wait, op_span, plural, touches_host,
     where_, window, CopyCall, Names, Window,
@@ -42,11 +43,24 @@ pub(crate) const RULE: &str = "blocking-copy";
 /// Host-to-device synchronous copies of at most this many bytes are ignored (64 KiB, as nsys).
 pub const SMALL_H2D_BYTES: u64 = 64 * 1024;
 
-const FIX: &str = "Use cudaMemcpyAsync / cudaMemsetAsync on a stream you created, from pinned host memory \
-(cudaMallocHost / cudaHostAlloc), and synchronize once, as late as possible, on an event recorded after \
-the work you need. In PyTorch, keep values on the GPU instead of reading them every step with .item() / \
-.cpu() / .tolist() (accumulate on the device, read once per epoch or every N steps), and copy with \
-.to('cpu', non_blocking=True) into pinned memory when you do need them.";
+const FIX: Fix = Fix {
+    native: "Use cudaMemcpyAsync / cudaMemsetAsync on a stream you created, from pinned host memory \
+(cudaMallocHost / cudaHostAlloc), and synchronize once, as late as possible, on an event \
+recorded after the work you need.",
+    python: None,
+    torch: Some("Keep values on the GPU instead of reading them every step with .item() / .cpu() / .tolist() \
+(accumulate on the device, read once per epoch or every N steps), copy with .to('cpu', \
+non_blocking=True) into pinned memory when you do need them, and move inputs with \
+.to(device, non_blocking=True) from pinned tensors (DataLoader(pin_memory=True))."),
+    jax: Some("Keep values on the device instead of reading them every step: float(x), x.item(), \
+np.asarray(x) and print(x) each wait for the device and copy. Accumulate on the device and \
+read every N steps or once at the end, or start the copy early with x.copy_to_host_async() \
+and read it a step later; feed inputs with jax.device_put ahead of the step that needs them."),
+    cupy: Some("Keep values on the GPU instead of reading them every step with .get() / cupy.asnumpy() / \
+float(x) (accumulate on the device, read every N steps), and when you need them, copy on a \
+stream you created (cupy.cuda.Stream(non_blocking=True)) into pinned memory \
+(cupyx.empty_pinned) and synchronize once, on an event recorded after the copy."),
+};
 
 /// The rule's own figures.
 #[derive(Serialize, Clone, Debug, Default, PartialEq)]
@@ -216,7 +230,7 @@ fn insight(cx: &Ctx, loc: LocIx, g: Acc, w: Window) -> Insight {
         g.bytes,
         fmt_duration(g.copy_ns),
     );
-    Insight::new(RULE, location, title, detail, FIX)
+    Insight::new(RULE, location, title, detail, cx.fix(&FIX))
         .count(n)
         .impact(blocked, w.ns, cx.wall_ns)
         .blocked(blocked)

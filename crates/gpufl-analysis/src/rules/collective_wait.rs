@@ -43,6 +43,7 @@ use crate::ids::LocIx;
 use crate::insight::{fmt_duration, share, Insight};
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
+use crate::shared::advice::{advice, Fix, Program};
 use crate::shared::host::{HostActivity, HostGap};
 use crate::shared::timeline::{location_note, most_frequent_per_key, LocationSource, Locator};
 use crate::shared::Ctx;
@@ -50,6 +51,15 @@ use crate::userframe::SourceLoc;
 use crate::Config;
 use serde::Serialize;
 use std::collections::HashMap;
+
+/// Where a late rank's own work goes instead of the training loop.
+const OFF_THE_LOOP: Fix = Fix {
+    native: "a background thread or process",
+    python: Some("worker processes, a background thread"),
+    torch: Some("DataLoader workers, a background thread"),
+    jax: None,
+    cupy: None,
+};
 
 pub(crate) const RULE: &str = "collective-wait";
 /// A collective the late rank reaches this much after every other rank is a late one, ns.
@@ -741,6 +751,8 @@ struct Host {
     gap_ended_at: Option<SourceLoc>,
     /// Not host-bound: the late rank's extra GPU work.
     extra: Vec<ExtraKernel>,
+    /// The late rank's program kind, whose words the fix uses.
+    program: Program,
 }
 
 /// A location: the line, the call before the stretch, how it was found, the scope open there.
@@ -817,6 +829,7 @@ fn host_time(
         moved: None,
         gap_ended_at: None,
         extra: Vec::new(),
+        program: cx.program,
     };
     if host_bound {
         stretch_join(&h, &gaps, &mut host);
@@ -1117,10 +1130,11 @@ fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
     let fix = format!(
         "Make rank {} arrive with the others: find the work only it does before the collective \
          (data loading or preprocessing, logging, checkpointing, evaluation on one rank, an uneven \
-         shard) and move it off the training loop (DataLoader workers, a background thread), spread \
-         it over every rank, or do it at the same point on all of them. The other ranks' GPUs idle \
-         in {what} meanwhile: their kernels are not slow, and no change to them helps.",
-        lr.rank
+         shard) and move it off the training loop ({}), spread it over every rank, or do it at the \
+         same point on all of them. The other ranks' GPUs idle in {what} meanwhile: their kernels \
+         are not slow, and no change to them helps.",
+        lr.rank,
+        advice(host.program, &OFF_THE_LOOP)
     );
     let sev_window = f.window.max(1);
     Insight::new(RULE, host.location, title, detail, fix)

@@ -36,6 +36,7 @@
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};
+use crate::shared::advice::Fix;
 use crate::shared::copies::{
     api_name, gpu_ops, op_span, plural, where_, window, GpuOp, Names, OpKind, Window,
 };
@@ -52,12 +53,24 @@ pub const MIN_WAIT_NS: u64 = 10_000;
 /// Most distinct streams remembered per operation (enough to tell one from several).
 const MAX_STREAMS: usize = 64;
 
-const FIX: &str = "Issue this work on a stream you created (cudaStreamCreate) with the Async API \
-(cudaMemcpyAsync / cudaMemsetAsync / kernel<<<grid, block, 0, stream>>>), and order it against the \
-other streams with events (cudaEventRecord + cudaStreamWaitEvent) where it really depends on them; or \
-compile with nvcc --default-stream per-thread (or use cudaStreamPerThread) so that the default stream no \
-longer synchronizes with the others. Streams created with cudaStreamNonBlocking do not wait on the \
-legacy default stream either. In PyTorch, run side work under torch.cuda.stream(s).";
+const FIX: Fix = Fix {
+    native: "Issue this work on a stream you created (cudaStreamCreate) with the Async API \
+(cudaMemcpyAsync / cudaMemsetAsync / kernel<<<grid, block, 0, stream>>>), and order it \
+against the other streams with events (cudaEventRecord + cudaStreamWaitEvent) where it \
+really depends on them; or compile with nvcc --default-stream per-thread (or use \
+cudaStreamPerThread) so that the default stream no longer synchronizes with the others. \
+Streams created with cudaStreamNonBlocking do not wait on the legacy default stream either.",
+    python: None,
+    torch: Some("Run this work on a stream of its own (s = torch.cuda.Stream(); with torch.cuda.stream(s): …) \
+rather than on the default stream, copy with non_blocking=True, and order it against the \
+other streams with events (torch.cuda.Event.record, s.wait_event / s.wait_stream) where it \
+really depends on them."),
+    jax: None,
+    cupy: Some("Run this work on a stream you created (with cupy.cuda.Stream(non_blocking=True): …) rather \
+than on the legacy default stream, and order it against the other streams with events \
+(cupy.cuda.Event.record, stream.wait_event) where it really depends on them; the per-thread \
+default stream (cupy.cuda.Stream.ptds) does not synchronize with the others either."),
+};
 
 /// The rule's own figures.
 #[derive(Serialize, Clone, Debug, Default, PartialEq)]
@@ -406,7 +419,7 @@ fn insight(cx: &Ctx, loc: LocIx, g: Acc, w: Window) -> Insight {
         waits.join("; "),
         w.describe(impact),
     );
-    Insight::new(RULE, location, title, detail, FIX)
+    Insight::new(RULE, location, title, detail, cx.fix(&FIX))
         .count(n)
         .impact(impact, w.ns, cx.wall_ns)
         .data(Data {

@@ -30,6 +30,7 @@
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};
+use crate::shared::advice::Fix;
 use crate::shared::copies::{gpu_ops, OpKind};
 use crate::shared::copies::{plural, where_, window, Window};
 use crate::shared::Ctx;
@@ -43,10 +44,24 @@ pub(crate) const RULE: &str = "device-wide-sync";
 /// call itself).
 pub const MIN_EXTRA_NS: u64 = 10_000;
 
-const FIX: &str = "Wait only for what you need: cudaStreamSynchronize(stream) on the stream whose results you \
-read, or record an event right after that work (cudaEventRecord) and cudaEventSynchronize it; in PyTorch, \
-torch.cuda.current_stream().synchronize() or a torch.cuda.Event(...).synchronize() instead of \
-torch.cuda.synchronize(). The other streams then keep running while the host goes on.";
+const FIX: Fix = Fix {
+    native: "Wait only for what you need: cudaStreamSynchronize(stream) on the stream whose results you \
+read, or record an event right after that work (cudaEventRecord) and cudaEventSynchronize \
+it, instead of cudaDeviceSynchronize. The other streams then keep running while the host \
+goes on.",
+    python: None,
+    torch: Some("Wait only for what you need: torch.cuda.current_stream().synchronize() (or the stream whose \
+results you read) or a torch.cuda.Event recorded right after that work and its \
+.synchronize(), instead of torch.cuda.synchronize(). The other streams then keep running \
+while the host goes on."),
+    jax: Some("Wait only for what you need: x.block_until_ready() on the arrays whose results you read \
+rather than a wait for all of the device's work. The other work then keeps running while the \
+host goes on."),
+    cupy: Some("Wait only for what you need: stream.synchronize() on the stream whose results you read, or a \
+cupy.cuda.Event recorded right after that work and its .synchronize(), instead of \
+cupy.cuda.Device().synchronize() or cupy.cuda.runtime.deviceSynchronize(). The other streams \
+then keep running while the host goes on."),
+};
 
 /// The rule's own figures.
 #[derive(Serialize, Clone, Debug, Default, PartialEq)]
@@ -259,7 +274,7 @@ fn insight(cx: &Ctx, loc: LocIx, g: Acc, w: Window) -> Insight {
         fmt_duration(g.blocked),
         w.describe(g.extra),
     );
-    Insight::new(RULE, location, title, detail, FIX)
+    Insight::new(RULE, location, title, detail, cx.fix(&FIX))
         .count(g.count)
         .impact(g.extra, w.ns, cx.wall_ns)
         .blocked(g.blocked)

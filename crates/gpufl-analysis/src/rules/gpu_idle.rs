@@ -296,7 +296,9 @@ fn rollups(cx: &Ctx, locator: &Locator, idle: &IdleScan) -> Vec<Insight> {
             top.join(", "),
             j.activity.sentence("the launching thread")
         );
-        let fix = j.fix().unwrap_or_else(|| FIX_LAUNCH.to_string());
+        let fix = j
+            .fix(cx.program)
+            .unwrap_or_else(|| cx.fix(&FIX_LAUNCH).to_string());
         out.push(
             Insight::new(RULE, location, title, detail, fix)
                 .count(gaps)
@@ -458,11 +460,11 @@ fn insight(
         detail += &location_note(src, what);
     }
     let fix = match class {
-        IdleClass::Sync => FIX_SYNC,
-        IdleClass::Other => FIX_OTHER,
-        _ => FIX_LAUNCH,
+        IdleClass::Sync => &FIX_SYNC,
+        IdleClass::Other => &FIX_OTHER,
+        _ => &FIX_LAUNCH,
     };
-    let mut fix = fix.to_string();
+    let mut fix = cx.fix(fix).to_string();
     let (mut location, mut title, mut gap_ended_at) = (location, title, None);
     if let Some((j, off)) = &host {
         detail += &format!("; {}", j.activity.sentence(who));
@@ -499,7 +501,7 @@ fn insight(
                 );
                 gap_ended_at = Some(std::mem::replace(&mut location, new_loc));
             }
-            if let Some(f) = j.fix() {
+            if let Some(f) = j.fix(cx.program) {
                 fix = f;
             }
         } else if let Some([a, b]) = &j.pair {

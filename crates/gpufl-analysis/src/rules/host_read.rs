@@ -22,6 +22,7 @@
 
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, share, Insight};
+use crate::shared::advice::Fix;
 use crate::shared::idle::MIN_GAP_NS;
 use crate::shared::Ctx;
 use crate::views::CopyOp;
@@ -37,11 +38,25 @@ pub const MIN_READS: u64 = 3;
 /// Least share (percent) of the line's span the idle after its reads must reach.
 pub const MIN_SHARE_PCT: u64 = 5;
 
-const FIX: &str = "Keep the value on the device and read it less often: accumulate per-step \
-values in a device array and read it every N steps or once at the end. In JAX, start the copy \
-early and read it a step later (`loss.copy_to_host_async()` after the step, `float(loss)` after \
-the next one is dispatched), or log through `jax.debug.callback`; in PyTorch, the same holds for \
-`.item()` / `.cpu()`.";
+const FIX: Fix = Fix {
+    native: "Keep the value on the device and read it less often: accumulate per-step values in a device \
+array and read it every N steps or once at the end; when you read it, copy it with \
+cudaMemcpyAsync into pinned memory (cudaHostAlloc), record an event after the copy, and wait \
+on the event a step later rather than right away.",
+    python: None,
+    torch: Some("Keep the value on the device and read it less often: accumulate per-step values in a tensor \
+on the GPU (total += loss.detach()) and call .item() / .cpu() every N steps or once at the \
+end; when you need it sooner, copy it with .to('cpu', non_blocking=True) and read it a step \
+later, after a torch.cuda.Event recorded behind the copy has completed."),
+    jax: Some("Keep the value on the device and read it less often: accumulate per-step values in a device \
+array and read it every N steps or once at the end. In JAX, start the copy early and read it \
+a step later (`loss.copy_to_host_async()` after the step, `float(loss)` after the next one \
+is dispatched), or log through `jax.debug.callback`."),
+    cupy: Some("Keep the value on the device and read it less often: accumulate per-step values in a CuPy \
+array and call .get() / cupy.asnumpy() every N steps or once at the end; when you need it \
+sooner, copy it on a stream of your own into pinned memory (cupyx.empty_pinned) and read it \
+a step later, after a cupy.cuda.Event recorded behind the copy has completed."),
+};
 
 /// The rule's own figures.
 #[derive(Serialize, Clone, Debug, Default, PartialEq)]
@@ -145,7 +160,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             fmt_duration(idle)
         );
         out.push(
-            Insight::new(RULE, location, title, detail, FIX)
+            Insight::new(RULE, location, title, detail, cx.fix(&FIX))
                 .count(l.reads)
                 .impact(idle, window, cx.wall_ns)
                 .gpu_idle(idle)

@@ -25,6 +25,7 @@
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, in_function, Insight};
+use crate::shared::advice::Fix;
 use crate::shared::Ctx;
 use std::sync::OnceLock;
 
@@ -34,9 +35,23 @@ pub const MIN_SYNCS: usize = 3;
 /// Fewest kernel launches between consecutive syncs (median over pairs) for the rule to fire.
 pub const MIN_MEDIAN_KERNELS: f64 = 3.0;
 
-const FIX: &str = "Move the sync outside the loop (after it, if you only need the results at the end), or \
-capture the loop body into a CUDA graph (cudaGraphLaunch / torch.cuda.graphs): replay amortizes launch \
-overhead and host-side coordination.";
+const FIX: Fix = Fix {
+    native: "Move the sync outside the loop (after it, if you only need the results at the end), or \
+capture the loop body into a CUDA graph (cudaStreamBeginCapture … cudaGraphLaunch): replay \
+amortizes launch overhead and host-side coordination.",
+    python: None,
+    torch: Some("Move the sync outside the loop (after it, if you only need the results at the end; .item(), \
+.cpu() or printing a tensor in the loop is a sync), or capture the loop body into a CUDA \
+graph (torch.cuda.graphs / torch.cuda.CUDAGraph): replay amortizes launch overhead and \
+host-side coordination."),
+    jax: Some("Move the sync outside the loop: don't read values in it (float(x), np.asarray(x), print, \
+block_until_ready()), read them after it or every N iterations; or run the loop inside one \
+jax.jit function (lax.scan / lax.fori_loop), which dispatches it once."),
+    cupy: Some("Move the sync outside the loop (after it, if you only need the results at the end; .get() or \
+cupy.asnumpy() in the loop is a sync), or capture the loop body into a CUDA graph \
+(stream.begin_capture() … graph.launch()): replay amortizes launch overhead and host-side \
+coordination."),
+};
 
 /// Kernel start times (sorted), built once, on first need (the correlation ids are the
 /// analysis's: [`Ctx::kernel_corrs`]).
@@ -231,7 +246,7 @@ fn line(cx: &Ctx, idx: &KernelIndex, loc: LocIx, syncs: &mut [u32]) -> Option<In
             location,
             format!("In-loop sync × {n} — likely blocking GPU pipelining"),
             detail,
-            FIX,
+            cx.fix(&FIX),
         )
         .count(n as u64)
         .impact(impact, window, cx.wall_ns)

@@ -21,6 +21,7 @@
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, in_function, share, short_function, Insight};
+use crate::shared::advice::Fix;
 use crate::shared::host::{HostActivity, HostGap};
 use crate::shared::timeline::{
     location_note, median_p99, most_frequent_per_key, BusyIndex, LocationSource, Locator,
@@ -38,9 +39,24 @@ pub const MIN_SHORT_PCT: u64 = 50;
 /// The device must be busy less than this share of the function's span, percent.
 pub const MAX_BUSY_PCT: u64 = 50;
 
-const FIX: &str = "Do more work per launch: fuse small kernels (torch.compile, a fused custom kernel), batch \
-the work so that each launch processes more data, or capture the loop into a CUDA graph (torch.cuda.graphs / \
-cudaStreamBeginCapture … cudaGraphLaunch), which replays many kernels for one launch.";
+const FIX: Fix = Fix {
+    native: "Do more work per launch: fuse small kernels into one, batch the work so that each launch \
+processes more data, or capture the loop into a CUDA graph (cudaStreamBeginCapture … \
+cudaStreamEndCapture, cudaGraphInstantiate, then cudaGraphLaunch), which replays many \
+kernels for one launch.",
+    python: None,
+    torch: Some("Do more work per launch: fuse small kernels (torch.compile, a fused custom kernel), batch \
+the work so that each launch processes more data, or capture the loop into a CUDA graph \
+(torch.cuda.graphs / torch.cuda.CUDAGraph, or torch.compile(mode=\"reduce-overhead\")), which \
+replays many kernels for one launch."),
+    jax: Some("Do more work per dispatch: put the whole step (and the loop, with lax.scan or lax.fori_loop) \
+inside one jax.jit function so that XLA fuses its operations and launches them together, and \
+batch the work (jax.vmap, larger batches) so that each kernel processes more data."),
+    cupy: Some("Do more work per launch: fuse elementwise operations (cupy.fuse, cupy.ElementwiseKernel, a \
+RawKernel), batch the work so that each launch processes more data, or capture the loop into \
+a CUDA graph (stream.begin_capture() … stream.end_capture(), then graph.launch()), which \
+replays many kernels for one launch."),
+};
 
 /// Median and 99th percentile (nearest rank), ns.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -528,7 +544,7 @@ fn insight(cx: &Ctx, locator: &Locator, group: &[LineFn]) -> Insight {
         location_note(src, "these launches")
     );
     // What the host was doing in the idle before the short launches' kernels.
-    let (mut location, mut title, mut fix) = (location, title, FIX.to_string());
+    let (mut location, mut title, mut fix) = (location, title, cx.fix(&FIX).to_string());
     let mut gap_ended_at = None;
     let h = cx.host();
     let host = (!h.is_empty()).then(|| {
@@ -555,7 +571,7 @@ fn insight(cx: &Ctx, locator: &Locator, group: &[LineFn]) -> Insight {
                 location.short()
             );
             gap_ended_at = Some(std::mem::replace(&mut location, new_loc));
-            if let Some(f) = j.fix() {
+            if let Some(f) = j.fix(cx.program) {
                 fix = f;
             }
         }

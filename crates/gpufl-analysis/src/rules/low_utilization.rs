@@ -238,11 +238,11 @@ fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
     if nvml.is_some_and(|u| u >= LOW_UTILIZATION * 100.0) {
         detail += "; NVML saw the GPU busier than the kernel timeline: another process may be using this GPU";
     }
-    let fix = match class {
-        IdleClass::Sync => FIX_SYNC,
-        IdleClass::Other | IdleClass::KernelWait => FIX_OTHER,
-        IdleClass::Launch => FIX_LAUNCH,
-    };
+    let fix = cx.fix(match class {
+        IdleClass::Sync => &FIX_SYNC,
+        IdleClass::Other | IdleClass::KernelWait => &FIX_OTHER,
+        IdleClass::Launch => &FIX_LAUNCH,
+    });
     Some(
         Insight::new(RULE, location, title, detail, fix)
             .count(runs.len() as u64)

@@ -12,6 +12,7 @@
 //! - **Location:** the device (no source line).
 
 use crate::insight::{fmt_duration, share, Insight};
+use crate::shared::advice::Fix;
 use crate::shared::Ctx;
 use crate::telemetry::Series;
 use crate::userframe::SourceLoc;
@@ -39,10 +40,34 @@ pub struct Data {
     pub samples: u64,
 }
 
-const FIX: &str = "Leave headroom: a smaller batch, activation checkpointing, lower precision, or freeing \
-tensors you keep alive; in PyTorch compare torch.cuda.memory_allocated() with memory_reserved() (the cache), \
-set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation, and avoid \
-torch.cuda.empty_cache() inside the loop; check `nvidia-smi` for other processes on this GPU.";
+const FIX: Fix = Fix {
+    native:
+        "Leave headroom: smaller batches or working sets, lower precision, or freeing buffers you \
+keep alive; with stream-ordered allocation (cudaMallocAsync), cap what the pool keeps cached \
+(cudaMemPoolAttrReleaseThreshold, cudaMemPoolTrimTo); check `nvidia-smi` for other processes \
+on this GPU.",
+    python: None,
+    torch: Some(
+        "Leave headroom: a smaller batch, activation checkpointing, lower precision, or freeing \
+tensors you keep alive; compare torch.cuda.memory_allocated() with memory_reserved() (the \
+cache), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation, and \
+avoid torch.cuda.empty_cache() inside the loop; check `nvidia-smi` for other processes on \
+this GPU.",
+    ),
+    jax: Some(
+        "Leave headroom: a smaller batch, rematerialization (jax.checkpoint), lower precision, or \
+dropping arrays you keep alive. JAX preallocates 75% of the GPU's memory when it starts, so \
+the memory used includes its pool: XLA_PYTHON_CLIENT_MEM_FRACTION sets that share and \
+XLA_PYTHON_CLIENT_PREALLOCATE=false turns it off; check `nvidia-smi` for other processes on \
+this GPU.",
+    ),
+    cupy: Some(
+        "Leave headroom: smaller arrays or batches, lower precision, or dropping arrays you keep \
+alive; CuPy's memory pool keeps freed blocks cached (compare \
+cupy.get_default_memory_pool().used_bytes() with total_bytes()): bound it with set_limit(); \
+check `nvidia-smi` for other processes on this GPU.",
+    ),
+};
 
 fn above(used: u64, total: u64, pct: u64) -> bool {
     total > 0 && used as u128 * 100 > total as u128 * pct as u128
@@ -102,20 +127,26 @@ fn device(cx: &Ctx, s: &Series) -> Option<Insight> {
         share(above_ns, sampled) * 100.0
     );
     Some(
-        Insight::new(RULE, SourceLoc::device(s.device), title, detail, FIX)
-            .count(n)
-            .window(sampled)
-            .data(Data {
-                device: s.device,
-                peak_used_bytes: used,
-                total_bytes: total,
-                peak_share,
-                above_ns,
-                above_share: share(above_ns, sampled),
-                first_above_offset_ns: (first as i128 - origin as i128)
-                    .clamp(i64::MIN as i128, i64::MAX as i128)
-                    as i64,
-                samples: n,
-            }),
+        Insight::new(
+            RULE,
+            SourceLoc::device(s.device),
+            title,
+            detail,
+            cx.fix(&FIX),
+        )
+        .count(n)
+        .window(sampled)
+        .data(Data {
+            device: s.device,
+            peak_used_bytes: used,
+            total_bytes: total,
+            peak_share,
+            above_ns,
+            above_share: share(above_ns, sampled),
+            first_above_offset_ns: (first as i128 - origin as i128)
+                .clamp(i64::MIN as i128, i64::MAX as i128)
+                as i64,
+            samples: n,
+        }),
     )
 }

@@ -28,6 +28,7 @@ use crate::ids::LocIx;
 use crate::insight::{fmt_duration, in_function, Insight};
 use crate::model::Model;
 use crate::pipeline::{predict, Prediction, Stages};
+use crate::shared::advice::Fix;
 use crate::shared::timeline::{
     device_timelines, issuing_api, location_note, op_corr, op_end, op_start, BusyIndex,
     LocationSource, Locator,
@@ -51,10 +52,24 @@ pub const MAX_OVERLAP_PCT: u64 = 1;
 /// dominate the span, the missing overlap is not what costs the time (gpu-idle reports those).
 pub const MIN_BUSY_PCT: u64 = 50;
 
-const FIX: &str = "Split the data into chunks and pipeline them over 2–4 non-default streams (per chunk: \
-cudaMemcpyAsync host-to-device, the kernel, cudaMemcpyAsync device-to-host, all on the chunk's stream) with \
-pinned host memory (cudaMallocHost / tensor.pin_memory()), so that one chunk's copies overlap another's \
-kernels; keep this work off the legacy default stream, which serializes with every blocking stream.";
+const FIX: Fix = Fix {
+    native: "Split the data into chunks and pipeline them over 2–4 non-default streams (per chunk: \
+cudaMemcpyAsync host-to-device, the kernel, cudaMemcpyAsync device-to-host, all on the \
+chunk's stream) with pinned host memory (cudaMallocHost), so that one chunk's copies overlap \
+another's kernels; keep this work off the legacy default stream, which serializes with every \
+blocking stream.",
+    python: None,
+    torch: Some("Split the data into chunks and pipeline them over 2–4 streams (per chunk, under with \
+torch.cuda.stream(s): the host-to-device copy with .to(device, non_blocking=True), the \
+compute, the copy back with non_blocking=True) from pinned tensors (tensor.pin_memory(), \
+DataLoader(pin_memory=True)), so that one chunk's copies overlap another's kernels; or \
+prefetch the next batch on a side stream while this one computes."),
+    jax: None,
+    cupy: Some("Split the data into chunks and pipeline them over 2–4 streams you created (per chunk, under \
+with cupy.cuda.Stream(non_blocking=True): the host-to-device copy, the kernel, the copy \
+back) from pinned host memory (cupyx.empty_pinned), so that one chunk's copies overlap \
+another's kernels."),
+};
 
 /// The rule's own figures (sums over the line's sequences).
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -386,7 +401,7 @@ fn insight(cx: &Ctx, locator: &Locator, group: &[(Option<LocIx>, LocationSource,
         four.speedup,
         location_note(src, "the copies")
     );
-    Insight::new(RULE, location, title, detail, FIX)
+    Insight::new(RULE, location, title, detail, cx.fix(&FIX))
         .count(n)
         .impact(impact, cx.gpu_wall_ns(), cx.wall_ns)
         .data(Data {

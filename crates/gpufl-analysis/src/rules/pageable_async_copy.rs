@@ -18,6 +18,7 @@
 
 use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};
+use crate::shared::advice::Fix;
 use crate::shared::copies::{
     api_name, bandwidth_gbps, call_ns, copy_calls, copy_then_wait, op_span, plural, where_, window,
     Names, Window,
@@ -29,9 +30,20 @@ use std::collections::{HashMap, HashSet};
 
 pub(crate) const RULE: &str = "pageable-async-copy";
 
-const FIX: &str = "Allocate the host buffer as pinned (page-locked) memory: cudaMallocHost / cudaHostAlloc \
-(or cudaHostRegister an existing buffer); in PyTorch, tensor.pin_memory() or DataLoader(pin_memory=True), \
-then .to(device, non_blocking=True). Reuse pinned buffers rather than allocating them per copy.";
+const FIX: Fix = Fix {
+    native: "Allocate the host buffer as pinned (page-locked) memory: cudaMallocHost / cudaHostAlloc (or \
+cudaHostRegister an existing buffer). Reuse pinned buffers rather than allocating them per \
+copy.",
+    python: None,
+    torch: Some("Copy from pinned (page-locked) memory: tensor.pin_memory() or DataLoader(pin_memory=True), \
+then .to(device, non_blocking=True). Reuse pinned tensors rather than pinning them per copy."),
+    jax: Some("Copies from NumPy arrays in pageable memory are staged by the host: transfer data once \
+(jax.device_put outside the step) and keep it on the device, or prefetch the next batch with \
+jax.device_put while the current step runs, so that the copy overlaps the work."),
+    cupy: Some("Copy from pinned (page-locked) memory: allocate the host array with cupyx.empty_pinned (or \
+cupyx.zeros_pinned) and copy it on a stream of your own. Reuse pinned buffers rather than \
+allocating them per copy."),
+};
 
 /// The rule's own figures.
 #[derive(Serialize, Clone, Debug, Default, PartialEq)]
@@ -124,7 +136,7 @@ fn insight(cx: &Ctx, loc: LocIx, g: Acc, w: Window) -> Insight {
         fmt_duration(g.blocked),
         w.describe(g.blocked),
     );
-    Insight::new(RULE, location, title, detail, FIX)
+    Insight::new(RULE, location, title, detail, cx.fix(&FIX))
         .count(g.count)
         .impact(g.blocked, w.ns, cx.wall_ns)
         .blocked(g.blocked)

@@ -8,6 +8,7 @@ use crate::corrs::KernelCorrs;
 use crate::ids::{CorrId, LocIx, StackIx};
 use crate::intervals::DeviceBusy;
 use crate::model::Model;
+use crate::shared::advice::{advice, Fix, Program};
 use crate::userframe::{user_frame, FrameOrigin, SourceLoc};
 use crate::Config;
 use std::collections::HashMap;
@@ -29,6 +30,8 @@ pub(crate) struct Ctx<'a> {
     pub busy: &'a DeviceBusy,
     /// Which frames are the user's code (the analysis's configuration).
     pub filter: crate::userframe::FrameFilter,
+    /// The kind of program recorded (from its frames), whose words the fixes use.
+    pub program: Program,
     /// Distinct user locations ([`LocIx`] indexes them; see [`Ctx::loc`]).
     pub locs: Vec<SourceLoc>,
     /// Each sync's user location, None for a sync without a stack.
@@ -94,6 +97,7 @@ impl<'a> Ctx<'a> {
             wall_ns,
             busy,
             filter: cfg.filter.clone(),
+            program: Program::of(m),
             locs,
             sync_locs,
             stack_locs,
@@ -121,6 +125,11 @@ impl<'a> Ctx<'a> {
             self.kernel_corrs
                 .get_or_init(|| crate::corrs::sorted_copy(col)),
         )
+    }
+
+    /// The text of a fix in this program's words ([`advice`]).
+    pub fn fix(&self, fix: &Fix) -> &'static str {
+        advice(self.program, fix)
     }
 
     /// A user location.

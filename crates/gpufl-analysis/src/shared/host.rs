@@ -40,6 +40,7 @@
 
 use crate::ids::{LocIx, StackIx};
 use crate::model::Model;
+use crate::shared::advice::{advice, Fix, Program};
 use crate::shared::timeline::Locator;
 use crate::shared::Ctx;
 use crate::text::{fmt_duration, share};
@@ -277,24 +278,55 @@ pub(crate) struct HostTop {
 }
 
 /// The fix when the host was on a CPU at a line during the gaps.
-const FIX_HOST_CPU: &str = "Move the host work at that line off the launching thread or overlap it with GPU work: prepare data in DataLoader workers or a background thread, prefetch the next batch while the GPU runs this one, vectorize the preparation or do it on the GPU, and issue the next GPU work before the CPU work where the order allows.";
+const FIX_HOST_CPU: Fix = Fix {
+    native:
+        "Move the host work at that line off the launching thread or overlap it with GPU work: \
+prepare data in a background thread, prefetch the next batch while the GPU runs this one, \
+vectorize the preparation or do it on the GPU, and issue the next GPU work before the CPU \
+work where the order allows.",
+    python: Some(
+        "Move the host work at that line off the launching thread or overlap it with GPU work: \
+prepare data in worker processes or a background thread, prefetch the next batch while the \
+GPU runs this one, vectorize the preparation or do it on the GPU, and issue the next GPU \
+work before the CPU work where the order allows.",
+    ),
+    torch: Some(
+        "Move the host work at that line off the launching thread or overlap it with GPU work: \
+prepare data in DataLoader workers (num_workers > 0) or a background thread, prefetch the \
+next batch while the GPU runs this one, vectorize the preparation or do it on the GPU, and \
+issue the next GPU work before the CPU work where the order allows.",
+    ),
+    jax: None,
+    cupy: None,
+};
 /// The fix when the host was waiting (I/O, a queue, another thread) at a line.
-const FIX_HOST_WAIT: &str = "The host was waiting at that line (I/O, a queue, another thread) while the GPU had nothing to do: prefetch (DataLoader workers with prefetch_factor, a background loader), read ahead, and queue GPU work before waiting.";
+const FIX_HOST_WAIT: Fix = Fix {
+    native: "The host was waiting at that line (I/O, a queue, another thread) while the GPU had nothing \
+to do: prefetch (a background loader thread), read ahead, and queue GPU work before waiting.",
+    python: Some("The host was waiting at that line (I/O, a queue, another thread) while the GPU had nothing \
+to do: prefetch (worker processes or a background loader), read ahead, and queue GPU work \
+before waiting."),
+    torch: Some("The host was waiting at that line (I/O, a queue, another thread) while the GPU had nothing \
+to do: prefetch (DataLoader workers with prefetch_factor, a background loader), read ahead, \
+and queue GPU work before waiting."),
+    jax: None,
+    cupy: None,
+};
 
 impl Compiler {
-    /// The fix when compilation held the gaps.
-    pub(crate) fn fix(self) -> &'static str {
+    /// The fix when compilation held the gaps (a module load's in the `program`'s words).
+    pub(crate) fn fix(self, program: Program) -> &'static str {
         match self {
             Compiler::Xla => {
-                "Compile once: keep shapes static (pad batches to a few fixed sizes, drop the                  last partial batch), keep Python values that change out of static arguments,                  warm up with every shape you will see before the work you time, and keep                  compiled code across runs (jax.config jax_compilation_cache_dir)."
+                "Compile once: keep shapes static (pad batches to a few fixed sizes, drop the last partial batch), keep Python values that change out of static arguments, warm up with every shape you will see before the work you time, and keep compiled code across runs (jax.config jax_compilation_cache_dir)."
             }
             Compiler::TorchCompile => {
-                "Compile once: find what makes Dynamo compile again (TORCH_LOGS=recompiles),                  mark sizes that change as dynamic or pad them to a few fixed sizes, warm up                  with the shapes you will see, and keep Inductor's caches                  (TORCHINDUCTOR_CACHE_DIR)."
+                "Compile once: find what makes Dynamo compile again (TORCH_LOGS=recompiles), mark sizes that change as dynamic or pad them to a few fixed sizes, warm up with the shapes you will see, and keep Inductor's caches (TORCHINDUCTOR_CACHE_DIR)."
             }
             Compiler::Triton => {
-                "Autotune and compile once: warm up with the shapes you will see, keep Triton's                  cache (TRITON_CACHE_DIR), and narrow the autotuner's configurations or key."
+                "Autotune and compile once: warm up with the shapes you will see, keep Triton's cache (TRITON_CACHE_DIR), and narrow the autotuner's configurations or key."
             }
-            Compiler::ModuleLoad => calls::CallKind::ModuleLoad.fix(),
+            Compiler::ModuleLoad => advice(program, calls::CallKind::ModuleLoad.fix()),
         }
     }
 }
@@ -302,7 +334,7 @@ impl Compiler {
 impl Join {
     /// The fix for what held the gaps, when the join names it (a call, compilation, CPU work or
     /// a wait at a line); None to keep the finding's own.
-    pub(crate) fn fix(&self) -> Option<String> {
+    pub(crate) fn fix(&self, program: Program) -> Option<String> {
         if let Some(t) = &self.line {
             let f = match t.doing {
                 Doing::Call => t
@@ -310,15 +342,15 @@ impl Join {
                     .as_deref()
                     .map(calls::CallKind::of)
                     .filter(|k| *k != calls::CallKind::Other)
-                    .map(|k| k.fix()),
-                Doing::Compile => t.compiler.map(Compiler::fix),
-                Doing::Cpu | Doing::Lock => Some(FIX_HOST_CPU),
-                Doing::Sleep | Doing::Idle => Some(FIX_HOST_WAIT),
+                    .map(|k| advice(program, k.fix())),
+                Doing::Compile => t.compiler.map(|c| c.fix(program)),
+                Doing::Cpu | Doing::Lock => Some(advice(program, &FIX_HOST_CPU)),
+                Doing::Sleep | Doing::Idle => Some(advice(program, &FIX_HOST_WAIT)),
                 Doing::Sync | Doing::Unknown => None,
             };
             return f.map(str::to_string);
         }
-        self.compiling.map(|c| c.fix().to_string())
+        self.compiling.map(|c| c.fix(program).to_string())
     }
 }
 

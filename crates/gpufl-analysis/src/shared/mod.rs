@@ -3,6 +3,8 @@
 //! never another rule.
 //!
 //! - [`Ctx`] (`ctx.rs`): the model, wall time, busy intervals and every stack's user location.
+//! - [`advice`]: the program's kind (C/C++, PyTorch, JAX, CuPy, other Python; [`Ctx::program`])
+//!   and the one function that picks a fix's text in that program's words.
 //! - [`timeline`]: each device's GPU ops in start order, the API call that issued an op, busy
 //!   intervals, the kernels graph launches ran, and [`timeline::Locator`], the user line of a
 //!   launch or copy (its call site, the kernel's sampled call sites, or the next sync).
@@ -29,6 +31,7 @@
 //! kernel table, and the products computed once on first need (every device's idle gaps, the CUDA
 //! graph summary).
 
+pub(crate) mod advice;
 pub mod attribution;
 pub(crate) mod copies;
 mod ctx;

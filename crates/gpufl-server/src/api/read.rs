@@ -237,6 +237,9 @@ pub async fn insights(
 pub struct LineQuery {
     file: String,
     line: i64,
+    /// Every frame of each stack, not from the first shown one.
+    #[serde(default)]
+    all_frames: bool,
 }
 
 /// `GET /api/v1/sessions/{id}/lines?file=&line=`: what happened at the line (gpufl-analysis's
@@ -265,19 +268,25 @@ pub async fn line(
                 .collect()
         })
         .unwrap_or_default();
-    // Each line's stack from the `stacks` document (where ingest keeps each stack once).
-    if lines.iter().any(|l| l.get("stack_ref").is_some()) {
-        let stacks: Option<crate::linedoc::Stacks> = st
-            .db
-            .doc(&c.project_id, &id, "stacks")
-            .await?
-            .and_then(|b| serde_json::from_str(&b).ok());
-        for l in &mut lines {
-            let frames = crate::linedoc::stack_of(l, stacks.as_ref());
-            if let Some(o) = l.as_object_mut() {
-                o.remove("stack_ref");
-                o.insert("stack".into(), json!(frames));
-            }
+    // Each line's stack from the `stacks` document (where ingest keeps each stack once), from its
+    // first shown frame unless `all_frames`.
+    let stacks: Option<crate::linedoc::Stacks> =
+        if lines.iter().any(|l| l.get("stack_ref").is_some()) {
+            st.db
+                .doc(&c.project_id, &id, "stacks")
+                .await?
+                .and_then(|b| serde_json::from_str(&b).ok())
+        } else {
+            None
+        };
+    for l in &mut lines {
+        let mut frames = crate::linedoc::stack_of(l, stacks.as_ref());
+        if !q.all_frames {
+            frames = crate::linedoc::shown(frames);
+        }
+        if let Some(o) = l.as_object_mut() {
+            o.remove("stack_ref");
+            o.insert("stack".into(), json!(frames));
         }
     }
     let ins = parsed(

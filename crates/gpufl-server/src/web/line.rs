@@ -645,6 +645,10 @@ pub async fn page(
             }
         }
     }
+    // Stacks shown from their first shown frame (not the recorder's, CUPTI's, the driver's).
+    for d in docs.iter_mut().filter(|d| at(d)) {
+        d.stack = crate::linedoc::shown(std::mem::take(&mut d.stack));
+    }
     let user_files: HashSet<&str> = docs
         .iter()
         .map(|d| d.location.file.as_str())

@@ -4,6 +4,7 @@
 //! idle findings when the host line they move to is in such a call.
 
 use crate::ids::StackIx;
+use crate::shared::advice::Fix;
 use crate::shared::Ctx;
 use serde::Serialize;
 
@@ -143,44 +144,82 @@ impl CallKind {
         }
     }
 
-    /// The fix.
-    pub(crate) fn fix(self) -> &'static str {
+    /// The fix, in each program's words.
+    pub(crate) fn fix(self) -> &'static Fix {
         match self {
-            CallKind::Free | CallKind::Alloc => {
-                "Allocate outside the loop and reuse the buffer; where sizes vary, use \
-                 stream-ordered allocation (cudaMallocAsync / cudaFreeAsync on the stream, with a \
-                 memory pool whose release threshold keeps memory cached: \
-                 cudaMemPoolAttrReleaseThreshold) or a caching allocator (PyTorch's, CuPy's pool, \
-                 RMM), which return memory without waiting for the device."
-            }
-            CallKind::PinnedAlloc | CallKind::PinnedFree | CallKind::HostRegister => {
-                "Pin host buffers once and reuse them (a pool of pinned staging buffers allocated \
-                 at startup; in PyTorch, pinned tensors reused across steps or \
-                 DataLoader(pin_memory=True) rather than .pin_memory() per batch), and free them \
-                 at the end."
-            }
-            CallKind::ModuleLoad => {
-                "Load modules once, before the work you time: warm up every kernel (one call of \
-                 each, or CUDA_MODULE_LOADING=EAGER), keep JIT-compiled code cached (the \
-                 framework's compilation cache), and do not load or unload modules in the loop."
-            }
-            CallKind::Graph => {
-                "Instantiate a graph once and replay it; when its parameters change, update the \
-                 instantiated graph (cudaGraphExecUpdate, cudaGraphExecKernelNodeSetParams) \
-                 instead of instantiating it again."
-            }
-            CallKind::Lifecycle => {
-                "Create streams, events and contexts once at startup and reuse them; destroy \
-                 them at the end."
-            }
-            CallKind::Config => {
-                "Configure the device once at startup (limits, cache configuration, the device \
-                 to use), not in the loop."
-            }
-            CallKind::Other => "Move the call out of the loop, or do it once and reuse its result.",
+            CallKind::Free | CallKind::Alloc => &FIX_ALLOC,
+            CallKind::PinnedAlloc | CallKind::PinnedFree | CallKind::HostRegister => &FIX_PINNED,
+            CallKind::ModuleLoad => &FIX_MODULE_LOAD,
+            CallKind::Graph => &FIX_GRAPH,
+            CallKind::Lifecycle => &FIX_LIFECYCLE,
+            CallKind::Config => &FIX_CONFIG,
+            CallKind::Other => &FIX_CALL,
         }
     }
 }
+
+const FIX_ALLOC: Fix = Fix {
+    native: "Allocate outside the loop and reuse the buffer; where sizes vary, use stream-ordered \
+allocation (cudaMallocAsync / cudaFreeAsync on the stream, with a memory pool whose release \
+threshold keeps memory cached: cudaMemPoolAttrReleaseThreshold) or a caching allocator \
+(RMM), which return memory without waiting for the device.",
+    python: None,
+    torch: Some("Reuse memory across steps: PyTorch's caching allocator keeps freed blocks, so cudaMalloc / \
+cudaFree in the loop mean it had to grow or hand memory back (torch.cuda.empty_cache(), \
+sizes that change every step, fragmentation): keep tensor sizes steady (pad to a few sizes), \
+allocate buffers once and reuse them, and set \
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation."),
+    jax: None,
+    cupy: Some("Reuse memory across steps: keep CuPy's memory pool (don't free its blocks in the loop) and \
+reuse arrays; where sizes vary, use the stream-ordered pool (cupy.cuda.MemoryAsyncPool with \
+cupy.cuda.set_allocator), which returns memory without waiting for the device."),
+};
+
+const FIX_PINNED: Fix = Fix {
+    native: "Pin host buffers once and reuse them (a pool of pinned staging buffers allocated at startup \
+with cudaHostAlloc), and free them at the end.",
+    python: None,
+    torch: Some("Pin host buffers once and reuse them (pinned tensors reused across steps, or \
+DataLoader(pin_memory=True) rather than .pin_memory() per batch), and free them at the end."),
+    jax: None,
+    cupy: Some("Pin host buffers once and reuse them (cupyx.empty_pinned buffers allocated at startup; \
+CuPy's pinned memory pool keeps them cached), and free them at the end."),
+};
+
+const FIX_MODULE_LOAD: Fix = Fix {
+    native: "Load modules once, before the work you time: warm up every kernel (one call of each, or \
+CUDA_MODULE_LOADING=EAGER), keep JIT-compiled code cached (CUDA's compute cache, \
+CUDA_CACHE_PATH), and do not load or unload modules in the loop.",
+    python: Some("Load modules once, before the work you time: warm up every kernel (one call of each, or \
+CUDA_MODULE_LOADING=EAGER), keep JIT-compiled code cached (the framework's compilation \
+cache), and do not load or unload modules in the loop."),
+    torch: Some("Load modules once, before the work you time: run a warm-up step of the model first (PyTorch \
+turns on CUDA's lazy loading: each kernel's module loads on its first launch; \
+CUDA_MODULE_LOADING=EAGER loads them all at startup), keep compiled code cached \
+(torch.compile's TORCHINDUCTOR_CACHE_DIR), and do not load or unload modules in the loop."),
+    jax: Some("Load modules once, before the work you time: call every jitted function once with each shape \
+it will see before timing (XLA compiles and loads its kernels on the first call), keep \
+compiled code across runs (jax.config jax_compilation_cache_dir), and do not load or unload \
+modules in the loop."),
+    cupy: None,
+};
+
+const FIX_GRAPH: Fix = Fix::any(
+    "Instantiate a graph once and replay it; when its parameters change, update the instantiated \
+     graph (cudaGraphExecUpdate, cudaGraphExecKernelNodeSetParams) instead of instantiating it again.",
+);
+
+const FIX_LIFECYCLE: Fix = Fix::any(
+    "Create streams, events and contexts once at startup and reuse them; destroy them at the end.",
+);
+
+const FIX_CONFIG: Fix = Fix::any(
+    "Configure the device once at startup (limits, cache configuration, the device to use), not in \
+     the loop.",
+);
+
+const FIX_CALL: Fix =
+    Fix::any("Move the call out of the loop, or do it once and reuse its result.");
 
 /// The fix of `torch.cuda.empty_cache()` in a loop.
 pub(crate) const FIX_EMPTY_CACHE: &str = "Don't call torch.cuda.empty_cache() in the loop: it \

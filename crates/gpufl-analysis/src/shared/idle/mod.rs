@@ -31,6 +31,7 @@ pub(crate) mod utilization;
 
 use crate::ids::LocIx;
 use crate::model::Model;
+use crate::shared::advice::Fix;
 use crate::shared::host::HostGap;
 pub use crate::shared::timeline::LocationSource;
 use crate::shared::timeline::{device_timelines, op_corr, ApiCursor, Locator};
@@ -681,13 +682,39 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
-pub(crate) const FIX_LAUNCH: &str = "Issue GPU work before the GPU runs out of it: don't synchronize before launching the \
-next step's work, move CPU work (data loading, preprocessing, logging) off the launching thread or overlap it \
-with GPU work (DataLoader workers, pinned memory with non_blocking copies, prefetching), and make launches \
-cheaper (fused kernels, CUDA graphs: torch.cuda.graphs / cudaStreamBeginCapture).";
-pub(crate) const FIX_SYNC: &str = "The host waited while the GPU had nothing to do: wait on what the GPU work actually \
+pub(crate) const FIX_LAUNCH: Fix = Fix {
+    native: "Issue GPU work before the GPU runs out of it: don't synchronize before launching the next \
+step's work, move CPU work (data loading, preprocessing, logging) off the launching thread \
+or overlap it with GPU work (a loader thread, pinned buffers with cudaMemcpyAsync, \
+prefetching the next batch), and make launches cheaper (fused kernels, CUDA graphs: \
+cudaStreamBeginCapture … cudaGraphLaunch).",
+    python: Some("Issue GPU work before the GPU runs out of it: don't synchronize before launching the next \
+step's work, move CPU work (data loading, preprocessing, logging) off the launching thread \
+or overlap it with GPU work (worker processes or a loader thread, pinned buffers with \
+asynchronous copies, prefetching the next batch), and make launches cheaper (fused kernels, \
+CUDA graphs)."),
+    torch: Some("Issue GPU work before the GPU runs out of it: don't synchronize before launching the next \
+step's work, move CPU work (data loading, preprocessing, logging) off the launching thread \
+or overlap it with GPU work (DataLoader workers, pinned memory with non_blocking copies, \
+prefetching), and make launches cheaper (fused kernels, CUDA graphs: torch.cuda.graphs, \
+torch.compile(mode=\"reduce-overhead\"))."),
+    jax: Some("Keep the GPU fed: don't read values on the host before dispatching the next step (JAX \
+dispatches asynchronously until a value is read), move data loading and preprocessing off \
+the launching thread and prefetch the next batch onto the device while this one runs \
+(jax.device_put from a loader thread), and put more of the step in one jax.jit function so \
+that each dispatch carries more work."),
+    cupy: Some("Issue GPU work before the GPU runs out of it: don't synchronize before launching the next \
+step's work, move CPU work off the launching thread or overlap it with GPU work (a loader \
+thread, pinned buffers from cupyx.empty_pinned with asynchronous copies, prefetching), and \
+make launches cheaper (cupy.fuse, a RawKernel, CUDA graphs: stream.begin_capture())."),
+};
+pub(crate) const FIX_SYNC: Fix = Fix::any(
+    "The host waited while the GPU had nothing to do: wait on what the GPU work actually \
 needs (an event recorded after the producer, cudaStreamWaitEvent rather than a host sync), use pinned memory \
-so copies are DMA transfers rather than staged by the host, and queue the next work before waiting.";
-pub(crate) const FIX_OTHER: &str = "The next work was already queued but did not start: look for dependencies the trace \
+so copies are DMA transfers rather than staged by the host, and queue the next work before waiting.",
+);
+pub(crate) const FIX_OTHER: Fix = Fix::any(
+    "The next work was already queued but did not start: look for dependencies the trace \
 does not show (cudaStreamWaitEvent on events recorded late, host callbacks, work on other devices or \
-processes), and record with API records on so gaps can be attributed.";
+processes), and record with API records on so gaps can be attributed.",
+);
