@@ -57,6 +57,9 @@
 //! a user location of the context ([`LocIx`]); "none" is an `Option` of one (4 bytes, as the
 //! handle), never a sentinel value.
 //!
+//! [`headline`]: the session's headline figures, computed once for every view ([`Headline`], in
+//! the analysis; [`headline_on`] without the rules).
+//!
 //! [`diff`] compares two analysed sessions (`gpufl diff`): a [`diff::Profile`] of each, then a
 //! typed [`diff::Diff`] of totals, kernels, sync and copy time per line, and insights.
 
@@ -66,6 +69,7 @@ mod corrs;
 pub mod diff;
 pub mod error;
 mod fold;
+pub mod headline;
 pub mod hostlines;
 pub mod ids;
 pub mod insight;
@@ -91,6 +95,7 @@ pub mod views;
 mod work;
 
 pub use error::AnalysisError;
+pub use headline::{headline_on, DeviceHeadline, Headline};
 pub use ids::{CorrId, LocIx, StackIx};
 pub use insight::{fmt_duration, Insight, Severity};
 pub use intervals::{union_ns, DeviceBusy};
@@ -142,6 +147,9 @@ const PRODUCTS: usize = 5;
 /// Result of [`analyze`].
 #[derive(Serialize, Clone, Debug)]
 pub struct Analysis {
+    /// The figures every view shows first ([`headline`]: wall, GPU busy, kernels, syncs, host
+    /// blocked in syncs and blocking copies, GPU idle, low-utilization chunks).
+    pub headline: Headline,
     pub totals: Totals,
     /// Sync and GPU time by what their locations name (a user line, inferred, a library line,
     /// `<driver-internal>`).
@@ -253,6 +261,12 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
     // In table order.
     let mut insights: Vec<Insight> = found.into_iter().flatten().collect();
     let (idle, graphs) = inputs.into_products();
+    let headline = Headline::of(
+        &totals,
+        m.is_always_on(),
+        &idle.devices,
+        shared::copies::blocking_calls(&cx),
+    );
     let origin = m.time_range().0;
     let telemetry = m
         .telemetry()
@@ -275,6 +289,7 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
         ));
     }
     Analysis {
+        headline,
         totals,
         insights,
         has_stacks,
