@@ -54,6 +54,15 @@ pub(super) fn render(out: &mut String, r: &SessionReport, st: &Style) {
             render_insight(out, i + 1, ins, st);
         }
     }
+    if r.findings_not_shown > 0 {
+        let _ = writeln!(
+            out,
+            "  … {} more finding{} (--top {})",
+            r.findings_not_shown,
+            if r.findings_not_shown == 1 { "" } else { "s" },
+            a.insights.len()
+        );
+    }
     if let Some(s) = &a.sampling {
         render_calls(out, s);
     }
