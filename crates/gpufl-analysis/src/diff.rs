@@ -15,12 +15,16 @@
 //! - **Status:** `new` (only in NEW), `gone` (only in BASE), `changed` (some figure moved by at
 //!   least the threshold, relative to BASE; an insight whose severity changed), else unchanged and
 //!   hidden (counted). Relative deltas are against BASE (`None` where BASE is 0).
-//! - **Regressions** (with a regression threshold): wall time, host time blocked in
-//!   synchronizations or GPU busy time grew by more than the threshold (a sync time that was 0
+//! - **Totals:** the sessions' headline figures ([`crate::headline`], the names every view
+//!   uses): wall, GPU busy time and share, kernels, syncs, host blocked (in syncs, in blocking
+//!   copies), GPU idle; copies and memsets.
+//! - **Regressions** (with a regression threshold): wall time, host blocked time (in
+//!   synchronizations and blocking copies) or GPU busy time grew by more than the threshold (a sync time that was 0
 //!   and is not counts), or a HIGH insight is new. Graphs are not gated (their GPU time is
 //!   inside GPU busy time; docs/diff.md). Sessions of different lengths compare in absolute
 //!   terms; [`TotalsDiff::per_second`] gives the rates beside them.
 
+use crate::headline::Headline;
 use crate::ids::StackIx;
 use crate::insight::{Insight, Severity};
 use crate::model::Model;
@@ -68,6 +72,10 @@ impl Default for Options {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Profile {
     pub totals: Totals,
+    /// The session's headline figures ([`crate::headline`]); a profile stored without one reads
+    /// back as the default, and [`Profile::headline`] gives the totals' figures then.
+    #[serde(default)]
+    pub headline: Headline,
     /// An always-on session (its GPU figures cover its windows only).
     #[serde(default)]
     pub always_on: bool,
@@ -79,6 +87,28 @@ pub struct Profile {
     /// Per CUDA graph and device ([`Analysis::graphs`]); absent from JSON without graphs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub graphs: Vec<GraphStat>,
+}
+
+impl Profile {
+    /// The headline compared: the session's, or for a profile stored before profiles had one,
+    /// the figures its totals give (no blocking copies, no GPU idle).
+    pub fn headline(&self) -> Headline {
+        if self.headline != Headline::default() {
+            return self.headline.clone();
+        }
+        let t = &self.totals;
+        Headline {
+            wall_ns: t.wall_ns,
+            always_on: self.always_on,
+            gpu_busy_ns: t.gpu_busy_ns,
+            gpu_busy_pct: t.gpu_busy_pct,
+            kernels: t.kernels,
+            syncs: t.syncs,
+            host_blocked_ns: t.sync_blocked_ns,
+            sync_blocked_ns: t.sync_blocked_ns,
+            ..Headline::default()
+        }
+    }
 }
 
 /// A CUDA graph's replays on one device, as [`diff`] matches them: by the graph launch's user
@@ -298,6 +328,7 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
         .collect();
     Profile {
         totals: a.totals.clone(),
+        headline: a.headline.clone(),
         always_on: a.sampling.is_some(),
         kernels: kernels.into_values().collect(),
         lines: lines.into_values().collect(),
@@ -372,7 +403,14 @@ pub struct TotalsDiff {
     pub copies: Delta,
     pub memsets: Delta,
     pub syncs: Delta,
+    /// Host time blocked in synchronizations ([`Headline::sync_blocked_ns`]).
     pub sync_blocked_ns: Delta,
+    /// Host time blocked in blocking copies and memsets ([`Headline::copy_blocked_ns`]).
+    pub copy_blocked_ns: Delta,
+    /// Host time blocked in both ([`Headline::host_blocked_ns`]): what the gate reads.
+    pub host_blocked_ns: Delta,
+    /// GPU idle time summed over devices ([`Headline::gpu_idle_ns`]).
+    pub gpu_idle_ns: Delta,
     /// The same figures per second of wall time, for sessions of different lengths.
     pub per_second: Rates,
 }
@@ -506,7 +544,7 @@ pub struct GraphDelta {
 /// What regressed beyond the regression threshold.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Regression {
-    /// `wall`, `sync_blocked`, `gpu_busy` or `new_high_insight`.
+    /// `wall`, `host_blocked`, `gpu_busy` or `new_high_insight`.
     pub metric: &'static str,
     /// The figure (ns) in both sessions; for an insight, its impact.
     pub change: Delta,
@@ -570,6 +608,8 @@ impl Diff {
             t.memsets,
             t.syncs,
             t.sync_blocked_ns,
+            t.copy_blocked_ns,
+            t.gpu_idle_ns,
         ]
         .iter()
         .any(|d| d.moved(th))
@@ -684,17 +724,21 @@ fn rate(count: u64, wall_ns: u64) -> f64 {
     }
 }
 
-fn totals_diff(b: &Totals, n: &Totals) -> TotalsDiff {
-    let r = |f: fn(&Totals) -> u64| FDelta::of(rate(f(b), b.wall_ns), rate(f(n), n.wall_ns));
+/// The headline figures (and the totals' copies and memsets) side by side.
+fn totals_diff(b: &Headline, n: &Headline, bt: &Totals, nt: &Totals) -> TotalsDiff {
+    let r = |f: fn(&Totals) -> u64| FDelta::of(rate(f(bt), bt.wall_ns), rate(f(nt), nt.wall_ns));
     TotalsDiff {
         wall_ns: Delta::of(b.wall_ns, n.wall_ns),
         gpu_busy_ns: Delta::of(b.gpu_busy_ns, n.gpu_busy_ns),
         gpu_busy_pct: FDelta::of(b.gpu_busy_pct, n.gpu_busy_pct),
         kernels: Delta::of(b.kernels, n.kernels),
-        copies: Delta::of(b.copies, n.copies),
-        memsets: Delta::of(b.memsets, n.memsets),
+        copies: Delta::of(bt.copies, nt.copies),
+        memsets: Delta::of(bt.memsets, nt.memsets),
         syncs: Delta::of(b.syncs, n.syncs),
         sync_blocked_ns: Delta::of(b.sync_blocked_ns, n.sync_blocked_ns),
+        copy_blocked_ns: Delta::of(b.copy_blocked_ns, n.copy_blocked_ns),
+        host_blocked_ns: Delta::of(b.host_blocked_ns, n.host_blocked_ns),
+        gpu_idle_ns: Delta::of(b.gpu_idle_ns, n.gpu_idle_ns),
         per_second: Rates {
             kernels: r(|t| t.kernels),
             copies: r(|t| t.copies),
@@ -739,7 +783,7 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
     if base.always_on != new.always_on {
         return Err(DiffError::MixedModes);
     }
-    let totals = totals_diff(&base.totals, &new.totals);
+    let totals = totals_diff(&base.headline(), &new.headline(), &base.totals, &new.totals);
     let (kernels, kernels_hidden) = kernel_deltas(base, new, th);
     let (lines, lines_hidden) = line_deltas(base, new, th);
     let (insights, insights_hidden) = insight_deltas(base, new, th);
@@ -927,11 +971,11 @@ fn regressions(totals: &TotalsDiff, insights: &[InsightDelta], f: f64) -> Vec<Re
     let mut regressions = Vec::new();
     let t = totals;
     for (metric, what, d) in [
-        ("wall", "wall time", t.wall_ns),
+        ("wall", "wall", t.wall_ns),
         (
-            "sync_blocked",
-            "host time blocked in syncs",
-            t.sync_blocked_ns,
+            "host_blocked",
+            "host blocked (in syncs and blocking copies)",
+            t.host_blocked_ns,
         ),
         ("gpu_busy", "GPU busy time", t.gpu_busy_ns),
     ] {
@@ -1028,6 +1072,7 @@ mod tests {
     fn base() -> Profile {
         Profile {
             totals: totals(1_000_000_000, 100_000_000, 10, 50_000_000),
+            headline: Headline::default(),
             always_on: false,
             kernels: vec![
                 KernelStat {
@@ -1150,7 +1195,7 @@ mod tests {
         assert_eq!(d.totals.sync_blocked_ns.delta, 40_000_000);
         let r: Vec<&str> = d.regressions.iter().map(|r| r.metric).collect();
         // GPU busy grew 0.5 %: under 5 %.
-        assert_eq!(r, ["wall", "sync_blocked", "new_high_insight"]);
+        assert_eq!(r, ["wall", "host_blocked", "new_high_insight"]);
         assert!(!d.is_unchanged());
         // The other way round nothing grew and no HIGH insight is new.
         let back = diff(
@@ -1181,7 +1226,7 @@ mod tests {
         let mut b0 = base();
         b0.totals.sync_blocked_ns = 0;
         let d = diff(&b0, &b, &opts).unwrap();
-        assert_eq!(d.regressions[0].metric, "sync_blocked");
+        assert_eq!(d.regressions[0].metric, "host_blocked");
         assert_eq!(d.regressions[0].change.pct, None);
     }
 

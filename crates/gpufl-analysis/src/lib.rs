@@ -59,6 +59,8 @@
 //!
 //! [`frames`] says which leading frames of a stack are shown ([`frames::first_shown_frame`]: not
 //! the recorder's, CUPTI's, the driver's nor the CUDA runtime's internals), for every view of a stack.
+//! [`headline`]: the session's headline figures, computed once for every view ([`Headline`], in
+//! the analysis; [`headline_on`] without the rules).
 //!
 //! [`diff`] compares two analysed sessions (`gpufl diff`): a [`diff::Profile`] of each, then a
 //! typed [`diff::Diff`] of totals, kernels, sync and copy time per line, and insights.
@@ -70,6 +72,7 @@ pub mod diff;
 pub mod error;
 mod fold;
 pub mod frames;
+pub mod headline;
 pub mod hostlines;
 pub mod ids;
 pub mod insight;
@@ -95,6 +98,7 @@ pub mod views;
 mod work;
 
 pub use error::AnalysisError;
+pub use headline::{headline_on, DeviceHeadline, Headline};
 pub use ids::{CorrId, LocIx, StackIx};
 pub use insight::{fmt_duration, Insight, Severity};
 pub use intervals::{union_ns, DeviceBusy};
@@ -146,6 +150,9 @@ const PRODUCTS: usize = 5;
 /// Result of [`analyze`].
 #[derive(Serialize, Clone, Debug)]
 pub struct Analysis {
+    /// The figures every view shows first ([`headline`]: wall, GPU busy, kernels, syncs, host
+    /// blocked in syncs and blocking copies, GPU idle, low-utilization chunks).
+    pub headline: Headline,
     pub totals: Totals,
     /// Sync and GPU time by what their locations name (a user line, inferred, a library line,
     /// `<driver-internal>`).
@@ -257,6 +264,12 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
     // In table order.
     let mut insights: Vec<Insight> = found.into_iter().flatten().collect();
     let (idle, graphs) = inputs.into_products();
+    let headline = Headline::of(
+        &totals,
+        m.is_always_on(),
+        &idle.devices,
+        shared::copies::blocking_calls(&cx),
+    );
     let origin = m.time_range().0;
     let telemetry = m
         .telemetry()
@@ -279,6 +292,7 @@ pub fn analyze_on(m: &Model, cfg: &Config, threads: usize) -> Analysis {
         ));
     }
     Analysis {
+        headline,
         totals,
         insights,
         has_stacks,

@@ -173,6 +173,8 @@ pub struct Model {
     pub(crate) kernel_sources: HashMap<u32, (u32, u32, u32)>,
     memsets: u64,
     dropped: u64,
+    /// The `end` record's reason (the last one's), None without one.
+    end_reason: Option<String>,
     first_ns: u64,
     last_ns: u64,
     /// Role of each (ctx, stream) whose role the recorder wrote (the first record wins).
@@ -537,7 +539,8 @@ impl Model {
             Record::Hostcall(h) => self.take_hostcall(ld, h),
             Record::Hsample(h) => self.take_hsample(ld, h),
             Record::Mem(m) => self.take_mem(ld, m),
-            Record::Notice(_) | Record::Overhead(_) | Record::End(_) => {}
+            Record::End(e) => self.end_reason = Some(e.reason),
+            Record::Notice(_) | Record::Overhead(_) => {}
         }
     }
 
@@ -1258,6 +1261,19 @@ impl Model {
     /// Records the recorder reported lost (sum of `dropped` records).
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Synchronizations that carry a stack.
+    pub fn syncs_with_stack(&self) -> u64 {
+        (0..self.sync_count())
+            .filter(|&i| self.sync_stack(i).is_some())
+            .count() as u64
+    }
+
+    /// How the session ended (its `end` record's reason); None without one (killed, or still
+    /// running).
+    pub fn end_reason(&self) -> Option<&str> {
+        self.end_reason.as_deref()
     }
 }
 

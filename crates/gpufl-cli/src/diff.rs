@@ -36,8 +36,8 @@ pub struct DiffArgs {
     /// change).
     #[arg(long, value_name = "PCT", default_value = "1%", value_parser = parse_pct)]
     threshold: f64,
-    /// Exit with status 3 when wall time, host time blocked in syncs or GPU busy time grew by more
-    /// than PCT of the baseline, or a HIGH insight is new (the regressions are listed).
+    /// Exit with status 3 when wall time, host blocked time (in syncs and blocking copies) or GPU
+    /// busy time grew by more than PCT of the baseline, or a HIGH insight is new (the regressions are listed).
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     fail_on_regression: Option<f64>,
     /// Rows per table in the text output (0 = all).
@@ -218,7 +218,7 @@ fn total_row(out: &mut String, what: &str, d: &Delta, time: bool) {
     } else {
         pct_text(d.pct)
     };
-    let row = format!("    {what:<18} {b:>12} {n:>12} {delta:>13} {pct:>10}");
+    let row = format!("    {what:<20} {b:>12} {n:>12} {delta:>13} {pct:>10}");
     let _ = writeln!(out, "{}", row.trim_end());
 }
 
@@ -271,37 +271,53 @@ fn heading(o: &mut String, base: &Side, new: &Side, d: &Diff) {
     }
 }
 
-/// Totals: wall, GPU busy, counts, time blocked in syncs; rates per second where the sessions'
+/// Totals: the sessions' headline figures under the names `gpufl report`, `gpufl info` and the
+/// dashboard give them (wall, GPU busy share and time, kernels, syncs, host blocked in syncs and
+/// in blocking copies, GPU idle), then copies and memsets; rates per second where the sessions'
 /// lengths differ.
 fn totals(o: &mut String, d: &Diff) {
+    use gpufl_analysis::headline::names;
     let t = &d.totals;
     let _ = writeln!(
         o,
-        "\n  {:<20} {:>12} {:>12} {:>13} {:>10}",
+        "\n  {:<22} {:>12} {:>12} {:>13} {:>10}",
         "Totals", "base", "new", "delta", "change"
     );
-    total_row(o, "wall", &t.wall_ns, true);
-    total_row(o, "GPU busy", &t.gpu_busy_ns, true);
+    total_row(o, names::WALL, &t.wall_ns, true);
     let _ = writeln!(
         o,
-        "    {:<18} {:>12} {:>12} {:>13}",
-        "GPU busy share",
+        "    {:<20} {:>12} {:>12} {:>13}",
+        names::GPU_BUSY,
         format!("{:.1} %", t.gpu_busy_pct.base),
         format!("{:.1} %", t.gpu_busy_pct.new),
         format!("{:+.1} pts", t.gpu_busy_pct.delta)
     );
-    total_row(o, "kernels", &t.kernels, false);
-    total_row(o, "copies", &t.copies, false);
-    total_row(o, "memsets", &t.memsets, false);
-    total_row(o, "syncs", &t.syncs, false);
-    total_row(o, "blocked in syncs", &t.sync_blocked_ns, true);
+    total_row(o, names::GPU_BUSY_TIME, &t.gpu_busy_ns, true);
+    total_row(o, names::KERNELS, &t.kernels, false);
+    total_row(o, names::SYNCS, &t.syncs, false);
+    total_row(o, names::HOST_BLOCKED, &t.host_blocked_ns, true);
+    total_row(
+        o,
+        &format!("  {}", names::IN_SYNCS),
+        &t.sync_blocked_ns,
+        true,
+    );
+    total_row(
+        o,
+        &format!("  {}", names::IN_BLOCKING_COPIES),
+        &t.copy_blocked_ns,
+        true,
+    );
+    total_row(o, names::GPU_IDLE, &t.gpu_idle_ns, true);
+    total_row(o, names::COPIES, &t.copies, false);
+    total_row(o, names::MEMSETS, &t.memsets, false);
     if t.wall_ns.moved(d.threshold_pct) {
         let r = &t.per_second;
         let share =
             |f: &FDelta| format!("{:.2} % → {:.2} % of the time", f.base / 1e7, f.new / 1e7);
         let _ = writeln!(
             o,
-            "  The sessions differ in length ({} wall): absolute deltas include that. Per second of wall: kernels {}, syncs {}, copies {}, blocked in syncs {}, GPU busy {}.",
+            "  The sessions differ in length ({} wall): absolute deltas include that. Per second of wall: kernels {}, syncs {}, copies {}, host blocked in syncs {}, GPU busy {}.",
             pct_text(t.wall_ns.pct),
             rate_text(&r.kernels, "/s"),
             rate_text(&r.syncs, "/s"),

@@ -6,6 +6,7 @@ mod export;
 mod exporter;
 #[cfg(test)]
 mod fuzz;
+mod headline;
 mod options;
 mod record;
 mod report;

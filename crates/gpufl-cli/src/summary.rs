@@ -2,6 +2,7 @@
 
 use crate::term::{esc, esc_path};
 use anyhow::{bail, Result};
+use gpufl_analysis::{headline_on, Config, Headline, Model};
 use gpufl_trace::{run, session, Header, ParSessionReader, Record};
 use std::path::{Path, PathBuf};
 
@@ -43,10 +44,10 @@ impl Summary {
         }
     }
 
-    /// One line: "12.3 s, 2862 kernels, 55 syncs (3.21 s blocked, 55 with stacks)".
+    /// One line: "12.3 s, 2862 kernels, 55 syncs (3.21 s blocked in syncs, 55 with stacks)".
     pub fn one_line(&self) -> String {
         let mut s = format!(
-            "{:.2} s, {} kernels, {} syncs ({:.3} s blocked, {} with stacks)",
+            "{:.2} s, {} kernels, {} syncs ({:.3} s blocked in syncs, {} with stacks)",
             self.duration_s(),
             self.kernels,
             self.syncs,
@@ -56,6 +57,14 @@ impl Summary {
         if self.memcpys + self.memsets > 0 {
             s += &format!(", {} copies, {} memsets", self.memcpys, self.memsets);
         }
+        s += &self.tail();
+        s
+    }
+
+    /// What follows the counts in [`Summary::one_line`] and `gpufl info`'s counts line: telemetry
+    /// samples, dropped records, a capture that did not work, a missing end record.
+    fn tail(&self) -> String {
+        let mut s = String::new();
         if self.telemetry > 0 {
             s += &format!(", {} telemetry samples", self.telemetry);
         }
@@ -78,7 +87,44 @@ impl Summary {
     }
 }
 
-/// Read a session and total it.
+/// A session loaded for `gpufl info`: its totals, from the model, and the analysis's headline
+/// ([`gpufl_analysis::headline_on`]: the figures `gpufl report` shows, without the rules).
+pub fn load_info(dir: &Path, threads: usize) -> Result<(Summary, Headline)> {
+    let mut reader = ParSessionReader::open(dir, threads)?;
+    let mut m = Model::load_items(&mut reader);
+    m.add_warnings(reader.warnings());
+    drop(reader);
+    let h = headline_on(&m, &Config::default(), threads);
+    let (first, last) = m.time_range();
+    // No timed record: (0, 0).
+    let timed = (first, last) != (0, 0);
+    let mut s = Summary {
+        header: m.header().cloned(),
+        kernels: m.kernel_count() as u64,
+        kernel_ns: m
+            .kernels()
+            .fold(0u64, |a, k| a.saturating_add(k.end.saturating_sub(k.start))),
+        memcpys: (m.copy_count() - m.memset_count()) as u64,
+        memsets: m.memset_count() as u64,
+        syncs: m.sync_count() as u64,
+        sync_ns: h.sync_blocked_ns,
+        syncs_with_stack: m.syncs_with_stack(),
+        apis: m.api_count(),
+        dropped: m.dropped(),
+        telemetry: m.telemetry().iter().map(|t| t.len() as u64).sum(),
+        first_ns: timed.then_some(first),
+        last_ns: timed.then_some(last),
+        ended: m.end_reason().map(str::to_string),
+        warnings: m.warnings().to_vec(),
+    };
+    if s.header.is_none() {
+        s.warnings
+            .push(format!("{}: no header record", dir.display()));
+    }
+    Ok((s, h))
+}
+
+/// Read a session and total it (one pass, no model: `gpufl record`'s summary lines).
 pub fn summarize(dir: &Path) -> Result<Summary> {
     let mut reader = ParSessionReader::open(dir, gpufl_trace::default_threads())?;
     let mut s = Summary::default();
@@ -158,16 +204,19 @@ pub fn ensure_exists(p: &Path) -> Result<()> {
 /// rank) come after a summary of the run ([`run_text`]).
 pub fn info(paths: &[PathBuf]) -> Result<i32> {
     let all = expand_sessions(paths)?;
+    let threads = crate::options::threads(None);
     // A session that cannot be read does not hide the others: they are printed, then its error
     // ends the command (as the first such error).
     let mut first_err = None;
     let mut dirs = Vec::with_capacity(all.len());
     let mut sums = Vec::with_capacity(all.len());
+    let mut heads = Vec::with_capacity(all.len());
     for d in all {
-        match summarize(&d) {
-            Ok(s) => {
+        match load_info(&d, threads) {
+            Ok((s, h)) => {
                 dirs.push(d);
                 sums.push(s);
+                heads.push(h);
             }
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -219,7 +268,7 @@ pub fn info(paths: &[PathBuf]) -> Result<i32> {
         }
         for j in members {
             done[j] = true;
-            crate::term::print(&info_text_of(&dirs[j], &sums[j]))?;
+            crate::term::print(&info_text_of(&dirs[j], &sums[j], &heads[j]))?;
         }
     }
     match first_err {
@@ -386,11 +435,13 @@ pub fn record_line(name: &str, s: &Summary) -> String {
 /// What `gpufl info` prints for one session.
 #[cfg(test)]
 pub fn info_text(dir: &Path) -> Result<String> {
-    Ok(info_text_of(dir, &summarize(dir)?))
+    let (s, h) = load_info(dir, 1)?;
+    Ok(info_text_of(dir, &s, &h))
 }
 
-/// What `gpufl info` prints for one session, from its totals.
-pub fn info_text_of(dir: &Path, s: &Summary) -> String {
+/// What `gpufl info` prints for one session, from its totals and headline: the header, then the
+/// headline line as `gpufl report` prints it, then the counts the headline does not have.
+pub fn info_text_of(dir: &Path, s: &Summary, h: &Headline) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "{}", esc_path(dir));
@@ -447,7 +498,15 @@ pub fn info_text_of(dir: &Path, s: &Summary) -> String {
             esc(&h.options.started_by)
         );
     }
-    let _ = writeln!(o, "  {}", esc(&s.one_line()));
+    let _ = writeln!(o, "  {}", crate::headline::line(h));
+    let _ = writeln!(
+        o,
+        "  {} syncs with stacks, {} copies, {} memsets{}",
+        s.syncs_with_stack,
+        s.memcpys,
+        s.memsets,
+        esc(&s.tail())
+    );
     if let (Some(h), Some(a), Some(b)) = (&s.header, s.first_ns, s.last_ns) {
         let _ = writeln!(
             o,

@@ -158,17 +158,22 @@ fn deltas_are_the_differences_of_the_two_reports() {
         assert_eq!(d["base"]["session"], bd.as_str());
         assert_eq!(d["new"]["session"], nd.as_str());
 
-        for f in [
-            "wall_ns",
-            "gpu_busy_ns",
-            "kernels",
-            "copies",
-            "memsets",
-            "syncs",
-            "sync_blocked_ns",
+        // The headline's figures (as `gpufl report --json` has them), copies and memsets of the
+        // totals.
+        for (f, of) in [
+            ("wall_ns", "headline"),
+            ("gpu_busy_ns", "headline"),
+            ("kernels", "headline"),
+            ("copies", "totals"),
+            ("memsets", "totals"),
+            ("syncs", "headline"),
+            ("sync_blocked_ns", "headline"),
+            ("copy_blocked_ns", "headline"),
+            ("host_blocked_ns", "headline"),
+            ("gpu_idle_ns", "headline"),
         ] {
             let t = &d["totals"][f];
-            let (eb, en) = (u(&rb["totals"][f]), u(&rn["totals"][f]));
+            let (eb, en) = (u(&rb[of][f]), u(&rn[of][f]));
             assert_eq!((u(&t["base"]), u(&t["new"])), (eb, en), "{ctx} {f}");
             assert_eq!(
                 t["delta"].as_i64().unwrap(),
@@ -300,8 +305,8 @@ fn deltas_are_the_differences_of_the_two_reports() {
     }
 }
 
-/// The regressions and exit status follow from the two reports: wall, sync blocked or GPU busy
-/// time grown by more than the threshold, or a HIGH insight that is new; exit 3 then, else 0.
+/// The regressions and exit status follow from the two reports: wall, host blocked (syncs and
+/// blocking copies, the headline's) or GPU busy time grown by more than the threshold, or a HIGH insight that is new; exit 3 then, else 0.
 #[test]
 fn exit_status_gates_on_regressions_the_reports_imply() {
     let mut seen = BTreeSet::new();
@@ -313,10 +318,10 @@ fn exit_status_gates_on_regressions_the_reports_imply() {
             let mut expected = Vec::new();
             for (metric, f) in [
                 ("wall", "wall_ns"),
-                ("sync_blocked", "sync_blocked_ns"),
+                ("host_blocked", "host_blocked_ns"),
                 ("gpu_busy", "gpu_busy_ns"),
             ] {
-                let (eb, en) = (u(&rb["totals"][f]) as f64, u(&rn["totals"][f]) as f64);
+                let (eb, en) = (u(&rb["headline"][f]) as f64, u(&rn["headline"][f]) as f64);
                 if en > eb && (eb == 0.0 || (en - eb) * 100.0 / eb > pct) {
                     expected.push(metric.to_string());
                 }
@@ -370,7 +375,7 @@ fn the_heavier_loop_regresses_and_the_lighter_one_does_not() {
         .iter()
         .map(|r| r["metric"].as_str().unwrap())
         .collect();
-    assert_eq!(metrics, ["wall", "sync_blocked", "gpu_busy"]);
+    assert_eq!(metrics, ["wall", "host_blocked", "gpu_busy"]);
     // The planted sync's line: same calls, far more time blocked.
     let l = d["lines"]
         .as_array()

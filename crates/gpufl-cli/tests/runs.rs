@@ -92,9 +92,11 @@ fn run_report_names_the_straggler_and_its_line() {
         report(&root.0, &["--color", "never", "."]).lines().nth(1),
         text.lines().nth(1)
     );
-    // --no-run: one report per session, as before runs existed.
+    // --no-run: one report per session, as for unrelated sessions: the overview of the three,
+    // then their reports.
     let plain = report(&root.0, &["--color", "never", "--no-run", RUN_ID]);
-    assert!(!plain.contains("collective-wait") && plain.matches("gpufl report · ").count() == 3);
+    assert!(plain.starts_with("gpufl report · 3 sessions, by their top finding's impact"));
+    assert!(!plain.contains("collective-wait") && plain.matches("gpufl report · ").count() == 4);
 
     // JSON: the run (its record, ranks, clock, insights), then every session.
     let json = report(&root.0, &["--json", RUN_ID]);

@@ -185,14 +185,16 @@ fn bundled() -> Vec<PathBuf> {
     out
 }
 
-/// `gpufl info`'s kernel count of a session directory (`1.28 s, 114 kernels, …`).
+/// `gpufl info`'s kernel count of a session directory (its headline line: `wall 1.28s · GPU busy
+/// 1.4% · 114 kernels · …`).
 fn info_kernels(dir: &Path) -> i64 {
     let out = Command::new(GPUFL).arg("info").arg(dir).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .find_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            let i = w.iter().position(|x| *x == "kernels,")?;
+            // The headline line: `… · 114 kernels · …`.
+            let i = w.iter().position(|x| *x == "kernels")?;
             w.get(i.checked_sub(1)?)?.parse::<i64>().ok()
         })
         .unwrap_or_else(|| panic!("no kernel count in gpufl info {}:\n{text}", dir.display()))

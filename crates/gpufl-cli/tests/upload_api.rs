@@ -60,7 +60,8 @@ fn info_kernels(dir: &Path) -> i64 {
     text.lines()
         .find_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            let i = w.iter().position(|x| *x == "kernels,")?;
+            // The headline line: `… · 114 kernels · …`.
+            let i = w.iter().position(|x| *x == "kernels")?;
             w.get(i.checked_sub(1)?)?.parse::<i64>().ok()
         })
         .unwrap_or_else(|| panic!("no kernel count in gpufl info {}:\n{text}", dir.display()))

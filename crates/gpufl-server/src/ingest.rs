@@ -26,8 +26,10 @@ use tokio::io::AsyncWriteExt;
 
 /// Bumped when what ingest stores changes (a newer analysis): sessions stored by an older one
 /// are analysed again at start. 5: the `hostlines` document and the idle findings' `data.host`;
-/// 6: severity from the impact's share of the session, one finding per line and cause (`facets`).
-pub const ANALYSIS_VERSION: i64 = 7;
+/// 6: severity from the impact's share of the session, one finding per line and cause (`facets`);
+/// 7: fix texts in the program's own words (C/C++, PyTorch, JAX, CuPy, Python);
+/// 8: the `headline` document (the analysis's headline figures) and low chunks without one-off pauses.
+pub const ANALYSIS_VERSION: i64 = 8;
 
 /// A claim not finished after this long belongs to an instance that died: taken over.
 pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;
@@ -278,6 +280,10 @@ pub fn analyse_dir(dir: &Path, threads: usize, budget: Budget) -> Stored {
     }
     let header = serde_json::to_string(h).unwrap_or_default();
     out.docs.push(("header", header));
+    out.docs.push((
+        "headline",
+        serde_json::to_string(&a.headline).unwrap_or_default(),
+    ));
     let profile = gpufl_analysis::diff::profile(&model, &a, &cfg);
     out.docs.push((
         "profile",

@@ -6,7 +6,7 @@
 //!   `cudaMemcpy2D`, `cudaMemcpyToSymbol`, `cudaMemset`, `cuMemcpyHtoD_v2`, `cuMemsetD32_v2`, …)
 //!   and that blocks the host per CUDA's "API synchronization behavior":
 //!   - copies touching host memory (HtoD, DtoH, HtoA, AtoH, HtoH, and unknown kinds), except
-//!     host-to-device copies of [`SMALL_H2D_BYTES`] (64 KiB) or less, which return once the data
+//!     host-to-device copies of `SMALL_H2D_BYTES` (64 KiB, `shared::copies::blocks_host`) or less, which return once the data
 //!     is staged (as nsys ignores them); device-to-device and peer copies do not synchronize the host;
 //!   - memsets of pinned, pageable or managed memory (a memset of device memory is asynchronous
 //!     with respect to the host, as nsys's rule assumes too).
@@ -29,19 +29,14 @@ use crate::ids::{CorrId, LocIx};
 use crate::insight::{fmt_duration, Insight};
 use crate::shared::advice::Fix;
 use crate::shared::copies::{
-    api_name, bandwidth_gbps, call_ns, copy_calls, copy_then_wait, op_span, plural, touches_host,
+    api_name, bandwidth_gbps, blocks_host, call_ns, copy_calls, copy_then_wait, op_span, plural,
     where_, window, CopyCall, Names, Window,
 };
 use crate::shared::Ctx;
-use crate::views::CopyOp;
-use gpufl_trace::{CopyKind, MemoryKind};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
 pub(crate) const RULE: &str = "blocking-copy";
-
-/// Host-to-device synchronous copies of at most this many bytes are ignored (64 KiB, as nsys).
-pub const SMALL_H2D_BYTES: u64 = 64 * 1024;
 
 const FIX: Fix = Fix {
     native: "Use cudaMemcpyAsync / cudaMemsetAsync on a stream you created, from pinned host memory \
@@ -90,24 +85,6 @@ pub struct Data {
     pub pageable: u64,
 }
 
-/// Whether a synchronous (non-Async) call of this kind blocks the host, per CUDA's API
-/// synchronization behavior and the 64 KiB exemption.
-fn sync_call_blocks(c: &CopyCall) -> bool {
-    match c.op {
-        CopyOp::Memcpy { kind, .. } => {
-            touches_host(kind)
-                && !(matches!(kind, CopyKind::HtoD | CopyKind::HtoA) && c.bytes <= SMALL_H2D_BYTES)
-        }
-        CopyOp::Memset { mem_kind } => matches!(
-            mem_kind,
-            MemoryKind::Pinned
-                | MemoryKind::Pageable
-                | MemoryKind::Managed
-                | MemoryKind::ManagedStatic
-        ),
-    }
-}
-
 #[derive(Default)]
 struct Acc {
     sync_copies: u64,
@@ -143,7 +120,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
         let Some(name) = api_name(cx, c.corr) else {
             continue;
         };
-        if name.contains("Async") || !sync_call_blocks(c) {
+        if !blocks_host(name, c) {
             continue;
         }
         let Some(loc) = cx.callsite_loc(c.corr) else {
@@ -252,6 +229,8 @@ fn insight(cx: &Ctx, loc: LocIx, g: Acc, w: Window) -> Insight {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::views::CopyOp;
+    use gpufl_trace::{CopyKind, MemoryKind};
 
     fn call(op: CopyOp, bytes: u64) -> CopyCall {
         CopyCall {
@@ -273,8 +252,16 @@ mod tests {
         }
     }
 
+    fn sync_call_blocks(c: &CopyCall) -> bool {
+        blocks_host("cudaMemcpy", c)
+    }
+
     #[test]
     fn which_synchronous_calls_block_the_host() {
+        assert!(!blocks_host(
+            "cudaMemcpyAsync",
+            &call(copy(CopyKind::DtoH), 4)
+        ));
         assert!(!sync_call_blocks(&call(copy(CopyKind::HtoD), 65_536)));
         assert!(sync_call_blocks(&call(copy(CopyKind::HtoD), 65_537)));
         assert!(!sync_call_blocks(&call(copy(CopyKind::HtoA), 100)));

@@ -7,9 +7,10 @@
 //! - **One-off pauses** are cut out first, as gpu-idle does per line but per device: from the
 //!   device's longest gap down, each gap longer than all its shorter gaps together (startup, a lazy
 //!   load, a checkpoint).
-//! - **Low chunks:** chunks still under 50 % busy once their pause time (and time the GPU was not
-//!   observed: recording paused, or an always-on session outside its windows) is cut out, and not
-//!   mostly (more than half) pause or unobserved. **Runs:** maximal runs of consecutive low chunks; a chunk that is
+//! - **Low chunks:** the summary's (`shared::idle::mark_low`, the count every view shows): chunks
+//!   still under 50 % busy once their one-off pause time (and time the GPU was not observed:
+//!   recording paused, or an always-on session outside its windows) is cut out, and not mostly
+//!   (more than half) pause or unobserved. **Runs:** maximal runs of consecutive low chunks; a chunk that is
 //!   mostly pause ends a run.
 //! - **What the host was doing:** the class with the most idle time in the run (pauses excluded)
 //!   and, for `launch` and `sync`, the line with the most idle time of that class, as gpu-idle
@@ -28,7 +29,8 @@
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, share, Insight};
 use crate::shared::idle::{
-    DeviceIdle, Gap, IdleClass, FIX_LAUNCH, FIX_OTHER, FIX_SYNC, LOW_UTILIZATION, UTIL_CHUNKS,
+    one_off_pauses, overlap, DeviceIdle, Gap, IdleClass, FIX_LAUNCH, FIX_OTHER, FIX_SYNC,
+    LOW_UTILIZATION, UTIL_CHUNKS,
 };
 use crate::shared::Ctx;
 use crate::userframe::SourceLoc;
@@ -83,7 +85,8 @@ pub struct Run {
 pub struct Data {
     pub device: u32,
     pub chunks: u32,
-    /// The summary's low chunks, and those in counted runs.
+    /// The summary's low chunks (`DeviceIdle::low_utilization_chunks`), and those in counted runs
+    /// (the same: every low chunk is in a run).
     pub low_chunks: u32,
     pub counted_chunks: u32,
     /// Counted runs, in time order.
@@ -100,27 +103,6 @@ pub(crate) fn run(cx: &Ctx, devices: &[DeviceIdle]) -> Vec<Insight> {
     devices.iter().filter_map(|d| device(cx, d)).collect()
 }
 
-/// The device's one-off pauses among its longest gaps (longest first).
-fn one_off_pauses(d: &DeviceIdle) -> Vec<&Gap> {
-    let mut rest = d.idle_ns;
-    let mut out = Vec::new();
-    for (rank, g) in d.top_gaps.iter().enumerate() {
-        let below = rest.saturating_sub(g.duration_ns);
-        let count_below = d.gaps.saturating_sub(rank as u64 + 1);
-        if count_below >= 1 && g.duration_ns > below {
-            out.push(g);
-            rest = below;
-        } else {
-            break;
-        }
-    }
-    out
-}
-
-fn overlap(a0: u64, a1: u64, b0: u64, b1: u64) -> u64 {
-    a1.min(b1).saturating_sub(a0.max(b0))
-}
-
 fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
     let chunks = &d.utilization;
     if chunks.len() != d.chunk_idle.len() || chunks.is_empty() {
@@ -130,26 +112,8 @@ fn device(cx: &Ctx, d: &DeviceIdle) -> Option<Insight> {
     let pause_total: u64 = pauses.iter().map(|g| g.duration_ns).sum();
     let origin = cx.m.time_range().0;
     let series = cx.m.telemetry().iter().find(|s| s.device == d.device);
-    // Low once pauses are cut out, and not mostly pause.
-    let low: Vec<bool> = chunks
-        .iter()
-        .map(|c| {
-            let end = c.start_offset_ns + c.duration_ns;
-            let pause: u64 = pauses
-                .iter()
-                .map(|g| {
-                    overlap(
-                        c.start_offset_ns,
-                        end,
-                        g.start_offset_ns,
-                        g.start_offset_ns + g.duration_ns,
-                    )
-                })
-                .sum();
-            let eff = c.duration_ns.saturating_sub(pause + c.unobserved_ns);
-            c.low && eff * 2 >= c.duration_ns && (c.busy_ns as f64) < eff as f64 * LOW_UTILIZATION
-        })
-        .collect();
+    // Low once pauses are cut out, and not mostly pause: the summary's flag (shared::idle).
+    let low: Vec<bool> = chunks.iter().map(|c| c.low).collect();
     let mut runs = Vec::new();
     let mut i = 0;
     while i < chunks.len() {

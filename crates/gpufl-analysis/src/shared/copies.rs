@@ -83,6 +83,53 @@ pub(crate) fn copy_calls(cx: &Ctx) -> Vec<CopyCall> {
     out
 }
 
+/// Host-to-device synchronous copies of at most this many bytes are ignored (64 KiB, as nsys).
+pub const SMALL_H2D_BYTES: u64 = 64 * 1024;
+
+/// Whether a call named `name` blocks the host until the GPU is done (blocking-copy's synchronous
+/// calls): no `Async` in its name, and per CUDA's API synchronization behavior a copy touching
+/// host memory (host-to-device copies of [`SMALL_H2D_BYTES`] or less excepted) or a memset of
+/// pinned, pageable or managed memory.
+pub(crate) fn blocks_host(name: &str, c: &CopyCall) -> bool {
+    if name.contains("Async") {
+        return false;
+    }
+    match c.op {
+        CopyOp::Memcpy { kind, .. } => {
+            touches_host(kind)
+                && !(matches!(kind, CopyKind::HtoD | CopyKind::HtoA) && c.bytes <= SMALL_H2D_BYTES)
+        }
+        CopyOp::Memset { mem_kind } => matches!(
+            mem_kind,
+            MemoryKind::Pinned
+                | MemoryKind::Pageable
+                | MemoryKind::Managed
+                | MemoryKind::ManagedStatic
+        ),
+    }
+}
+
+/// The copy and memset calls rule blocking-copy counts, with or without a line: the calls that
+/// block the host ([`blocks_host`]) and the async copies of its copy-then-wait pairs
+/// ([`copy_then_wait`]; their waits are synchronizations, counted there). How many, and the host
+/// time in the calls (each call's API duration, its GPU time without an API record), ns.
+pub(crate) fn blocking_calls(cx: &Ctx) -> (u64, u64) {
+    let calls = copy_calls(cx);
+    let (mut n, mut ns) = (0u64, 0u64);
+    for c in &calls {
+        if api_name(cx, c.corr).is_some_and(|name| blocks_host(name, c)) {
+            n += 1;
+            ns = ns.saturating_add(call_ns(cx, c.corr, c.gpu_ns));
+        }
+    }
+    for p in copy_then_wait(cx, &calls) {
+        let c = &calls[p.call];
+        n += 1;
+        ns = ns.saturating_add(call_ns(cx, c.corr, c.gpu_ns));
+    }
+    (n, ns)
+}
+
 /// Name of the API call with this correlation id: from its `api` record, else its `callsite`.
 pub(crate) fn api_name<'m>(cx: &Ctx<'m>, corr: CorrId) -> Option<&'m str> {
     let m: &'m crate::Model = cx.m;

@@ -2,12 +2,13 @@
 //!
 //! The command (arguments, loading, JSON) is here; the text is drawn by the modules below: one
 //! session's report ([`session`]), the run view over several ranks ([`run`]), one insight
-//! ([`insight`]), the sections ([`graphs`], [`scopes`], [`telemetry`], [`kernels`]) and the look
+//! ([`insight`]), the overview that starts a report of several sessions ([`overview`]), the sections ([`graphs`], [`scopes`], [`telemetry`], [`kernels`]) and the look
 //! ([`style`]).
 
 mod graphs;
 mod insight;
 mod kernels;
+mod overview;
 mod run;
 mod scopes;
 mod session;
@@ -56,6 +57,9 @@ pub struct ReportArgs {
     /// Never print the run view: one report per session, as for unrelated sessions.
     #[arg(long, conflicts_with = "run_only")]
     no_run: bool,
+    /// Show at most N findings per session (the top N by impact; text and --json). Default: all.
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
 }
 
 /// One session's report, as `--json` prints it.
@@ -64,8 +68,27 @@ pub(crate) struct SessionReport {
     pub(crate) session: String,
     command: Vec<String>,
     gpus: Vec<String>,
+    /// Findings left out by `--top` (absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) findings_not_shown: usize,
     #[serde(flatten)]
     pub(crate) analysis: Analysis,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// `--top N`: each session's first N findings (the ranked list's top), the others counted.
+fn keep_top(reports: &mut [SessionReport], top: Option<usize>) {
+    let Some(n) = top else {
+        return;
+    };
+    for r in reports {
+        let all = r.analysis.insights.len();
+        r.analysis.insights.truncate(n);
+        r.findings_not_shown = all - r.analysis.insights.len();
+    }
 }
 
 pub fn run(args: ReportArgs) -> Result<i32> {
@@ -83,6 +106,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     if !args.no_run && run::is_run(&run_dirs, &models) {
         let run = run::analyze(&run_dirs, &reports, &models, &cfg);
         drop(models);
+        keep_top(&mut reports, args.top);
         if args.json {
             crate::term::print(&run::render_json(&run, &reports)?)?;
             return Ok(0);
@@ -93,6 +117,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         return Ok(0);
     }
     drop(models);
+    keep_top(&mut reports, args.top);
     if args.json {
         crate::term::print(&render_json(&reports)?)?;
         return Ok(0);
@@ -132,6 +157,7 @@ pub(crate) fn load_with_model(
         gpus: header
             .map(|h| h.gpus.iter().map(|g| g.name.clone()).collect())
             .unwrap_or_default(),
+        findings_not_shown: 0,
         analysis,
     };
     Ok((report, model))
@@ -144,9 +170,13 @@ pub(crate) fn render_json(reports: &[SessionReport]) -> Result<String> {
     Ok(s)
 }
 
-/// The text report.
+/// The text report: with several sessions, the overview first ([`overview`]: each session's top
+/// finding, sessions by its impact), then each session's report.
 pub(crate) fn render_text(reports: &[SessionReport], color: bool) -> String {
     let mut out = String::new();
+    if reports.len() > 1 {
+        overview::render(&mut out, reports, &style::Style { color });
+    }
     for (i, r) in reports.iter().enumerate() {
         if i > 0 {
             out.push('\n');

@@ -9,7 +9,6 @@ use crate::term::esc;
 pub(super) fn render(out: &mut String, r: &SessionReport, st: &Style) {
     use std::fmt::Write;
     let a = &r.analysis;
-    let t = &a.totals;
     let _ = writeln!(
         out,
         "{}",
@@ -21,21 +20,8 @@ pub(super) fn render(out: &mut String, r: &SessionReport, st: &Style) {
     if !r.gpus.is_empty() {
         let _ = writeln!(out, "  GPU       {}", esc(&r.gpus.join(", ")));
     }
-    // Always-on: busy share and kernels are the windows' only.
-    let (of_observed, in_windows) = if a.sampling.is_some() {
-        (" of observed", " in windows")
-    } else {
-        ("", "")
-    };
-    let _ = writeln!(
-        out,
-        "  wall {} · GPU busy {:.1} %{of_observed} · {} kernels{in_windows} · {} syncs · {} blocked in syncs",
-        secs(t.wall_ns),
-        t.gpu_busy_pct,
-        t.kernels,
-        t.syncs,
-        secs(t.sync_blocked_ns)
-    );
+    // Always-on: busy share and kernels are the windows' only (the line says so).
+    let _ = writeln!(out, "  {}", crate::headline::line(&a.headline));
     if let Some(s) = &a.sampling {
         let _ = writeln!(out, "  {}", sampling_line(s));
     }
@@ -67,6 +53,15 @@ pub(super) fn render(out: &mut String, r: &SessionReport, st: &Style) {
         for (i, ins) in a.insights.iter().enumerate() {
             render_insight(out, i + 1, ins, st);
         }
+    }
+    if r.findings_not_shown > 0 {
+        let _ = writeln!(
+            out,
+            "  … {} more finding{} (--top {})",
+            r.findings_not_shown,
+            if r.findings_not_shown == 1 { "" } else { "s" },
+            a.insights.len()
+        );
     }
     if let Some(s) = &a.sampling {
         render_calls(out, s);
@@ -181,7 +176,8 @@ fn render_attribution(out: &mut String, a: &gpufl_analysis::insights::attributio
 }
 
 /// One line per device: idle time by class, then the utilization series as a bar per chunk
-/// (nsys-style 30 chunks; chunks under 50 % busy are the low ones).
+/// (nsys-style 30 chunks) and its low chunks (under 50 % busy once one-off pauses are left out:
+/// the headline's count).
 fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
     use std::fmt::Write;
     let c = &d.by_class;
@@ -247,13 +243,22 @@ fn render_idle(out: &mut String, d: &gpufl_analysis::DeviceIdle, st: &Style) {
         } else {
             ""
         };
+        let pauses = if d.one_off_pause_ns > 0 {
+            format!(
+                ", one-off pauses ({}) left out",
+                gpufl_analysis::fmt_duration(d.one_off_pause_ns)
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "  GPU {} utilization {}  ({} of {} chunks under 50 %{legend})",
+            "  GPU {} utilization {}  ({} of {} {}{pauses}{legend})",
             d.device,
             st.paint("36", &bars),
             d.low_utilization_chunks,
-            d.utilization.len()
+            d.utilization.len(),
+            gpufl_analysis::headline::names::LOW_CHUNKS
         );
     }
 }

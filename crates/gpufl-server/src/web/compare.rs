@@ -12,6 +12,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::Response;
 use gpufl_analysis::diff::{self, Delta, Diff, FDelta, Profile};
+use gpufl_analysis::headline::names;
 use gpufl_analysis::userframe::{FrameOrigin, SourceLoc};
 use gpufl_analysis::Severity;
 use serde::Deserialize;
@@ -188,14 +189,20 @@ fn pct_fig(label: &'static str, d: &FDelta, worse: Worse) -> Figure {
 /// neither (`Neither`: it grows with the work done, e.g. kernels, or GPU busy time, whose share
 /// of the run is what tells). A finding's time: more is worse; a new finding is worse, a gone one
 /// better, whatever its time.
+///
+/// The totals are the sessions' headline figures, under the names every view gives them
+/// (`gpufl_analysis::headline::names`: the session page, `gpufl report`, `gpufl info`, `gpufl diff`).
 pub const WORSE: &[(&str, Worse)] = &[
-    ("wall time", Worse::Up),
-    ("GPU busy time", Worse::Neither),
-    ("GPU busy (share of the run)", Worse::Down),
-    ("kernels", Worse::Neither),
-    ("copies", Worse::Neither),
-    ("synchronizations", Worse::Up),
-    ("time blocked in syncs", Worse::Up),
+    (names::WALL, Worse::Up),
+    (names::GPU_BUSY_TIME, Worse::Neither),
+    (names::GPU_BUSY, Worse::Down),
+    (names::KERNELS, Worse::Neither),
+    (names::COPIES, Worse::Neither),
+    (names::SYNCS, Worse::Up),
+    (names::HOST_BLOCKED, Worse::Up),
+    (names::IN_SYNCS, Worse::Up),
+    (names::IN_BLOCKING_COPIES, Worse::Up),
+    (names::GPU_IDLE, Worse::Up),
     ("finding's time", Worse::Up),
     ("kernel's GPU time", Worse::Up),
     ("line's time blocked", Worse::Up),
@@ -214,17 +221,16 @@ pub fn totals(d: &Diff) -> Vec<Figure> {
     let t = &d.totals;
     let dur = |label, x| dur_fig(label, x, worse(label));
     vec![
-        dur("wall time", &t.wall_ns),
-        dur("GPU busy time", &t.gpu_busy_ns),
-        pct_fig(
-            "GPU busy (share of the run)",
-            &t.gpu_busy_pct,
-            worse("GPU busy (share of the run)"),
-        ),
-        count_fig("kernels", &t.kernels, worse("kernels")),
-        count_fig("copies", &t.copies, worse("copies")),
-        count_fig("synchronizations", &t.syncs, worse("synchronizations")),
-        dur("time blocked in syncs", &t.sync_blocked_ns),
+        dur(names::WALL, &t.wall_ns),
+        pct_fig(names::GPU_BUSY, &t.gpu_busy_pct, worse(names::GPU_BUSY)),
+        dur(names::GPU_BUSY_TIME, &t.gpu_busy_ns),
+        count_fig(names::KERNELS, &t.kernels, worse(names::KERNELS)),
+        count_fig(names::SYNCS, &t.syncs, worse(names::SYNCS)),
+        dur(names::HOST_BLOCKED, &t.host_blocked_ns),
+        dur(names::IN_SYNCS, &t.sync_blocked_ns),
+        dur(names::IN_BLOCKING_COPIES, &t.copy_blocked_ns),
+        dur(names::GPU_IDLE, &t.gpu_idle_ns),
+        count_fig(names::COPIES, &t.copies, worse(names::COPIES)),
     ]
 }
 
@@ -584,6 +590,7 @@ mod tests {
                 sync_blocked_ns: blocked,
                 syncs_with_stack: 50,
             },
+            headline: Default::default(),
             always_on: false,
             kernels: vec![KernelStat {
                 name: "gemm<float>".into(),
@@ -636,10 +643,11 @@ mod tests {
         };
         // Faster and less blocked: better; more GPU busy time for the work: not judged, its
         // share of the run grew: better.
-        assert_eq!(class("wall time"), "delta-down");
-        assert_eq!(class("time blocked in syncs"), "delta-down");
+        assert_eq!(class("wall"), "delta-down");
+        assert_eq!(class("host blocked"), "delta-down");
+        assert_eq!(class("in syncs"), "delta-down");
         assert_eq!(class("GPU busy time"), "delta-same");
-        assert_eq!(class("GPU busy (share of the run)"), "delta-down");
+        assert_eq!(class("GPU busy"), "delta-down");
         // Every total the page shows has its direction in the table.
         for f in totals(&d) {
             assert!(WORSE.iter().any(|(l, _)| *l == f.label), "{}", f.label);
@@ -665,7 +673,7 @@ mod tests {
         let new = prof(1_200_000_000, 500_000_000, 300_000_000, true);
         let d = diff::diff(&base, &new, &diff::Options::default()).unwrap();
         let t = totals(&d);
-        assert_eq!(t[0].label, "wall time");
+        assert_eq!(t[0].label, "wall");
         assert_eq!(t[0].class, "delta-up");
         assert_eq!(t[0].delta, "+200.00ms (+20.0%)");
         let (ins, ks, ls) = rows(&d, "base-1", "new/2");

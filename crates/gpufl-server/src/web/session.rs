@@ -19,6 +19,8 @@ use crate::AppState;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
+use gpufl_analysis::headline::{fmt_pct, names};
+use gpufl_analysis::{fmt_duration, Headline};
 use gpufl_trace::{throttle, Telemetry};
 use serde::Deserialize;
 use serde_json::Value;
@@ -388,8 +390,8 @@ pub async fn page(
         .await?
         .unwrap_or_default();
     let header: HeaderDoc = data::doc(&st, p, &id, "header").await?.unwrap_or_default();
-    let idle_ns: u64 = timeline.devices.iter().map(|d| d.idle_ns).sum();
-    page.stats = headline(&s, (!timeline.devices.is_empty()).then_some(idle_ns));
+    let head: Option<Headline> = data::doc(&st, p, &id, "headline").await?;
+    page.stats = headline(&s, head.as_ref());
     let insights = st.db.insights(p, &id).await?;
     page.idle_host = hostview::idle_breakdown(&insights, &id);
     findings_list(&mut page, &insights, &id, q.category.as_deref());
@@ -498,49 +500,104 @@ fn pending_text(s: &SessionRow) -> String {
     }
 }
 
-fn headline(s: &SessionRow, idle_ns: Option<u64>) -> Vec<Stat> {
-    let stat = |key, value: String, tip: &str| Stat {
+/// The headline boxes: the analysis's headline figures (`gpufl_analysis::Headline`, stored by
+/// ingest as the `headline` document), under the names every view gives them
+/// (`gpufl_analysis::headline::names`), formatted as `gpufl report` and `gpufl info` print them;
+/// then the top severity. A session analysed before the document existed shows its row's figures.
+fn headline(s: &SessionRow, h: Option<&Headline>) -> Vec<Stat> {
+    let stat = |key, value: String, tip: String| Stat {
         key,
         value,
         class: "",
-        tip: tip.to_string(),
+        tip,
     };
     let sev = fmt::severity(s.top_severity);
-    vec![
-        stat(
-            "wall time",
-            fmt::dur(s.wall_ns),
-            "first to last timed record of the session",
-        ),
-        stat(
-            "GPU busy",
-            fmt::pct(s.busy_pct()),
-            "kernels, copies and memsets (union per device) over the wall time",
-        ),
-        stat("kernels", fmt::count(s.kernels), "kernel executions"),
-        stat("syncs", fmt::count(s.syncs), "synchronizations"),
-        stat(
-            "blocked in syncs",
-            fmt::dur(s.blocked_ns),
-            "host time blocked in synchronizations",
-        ),
-        stat(
-            "GPU idle",
-            idle_ns.map_or_else(|| "–".to_string(), fmt::dur_u),
-            "gaps between GPU work within each device's active range, summed over devices",
-        ),
-        Stat {
-            key: "top severity",
-            value: if sev.is_empty() {
-                "none".into()
-            } else {
-                sev.into()
-            },
-            class: fmt::severity_class(s.top_severity),
-            tip: "the highest severity of the session's insights".into(),
+    let top = Stat {
+        key: "top severity",
+        value: if sev.is_empty() {
+            "none".into()
+        } else {
+            sev.into()
         },
-    ]
+        class: fmt::severity_class(s.top_severity),
+        tip: "the highest severity of the session's insights".into(),
+    };
+    let Some(h) = h else {
+        return vec![
+            stat(names::WALL, fmt::dur(s.wall_ns), WALL_TIP.into()),
+            stat(names::GPU_BUSY, fmt_pct(s.busy_pct()), BUSY_TIP.into()),
+            stat(
+                names::KERNELS,
+                fmt::count(s.kernels),
+                "kernel executions".into(),
+            ),
+            stat(names::SYNCS, fmt::count(s.syncs), "synchronizations".into()),
+            stat(
+                names::IN_SYNCS,
+                fmt::dur(s.blocked_ns),
+                "host time blocked in synchronizations".into(),
+            ),
+            top,
+        ];
+    };
+    let (low, chunks) = h.low_chunks();
+    let (of_observed, in_windows) = if h.always_on {
+        (
+            " of the GPU-observed time (always-on)",
+            " (in the windows only)",
+        )
+    } else {
+        ("", "")
+    };
+    let mut out = vec![
+        stat(names::WALL, fmt_duration(h.wall_ns), WALL_TIP.into()),
+        stat(
+            names::GPU_BUSY,
+            fmt_pct(h.gpu_busy_pct),
+            format!("{BUSY_TIP}{of_observed}: {}", fmt_duration(h.gpu_busy_ns)),
+        ),
+        stat(
+            names::KERNELS,
+            h.kernels.to_string(),
+            format!("kernel executions{in_windows}"),
+        ),
+        stat(names::SYNCS, h.syncs.to_string(), "synchronizations".into()),
+        stat(
+            names::HOST_BLOCKED,
+            fmt_duration(h.host_blocked_ns),
+            format!(
+                "host time waiting for the GPU: {} {}, {} {} ({} calls)",
+                names::IN_SYNCS,
+                fmt_duration(h.sync_blocked_ns),
+                names::IN_BLOCKING_COPIES,
+                fmt_duration(h.copy_blocked_ns),
+                h.blocking_copies
+            ),
+        ),
+    ];
+    if !h.devices.is_empty() {
+        out.push(stat(
+            names::GPU_IDLE,
+            fmt_duration(h.gpu_idle_ns),
+            format!(
+                "gaps between GPU work within each device's active range ({}), summed over devices",
+                fmt_duration(h.gpu_active_ns)
+            ),
+        ));
+    }
+    if chunks > 0 {
+        out.push(stat(
+            names::LOW_CHUNKS,
+            format!("{low} of {chunks}"),
+            "chunks of each device's active range busy less than half the time, one-off pauses left out".into(),
+        ));
+    }
+    out.push(top);
+    out
 }
+
+const WALL_TIP: &str = "first to last timed record of the session";
+const BUSY_TIP: &str = "kernels, copies and memsets (union per device) over the wall time";
 
 // ---------------------------------------------------------------------------------------------
 // Utilization over time
@@ -687,7 +744,7 @@ fn device_view(d: &TDevice, session: &str, heading: &str) -> DeviceView {
     );
     if d.low_utilization_chunks > 0 {
         summary.push_str(&format!(
-            "; {} of {} slices under 50% busy",
+            "; {} of {} chunks under 50 % busy",
             d.low_utilization_chunks,
             d.chunks.len()
         ));

@@ -24,8 +24,13 @@
 //!   outside its windows ([`Model::unobserved`]) is neither a gap nor idle time: what the GPU did
 //!   there is unknown (a window's first op may follow work that ran before the window opened).
 //! - **Utilization** ([`utilization`]): each device's active range cut into [`UTIL_CHUNKS`] equal
-//!   chunks (as `nsys analyze gpu_time_util`), the busy share of each; chunks under 50 % are
-//!   flagged `low`.
+//!   chunks (as `nsys analyze gpu_time_util`), the busy share of each. **Low chunks**
+//!   ([`mark_low`]): the device's one-off pauses ([`one_off_pauses`]: from its longest gap down,
+//!   each gap longer than all its shorter gaps together — startup, a lazy load, a checkpoint) are
+//!   cut out of each chunk, with the time the GPU was not observed; a chunk is `low` when it is not
+//!   mostly (more than half) pause or unobserved and is busy less than 50 % of what remains. Their
+//!   count, [`DeviceIdle::low_utilization_chunks`], is the one every view shows (the report's
+//!   header, the headline, `low-utilization`'s title, the dashboard).
 
 pub(crate) mod utilization;
 
@@ -129,7 +134,8 @@ pub struct UtilChunk {
     pub busy_ns: u64,
     /// `busy_ns` over the chunk's recorded time (its duration less paused gaps), 0..1.
     pub busy_share: f64,
-    /// Busy share under [`LOW_UTILIZATION`].
+    /// Busy under [`LOW_UTILIZATION`] of the chunk once one-off pauses and unobserved time are
+    /// cut out, and not mostly pause or unobserved ([`mark_low`]).
     pub low: bool,
     /// Time of the chunk in gaps that overlap a pause or time the GPU was not observed (always-on
     /// sessions outside their windows): left out of `busy_share`.
@@ -163,7 +169,11 @@ pub struct DeviceIdle {
     pub top_gaps: Vec<Gap>,
     /// [`UTIL_CHUNKS`] chunks of the active range (empty when it is shorter than that many ns).
     pub utilization: Vec<UtilChunk>,
+    /// Chunks of `utilization` flagged `low` ([`mark_low`]).
     pub low_utilization_chunks: u32,
+    /// The device's one-off pauses ([`one_off_pauses`]) together, ns: left out of the low chunks.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub one_off_pause_ns: u64,
     /// Per chunk of `utilization`: its idle time by class and line (read by `low-utilization`;
     /// not in the JSON output).
     #[serde(skip)]
@@ -661,7 +671,7 @@ fn scan_device(
         .collect();
     let utilization = scan.util.chunks(origin);
     let chunk_idle = scan.util.chunk_idle(|b| blocked.label(cx, b));
-    Some(DeviceIdle {
+    let mut d = DeviceIdle {
         device: dev,
         active_start_offset_ns: first - origin,
         active_ns: span,
@@ -672,10 +682,73 @@ fn scan_device(
         gaps: scan.gaps,
         by_class: scan.by_class,
         top_gaps,
-        low_utilization_chunks: utilization.iter().filter(|c| c.low).count() as u32,
+        low_utilization_chunks: 0,
+        one_off_pause_ns: 0,
         utilization,
         chunk_idle,
-    })
+    };
+    mark_low(&mut d);
+    Some(d)
+}
+
+/// The device's one-off pauses among its longest gaps (longest first): from the longest gap
+/// down, each gap longer than all the device's shorter gaps together.
+pub(crate) fn one_off_pauses(d: &DeviceIdle) -> Vec<&Gap> {
+    let mut rest = d.idle_ns;
+    let mut out = Vec::new();
+    for (rank, g) in d.top_gaps.iter().enumerate() {
+        let below = rest.saturating_sub(g.duration_ns);
+        let count_below = d.gaps.saturating_sub(rank as u64 + 1);
+        if count_below >= 1 && g.duration_ns > below {
+            out.push(g);
+            rest = below;
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+/// Overlap of `[a0, a1)` and `[b0, b1)`, ns.
+pub(crate) fn overlap(a0: u64, a1: u64, b0: u64, b1: u64) -> u64 {
+    a1.min(b1).saturating_sub(a0.max(b0))
+}
+
+/// Time of `[start, start + len)` in the one-off pauses, ns.
+pub(crate) fn pause_in(pauses: &[&Gap], start: u64, len: u64) -> u64 {
+    pauses
+        .iter()
+        .map(|g| {
+            overlap(
+                start,
+                start + len,
+                g.start_offset_ns,
+                g.start_offset_ns + g.duration_ns,
+            )
+        })
+        .sum()
+}
+
+/// Flag the low chunks of a device's utilization series and count them: busy less than
+/// [`LOW_UTILIZATION`] of the chunk less its one-off pause and unobserved time, that remainder
+/// being at least half the chunk.
+pub(crate) fn mark_low(d: &mut DeviceIdle) {
+    let pauses = one_off_pauses(d);
+    let pause_ns: u64 = pauses.iter().map(|g| g.duration_ns).sum();
+    let low: Vec<bool> = d
+        .utilization
+        .iter()
+        .map(|c| {
+            let pause = pause_in(&pauses, c.start_offset_ns, c.duration_ns);
+            let eff = c.duration_ns.saturating_sub(pause + c.unobserved_ns);
+            eff > 0 && eff * 2 >= c.duration_ns && (c.busy_ns as f64) < eff as f64 * LOW_UTILIZATION
+        })
+        .collect();
+    for (c, l) in d.utilization.iter_mut().zip(low) {
+        c.low = l;
+    }
+    d.low_utilization_chunks = d.utilization.iter().filter(|c| c.low).count() as u32;
+    d.one_off_pause_ns = pause_ns;
 }
 
 fn is_zero(v: &u64) -> bool {
