@@ -869,7 +869,13 @@ fn recorded_memory_findings() {
     let file_line = |i: &serde_json::Value| {
         let l = &i["location"];
         (
-            l["file"].as_str().unwrap().rsplit('/').next().unwrap().to_string(),
+            l["file"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string(),
             l["line"].as_u64().unwrap_or(0),
         )
     };
@@ -910,7 +916,10 @@ fn recorded_memory_findings() {
             .find(|i| i["rule"] == "memory-peak")
             .unwrap_or_else(|| panic!("{prefix}: memory-peak"));
         let got = peak["data"]["peak_bytes"].as_f64().unwrap() / (1u64 << 20) as f64;
-        assert!((got - mib).abs() <= mib * 0.05, "{prefix}: {got} MiB vs {mib}");
+        assert!(
+            (got - mib).abs() <= mib * 0.05,
+            "{prefix}: {got} MiB vs {mib}"
+        );
         assert!(peak["data"]["series"].as_array().unwrap().len() > 2);
     }
 }
