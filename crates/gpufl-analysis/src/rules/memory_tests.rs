@@ -84,6 +84,8 @@ fn insights(s: &S) -> Vec<Insight> {
     let mut v = super::out_of_memory::run(&cx);
     v.extend(super::memory_leak::run(&cx));
     v.extend(super::memory_peak::run(&cx));
+    let session = crate::shared::finish::session_ns(&m, wall);
+    crate::shared::finish::rate(&mut v, session);
     crate::shared::finish::rank(&mut v);
     v
 }
@@ -195,7 +197,7 @@ fn a_short_or_returning_history_is_no_leak() {
 }
 
 #[test]
-fn a_peak_near_the_device_capacity_is_medium() {
+fn a_peak_near_the_device_capacity_says_so() {
     let mut s = S::new();
     let st = s.py(&[("main", USER, 5)], None);
     mem(&mut s, 1, MemOp::Alloc, 0x1000, 75_000 * MIB, Some(st));
@@ -208,6 +210,10 @@ fn a_peak_near_the_device_capacity_is_medium() {
     })));
     let v = insights(&s);
     assert_eq!(v.len(), 1);
-    assert_eq!(v[0].severity, Severity::Medium);
-    assert!(v[0].title.contains("(94% of the device)"), "{}", v[0].title);
+    assert_eq!(v[0].severity, Severity::Low, "no time lost: the one formula");
+    assert!(
+        v[0].title.contains("(94% of the device: close to running out)"),
+        "{}",
+        v[0].title
+    );
 }
