@@ -26,8 +26,9 @@ use tokio::io::AsyncWriteExt;
 
 /// Bumped when what ingest stores changes (a newer analysis): sessions stored by an older one
 /// are analysed again at start. 5: the `hostlines` document and the idle findings' `data.host`;
-/// 6: severity from the impact's share of the session, one finding per line and cause (`facets`).
-pub const ANALYSIS_VERSION: i64 = 6;
+/// 6: severity from the impact's share of the session, one finding per line and cause (`facets`);
+/// 7: the `memory` document (memory over time, holders at the peak, allocations by line).
+pub const ANALYSIS_VERSION: i64 = 7;
 
 /// A claim not finished after this long belongs to an instance that died: taken over.
 pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;
@@ -300,6 +301,11 @@ pub fn analyse_dir(dir: &Path, threads: usize, budget: Budget) -> Stored {
     out.docs.push((
         "hostlines",
         serde_json::to_string(&gpufl_analysis::hostlines::host_line_details(&model, &cfg))
+            .unwrap_or_default(),
+    ));
+    out.docs.push((
+        "memory",
+        serde_json::to_string(&gpufl_analysis::memview::memory_view(&model, &cfg))
             .unwrap_or_default(),
     ));
     out.docs.push(("timeline", timeline_doc(&a)));
