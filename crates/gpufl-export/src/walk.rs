@@ -2,7 +2,8 @@
 //! flows and counters. Memory is bounded whatever the session's size: the state kept is the
 //! interning tables of the reader (as every gpufl command), the open scopes of each thread (at
 //! most [`MAX_DEPTH`] per thread, [`MAX_THREADS`] threads), the thread and stream sets (capped,
-//! the rest going to one "other" track) and the first pass's flow bits.
+//! the rest going to one "other" track), the first pass's flow bits and the allocations live
+//! (`mem` records: address, bytes, line; see [`mem`]).
 
 use crate::links::{End, Links};
 use crate::scan::{Clock, Scan};
@@ -13,6 +14,9 @@ use gpufl_trace::{HostState, ParSessionReader, Record, StackId, Symbols};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+
+#[path = "walk_mem.rs"]
+mod mem;
 
 /// Host threads with their own track per session; further threads share "other threads".
 pub const MAX_THREADS: usize = 4096;
@@ -67,6 +71,8 @@ struct Walker<'a> {
     /// Which frames are the user's (a host sample is named by its innermost one).
     filter: &'a FrameFilter,
     stats: WalkStats,
+    /// The allocations live (`mem` records) and each device's live bytes.
+    mem: mem::LiveMem,
 }
 
 impl Walker<'_> {
@@ -141,6 +147,7 @@ impl Walker<'_> {
             Record::Window(w) => self.window(&w)?,
             Record::Capture(c) => self.capture(&c)?,
             Record::Telemetry(t) => self.telemetry(&t)?,
+            Record::Mem(m) => self.mem(&m)?,
             _ => {}
         }
         Ok(())
@@ -630,6 +637,7 @@ pub fn walk(
         sampled_to: HashMap::new(),
         filter,
         stats: WalkStats::default(),
+        mem: mem::LiveMem::default(),
     };
     w.insights(scan)?;
     for rec in reader {
