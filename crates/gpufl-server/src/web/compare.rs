@@ -600,6 +600,7 @@ mod tests {
             }],
             insights,
             graphs: Vec::new(),
+            memory: Default::default(),
         }
     }
 
