@@ -35,6 +35,12 @@ use crate::{Analysis, Config};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 
+#[path = "diff_memory.rs"]
+mod memory;
+pub use memory::{
+    memory_diff, MemDeviceDelta, MemDeviceStat, MemLineDelta, MemLineStat, MemProfile, MemoryDiff,
+};
+
 /// What a threshold or a pair of sessions can get wrong.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DiffError {
@@ -87,6 +93,10 @@ pub struct Profile {
     /// Per CUDA graph and device ([`Analysis::graphs`]); absent from JSON without graphs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub graphs: Vec<GraphStat>,
+    /// Peak memory per device and live bytes at the peak per allocating line (`mem` records);
+    /// absent from JSON without them.
+    #[serde(default, skip_serializing_if = "MemProfile::is_empty")]
+    pub memory: MemProfile,
 }
 
 impl Profile {
@@ -334,6 +344,7 @@ pub fn profile(m: &Model, a: &Analysis, cfg: &Config) -> Profile {
         lines: lines.into_values().collect(),
         insights,
         graphs: a.graphs.iter().map(GraphStat::of).collect(),
+        memory: MemProfile::of(&crate::memview::memory_view(m, cfg)),
     }
 }
 
@@ -578,6 +589,10 @@ pub struct Diff {
     /// Graphs in both sessions whose change is under the threshold; absent from JSON when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub graphs_hidden: u64,
+    /// Peak memory per device and per-line live bytes at the peak; absent from JSON when
+    /// neither session has `mem` records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryDiff>,
     /// Empty without a regression threshold.
     pub regressions: Vec<Regression>,
 }
@@ -595,6 +610,10 @@ impl Diff {
             && self.lines.is_empty()
             && self.insights.is_empty()
             && self.graphs.is_empty()
+            && self
+                .memory
+                .as_ref()
+                .is_none_or(|m| m.is_unchanged(self.threshold_pct))
             && !self.totals_moved(self.threshold_pct)
     }
 
@@ -806,6 +825,7 @@ pub fn diff(base: &Profile, new: &Profile, opts: &Options) -> Result<Diff, DiffE
         insights_hidden,
         graphs,
         graphs_hidden,
+        memory: memory_diff(&base.memory, &new.memory, th),
         regressions,
     })
 }
@@ -1094,6 +1114,7 @@ mod tests {
                 50_000_000,
             )],
             graphs: Vec::new(),
+            memory: MemProfile::default(),
         }
     }
 

@@ -81,6 +81,7 @@ pub mod intervals;
 pub mod kdetail;
 pub mod kernels;
 pub mod lines;
+pub mod memview;
 pub mod model;
 pub mod occupancy;
 pub mod pipeline;

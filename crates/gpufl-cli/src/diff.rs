@@ -234,6 +234,7 @@ pub(crate) fn render_text(base: &Side, new: &Side, d: &Diff, limit: usize) -> St
     totals(o, d);
     kernels(o, d, limit);
     graphs(o, d, limit);
+    memory(o, d, limit);
     lines(o, d, limit);
     insights(o, d, limit);
     regressions(o, d);
@@ -408,6 +409,86 @@ fn graphs(o: &mut String, d: &Diff, limit: usize) {
             }
             more(o, d.graphs.len(), cap(limit, d.graphs.len()));
         }
+    }
+}
+
+/// Bytes with a sign: `+256.0 MiB`, `-1.00 GiB`, `0 B`.
+fn signed_bytes(d: i64) -> String {
+    let b = fmt_bytes(d.unsigned_abs());
+    match d.signum() {
+        1 => format!("+{b}"),
+        -1 => format!("-{b}"),
+        _ => b,
+    }
+}
+
+/// Bytes: `512 B`, `8.0 MiB`, `7.50 GiB`.
+fn fmt_bytes(b: u64) -> String {
+    const K: f64 = 1024.0;
+    let f = b as f64;
+    if f >= K * K * K {
+        format!("{:.2} GiB", f / (K * K * K))
+    } else if f >= K * K {
+        format!("{:.1} MiB", f / (K * K))
+    } else if f >= K {
+        format!("{:.1} KiB", f / K)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// Memory, when either session has `mem` records: each device's peak, then the allocating lines
+/// whose live bytes at the peak (or allocations) moved.
+fn memory(o: &mut String, d: &Diff, limit: usize) {
+    let Some(m) = &d.memory else {
+        return;
+    };
+    let _ = writeln!(o, "\n  Memory: peak live bytes of the process per device");
+    for dv in &m.devices {
+        let p = &dv.peak_bytes;
+        let row = format!(
+            "    {:<8} GPU {:<3} {:>12} {:>12} {:>13} {:>10}",
+            dv.status.map_or("", |s| s.as_str()),
+            dv.device,
+            fmt_bytes(p.base),
+            fmt_bytes(p.new),
+            signed_bytes(p.delta),
+            if p.delta == 0 {
+                String::new()
+            } else {
+                pct_text(p.pct)
+            }
+        );
+        let _ = writeln!(o, "{}", row.trim_end());
+    }
+    let _ = writeln!(
+        o,
+        "\n  Memory by allocating line: live at the peak ({})",
+        counts(m.lines.iter().map(|l| l.status), m.lines_hidden)
+    );
+    if !m.lines.is_empty() {
+        let _ = writeln!(
+            o,
+            "    {:<8} {:>25} {:>13} {:>13}  line",
+            "", "live at the peak", "delta", "allocations"
+        );
+        for l in m.lines.iter().take(cap(limit, m.lines.len())) {
+            let _ = writeln!(
+                o,
+                "    {:<8} {:>25} {:>13} {:>13}  GPU {} {}",
+                l.status.as_str(),
+                format!(
+                    "{} → {}",
+                    fmt_bytes(l.peak_live.base),
+                    fmt_bytes(l.peak_live.new)
+                ),
+                signed_bytes(l.peak_live.delta),
+                format!("{} → {}", l.allocs.base, l.allocs.new),
+                l.device,
+                esc(&l.location.location)
+            );
+        }
+        more(o, m.lines.len(), cap(limit, m.lines.len()));
     }
 }
 

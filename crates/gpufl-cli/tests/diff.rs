@@ -758,3 +758,86 @@ fn sessions_without_graphs_have_no_graph_section() {
     let (_, v) = diff_json(&bd, &nd, &[]);
     assert!(v.get("graphs").is_none() && v.get("graphs_hidden").is_none());
 }
+
+/// The `memory-peak` findings' peaks of a session's report, by device.
+fn report_peaks(dir: &str) -> BTreeMap<u64, u64> {
+    let r = report(dir);
+    r["insights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["rule"] == "memory-peak")
+        .map(|i| {
+            (
+                i["data"]["device"].as_u64().unwrap(),
+                i["data"]["peak_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Memory (issue 38): a cudaMallocAsync pool against PyTorch's expandable segments. Each
+/// device's peak is the one each session's `memory-peak` finding reports; with threshold 0 every
+/// allocating line is listed and the lines' live bytes at the peak add up to each side's peak;
+/// the session against itself moves nothing.
+#[test]
+fn memory_peaks_and_lines_between_two_sessions() {
+    let (pool, exp) = (
+        session("mempool_async-1273-"),
+        session("pytorch_expandable-1443-"),
+    );
+    let (bp, np) = (report_peaks(&pool), report_peaks(&exp));
+    assert!(!bp.is_empty() && !np.is_empty());
+    let (_, d) = diff_json(&pool, &exp, &["--threshold", "0"]);
+    let m = &d["memory"];
+    for dv in m["devices"].as_array().unwrap() {
+        let dev = dv["device"].as_u64().unwrap();
+        let p = &dv["peak_bytes"];
+        let (b, n) = (
+            bp.get(&dev).copied().unwrap_or(0),
+            np.get(&dev).copied().unwrap_or(0),
+        );
+        assert_eq!(p["base"].as_u64(), Some(b), "{dv}");
+        assert_eq!(p["new"].as_u64(), Some(n), "{dv}");
+        assert_eq!(p["delta"].as_i64(), Some(n as i64 - b as i64), "{dv}");
+    }
+    let lines = m["lines"].as_array().unwrap();
+    assert_eq!(m["lines_hidden"], 0);
+    let sum = |side: &str| -> u64 {
+        lines
+            .iter()
+            .map(|l| l["peak_live"][side].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(sum("base"), bp.values().sum::<u64>());
+    assert_eq!(sum("new"), np.values().sum::<u64>());
+    // The pool's line is gone in NEW; the expandable run's segments (mapped without a stack)
+    // hold its peak.
+    assert!(lines.iter().any(|l| l["status"] == "gone"
+        && l["location"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("mempool_async.cu")));
+    assert!(lines
+        .iter()
+        .any(|l| l["location"]["location"] == "(no stack)"
+            && l["peak_live"]["new"].as_u64().unwrap() >= 1 << 30));
+    let (code, text, err) = run(gpufl().args(["diff", &pool, &exp]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("Memory: peak live bytes of the process per device"),
+        "{text}"
+    );
+    assert!(text.contains("mempool_async.cu:67"), "{text}");
+
+    // The same session twice: zero deltas, every line unchanged.
+    let (_, d) = diff_json(&exp, &exp, &["--threshold", "0"]);
+    let m = &d["memory"];
+    assert!(m["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|dv| dv["peak_bytes"]["delta"] == 0 && dv.get("status").is_none()));
+    assert!(m["lines"].as_array().unwrap().is_empty());
+    assert!(m["lines_hidden"].as_u64().unwrap() > 0);
+}

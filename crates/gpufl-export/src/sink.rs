@@ -33,6 +33,8 @@ pub enum Track {
     Capture,
     /// Insights of gpufl-analysis.
     Insights,
+    /// A GPU's allocations and frees (`mem` records).
+    Memory(u32),
 }
 
 impl Track {
@@ -50,6 +52,7 @@ impl Track {
             Track::Ranges => "NVTX ranges".into(),
             Track::Capture => "capture windows".into(),
             Track::Insights => "gpufl insights".into(),
+            Track::Memory(dev) => format!("GPU {dev} allocations"),
         }
     }
 
@@ -57,7 +60,7 @@ impl Track {
     pub fn rank(&self) -> u32 {
         match self {
             Track::Insights => 0,
-            Track::Stream { .. } | Track::OtherStreams => 1,
+            Track::Stream { .. } | Track::OtherStreams | Track::Memory(_) => 1,
             Track::Thread(_) | Track::OtherThreads | Track::HostSamples(_) => 2,
             _ => 3,
         }
@@ -79,10 +82,11 @@ pub enum Cat {
     Range,
     Capture,
     Insight,
+    Mem,
 }
 
 impl Cat {
-    pub const ALL: [Cat; 12] = [
+    pub const ALL: [Cat; 13] = [
         Cat::Kernel,
         Cat::Memcpy,
         Cat::Memset,
@@ -95,6 +99,7 @@ impl Cat {
         Cat::Range,
         Cat::Capture,
         Cat::Insight,
+        Cat::Mem,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -110,6 +115,7 @@ impl Cat {
             Cat::Range => "range",
             Cat::Capture => "capture",
             Cat::Insight => "insight",
+            Cat::Mem => "mem",
         }
     }
 }
@@ -149,6 +155,8 @@ pub enum Metric {
     MemClock,
     PcieTx,
     PcieRx,
+    /// Bytes the process holds allocated on the GPU (`mem` records), not NVML.
+    MemLive,
 }
 
 impl Metric {
@@ -164,10 +172,11 @@ impl Metric {
             Metric::MemClock => "memory clock (MHz)",
             Metric::PcieTx => "PCIe TX (KB/s)",
             Metric::PcieRx => "PCIe RX (KB/s)",
+            Metric::MemLive => "memory allocated by the process (bytes)",
         }
     }
     pub fn is_bytes(self) -> bool {
-        self == Metric::MemUsed
+        matches!(self, Metric::MemUsed | Metric::MemLive)
     }
 }
 

@@ -2,7 +2,8 @@
 //! flows and counters. Memory is bounded whatever the session's size: the state kept is the
 //! interning tables of the reader (as every gpufl command), the open scopes of each thread (at
 //! most [`MAX_DEPTH`] per thread, [`MAX_THREADS`] threads), the thread and stream sets (capped,
-//! the rest going to one "other" track) and the first pass's flow bits.
+//! the rest going to one "other" track), the first pass's flow bits and the allocations live
+//! (`mem` records: address, bytes, line; see [`mem`]).
 
 use crate::links::{End, Links};
 use crate::scan::{Clock, Scan};
@@ -14,6 +15,9 @@ use gpufl_trace::{HostState, ParSessionReader, Record, StackId, Symbols};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+
+#[path = "walk_mem.rs"]
+mod mem;
 
 /// Host threads with their own track per session; further threads share "other threads".
 pub const MAX_THREADS: usize = 4096;
@@ -70,6 +74,8 @@ struct Walker<'a> {
     /// Every frame of a stack written, not from the first shown one.
     all_frames: bool,
     stats: WalkStats,
+    /// The allocations live (`mem` records) and each device's live bytes.
+    mem: mem::LiveMem,
 }
 
 impl Walker<'_> {
@@ -155,6 +161,7 @@ impl Walker<'_> {
             Record::Window(w) => self.window(&w)?,
             Record::Capture(c) => self.capture(&c)?,
             Record::Telemetry(t) => self.telemetry(&t)?,
+            Record::Mem(m) => self.mem(&m)?,
             _ => {}
         }
         Ok(())
@@ -644,6 +651,7 @@ pub fn walk(
         filter: &opts.config.filter,
         all_frames: opts.all_frames,
         stats: WalkStats::default(),
+        mem: mem::LiveMem::default(),
     };
     w.insights(scan)?;
     for rec in reader {

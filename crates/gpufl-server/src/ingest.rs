@@ -29,7 +29,8 @@ use tokio::io::AsyncWriteExt;
 /// 6: severity from the impact's share of the session, one finding per line and cause (`facets`);
 /// 7: fix texts in the program's own words (C/C++, PyTorch, JAX, CuPy, Python);
 /// 8: the `headline` document (the analysis's headline figures) and low chunks without one-off pauses.
-pub const ANALYSIS_VERSION: i64 = 8;
+/// 9: the `memory` document (memory over time, holders at the peak, allocations by line).
+pub const ANALYSIS_VERSION: i64 = 9;
 
 /// A claim not finished after this long belongs to an instance that died: taken over.
 pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;
@@ -306,6 +307,11 @@ pub fn analyse_dir(dir: &Path, threads: usize, budget: Budget) -> Stored {
     out.docs.push((
         "hostlines",
         serde_json::to_string(&gpufl_analysis::hostlines::host_line_details(&model, &cfg))
+            .unwrap_or_default(),
+    ));
+    out.docs.push((
+        "memory",
+        serde_json::to_string(&gpufl_analysis::memview::memory_view(&model, &cfg))
             .unwrap_or_default(),
     ));
     out.docs.push(("timeline", timeline_doc(&a)));

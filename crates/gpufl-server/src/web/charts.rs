@@ -48,6 +48,14 @@ pub struct Band {
     pub label: String,
 }
 
+/// A marked point of a [`LineChart`] (e.g. a peak): a dot with a label and a tooltip.
+#[derive(Debug, Clone)]
+pub struct Mark {
+    pub x: f64,
+    pub y: f64,
+    pub label: String,
+}
+
 /// Lines over a shared x axis.
 #[derive(Debug, Clone, Default)]
 pub struct LineChart {
@@ -56,6 +64,7 @@ pub struct LineChart {
     pub height: f64,
     pub series: Vec<Series>,
     pub bands: Vec<Band>,
+    pub marks: Vec<Mark>,
     /// y range; `None`: 0 to the largest y.
     pub y_max: Option<f64>,
     /// Text of the y axis' top and the x axis' ends: `fmt_y(y_max)`, `fmt_x(x)`.
@@ -147,6 +156,25 @@ impl LineChart {
                 }
             }
             let _ = write!(o, r#""><title>{}</title></polyline>"#, esc(&s.name));
+        }
+        for m in &self.marks {
+            if !(m.x.is_finite() && m.y.is_finite()) {
+                continue;
+            }
+            let (cx, cy) = (sx(m.x.clamp(x0, x1)), sy(m.y));
+            let anchor = if cx > PAD_L + pw * 0.7 {
+                "end"
+            } else {
+                "start"
+            };
+            let dx = if anchor == "end" { -6.0 } else { 6.0 };
+            let _ = write!(
+                o,
+                r#"<g class="mark"><title>{l}</title><circle cx="{cx:.1}" cy="{cy:.1}" r="4"/><text x="{tx:.1}" y="{ty:.1}" text-anchor="{anchor}">{l}</text></g>"#,
+                l = esc(&m.label),
+                tx = cx + dx,
+                ty = (cy + 4.0).max(PAD_T + 10.0),
+            );
         }
         o.push_str("</svg>");
         o
@@ -332,6 +360,11 @@ mod tests {
             bands: vec![Band {
                 x0: 0.2,
                 x1: 0.4,
+                label: hostile.into(),
+            }],
+            marks: vec![Mark {
+                x: 0.5,
+                y: 1.5,
                 label: hostile.into(),
             }],
             ..LineChart::default()

@@ -607,6 +607,7 @@ mod tests {
             }],
             insights,
             graphs: Vec::new(),
+            memory: Default::default(),
         }
     }
 

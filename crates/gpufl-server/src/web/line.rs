@@ -254,6 +254,10 @@ pub struct LinePage {
     pub cards: Vec<Card>,
     /// The host samples and host calls at the line (web::hostview), when any.
     pub host: Option<HostAtLine>,
+    /// The allocations at the line per device (web::memory), when the session has `mem` records.
+    pub allocs: Vec<super::memory::LineAllocs>,
+    /// The session has `mem` records.
+    pub has_mem: bool,
 }
 
 fn bad(why: &str) -> WebError {
@@ -671,7 +675,10 @@ pub async fn page(
         .unwrap_or_default();
     let host = hostview::at_line(&host_docs, &file, line);
     let host_loc = hostview::location_at(&host_docs, &file, line);
-    if here.is_empty() && cards.is_empty() && host.is_none() {
+    let mem: gpufl_analysis::memview::MemoryView =
+        data::doc(&st, p, &id, "memory").await?.unwrap_or_default();
+    let allocs = super::memory::line_allocs(&mem, &file, line);
+    if here.is_empty() && cards.is_empty() && host.is_none() && allocs.is_empty() {
         return Err(WebError::NotFound(format!(
             "nothing recorded at {file}:{line} in this session"
         )));
@@ -733,6 +740,8 @@ pub async fn page(
         kernels: kernel_views(&list, &rows, &id),
         cards,
         host,
+        allocs,
+        has_mem: !mem.devices.is_empty(),
         file,
         line,
     })

@@ -27,6 +27,7 @@ pub mod fmt;
 pub mod hostview;
 pub mod kernel;
 pub mod line;
+pub mod memory;
 pub mod run;
 pub mod session;
 pub mod sessions;

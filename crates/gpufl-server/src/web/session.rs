@@ -13,6 +13,7 @@ use super::cards::{self, Card, Chip};
 use super::charts::{self, Band, Column, LineChart, Series, StackedColumns};
 use super::data;
 use super::hostview::{self, IdleBreakdown};
+use super::memory::{self, MemChart};
 use super::{fmt, render, url_encode, Nav, Viewer, WebError};
 use crate::store::{InsightRow, KernelRow, SessionRow};
 use crate::AppState;
@@ -21,6 +22,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use gpufl_analysis::headline::{fmt_pct, names};
 use gpufl_analysis::{fmt_duration, Headline};
+use gpufl_analysis::memview::MemoryView;
 use gpufl_trace::{throttle, Telemetry};
 use serde::Deserialize;
 use serde_json::Value;
@@ -319,6 +321,8 @@ struct SessionPage {
     devices: Vec<DeviceView>,
     /// What the host was doing while the GPU idled (web::hostview), when the findings say.
     idle_host: Option<IdleBreakdown>,
+    /// Memory over time per device with the holders at the peak (web::memory), when recorded.
+    memory: Vec<MemChart>,
     telemetry: Vec<TelemetryView>,
     scopes: Vec<ScopeView>,
     scopes_more: usize,
@@ -355,6 +359,7 @@ impl SessionPage {
             filters: Vec::new(),
             devices: Vec::new(),
             idle_host: None,
+            memory: Vec::new(),
             telemetry: Vec::new(),
             scopes: Vec::new(),
             scopes_more: 0,
@@ -408,6 +413,11 @@ pub async fn page(
         .iter()
         .take(MAX_DEVICES)
         .map(|d| device_view(d, &id, &gpu_name(d.device)))
+        .collect();
+    let mem: MemoryView = data::doc(&st, p, &id, "memory").await?.unwrap_or_default();
+    page.memory = memory::charts(&mem, &id, gpu_name)
+        .into_iter()
+        .take(MAX_DEVICES)
         .collect();
     let tel: TelemetryDoc = data::doc(&st, p, &id, "telemetry")
         .await?
@@ -967,6 +977,7 @@ fn telemetry_view(d: &TelemetryDevice, origin: u64, heading: &str) -> TelemetryV
             height: 220.0,
             series: series_list,
             bands,
+            marks: Vec::new(),
             y_max,
             y_unit: unit.to_string(),
             x_unit: "s".into(),
