@@ -82,7 +82,7 @@ def wait_ready(url, key, sid):
 def info_kernels(d):
     out = subprocess.run([str(CLI), "info", str(d)], capture_output=True, text=True,
                          check=True).stdout
-    m = re.search(r"(\d+) kernels,", out)
+    m = re.search(r"(\d+) kernels\b", out)
     assert m, out
     return int(m.group(1))
 
