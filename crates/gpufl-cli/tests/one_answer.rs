@@ -4,42 +4,17 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::root;
 
-/// Every bundled session and run directory, sorted.
 fn bundled() -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    for sub in ["testdata/sessions", "testdata/runs"] {
-        for e in std::fs::read_dir(root().join(sub)).expect(sub) {
-            let p = e.expect("entry").path();
-            if p.is_dir() {
-                v.push(p);
-            }
-        }
-    }
-    v.sort();
-    assert!(v.len() > 30, "bundled sessions and runs: {}", v.len());
-    v
+    common::bundled_all()
 }
 
 fn gpufl(args: &[&str], dir: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpufl"))
-        .args(args)
-        .arg(dir)
-        .output()
-        .expect("run gpufl");
-    assert!(
-        out.status.success(),
-        "gpufl {args:?} {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
+    String::from_utf8(common::gpufl_on(args, dir)).expect("utf-8")
 }
 
 /// `gpufl report --json` of every bundled directory, computed once for the tests of this file.

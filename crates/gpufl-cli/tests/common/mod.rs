@@ -1,6 +1,6 @@
-//! What the tests of the `gpufl` binary's server commands share (`mod common;` in server.rs,
-//! serve_local.rs, upload_api.rs): starting `gpufl serve`, creating a project, finding a bundled
-//! session. The server's own tests, in-process, are in crates/gpufl-server/tests.
+//! What the tests of the `gpufl` binary share (`mod common;` in server.rs, serve_local.rs,
+//! upload_api.rs, one_answer.rs, advice.rs, clean_stacks.rs): starting `gpufl serve`, creating a
+//! project, finding a bundled session, every bundled session and run, running `gpufl` on one. The server's own tests, in-process, are in crates/gpufl-server/tests.
 
 #![allow(dead_code)]
 
@@ -104,4 +104,36 @@ pub fn bundled(prefix: &str) -> PathBuf {
     v.into_iter()
         .next()
         .unwrap_or_else(|| panic!("no bundled session {prefix}*"))
+}
+
+/// Every bundled session and run directory (testdata/sessions, testdata/runs), sorted.
+pub fn bundled_all() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for sub in ["testdata/sessions", "testdata/runs"] {
+        for e in std::fs::read_dir(root().join(sub)).expect(sub) {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                v.push(p);
+            }
+        }
+    }
+    v.sort();
+    assert!(v.len() > 30, "bundled sessions and runs: {}", v.len());
+    v
+}
+
+/// `gpufl ARGS DIR`'s stdout; the command must succeed.
+pub fn gpufl_on(args: &[&str], dir: &Path) -> Vec<u8> {
+    let out = Command::new(GPUFL)
+        .args(args)
+        .arg(dir)
+        .output()
+        .expect("run gpufl");
+    assert!(
+        out.status.success(),
+        "gpufl {args:?} {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }
