@@ -117,6 +117,9 @@ pub struct MemRow {
     pub stack: Option<StackIx>,
     /// Failed allocations: the device's free bytes at the last telemetry sample.
     pub free: Option<u64>,
+    /// An allocation a rolling file started with (`carried`) whose original was not read (its
+    /// file deleted): live before the session's first record; `ts` is that first record's time.
+    pub carried: bool,
 }
 
 /// Host samples (`hsample` records): 33 bytes per sample. `stack` and `call` are [`NONE`] when
@@ -156,6 +159,9 @@ pub struct Model {
     pub(crate) hsamples: Hsamples,
     /// `mem` records, in file order.
     pub(crate) mems: Vec<MemRow>,
+    /// (device, address, time) of each allocation read, while loading: a `carried` copy of one is
+    /// skipped.
+    mem_allocs: std::collections::HashSet<(u32, u64, u64)>,
     /// `callsite` records, sorted by corr after loading.
     pub(crate) callsites: Vec<Callsite>,
     /// Distinct kernel launch configurations, in order of first use.
@@ -661,7 +667,19 @@ impl Model {
     /// An allocation, free or failed allocation: kept, widening the session's time range (an
     /// out-of-memory may be the last thing the program did).
     fn take_mem(&mut self, ld: &mut Loader, m: gpufl_trace::Mem) {
-        self.span(m.ts, m.ts);
+        if m.carried {
+            // Written again at a rolling file's start: the original was read, or its file is
+            // gone (then it was live before what is left; it does not widen the time range).
+            if m.op != gpufl_trace::MemOp::Alloc || self.mem_allocs.contains(&(m.dev, m.addr, m.ts))
+            {
+                return;
+            }
+        } else {
+            self.span(m.ts, m.ts);
+        }
+        if m.op == gpufl_trace::MemOp::Alloc {
+            self.mem_allocs.insert((m.dev, m.addr, m.ts));
+        }
         let stack = m.stack.map(|id| self.stack_ref(ld, id));
         let api = m.api.map(|id| self.str_ref(ld, id));
         self.mems.push(MemRow {
@@ -679,6 +697,7 @@ impl Model {
             tid: m.tid,
             stack,
             free: m.free,
+            carried: m.carried,
         });
     }
 
@@ -937,6 +956,11 @@ impl Model {
         self.telemetry.finish();
         if self.first_ns > self.last_ns {
             (self.first_ns, self.last_ns) = (0, 0);
+        }
+        self.mem_allocs = Default::default();
+        let first = self.first_ns;
+        for r in self.mems.iter_mut().filter(|r| r.carried) {
+            r.ts = r.ts.max(first);
         }
         self.paused = paused_ranges(std::mem::take(&mut self.capture_marks));
         self.windows.sort_by_key(|w| (w.start, w.end));

@@ -177,6 +177,120 @@ impl DeviceFree {
     }
 }
 
+/// Allocations tracked live by the writer, at most (beyond, new ones are counted, not kept).
+pub const MAX_LIVE: usize = 1 << 16;
+
+/// The process's live allocations as the writer wrote them: each device's live and peak bytes
+/// for the exporter's feed, and the allocations a new trace file starts with (rolling files:
+/// [`crate::sink::Sink::rotate`] writes them again, `carried`, so deleting the oldest file loses no
+/// allocation that is still held — the out-of-memory post-mortem of a long always-on run needs
+/// what was allocated hours before). Bounded: [`MAX_LIVE`] allocations.
+#[derive(Default)]
+pub struct LiveSet {
+    by_addr: HashMap<(u32, u64), Mem>,
+    /// (device, live bytes, peak live bytes), live counting untracked allocations too.
+    devs: Vec<(u32, u64, u64)>,
+    /// Allocations not kept for want of room (their bytes still counted while live).
+    pub untracked: u64,
+    untracked_live: HashMap<(u32, u64), u64>,
+}
+
+impl LiveSet {
+    fn dev(&mut self, dev: u32) -> &mut (u32, u64, u64) {
+        let i = match self.devs.iter().position(|d| d.0 == dev) {
+            Some(i) => i,
+            None => {
+                self.devs.push((dev, 0, 0));
+                self.devs.len() - 1
+            }
+        };
+        &mut self.devs[i]
+    }
+
+    /// A `mem` record was written (a carried one is not new: not counted again).
+    pub fn note(&mut self, m: &Mem) {
+        if m.carried {
+            return;
+        }
+        let key = (m.dev, m.addr);
+        match m.op {
+            MemOp::Alloc => {
+                // An address allocated again without a free seen: the old one is gone.
+                let old = self
+                    .by_addr
+                    .remove(&key)
+                    .map(|o| o.bytes)
+                    .or_else(|| self.untracked_live.remove(&key));
+                if self.by_addr.len() < MAX_LIVE {
+                    self.by_addr.insert(key, m.clone());
+                } else if self.untracked_live.len() < MAX_LIVE {
+                    self.untracked += 1;
+                    self.untracked_live.insert(key, m.bytes);
+                } else {
+                    self.untracked += 1;
+                }
+                let d = self.dev(m.dev);
+                d.1 = d.1.saturating_sub(old.unwrap_or(0)) + m.bytes;
+                d.2 = d.2.max(d.1);
+            }
+            MemOp::Free => {
+                let old = self
+                    .by_addr
+                    .remove(&key)
+                    .map(|o| o.bytes)
+                    .or_else(|| self.untracked_live.remove(&key));
+                if let Some(b) = old {
+                    let d = self.dev(m.dev);
+                    d.1 = d.1.saturating_sub(b);
+                }
+            }
+            MemOp::AllocFailed | MemOp::Unknown => {}
+        }
+    }
+
+    /// (device, live bytes, peak live bytes) of each device that allocated, by device.
+    pub fn by_device(&self) -> Vec<(u32, u64, u64)> {
+        let mut v = self.devs.clone();
+        v.sort_by_key(|d| d.0);
+        v
+    }
+
+    /// The live allocations, oldest first, for a new file; `restack` gives each its stack id in
+    /// that file (None: written without one). Their kept records take the new ids.
+    pub fn carry<E>(
+        &mut self,
+        mut restack: impl FnMut(StackId) -> Result<Option<StackId>, E>,
+    ) -> Result<Vec<Mem>, E> {
+        let mut v: Vec<&mut Mem> = self.by_addr.values_mut().collect();
+        v.sort_by_key(|m| (m.ts, m.dev, m.addr));
+        let mut out = Vec::with_capacity(v.len());
+        for m in v {
+            m.stack = match m.stack {
+                Some(id) => restack(id)?,
+                None => None,
+            };
+            let mut c = m.clone();
+            c.carried = true;
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    /// The stacks of the allocations kept.
+    pub fn stacks(&self) -> impl Iterator<Item = StackId> + '_ {
+        self.by_addr.values().filter_map(|m| m.stack)
+    }
+
+    /// Allocations kept.
+    pub fn len(&self) -> usize {
+        self.by_addr.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_addr.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,5 +420,66 @@ mod tests {
         });
         assert_eq!(f.get(0), Some(1 << 30));
         assert_eq!(f.get(1), None);
+    }
+
+    fn rec(op: MemOp, ts: u64, addr: u64, bytes: u64, stack: Option<u32>) -> Mem {
+        Mem {
+            ts,
+            op,
+            addr,
+            bytes,
+            stack: stack.map(StackId),
+            ..Mem::default()
+        }
+    }
+
+    #[test]
+    fn live_set_counts_live_and_peak_and_carries_what_is_held() {
+        let mut l = LiveSet::default();
+        l.note(&rec(MemOp::Alloc, 10, 0xa, 100, Some(1)));
+        l.note(&rec(MemOp::Alloc, 20, 0xb, 50, None));
+        l.note(&rec(MemOp::Free, 30, 0xa, 100, None));
+        l.note(&rec(MemOp::Alloc, 40, 0xc, 30, Some(2)));
+        // A free of an address never seen, and a carried record, change nothing.
+        l.note(&rec(MemOp::Free, 50, 0xdead, 999, None));
+        l.note(&Mem {
+            carried: true,
+            ..rec(MemOp::Alloc, 5, 0xe, 1 << 30, None)
+        });
+        assert_eq!(l.by_device(), vec![(0, 80, 150)]);
+        let carried = l
+            .carry(|id| Ok::<_, ()>(Some(StackId(id.0 + 100))))
+            .unwrap();
+        let got: Vec<_> = carried
+            .iter()
+            .map(|m| (m.ts, m.addr, m.stack.map(|s| s.0), m.carried))
+            .collect();
+        assert_eq!(got, vec![(20, 0xb, None, true), (40, 0xc, Some(102), true)]);
+        // The kept records now name the new file's stacks: a second rotation maps those.
+        let again = l.carry(|id| Ok::<_, ()>(Some(StackId(id.0 + 1)))).unwrap();
+        assert_eq!(again[1].stack, Some(StackId(103)));
+        // An address allocated again replaces the old allocation.
+        l.note(&rec(MemOp::Alloc, 60, 0xb, 10, None));
+        assert_eq!(l.by_device(), vec![(0, 40, 150)]);
+    }
+
+    #[test]
+    fn live_set_is_bounded() {
+        let mut l = LiveSet::default();
+        for i in 0..(MAX_LIVE as u64 + 10) {
+            l.note(&rec(MemOp::Alloc, i, 0x1000 + i, 1, None));
+        }
+        assert_eq!(l.len(), MAX_LIVE);
+        assert_eq!(l.untracked, 10);
+        // Untracked allocations still count while live, and their frees are seen.
+        assert_eq!(l.by_device()[0].1, MAX_LIVE as u64 + 10);
+        l.note(&rec(
+            MemOp::Free,
+            1 << 40,
+            0x1000 + MAX_LIVE as u64 + 3,
+            1,
+            None,
+        ));
+        assert_eq!(l.by_device()[0].1, MAX_LIVE as u64 + 9);
     }
 }

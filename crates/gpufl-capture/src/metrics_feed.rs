@@ -150,6 +150,8 @@ pub struct Feed {
     call_names: Vec<String>,
     /// Per call index: (host ns, calls) of its `hostcall` records.
     call_tally: Vec<(u64, u64)>,
+    /// (device, live bytes, peak bytes) of the writer's live allocations ([`Feed::set_mem`]).
+    mem: Vec<(u32, u64, u64)>,
 }
 
 impl Default for Feed {
@@ -184,6 +186,7 @@ impl Feed {
             call_of: HashMap::new(),
             call_names: Vec::new(),
             call_tally: Vec::new(),
+            mem: Vec::new(),
         }
     }
 
@@ -413,8 +416,25 @@ impl Feed {
                 copies: g.copies,
                 sync_s: 0.0,
                 syncs: 0,
+                mem_bytes: None,
+                mem_peak_bytes: None,
             })
             .collect();
+        for &(dev, live, peak) in &self.mem {
+            let i = match gpus.iter().position(|g| g.dev == dev) {
+                Some(i) => i,
+                None if gpus.len() < feed::MAX_GPUS => {
+                    gpus.push(GpuStatus {
+                        dev,
+                        ..GpuStatus::default()
+                    });
+                    gpus.len() - 1
+                }
+                None => continue,
+            };
+            gpus[i].mem_bytes = Some(live);
+            gpus[i].mem_peak_bytes = Some(peak);
+        }
         for (ctx, &(ns, n)) in &self.ctx_sync {
             let Some(&dev) = self.ctx_dev.get(ctx) else {
                 continue;
@@ -492,12 +512,21 @@ impl Feed {
         }
     }
 
+    /// Each device's live and peak allocated bytes (the writer's [`crate::memcalls::LiveSet`]).
+    pub fn set_mem(&mut self, mem: Vec<(u32, u64, u64)>) {
+        self.mem = mem;
+    }
+
     /// Send the status if a period has passed since the last (cheap to call on every turn).
     pub fn tick(&mut self, status: &str) {
-        if !self.on || self.last_sent.is_some_and(|t| t.elapsed() < PERIOD) {
-            return;
+        if self.due() {
+            self.send(status);
         }
-        self.send(status);
+    }
+
+    /// Whether [`Feed::tick`] would send now.
+    pub fn due(&self) -> bool {
+        self.on && !self.last_sent.is_some_and(|t| t.elapsed() < PERIOD)
     }
 
     /// Send the status now (the last one: `ended`).
@@ -547,12 +576,18 @@ pub fn tick(sink: Option<&mut crate::sink::Sink>) {
         } else {
             "recording"
         };
+        if s.feed.due() && s.mems > 0 {
+            s.feed.set_mem(s.live.by_device());
+        }
         s.feed.tick(status);
     }
 }
 
 /// The session ends: the last status (`ended`), after everything was written.
 pub fn before_end(s: &mut crate::sink::Sink) {
+    if s.feed.is_on() && s.mems > 0 {
+        s.feed.set_mem(s.live.by_device());
+    }
     s.feed.send("ended");
 }
 
@@ -694,6 +729,31 @@ mod tests {
         }
         assert_eq!(f.call_names.len(), MAX_CALLS + 1);
         assert_eq!(f.call_names.last().map(String::as_str), Some(OTHER));
+    }
+
+    #[test]
+    fn memory_per_gpu_from_the_live_set() {
+        let mut f = Feed::to(Vec::new(), "a", "s");
+        f.observe(&kernel(1, 9, 0, 10));
+        let s = f.status("recording");
+        assert_eq!(
+            (s.gpus[0].mem_bytes, s.gpus[0].mem_peak_bytes),
+            (None, None)
+        );
+        // A GPU that only allocated still gets its row.
+        f.set_mem(vec![(1, 100, 200), (3, 5, 7)]);
+        let s = f.status("recording");
+        let got: Vec<_> = s
+            .gpus
+            .iter()
+            .map(|g| (g.dev, g.kernels, g.mem_bytes, g.mem_peak_bytes))
+            .collect();
+        assert_eq!(
+            got,
+            [(1, 1, Some(100), Some(200)), (3, 0, Some(5), Some(7))]
+        );
+        let back = Status::decode(&s.encode()).unwrap();
+        assert_eq!(back.gpus[1].mem_peak_bytes, Some(7));
     }
 
     #[test]

@@ -70,6 +70,9 @@ pub struct Sink {
     /// at its last telemetry sample (crate::memcalls).
     mem_join: crate::memcalls::StackJoin,
     device_free: crate::memcalls::DeviceFree,
+    /// The allocations written and not yet freed (the feed's live bytes; carried into each new
+    /// rolling file).
+    pub live: crate::memcalls::LiveSet,
     /// Inductor's cache index, made at the first Triton kernel.
     inductor: Option<crate::inductor::Index>,
     /// Kernel names whose generated source was looked up (ids of the current file).
@@ -113,6 +116,7 @@ impl Sink {
             hsamples_lost: 0,
             mems: 0,
             mem_join: Default::default(),
+            live: Default::default(),
             device_free: Default::default(),
             inductor: None,
             sourced: std::collections::HashSet::new(),
@@ -134,8 +138,10 @@ impl Sink {
     pub fn write(&mut self, rec: &Record) -> Result<(), TraceError> {
         self.dirty = true;
         self.feed.observe(rec);
-        if let Record::Telemetry(t) = rec {
-            self.device_free.observe(t);
+        match rec {
+            Record::Telemetry(t) => self.device_free.observe(t),
+            Record::Mem(m) => self.live.note(m),
+            _ => {}
         }
         self.w.write(rec)
     }
@@ -688,6 +694,16 @@ impl Sink {
         let next = TraceWriter::new(BufWriter::with_capacity(1 << 20, f), header)?;
         let old = std::mem::replace(&mut self.w, next);
         old.finish(crate::procinfo::unix_ns(), "rotated")?;
+        // The raw stacks of the live allocations, to intern them again in the new file.
+        let mut raw: HashMap<StackId, (Vec<u64>, Option<u64>)> = HashMap::new();
+        if !self.live.is_empty() {
+            let wanted: std::collections::HashSet<StackId> = self.live.stacks().collect();
+            for (key, id) in self.stacks.drain() {
+                if wanted.contains(&id) {
+                    raw.insert(id, key);
+                }
+            }
+        }
         self.kernel_by_ptr.clear();
         self.api_names.clear();
         self.addr_frames.clear();
@@ -705,6 +721,15 @@ impl Sink {
             .collect();
         for (ctx, stream, role) in streams {
             self.write(&Record::Stream(StreamInfo { ctx, stream, role }))?;
+        }
+        let mut live = std::mem::take(&mut self.live);
+        let carried = live.carry(|id| match raw.get(&id) {
+            Some((entries, via)) => self.intern_raw_stack_via(entries, *via).map(Some),
+            None => Ok(None),
+        });
+        self.live = live;
+        for m in carried? {
+            self.w.write(&Record::Mem(m))?;
         }
         self.end_block()
     }
@@ -987,6 +1012,69 @@ mod tests {
             (MemOp::AllocFailed, 1 << 30, 4_000)
         );
         assert_eq!((oom.free, oom.stack), (Some(1 << 30), mems[0].stack));
+    }
+
+    /// A new rolling file starts with the allocations still live, each with its stack interned
+    /// in that file; what was freed is not carried.
+    #[test]
+    fn rotation_carries_the_live_allocations_with_their_stacks() {
+        let dir = std::env::temp_dir().join(format!("gpufl-sink-carry-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (p1, p2, p3) = (dir.join("1.zst"), dir.join("2.zst"), dir.join("3.zst"));
+        let mut sink = sink_at(&p1);
+        let mut s = Sample::empty();
+        (s.domain, s.cbid, s.corr, s.ctx, s.tid) = (cupti::DOMAIN_RUNTIME, 20, 31, 1, 5);
+        (s.ts, s.end) = (1_000, 2_000);
+        s.has_stack = true;
+        s.len = 1;
+        s.frames[0] = 0x1000;
+        s.mem = crate::memcalls::facts(Some(8 << 20), 0, 1 << 20);
+        sink.take_sample(&s).unwrap();
+        let held = activity::synthetic_memory_record(1, 0x7f00_0000_0000, 8 << 20, 1_500, 31);
+        let gone = activity::synthetic_memory_record(1, 0x7f00_1000_0000, 4 << 20, 1_600, 50);
+        let freed = activity::synthetic_memory_record(2, 0x7f00_1000_0000, 4 << 20, 1_700, 51);
+        for r in [&held, &gone, &freed] {
+            sink.take_decoded(unsafe { activity::decode(r.as_ptr()) })
+                .unwrap();
+        }
+        assert_eq!(sink.live.by_device(), vec![(0, 8 << 20, 12 << 20)]);
+        sink.rotate(&p2, &Header::default()).unwrap();
+        // Twice: the kept records name the second file's stacks, which the third must map.
+        sink.rotate(&p3, &Header::default()).unwrap();
+        sink.finish("test").unwrap();
+        for p in [&p2, &p3] {
+            let recs = read_back(p);
+            let mems: Vec<&Mem> = recs
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Mem(m) => Some(m),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(mems.len(), 1, "{}", p.display());
+            let m = mems[0];
+            assert_eq!(
+                (m.op, m.addr, m.bytes, m.ts, m.corr, m.tid, m.carried),
+                (
+                    MemOp::Alloc,
+                    0x7f00_0000_0000,
+                    8 << 20,
+                    1_500,
+                    31,
+                    Some(5),
+                    true
+                )
+            );
+            let id = m.stack.expect("its stack");
+            assert!(
+                recs.iter().any(
+                    |r| matches!(r, Record::Stack(st) if st.id == id && !st.frames.is_empty())
+                ),
+                "stack {id:?} written in {}",
+                p.display()
+            );
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

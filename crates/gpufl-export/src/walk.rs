@@ -63,6 +63,9 @@ struct Walker<'a> {
     sess: u32,
     sink: &'a mut dyn Sink,
     clock: Clock,
+    /// The current file's start (Unix ns): an allocation carried into it from a deleted file is
+    /// shown there.
+    file_start: u64,
     sym: Symbols,
     threads: HashSet<u64>,
     streams: HashSet<(u32, u32)>,
@@ -147,7 +150,10 @@ impl Walker<'_> {
             return Ok(());
         }
         match rec {
-            Record::Header(h) => self.clock = Clock::from_header(&h),
+            Record::Header(h) => {
+                self.clock = Clock::from_header(&h);
+                self.file_start = h.start_unix_ns;
+            }
             Record::Kernel(k) => self.kernel(&k, &mut scan.links)?,
             Record::Memcpy(c) => self.memcpy(&c, &mut scan.links)?,
             Record::Memset(s) => self.memset(&s, &mut scan.links)?,
@@ -643,6 +649,7 @@ pub fn walk(
         sess,
         sink,
         clock: Clock::default(),
+        file_start: 0,
         sym: Symbols::default(),
         threads: HashSet::new(),
         streams: HashSet::new(),

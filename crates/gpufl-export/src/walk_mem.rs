@@ -39,7 +39,16 @@ pub(crate) fn fmt_bytes(b: u64) -> String {
 impl Walker<'_> {
     /// One `mem` record: the device's counter when the live bytes change, and its instant.
     pub(super) fn mem(&mut self, m: &gpufl_trace::Mem) -> Result<(), ExportError> {
-        let ts = self.clock.unix(m.ts);
+        // Written again at a rolling file's start: shown once (the original, if its file is
+        // still there).
+        if m.carried && self.mem.live.contains_key(&(m.dev, m.addr)) {
+            return Ok(());
+        }
+        let ts = if m.carried {
+            self.clock.unix(m.ts).max(self.file_start)
+        } else {
+            self.clock.unix(m.ts)
+        };
         let line = m.stack.and_then(|id| self.top_line(id));
         let at = line
             .as_deref()

@@ -110,6 +110,14 @@ pub struct GpuStatus {
     pub sync_s: f64,
     #[serde(default)]
     pub syncs: u64,
+    /// GPU-visible memory this process holds on this GPU: its allocations not yet freed (`mem`
+    /// records: what CUDA sees, e.g. PyTorch's cached segments), bytes; absent from recorders
+    /// before memory was recorded, or with `mem` records off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bytes: Option<u64>,
+    /// The highest `mem_bytes` since the recorder started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_peak_bytes: Option<u64>,
 }
 
 /// One source line that synchronized.

@@ -696,6 +696,11 @@ pub struct Mem {
     /// the failure (NVML), when telemetry was on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free: Option<u64>,
+    /// An allocation still live when the recorder started this trace file, written again at its
+    /// start (rolling files: the oldest files are deleted, the allocations they hold are not).
+    /// Its fields are the original's, `ts` included; a reader that saw the original skips it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub carried: bool,
 }
 
 impl Mem {

@@ -168,6 +168,12 @@ impl Table {
                 page.sample("gpufl_process_copies_total", &l, g.copies as f64);
                 page.sample("gpufl_process_gpu_sync_seconds_total", &l, g.sync_s);
                 page.sample("gpufl_process_gpu_syncs_total", &l, g.syncs as f64);
+                if let Some(b) = g.mem_bytes {
+                    page.sample("gpufl_process_memory_allocated_bytes", &l, b as f64);
+                }
+                if let Some(b) = g.mem_peak_bytes {
+                    page.sample("gpufl_process_memory_allocated_peak_bytes", &l, b as f64);
+                }
             }
             for (i, t) in s.top.iter().enumerate() {
                 let l = with(&base, &[("line", t.line.as_str())]);
@@ -215,6 +221,8 @@ pub fn families(page: &mut Page) {
         ("gpufl_process_copies_total", Counter, "Memory copies and memsets recorded."),
         ("gpufl_process_gpu_sync_seconds_total", Counter, "Host time blocked in synchronizations on this GPU's contexts (seconds)."),
         ("gpufl_process_gpu_syncs_total", Counter, "Synchronizations on this GPU's contexts."),
+        ("gpufl_process_memory_allocated_bytes", Gauge, "GPU-visible memory this process holds on this GPU: its allocations not yet freed, as CUDA sees them (PyTorch: its cached segments), bytes. NVML's per-process figure adds the CUDA context."),
+        ("gpufl_process_memory_allocated_peak_bytes", Gauge, "The highest gpufl_process_memory_allocated_bytes since the process's recorder started, bytes."),
         ("gpufl_process_top_sync_seconds", Gauge, "Host time blocked in syncs at the process's top sync line (the user's file:line), seconds; one series per process."),
         ("gpufl_process_sync_line_seconds_total", Counter, "Host time blocked in syncs per source line, for the process's top 3 lines (seconds)."),
         ("gpufl_process_sync_line_syncs_total", Counter, "Synchronizations per source line, for the process's top 3 lines."),
@@ -370,6 +378,8 @@ mod tests {
                 uuid: "GPU-x".into(),
                 busy_s: busy,
                 kernels: 100,
+                mem_bytes: Some(3 << 30),
+                mem_peak_bytes: Some(4 << 30),
                 ..GpuStatus::default()
             }],
             top: vec![
@@ -423,6 +433,8 @@ mod tests {
             format!("gpufl_process_recording{{{base},status=\"recording\",session=\"train-1\"}} 1"),
             format!("gpufl_process_host_blocked_seconds_total{{{base},call=\"cudaFree\"}} 0.75"),
             format!("gpufl_process_host_blocked_calls_total{{{base},call=\"cudaFree\"}} 300"),
+            format!("gpufl_process_memory_allocated_bytes{{{base},gpu=\"0\",UUID=\"GPU-x\"}} 3221225472"),
+            format!("gpufl_process_memory_allocated_peak_bytes{{{base},gpu=\"0\",UUID=\"GPU-x\"}} 4294967296"),
         ] {
             assert!(text.contains(&line), "{line} missing in\n{text}");
         }

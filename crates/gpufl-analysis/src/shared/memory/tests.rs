@@ -193,3 +193,61 @@ fn no_mem_records_no_memory() {
     let (m, _) = scanned(&s);
     assert_eq!(m, MemScan::default());
 }
+
+/// Rolling files: an allocation still live when a new file started is written again there
+/// (`carried`). Read with its original, it counts once; with its original's file deleted, it is
+/// live from the session's first record on (and widens nothing).
+#[test]
+fn carried_allocations_count_once_and_stand_in_for_a_deleted_file() {
+    let build = |with_original: bool| {
+        let mut s = S::new();
+        let weights = s.py(&[("load", USER, 5)], None);
+        let batch = s.py(&[("step", USER, 30)], None);
+        let held = Mem {
+            ts: 5,
+            op: MemOp::Alloc,
+            addr: 0x7000_0000,
+            bytes: 100 * MIB,
+            mem_kind: MemoryKind::Device,
+            stack: Some(weights),
+            tid: Some(1),
+            ..Mem::default()
+        };
+        if with_original {
+            s.recs.push(Record::Mem(held.clone()));
+        }
+        s.recs.push(Record::Mem(Mem {
+            carried: true,
+            ..held
+        }));
+        alloc(&mut s, 1_000, 0x9000_0000, 10 * MIB, Some(batch));
+        free(&mut s, 2_000, 0x9000_0000, 10 * MIB);
+        s
+    };
+    for with_original in [true, false] {
+        let s = build(with_original);
+        let (scan, name) = scanned(&s);
+        let d = &scan.devices[0];
+        assert_eq!(
+            (d.allocs, d.frees),
+            (2, 1),
+            "original read: {with_original}"
+        );
+        assert_eq!((d.peak_bytes, d.end_bytes), (110 * MIB, 100 * MIB));
+        let held: Vec<_> = d.holders.iter().map(|h| (name(h.loc), h.bytes)).collect();
+        assert_eq!(
+            held,
+            [
+                ("train.py:5".to_string(), 100 * MIB),
+                ("train.py:30".to_string(), 10 * MIB)
+            ]
+        );
+        let m = Model::load(s.recs.clone());
+        let first = m.mems().iter().map(|r| r.ts).min().unwrap();
+        assert_eq!(first, if with_original { 5 } else { 1_000 });
+        assert_eq!(
+            m.mems().iter().filter(|r| r.carried).count(),
+            usize::from(!with_original)
+        );
+    }
+}
