@@ -166,6 +166,8 @@ fn synthetic_status(seq: u64) -> Status {
             copies: 6,
             sync_s: 3.25,
             syncs: 40,
+            mem_bytes: Some(3 << 30),
+            mem_peak_bytes: Some(5 << 30),
         }],
         top: vec![
             LineStatus {
@@ -342,6 +344,14 @@ fn prometheus_scrapes_what_the_recorders_fed() {
         (format!("gpufl_process_gpu_busy_seconds_total{{{g}}}"), 4.5),
         (format!("gpufl_process_copies_total{{{g}}}"), 6.0),
         (format!("gpufl_process_gpu_sync_seconds_total{{{g}}}"), 3.25),
+        (
+            format!("gpufl_process_memory_allocated_bytes{{{g}}}"),
+            (3u64 << 30) as f64,
+        ),
+        (
+            format!("gpufl_process_memory_allocated_peak_bytes{{{g}}}"),
+            (5u64 << 30) as f64,
+        ),
         (
             format!("gpufl_process_host_blocked_seconds_total{{{s},call=\"cudaFree\"}}"),
             1.5,

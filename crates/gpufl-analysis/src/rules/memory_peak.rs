@@ -5,7 +5,8 @@
 //! - **Severity:** by the ranking's one formula: **impact** 0 (information), so LOW; the title
 //!   says when the peak is at least [`NEAR_PCT`] % of the device's memory (telemetry's
 //!   `mem_total`, else the header's).
-//! - **Figures:** the peak and when, the largest holders by allocating line, live bytes at the
+//! - **Figures:** the peak and when, the largest holders by allocating line, the live bytes by
+//!   what they are for ([`memory::Role`]: weights, optimizer state, gradients, activations), live bytes at the
 //!   end, allocations and frees, the busiest line by allocations and frees per second (churn), and
 //!   the memory over time ([`crate::shared::memory::MAX_SERIES_POINTS`] points at most, each the
 //!   highest of its stretch: `[ns after the first record, live bytes]`).
@@ -32,6 +33,13 @@ pub struct Churn {
     pub per_s: f64,
 }
 
+/// Live bytes at the peak for one purpose ([`memory::Role`]).
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct RoleData {
+    pub role: memory::Role,
+    pub bytes: u64,
+}
+
 /// The rule's own figures.
 #[derive(Serialize, Clone, Debug, PartialEq)]
 pub struct Data {
@@ -44,6 +52,10 @@ pub struct Data {
     pub allocs: u64,
     pub frees: u64,
     pub holders: Vec<HolderData>,
+    /// The live bytes at the peak by what they are for (weights, optimizer state, gradients,
+    /// activations, other), largest first; empty (left out) when nothing but "other" was found.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<RoleData>,
     pub churn: Option<Churn>,
     /// `[ns after the first record, live bytes]`.
     pub series: Vec<[i64; 2]>,
@@ -102,6 +114,24 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
             if !holders.is_empty() {
                 detail += &format!("; held at the peak by: {}", holders_text(&holders));
             }
+            let roles: Vec<RoleData> = if d.roles.iter().any(|r| r.0 != memory::Role::Other) {
+                d.roles
+                    .iter()
+                    .map(|&(role, bytes)| RoleData { role, bytes })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            if !roles.is_empty() {
+                detail += &format!(
+                    "; by what it is for: {}",
+                    roles
+                        .iter()
+                        .map(|r| format!("{} {}", r.role.label(), fmt_bytes(r.bytes)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
             if let Some(c) = &churn {
                 detail += &format!(
                     "; most churn: {} ({:.0} allocations and frees per second)",
@@ -120,6 +150,7 @@ pub(crate) fn run(cx: &Ctx) -> Vec<Insight> {
                     allocs: d.allocs,
                     frees: d.frees,
                     holders,
+                    roles,
                     churn,
                     series: d
                         .series

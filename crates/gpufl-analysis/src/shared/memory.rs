@@ -17,6 +17,97 @@ pub const FREED_BEFORE_NS: u64 = 1_000_000_000;
 /// bucket, so the peak is never smoothed away).
 pub const MAX_SERIES_POINTS: usize = 200;
 
+/// What an allocation is for, read from its stack's frames (the first that applies):
+/// - **optimizer state**: a frame of an optimizer (`torch/optim/`, `…/optim/…`, `optax`);
+/// - **gradients**: inside the backward pass (`torch/autograd/`, `Tensor.backward`, the autograd
+///   engine's native frames) — gradients and the buffers backward needs;
+/// - **weights**: moving or loading a model (`Module.to` / `cuda` / `_apply`, `load_state_dict`,
+///   `from_pretrained`, parameter initialisation);
+/// - **activations**: inside a module's `forward`;
+/// - **other**: everything else (the program's own tensors: inputs, buffers).
+///
+/// With a caching allocator (PyTorch), the allocation is the segment the allocator reserved from
+/// CUDA, named by what first needed it.
+#[derive(serde::Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Activations,
+    Gradients,
+    OptimizerState,
+    Weights,
+    Other,
+}
+
+impl Role {
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Activations => "activations",
+            Role::Gradients => "gradients (backward)",
+            Role::OptimizerState => "optimizer state",
+            Role::Weights => "weights",
+            Role::Other => "other",
+        }
+    }
+}
+
+/// The role of an allocation with this stack ([`Role`]).
+pub fn role_of(cx: &Ctx, stack: Option<crate::ids::StackIx>) -> Role {
+    let Some(frames) = stack.and_then(|s| cx.m.stack(s)) else {
+        return Role::Other;
+    };
+    let (mut backward, mut weights, mut forward) = (false, false, false);
+    for &id in frames {
+        let Some(fr) = cx.m.frame(id) else { continue };
+        let file = fr.file.unwrap_or("");
+        let func = fr.func.unwrap_or("");
+        if file.contains("/torch/optim/")
+            || file.contains("/optim/")
+            || file.contains("/optimizers/")
+            || file.contains("/optax/")
+        {
+            return Role::OptimizerState;
+        }
+        if file.contains("/torch/autograd/")
+            || (func == "backward" && file.ends_with("torch/_tensor.py"))
+            || func.contains("autograd::Engine")
+        {
+            backward = true;
+        }
+        if matches!(
+            func,
+            "load_state_dict"
+                | "_load_from_state_dict"
+                | "from_pretrained"
+                | "_move_model_to_device"
+                | "reset_parameters"
+                | "_init_weights"
+                | "init_weights"
+        ) || (file.ends_with("torch/nn/modules/module.py")
+            && matches!(
+                func,
+                "_apply" | "to" | "cuda" | "half" | "bfloat16" | "float"
+            ))
+            || file.ends_with("torch/nn/parameter.py")
+        {
+            weights = true;
+        }
+        if func == "forward"
+            || (file.ends_with("torch/nn/modules/module.py") && func == "_call_impl")
+        {
+            forward = true;
+        }
+    }
+    if backward {
+        Role::Gradients
+    } else if weights {
+        Role::Weights
+    } else if forward {
+        Role::Activations
+    } else {
+        Role::Other
+    }
+}
+
 /// Live bytes held by one allocating line (None: allocations without a stack).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
@@ -34,6 +125,8 @@ pub struct DeviceMem {
     pub peak_bytes: u64,
     pub peak_ts: u64,
     pub holders: Vec<Holder>,
+    /// The live bytes at the peak by [`Role`], largest first.
+    pub roles: Vec<(Role, u64)>,
     /// Live bytes at the end of the session.
     pub end_bytes: u64,
     pub allocs: u64,
@@ -109,6 +202,7 @@ pub struct MemScan {
 struct Live {
     bytes: u64,
     loc: Option<LocIx>,
+    stack: Option<crate::ids::StackIx>,
 }
 
 /// The replay of allocations and frees in time order.
@@ -129,6 +223,7 @@ impl Replay {
                     Live {
                         bytes: r.bytes,
                         loc,
+                        stack: r.stack,
                     },
                 );
                 let d = self.dev_live.entry(r.dev).or_default();
@@ -161,6 +256,23 @@ impl Replay {
         }
         sorted_holders(by)
     }
+
+    /// The live bytes of `dev` by role, largest first.
+    fn roles(
+        &self,
+        dev: u32,
+        role: &impl Fn(Option<crate::ids::StackIx>) -> Role,
+    ) -> Vec<(Role, u64)> {
+        let mut by: HashMap<Role, u64> = HashMap::new();
+        for (&(d, _), l) in &self.live {
+            if d == dev {
+                *by.entry(role(l.stack)).or_default() += l.bytes;
+            }
+        }
+        let mut v: Vec<(Role, u64)> = by.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
 }
 
 fn sorted_holders(by: HashMap<Option<LocIx>, (u64, u64)>) -> Vec<Holder> {
@@ -183,11 +295,22 @@ fn ordered(rows: &[MemRow]) -> Vec<&MemRow> {
 pub fn scan(cx: &Ctx) -> MemScan {
     let rows = ordered(cx.m.mems());
     let loc_of = |r: &MemRow| r.stack.and_then(|s| cx.stack_loc(s));
-    scan_rows(&rows, loc_of)
+    let roles: std::cell::RefCell<HashMap<Option<crate::ids::StackIx>, Role>> = Default::default();
+    let role = |s: Option<crate::ids::StackIx>| {
+        *roles
+            .borrow_mut()
+            .entry(s)
+            .or_insert_with(|| role_of(cx, s))
+    };
+    scan_rows(&rows, loc_of, role)
 }
 
 /// [`scan`] over rows in time order, with the line of each row's stack.
-fn scan_rows(rows: &[&MemRow], loc_of: impl Fn(&MemRow) -> Option<LocIx>) -> MemScan {
+fn scan_rows(
+    rows: &[&MemRow],
+    loc_of: impl Fn(&MemRow) -> Option<LocIx>,
+    role: impl Fn(Option<crate::ids::StackIx>) -> Role,
+) -> MemScan {
     let mut rp = Replay::default();
     let mut devs: Vec<DeviceMem> = Vec::new();
     let mut peak_at: HashMap<u32, usize> = HashMap::new();
@@ -270,7 +393,9 @@ fn scan_rows(rows: &[&MemRow], loc_of: impl Fn(&MemRow) -> Option<LocIx>) -> Mem
     let failures = post_mortems(rows, &fail_at, &loc_of);
     for d in &mut devs {
         if let Some(&i) = peak_at.get(&d.dev) {
-            d.holders = replay_to(rows, i, &loc_of).holders(d.dev);
+            let rp = replay_to(rows, i, &loc_of);
+            d.holders = rp.holders(d.dev);
+            d.roles = rp.roles(d.dev, &role);
         }
         d.series = thin(&d.series, MAX_SERIES_POINTS);
     }

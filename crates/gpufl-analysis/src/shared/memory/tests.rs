@@ -251,3 +251,70 @@ fn carried_allocations_count_once_and_stand_in_for_a_deleted_file() {
         );
     }
 }
+
+/// A training step's memory by what it is for, from the allocating stacks: the model moved to
+/// the GPU (weights), the forward pass (activations), the backward pass (gradients), the
+/// optimizer's first step (its state), and the program's own tensors (other).
+#[test]
+fn the_peak_by_what_the_memory_is_for() {
+    const TORCH: &str = "/venv/lib/python3.12/site-packages/torch";
+    let module = format!("{TORCH}/nn/modules/module.py");
+    let tensor = format!("{TORCH}/_tensor.py");
+    let autograd = format!("{TORCH}/autograd/__init__.py");
+    let adamw = format!("{TORCH}/optim/adamw.py");
+    let linear = format!("{TORCH}/nn/modules/linear.py");
+    let mut s = S::new();
+    let weights = s.py(
+        &[
+            ("_apply", module.as_str(), 930),
+            ("to", module.as_str(), 1340),
+            ("<module>", USER, 12),
+        ],
+        None,
+    );
+    let acts = s.py(
+        &[
+            ("forward", linear.as_str(), 125),
+            ("_call_impl", module.as_str(), 1747),
+            ("<module>", USER, 20),
+        ],
+        None,
+    );
+    let grads = s.py(
+        &[
+            ("backward", autograd.as_str(), 347),
+            ("backward", tensor.as_str(), 581),
+            ("<module>", USER, 21),
+        ],
+        None,
+    );
+    let state = s.py(
+        &[
+            ("_init_group", adamw.as_str(), 140),
+            ("step", adamw.as_str(), 209),
+            ("<module>", USER, 22),
+        ],
+        None,
+    );
+    let own = s.py(&[("<module>", USER, 18)], None);
+    alloc(&mut s, 1, 0x1000_0000, 100 * MIB, Some(weights));
+    alloc(&mut s, 2, 0x2000_0000, 16 * MIB, Some(own));
+    alloc(&mut s, 3, 0x3000_0000, 400 * MIB, Some(acts));
+    alloc(&mut s, 4, 0x4000_0000, 100 * MIB, Some(grads));
+    alloc(&mut s, 5, 0x5000_0000, 200 * MIB, Some(state));
+    alloc(&mut s, 6, 0x6000_0000, 2 * MIB, None);
+    free(&mut s, 7, 0x3000_0000, 400 * MIB);
+    let (scan, _) = scanned(&s);
+    let d = &scan.devices[0];
+    assert_eq!(d.peak_bytes, 818 * MIB);
+    assert_eq!(
+        d.roles,
+        [
+            (Role::Activations, 400 * MIB),
+            (Role::OptimizerState, 200 * MIB),
+            (Role::Gradients, 100 * MIB),
+            (Role::Weights, 100 * MIB),
+            (Role::Other, 18 * MIB),
+        ]
+    );
+}
