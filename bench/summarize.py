@@ -14,7 +14,8 @@ import json
 import statistics
 import sys
 
-METRICS = [("wall_ms_all", "wall time"),
+METRICS = [("train_ms", "whole train() (bench/trainer_bench.py)"),
+           ("wall_ms_all", "wall time"),
            ("step_med_ms_all", "median step time (bench/trainer_bench.py)"),
            ("thread_cpu_ms_all", "main-thread CPU time"),
            ("process_cpu_ms_all", "process CPU time (all threads)")]
@@ -26,6 +27,8 @@ for line in open(sys.argv[1]):
     except ValueError:
         pass  # not a result line, or one cut short by a timeout
 markers = any("round" in r and "mode" not in r for r in rows)
+# A line of a process that failed ({"mode", "error"} or {"mode", "exit_status"}) is no result.
+rows = [r for r in rows if not ("mode" in r and ("error" in r or "exit_status" in r))]
 results = [r for r in rows if "mode" in r]
 for key, title in METRICS:
     if not all(key in r for r in results):
@@ -38,8 +41,9 @@ for key, title in METRICS:
             continue
         if (not markers and r["mode"] == "bare") or not rounds:
             rounds.append({})
-        rounds[-1].setdefault(r["mode"], []).extend(r[key])
-        modes.setdefault(r["mode"], []).extend(r[key])
+        v = r[key] if isinstance(r[key], list) else [r[key]]
+        rounds[-1].setdefault(r["mode"], []).extend(v)
+        modes.setdefault(r["mode"], []).extend(v)
     if "bare" not in modes:
         continue
 

@@ -26,8 +26,15 @@ gpufl_pause()/gpufl_resume() at step ends; prints the segment times in the shape
 bench/launch_bound.py --toggle ({"toggle": true, "on_ms", "off1_ms", "off2_ms"}, and each
 segment's median step as "on_med_ms", "off1_med_ms", "off2_med_ms"), which
 bench/summarize_toggle.py reads. Not recorded, the switch does nothing: the method's own bias.
+Forked rounds (`--fork N`): the imports done once, then N interleaved rounds of `--fork-modes`
+(default bare, gpufl-always-on, bare-again; gpufl-default too), each mode a child process forked
+before CUDA is initialized — the recorded ones with the environment `gpufl record` sets
+(`--gpufl-lib`, sessions under `--fork-out`) — so the recorder, CUDA's start and `train()` are a
+fresh process's, without ~15 s of imports per process: ~6 s a process instead of ~20.
+
 Run:    python bench/trainer_bench.py --mode bare [--steps 120] [--warmup 20] [--profiler]
         gpufl record -- python bench/trainer_bench.py --mode gpufl --steps 320 --toggle 10
+        python bench/trainer_bench.py --fork 20 --gpufl-lib .device-bin/libgpufl_capture.so
 """
 import time
 
@@ -36,6 +43,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -118,15 +126,70 @@ class StepClock(TrainerCallback):
         return on, off1, off2
 
 
+# What `gpufl record` puts in the environment of the command it runs (crates/gpufl-cli/src/record.rs),
+# per forked mode: the recorder is injected at CUDA's initialization, which the forked child does.
+def recorded_env(mode, lib, out):
+    env = {"CUDA_INJECTION64_PATH": lib, "NVTX_INJECTION64_PATH": lib, "GPUFL_LOG_PATH": out,
+           "GPUFL_ENABLE_STACK_TRACE": "1", "GPUFL_API_RECORDS": "default", "GPUFL_QUIET": "1"}
+    if mode == "gpufl-always-on":
+        env["GPUFL_MODE"] = "always-on"
+    elif mode != "gpufl-default":
+        raise SystemExit(f"--fork: unknown mode {mode}")
+    return env
+
+
+def forked(a):
+    """`--fork N`: N interleaved rounds of the modes, one process per mode per round, each forked
+    from this one after the imports (which take ~15 s a process and are no part of `train()`):
+    a fresh process for CUDA, the recorder and the training, many more rounds per minute."""
+    modes = a.fork_modes.split(",")
+    for r in range(1, a.fork + 1):
+        print(json.dumps({"round": r}), flush=True)
+        order = modes if r % 2 else modes[::-1]
+        for m in order:
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    if m.startswith("gpufl-"):
+                        out = os.path.join(a.fork_out, f"{r}-{m}")
+                        os.makedirs(out, exist_ok=True)
+                        os.environ.update(recorded_env(m, a.gpufl_lib, out))
+                    a.mode = m
+                    run(a)
+                except BaseException as e:  # noqa: BLE001 - a child reports and exits
+                    print(json.dumps({"mode": m, "error": repr(e)}), flush=True)
+                    code = 1
+                sys.stdout.flush()
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            if status:
+                print(json.dumps({"mode": m, "round": r, "exit_status": status}), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", required=True)
+    ap.add_argument("--mode", default="bare")
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--profiler", action="store_true")
     ap.add_argument("--toggle", type=int, default=0, metavar="K",
                     help="in-process A/B: cycles of K steps recorded, K paused, K paused")
+    ap.add_argument("--fork", type=int, default=0, metavar="N",
+                    help="N interleaved rounds of --fork-modes, each mode a process forked after the imports")
+    ap.add_argument("--fork-modes", default="bare,gpufl-always-on,bare-again")
+    ap.add_argument("--gpufl-lib", default="", help="the capture library (--fork's recorded modes)")
+    ap.add_argument("--fork-out", default="/tmp/trainer_bench_fork", help="sessions of --fork's recorded modes")
     a = ap.parse_args()
+    if a.fork:
+        forked(a)
+    else:
+        run(a)
+
+
+def run(a):
+    t_run = time.perf_counter()
     torch.manual_seed(SEED)
     cfg = GPT2Config(vocab_size=VOCAB, n_positions=CTX, n_embd=256, n_layer=4, n_head=4)
     model = GPT2LMHeadModel(cfg)
@@ -177,7 +240,7 @@ def main():
                       "step_ms": [round(v, 3) for v in step_ms],
                       "train_ms": round((t1 - t0) * 1e3, 3),
                       "import_ms": round((T_IMPORTED - T_START) * 1e3, 1),
-                      "setup_ms": round((t0 - T_IMPORTED) * 1e3, 1),
+                      "setup_ms": round((t0 - t_run) * 1e3, 1),
                       "loss": round(result.training_loss, 6)}), flush=True)
 
 

@@ -13,10 +13,12 @@
 //
 // Build: mkdir -p build && nvcc -g -O2 -lineinfo -o build/mempool_async examples/mempool_async.cu
 // Run:   build/mempool_async [blocks=16]
-// Prints: "mempool_async: phase P live=L MiB used_delta=D MiB" per phase, then
+// Prints: "mempool_async: baseline_unix_ms=T" (when the baseline was read; 400 ms without
+//         allocations follow), "mempool_async: phase P live=L MiB used_delta=D MiB" per phase, then
 //         "mempool_async: peak_live=L MiB peak_used_delta=D MiB"; exit 0 (1 on a CUDA error).
 #include <cstdio>
 #include <cstdlib>
+#include <time.h>
 #include <unistd.h>
 #include <vector>
 #include <cuda_runtime.h>
@@ -50,6 +52,13 @@ int main(int argc, char **argv) {
     cudaMemPool_t pool;
     CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
     long long base = used_bytes();
+    // The moment the baseline was read (the context exists, nothing allocated yet), then a pause
+    // nothing allocates in: NVML samples of it are the context-only baseline.
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    printf("mempool_async: baseline_unix_ms=%lld\n", (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+    fflush(stdout);
+    usleep(400 * 1000);
     long long live = 0, peak_live = 0, peak_delta = 0;
     std::vector<float *> bufs;
     auto report = [&](int phase) {

@@ -10,7 +10,8 @@ allocation: the analysis's memory over time should match within 5 %.
 
 Run:    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python examples/pytorch_expandable.py
         gpufl record -o DIR -- env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python examples/pytorch_expandable.py
-Prints: "pytorch_expandable: phase P allocated A MiB reserved R MiB used_delta D MiB" per phase,
+Prints: "pytorch_expandable: baseline_unix_ms=T" (when the baseline was read; 400 ms without
+        allocations follow), "pytorch_expandable: phase P allocated A MiB reserved R MiB used_delta D MiB" per phase,
         then "pytorch_expandable: peak_reserved=R MiB peak_used_delta=D MiB"; exit 0.
 """
 import argparse
@@ -31,6 +32,10 @@ def main():
     torch.cuda.init()
     torch.zeros(1, device="cuda")
     base = used()
+    # When the baseline was read (the context exists, nothing allocated yet), then a pause nothing
+    # allocates in: NVML samples of it are the context-only baseline.
+    print(f"pytorch_expandable: baseline_unix_ms={int(time.time() * 1000)}", flush=True)
+    time.sleep(0.4)
     peak = {"reserved": 0, "delta": 0}
 
     def report(phase):

@@ -17,6 +17,7 @@
 #    last round's length says would end after it (a call's time limit cuts no process short).
 # 2. In-process A/B (TRAINER_TOGGLE_PROCS processes per mode, default 0): recording on / paused /
 #    paused in cycles of TRAINER_TOGGLE_K steps inside one recorded process (bench/summarize_toggle.py).
+# 3. Forked rounds (TRAINER_FORK rounds, default 0; TRAINER_FORK_MODES, comma-separated): see below.
 TB="$S/trainerbench"; mkdir -p "$TB"
 TBA="bench/trainer_bench.py --steps ${TRAINER_STEPS:-120} --warmup ${TRAINER_WARMUP:-20} --mode"
 TMODES=${TRAINER_MODES:-"bare gpufl-default gpufl-always-on torch-profiler bare-again"}
@@ -85,6 +86,22 @@ if [ "${TRAINER_TOGGLE_PROCS:-0}" -gt 0 ]; then
     for m in $order; do run_trainer $m --steps $((20 + 3 * K * C)) --warmup 20 --toggle $K; done
   done 2>&1 | grep '^{"' | tee -a "$OUT/trainertoggle.jsonl"
   $PY bench/summarize_toggle.py "$OUT/trainertoggle.jsonl" | tee -a "$OUT/summary.txt"
+fi
+if [ "${TRAINER_FORK:-0}" -gt 0 ]; then
+  # 3. Forked rounds (bench/trainer_bench.py --fork): the imports once, then TRAINER_FORK
+  #    interleaved rounds of TRAINER_FORK_MODES, each mode a fresh process forked before CUDA starts
+  #    (~6 s a process instead of ~20): more rounds per device minute for the whole train().
+  FM=${TRAINER_FORK_MODES:-"bare,gpufl-always-on,bare-again"}
+  log "(t3) Trainer, forked rounds: $TRAINER_FORK rounds of $FM"
+  $PY bench/trainer_bench.py --fork "$TRAINER_FORK" --fork-modes "$FM" --gpufl-lib "$GPUFL_CAPTURE_LIB" \
+    --fork-out "$TB/fork" --steps ${TRAINER_STEPS:-120} --warmup ${TRAINER_WARMUP:-20} 2>"$OUT/trainerfork.err" \
+    | grep '^{"' | tee -a "$OUT/trainerfork.jsonl" | cut -c1-200
+  tail -5 "$OUT/trainerfork.err" | tee -a "$OUT/summary.txt"
+  $PY bench/summarize.py "$OUT/trainerfork.jsonl" | tee -a "$OUT/summary.txt"
+  ls "$TB/fork" | head -3 | tee -a "$OUT/summary.txt"
+  d=$(ls -d "$TB"/fork/*always-on*/*/ 2>/dev/null | tail -1)
+  [ -n "$d" ] && gpufl info "$d" 2>&1 | head -8 | tee -a "$OUT/summary.txt"
+  rm -rf "$TB/fork"
 fi
 for d in "$TB"/*/*/; do
   [ -d "$d" ] || continue
