@@ -59,7 +59,14 @@ pub fn role_of(cx: &Ctx, stack: Option<crate::ids::StackIx>) -> Role {
     for &id in frames {
         let Some(fr) = cx.m.frame(id) else { continue };
         let file = fr.file.unwrap_or("");
+        // Python 3.11+ names functions by their qualified name (`Module._apply`,
+        // `Module.to.<locals>.convert`): the function is its last part.
         let func = fr.func.unwrap_or("");
+        let func = if fr.kind == gpufl_trace::FrameKind::Python {
+            func.rsplit('.').next().unwrap_or(func)
+        } else {
+            func
+        };
         if file.contains("/torch/optim/")
             || file.contains("/optim/")
             || file.contains("/optimizers/")

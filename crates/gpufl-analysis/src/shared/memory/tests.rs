@@ -266,16 +266,17 @@ fn the_peak_by_what_the_memory_is_for() {
     let mut s = S::new();
     let weights = s.py(
         &[
-            ("_apply", module.as_str(), 930),
-            ("to", module.as_str(), 1340),
+            ("Module.to.<locals>.convert", module.as_str(), 1326),
+            ("Module._apply", module.as_str(), 930),
+            ("Module.to", module.as_str(), 1340),
             ("<module>", USER, 12),
         ],
         None,
     );
     let acts = s.py(
         &[
-            ("forward", linear.as_str(), 125),
-            ("_call_impl", module.as_str(), 1747),
+            ("Linear.forward", linear.as_str(), 125),
+            ("Module._call_impl", module.as_str(), 1747),
             ("<module>", USER, 20),
         ],
         None,
@@ -283,15 +284,15 @@ fn the_peak_by_what_the_memory_is_for() {
     let grads = s.py(
         &[
             ("backward", autograd.as_str(), 347),
-            ("backward", tensor.as_str(), 581),
+            ("Tensor.backward", tensor.as_str(), 581),
             ("<module>", USER, 21),
         ],
         None,
     );
     let state = s.py(
         &[
-            ("_init_group", adamw.as_str(), 140),
-            ("step", adamw.as_str(), 209),
+            ("AdamW._init_group", adamw.as_str(), 140),
+            ("AdamW.step", adamw.as_str(), 209),
             ("<module>", USER, 22),
         ],
         None,
