@@ -128,13 +128,19 @@ class StepClock(TrainerCallback):
 
 # What `gpufl record` puts in the environment of the command it runs (crates/gpufl-cli/src/record.rs),
 # per forked mode: the recorder is injected at CUDA's initialization, which the forked child does.
+# A mode may add variables after `+` (`gpufl-always-on+GPUFL_HOST_SAMPLES=0`); `LIB=path` there
+# names another capture library (an older build, for a before/after in the same rounds).
 def recorded_env(mode, lib, out):
+    base, *extra = mode.split("+")
+    extra = dict(x.split("=", 1) for x in extra)
+    lib = os.path.abspath(extra.pop("LIB", lib))
     env = {"CUDA_INJECTION64_PATH": lib, "NVTX_INJECTION64_PATH": lib, "GPUFL_LOG_PATH": out,
            "GPUFL_ENABLE_STACK_TRACE": "1", "GPUFL_API_RECORDS": "default", "GPUFL_QUIET": "1"}
-    if mode == "gpufl-always-on":
+    if base == "gpufl-always-on":
         env["GPUFL_MODE"] = "always-on"
-    elif mode != "gpufl-default":
+    elif base != "gpufl-default":
         raise SystemExit(f"--fork: unknown mode {mode}")
+    env.update(extra)
     return env
 
 
@@ -153,7 +159,7 @@ def forked(a):
                 code = 0
                 try:
                     if m.startswith("gpufl-"):
-                        out = os.path.join(a.fork_out, f"{r}-{m}")
+                        out = os.path.join(a.fork_out, f"{r}-{m.split('+')[0]}-{order.index(m)}")
                         os.makedirs(out, exist_ok=True)
                         os.environ.update(recorded_env(m, a.gpufl_lib, out))
                     a.mode = m
