@@ -25,6 +25,8 @@ one() { # mode
     no-sites) GPUFL_SITE_STACKS=0 gpufl record -q -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     pinned) taskset -c ${PIN_CPU:-5} /tmp/launchcost $LC_ARGS ;;
     always-on) gpufl record -q --always-on -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    no-mem) gpufl record -q --no-mem-records -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    always-on-no-mem) gpufl record -q --always-on --no-mem-records -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
   esac
 }
 for rep in $(seq ${REPS:-3}); do
