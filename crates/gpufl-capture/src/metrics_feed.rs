@@ -526,7 +526,7 @@ impl Feed {
 
     /// Whether [`Feed::tick`] would send now.
     pub fn due(&self) -> bool {
-        self.on && !self.last_sent.is_some_and(|t| t.elapsed() < PERIOD)
+        self.on && self.last_sent.is_none_or(|t| t.elapsed() >= PERIOD)
     }
 
     /// Send the status now (the last one: `ended`).

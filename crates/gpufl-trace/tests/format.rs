@@ -442,6 +442,7 @@ fn write_batch<W: Write>(r: &mut Recorder<W>, i: u64) {
         tid: Some(tid),
         stack: Some(stack),
         free: None,
+        carried: false,
     }));
     r.rec(Record::Mem(Mem {
         ts: t0 + 8,
@@ -1664,6 +1665,16 @@ fn mem_lines_are_compact_and_tolerate_new_ops() {
         panic!("not a mem record");
     };
     assert_eq!((n.op, n.mem_kind), (MemOp::Unknown, MemoryKind::Unknown));
+    // A carried allocation says so; an ordinary one leaves the field out.
+    let carried = Record::Mem(Mem {
+        op: MemOp::Alloc,
+        carried: true,
+        ..Mem::default()
+    });
+    let line = serde_json::to_string(&carried).unwrap();
+    assert!(line.ends_with(r#","carried":true}"#), "{line}");
+    let back: Record = serde_json::from_str(&line).unwrap();
+    assert_eq!(back, carried);
 }
 
 #[path = "format/damaged.rs"]
