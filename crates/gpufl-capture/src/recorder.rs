@@ -184,7 +184,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     };
     let cupti = match cupti {
         Ok(c) => c,
-        Err(e) => return Err(disabled(&opts, &session_dir, header, e.to_string())),
+        Err(e) => return Err(disabled(&opts, &session_dir, header, e.to_string(), by)),
     };
     let mut version = 0u32;
     // SAFETY: writes one u32.
@@ -202,7 +202,7 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
         } else {
             format!("cuptiSubscribe failed: {}", cupti.result_string(rc))
         };
-        return Err(disabled(&opts, &session_dir, header, why));
+        return Err(disabled(&opts, &session_dir, header, why, by));
     }
 
     let mut notices = Vec::new();
@@ -330,7 +330,13 @@ fn base_header(opts: &Options, by: StartedBy, dir_name: &str, start_unix_ns: u64
 }
 
 /// Capture cannot run: say so once, write a session that records why, and get out of the way.
-fn disabled(opts: &Options, dir: &Path, mut header: Header, why: String) -> InitError {
+fn disabled(
+    opts: &Options,
+    dir: &Path,
+    mut header: Header,
+    why: String,
+    by: StartedBy,
+) -> InitError {
     say(false, &format!("not recording: {why}"));
     // Neither the host sampler nor the hostcall callbacks run without GPU capture.
     header.options.host_samples_hz = Some(0);
@@ -339,9 +345,14 @@ fn disabled(opts: &Options, dir: &Path, mut header: Header, why: String) -> Init
         status: "disabled".into(),
         reason: Some(why.clone()),
     };
-    let info = crate::device::query();
-    header.gpus = info.gpus;
-    header.driver_version = info.driver_version;
+    // Started by the injection, this runs inside the program's cuInit: asking the driver now
+    // (device::query calls cuInit again) makes the program's CUDA initialization fail. The
+    // header then names no GPU.
+    if by == StartedBy::Api {
+        let info = crate::device::query();
+        header.gpus = info.gpus;
+        header.driver_version = info.driver_version;
+    }
     let _ = opts;
     header.clock = ClockSync {
         trace_ns: trace_clock(),
