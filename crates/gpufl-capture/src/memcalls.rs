@@ -216,11 +216,7 @@ impl LiveSet {
         match m.op {
             MemOp::Alloc => {
                 // An address allocated again without a free seen: the old one is gone.
-                let old = self
-                    .by_addr
-                    .remove(&key)
-                    .map(|o| o.bytes)
-                    .or_else(|| self.untracked_live.remove(&key));
+                let old = self.take(key);
                 if self.by_addr.len() < MAX_LIVE {
                     self.by_addr.insert(key, m.clone());
                 } else if self.untracked_live.len() < MAX_LIVE {
@@ -234,18 +230,21 @@ impl LiveSet {
                 d.2 = d.2.max(d.1);
             }
             MemOp::Free => {
-                let old = self
-                    .by_addr
-                    .remove(&key)
-                    .map(|o| o.bytes)
-                    .or_else(|| self.untracked_live.remove(&key));
-                if let Some(b) = old {
+                if let Some(b) = self.take(key) {
                     let d = self.dev(m.dev);
                     d.1 = d.1.saturating_sub(b);
                 }
             }
             MemOp::AllocFailed | MemOp::Unknown => {}
         }
+    }
+
+    /// Forget the live allocation at `key`, kept or untracked: its bytes.
+    fn take(&mut self, key: (u32, u64)) -> Option<u64> {
+        self.by_addr
+            .remove(&key)
+            .map(|o| o.bytes)
+            .or_else(|| self.untracked_live.remove(&key))
     }
 
     /// (device, live bytes, peak live bytes) of each device that allocated, by device.

@@ -421,37 +421,19 @@ impl Feed {
             })
             .collect();
         for &(dev, live, peak) in &self.mem {
-            let i = match gpus.iter().position(|g| g.dev == dev) {
-                Some(i) => i,
-                None if gpus.len() < feed::MAX_GPUS => {
-                    gpus.push(GpuStatus {
-                        dev,
-                        ..GpuStatus::default()
-                    });
-                    gpus.len() - 1
-                }
-                None => continue,
-            };
-            gpus[i].mem_bytes = Some(live);
-            gpus[i].mem_peak_bytes = Some(peak);
+            if let Some(g) = gpu_row(&mut gpus, dev) {
+                g.mem_bytes = Some(live);
+                g.mem_peak_bytes = Some(peak);
+            }
         }
         for (ctx, &(ns, n)) in &self.ctx_sync {
             let Some(&dev) = self.ctx_dev.get(ctx) else {
                 continue;
             };
-            let i = match gpus.iter().position(|g| g.dev == dev) {
-                Some(i) => i,
-                None if gpus.len() < feed::MAX_GPUS => {
-                    gpus.push(GpuStatus {
-                        dev,
-                        ..GpuStatus::default()
-                    });
-                    gpus.len() - 1
-                }
-                None => continue,
-            };
-            gpus[i].sync_s += ns as f64 / 1e9;
-            gpus[i].syncs += n;
+            if let Some(g) = gpu_row(&mut gpus, dev) {
+                g.sync_s += ns as f64 / 1e9;
+                g.syncs += n;
+            }
         }
         gpus.sort_by_key(|g| g.dev);
         for g in &mut gpus {
@@ -553,6 +535,22 @@ impl Feed {
             }
         }
     }
+}
+
+/// The row of GPU `dev`, added when missing (at most [`feed::MAX_GPUS`] rows: None beyond).
+fn gpu_row(gpus: &mut Vec<GpuStatus>, dev: u32) -> Option<&mut GpuStatus> {
+    let i = match gpus.iter().position(|g| g.dev == dev) {
+        Some(i) => i,
+        None if gpus.len() < feed::MAX_GPUS => {
+            gpus.push(GpuStatus {
+                dev,
+                ..GpuStatus::default()
+            });
+            gpus.len() - 1
+        }
+        None => return None,
+    };
+    gpus.get_mut(i)
 }
 
 // ---------------------------------------------------------------------------------------------

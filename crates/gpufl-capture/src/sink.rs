@@ -956,6 +956,19 @@ mod tests {
     /// A large allocation's stack joins its memory activity record by correlation id; a free
     /// stays without; a failed allocation is written at once with its stack and the device's
     /// free memory at the last telemetry sample.
+    /// The exit sample of an 8 MiB `cudaMalloc` (callback id 20, correlation id 31, thread 5),
+    /// with a one-frame stack.
+    fn alloc_sample() -> Sample {
+        let mut s = Sample::empty();
+        (s.domain, s.cbid, s.corr, s.ctx, s.tid) = (cupti::DOMAIN_RUNTIME, 20, 31, 1, 5);
+        (s.ts, s.end) = (1_000, 2_000);
+        s.has_stack = true;
+        s.len = 1;
+        s.frames[0] = 0x1000;
+        s.mem = crate::memcalls::facts(Some(8 << 20), 0, 1 << 20);
+        s
+    }
+
     #[test]
     fn mem_records_get_their_allocation_stacks_and_failures() {
         let path =
@@ -968,13 +981,7 @@ mod tests {
             ..Telemetry::default()
         })))
         .unwrap();
-        let mut s = Sample::empty();
-        (s.domain, s.cbid, s.corr, s.ctx, s.tid) = (cupti::DOMAIN_RUNTIME, 20, 31, 1, 5);
-        (s.ts, s.end) = (1_000, 2_000);
-        s.has_stack = true;
-        s.len = 1;
-        s.frames[0] = 0x1000;
-        s.mem = crate::memcalls::facts(Some(8 << 20), 0, 1 << 20);
+        let s = alloc_sample();
         sink.take_sample(&s).unwrap();
         let alloc = activity::synthetic_memory_record(1, 0x7f00_0000_0000, 8 << 20, 1_500, 31);
         let free = activity::synthetic_memory_record(2, 0x7f00_0000_0000, 8 << 20, 3_000, 32);
@@ -1022,13 +1029,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let (p1, p2, p3) = (dir.join("1.zst"), dir.join("2.zst"), dir.join("3.zst"));
         let mut sink = sink_at(&p1);
-        let mut s = Sample::empty();
-        (s.domain, s.cbid, s.corr, s.ctx, s.tid) = (cupti::DOMAIN_RUNTIME, 20, 31, 1, 5);
-        (s.ts, s.end) = (1_000, 2_000);
-        s.has_stack = true;
-        s.len = 1;
-        s.frames[0] = 0x1000;
-        s.mem = crate::memcalls::facts(Some(8 << 20), 0, 1 << 20);
+        let s = alloc_sample();
         sink.take_sample(&s).unwrap();
         let held = activity::synthetic_memory_record(1, 0x7f00_0000_0000, 8 << 20, 1_500, 31);
         let gone = activity::synthetic_memory_record(1, 0x7f00_1000_0000, 4 << 20, 1_600, 50);

@@ -738,6 +738,14 @@ fn report_is_the_same_on_any_number_of_threads() {
 }
 
 /// The insights of `gpufl report --json` over a bundled session.
+/// The first finding of `rule`, or the first facet of it folded into another finding.
+fn finding_or_facet(v: &[serde_json::Value], rule: &str) -> Option<serde_json::Value> {
+    v.iter()
+        .flat_map(|i| std::iter::once(i).chain(i["facets"].as_array().into_iter().flatten()))
+        .find(|i| i["rule"] == rule)
+        .cloned()
+}
+
 fn insights_of(prefix: &str) -> Vec<serde_json::Value> {
     let (code, out, err) = run(gpufl().arg("report").arg("--json").arg(session(prefix)));
     assert_eq!(code, 0, "{err}");
@@ -906,14 +914,7 @@ fn recorded_memory_findings() {
     assert_eq!(leak["data"]["growth_per_alloc"], 8u64 << 20);
     // (c) the peaks against the programs' own accounting, within 5 %.
     for (prefix, mib) in [("mempool_async-", 1024.0), ("pytorch_expandable-", 1040.0)] {
-        let v = insights_of(prefix);
-        let all: Vec<&serde_json::Value> = v
-            .iter()
-            .flat_map(|i| std::iter::once(i).chain(i["facets"].as_array().into_iter().flatten()))
-            .collect();
-        let peak = all
-            .iter()
-            .find(|i| i["rule"] == "memory-peak")
+        let peak = finding_or_facet(&insights_of(prefix), "memory-peak")
             .unwrap_or_else(|| panic!("{prefix}: memory-peak"));
         let got = peak["data"]["peak_bytes"].as_f64().unwrap() / (1u64 << 20) as f64;
         assert!(
@@ -929,15 +930,8 @@ fn recorded_memory_findings() {
 /// activations, backward).
 #[test]
 fn a_trainer_peak_names_weights_optimizer_state_and_activations() {
-    let v = insights_of("hf_trainer_mem-");
-    let all: Vec<&serde_json::Value> = v
-        .iter()
-        .flat_map(|i| std::iter::once(i).chain(i["facets"].as_array().into_iter().flatten()))
-        .collect();
-    let peak = all
-        .iter()
-        .find(|i| i["rule"] == "memory-peak")
-        .expect("memory-peak");
+    let peak =
+        finding_or_facet(&insights_of("hf_trainer_mem-"), "memory-peak").expect("memory-peak");
     let roles: std::collections::HashMap<&str, u64> = peak["data"]["roles"]
         .as_array()
         .expect("roles")
