@@ -19,6 +19,18 @@ pub struct MemLoc {
     pub line: Option<u32>,
     pub function: Option<String>,
     pub location: String,
+    /// The library's line inside the user's line, when the allocation was made in a library
+    /// (`transformers/activations.py:66`): what tells apart the holders of one user line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library: Option<MemLib>,
+}
+
+/// A library's line.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct MemLib {
+    pub file: String,
+    pub line: Option<u32>,
+    pub function: Option<String>,
 }
 
 /// A line's live memory at its device's peak.
@@ -29,6 +41,16 @@ pub struct MemHolder {
     pub bytes: u64,
     /// Its allocations live then.
     pub allocs: u64,
+}
+
+/// The live memory at the peak for one purpose ([`memory::Role`]).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct MemRole {
+    /// `weights`, `optimizer_state`, `gradients`, `activations`, `other`.
+    pub role: String,
+    /// In prose: `optimizer state`.
+    pub label: String,
+    pub bytes: u64,
 }
 
 /// One device's memory over the session.
@@ -48,6 +70,10 @@ pub struct MemDevice {
     pub series: Vec<[i64; 2]>,
     /// Every line holding memory at the peak, largest first.
     pub holders: Vec<MemHolder>,
+    /// The memory at the peak by what it is for, largest first; empty when nothing but "other"
+    /// was found (documents stored before it: empty).
+    #[serde(default)]
+    pub roles: Vec<MemRole>,
 }
 
 /// One allocating line on one device.
@@ -100,6 +126,11 @@ fn mem_loc(cx: &Ctx, loc: Option<crate::ids::LocIx>) -> MemLoc {
                 line: s.line,
                 function: s.function.clone(),
                 location: s.short(),
+                library: s.library.as_ref().map(|l| MemLib {
+                    file: l.file.clone(),
+                    line: l.line,
+                    function: l.function.clone(),
+                }),
             }
         }
     }
@@ -139,6 +170,18 @@ pub fn memory_view(m: &Model, cfg: &Config) -> MemoryView {
                 .map(|&(t, b)| [memory::offset_ns(&cx, t), b.min(i64::MAX as u64) as i64])
                 .collect(),
             holders: d.holders.iter().map(|h| holder(&cx, h)).collect(),
+            roles: if d.roles.iter().any(|r| r.0 != memory::Role::Other) {
+                d.roles
+                    .iter()
+                    .map(|&(r, bytes)| MemRole {
+                        role: r.name().into(),
+                        label: r.label().into(),
+                        bytes,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         })
         .collect();
     let mut lines: Vec<MemLine> = scan

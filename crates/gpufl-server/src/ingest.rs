@@ -30,7 +30,8 @@ use tokio::io::AsyncWriteExt;
 /// 7: fix texts in the program's own words (C/C++, PyTorch, JAX, CuPy, Python);
 /// 8: the `headline` document (the analysis's headline figures) and low chunks without one-off pauses.
 /// 9: the `memory` document (memory over time, holders at the peak, allocations by line).
-pub const ANALYSIS_VERSION: i64 = 9;
+/// 10: the memory at the peak by what it is for (`memory` document's `roles`, `memory-peak`'s).
+pub const ANALYSIS_VERSION: i64 = 10;
 
 /// A claim not finished after this long belongs to an instance that died: taken over.
 pub const LEASE_NS: i64 = 10 * 60 * 1_000_000_000;

@@ -1,6 +1,6 @@
 //! Memory on the dashboard (issue 38), on the real sessions recorded with `mem` records
 //! (pytorch_oom: a PyTorch loop keeping tensors until out of memory; mempool_async: a
-//! `cudaMallocAsync` pool) uploaded to an in-process server: the session page's memory chart per
+//! `cudaMallocAsync` pool; hf_trainer_mem: a HuggingFace Trainer) uploaded to an in-process server: the session page's memory chart per
 //! device (live bytes over time, the peak marked, the holders at the peak with chips to their
 //! line pages) and the line page's allocations. The figures shown are checked against the
 //! analysis's memory view of the same session read here.
@@ -77,6 +77,7 @@ fn memory_chart_holders_and_line_allocations() {
         bundled("pytorch_oom-908-20261128T010827Z"),
         bundled("mempool_async-1273-20261128T010830Z"),
         bundled("pytorch_empty_cache-759-20261127T204130Z"),
+        bundled("hf_trainer_mem-1401-20261128T030301Z"),
     ];
     upload(&url, &up, &dirs);
     let ids: Vec<String> = dirs.iter().map(|d| id_of(d)).collect();
@@ -151,6 +152,47 @@ fn memory_chart_holders_and_line_allocations() {
     assert!(oom.devices[0].peak_bytes > 70 << 30);
     assert!(oom.devices[0].holders[0].allocs >= 300);
 
+    // No purpose but the program's own tensors: no "by what it is for" line.
+    let (_, html) = page(&url, &rd, &format!("/sessions/{}", ids[0]));
+    assert!(!section(&html, "memory").contains("mem-roles"));
+    // A HuggingFace Trainer: the memory at the peak by what it is for, as the analysis has it.
+    let trainer = view(&dirs[3]);
+    let roles = &trainer.devices[0].roles;
+    let names: Vec<&str> = roles.iter().map(|r| r.role.as_str()).collect();
+    for want in ["activations", "gradients", "weights", "optimizer_state"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    let (st, html) = page(&url, &rd, &format!("/sessions/{}", ids[3]));
+    assert_eq!(st, 200);
+    let m = section(&html, "memory");
+    let line = &m[m.find("class=\"mem-roles\"").expect("roles line")..];
+    let line = &line[..line.find("</p>").unwrap()];
+    for r in roles {
+        let shown = format!("{} <b>{}</b>", r.label, bytes(r.bytes));
+        assert!(line.contains(&shown), "{shown} not in {line}");
+    }
+    // Largest first: activations lead.
+    assert!(
+        line.find("activations").unwrap() < line.find("weights").unwrap(),
+        "{line}"
+    );
+    // Every holder is under the user's `trainer.train()` line: the library's line beside it tells
+    // them apart (the largest: accelerate's backward), a chip to that line's page.
+    let top = &trainer.devices[0].holders[0];
+    let lib = top.at.library.as_ref().expect("the library line");
+    assert!(lib.file.ends_with("accelerate/accelerator.py"), "{lib:?}");
+    let table = &m[m.find("class=\"mem-holders\"").unwrap()..];
+    let first = &table[table.find("<tbody>").unwrap()..];
+    let first = &first[..first.find("</tr>").unwrap()];
+    let lib_href = format!(
+        "class=\"chip lib\" href=\"/sessions/{}/line?file={}&#38;line={}\"",
+        ids[3],
+        enc(&lib.file),
+        lib.line.unwrap()
+    );
+    assert!(first.contains(&lib_href), "{lib_href} not in {first}");
+    assert!(first.contains("accelerator.py:2861"), "{first}");
+
     // A session without `mem` records: no memory section; its line pages say nothing of it.
     let (st, html) = page(&url, &rd, &format!("/sessions/{}", ids[2]));
     assert_eq!(st, 200);
@@ -166,12 +208,12 @@ fn memory_chart_holders_and_line_allocations() {
     );
     assert_eq!(st, 200);
     assert!(!html.contains("id=\"line-memory\""));
-    shot_memory_chart(&url, &rd, &ids[0]);
+    shot_memory_chart(&url, &rd, &ids[3]);
     drop(server);
     let _ = std::fs::remove_dir_all(&cfg.data);
 }
 
-/// In Chromium: log in, open the out-of-memory session, the memory chart is drawn with its peak
+/// In Chromium: log in, open the Trainer's session, the memory chart is drawn with its peak
 /// mark and a holder's chip leads to its line page; a screenshot of the chart goes to
 /// `$GPUFL_SCREENSHOTS/memory.png` (else target/dashboard-screenshots). Skipped without a
 /// browser unless `GPUFL_REQUIRE_BROWSER=1`.

@@ -39,6 +39,18 @@ pub enum Role {
 }
 
 impl Role {
+    /// Its name in JSON (`optimizer_state`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Activations => "activations",
+            Role::Gradients => "gradients",
+            Role::OptimizerState => "optimizer_state",
+            Role::Weights => "weights",
+            Role::Other => "other",
+        }
+    }
+
+    /// Its name in prose (`optimizer state`).
     pub fn label(self) -> &'static str {
         match self {
             Role::Activations => "activations",

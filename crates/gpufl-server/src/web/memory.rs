@@ -20,12 +20,24 @@ pub struct MemChart {
     pub holders: Vec<HolderRow>,
     /// Holders not listed.
     pub holders_more: usize,
+    /// The memory at the peak by what it is for (weights, optimizer state, …), largest first;
+    /// empty when nothing but "other" was found.
+    pub roles: Vec<RoleRow>,
+}
+
+/// One purpose's memory at the peak.
+pub struct RoleRow {
+    pub label: String,
+    pub bytes: String,
+    pub share: String,
 }
 
 /// A line holding memory at the peak.
 pub struct HolderRow {
     /// A link to its line page; `None` for allocations without a stack.
     pub chip: Option<Chip>,
+    /// The library's line inside it, a link to that line's page.
+    pub lib: Option<Chip>,
     pub text: String,
     pub bytes: String,
     pub share: String,
@@ -50,6 +62,32 @@ fn chip(session: &str, at: &MemLoc) -> Option<Chip> {
         ),
         text: fmt::loc(&at.file, at.line, 48),
         title,
+    })
+}
+
+/// The chip of the library line inside an allocating line, if any.
+fn lib_chip(session: &str, at: &MemLoc) -> Option<Chip> {
+    let l = at.library.as_ref()?;
+    let line = l.line.unwrap_or(0);
+    Some(Chip {
+        href: if l.file.is_empty() || line == 0 {
+            String::new()
+        } else {
+            format!(
+                "/sessions/{}/line?file={}&line={line}",
+                url_encode(session),
+                url_encode(&l.file)
+            )
+        },
+        text: match line {
+            0 => fmt::lib_path(&l.file, 48),
+            n => format!("{}:{n}", fmt::lib_path(&l.file, 48)),
+        },
+        title: format!(
+            "{}:{line} in {}()",
+            l.file,
+            l.function.as_deref().unwrap_or("?")
+        ),
     })
 }
 
@@ -123,10 +161,20 @@ pub fn charts(doc: &MemoryView, session: &str, heading: impl Fn(u32) -> String) 
                 .take(MAX_HOLDERS)
                 .map(|h| HolderRow {
                     chip: chip(session, &h.at),
+                    lib: lib_chip(session, &h.at),
                     text: h.at.location.clone(),
                     bytes: fmt::bytes(h.bytes.min(i64::MAX as u64) as i64),
                     share: fmt::pct(h.bytes as f64 * 100.0 / d.peak_bytes.max(1) as f64),
                     allocs: h.allocs,
+                })
+                .collect();
+            let roles = d
+                .roles
+                .iter()
+                .map(|r| RoleRow {
+                    label: r.label.clone(),
+                    bytes: fmt::bytes(r.bytes.min(i64::MAX as u64) as i64),
+                    share: fmt::pct(r.bytes as f64 * 100.0 / d.peak_bytes.max(1) as f64),
                 })
                 .collect();
             MemChart {
@@ -135,6 +183,7 @@ pub fn charts(doc: &MemoryView, session: &str, heading: impl Fn(u32) -> String) 
                 svg,
                 holders,
                 holders_more: d.holders.len().saturating_sub(MAX_HOLDERS),
+                roles,
             }
         })
         .collect()
