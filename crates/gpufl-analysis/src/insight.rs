@@ -9,7 +9,7 @@
 
 use crate::rules::{Cause, RuleData};
 pub(crate) use crate::text::share;
-pub use crate::text::{fmt_duration, short_function};
+pub use crate::text::{fmt_bytes, fmt_duration, short_function};
 use crate::userframe::SourceLoc;
 use gpufl_trace::SyncKind;
 use serde::{Deserialize, Serialize};

@@ -101,7 +101,7 @@ mod work;
 pub use error::AnalysisError;
 pub use headline::{headline_on, DeviceHeadline, Headline};
 pub use ids::{CorrId, LocIx, StackIx};
-pub use insight::{fmt_duration, Insight, Severity};
+pub use insight::{fmt_bytes, fmt_duration, Insight, Severity};
 pub use intervals::{union_ns, DeviceBusy};
 pub use kernels::{KernelRow, KernelSource, KernelTable};
 pub use model::{MemRow, Model, Window, WindowReason};

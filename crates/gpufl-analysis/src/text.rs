@@ -1,4 +1,4 @@
-//! Numbers and names as the analysis writes them: a share of a whole, a duration, a C++
+//! Numbers and names as the analysis writes them: a share of a whole, a duration, bytes, a C++
 //! function's name without its parameters. A lower module: the model, the kernel table and the
 //! telemetry summary use these as the rules do, without depending on the rules
 //! ([`crate::insight`] re-exports them as part of the rules' contract).
@@ -23,6 +23,21 @@ pub fn fmt_duration(ns: u64) -> String {
         format!("{:.1}µs", n / 1e3)
     } else {
         format!("{ns}ns")
+    }
+}
+
+/// Bytes for prose: `512 B`, `8.0 MiB`, `7.50 GiB`.
+pub fn fmt_bytes(b: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let f = b as f64;
+    if f >= KIB * KIB * KIB {
+        format!("{:.2} GiB", f / (KIB * KIB * KIB))
+    } else if f >= KIB * KIB {
+        format!("{:.1} MiB", f / (KIB * KIB))
+    } else if f >= KIB {
+        format!("{:.1} KiB", f / KIB)
+    } else {
+        format!("{b} B")
     }
 }
 

@@ -956,6 +956,16 @@ mod tests {
     /// A large allocation's stack joins its memory activity record by correlation id; a free
     /// stays without; a failed allocation is written at once with its stack and the device's
     /// free memory at the last telemetry sample.
+    /// The `mem` records among `recs`.
+    fn mems_of(recs: &[Record]) -> Vec<&Mem> {
+        recs.iter()
+            .filter_map(|r| match r {
+                Record::Mem(m) => Some(m),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The exit sample of an 8 MiB `cudaMalloc` (callback id 20, correlation id 31, thread 5),
     /// with a one-frame stack.
     fn alloc_sample() -> Sample {
@@ -999,13 +1009,7 @@ mod tests {
         sink.finish("test").unwrap();
         let recs = read_back(&path);
         std::fs::remove_file(&path).ok();
-        let mems: Vec<&Mem> = recs
-            .iter()
-            .filter_map(|r| match r {
-                Record::Mem(m) => Some(m),
-                _ => None,
-            })
-            .collect();
+        let mems = mems_of(&recs);
         assert_eq!(mems.len(), 3);
         assert_eq!(
             (mems[0].op, mems[0].corr, mems[0].tid),
@@ -1045,13 +1049,7 @@ mod tests {
         sink.finish("test").unwrap();
         for p in [&p2, &p3] {
             let recs = read_back(p);
-            let mems: Vec<&Mem> = recs
-                .iter()
-                .filter_map(|r| match r {
-                    Record::Mem(m) => Some(m),
-                    _ => None,
-                })
-                .collect();
+            let mems = mems_of(&recs);
             assert_eq!(mems.len(), 1, "{}", p.display());
             let m = mems[0];
             assert_eq!(

@@ -14,7 +14,7 @@ use gpufl_analysis::diff::{
     Profile, Status,
 };
 use gpufl_analysis::kernels::short_name;
-use gpufl_analysis::{analyze_on, Config, FrameOrigin, Model, Severity, SourceLoc};
+use gpufl_analysis::{analyze_on, fmt_bytes, Config, FrameOrigin, Model, Severity, SourceLoc};
 use gpufl_trace::ParSessionReader;
 use serde::Serialize;
 use std::fmt::Write;
@@ -419,21 +419,6 @@ fn signed_bytes(d: i64) -> String {
         1 => format!("+{b}"),
         -1 => format!("-{b}"),
         _ => b,
-    }
-}
-
-/// Bytes: `512 B`, `8.0 MiB`, `7.50 GiB`.
-fn fmt_bytes(b: u64) -> String {
-    const K: f64 = 1024.0;
-    let f = b as f64;
-    if f >= K * K * K {
-        format!("{:.2} GiB", f / (K * K * K))
-    } else if f >= K * K {
-        format!("{:.1} MiB", f / (K * K))
-    } else if f >= K {
-        format!("{:.1} KiB", f / K)
-    } else {
-        format!("{b} B")
     }
 }
 

@@ -9,6 +9,7 @@
 use super::{spelling, Walker};
 use crate::sink::{Arg, Cat, Event, Metric, Track};
 use crate::ExportError;
+use gpufl_analysis::fmt_bytes;
 use gpufl_trace::MemOp;
 use std::collections::HashMap;
 
@@ -19,21 +20,6 @@ pub(super) struct LiveMem {
     live: HashMap<(u32, u64), (u64, Option<String>)>,
     /// Live bytes per device.
     dev: HashMap<u32, u64>,
-}
-
-/// Bytes for an event's name: "512 B", "8.0 MiB", "7.50 GiB".
-pub(crate) fn fmt_bytes(b: u64) -> String {
-    const K: f64 = 1024.0;
-    let f = b as f64;
-    if f >= K * K * K {
-        format!("{:.2} GiB", f / (K * K * K))
-    } else if f >= K * K {
-        format!("{:.1} MiB", f / (K * K))
-    } else if f >= K {
-        format!("{:.1} KiB", f / K)
-    } else {
-        format!("{b} B")
-    }
 }
 
 impl Walker<'_> {

@@ -5,32 +5,8 @@
 
 mod common;
 
-use common::{bundled, get, id_of, project, sqlite_config, upload, wait_ready};
+use common::{bundled, enc, get, id_of, page, project, sqlite_config, upload, wait_ready};
 use serde_json::Value;
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-fn page(url: &str, key: &str, path: &str) -> (u16, String) {
-    let r = ureq::get(&format!("{url}{path}"))
-        .set("Authorization", &format!("Bearer {key}"))
-        .call();
-    let resp = match r {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{path}: {e}"),
-    };
-    (resp.status(), resp.into_string().unwrap_or_default())
-}
 
 /// A frame of the recorder, CUPTI or the driver, or an unnamed one of the CUDA runtime.
 fn cuda_internal(f: &Value) -> bool {

@@ -8,43 +8,12 @@
 mod common;
 mod webdriver;
 
-use common::{bundled, id_of, project, sqlite_config, upload, wait_ready, Server};
+use common::{
+    bundled, enc, id_of, page, project, section, sqlite_config, upload, wait_ready, Server,
+};
 use gpufl_analysis::memview::{memory_view, MemoryView};
 use gpufl_analysis::{Config, Model};
 use std::path::Path;
-
-fn page(url: &str, key: &str, path: &str) -> (u16, String) {
-    let r = ureq::get(&format!("{url}{path}"))
-        .set("Authorization", &format!("Bearer {key}"))
-        .call();
-    let resp = match r {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{path}: {e}"),
-    };
-    (resp.status(), resp.into_string().unwrap_or_default())
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-/// The text of the element with `id="…"` up to its section's end.
-fn section<'a>(html: &'a str, id: &str) -> &'a str {
-    let at = html
-        .find(&format!("id=\"{id}\""))
-        .unwrap_or_else(|| panic!("no #{id} in\n{html}"));
-    let rest = &html[at..];
-    &rest[..rest.find("</section>").unwrap_or(rest.len())]
-}
 
 fn view(dir: &Path) -> MemoryView {
     let mut reader = gpufl_trace::ParSessionReader::open(dir, 2).unwrap();

@@ -532,20 +532,7 @@ pub fn holders_text(h: &[HolderData]) -> String {
         .join(", ")
 }
 
-/// Bytes for prose: "512 B", "8.0 MiB", "7.50 GiB".
-pub fn fmt_bytes(b: u64) -> String {
-    const KIB: f64 = 1024.0;
-    let f = b as f64;
-    if f >= KIB * KIB * KIB {
-        format!("{:.2} GiB", f / (KIB * KIB * KIB))
-    } else if f >= KIB * KIB {
-        format!("{:.1} MiB", f / (KIB * KIB))
-    } else if f >= KIB {
-        format!("{:.1} KiB", f / KIB)
-    } else {
-        format!("{b} B")
-    }
-}
+pub use crate::text::fmt_bytes;
 
 /// The device's memory in all, bytes: the largest `mem_total` of its telemetry, else the
 /// header's `total_mem_bytes`.

@@ -356,3 +356,39 @@ pub fn bundled(prefix: &str) -> PathBuf {
 pub fn id_of(dir: &Path) -> String {
     dir.file_name().unwrap().to_str().unwrap().to_string()
 }
+
+/// A dashboard page with the read key: its status and HTML (an error status's body too).
+pub fn page(url: &str, key: &str, path: &str) -> (u16, String) {
+    let r = ureq::get(&format!("{url}{path}"))
+        .set("Authorization", &format!("Bearer {key}"))
+        .call();
+    let resp = match r {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{path}: {e}"),
+    };
+    (resp.status(), resp.into_string().unwrap_or_default())
+}
+
+/// Percent-encoding of a query value, written here apart from the server's own
+/// (`web::url_encode`), so the links a test expects are not the server's by construction.
+pub fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The text of the element with `id="…"` up to its section's end.
+pub fn section<'a>(html: &'a str, id: &str) -> &'a str {
+    let at = html
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id} in\n{html}"));
+    let rest = &html[at..];
+    &rest[..rest.find("</section>").unwrap_or(rest.len())]
+}
