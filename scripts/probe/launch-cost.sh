@@ -26,6 +26,7 @@ one() { # mode
     pinned) taskset -c ${PIN_CPU:-5} /tmp/launchcost $LC_ARGS ;;
     always-on) gpufl record -q --always-on -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     no-mem) gpufl record -q --no-mem-records -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
+    always-on-nowin) GPUFL_ALWAYS_ON_BUDGET=0 gpufl record -q --always-on -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     always-on-no-mem) gpufl record -q --always-on --no-mem-records -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
   esac
 }

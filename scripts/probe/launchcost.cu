@@ -7,6 +7,8 @@
 // driver call-site callbacks are still on for their first look) and for those after.
 // LC_EXTRA=N: after each launch, N calls each of cudaGetLastError and cudaGetDevice (what PyTorch
 // makes around its launches), to see what recording costs the calls it does not record.
+// LC_TIMELINE=S: the median ns per launch of each S-second stretch of the run, in order (does a
+// cost stay after an always-on window has opened and closed?).
 //   nvcc -O2 -o launchcost launchcost.cu -ldl && ./launchcost [rounds] [batch]
 #include <algorithm>
 #include <chrono>
@@ -44,7 +46,9 @@ int main(int argc, char **argv) {
     auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < 2000; i++) empty<<<1, 32, 0, s>>>(nullptr);
     cudaStreamSynchronize(s);
-    std::vector<double> per, ratio_early, ratio_late;
+    std::vector<double> per, ratio_early, ratio_late, bucket;
+    double tl = getenv("LC_TIMELINE") ? atof(getenv("LC_TIMELINE")) : 0;
+    int bucket_no = 0;
     double on = 0;
     for (int r = 0; r < rounds; r++) {
         int phase = r % 3;
@@ -63,12 +67,23 @@ int main(int argc, char **argv) {
         cudaStreamSynchronize(s);
         double ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / batch;
         per.push_back(ns);
+        if (tl > 0) {
+            int b = (int)(std::chrono::duration<double>(t0 - start).count() / tl);
+            if (b != bucket_no && !bucket.empty()) {
+                printf("LC_TIMELINE %5.1f s: %.0f ns (n=%zu)\n", bucket_no * tl, median(bucket), bucket.size());
+                bucket.clear();
+            }
+            bucket_no = b;
+            bucket.push_back(ns);
+        }
         if (phase == 0) on = ns;
         if (pause && phase == 2) {
             double at = std::chrono::duration<double>(t0 - start).count();
             (at < early_s ? ratio_early : ratio_late).push_back(on / ns);
         }
     }
+    if (tl > 0 && !bucket.empty())
+        printf("LC_TIMELINE %5.1f s: %.0f ns (n=%zu)\n", bucket_no * tl, median(bucket), bucket.size());
     if (resume) resume();
     if (cudaGetLastError() != cudaSuccess) { fprintf(stderr, "launch failed\n"); return 1; }
     if (pause) {

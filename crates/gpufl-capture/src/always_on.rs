@@ -10,7 +10,7 @@
 //!   [`COST_PER_RECORD_NS`] of the launching thread's time per record while it is on (3 µs a kernel
 //!   on the H100's launch-bound loop, docs/benchmarks.md run K), so after each window the record rate
 //!   it saw sets the duty cycle that keeps that cost under the budget (`GPUFL_ALWAYS_ON_BUDGET`,
-//!   percent of the run, default [`DEFAULT_BUDGET_PCT`]): `duty = budget / (rate × cost)`, at most
+//!   percent of the run, default [`DEFAULT_BUDGET_PCT`]; 0: no sampled windows): `duty = budget / (rate × cost)`, at most
 //!   [`MAX_DUTY`], `period = window / duty` within [`MIN_PERIOD`]..[`MAX_PERIOD`].
 //!   `GPUFL_WINDOW_MS` and `GPUFL_WINDOW_PERIOD_MS` (a fixed period) override them.
 //! - **Full-detail windows** on demand: `gpufl_capture_window(seconds)` (C, C++, Python), the
@@ -203,7 +203,8 @@ impl Scheduler {
         if self.open.is_none() {
             if let Some((ms, reason)) = request {
                 self.try_open(sink, now, reason, Duration::from_millis(ms));
-            } else if now >= self.next_open && self.pending_rate.is_none() {
+            } else if self.budget_pct > 0.0 && now >= self.next_open && self.pending_rate.is_none()
+            {
                 self.try_open(sink, now, Reason::Sampled, self.window);
             }
         }

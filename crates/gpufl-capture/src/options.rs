@@ -407,12 +407,6 @@ fn is_count_or_off(v: &str) -> bool {
     parse_count_or_off(v).is_some()
 }
 
-fn is_positive_number(v: &str) -> bool {
-    v.trim()
-        .parse::<f64>()
-        .is_ok_and(|x| x.is_finite() && x > 0.0)
-}
-
 fn is_non_negative_number(v: &str) -> bool {
     v.trim()
         .parse::<f64>()
@@ -537,7 +531,7 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
     (gpufl_trace::feed::ENV_FEED, (is_01, "0 or 1")),
     (
         "GPUFL_ALWAYS_ON_BUDGET",
-        (is_positive_number, "a positive percentage"),
+        (is_non_negative_number, "a percentage (0: no sampled windows)"),
     ),
     (
         "GPUFL_WINDOW_MS",
@@ -721,7 +715,7 @@ impl Knobs {
             job: crate::procinfo::Job::from_env_with(&get),
             always_on_budget_pct: get("GPUFL_ALWAYS_ON_BUDGET")
                 .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|v| v.is_finite() && *v > 0.0)
+                .filter(|v| v.is_finite() && *v >= 0.0)
                 .unwrap_or(crate::always_on::DEFAULT_BUDGET_PCT),
             window: positive_ms(get("GPUFL_WINDOW_MS").as_deref())
                 .unwrap_or(Duration::from_millis(crate::always_on::WINDOW_MS)),
@@ -931,6 +925,19 @@ mod tests {
         assert_eq!(one("GPUFL_HOST_SAMPLES", "-3").host_samples_hz, 100);
         let b = |v: &'static str| one("GPUFL_HOST_SAMPLE_BUDGET", v).host_sample_budget_pct;
         assert_eq!((b("2.5"), b("0"), b("nan"), b("500")), (2.5, 1.0, 1.0, 1.0));
+    }
+
+    #[test]
+    fn an_always_on_budget_of_zero_means_no_sampled_windows() {
+        let b = |v: &'static str| {
+            Knobs::from_env_with(move |k| (k == "GPUFL_ALWAYS_ON_BUDGET").then(|| v.to_string()))
+        };
+        assert_eq!(b("0").always_on_budget_pct, 0.0);
+        assert!(b("0").warnings.is_empty());
+        assert_eq!(b("2").always_on_budget_pct, 2.0);
+        let bad = b("-1");
+        assert_eq!(bad.always_on_budget_pct, crate::always_on::DEFAULT_BUDGET_PCT);
+        assert_eq!(bad.warnings.len(), 1, "{:?}", bad.warnings);
     }
 
     #[test]
