@@ -10,7 +10,12 @@ BIN=$PWD/.device-bin; export PATH=$BIN:$PATH GPUFL_CAPTURE_LIB=$BIN/libgpufl_cap
 nvcc -O2 -o /tmp/launchcost scripts/probe/launchcost.cu -ldl || exit 1
 K="GPUFL_ENABLE_SYNCHRONIZATION=0 gpufl record -q --no-stacks --api-records none"
 LC_ARGS=${LC_ARGS:-}
-one() { # mode
+one() { # mode, optionally +VAR=value+…: those variables set for the recorded process
+  local IFS=+; set -- $1; IFS=' '
+  local m=$1; shift
+  ( [ $# -gt 0 ] && export "$@"; mode_cmd "$m" )
+}
+mode_cmd() {
   case $1 in
     bare) /tmp/launchcost $LC_ARGS ;;
     subscribed) env GPUFL_ACTIVITY_KINDS=none GPUFL_TELEMETRY_MS=0 $K -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;

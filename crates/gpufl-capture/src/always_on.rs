@@ -152,6 +152,14 @@ pub struct Scheduler {
     pending_rate: Option<(u64, Duration, Instant)>,
     /// Windows written, by reason (for the end notice).
     pub written: [u64; 3],
+    /// When the last window closed, until CUPTI has been detached after it (crate::detach).
+    pending_detach: Option<Instant>,
+    /// The detaches so far.
+    pub detaches: crate::detach::Tally,
+    /// CUPTI could not be attached again: no more windows.
+    lost: bool,
+    /// A detach is due now (the writer does it: [`Scheduler::take_detach_due`]).
+    detach_due: Option<Instant>,
 }
 
 impl Scheduler {
@@ -171,6 +179,10 @@ impl Scheduler {
             open: None,
             pending_rate: None,
             written: [0; 3],
+            pending_detach: None,
+            detaches: crate::detach::Tally::default(),
+            lost: false,
+            detach_due: None,
         })
     }
 
@@ -193,7 +205,19 @@ impl Scheduler {
                 self.pending_rate = None;
             }
         }
-        let request = take_request();
+        if let Some(closed) = self.pending_detach {
+            // After the window's kernels have run (and been counted): CUPTI detached and attached
+            // again, so that kernel tracing costs nothing until the next window. Its cost on the
+            // program's thread counts against the budget like the window's own.
+            if self.open.is_none()
+                && self.pending_rate.is_none()
+                && now.saturating_duration_since(closed) >= RATE_DELAY
+            {
+                self.pending_detach = None;
+                self.detach_due = Some(closed);
+            }
+        }
+        let request = take_request().filter(|_| !self.lost);
         if let Some(o) = &self.open {
             let replace = request.is_some() && o.reason == Reason::Sampled;
             if now >= o.until || replace {
@@ -203,7 +227,11 @@ impl Scheduler {
         if self.open.is_none() {
             if let Some((ms, reason)) = request {
                 self.try_open(sink, now, reason, Duration::from_millis(ms));
-            } else if self.budget_pct > 0.0 && now >= self.next_open && self.pending_rate.is_none()
+            } else if self.budget_pct > 0.0
+                && !self.lost
+                && now >= self.next_open
+                && self.pending_rate.is_none()
+                && self.pending_detach.is_none()
             {
                 self.try_open(sink, now, Reason::Sampled, self.window);
             }
@@ -244,11 +272,50 @@ impl Scheduler {
         // Provisional (a sampled window's rate sets it once its records are in): the shortest.
         self.next_open = now + self.fixed_period.unwrap_or(MIN_PERIOD).saturating_sub(len);
         self.written[o.reason as usize - 1] += 1;
+        self.pending_detach = Some(now);
         sink.write(&Record::Window(Window {
             start: o.start_ts,
             end: end_ts.max(o.start_ts),
             reason: o.reason.as_str().into(),
         }))
+    }
+
+    /// A detach due now, with when its window closed (taken once).
+    pub fn take_detach_due(&mut self) -> Option<Instant> {
+        self.detach_due.take()
+    }
+
+    /// What the detach after the window that closed at `closed` did (crate::detach); the next
+    /// sampled window waits long enough for the budget to cover the program's time detaching.
+    pub fn detached(
+        &mut self,
+        sink: Option<&mut Sink>,
+        closed: Instant,
+        outcome: Option<collection::DetachOutcome>,
+    ) -> Result<(), TraceError> {
+        match outcome {
+            None => {}
+            Some(collection::DetachOutcome::Done { finalize_ns, gap_ns }) => {
+                self.detaches.add(finalize_ns, gap_ns);
+                if self.fixed_period.is_none() && self.budget_pct > 0.0 {
+                    let least = Duration::from_nanos(finalize_ns)
+                        .div_f64(self.budget_pct / 100.0)
+                        .min(MAX_PERIOD);
+                    self.next_open = self.next_open.max(closed + least);
+                }
+            }
+            Some(collection::DetachOutcome::Missed) => self.detaches.missed += 1,
+            Some(collection::DetachOutcome::Lost(why)) => {
+                self.lost = true;
+                if let Some(sink) = sink {
+                    sink.write(&Record::Notice(gpufl_trace::Notice {
+                        level: "warning".into(),
+                        message: why,
+                    }))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// At stop: close a window still open, write a summary notice.
@@ -258,12 +325,16 @@ impl Scheduler {
         sink.write(&Record::Notice(gpufl_trace::Notice {
             level: "info".into(),
             message: format!(
-                "always-on: {} sampled, {} triggered and {} API windows (budget {} % of the run for GPU activity, windows of {} ms)",
+                "always-on: {} sampled, {} triggered and {} API windows (budget {} % of the run for GPU activity, windows of {} ms){}",
                 self.written[0],
                 self.written[1],
                 self.written[2],
                 self.budget_pct,
-                self.window.as_millis()
+                self.window.as_millis(),
+                self.detaches
+                    .describe()
+                    .map(|d| format!("; {d}"))
+                    .unwrap_or_default()
             ),
         }))
     }

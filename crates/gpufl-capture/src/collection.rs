@@ -446,6 +446,126 @@ pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
     }
 }
 
+/// How long a detach request waits for a CUDA call to return on some thread of the program.
+const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a thread may take to detach before the writer stops waiting.
+const FINALIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What [`detach_cycle`] did.
+#[derive(Debug)]
+pub enum DetachOutcome {
+    /// Detached and attached again: the program's thread's time detaching, and the time from
+    /// the detach to collection on again (ns).
+    Done { finalize_ns: u64, gap_ns: u64 },
+    /// No CUDA call returned in time, or CUPTI refused: still attached, collection as it was.
+    Missed,
+    /// Detached, but CUPTI could not be attached again: nothing more is collected.
+    Lost(String),
+}
+
+/// Always-on, after a window has closed and its kernels have run: detach CUPTI at the program's
+/// next API exit and attach it again with the mode's collection (crate::detach). None when it
+/// does not apply (another mode, kernel detail, `GPUFL_DETACH=0`, paused, a window open).
+pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
+    if !detach_applies() {
+        return None;
+    }
+    let r = crate::recorder::get()?;
+    let _guard = COLLECTION
+        .pause_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if COLLECTION.paused.load(Ordering::SeqCst)
+        || r.stopped.load(Ordering::SeqCst)
+        || COLLECTION.window.load(Ordering::SeqCst) != 0
+    {
+        return None;
+    }
+    let c = r.cupti;
+    let sub = r.subscriber.load(Ordering::SeqCst);
+    crate::detach::request();
+    // SAFETY: plain CUPTI call on our own subscriber: every runtime callback for a moment, so
+    // that the next runtime call to return on any thread detaches.
+    unsafe { (c.enable_domain)(1, sub, cupti::DOMAIN_RUNTIME) };
+    let t0 = std::time::Instant::now();
+    let restore = || {
+        // SAFETY: plain CUPTI call on our own subscriber; then the mode's callbacks again.
+        unsafe { (c.enable_domain)(0, sub, cupti::DOMAIN_RUNTIME) };
+        let mut ignored = Vec::new();
+        set_collection(c, sub, &r.opts, true, &mut ignored);
+    };
+    loop {
+        match crate::detach::answer() {
+            crate::detach::Answer::Waiting => {
+                if (t0.elapsed() > DETACH_WAIT || r.stopped.load(Ordering::SeqCst))
+                    && crate::detach::withdraw()
+                {
+                    restore();
+                    return Some(DetachOutcome::Missed);
+                }
+            }
+            crate::detach::Answer::Finalizing => {
+                if t0.elapsed() > FINALIZE_WAIT {
+                    return Some(DetachOutcome::Lost(
+                        "a thread took over 30 s to detach CUPTI".into(),
+                    ));
+                }
+            }
+            crate::detach::Answer::Failed => {
+                restore();
+                crate::detach::done();
+                return Some(DetachOutcome::Missed);
+            }
+            crate::detach::Answer::Detached(finalize_ns) => {
+                let gap0 = std::time::Instant::now();
+                crate::detach::advance_corr_base();
+                let attached = attach_again(r);
+                crate::detach::done();
+                return Some(match attached {
+                    Ok(()) => DetachOutcome::Done {
+                        finalize_ns,
+                        gap_ns: gap0.elapsed().as_nanos() as u64,
+                    },
+                    Err(why) => DetachOutcome::Lost(why),
+                });
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
+/// Whether this recording detaches CUPTI after its windows: always-on, not kernel detail, not
+/// `GPUFL_DETACH=0`, a CUPTI with `cuptiFinalize`, buffers left to hold back.
+pub(crate) fn detach_applies() -> bool {
+    crate::recorder::get().is_some_and(|r| {
+        r.pid == std::process::id()
+            && !is_disabled()
+            && r.opts.mode == crate::options::Mode::AlwaysOn
+            && r.opts.kernel_detail.is_none()
+            && knobs().detach
+            && r.cupti.finalize.is_some()
+            && crate::pool::retired() < crate::pool::MAX_RETIRED
+    })
+}
+
+/// After a detach: subscribe again and turn the mode's collection back on (what start did).
+fn attach_again(r: &crate::recorder::Recorder) -> Result<(), String> {
+    let c = r.cupti;
+    let mut sub: *mut c_void = std::ptr::null_mut();
+    // SAFETY: on_callback has the CUpti_CallbackFunc signature and never unwinds.
+    let rc = unsafe { (c.subscribe)(&mut sub, crate::recorder::on_callback, std::ptr::null_mut()) };
+    if rc != cupti::SUCCESS {
+        return Err(format!(
+            "CUPTI could not be attached again after a window ({}): nothing more is collected",
+            c.result_string(rc)
+        ));
+    }
+    r.subscriber.store(sub, Ordering::SeqCst);
+    let _ = enable_collection(c, sub, &r.opts);
+    let _ = crate::nvtx::enable(c, sub);
+    Ok(())
+}
+
 /// API records of a full-detail window (always-on). Selecting functions with
 /// `cuptiActivityEnableRuntimeApi` / `…DriverApi` alone, after the start, gave no records on the
 /// H100 (CUDA 13; phase apiwin): the window turns the runtime and driver API activity kinds on

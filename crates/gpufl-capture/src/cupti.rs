@@ -81,6 +81,8 @@ pub struct Cupti {
     pub activity_flush_period: Option<unsafe extern "C" fn(u32) -> u32>,
     /// `cuptiActivityEnableHWTrace` (CUPTI 12.8+; benchmark knob `GPUFL_HW_TRACE=1`).
     pub activity_enable_hw_trace: Option<unsafe extern "C" fn(u8) -> u32>,
+    /// `cuptiFinalize` (always-on's detach after a window: crate::detach).
+    pub finalize: Option<unsafe extern "C" fn() -> u32>,
     /// `cuptiGetGraphId(CUgraph, uint32_t*)` and `cuptiGetGraphNodeId(CUgraphNode, uint64_t*)`.
     pub get_graph_id: Option<unsafe extern "C" fn(*mut c_void, *mut u32) -> u32>,
     pub get_graph_node_id: Option<unsafe extern "C" fn(*mut c_void, *mut u64) -> u32>,
@@ -230,6 +232,7 @@ impl Cupti {
             activity_set_attribute: opt!(lib, c"cuptiActivitySetAttribute"),
             activity_flush_period: opt!(lib, c"cuptiActivityFlushPeriod"),
             activity_enable_hw_trace: opt!(lib, c"cuptiActivityEnableHWTrace"),
+            finalize: opt!(lib, c"cuptiFinalize"),
             get_graph_id: opt!(lib, c"cuptiGetGraphId"),
             get_graph_node_id: opt!(lib, c"cuptiGetGraphNodeId"),
             get_device_id: opt!(lib, c"cuptiGetDeviceId"),
@@ -253,8 +256,12 @@ impl Cupti {
         format!("CUPTI error {code}")
     }
 
-    /// CUPTI's timestamp now (ns).
+    /// CUPTI's timestamp now (ns); CLOCK_REALTIME, which it follows to ~1 µs, while CUPTI is
+    /// being detached (no CUPTI call may race `cuptiFinalize`: crate::detach).
     pub fn timestamp(&self) -> u64 {
+        if crate::detach::pending() {
+            return crate::procinfo::unix_ns();
+        }
         let mut t = 0u64;
         // SAFETY: writes one u64.
         unsafe { (self.get_timestamp)(&mut t) };

@@ -13,6 +13,7 @@ pub mod cbids;
 pub mod clock;
 pub mod collection;
 pub mod crash;
+pub mod detach;
 pub mod cubin;
 pub mod cubin_lines;
 pub mod cupti;

@@ -334,6 +334,8 @@ pub struct Knobs {
     pub source_text: bool,
     /// Fatal-signal handlers, unless `GPUFL_SIGNALS=0`.
     pub signals: bool,
+    /// Always-on: CUPTI detached after each window, unless `GPUFL_DETACH=0` (crate::detach).
+    pub detach: bool,
     /// The exporter feed, unless `GPUFL_EXPORTER_FEED=0`.
     pub exporter_feed: bool,
     /// `GPUFL_EXPORTER_SOCKET`: the one socket the feed sends to.
@@ -528,6 +530,7 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
     ("GPUFL_XTHREAD_DIRECT", (is_01, "0 or 1")),
     ("GPUFL_SOURCE_TEXT", (is_01, "0 or 1")),
     ("GPUFL_SIGNALS", (is_01, "0 or 1")),
+    ("GPUFL_DETACH", (is_01, "0 or 1")),
     (gpufl_trace::feed::ENV_FEED, (is_01, "0 or 1")),
     (
         "GPUFL_ALWAYS_ON_BUDGET",
@@ -706,6 +709,7 @@ impl Knobs {
             xthread_direct: not("GPUFL_XTHREAD_DIRECT", "0"),
             source_text: not("GPUFL_SOURCE_TEXT", "0"),
             signals: not("GPUFL_SIGNALS", "0"),
+            detach: not("GPUFL_DETACH", "0"),
             exporter_feed: not(gpufl_trace::feed::ENV_FEED, "0"),
             exporter_socket: get(gpufl_trace::feed::ENV_SOCKET),
             job_id: ["GPUFL_JOB", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"]
@@ -889,7 +893,7 @@ mod tests {
         assert_eq!(k.xthread_reuse_ns, crate::stack::OTHER_REUSE_NS);
         assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
         assert!(!k.site_native && !k.debug_cost && !k.xthread_read_pipe);
-        assert!(k.source_text && k.signals && k.exporter_feed);
+        assert!(k.source_text && k.signals && k.exporter_feed && k.detach);
         assert_eq!(
             (k.exporter_socket.as_deref(), k.job_id.as_str()),
             (None, "")

@@ -18,12 +18,14 @@ struct Pool {
     free: Mutex<Vec<usize>>,
     live: AtomicUsize,
     refused: AtomicU64,
+    retired: AtomicU64,
 }
 
 static POOL: Pool = Pool {
     free: Mutex::new(Vec::new()),
     live: AtomicUsize::new(0),
     refused: AtomicU64::new(0),
+    retired: AtomicU64::new(0),
 };
 
 fn layout() -> Layout {
@@ -49,6 +51,23 @@ pub fn take() -> Option<*mut u8> {
         return None;
     }
     Some(p)
+}
+
+/// Most buffers [`retire`] may hold back over a recording (always-on's detaches stop there).
+pub const MAX_RETIRED: u64 = 32;
+
+/// Buffers held back so far.
+pub fn retired() -> u64 {
+    POOL.retired.load(Ordering::Relaxed)
+}
+
+/// Hold back a buffer CUPTI handed over while it was being detached (crate::detach): it is never
+/// given to CUPTI again nor freed, whatever CUPTI's finalize did with its own references to it.
+/// It still counts as alive, so the cap holds.
+pub fn retire(p: *mut u8) {
+    if !p.is_null() {
+        POOL.retired.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Return a buffer obtained from [`take`].

@@ -66,6 +66,11 @@ pub(crate) enum Msg {
         ptr: usize,
         valid: usize,
         dropped: u64,
+        /// False for a buffer completed while CUPTI was being detached: not used again (nor its
+        /// kernel names read).
+        recycle: bool,
+        /// Added to its records' correlation ids (crate::detach::corr_base).
+        corr_base: u32,
     },
     Stop {
         reason: &'static str,
@@ -378,7 +383,7 @@ fn disabled(
 }
 
 /// CUPTI callback: API entry/exit and resource events. Never unwinds into CUPTI.
-unsafe extern "C" fn on_callback(_ud: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
+pub(crate) unsafe extern "C" fn on_callback(_ud: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: CUPTI passes the callback data matching `domain`.
         unsafe { handle_callback(domain, cbid, data) }
@@ -390,6 +395,25 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
         || data.is_null()
         || (crate::kernel_detail::active() && crate::kernel_detail::busy())
     {
+        return;
+    }
+    if crate::detach::pending() {
+        // Always-on is detaching CUPTI (crate::detach): nothing is recorded, no CUPTI call made,
+        // until a runtime call's exit detaches.
+        use std::mem::offset_of;
+        type D = cupti::sys::CUpti_CallbackData;
+        // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
+        if domain == cupti::DOMAIN_RUNTIME
+            && unsafe { cb_field::<u32>(data, offset_of!(D, callbackSite)) } != 0
+        {
+            if let Some(r) = STATE.recorder.get() {
+                // SAFETY: CUpti_CallbackData field; a runtime API callback at its exit callsite.
+                unsafe {
+                    let corr = cb_field::<u32>(data, offset_of!(D, correlationId));
+                    crate::detach::on_api_exit(r.cupti, corr)
+                }
+            }
+        }
         return;
     }
     match domain {
@@ -501,11 +525,12 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
             return;
         };
         if site == 0 {
-            if !active.nest.enter(domain, cbid) {
+            if !active.nest.enter(domain, cbid, crate::sites::epoch()) {
                 return;
             }
             let s = &mut active.sample;
-            s.corr = unsafe { cb_field(data, offset_of!(D, correlationId)) };
+            s.corr = unsafe { cb_field::<u32>(data, offset_of!(D, correlationId)) }
+                .wrapping_add(crate::detach::corr_base());
             s.domain = domain;
             s.cbid = cbid;
             s.ctx = unsafe { cb_field(data, offset_of!(D, contextUid)) };
@@ -565,6 +590,8 @@ thread_local! {
 pub(crate) struct Nesting {
     depth: u32,
     key: (u32, u32),
+    /// The callbacks' epoch (crate::sites::epoch) at the outermost entry.
+    epoch: u32,
 }
 
 impl Nesting {
@@ -572,19 +599,23 @@ impl Nesting {
         Nesting {
             depth: 0,
             key: (0, 0),
+            epoch: 0,
         }
     }
 
     /// An entry callback; true if it opens a new recorded call.
-    pub(crate) fn enter(&mut self, domain: u32, cbid: u32) -> bool {
+    pub(crate) fn enter(&mut self, domain: u32, cbid: u32, epoch: u32) -> bool {
         // Same-domain sync calls never nest: a depth left over from an entry whose exit never came
-        // (an exception unwinding through the API call) is stale, so a new call starts afresh.
-        if self.depth > 0 && self.key.0 != domain {
+        // (an exception unwinding through the API call) is stale, so a new call starts afresh;
+        // so is one from before the callbacks were last switched (an exit missed while CUPTI was
+        // detached, crate::detach).
+        if self.depth > 0 && self.key.0 != domain && self.epoch == epoch {
             self.depth += 1;
             return false;
         }
         self.depth = 1;
         self.key = (domain, cbid);
+        self.epoch = epoch;
         true
     }
 
@@ -648,6 +679,8 @@ pub(crate) unsafe extern "C" fn buffer_completed(
             ptr: buf as usize,
             valid,
             dropped: dropped as u64,
+            recycle: !crate::detach::finalizing(),
+            corr_base: crate::detach::corr_base(),
         };
         if r.tx.send(msg).is_err() {
             pool::give_back(buf);
@@ -708,6 +741,7 @@ fn writer_thread(
         always_on,
         driver_sites,
         rolling,
+        deferred_stop: None,
     }
     .run();
 }
@@ -808,6 +842,8 @@ struct Writer {
     always_on: Option<crate::always_on::Scheduler>,
     driver_sites: crate::sites::DriverSitePolicy,
     rolling: Option<crate::rolling::Rolling>,
+    /// A stop request met while taking the buffers before a detach, handled on the next turn.
+    deferred_stop: Option<Msg>,
 }
 
 impl Writer {
@@ -818,7 +854,7 @@ impl Writer {
         loop {
             // Short waits: a fatal signal's flush request is polled here (a signal handler
             // cannot use the channel).
-            let msg = match deferred.take() {
+            let msg = match deferred.take().or_else(|| self.deferred_stop.take()) {
                 Some(m) => Ok(m),
                 None => self.rx.recv_timeout(Duration::from_millis(25)),
             };
@@ -829,7 +865,9 @@ impl Writer {
                     ptr,
                     valid,
                     dropped,
-                }) => take_buffer(&mut self.sink, ptr, valid, dropped),
+                    recycle,
+                    corr_base,
+                }) => take_buffer(&mut self.sink, ptr, valid, dropped, recycle, corr_base),
                 Ok(Msg::Telemetry(t)) => take_telemetry(&mut self.sink, t),
                 Ok(Msg::Stop { reason, ack }) => return self.stop(reason, ack),
                 Ok(Msg::Capture { ts, recording }) => take_capture(&mut self.sink, ts, recording),
@@ -874,10 +912,57 @@ impl Writer {
             let result = a.tick(self.sink.as_mut(), Instant::now());
             report(&mut self.sink, result);
         }
+        if let Some(closed) = self.always_on.as_mut().and_then(|a| a.take_detach_due()) {
+            self.detach(closed);
+        }
         crate::metrics_feed::tick(self.sink.as_mut());
         self.driver_sites.tick(Instant::now());
         self.hostcall_mute.tick(Instant::now());
         crate::unwind::service();
+    }
+
+    /// Always-on, after a window: every record CUPTI holds written first (their kernel names
+    /// point into CUPTI, which detaching frees), then CUPTI detached and attached again
+    /// (crate::detach, `collection::detach_cycle`), with correlation ids continuing above the
+    /// last generation's.
+    fn detach(&mut self, closed: Instant) {
+        if !crate::collection::detach_applies() {
+            return;
+        }
+        // SAFETY: plain CUPTI call on this thread, CUPTI attached: every buffer to the channel.
+        unsafe { (self.cupti.activity_flush_all)(cupti::FLUSH_FORCED) };
+        self.last_cupti_flush = Instant::now();
+        while let Ok(m) = self.rx.try_recv() {
+            match m {
+                Msg::Buffer {
+                    ptr,
+                    valid,
+                    dropped,
+                    recycle,
+                    corr_base,
+                } => take_buffer(&mut self.sink, ptr, valid, dropped, recycle, corr_base),
+                Msg::Telemetry(t) => take_telemetry(&mut self.sink, t),
+                Msg::Capture { ts, recording } => take_capture(&mut self.sink, ts, recording),
+                stop @ Msg::Stop { .. } => {
+                    self.deferred_stop = Some(stop);
+                    break;
+                }
+            }
+        }
+        let outcome = if self.deferred_stop.is_some() {
+            None
+        } else {
+            crate::collection::detach_cycle()
+        };
+        if matches!(outcome, Some(crate::collection::DetachOutcome::Done { .. })) {
+            if let Some(s) = self.sink.as_mut() {
+                s.forget_kernel_names();
+            }
+        }
+        if let Some(a) = self.always_on.as_mut() {
+            let result = a.detached(self.sink.as_mut(), closed, outcome);
+            report(&mut self.sink, result);
+        }
     }
 
     /// Ask CUPTI for its completed buffers when the period has passed (not once stopping).
@@ -942,7 +1027,9 @@ impl Writer {
                     ptr,
                     valid,
                     dropped,
-                }) => take_buffer(&mut self.sink, ptr, valid, dropped),
+                    recycle,
+                    corr_base,
+                }) => take_buffer(&mut self.sink, ptr, valid, dropped, recycle, corr_base),
                 Ok(Msg::Telemetry(t)) => take_telemetry(&mut self.sink, t),
                 Ok(Msg::Capture { ts, recording }) => take_capture(&mut self.sink, ts, recording),
                 _ => break,
@@ -1069,7 +1156,9 @@ fn flush_for_signal(
                 ptr,
                 valid,
                 dropped,
-            } => take_buffer(sink, ptr, valid, dropped),
+                recycle,
+                corr_base,
+            } => take_buffer(sink, ptr, valid, dropped, recycle, corr_base),
             Msg::Telemetry(t) => take_telemetry(sink, t),
             Msg::Capture { ts, recording } => take_capture(sink, ts, recording),
             stop @ Msg::Stop { .. } => {
@@ -1102,7 +1191,14 @@ fn flush_for_signal(
     deferred
 }
 
-fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) {
+fn take_buffer(
+    sink: &mut Option<Sink>,
+    ptr: usize,
+    valid: usize,
+    dropped: u64,
+    recycle: bool,
+    corr_base: u32,
+) {
     let result = (|| -> Result<(), TraceError> {
         let Some(s) = sink.as_mut() else {
             return Ok(());
@@ -1116,6 +1212,7 @@ fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) 
                 return Ok(());
             }
         }
+        s.set_buffer_context(corr_base, recycle);
         // SAFETY: ptr/valid come from CUPTI's completion callback.
         unsafe { s.take_buffer(ptr as *mut u8, valid)? };
         if dropped > 0 {
@@ -1126,7 +1223,11 @@ fn take_buffer(sink: &mut Option<Sink>, ptr: usize, valid: usize, dropped: u64) 
         }
         Ok(())
     })();
-    pool::give_back(ptr as *mut u8);
+    if recycle {
+        pool::give_back(ptr as *mut u8);
+    } else {
+        pool::retire(ptr as *mut u8);
+    }
     report(sink, result);
 }
 
@@ -1247,8 +1348,8 @@ mod tests {
     #[test]
     fn driver_sync_inside_runtime_sync_is_recorded_once() {
         let mut n = Nesting::new();
-        assert!(n.enter(RT, 131)); // cudaStreamSynchronize
-        assert!(!n.enter(DRV, 126)); // cuStreamSynchronize inside it
+        assert!(n.enter(RT, 131, 0)); // cudaStreamSynchronize
+        assert!(!n.enter(DRV, 126, 0)); // cuStreamSynchronize inside it
         assert!(!n.exit(DRV, 126));
         assert!(n.exit(RT, 131));
         assert!(!n.exit(RT, 131), "an unmatched exit closes nothing");
@@ -1257,16 +1358,29 @@ mod tests {
     #[test]
     fn driver_only_sync_is_recorded() {
         let mut n = Nesting::new();
-        assert!(n.enter(DRV, 17));
+        assert!(n.enter(DRV, 17, 0));
         assert!(n.exit(DRV, 17));
     }
 
     #[test]
     fn an_entry_without_exit_does_not_silence_the_thread() {
         let mut n = Nesting::new();
-        assert!(n.enter(RT, 165)); // its exit never comes
-        assert!(n.enter(RT, 131), "the next runtime sync is recorded");
+        assert!(n.enter(RT, 165, 0)); // its exit never comes
+        assert!(n.enter(RT, 131, 0), "the next runtime sync is recorded");
         assert!(n.exit(RT, 131));
-        assert!(n.enter(DRV, 17));
+        assert!(n.enter(DRV, 17, 0));
+    }
+
+    #[test]
+    fn an_exit_missed_across_a_switch_does_not_silence_the_thread() {
+        let mut n = Nesting::new();
+        assert!(n.enter(DRV, 17, 3)); // its exit came while CUPTI was detached
+        assert!(!n.enter(RT, 131, 3), "same epoch: taken as nested");
+        let mut n = Nesting::new();
+        assert!(n.enter(DRV, 17, 3));
+        assert!(n.enter(RT, 131, 4), "after the switch the runtime sync is recorded");
+        assert!(!n.enter(DRV, 126, 4));
+        assert!(!n.exit(DRV, 126));
+        assert!(n.exit(RT, 131));
     }
 }

@@ -23,6 +23,11 @@ const NATIVE_UNDER_MAX: usize = 1 << 16;
 
 /// Session writer state.
 pub struct Sink {
+    /// Added to the correlation ids of the buffer being decoded (crate::detach::corr_base).
+    corr_base: u32,
+    /// The buffer being decoded was completed while CUPTI was detaching: its kernels' name
+    /// pointers may point into freed memory, and are not read.
+    names_stale: bool,
     w: TraceWriter<BufWriter<File>>,
     cupti: Option<&'static Cupti>,
     symbolizer: Symbolizer,
@@ -92,6 +97,8 @@ impl Sink {
             symbolizer: Symbolizer::new(),
             source_text: crate::srctext::SourceText::from_env(),
             kernel_by_ptr: HashMap::new(),
+            corr_base: 0,
+            names_stale: false,
             unloads_seen: 0,
             api_names: HashMap::new(),
             addr_frames: HashMap::new(),
@@ -504,6 +511,18 @@ impl Sink {
         n
     }
 
+    /// What the next buffer's records need: their correlation ids' base, and whether CUPTI
+    /// completed it while being detached (its kernel names are then not read): crate::detach.
+    pub fn set_buffer_context(&mut self, corr_base: u32, recycle: bool) {
+        self.corr_base = corr_base;
+        self.names_stale = !recycle;
+    }
+
+    /// CUPTI was detached and attached again: the addresses of its kernel names mean nothing now.
+    pub fn forget_kernel_names(&mut self) {
+        self.kernel_by_ptr.clear();
+    }
+
     /// # Safety
     /// `buf[..valid]` must be a buffer CUPTI handed back through the completion callback.
     pub unsafe fn take_buffer(&mut self, buf: *mut u8, valid: usize) -> Result<(), TraceError> {
@@ -530,8 +549,15 @@ impl Sink {
             self.incomplete += 1;
             return Ok(());
         }
+        let base = self.corr_base;
         match d {
+            Decoded::Kernel { name: _, mut kernel } if self.names_stale => {
+                kernel.corr = kernel.corr.wrapping_add(base);
+                kernel.name = self.kernel_name(b"<kernel name lost at a detach>")?;
+                self.write(&Record::Kernel(kernel))
+            }
             Decoded::Kernel { name, mut kernel } => {
+                kernel.corr = kernel.corr.wrapping_add(base);
                 let unloads = MODULE_UNLOADS.load(Ordering::Acquire);
                 if unloads != self.unloads_seen {
                     self.kernel_by_ptr.clear();
@@ -565,14 +591,24 @@ impl Sink {
                 }
                 self.write(&Record::Kernel(kernel))
             }
-            Decoded::Memcpy(m) => self.write(&Record::Memcpy(m)),
-            Decoded::Memset(m) => self.write(&Record::Memset(m)),
-            Decoded::Sync(s) => self.write(&Record::Sync(s)),
+            Decoded::Memcpy(mut m) => {
+                m.corr = m.corr.wrapping_add(base);
+                self.write(&Record::Memcpy(m))
+            }
+            Decoded::Memset(mut m) => {
+                m.corr = m.corr.wrapping_add(base);
+                self.write(&Record::Memset(m))
+            }
+            Decoded::Sync(mut s) => {
+                s.corr = s.corr.wrapping_add(base);
+                self.write(&Record::Sync(s))
+            }
             Decoded::Api(_) if self.discard_api => {
                 self.discarded_api += 1;
                 Ok(())
             }
             Decoded::Api(mut a) => {
+                a.corr = a.corr.wrapping_add(base);
                 let dom = if a.domain == ApiDomain::Runtime {
                     cupti::DOMAIN_RUNTIME
                 } else {
@@ -583,6 +619,7 @@ impl Sink {
             }
             Decoded::Overhead(o) => self.write(&Record::Overhead(o)),
             Decoded::Mem(mut m) => {
+                m.corr = m.corr.wrapping_add(base);
                 self.mem_join.attach(&mut m);
                 self.mems += 1;
                 self.write(&Record::Mem(m))

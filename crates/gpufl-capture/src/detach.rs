@@ -1,0 +1,257 @@
+//! Always-on: CUPTI detached and attached again after each window of GPU activity.
+//!
+//! Once CUPTI's kernel tracing has been on in a process, the launching thread keeps paying for it
+//! after it is turned off — globally or per context, flushed or not: ~0.5–1 µs a launch on the
+//! H100, 15–20 % of a launch-bound C++ loop, for the rest of the run after the first window
+//! (`scripts/probe/kernlinger.cu`, docs/benchmarks.md). Only detaching CUPTI (`cuptiFinalize`)
+//! takes it away. So, some time after a window closes (its kernels have run), the writer asks for
+//! a detach ([`request`]); the next CUDA runtime call to return on any thread of the program does
+//! it at its exit callsite, as CUPTI asks (buffers flushed, then `cuptiFinalize`: [`on_api_exit`]).
+//! While a detach is pending the recorder's threads make no CUPTI call (the trace clock reads
+//! CLOCK_REALTIME, which CUPTI's timestamps follow) and callbacks record nothing;
+//! the writer then subscribes again and turns the mode's collection back on
+//! (`collection::detach_cycle`). Nothing is collected between the two (a few ms: a
+//! synchronization or NVTX range in that gap is missed); the end notice gives the count and cost.
+//! `GPUFL_DETACH=0` keeps CUPTI attached.
+
+use crate::cupti::{self, Cupti};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+/// Nothing asked.
+const IDLE: u8 = 0;
+/// The writer asks: the next API exit detaches.
+const REQUESTED: u8 = 1;
+/// A program thread is detaching.
+const FINALIZING: u8 = 2;
+/// Detached: the writer attaches again.
+const DETACHED: u8 = 3;
+/// `cuptiFinalize` failed: CUPTI is still attached.
+const FAILED: u8 = 4;
+
+/// The detach handshake (the module's one static; atomics only).
+struct Handshake {
+    state: AtomicU8,
+    /// How long the program's thread spent detaching (ns), for the writer.
+    finalize_ns: AtomicU64,
+    /// The correlation id of the call that detached (CUPTI numbers calls afresh after a detach).
+    last_corr: AtomicU32,
+    /// Added to every correlation id CUPTI gives, so that ids stay unique across detaches.
+    corr_base: AtomicU32,
+}
+
+static HANDSHAKE: Handshake = Handshake {
+    state: AtomicU8::new(IDLE),
+    finalize_ns: AtomicU64::new(0),
+    last_corr: AtomicU32::new(0),
+    corr_base: AtomicU32::new(0),
+};
+
+/// Room left above the detaching call's correlation id for calls other threads made meanwhile.
+const CORR_MARGIN: u32 = 1 << 16;
+
+/// What to add to a correlation id CUPTI gives now (0 until the first detach).
+#[inline]
+pub(crate) fn corr_base() -> u32 {
+    HANDSHAKE.corr_base.load(Ordering::Relaxed)
+}
+
+/// Detached: ids from now on continue above the last generation's (the writer, before
+/// attaching again).
+pub(crate) fn advance_corr_base() {
+    let next = next_base(corr_base(), HANDSHAKE.last_corr.load(Ordering::Relaxed));
+    HANDSHAKE.corr_base.store(next, Ordering::Relaxed);
+}
+
+fn next_base(base: u32, last_corr: u32) -> u32 {
+    base.wrapping_add(last_corr).wrapping_add(CORR_MARGIN)
+}
+
+/// Whether a detach is asked for or under way (read by every callback: one relaxed load).
+#[inline]
+pub(crate) fn pending() -> bool {
+    HANDSHAKE.state.load(Ordering::Relaxed) != IDLE
+}
+
+/// Whether a thread is detaching now: buffers CUPTI completes meanwhile are not used again
+/// (crate::pool::retire), whatever CUPTI does with its own references to them at finalize.
+#[inline]
+pub(crate) fn finalizing() -> bool {
+    HANDSHAKE.state.load(Ordering::SeqCst) == FINALIZING
+}
+
+/// The writer asks for a detach at the next API exit.
+pub(crate) fn request() {
+    HANDSHAKE.finalize_ns.store(0, Ordering::Relaxed);
+    HANDSHAKE.state.store(REQUESTED, Ordering::SeqCst);
+}
+
+/// What the program's threads did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Not yet taken.
+    Waiting,
+    /// A thread is detaching.
+    Finalizing,
+    /// Detached, in this many ns of that thread's time.
+    Detached(u64),
+    /// `cuptiFinalize` refused: still attached.
+    Failed,
+}
+
+pub(crate) fn answer() -> Answer {
+    match HANDSHAKE.state.load(Ordering::SeqCst) {
+        REQUESTED => Answer::Waiting,
+        FINALIZING => Answer::Finalizing,
+        DETACHED => Answer::Detached(HANDSHAKE.finalize_ns.load(Ordering::Relaxed)),
+        FAILED => Answer::Failed,
+        _ => Answer::Waiting,
+    }
+}
+
+/// Withdraw a request no thread has taken. False when a thread took it meanwhile.
+pub(crate) fn withdraw() -> bool {
+    HANDSHAKE
+        .state
+        .compare_exchange(REQUESTED, IDLE, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
+
+/// The request is over (attached again, or given up).
+pub(crate) fn done() {
+    HANDSHAKE.state.store(IDLE, Ordering::SeqCst);
+}
+
+/// At an API callback while a detach is pending (a program thread): at an exit callsite, the
+/// first thread to get here flushes CUPTI's buffers to the writer and detaches it.
+///
+/// # Safety
+/// Called from a CUPTI API callback at its exit callsite, `corr` its correlation id.
+pub(crate) unsafe fn on_api_exit(c: &Cupti, corr: u32) {
+    if HANDSHAKE
+        .state
+        .compare_exchange(REQUESTED, FINALIZING, Ordering::SeqCst, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    HANDSHAKE.last_corr.store(corr, Ordering::Relaxed);
+    let t0 = std::time::Instant::now();
+    let Some(finalize) = c.finalize else {
+        HANDSHAKE.state.store(FAILED, Ordering::SeqCst);
+        return;
+    };
+    // SAFETY: plain CUPTI calls at an API exit callsite, as cuptiFinalize's documentation asks.
+    let rc = unsafe {
+        (c.activity_flush_all)(cupti::FLUSH_FORCED);
+        finalize()
+    };
+    HANDSHAKE
+        .finalize_ns
+        .store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let next = if rc == cupti::SUCCESS {
+        DETACHED
+    } else {
+        FAILED
+    };
+    HANDSHAKE.state.store(next, Ordering::SeqCst);
+}
+
+/// The detaches of a recording, for the end notice.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Tally {
+    pub detached: u64,
+    /// Requests no API call answered in time, and refusals.
+    pub missed: u64,
+    pub finalize_ns_total: u64,
+    pub finalize_ns_max: u64,
+    /// Time from the detach to collection on again, summed.
+    pub gap_ns_total: u64,
+}
+
+impl Tally {
+    pub fn add(&mut self, finalize_ns: u64, gap_ns: u64) {
+        self.detached += 1;
+        self.finalize_ns_total += finalize_ns;
+        self.finalize_ns_max = self.finalize_ns_max.max(finalize_ns);
+        self.gap_ns_total += gap_ns;
+    }
+
+    /// The end notice's clause, or None when nothing was asked.
+    pub fn describe(&self) -> Option<String> {
+        if self.detached == 0 && self.missed == 0 {
+            return None;
+        }
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let mut s = format!(
+            "CUPTI detached after {} windows (so that tracing costs nothing between them): {:.1} ms of the program's time each on average (most {:.1} ms), {:.1} ms in all without collection",
+            self.detached,
+            if self.detached > 0 {
+                ms(self.finalize_ns_total) / self.detached as f64
+            } else {
+                0.0
+            },
+            ms(self.finalize_ns_max),
+            ms(self.gap_ns_total)
+        );
+        if self.missed > 0 {
+            s.push_str(&format!(
+                "; {} times no CUDA call came to detach at",
+                self.missed
+            ));
+        }
+        Some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_handshake_goes_round_once() {
+        // No CUPTI here: a Cupti can't be built, so the thread's part is played by hand.
+        request();
+        assert!(pending());
+        assert_eq!(answer(), Answer::Waiting);
+        // A thread takes it; the writer can no longer withdraw it.
+        assert!(HANDSHAKE
+            .state
+            .compare_exchange(REQUESTED, FINALIZING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok());
+        assert_eq!(answer(), Answer::Finalizing);
+        assert!(!withdraw());
+        HANDSHAKE.finalize_ns.store(1_500_000, Ordering::Relaxed);
+        HANDSHAKE.state.store(DETACHED, Ordering::SeqCst);
+        assert_eq!(answer(), Answer::Detached(1_500_000));
+        done();
+        assert!(!pending());
+        // Untaken, a request is withdrawn.
+        request();
+        assert!(withdraw());
+        assert!(!pending());
+    }
+
+    #[test]
+    fn correlation_ids_continue_above_the_last_generation() {
+        assert_eq!(next_base(0, 30_993), 30_993 + CORR_MARGIN);
+        let b = next_base(0, 30_993);
+        // CUPTI's next generation starts near 100: its ids land above every earlier one.
+        assert!(b.wrapping_add(110) > 30_993);
+        assert_eq!(next_base(u32::MAX - 5, 10), 4u32.wrapping_add(CORR_MARGIN));
+    }
+
+    #[test]
+    fn the_tally_says_what_detaching_cost() {
+        let mut t = Tally::default();
+        assert_eq!(t.describe(), None);
+        t.add(16_000_000, 20_000_000);
+        t.add(18_000_000, 22_000_000);
+        t.missed = 1;
+        let s = t.describe().unwrap();
+        assert!(s.contains("after 2 windows"), "{s}");
+        assert!(s.contains("17.0 ms of the program's time each"), "{s}");
+        assert!(s.contains("most 18.0 ms"), "{s}");
+        assert!(s.contains("42.0 ms in all"), "{s}");
+        assert!(s.contains("1 times no CUDA call"), "{s}");
+    }
+}
