@@ -232,6 +232,7 @@ impl Scheduler {
                 && now >= self.next_open
                 && self.pending_rate.is_none()
                 && self.pending_detach.is_none()
+                && self.detach_due.is_none()
             {
                 self.try_open(sink, now, Reason::Sampled, self.window);
             }
@@ -272,7 +273,9 @@ impl Scheduler {
         // Provisional (a sampled window's rate sets it once its records are in): the shortest.
         self.next_open = now + self.fixed_period.unwrap_or(MIN_PERIOD).saturating_sub(len);
         self.written[o.reason as usize - 1] += 1;
-        self.pending_detach = Some(now);
+        if collection::detach_applies() {
+            self.pending_detach = Some(now);
+        }
         sink.write(&Record::Window(Window {
             start: o.start_ts,
             end: end_ts.max(o.start_ts),
@@ -295,7 +298,10 @@ impl Scheduler {
     ) -> Result<(), TraceError> {
         match outcome {
             None => {}
-            Some(collection::DetachOutcome::Done { finalize_ns, gap_ns }) => {
+            Some(collection::DetachOutcome::Done {
+                finalize_ns,
+                gap_ns,
+            }) => {
                 self.detaches.add(finalize_ns, gap_ns);
                 if self.fixed_period.is_none() && self.budget_pct > 0.0 {
                     let least = Duration::from_nanos(finalize_ns)

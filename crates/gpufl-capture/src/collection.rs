@@ -465,7 +465,7 @@ pub enum DetachOutcome {
 
 /// Always-on, after a window has closed and its kernels have run: detach CUPTI at the program's
 /// next API exit and attach it again with the mode's collection (crate::detach). None when it
-/// does not apply (another mode, kernel detail, `GPUFL_DETACH=0`, paused, a window open).
+/// does not apply ([`detach_applies`]; paused, a window open).
 pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
     if !detach_applies() {
         return None;
@@ -534,8 +534,8 @@ pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
     }
 }
 
-/// Whether this recording detaches CUPTI after its windows: always-on, not kernel detail, not
-/// `GPUFL_DETACH=0`, a CUPTI with `cuptiFinalize`, buffers left to hold back.
+/// Whether this recording detaches CUPTI after its windows: always-on with `GPUFL_DETACH=1`, not
+/// kernel detail, a CUPTI with `cuptiFinalize`, buffers left to hold back.
 pub(crate) fn detach_applies() -> bool {
     crate::recorder::get().is_some_and(|r| {
         r.pid == std::process::id()

@@ -12,7 +12,12 @@
 //! the writer then subscribes again and turns the mode's collection back on
 //! (`collection::detach_cycle`). Nothing is collected between the two (a few ms: a
 //! synchronization or NVTX range in that gap is missed); the end notice gives the count and cost.
-//! `GPUFL_DETACH=0` keeps CUPTI attached.
+//!
+//! **Experimental, off unless `GPUFL_DETACH=1`.** It removes the lingering cost (the launch loop
+//! stays at its pre-window cost) but on the H100 (CUDA 13.0, CUPTI 13.0.1) processes that detach
+//! every 500 ms died of heap corruption or SIGSEGV in 6 of 18 runs, and 2 of 7 Trainer processes
+//! with one or two detaches; the cause is not found (docs/benchmarks.md). The recorder says so in
+//! a warning notice when it is on.
 
 use crate::cupti::{self, Cupti};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};

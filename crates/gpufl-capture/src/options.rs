@@ -334,7 +334,8 @@ pub struct Knobs {
     pub source_text: bool,
     /// Fatal-signal handlers, unless `GPUFL_SIGNALS=0`.
     pub signals: bool,
-    /// Always-on: CUPTI detached after each window, unless `GPUFL_DETACH=0` (crate::detach).
+    /// Always-on: CUPTI detached after each window with `GPUFL_DETACH=1` (crate::detach;
+    /// experimental, off by default: it has corrupted the program's heap in tests).
     pub detach: bool,
     /// The exporter feed, unless `GPUFL_EXPORTER_FEED=0`.
     pub exporter_feed: bool,
@@ -534,7 +535,10 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
     (gpufl_trace::feed::ENV_FEED, (is_01, "0 or 1")),
     (
         "GPUFL_ALWAYS_ON_BUDGET",
-        (is_non_negative_number, "a percentage (0: no sampled windows)"),
+        (
+            is_non_negative_number,
+            "a percentage (0: no sampled windows)",
+        ),
     ),
     (
         "GPUFL_WINDOW_MS",
@@ -709,7 +713,7 @@ impl Knobs {
             xthread_direct: not("GPUFL_XTHREAD_DIRECT", "0"),
             source_text: not("GPUFL_SOURCE_TEXT", "0"),
             signals: not("GPUFL_SIGNALS", "0"),
-            detach: not("GPUFL_DETACH", "0"),
+            detach: is("GPUFL_DETACH", "1"),
             exporter_feed: not(gpufl_trace::feed::ENV_FEED, "0"),
             exporter_socket: get(gpufl_trace::feed::ENV_SOCKET),
             job_id: ["GPUFL_JOB", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"]
@@ -893,7 +897,7 @@ mod tests {
         assert_eq!(k.xthread_reuse_ns, crate::stack::OTHER_REUSE_NS);
         assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
         assert!(!k.site_native && !k.debug_cost && !k.xthread_read_pipe);
-        assert!(k.source_text && k.signals && k.exporter_feed && k.detach);
+        assert!(k.source_text && k.signals && k.exporter_feed && !k.detach);
         assert_eq!(
             (k.exporter_socket.as_deref(), k.job_id.as_str()),
             (None, "")
@@ -940,7 +944,10 @@ mod tests {
         assert!(b("0").warnings.is_empty());
         assert_eq!(b("2").always_on_budget_pct, 2.0);
         let bad = b("-1");
-        assert_eq!(bad.always_on_budget_pct, crate::always_on::DEFAULT_BUDGET_PCT);
+        assert_eq!(
+            bad.always_on_budget_pct,
+            crate::always_on::DEFAULT_BUDGET_PCT
+        );
         assert_eq!(bad.warnings.len(), 1, "{:?}", bad.warnings);
     }
 

@@ -166,6 +166,12 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     // A value a variable does not accept is said on stderr and kept as a warning notice.
     let mut env_warnings = opts.apply_env();
     env_warnings.extend(crate::options::knobs().warnings.iter().cloned());
+    if crate::options::knobs().detach && opts.mode == crate::options::Mode::AlwaysOn {
+        env_warnings.push(
+            "GPUFL_DETACH=1: CUPTI is detached after each always-on window (experimental: it has              corrupted programs' heaps in tests; for measurement only)"
+                .into(),
+        );
+    }
     for w in &env_warnings {
         say(false, w);
     }
@@ -383,7 +389,12 @@ fn disabled(
 }
 
 /// CUPTI callback: API entry/exit and resource events. Never unwinds into CUPTI.
-pub(crate) unsafe extern "C" fn on_callback(_ud: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
+pub(crate) unsafe extern "C" fn on_callback(
+    _ud: *mut c_void,
+    domain: u32,
+    cbid: u32,
+    data: *const c_void,
+) {
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: CUPTI passes the callback data matching `domain`.
         unsafe { handle_callback(domain, cbid, data) }
@@ -1378,7 +1389,10 @@ mod tests {
         assert!(!n.enter(RT, 131, 3), "same epoch: taken as nested");
         let mut n = Nesting::new();
         assert!(n.enter(DRV, 17, 3));
-        assert!(n.enter(RT, 131, 4), "after the switch the runtime sync is recorded");
+        assert!(
+            n.enter(RT, 131, 4),
+            "after the switch the runtime sync is recorded"
+        );
         assert!(!n.enter(DRV, 126, 4));
         assert!(!n.exit(DRV, 126));
         assert!(n.exit(RT, 131));

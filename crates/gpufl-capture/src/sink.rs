@@ -551,7 +551,10 @@ impl Sink {
         }
         let base = self.corr_base;
         match d {
-            Decoded::Kernel { name: _, mut kernel } if self.names_stale => {
+            Decoded::Kernel {
+                name: _,
+                mut kernel,
+            } if self.names_stale => {
                 kernel.corr = kernel.corr.wrapping_add(base);
                 kernel.name = self.kernel_name(b"<kernel name lost at a detach>")?;
                 self.write(&Record::Kernel(kernel))
