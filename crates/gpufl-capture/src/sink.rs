@@ -903,6 +903,70 @@ mod tests {
         );
     }
 
+    /// Across an always-on detach (crate::detach): a buffer's correlation ids get its base, a
+    /// buffer completed while detaching has its kernel names left unread, and the name cache is
+    /// forgotten after the detach (CUPTI's name addresses mean nothing then).
+    #[test]
+    fn buffers_around_a_detach_keep_ids_unique_and_read_no_stale_name() {
+        let _queues = queues();
+        let path = std::env::temp_dir().join(format!(
+            "gpufl-sink-detach-{}.ndjson.zst",
+            std::process::id()
+        ));
+        let mut sink = sink_at(&path);
+        let mut buf = *b"_Z5firstv\0\0";
+        let kernel = |sink: &mut Sink, buf: &[u8], corr: u32| {
+            sink.take_decoded(Decoded::Kernel {
+                name: buf.as_ptr().cast(),
+                kernel: Kernel {
+                    start: 1,
+                    end: 2,
+                    corr,
+                    ..Kernel::default()
+                },
+            })
+            .unwrap();
+        };
+        kernel(&mut sink, &buf, 7);
+        sink.set_buffer_context(0, false); // completed while detaching
+        kernel(&mut sink, &buf, 9);
+        sink.take_decoded(Decoded::Memcpy(Memcpy {
+            start: 1,
+            end: 2,
+            corr: 10,
+            ..Memcpy::default()
+        }))
+        .unwrap();
+        sink.forget_kernel_names();
+        buf[..10].copy_from_slice(b"_Z6secondv");
+        sink.set_buffer_context(1000, true); // the next generation
+        kernel(&mut sink, &buf, 3);
+        sink.finish("test").unwrap();
+        let mut strings = HashMap::new();
+        let mut kernels = Vec::new();
+        let mut copies = Vec::new();
+        for rec in read_back(&path) {
+            match rec {
+                Record::Str(s) => {
+                    strings.insert(s.id, s.s);
+                }
+                Record::Kernel(k) => kernels.push((strings[&k.name].clone(), k.corr)),
+                Record::Memcpy(m) => copies.push(m.corr),
+                _ => {}
+            }
+        }
+        std::fs::remove_file(&path).ok();
+        assert_eq!(
+            kernels,
+            [
+                ("first()".to_string(), 7),
+                ("<kernel name lost at a detach>".to_string(), 9),
+                ("second()".to_string(), 1003)
+            ]
+        );
+        assert_eq!(copies, [10]);
+    }
+
     #[test]
     fn launch_calls_timed_by_the_callbacks_are_written_as_api_records() {
         let _queues = queues();
