@@ -519,9 +519,6 @@ pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
             crate::detach::Answer::Detached(finalize_ns) => {
                 let gap0 = std::time::Instant::now();
                 crate::detach::advance_corr_base();
-                // The detaching thread is still returning through CUPTI's callback dispatch:
-                // CUPTI is not initialized again under it.
-                std::thread::sleep(knobs().detach_settle);
                 let attached = attach_again(r);
                 crate::detach::done();
                 return Some(match attached {

@@ -337,8 +337,7 @@ pub struct Knobs {
     /// Always-on: CUPTI detached after each window with `GPUFL_DETACH=1` (crate::detach;
     /// experimental, off by default: it has corrupted the program's heap in tests).
     pub detach: bool,
-    /// `GPUFL_DETACH_SETTLE_MS`: the wait between a detach and attaching again (default 50).
-    pub detach_settle: Duration,
+
     /// The exporter feed, unless `GPUFL_EXPORTER_FEED=0`.
     pub exporter_feed: bool,
     /// `GPUFL_EXPORTER_SOCKET`: the one socket the feed sends to.
@@ -534,7 +533,6 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
     ("GPUFL_SOURCE_TEXT", (is_01, "0 or 1")),
     ("GPUFL_SIGNALS", (is_01, "0 or 1")),
     ("GPUFL_DETACH", (is_01, "0 or 1")),
-    ("GPUFL_DETACH_SETTLE_MS", (is_uint, "a number of ms")),
     (gpufl_trace::feed::ENV_FEED, (is_01, "0 or 1")),
     (
         "GPUFL_ALWAYS_ON_BUDGET",
@@ -717,12 +715,7 @@ impl Knobs {
             source_text: not("GPUFL_SOURCE_TEXT", "0"),
             signals: not("GPUFL_SIGNALS", "0"),
             detach: is("GPUFL_DETACH", "1"),
-            detach_settle: Duration::from_millis(
-                get("GPUFL_DETACH_SETTLE_MS")
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(50)
-                    .min(10_000),
-            ),
+
             exporter_feed: not(gpufl_trace::feed::ENV_FEED, "0"),
             exporter_socket: get(gpufl_trace::feed::ENV_SOCKET),
             job_id: ["GPUFL_JOB", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"]

@@ -168,7 +168,8 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     env_warnings.extend(crate::options::knobs().warnings.iter().cloned());
     if crate::options::knobs().detach && opts.mode == crate::options::Mode::AlwaysOn {
         env_warnings.push(
-            "GPUFL_DETACH=1: CUPTI is detached after each always-on window (experimental: it has              corrupted programs' heaps in tests; for measurement only)"
+            "GPUFL_DETACH=1: CUPTI is detached after each always-on window (experimental: it has \
+             corrupted programs' heaps in tests; for measurement only)"
                 .into(),
         );
     }
