@@ -15,7 +15,7 @@
 //!
 //! **Experimental, off unless `GPUFL_DETACH=1`.** It removes the lingering cost (the launch loop
 //! stays at its pre-window cost) but on the H100 (CUDA 13.0, CUPTI 13.0.1) processes that detach
-//! every 500 ms died of heap corruption or SIGSEGV in 10 of 33 runs, and 2 of 7 Trainer processes
+//! every 500 ms died of heap corruption or SIGSEGV in 6 of 13 runs, and 7 of 34 Trainer processes
 //! with one or two detaches; waiting 50 ms before attaching again changed nothing. The cause is
 //! not found (docs/benchmarks.md). The recorder says so in a warning notice when it is on.
 
