@@ -944,23 +944,7 @@ impl Writer {
         // SAFETY: plain CUPTI call on this thread, CUPTI attached: every buffer to the channel.
         unsafe { (self.cupti.activity_flush_all)(cupti::FLUSH_FORCED) };
         self.last_cupti_flush = Instant::now();
-        while let Ok(m) = self.rx.try_recv() {
-            match m {
-                Msg::Buffer {
-                    ptr,
-                    valid,
-                    dropped,
-                    recycle,
-                    corr_base,
-                } => take_buffer(&mut self.sink, ptr, valid, dropped, recycle, corr_base),
-                Msg::Telemetry(t) => take_telemetry(&mut self.sink, t),
-                Msg::Capture { ts, recording } => take_capture(&mut self.sink, ts, recording),
-                stop @ Msg::Stop { .. } => {
-                    self.deferred_stop = Some(stop);
-                    break;
-                }
-            }
-        }
+        self.deferred_stop = take_pending(&mut self.sink, &self.rx);
         let outcome = if self.deferred_stop.is_some() {
             None
         } else {
@@ -1033,20 +1017,8 @@ impl Writer {
             t.stop();
         }
         let sampler_stopped = self.host_sampler.as_ref().map(|h| h.stop());
-        loop {
-            match self.rx.try_recv() {
-                Ok(Msg::Buffer {
-                    ptr,
-                    valid,
-                    dropped,
-                    recycle,
-                    corr_base,
-                }) => take_buffer(&mut self.sink, ptr, valid, dropped, recycle, corr_base),
-                Ok(Msg::Telemetry(t)) => take_telemetry(&mut self.sink, t),
-                Ok(Msg::Capture { ts, recording }) => take_capture(&mut self.sink, ts, recording),
-                _ => break,
-            }
-        }
+        // A second stop request (its sender gets no answer) ends the taking as before.
+        let _ = take_pending(&mut self.sink, &self.rx);
         let counts = self.sink.take().and_then(|mut s| {
             if let Some(a) = self.always_on.as_mut() {
                 let _ = a.finish(&mut s);
@@ -1161,24 +1133,7 @@ fn flush_for_signal(
 ) -> Option<Msg> {
     // SAFETY: delivers every buffer, complete or not, to buffer_completed (on this thread).
     unsafe { (cupti.activity_flush_all)(cupti::FLUSH_FORCED) };
-    let mut deferred = None;
-    while let Ok(m) = rx.try_recv() {
-        match m {
-            Msg::Buffer {
-                ptr,
-                valid,
-                dropped,
-                recycle,
-                corr_base,
-            } => take_buffer(sink, ptr, valid, dropped, recycle, corr_base),
-            Msg::Telemetry(t) => take_telemetry(sink, t),
-            Msg::Capture { ts, recording } => take_capture(sink, ts, recording),
-            stop @ Msg::Stop { .. } => {
-                deferred = Some(stop);
-                break;
-            }
-        }
-    }
+    let deferred = take_pending(sink, rx);
     let result = (|| -> Result<(), TraceError> {
         let Some(s) = sink.as_mut() else {
             return Ok(());
@@ -1201,6 +1156,26 @@ fn flush_for_signal(
     })();
     report(sink, result);
     deferred
+}
+
+/// Take every message on the channel now, up to a stop request, which is returned (for the
+/// caller to serve next).
+fn take_pending(sink: &mut Option<Sink>, rx: &Receiver<Msg>) -> Option<Msg> {
+    while let Ok(m) = rx.try_recv() {
+        match m {
+            Msg::Buffer {
+                ptr,
+                valid,
+                dropped,
+                recycle,
+                corr_base,
+            } => take_buffer(sink, ptr, valid, dropped, recycle, corr_base),
+            Msg::Telemetry(t) => take_telemetry(sink, t),
+            Msg::Capture { ts, recording } => take_capture(sink, ts, recording),
+            stop @ Msg::Stop { .. } => return Some(stop),
+        }
+    }
+    None
 }
 
 fn take_buffer(
