@@ -10,8 +10,11 @@
 //!   [`COST_PER_RECORD_NS`] of the launching thread's time per record while it is on (3 µs a kernel
 //!   on the H100's launch-bound loop, docs/benchmarks.md run K), so after each window the record rate
 //!   it saw sets the duty cycle that keeps that cost under the budget (`GPUFL_ALWAYS_ON_BUDGET`,
-//!   percent of the run, default [`DEFAULT_BUDGET_PCT`]; 0: no sampled windows): `duty = budget / (rate × cost)`, at most
-//!   [`MAX_DUTY`], `period = window / duty` within [`MIN_PERIOD`]..[`MAX_PERIOD`].
+//!   percent of the run, default [`DEFAULT_BUDGET_PCT`]; 0: no sampled windows):
+//!   `duty = budget / (rate × cost)`, at most [`MAX_DUTY`], `period = window / duty` within
+//!   [`MIN_PERIOD`]..[`MAX_PERIOD`]. That cost does not end with the window: once CUPTI's kernel
+//!   tracing has been on, launches stay dearer for the rest of the run (docs/benchmarks.md,
+//!   "Always-on after its first window"); `GPUFL_DETACH=1` (crate::detach) is the experiment.
 //!   `GPUFL_WINDOW_MS` and `GPUFL_WINDOW_PERIOD_MS` (a fixed period) override them.
 //! - **Full-detail windows** on demand: `gpufl_capture_window(seconds)` (C, C++, Python), the
 //!   trigger signal (SIGUSR2 unless `GPUFL_TRIGGER_SIGNAL` names another, 0 = none; installed only
