@@ -42,6 +42,8 @@ struct Handshake {
     last_corr: AtomicU32,
     /// Added to every correlation id CUPTI gives, so that ids stay unique across detaches.
     corr_base: AtomicU32,
+    /// Detaches so far ([`generation`]).
+    generation: AtomicU32,
 }
 
 static HANDSHAKE: Handshake = Handshake {
@@ -49,6 +51,7 @@ static HANDSHAKE: Handshake = Handshake {
     finalize_ns: AtomicU64::new(0),
     last_corr: AtomicU32::new(0),
     corr_base: AtomicU32::new(0),
+    generation: AtomicU32::new(0),
 };
 
 /// Room left above the detaching call's correlation id for calls other threads made meanwhile.
@@ -65,6 +68,14 @@ pub(crate) fn corr_base() -> u32 {
 pub(crate) fn advance_corr_base() {
     let next = next_base(corr_base(), HANDSHAKE.last_corr.load(Ordering::Relaxed));
     HANDSHAKE.corr_base.store(next, Ordering::Relaxed);
+    HANDSHAKE.generation.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many times CUPTI was detached so far: a thread's state from an older generation may
+/// wait for an exit callback that never came.
+#[inline]
+pub(crate) fn generation() -> u32 {
+    HANDSHAKE.generation.load(Ordering::Relaxed)
 }
 
 fn next_base(base: u32, last_corr: u32) -> u32 {

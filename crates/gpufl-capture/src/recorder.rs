@@ -537,7 +537,7 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
             return;
         };
         if site == 0 {
-            if !active.nest.enter(domain, cbid, crate::sites::epoch()) {
+            if !active.nest.enter(domain, cbid, crate::detach::generation()) {
                 return;
             }
             let s = &mut active.sample;
@@ -602,7 +602,7 @@ thread_local! {
 pub(crate) struct Nesting {
     depth: u32,
     key: (u32, u32),
-    /// The callbacks' epoch (crate::sites::epoch) at the outermost entry.
+    /// CUPTI's attach generation (crate::detach::generation) at the outermost entry.
     epoch: u32,
 }
 
@@ -619,8 +619,8 @@ impl Nesting {
     pub(crate) fn enter(&mut self, domain: u32, cbid: u32, epoch: u32) -> bool {
         // Same-domain sync calls never nest: a depth left over from an entry whose exit never came
         // (an exception unwinding through the API call) is stale, so a new call starts afresh;
-        // so is one from before the callbacks were last switched (an exit missed while CUPTI was
-        // detached, crate::detach).
+        // so is one from before CUPTI was last detached (its exit may have come while CUPTI was
+        // away: crate::detach).
         if self.depth > 0 && self.key.0 != domain && self.epoch == epoch {
             self.depth += 1;
             return false;
@@ -1359,9 +1359,9 @@ mod tests {
     }
 
     #[test]
-    fn an_exit_missed_across_a_switch_does_not_silence_the_thread() {
+    fn an_exit_missed_across_a_detach_does_not_silence_the_thread() {
         let mut n = Nesting::new();
-        assert!(n.enter(DRV, 17, 3)); // its exit came while CUPTI was detached
+        assert!(n.enter(DRV, 17, 3)); // its exit came while CUPTI was away
         assert!(!n.enter(RT, 131, 3), "same epoch: taken as nested");
         let mut n = Nesting::new();
         assert!(n.enter(DRV, 17, 3));
