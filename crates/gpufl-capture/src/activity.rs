@@ -51,6 +51,23 @@ macro_rules! field {
     };
 }
 
+impl Decoded {
+    /// Add `base` to the record's correlation id, if it has one (ids made unique across
+    /// always-on's detaches: crate::detach).
+    pub fn offset_corr(&mut self, base: u32) {
+        let corr = match self {
+            Decoded::Kernel { kernel, .. } => &mut kernel.corr,
+            Decoded::Memcpy(m) => &mut m.corr,
+            Decoded::Memset(m) => &mut m.corr,
+            Decoded::Sync(s) => &mut s.corr,
+            Decoded::Api(a) => &mut a.corr,
+            Decoded::Mem(m) => &mut m.corr,
+            Decoded::Overhead(_) | Decoded::Other(_) => return,
+        };
+        *corr = corr.wrapping_add(base);
+    }
+}
+
 /// The graph node of a GPU record: CUPTI leaves `graphId` 0 for work no graph launch ran.
 fn graph_node(graph: u32, node: u64) -> Option<GraphNode> {
     (graph != 0).then_some(GraphNode(graph, node))

@@ -536,7 +536,8 @@ impl Sink {
     }
 
     /// Write one decoded activity record (public for the writer benchmark).
-    pub fn take_decoded(&mut self, d: Decoded) -> Result<(), TraceError> {
+    pub fn take_decoded(&mut self, mut d: Decoded) -> Result<(), TraceError> {
+        d.offset_corr(self.corr_base);
         // A forced flush (at a fatal signal, at stop) hands over records of GPU work still in
         // flight, whose end time CUPTI has not filled in: they are counted, not written.
         let (start, end) = match &d {
@@ -549,18 +550,15 @@ impl Sink {
             self.incomplete += 1;
             return Ok(());
         }
-        let base = self.corr_base;
         match d {
             Decoded::Kernel {
                 name: _,
                 mut kernel,
             } if self.names_stale => {
-                kernel.corr = kernel.corr.wrapping_add(base);
                 kernel.name = self.kernel_name(b"<kernel name lost at a detach>")?;
                 self.write(&Record::Kernel(kernel))
             }
             Decoded::Kernel { name, mut kernel } => {
-                kernel.corr = kernel.corr.wrapping_add(base);
                 let unloads = MODULE_UNLOADS.load(Ordering::Acquire);
                 if unloads != self.unloads_seen {
                     self.kernel_by_ptr.clear();
@@ -594,24 +592,14 @@ impl Sink {
                 }
                 self.write(&Record::Kernel(kernel))
             }
-            Decoded::Memcpy(mut m) => {
-                m.corr = m.corr.wrapping_add(base);
-                self.write(&Record::Memcpy(m))
-            }
-            Decoded::Memset(mut m) => {
-                m.corr = m.corr.wrapping_add(base);
-                self.write(&Record::Memset(m))
-            }
-            Decoded::Sync(mut s) => {
-                s.corr = s.corr.wrapping_add(base);
-                self.write(&Record::Sync(s))
-            }
+            Decoded::Memcpy(m) => self.write(&Record::Memcpy(m)),
+            Decoded::Memset(m) => self.write(&Record::Memset(m)),
+            Decoded::Sync(s) => self.write(&Record::Sync(s)),
             Decoded::Api(_) if self.discard_api => {
                 self.discarded_api += 1;
                 Ok(())
             }
             Decoded::Api(mut a) => {
-                a.corr = a.corr.wrapping_add(base);
                 let dom = if a.domain == ApiDomain::Runtime {
                     cupti::DOMAIN_RUNTIME
                 } else {
@@ -622,7 +610,6 @@ impl Sink {
             }
             Decoded::Overhead(o) => self.write(&Record::Overhead(o)),
             Decoded::Mem(mut m) => {
-                m.corr = m.corr.wrapping_add(base);
                 self.mem_join.attach(&mut m);
                 self.mems += 1;
                 self.write(&Record::Mem(m))

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use webdriver::{Browser, Element};
 
-use common::{bundled, Server};
+use common::{bundled, get as api, Server};
 
 /// What a hostile trace puts in its strings: a script element and an attribute break-out.
 const SCRIPT: &str = "<script>window.__pwned=1</script>";
@@ -466,20 +466,6 @@ fn start_fixture() -> Fixture {
     wait_ready(&f.url, &f.a_rd, f.a.values());
     wait_ready(&f.url, &f.b_rd, [&f.b_id]);
     f
-}
-
-fn api(url: &str, key: &str, path: &str) -> (u16, Value) {
-    let r = ureq::get(&format!("{url}{path}"))
-        .set("Authorization", &format!("Bearer {key}"))
-        .call();
-    let resp = match r {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{path}: {e}"),
-    };
-    let status = resp.status();
-    let body = resp.into_string().unwrap_or_default();
-    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
 /// Wait until every listed session of the key's project is analysed.

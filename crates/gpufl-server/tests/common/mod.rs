@@ -281,16 +281,7 @@ pub fn upload(url: &str, key: &str, dirs: &[PathBuf]) {
 
 /// `GET url+path` with a bearer key: status and JSON body (null when not JSON).
 pub fn get(url: &str, key: &str, path: &str) -> (u16, Value) {
-    let r = ureq::get(&format!("{url}{path}"))
-        .set("Authorization", &format!("Bearer {key}"))
-        .call();
-    let resp = match r {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{path}: {e}"),
-    };
-    let status = resp.status();
-    let body = resp.into_string().unwrap_or_default();
+    let (status, body) = page(url, key, path);
     (status, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
