@@ -446,6 +446,15 @@ pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
     }
 }
 
+/// Hold collection changes and detaches back (the recorder's stop): no other thread changes
+/// what CUPTI collects, or detaches it, until the guard drops.
+pub(crate) fn hold_changes() -> std::sync::MutexGuard<'static, ()> {
+    COLLECTION
+        .pause_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
 /// How long a detach request waits for a CUDA call to return on some thread of the program.
 const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// How long a thread may take to detach before the writer stops waiting.
@@ -487,6 +496,8 @@ pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
     // SAFETY: plain CUPTI call on our own subscriber: every runtime callback for a moment, so
     // that the next runtime call to return on any thread detaches.
     unsafe { (c.enable_domain)(1, sub, cupti::DOMAIN_RUNTIME) };
+    // Only now may a thread detach: no CUPTI call of this thread races it.
+    crate::detach::arm();
     let t0 = std::time::Instant::now();
     let restore = || {
         // SAFETY: plain CUPTI call on our own subscriber; then the mode's callbacks again.
@@ -518,6 +529,8 @@ pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
             }
             crate::detach::Answer::Detached(finalize_ns) => {
                 let gap0 = std::time::Instant::now();
+                // The detaching thread is still on its way out of CUPTI's dispatch.
+                std::thread::sleep(std::time::Duration::from_millis(1));
                 crate::detach::advance_corr_base();
                 let attached = attach_again(r);
                 crate::detach::done();

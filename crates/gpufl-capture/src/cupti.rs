@@ -256,10 +256,11 @@ impl Cupti {
         format!("CUPTI error {code}")
     }
 
-    /// CUPTI's timestamp now (ns); CLOCK_REALTIME, which it follows to ~1 µs, while CUPTI is
-    /// being detached (no CUPTI call may race `cuptiFinalize`: crate::detach).
+    /// CUPTI's timestamp now (ns); CLOCK_REALTIME, which it follows to ~1 µs, where CUPTI may
+    /// be detached (`GPUFL_DETACH=1`: no CUPTI call from any thread may race `cuptiFinalize`,
+    /// crate::detach).
     pub fn timestamp(&self) -> u64 {
-        if crate::detach::pending() {
+        if crate::detach::possible() {
             return crate::procinfo::unix_ns();
         }
         let mut t = 0u64;

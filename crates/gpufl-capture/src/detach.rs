@@ -24,18 +24,28 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Nothing asked.
 const IDLE: u8 = 0;
-/// The writer asks: the next API exit detaches.
+/// The writer asks: callbacks record nothing and make no CUPTI call; the writer is still
+/// turning on the runtime callbacks, so no thread may detach yet.
 const REQUESTED: u8 = 1;
+/// The writer's CUPTI calls are done: the next runtime API exit detaches.
+const ARMED: u8 = 5;
 /// A program thread is detaching.
 const FINALIZING: u8 = 2;
 /// Detached: the writer attaches again.
 const DETACHED: u8 = 3;
-/// `cuptiFinalize` failed: CUPTI is still attached.
+/// `cuptiFinalize` failed or was not tried: CUPTI is still attached.
 const FAILED: u8 = 4;
+
+/// How long a detaching thread waits for other threads' callbacks (and recorder threads' CUPTI
+/// calls) begun before the request to end; past it, it does not detach.
+const QUIET_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The detach handshake (the module's one static; atomics only).
 struct Handshake {
     state: AtomicU8,
+    /// Callbacks and recorder calls into CUPTI under way, counted only with `GPUFL_DETACH=1`
+    /// ([`enter`]): `cuptiFinalize` runs only once none is.
+    in_flight: AtomicU32,
     /// How long the program's thread spent detaching (ns), for the writer.
     finalize_ns: AtomicU64,
     /// The correlation id of the call that detached (CUPTI numbers calls afresh after a detach).
@@ -48,6 +58,7 @@ struct Handshake {
 
 static HANDSHAKE: Handshake = Handshake {
     state: AtomicU8::new(IDLE),
+    in_flight: AtomicU32::new(0),
     finalize_ns: AtomicU64::new(0),
     last_corr: AtomicU32::new(0),
     corr_base: AtomicU32::new(0),
@@ -82,10 +93,51 @@ fn next_base(base: u32, last_corr: u32) -> u32 {
     base.wrapping_add(last_corr).wrapping_add(CORR_MARGIN)
 }
 
-/// Whether a detach is asked for or under way (read by every callback: one relaxed load).
-#[inline]
-pub(crate) fn pending() -> bool {
+/// Whether a detach is asked for or under way.
+#[cfg(test)]
+fn pending() -> bool {
     HANDSHAKE.state.load(Ordering::Relaxed) != IDLE
+}
+
+/// Whether detaching can happen in this process at all (`GPUFL_DETACH=1`): then every callback
+/// and the trace clock take part in the handshake ([`enter`], [`crate::cupti::Cupti::timestamp`]).
+#[inline]
+pub(crate) fn possible() -> bool {
+    crate::options::knobs().detach
+}
+
+/// A callback (or a recorder thread's CUPTI call) under way: `cuptiFinalize` waits for it.
+pub(crate) struct InFlight(());
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        HANDSHAKE.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A detach is pending: the caller must make no CUPTI call.
+#[derive(Debug)]
+pub(crate) struct Pending;
+
+/// Before a callback's work: `Ok(None)` when detaching is off (nothing counted), `Ok(Some)` while
+/// the work may call CUPTI (counted until dropped), `Err(Pending)` when a detach is asked for.
+/// The count goes up before the state is read and the detaching thread sets the state before it
+/// reads the count, so either this sees the request or the detach waits for this.
+#[inline]
+pub(crate) fn enter() -> Result<Option<InFlight>, Pending> {
+    if !possible() {
+        return Ok(None);
+    }
+    counted().map(Some)
+}
+
+fn counted() -> Result<InFlight, Pending> {
+    HANDSHAKE.in_flight.fetch_add(1, Ordering::SeqCst);
+    let guard = InFlight(());
+    if HANDSHAKE.state.load(Ordering::SeqCst) != IDLE {
+        return Err(Pending);
+    }
+    Ok(guard)
 }
 
 /// Whether a thread is detaching now: buffers CUPTI completes meanwhile are not used again
@@ -95,10 +147,20 @@ pub(crate) fn finalizing() -> bool {
     HANDSHAKE.state.load(Ordering::SeqCst) == FINALIZING
 }
 
-/// The writer asks for a detach at the next API exit.
+/// The writer asks for a detach; no thread takes it before [`arm`].
 pub(crate) fn request() {
     HANDSHAKE.finalize_ns.store(0, Ordering::Relaxed);
     HANDSHAKE.state.store(REQUESTED, Ordering::SeqCst);
+}
+
+/// The writer's own CUPTI calls for the request are done: the next API exit may detach.
+pub(crate) fn arm() {
+    let _ = HANDSHAKE.state.compare_exchange(
+        REQUESTED,
+        ARMED,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
 }
 
 /// What the program's threads did with a request.
@@ -110,13 +172,12 @@ pub(crate) enum Answer {
     Finalizing,
     /// Detached, in this many ns of that thread's time.
     Detached(u64),
-    /// `cuptiFinalize` refused: still attached.
+    /// `cuptiFinalize` refused, or other callbacks did not end in time: still attached.
     Failed,
 }
 
 pub(crate) fn answer() -> Answer {
     match HANDSHAKE.state.load(Ordering::SeqCst) {
-        REQUESTED => Answer::Waiting,
         FINALIZING => Answer::Finalizing,
         DETACHED => Answer::Detached(HANDSHAKE.finalize_ns.load(Ordering::Relaxed)),
         FAILED => Answer::Failed,
@@ -126,10 +187,12 @@ pub(crate) fn answer() -> Answer {
 
 /// Withdraw a request no thread has taken. False when a thread took it meanwhile.
 pub(crate) fn withdraw() -> bool {
-    HANDSHAKE
-        .state
-        .compare_exchange(REQUESTED, IDLE, Ordering::SeqCst, Ordering::SeqCst)
-        .is_ok()
+    [REQUESTED, ARMED].into_iter().any(|from| {
+        HANDSHAKE
+            .state
+            .compare_exchange(from, IDLE, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    })
 }
 
 /// The request is over (attached again, or given up).
@@ -137,26 +200,41 @@ pub(crate) fn done() {
     HANDSHAKE.state.store(IDLE, Ordering::SeqCst);
 }
 
-/// At an API callback while a detach is pending (a program thread): at an exit callsite, the
-/// first thread to get here flushes CUPTI's buffers to the writer and detaches it.
+/// Wait (bounded) until no callback or recorder call into CUPTI is under way.
+fn quiet() -> bool {
+    let t0 = std::time::Instant::now();
+    while HANDSHAKE.in_flight.load(Ordering::SeqCst) != 0 {
+        if t0.elapsed() > QUIET_WAIT {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+    true
+}
+
+/// At an API callback while a detach is pending (a program thread, holding no [`InFlight`]):
+/// at an exit callsite of an armed request, the first thread to get here waits for the other
+/// callbacks to end, flushes CUPTI's buffers to the writer and detaches it. Returns the answer
+/// for the writer, to [`publish`] once this callback has returned to CUPTI's dispatch as far
+/// as it can (the writer attaches again on it).
 ///
 /// # Safety
 /// Called from a CUPTI API callback at its exit callsite, `corr` its correlation id.
-pub(crate) unsafe fn on_api_exit(c: &Cupti, corr: u32) {
+pub(crate) unsafe fn on_api_exit(c: &Cupti, corr: u32) -> Option<Finalized> {
     if HANDSHAKE
         .state
-        .compare_exchange(REQUESTED, FINALIZING, Ordering::SeqCst, Ordering::Relaxed)
+        .compare_exchange(ARMED, FINALIZING, Ordering::SeqCst, Ordering::Relaxed)
         .is_err()
     {
-        return;
+        return None;
     }
     HANDSHAKE.last_corr.store(corr, Ordering::Relaxed);
     let t0 = std::time::Instant::now();
-    let Some(finalize) = c.finalize else {
-        HANDSHAKE.state.store(FAILED, Ordering::SeqCst);
-        return;
+    let (Some(finalize), true) = (c.finalize, quiet()) else {
+        return Some(Finalized(FAILED));
     };
-    // SAFETY: plain CUPTI calls at an API exit callsite, as cuptiFinalize's documentation asks.
+    // SAFETY: plain CUPTI calls at an API exit callsite, as cuptiFinalize's documentation asks,
+    // with no other callback or recorder call into CUPTI under way.
     let rc = unsafe {
         (c.activity_flush_all)(cupti::FLUSH_FORCED);
         finalize()
@@ -164,12 +242,20 @@ pub(crate) unsafe fn on_api_exit(c: &Cupti, corr: u32) {
     HANDSHAKE
         .finalize_ns
         .store(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    let next = if rc == cupti::SUCCESS {
+    Some(Finalized(if rc == cupti::SUCCESS {
         DETACHED
     } else {
         FAILED
-    };
-    HANDSHAKE.state.store(next, Ordering::SeqCst);
+    }))
+}
+
+/// How a thread's detach ended, not yet told to the writer.
+#[must_use]
+pub(crate) struct Finalized(u8);
+
+/// Tell the writer (last thing in the callback that detached).
+pub(crate) fn publish(f: Finalized) {
+    HANDSHAKE.state.store(f.0, Ordering::SeqCst);
 }
 
 /// The detaches of a recording, for the end notice.
@@ -225,24 +311,48 @@ mod tests {
 
     #[test]
     fn the_handshake_goes_round_once() {
-        // No CUPTI here: a Cupti can't be built, so the thread's part is played by hand.
+        // No CUPTI here: a Cupti can't be built, so the thread's part is played by hand. One
+        // test for the whole static, so that no other test moves it meanwhile.
+        let before = counted().expect("nothing pending");
         request();
         assert!(pending());
+        assert!(counted().is_err(), "a callback begun after the request calls no CUPTI");
+        // Not armed: no exit may take it yet.
+        assert!(HANDSHAKE
+            .state
+            .compare_exchange(ARMED, FINALIZING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err());
+        arm();
         assert_eq!(answer(), Answer::Waiting);
         // A thread takes it; the writer can no longer withdraw it.
         assert!(HANDSHAKE
             .state
-            .compare_exchange(REQUESTED, FINALIZING, Ordering::SeqCst, Ordering::SeqCst)
+            .compare_exchange(ARMED, FINALIZING, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok());
         assert_eq!(answer(), Answer::Finalizing);
         assert!(!withdraw());
+        // A callback begun before the request holds the detach back until it ends.
+        let t0 = std::time::Instant::now();
+        assert!(!quiet(), "a callback under way must keep CUPTI attached");
+        assert!(t0.elapsed() >= QUIET_WAIT);
+        let ended = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            drop(before);
+        });
+        assert!(quiet(), "once it ended, the detach goes on");
+        ended.join().unwrap();
         HANDSHAKE.finalize_ns.store(1_500_000, Ordering::Relaxed);
-        HANDSHAKE.state.store(DETACHED, Ordering::SeqCst);
+        publish(Finalized(DETACHED));
         assert_eq!(answer(), Answer::Detached(1_500_000));
         done();
         assert!(!pending());
-        // Untaken, a request is withdrawn.
+        assert_eq!(HANDSHAKE.in_flight.load(Ordering::SeqCst), 0);
+        // Untaken, a request is withdrawn, armed or not.
         request();
+        assert!(withdraw());
+        assert!(!pending());
+        request();
+        arm();
         assert!(withdraw());
         assert!(!pending());
     }

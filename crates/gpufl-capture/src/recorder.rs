@@ -396,10 +396,43 @@ pub(crate) unsafe extern "C" fn on_callback(
     cbid: u32,
     data: *const c_void,
 ) {
+    let in_flight = match crate::detach::enter() {
+        Ok(in_flight) => in_flight,
+        Err(crate::detach::Pending) => {
+            // SAFETY: CUPTI passes the callback data matching `domain`.
+            let finalized = std::panic::catch_unwind(|| unsafe { while_detaching(domain, data) });
+            if let Ok(Some(f)) = finalized {
+                crate::detach::publish(f);
+            }
+            return;
+        }
+    };
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: CUPTI passes the callback data matching `domain`.
         unsafe { handle_callback(domain, cbid, data) }
     });
+    drop(in_flight);
+}
+
+/// Always-on is detaching CUPTI (crate::detach): nothing is recorded, no CUPTI call made, until
+/// a runtime call's exit detaches.
+unsafe fn while_detaching(domain: u32, data: *const c_void) -> Option<crate::detach::Finalized> {
+    use std::mem::offset_of;
+    type D = cupti::sys::CUpti_CallbackData;
+    if domain != cupti::DOMAIN_RUNTIME || data.is_null() || STATE.disabled.load(Ordering::Relaxed)
+    {
+        return None;
+    }
+    // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
+    if unsafe { cb_field::<u32>(data, offset_of!(D, callbackSite)) } == 0 {
+        return None;
+    }
+    let r = STATE.recorder.get()?;
+    // SAFETY: CUpti_CallbackData field; a runtime API callback at its exit callsite.
+    unsafe {
+        let corr = cb_field::<u32>(data, offset_of!(D, correlationId));
+        crate::detach::on_api_exit(r.cupti, corr)
+    }
 }
 
 unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
@@ -407,25 +440,6 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
         || data.is_null()
         || (crate::kernel_detail::active() && crate::kernel_detail::busy())
     {
-        return;
-    }
-    if crate::detach::pending() {
-        // Always-on is detaching CUPTI (crate::detach): nothing is recorded, no CUPTI call made,
-        // until a runtime call's exit detaches.
-        use std::mem::offset_of;
-        type D = cupti::sys::CUpti_CallbackData;
-        // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
-        if domain == cupti::DOMAIN_RUNTIME
-            && unsafe { cb_field::<u32>(data, offset_of!(D, callbackSite)) } != 0
-        {
-            if let Some(r) = STATE.recorder.get() {
-                // SAFETY: CUpti_CallbackData field; a runtime API callback at its exit callsite.
-                unsafe {
-                    let corr = cb_field::<u32>(data, offset_of!(D, correlationId));
-                    crate::detach::on_api_exit(r.cupti, corr)
-                }
-            }
-        }
         return;
     }
     match domain {
@@ -684,14 +698,17 @@ pub(crate) unsafe extern "C" fn buffer_completed(
             pool::give_back(buf);
             return;
         };
+        let finalizing = crate::detach::finalizing();
         let mut dropped = 0usize;
-        // SAFETY: plain CUPTI call with CUPTI's own context/stream values.
-        unsafe { (r.cupti.activity_get_num_dropped_records)(ctx, stream, &mut dropped) };
+        if !finalizing {
+            // SAFETY: plain CUPTI call with CUPTI's own context/stream values.
+            unsafe { (r.cupti.activity_get_num_dropped_records)(ctx, stream, &mut dropped) };
+        }
         let msg = Msg::Buffer {
             ptr: buf as usize,
             valid,
             dropped: dropped as u64,
-            recycle: !crate::detach::finalizing(),
+            recycle: !finalizing,
             corr_base: crate::detach::corr_base(),
         };
         if r.tx.send(msg).is_err() {
@@ -1255,6 +1272,9 @@ pub fn stop(reason: &'static str) -> Option<Counts> {
     if r.stopped.swap(true, Ordering::SeqCst) {
         return None;
     }
+    // A detach under way ends first (it gives up on seeing `stopped`, or attaches again): no
+    // CUPTI call below may race `cuptiFinalize`, and the subscriber is the current one.
+    let held = crate::collection::hold_changes();
     let c = r.cupti;
     let sub = r.subscriber.load(Ordering::SeqCst);
     // SAFETY: plain CUPTI calls on our own subscriber.
@@ -1277,6 +1297,7 @@ pub fn stop(reason: &'static str) -> Option<Counts> {
         }
         (c.activity_flush_all)(cupti::FLUSH_FORCED);
     }
+    drop(held);
     let (ack_tx, ack_rx) = channel();
     if r.tx
         .send(Msg::Stop {
