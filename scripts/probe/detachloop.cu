@@ -1,0 +1,182 @@
+// detachloop.cu - probe for issue 35: does detaching CUPTI (cuptiFinalize) and attaching it again
+// every 0.5 s corrupt a launch loop's process with CUPTI alone, no gpufl? gpufl's always-on
+// detach (GPUFL_DETACH=1) aborted 3 of 8 launch loops. Not part of gpufl. Each case is a forked
+// process: the main thread launches batches of 2000 empty kernels and synchronizes for 10 s; a
+// helper thread, every 0.5 s, attaches (subscribe, buffer callbacks, CONCURRENT_KERNEL on for
+// 200 ms, then off) and detaches:
+//   0 at the next runtime API exit on the launching thread (flush forced, then cuptiFinalize:
+//     CUPTI's documented way, and gpufl's), per-thread activity buffers on (as gpufl sets them)
+//   1 as 0, CUPTI's default buffers (the attribute not set)
+//   2 as 0, no activity at all (callbacks only): does finalize alone do it?
+//   3 as 0, the detach at a driver API exit (cuLaunchKernel inside cudaLaunchKernel)
+//   4 as 0, without the forced flush in the callback (the helper flushed before asking)
+//   5 as 0, with the system thread id type set (as gpufl sets it)
+// Buffers are never freed: each handed-over buffer's bytes are checksummed when CUPTI returns it
+// and again at the end, to catch CUPTI writing into a buffer it gave back.
+// Build and run (device): nvcc -O2 -o build/detachloop scripts/probe/detachloop.cu -lcupti -lcuda
+//   build/detachloop [cases...] [--reps N]
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cuda.h>
+#include <cupti.h>
+#include <mutex>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+__global__ void empty(int *p) {
+    if (p && threadIdx.x == 1024) *p = 1;
+}
+
+#define CK(x)                                                                                 \
+    do {                                                                                      \
+        CUptiResult r_ = (x);                                                                 \
+        if (r_ != CUPTI_SUCCESS) {                                                            \
+            const char *s_ = "";                                                              \
+            cuptiGetResultString(r_, &s_);                                                    \
+            printf("  %s: %s\n", #x, s_);                                                     \
+        }                                                                                     \
+    } while (0)
+
+static const size_t BUF = 4 << 20;
+struct Handed {
+    uint8_t *buf;
+    uint64_t sum;
+};
+static std::mutex handed_mu;
+static std::vector<Handed> handed;
+static std::atomic<long> records{0};
+
+static uint64_t checksum(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    const uint64_t *w = (const uint64_t *)p;
+    for (size_t i = 0; i < n / 8; i++) h = (h ^ w[i]) * 1099511628211ull;
+    return h;
+}
+static void CUPTIAPI request(uint8_t **buf, size_t *size, size_t *max) {
+    *size = BUF;
+    *buf = (uint8_t *)aligned_alloc(8, BUF);
+    memset(*buf, 0xA5, BUF);
+    *max = 0;
+}
+static void CUPTIAPI complete(CUcontext, uint32_t, uint8_t *buf, size_t, size_t valid) {
+    if (!buf) return;
+    CUpti_Activity *rec = nullptr;
+    long n = 0;
+    while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) n++;
+    records += n;
+    std::lock_guard<std::mutex> g(handed_mu);
+    handed.push_back({buf, checksum(buf, BUF)});
+}
+
+static int the_case = 0;
+static std::atomic<int> want_detach{0};  // 0 idle, 1 asked, 2 done
+static std::atomic<long> detaches{0};
+static CUpti_SubscriberHandle sub;
+
+static void CUPTIAPI callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId,
+                              const void *data) {
+    const CUpti_CallbackData *cb = (const CUpti_CallbackData *)data;
+    if (cb->callbackSite != CUPTI_API_EXIT) return;
+    CUpti_CallbackDomain want = the_case == 3 ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
+    if (domain != want) return;
+    int one = 1;
+    if (!want_detach.compare_exchange_strong(one, 3)) return;
+    if (the_case != 4) CK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    CK(cuptiFinalize());
+    detaches++;
+    want_detach.store(2);
+}
+
+static void attach() {
+    CK(cuptiSubscribe(&sub, (CUpti_CallbackFunc)callback, nullptr));
+    if (the_case == 5) CK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
+    if (the_case != 1 && the_case != 2) {
+        uint8_t on = 1;
+        size_t sz = 1;
+        CK(cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &sz, &on));
+    }
+    if (the_case != 2) CK(cuptiActivityRegisterCallbacks(request, complete));
+}
+
+static void helper(std::atomic<bool> *stop) {
+    using namespace std::chrono;
+    while (!stop->load()) {
+        attach();
+        if (the_case != 2) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+        std::this_thread::sleep_for(milliseconds(200));
+        if (the_case != 2) {
+            CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+            CK(cuptiActivityFlushAll(0));
+        }
+        std::this_thread::sleep_for(milliseconds(100));
+        if (the_case != 2) CK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+        CK(cuptiEnableDomain(1, sub, the_case == 3 ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API));
+        want_detach.store(1);
+        auto t0 = steady_clock::now();
+        while (want_detach.load() != 2 && !stop->load() && steady_clock::now() - t0 < seconds(2))
+            std::this_thread::sleep_for(microseconds(200));
+        if (want_detach.load() != 2) {
+            int one = 1;
+            if (want_detach.compare_exchange_strong(one, 0)) break;  // never taken: stop here
+            while (want_detach.load() != 2) std::this_thread::sleep_for(microseconds(200));
+        }
+        want_detach.store(0);
+        std::this_thread::sleep_for(milliseconds(200));
+    }
+}
+
+static void run_case(int c) {
+    the_case = c;
+    cudaStream_t s;
+    cudaFree(0);
+    if (cudaStreamCreate(&s) != cudaSuccess) { printf("no CUDA\n"); return; }
+    std::atomic<bool> stop{false};
+    std::thread h(helper, &stop);
+    auto start = std::chrono::steady_clock::now();
+    long launches = 0;
+    while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+        for (int i = 0; i < 2000; i++) empty<<<1, 32, 0, s>>>(nullptr);
+        cudaStreamSynchronize(s);
+        launches += 2000;
+    }
+    stop.store(true);
+    h.join();
+    int changed = 0;
+    {
+        std::lock_guard<std::mutex> g(handed_mu);
+        for (auto &b : handed) changed += checksum(b.buf, BUF) != b.sum;
+    }
+    printf("case %d: %ld detaches, %ld launches, %ld records, %zu buffers handed back, %d changed after\n",
+           c, detaches.load(), launches, records.load(), handed.size(), changed);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    std::vector<int> cases;
+    int reps = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else cases.push_back(atoi(argv[i]));
+    }
+    if (cases.empty()) cases = {0, 1, 2, 3, 4, 5};
+    for (int r = 0; r < reps; r++)
+        for (int c : cases) {
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                alarm(40);
+                run_case(c);
+                fflush(stdout);
+                _exit(0);
+            }
+            int st = 0;
+            waitpid(pid, &st, 0);
+            if (st) printf("case %d: FAILED, status %d%s\n", c, st, WIFSIGNALED(st) ? " (signal)" : "");
+        }
+    return 0;
+}
