@@ -11,6 +11,10 @@
 //   3 as 0, the detach at a driver API exit (cuLaunchKernel inside cudaLaunchKernel)
 //   4 as 0, without the forced flush in the callback (the helper flushed before asking)
 //   5 as 0, with the system thread id type set (as gpufl sets it)
+//   6 as 0, each buffer's records read later (cuptiActivityGetNextRecord on the helper thread),
+//     those of the buffers completed by the detach after CUPTI is attached again (as gpufl's
+//     writer did before it read them on the detaching thread)
+//   7 as 6, read after the detach, before attaching again
 // Buffers are never freed: each handed-over buffer's bytes are checksummed when CUPTI returns it
 // and again at the end, to catch CUPTI writing into a buffer it gave back.
 // Build and run (device): nvcc -O2 -o build/detachloop scripts/probe/detachloop.cu -lcupti -lcuda
@@ -63,8 +67,31 @@ static void CUPTIAPI request(uint8_t **buf, size_t *size, size_t *max) {
     memset(*buf, 0xA5, BUF);
     *max = 0;
 }
+static int the_case = 0;
+static std::vector<std::pair<uint8_t *, size_t>> deferred;
+static void read_records(uint8_t *buf, size_t valid) {
+    CUpti_Activity *rec = nullptr;
+    long n = 0;
+    while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) n++;
+    records += n;
+    std::lock_guard<std::mutex> g(handed_mu);
+    handed.push_back({buf, checksum(buf, BUF)});
+}
+static void read_deferred() {
+    std::vector<std::pair<uint8_t *, size_t>> now;
+    {
+        std::lock_guard<std::mutex> g(handed_mu);
+        now.swap(deferred);
+    }
+    for (auto &b : now) read_records(b.first, b.second);
+}
 static void CUPTIAPI complete(CUcontext, uint32_t, uint8_t *buf, size_t, size_t valid) {
     if (!buf) return;
+    if (the_case >= 6) {
+        std::lock_guard<std::mutex> g(handed_mu);
+        deferred.push_back({buf, valid});
+        return;
+    }
     CUpti_Activity *rec = nullptr;
     long n = 0;
     while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) n++;
@@ -73,7 +100,6 @@ static void CUPTIAPI complete(CUcontext, uint32_t, uint8_t *buf, size_t, size_t 
     handed.push_back({buf, checksum(buf, BUF)});
 }
 
-static int the_case = 0;
 static std::atomic<int> want_detach{0};  // 0 idle, 1 asked, 2 done
 static std::atomic<long> detaches{0};
 static CUpti_SubscriberHandle sub;
@@ -107,14 +133,17 @@ static void helper(std::atomic<bool> *stop) {
     using namespace std::chrono;
     while (!stop->load()) {
         attach();
+        if (the_case == 6) read_deferred();
         if (the_case != 2) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
         std::this_thread::sleep_for(milliseconds(200));
         if (the_case != 2) {
             CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
             CK(cuptiActivityFlushAll(0));
         }
+        if (the_case >= 6) read_deferred();
         std::this_thread::sleep_for(milliseconds(100));
         if (the_case != 2) CK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+        if (the_case >= 6) read_deferred();
         CK(cuptiEnableDomain(1, sub, the_case == 3 ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API));
         want_detach.store(1);
         auto t0 = steady_clock::now();
@@ -126,6 +155,7 @@ static void helper(std::atomic<bool> *stop) {
             while (want_detach.load() != 2) std::this_thread::sleep_for(microseconds(200));
         }
         want_detach.store(0);
+        if (the_case == 7) read_deferred();
         std::this_thread::sleep_for(milliseconds(200));
     }
 }
@@ -146,6 +176,7 @@ static void run_case(int c) {
     }
     stop.store(true);
     h.join();
+    read_deferred();
     int changed = 0;
     {
         std::lock_guard<std::mutex> g(handed_mu);
