@@ -15,6 +15,9 @@
 //     those of the buffers completed by the detach after CUPTI is attached again (as gpufl's
 //     writer did before it read them on the detaching thread)
 //   7 as 6, read after the detach, before attaching again
+//   8 as 0, and the stream synchronize callback on, asking cuptiGetStreamIdEx for the stream
+//     at its entry (as gpufl's sync records do)
+//   9 as 0, and the launching thread asks cuptiGetStreamIdEx after each batch
 // Buffers are never freed: each handed-over buffer's bytes are checksummed when CUPTI returns it
 // and again at the end, to catch CUPTI writing into a buffer it gave back.
 // Build and run (device): nvcc -O2 -o build/detachloop scripts/probe/detachloop.cu -lcupti -lcuda
@@ -26,6 +29,7 @@
 #include <cstring>
 #include <cuda.h>
 #include <cupti.h>
+#include <generated_cuda_runtime_api_meta.h>
 #include <mutex>
 #include <sys/wait.h>
 #include <thread>
@@ -104,9 +108,16 @@ static std::atomic<int> want_detach{0};  // 0 idle, 1 asked, 2 done
 static std::atomic<long> detaches{0};
 static CUpti_SubscriberHandle sub;
 
-static void CUPTIAPI callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId,
+static std::atomic<long> stream_asks{0};
+static void CUPTIAPI callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                               const void *data) {
     const CUpti_CallbackData *cb = (const CUpti_CallbackData *)data;
+    if (the_case == 8 && domain == CUPTI_CB_DOMAIN_RUNTIME_API && cb->callbackSite == CUPTI_API_ENTER &&
+        cbid == CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020 && want_detach.load() == 0) {
+        auto *p = (const cudaStreamSynchronize_v3020_params *)cb->functionParams;
+        uint32_t id = 0;
+        if (cuptiGetStreamIdEx(cb->context, (CUstream)p->stream, 0, &id) == CUPTI_SUCCESS) stream_asks++;
+    }
     if (cb->callbackSite != CUPTI_API_EXIT) return;
     CUpti_CallbackDomain want = the_case == 3 ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
     if (domain != want) return;
@@ -127,6 +138,9 @@ static void attach() {
         CK(cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &sz, &on));
     }
     if (the_case != 2) CK(cuptiActivityRegisterCallbacks(request, complete));
+    if (the_case == 8)
+        CK(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API,
+                               CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020));
 }
 
 static void helper(std::atomic<bool> *stop) {
@@ -173,6 +187,12 @@ static void run_case(int c) {
         for (int i = 0; i < 2000; i++) empty<<<1, 32, 0, s>>>(nullptr);
         cudaStreamSynchronize(s);
         launches += 2000;
+        if (the_case == 9 && want_detach.load() == 0) {
+            CUcontext ctx = nullptr;
+            cuCtxGetCurrent(&ctx);
+            uint32_t id = 0;
+            if (cuptiGetStreamIdEx(ctx, (CUstream)s, 0, &id) == CUPTI_SUCCESS) stream_asks++;
+        }
     }
     stop.store(true);
     h.join();
@@ -182,8 +202,8 @@ static void run_case(int c) {
         std::lock_guard<std::mutex> g(handed_mu);
         for (auto &b : handed) changed += checksum(b.buf, BUF) != b.sum;
     }
-    printf("case %d: %ld detaches, %ld launches, %ld records, %zu buffers handed back, %d changed after\n",
-           c, detaches.load(), launches, records.load(), handed.size(), changed);
+    printf("case %d: %ld detaches, %ld launches, %ld records, %zu buffers handed back, %d changed after, %ld stream ids\n",
+           c, detaches.load(), launches, records.load(), handed.size(), changed, stream_asks.load());
     fflush(stdout);
 }
 
