@@ -9,7 +9,7 @@ nvcc -O2 -o build/launchcost scripts/probe/launchcost.cu -ldl 2>&1 | tail -3
 for v in base GPUFL_PER_THREAD_BUFFERS=0 GPUFL_ACTIVITY_KINDS=kernels GPUFL_HOST_SAMPLES=0 GPUFL_SITE_STACKS=0; do
   bad=0
   for rep in $(seq 1 ${REPS:-3}); do
-    rm -rf /tmp/bs; env ${v/base/GPUFL_X=0} GPUFL_DETACH=1 GPUFL_WINDOW_PERIOD_MS=500 timeout 60 gpufl record -q --always-on -o /tmp/bs -- build/launchcost 400 2000 > /tmp/bs.txt 2>&1
+    rm -rf /tmp/bs; env ${v/base/BISECT=base} GPUFL_DETACH=1 GPUFL_WINDOW_PERIOD_MS=500 timeout 60 gpufl record -q --always-on -o /tmp/bs -- build/launchcost 400 2000 > /tmp/bs.txt 2>&1
     rc=$?; [ $rc -ne 0 ] && bad=$((bad+1)) && grep -v experimental /tmp/bs.txt | head -2 | cut -c1-200 | sed "s/^/    /"
   done
   echo "variant $v: $bad of ${REPS:-3} failed"
