@@ -29,7 +29,6 @@
 #include <cstring>
 #include <cuda.h>
 #include <cupti.h>
-#include <generated_cuda_runtime_api_meta.h>
 #include <mutex>
 #include <sys/wait.h>
 #include <thread>
