@@ -18,6 +18,9 @@
 //   8 as 0, and the stream synchronize callback on, asking cuptiGetStreamIdEx for the stream
 //     at its entry (as gpufl's sync records do)
 //   9 as 0, and the launching thread asks cuptiGetStreamIdEx after each batch
+//  10 as 0, the window turning on what gpufl's does: kernels, memcpy, memset and overhead
+//  11 as 0, and memory activity (MEMORY2) on from each attach to its detach (as gpufl's mem
+//     records)
 // Buffers are never freed: each handed-over buffer's bytes are checksummed when CUPTI returns it
 // and again at the end, to catch CUPTI writing into a buffer it gave back.
 // Build and run (device): nvcc -O2 -o build/detachloop scripts/probe/detachloop.cu -lcupti -lcuda
@@ -147,8 +150,19 @@ static void helper(std::atomic<bool> *stop) {
     while (!stop->load()) {
         attach();
         if (the_case == 6) read_deferred();
+        if (the_case == 11) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2));
         if (the_case != 2) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+        if (the_case == 10) {
+            CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
+            CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
+            CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_OVERHEAD));
+        }
         std::this_thread::sleep_for(milliseconds(200));
+        if (the_case == 10) {
+            CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY));
+            CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET));
+            CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_OVERHEAD));
+        }
         if (the_case != 2) {
             CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
             CK(cuptiActivityFlushAll(0));
