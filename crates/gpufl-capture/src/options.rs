@@ -337,6 +337,9 @@ pub struct Knobs {
     /// Always-on: CUPTI detached after each window with `GPUFL_DETACH=1` (crate::detach;
     /// experimental, off by default: it has corrupted the program's heap in tests).
     pub detach: bool,
+    /// `GPUFL_DETACH_SETTLE_MS`: how long the writer waits after a detach before attaching CUPTI
+    /// again (default 1).
+    pub detach_settle_ms: u64,
 
     /// The exporter feed, unless `GPUFL_EXPORTER_FEED=0`.
     pub exporter_feed: bool,
@@ -533,6 +536,7 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
     ("GPUFL_SOURCE_TEXT", (is_01, "0 or 1")),
     ("GPUFL_SIGNALS", (is_01, "0 or 1")),
     ("GPUFL_DETACH", (is_01, "0 or 1")),
+    ("GPUFL_DETACH_SETTLE_MS", (is_uint, "a whole number of milliseconds")),
     (gpufl_trace::feed::ENV_FEED, (is_01, "0 or 1")),
     (
         "GPUFL_ALWAYS_ON_BUDGET",
@@ -715,6 +719,9 @@ impl Knobs {
             source_text: not("GPUFL_SOURCE_TEXT", "0"),
             signals: not("GPUFL_SIGNALS", "0"),
             detach: is("GPUFL_DETACH", "1"),
+            detach_settle_ms: get("GPUFL_DETACH_SETTLE_MS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
 
             exporter_feed: not(gpufl_trace::feed::ENV_FEED, "0"),
             exporter_socket: get(gpufl_trace::feed::ENV_SOCKET),
