@@ -66,10 +66,9 @@ pub(crate) enum Msg {
         ptr: usize,
         valid: usize,
         dropped: u64,
-        /// For a buffer CUPTI completed while being detached: its records' offsets, read on the
-        /// detaching thread before `cuptiFinalize` (CUPTI reads no buffer of its after that). Such
-        /// a buffer is not used again, nor its kernel names read (crate::detach).
-        walked: Option<Vec<u32>>,
+        /// False for a buffer completed while CUPTI was being detached: not used again (nor its
+        /// kernel names read).
+        recycle: bool,
         /// Added to its records' correlation ids (crate::detach::corr_base).
         corr_base: u32,
     },
@@ -705,13 +704,11 @@ pub(crate) unsafe extern "C" fn buffer_completed(
             // SAFETY: plain CUPTI call with CUPTI's own context/stream values.
             unsafe { (r.cupti.activity_get_num_dropped_records)(ctx, stream, &mut dropped) };
         }
-        // SAFETY: buf[..valid] is the buffer CUPTI just handed over, CUPTI still attached.
-        let walked = finalizing.then(|| unsafe { crate::sink::record_offsets(r.cupti, buf, valid) });
         let msg = Msg::Buffer {
             ptr: buf as usize,
             valid,
             dropped: dropped as u64,
-            walked,
+            recycle: !finalizing,
             corr_base: crate::detach::corr_base(),
         };
         if r.tx.send(msg).is_err() {
@@ -897,9 +894,9 @@ impl Writer {
                     ptr,
                     valid,
                     dropped,
-                    walked,
+                    recycle,
                     corr_base,
-                }) => take_buffer(&mut self.sink, ptr, valid, dropped, walked, corr_base),
+                }) => take_buffer(&mut self.sink, ptr, valid, dropped, recycle, corr_base),
                 Ok(Msg::Telemetry(t)) => take_telemetry(&mut self.sink, t),
                 Ok(Msg::Stop { reason, ack }) => return self.stop(reason, ack),
                 Ok(Msg::Capture { ts, recording }) => take_capture(&mut self.sink, ts, recording),
@@ -1187,9 +1184,9 @@ fn take_pending(sink: &mut Option<Sink>, rx: &Receiver<Msg>) -> Option<Msg> {
                 ptr,
                 valid,
                 dropped,
-                walked,
+                recycle,
                 corr_base,
-            } => take_buffer(sink, ptr, valid, dropped, walked, corr_base),
+            } => take_buffer(sink, ptr, valid, dropped, recycle, corr_base),
             Msg::Telemetry(t) => take_telemetry(sink, t),
             Msg::Capture { ts, recording } => take_capture(sink, ts, recording),
             stop @ Msg::Stop { .. } => return Some(stop),
@@ -1203,10 +1200,9 @@ fn take_buffer(
     ptr: usize,
     valid: usize,
     dropped: u64,
-    walked: Option<Vec<u32>>,
+    recycle: bool,
     corr_base: u32,
 ) {
-    let recycle = walked.is_none();
     let result = (|| -> Result<(), TraceError> {
         let Some(s) = sink.as_mut() else {
             return Ok(());
@@ -1221,8 +1217,8 @@ fn take_buffer(
             }
         }
         s.set_buffer_context(corr_base, recycle);
-        // SAFETY: ptr/valid come from CUPTI's completion callback, `walked` from record_offsets.
-        unsafe { s.take_buffer(ptr as *mut u8, valid, walked.as_deref())? };
+        // SAFETY: ptr/valid come from CUPTI's completion callback.
+        unsafe { s.take_buffer(ptr as *mut u8, valid)? };
         if dropped > 0 {
             s.write(&Record::Dropped(Dropped {
                 source: "cupti".into(),

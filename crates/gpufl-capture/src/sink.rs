@@ -523,26 +523,9 @@ impl Sink {
         self.kernel_by_ptr.clear();
     }
 
-    /// Write a completed buffer's records: found by CUPTI now, or at `walked` (offsets
-    /// [`record_offsets`] read while CUPTI still held the buffer's state: a buffer completed by a
-    /// detach, whose CUPTI is gone).
-    ///
     /// # Safety
-    /// `buf[..valid]` must be a buffer CUPTI handed back through the completion callback, and
-    /// `walked` its [`record_offsets`].
-    pub unsafe fn take_buffer(
-        &mut self,
-        buf: *mut u8,
-        valid: usize,
-        walked: Option<&[u32]>,
-    ) -> Result<(), TraceError> {
-        if let Some(offsets) = walked {
-            for &off in offsets.iter().filter(|&&o| (o as usize) < valid) {
-                // SAFETY: off is where CUPTI's iteration found a complete record in buf.
-                self.take_decoded(unsafe { activity::decode(buf.add(off as usize).cast()) })?;
-            }
-            return Ok(());
-        }
+    /// `buf[..valid]` must be a buffer CUPTI handed back through the completion callback.
+    pub unsafe fn take_buffer(&mut self, buf: *mut u8, valid: usize) -> Result<(), TraceError> {
         let Some(c) = self.cupti else { return Ok(()) };
         // SAFETY: as the caller guarantees; rec is a complete record returned by CUPTI.
         unsafe {
@@ -812,24 +795,6 @@ unsafe fn each_record(
     Ok(())
 }
 
-/// Where each record of a completed buffer starts, as CUPTI iterates it: taken on the thread that
-/// detaches CUPTI, for the writer to read the records after `cuptiFinalize` without asking CUPTI
-/// (whose state for the buffer is gone then).
-///
-/// # Safety
-/// `buf[..valid]` must be a buffer CUPTI is handing back through the completion callback.
-pub(crate) unsafe fn record_offsets(c: &Cupti, buf: *mut u8, valid: usize) -> Vec<u32> {
-    let mut offsets = Vec::new();
-    // SAFETY: as the caller guarantees.
-    let _ = unsafe {
-        each_record(c, buf, valid, |rec| {
-            offsets.push((rec as usize).wrapping_sub(buf as usize) as u32);
-            Ok(())
-        })
-    };
-    offsets
-}
-
 /// Demangle a C++ (Itanium) kernel name; anything else is returned as is.
 pub fn demangle(name: &str) -> String {
     if name.starts_with("_Z") {
@@ -928,50 +893,6 @@ mod tests {
     /// Across an always-on detach (crate::detach): a buffer's correlation ids get its base, a
     /// buffer completed while detaching has its kernel names left unread, and the name cache is
     /// forgotten after the detach (CUPTI's name addresses mean nothing then).
-    #[test]
-    fn a_buffer_completed_by_a_detach_is_read_at_its_walked_offsets_without_cupti() {
-        let _queues = queues();
-        let path = std::env::temp_dir().join(format!(
-            "gpufl-sink-walked-{}.ndjson.zst",
-            std::process::id()
-        ));
-        // No CUPTI in this sink (as after cuptiFinalize): the offsets alone find the records.
-        let mut sink = sink_at(&path);
-        let name = c"_Z5firstv";
-        let a = crate::activity::synthetic_kernel_record(name, 10, 20, 41);
-        let b = crate::activity::synthetic_kernel_record(name, 30, 45, 42);
-        let len = std::mem::size_of::<crate::cupti::sys::CUpti_ActivityKernel9>()
-            .next_multiple_of(8);
-        let mut buf = vec![0u64; 2 * len / 8 + 8];
-        // SAFETY: both records fit in buf (2 * len bytes), storage u64-aligned.
-        unsafe {
-            let p = buf.as_mut_ptr().cast::<u8>();
-            std::ptr::copy_nonoverlapping(a.as_ptr().cast::<u8>(), p, len);
-            std::ptr::copy_nonoverlapping(b.as_ptr().cast::<u8>(), p.add(len), len);
-        }
-        sink.set_buffer_context(100, false);
-        let valid = 2 * len;
-        // An offset past `valid` (never from CUPTI) is not read.
-        let offsets = [0u32, len as u32, valid as u32 + 8];
-        // SAFETY: buf holds two complete records at these offsets.
-        unsafe { sink.take_buffer(buf.as_mut_ptr().cast(), valid, Some(&offsets)) }.unwrap();
-        sink.finish("test").unwrap();
-        let mut strings = HashMap::new();
-        let mut kernels = Vec::new();
-        for rec in read_back(&path) {
-            match rec {
-                Record::Str(s) => {
-                    strings.insert(s.id, s.s);
-                }
-                Record::Kernel(k) => kernels.push((strings[&k.name].clone(), k.corr, k.start)),
-                _ => {}
-            }
-        }
-        std::fs::remove_file(&path).ok();
-        let lost = "<kernel name lost at a detach>".to_string();
-        assert_eq!(kernels, [(lost.clone(), 141, 10), (lost, 142, 30)]);
-    }
-
     #[test]
     fn buffers_around_a_detach_keep_ids_unique_and_read_no_stale_name() {
         let _queues = queues();
