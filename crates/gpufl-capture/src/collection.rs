@@ -530,9 +530,7 @@ pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
             crate::detach::Answer::Detached(finalize_ns) => {
                 let gap0 = std::time::Instant::now();
                 // The detaching thread is still on its way out of CUPTI's dispatch.
-                std::thread::sleep(std::time::Duration::from_millis(
-                    knobs().detach_settle_ms,
-                ));
+                std::thread::sleep(std::time::Duration::from_millis(knobs().detach_settle_ms));
                 crate::detach::advance_corr_base();
                 let attached = attach_again(r);
                 crate::detach::done();

@@ -13,11 +13,16 @@
 //! (`collection::detach_cycle`). Nothing is collected between the two (a few ms: a
 //! synchronization or NVTX range in that gap is missed); the end notice gives the count and cost.
 //!
+//! No thread detaches before the writer's own CUPTI calls for the request are done ([`arm`]), nor
+//! while a callback or recorder call into CUPTI begun before the request is under way ([`enter`]:
+//! counted only with `GPUFL_DETACH=1`, whose trace clock never asks CUPTI).
+//!
 //! **Experimental, off unless `GPUFL_DETACH=1`.** It removes the lingering cost (the launch loop
 //! stays at its pre-window cost) but on the H100 (CUDA 13.0, CUPTI 13.0.1) processes that detach
-//! every 500 ms died of heap corruption or SIGSEGV in 6 of 13 runs, and 7 of 34 Trainer processes
-//! with one or two detaches; waiting 50 ms before attaching again changed nothing. The cause is
-//! not found (docs/benchmarks.md). The recorder says so in a warning notice when it is on.
+//! every 500 ms die of heap corruption or SIGSEGV in CUPTI (10 of 25 launch loops) — only with
+//! call-site stacks on (`GPUFL_SITE_STACKS=0`: 0 of 15); CUPTI alone detaching the same way never
+//! did (`scripts/probe/detachloop.cu`). The cause is not found (docs/benchmarks.md). The recorder
+//! says so in a warning notice when it is on.
 
 use crate::cupti::{self, Cupti};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -155,12 +160,9 @@ pub(crate) fn request() {
 
 /// The writer's own CUPTI calls for the request are done: the next API exit may detach.
 pub(crate) fn arm() {
-    let _ = HANDSHAKE.state.compare_exchange(
-        REQUESTED,
-        ARMED,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
+    let _ = HANDSHAKE
+        .state
+        .compare_exchange(REQUESTED, ARMED, Ordering::SeqCst, Ordering::SeqCst);
 }
 
 /// What the program's threads did with a request.
@@ -316,7 +318,10 @@ mod tests {
         let before = counted().expect("nothing pending");
         request();
         assert!(pending());
-        assert!(counted().is_err(), "a callback begun after the request calls no CUPTI");
+        assert!(
+            counted().is_err(),
+            "a callback begun after the request calls no CUPTI"
+        );
         // Not armed: no exit may take it yet.
         assert!(HANDSHAKE
             .state

@@ -536,7 +536,10 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
     ("GPUFL_SOURCE_TEXT", (is_01, "0 or 1")),
     ("GPUFL_SIGNALS", (is_01, "0 or 1")),
     ("GPUFL_DETACH", (is_01, "0 or 1")),
-    ("GPUFL_DETACH_SETTLE_MS", (is_uint, "a whole number of milliseconds")),
+    (
+        "GPUFL_DETACH_SETTLE_MS",
+        (is_uint, "a whole number of milliseconds"),
+    ),
     (gpufl_trace::feed::ENV_FEED, (is_01, "0 or 1")),
     (
         "GPUFL_ALWAYS_ON_BUDGET",
@@ -907,6 +910,9 @@ mod tests {
         assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
         assert!(!k.site_native && !k.debug_cost && !k.xthread_read_pipe);
         assert!(k.source_text && k.signals && k.exporter_feed && !k.detach);
+        assert_eq!(k.detach_settle_ms, 1);
+        let k = Knobs::from_env_with(|v| (v == "GPUFL_DETACH_SETTLE_MS").then(|| "200".into()));
+        assert_eq!(k.detach_settle_ms, 200);
         assert_eq!(
             (k.exporter_socket.as_deref(), k.job_id.as_str()),
             (None, "")

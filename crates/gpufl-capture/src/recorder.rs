@@ -419,8 +419,7 @@ pub(crate) unsafe extern "C" fn on_callback(
 unsafe fn while_detaching(domain: u32, data: *const c_void) -> Option<crate::detach::Finalized> {
     use std::mem::offset_of;
     type D = cupti::sys::CUpti_CallbackData;
-    if domain != cupti::DOMAIN_RUNTIME || data.is_null() || STATE.disabled.load(Ordering::Relaxed)
-    {
+    if domain != cupti::DOMAIN_RUNTIME || data.is_null() || STATE.disabled.load(Ordering::Relaxed) {
         return None;
     }
     // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
