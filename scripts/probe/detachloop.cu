@@ -38,19 +38,7 @@
 #include <unistd.h>
 #include <vector>
 
-__global__ void empty(int *p) {
-    if (p && threadIdx.x == 1024) *p = 1;
-}
-
-#define CK(x)                                                                                 \
-    do {                                                                                      \
-        CUptiResult r_ = (x);                                                                 \
-        if (r_ != CUPTI_SUCCESS) {                                                            \
-            const char *s_ = "";                                                              \
-            cuptiGetResultString(r_, &s_);                                                    \
-            printf("  %s: %s\n", #x, s_);                                                     \
-        }                                                                                     \
-    } while (0)
+#include "probe_common.h"
 
 static const size_t BUF = 4 << 20;
 struct Handed {
@@ -98,12 +86,7 @@ static void CUPTIAPI complete(CUcontext, uint32_t, uint8_t *buf, size_t, size_t 
         deferred.push_back({buf, valid});
         return;
     }
-    CUpti_Activity *rec = nullptr;
-    long n = 0;
-    while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) n++;
-    records += n;
-    std::lock_guard<std::mutex> g(handed_mu);
-    handed.push_back({buf, checksum(buf, BUF)});
+    read_records(buf, valid);
 }
 
 static std::atomic<int> want_detach{0};  // 0 idle, 1 asked, 2 done

@@ -24,19 +24,7 @@
 #include <unistd.h>
 #include <vector>
 
-__global__ void empty(int *p) {
-    if (p && threadIdx.x == 1024) *p = 1;
-}
-
-#define CK(x)                                                                                 \
-    do {                                                                                      \
-        CUptiResult r_ = (x);                                                                 \
-        if (r_ != CUPTI_SUCCESS) {                                                            \
-            const char *s_ = "";                                                              \
-            cuptiGetResultString(r_, &s_);                                                    \
-            printf("  %s: %s\n", #x, s_);                                                     \
-        }                                                                                     \
-    } while (0)
+#include "probe_common.h"
 
 static long records = 0;
 static void CUPTIAPI request(uint8_t **buf, size_t *size, size_t *max) {
