@@ -21,6 +21,8 @@
 //  10 as 0, the window turning on what gpufl's does: kernels, memcpy, memset and overhead
 //  11 as 0, and memory activity (MEMORY2) on from each attach to its detach (as gpufl's mem
 //     records)
+//  12 as 0, and the window turns the launch callbacks on and off with the kernel activity
+//     (cudaLaunchKernel and cuLaunchKernel, cuptiEnableCallback: as gpufl's call sites do)
 // Buffers are never freed: each handed-over buffer's bytes are checksummed when CUPTI returns it
 // and again at the end, to catch CUPTI writing into a buffer it gave back.
 // Build and run (device): nvcc -O2 -o build/detachloop scripts/probe/detachloop.cu -lcupti -lcuda
@@ -135,12 +137,20 @@ static void helper(std::atomic<bool> *stop) {
         if (the_case == 6) read_deferred();
         if (the_case == 11) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2));
         if (the_case != 2) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+        if (the_case == 12) {
+            CK(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000));
+            CK(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
+        }
         if (the_case == 10) {
             CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
             CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
             CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_OVERHEAD));
         }
         std::this_thread::sleep_for(milliseconds(200));
+        if (the_case == 12) {
+            CK(cuptiEnableCallback(0, sub, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000));
+            CK(cuptiEnableCallback(0, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
+        }
         if (the_case == 10) {
             CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY));
             CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET));

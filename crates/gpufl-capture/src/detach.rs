@@ -20,9 +20,9 @@
 //! **Experimental, off unless `GPUFL_DETACH=1`.** It removes the lingering cost (the launch loop
 //! stays at its pre-window cost) but on the H100 (CUDA 13.0, CUPTI 13.0.1) processes that detach
 //! every 500 ms die of heap corruption or SIGSEGV in CUPTI (10 of 25 launch loops) — only with
-//! call-site stacks on (`GPUFL_SITE_STACKS=0`: 0 of 15); CUPTI alone detaching the same way never
-//! did (`scripts/probe/detachloop.cu`). The cause is not found (docs/benchmarks.md). The recorder
-//! says so in a warning notice when it is on.
+//! call sites collected (`GPUFL_SITE_STACKS=0`, no launch callbacks: 0 of 15); CUPTI alone
+//! detaching the same way never did (`scripts/probe/detachloop.cu`). The cause is not found
+//! (docs/benchmarks.md). The recorder says so in a warning notice when it is on.
 
 use crate::cupti::{self, Cupti};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
