@@ -11,8 +11,12 @@ loop is shown when the VM reports any. For bench/trainer_bench.py the same table
 median step of each process's steady window (robust to a few steps slowed by the host) beside its
 total. Usage: python bench/summarize.py FILE.jsonl"""
 import json
+import signal
 import statistics
 import sys
+
+# Piped into head: stop quietly when the reader goes.
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 METRICS = [("train_ms", "whole train() (bench/trainer_bench.py)"),
            ("wall_ms_all", "wall time"),

@@ -167,6 +167,11 @@ def forked(a):
                 except BaseException as e:  # noqa: BLE001 - a child reports and exits
                     print(json.dumps({"mode": m, "error": repr(e)}), flush=True)
                     code = 1
+                # os._exit runs no atexit handler: close the session as a normal exit would (its
+                # end record and closing notices), after train() was timed.
+                lib = gpufl_lib() if m.startswith("gpufl-") else None
+                if lib is not None:
+                    lib.gpufl_shutdown()
                 sys.stdout.flush()
                 os._exit(code)
             _, status = os.waitpid(pid, 0)
