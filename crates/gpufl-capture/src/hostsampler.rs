@@ -793,25 +793,28 @@ mod tests {
     #[test]
     fn a_round_samples_marked_threads_with_their_state() {
         use std::sync::mpsc::channel;
+        use std::sync::{Condvar, Mutex};
         let stop = Arc::new(AtomicBool::new(false));
+        // The waiting threads block on this until the end (no timed wake-ups: a thread woken on
+        // a loaded machine is runnable, `cpu`, until it runs).
+        let done = Arc::new((Mutex::new(false), Condvar::new()));
         let (tx, rx) = channel();
         let spawn = |kind: u32| {
-            let (tx, stop) = (tx.clone(), stop.clone());
+            let (tx, stop, done) = (tx.clone(), stop.clone(), done.clone());
             std::thread::spawn(move || {
                 let epoch = crate::sites::epoch();
                 assert!(callmark::enter(RT, 400 + kind, epoch));
                 if kind != 0 {
                     assert!(callmark::exit(RT, 400 + kind));
                 }
-                tx.send(crate::procinfo::gettid()).unwrap();
+                tx.send((kind, crate::procinfo::gettid())).unwrap();
                 match kind {
                     // In a "CUDA call" while it waits.
                     0 | 1 => {
-                        let m = std::sync::Mutex::new(());
-                        let c = std::sync::Condvar::new();
+                        let (m, c) = &*done;
                         let mut g = m.lock().unwrap();
-                        while !stop.load(Ordering::SeqCst) {
-                            g = c.wait_timeout(g, Duration::from_millis(5)).unwrap().0;
+                        while !*g {
+                            g = c.wait(g).unwrap();
                         }
                     }
                     _ => {
@@ -827,7 +830,10 @@ mod tests {
             })
         };
         let hs: Vec<_> = (0..3).map(spawn).collect();
-        let tids: Vec<u64> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        // Indexed by kind, whatever order the threads got here in.
+        let mut arrived: Vec<(u32, u64)> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        arrived.sort_unstable();
+        let tids: Vec<u64> = arrived.into_iter().map(|(_, tid)| tid).collect();
         let mut in_call = None;
         std::thread::sleep(Duration::from_millis(30));
         let mut seen: HashMap<u64, Vec<HostState>> = HashMap::new();
@@ -842,6 +848,8 @@ mod tests {
             std::thread::sleep(Duration::from_millis(2));
         }
         stop.store(true, Ordering::SeqCst);
+        *done.0.lock().unwrap() = true;
+        done.1.notify_all();
         for h in hs {
             h.join().unwrap();
         }
