@@ -130,6 +130,12 @@ static void attach() {
                                CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020));
 }
 
+// Case 12: the launch callbacks on or off, as a gpufl window switches its call sites.
+static void launch_callbacks(uint32_t on) {
+    CK(cuptiEnableCallback(on, sub, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000));
+    CK(cuptiEnableCallback(on, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
+}
+
 static void helper(std::atomic<bool> *stop) {
     using namespace std::chrono;
     while (!stop->load()) {
@@ -137,20 +143,14 @@ static void helper(std::atomic<bool> *stop) {
         if (the_case == 6) read_deferred();
         if (the_case == 11) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2));
         if (the_case != 2) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-        if (the_case == 12) {
-            CK(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000));
-            CK(cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
-        }
+        if (the_case == 12) launch_callbacks(1);
         if (the_case == 10) {
             CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
             CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
             CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_OVERHEAD));
         }
         std::this_thread::sleep_for(milliseconds(200));
-        if (the_case == 12) {
-            CK(cuptiEnableCallback(0, sub, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000));
-            CK(cuptiEnableCallback(0, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
-        }
+        if (the_case == 12) launch_callbacks(0);
         if (the_case == 10) {
             CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY));
             CK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET));

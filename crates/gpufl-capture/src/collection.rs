@@ -90,10 +90,7 @@ pub(crate) fn mute_hostcall(domain: u32, cbid: u32) {
     if r.pid != std::process::id() || is_disabled() {
         return;
     }
-    let _guard = COLLECTION
-        .pause_lock
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _guard = hold_changes();
     if let Some((w, b)) = muted_bit(domain, cbid) {
         COLLECTION.muted[w].fetch_or(b, Ordering::Relaxed);
     }
@@ -360,10 +357,7 @@ pub(crate) fn set_driver_sites(on: bool) {
     if r.pid != std::process::id() || is_disabled() {
         return;
     }
-    let _guard = COLLECTION
-        .pause_lock
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _guard = hold_changes();
     if COLLECTION.driver_sites.swap(on, Ordering::SeqCst) == on {
         return;
     }
@@ -412,10 +406,7 @@ pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
     if r.pid != std::process::id() || is_disabled() {
         return None;
     }
-    let _guard = COLLECTION
-        .pause_lock
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _guard = hold_changes();
     let mut ignored = Vec::new();
     if open {
         if COLLECTION.paused.load(Ordering::SeqCst) || r.stopped.load(Ordering::SeqCst) {
@@ -446,8 +437,8 @@ pub(crate) fn set_window(open: bool, detail: bool) -> Option<u64> {
     }
 }
 
-/// Hold collection changes and detaches back (the recorder's stop): no other thread changes
-/// what CUPTI collects, or detaches it, until the guard drops.
+/// Hold collection changes and detaches back: no other thread changes what CUPTI collects
+/// (pause, resume, windows, muting), or detaches it, until the guard drops.
 pub(crate) fn hold_changes() -> std::sync::MutexGuard<'static, ()> {
     COLLECTION
         .pause_lock
@@ -480,10 +471,7 @@ pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
         return None;
     }
     let r = crate::recorder::get()?;
-    let _guard = COLLECTION
-        .pause_lock
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _guard = hold_changes();
     if COLLECTION.paused.load(Ordering::SeqCst)
         || r.stopped.load(Ordering::SeqCst)
         || COLLECTION.window.load(Ordering::SeqCst) != 0
@@ -718,10 +706,7 @@ pub fn set_recording(recording: bool) -> bool {
     if r.pid != std::process::id() || is_disabled() {
         return false;
     }
-    let _guard = COLLECTION
-        .pause_lock
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _guard = hold_changes();
     if r.stopped.load(Ordering::SeqCst) {
         return false;
     }

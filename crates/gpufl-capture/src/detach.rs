@@ -79,6 +79,19 @@ pub(crate) fn corr_base() -> u32 {
     HANDSHAKE.corr_base.load(Ordering::Relaxed)
 }
 
+/// The correlation id of an API callback, unique across detaches (CUPTI's own plus
+/// [`corr_base`]).
+///
+/// # Safety
+/// `data` points at the `CUpti_CallbackData` of an API callback.
+#[inline]
+pub(crate) unsafe fn callback_corr(data: *const std::ffi::c_void) -> u32 {
+    use std::mem::offset_of;
+    type D = cupti::sys::CUpti_CallbackData;
+    // SAFETY: as the caller guarantees; a u32 field of CUpti_CallbackData.
+    unsafe { cupti::cb_field::<u32>(data, offset_of!(D, correlationId)) }.wrapping_add(corr_base())
+}
+
 /// Detached: ids from now on continue above the last generation's (the writer, before
 /// attaching again).
 pub(crate) fn advance_corr_base() {

@@ -395,8 +395,7 @@ pub unsafe fn on_api(call: HostcallCall, data: *const c_void) {
         return;
     }
     let mut s = Sample::empty();
-    s.corr = unsafe { cupti::cb_field::<u32>(data, offset_of!(D, correlationId)) }
-        .wrapping_add(crate::detach::corr_base());
+    s.corr = unsafe { crate::detach::callback_corr(data) };
     s.ctx = unsafe { cupti::cb_field(data, offset_of!(D, contextUid)) };
     s.domain = call.domain;
     s.cbid = call.cbid;

@@ -340,7 +340,6 @@ pub struct Knobs {
     /// `GPUFL_DETACH_SETTLE_MS`: how long the writer waits after a detach before attaching CUPTI
     /// again (default 1).
     pub detach_settle_ms: u64,
-
     /// The exporter feed, unless `GPUFL_EXPORTER_FEED=0`.
     pub exporter_feed: bool,
     /// `GPUFL_EXPORTER_SOCKET`: the one socket the feed sends to.
@@ -725,7 +724,6 @@ impl Knobs {
             detach_settle_ms: get("GPUFL_DETACH_SETTLE_MS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1),
-
             exporter_feed: not(gpufl_trace::feed::ENV_FEED, "0"),
             exporter_socket: get(gpufl_trace::feed::ENV_SOCKET),
             job_id: ["GPUFL_JOB", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"]

@@ -554,8 +554,7 @@ unsafe fn on_sync_api(domain: u32, cbid: u32, data: *const c_void) {
                 return;
             }
             let s = &mut active.sample;
-            s.corr = unsafe { cb_field::<u32>(data, offset_of!(D, correlationId)) }
-                .wrapping_add(crate::detach::corr_base());
+            s.corr = unsafe { crate::detach::callback_corr(data) };
             s.domain = domain;
             s.cbid = cbid;
             s.ctx = unsafe { cb_field(data, offset_of!(D, contextUid)) };

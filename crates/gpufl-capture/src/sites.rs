@@ -632,8 +632,7 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
                 !st.runtime.inside(epoch)
             };
             // The exit of the outermost launch call: its api record.
-            let corr: u32 = unsafe { cupti::cb_field::<u32>(data, offset_of!(D, correlationId)) }
-                .wrapping_add(crate::detach::corr_base());
+            let corr: u32 = unsafe { crate::detach::callback_corr(data) };
             // The exit of the call whose entry was timed (an exit without its entry, after the
             // callbacks were switched while a call was in progress, writes nothing).
             if timed && outermost && st.call_start != 0 && st.call_corr == corr {
@@ -670,8 +669,7 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
         }
         if timed {
             st.call_start = call.cupti.timestamp();
-            st.call_corr = unsafe { cupti::cb_field::<u32>(data, offset_of!(D, correlationId)) }
-                .wrapping_add(crate::detach::corr_base());
+            st.call_corr = unsafe { crate::detach::callback_corr(data) };
         }
         let ctx_uid: u32 = unsafe { cupti::cb_field(data, offset_of!(D, contextUid)) };
         let ctx: *mut c_void = unsafe { cupti::cb_field(data, offset_of!(D, context)) };
@@ -716,8 +714,7 @@ pub unsafe fn on_site_api(call: SiteCall, data: *const c_void) {
             return;
         }
         let mut s = Sample::empty();
-        s.corr = unsafe { cupti::cb_field::<u32>(data, offset_of!(D, correlationId)) }
-            .wrapping_add(crate::detach::corr_base());
+        s.corr = unsafe { crate::detach::callback_corr(data) };
         s.domain = call.domain;
         s.cbid = call.cbid;
         s.ctx = ctx_uid;
