@@ -1,8 +1,8 @@
-# Phase detach (sourced by scripts/gpu-check.sh): always-on with GPUFL_DETACH=1 (experimental)
+# Phase detach (sourced by scripts/gpu-check.sh): always-on (GPUFL_DETACH=0: kept attached)
 # detaches CUPTI after each window (crate::detach), so that kernel tracing costs the launching
 # thread nothing between windows.
 # 1. The C++ launch loop's ns per launch over time (launchcost.cu, LC_TIMELINE=1): one window 2 s
-#    in (the budget puts the next ~40 s later), with detaching, without (the default), bare.
+#    in (the budget puts the next ~40 s later), detaching (the default), kept attached, bare.
 # 2. Safety: the launch loop and a PyTorch loop with its autograd thread under windows every
 #    500 ms (a detach each), every process must exit 0; the session's windows, kernels and
 #    correlation ids across the detaches (scripts/probe/detach_check.py).
@@ -18,8 +18,8 @@ for rep in 1 2; do
   for m in detach nodetach bare; do
     case $m in
       bare) LC_TIMELINE=1 build/launchcost $LCR 2000 > "$OUT/detach-lc-$m.txt" 2>&1 ;;
-      detach) LC_TIMELINE=1 GPUFL_DETACH=1 gpufl record -q --always-on -o "$DT/lc-$m-$rep" -- build/launchcost $LCR 2000 > "$OUT/detach-lc-$m.txt" 2>&1 ;;
-      nodetach) LC_TIMELINE=1 gpufl record -q --always-on -o "$DT/lc-$m-$rep" -- build/launchcost $LCR 2000 > "$OUT/detach-lc-$m.txt" 2>&1 ;;
+      detach) LC_TIMELINE=1 gpufl record -q --always-on -o "$DT/lc-$m-$rep" -- build/launchcost $LCR 2000 > "$OUT/detach-lc-$m.txt" 2>&1 ;;
+      nodetach) LC_TIMELINE=1 GPUFL_DETACH=0 gpufl record -q --always-on -o "$DT/lc-$m-$rep" -- build/launchcost $LCR 2000 > "$OUT/detach-lc-$m.txt" 2>&1 ;;
     esac
     echo "$m (exit $?): $(sed 's/LC_TIMELINE *//; s/ (n=[0-9]*)//; s/ ns$//; s/ s: /:/' "$OUT/detach-lc-$m.txt" | tr '\n' ' ')" | cut -c1-600 | tee -a "$OUT/summary.txt"
   done
@@ -28,11 +28,11 @@ f=$(sess "$DT/lc-detach-1"); gpufl dump "$f" --type notice | grep -o '"message":
 log "(detach) safety: windows every 500 ms"
 fails=0
 for rep in 1 2 3 4 5 6; do
-  GPUFL_DETACH=1 GPUFL_WINDOW_PERIOD_MS=500 gpufl record -q --always-on -o "$DT/stress-$rep" -- build/launchcost 1000 2000 > "$OUT/detach-stress-$rep.txt" 2>&1
+  GPUFL_WINDOW_PERIOD_MS=500 gpufl record -q --always-on -o "$DT/stress-$rep" -- build/launchcost 1000 2000 > "$OUT/detach-stress-$rep.txt" 2>&1
   rc=$?; [ $rc = 0 ] || { fails=$((fails + 1)); echo "stress $rep: exit $rc"; tail -3 "$OUT/detach-stress-$rep.txt"; }
 done
 for rep in 1 2; do
-  GPUFL_DETACH=1 GPUFL_WINDOW_PERIOD_MS=500 gpufl record -q --always-on -o "$DT/torch-$rep" -- $PY examples/pytorch_backward.py --steps 400 > "$OUT/detach-torch-$rep.txt" 2>&1
+  GPUFL_WINDOW_PERIOD_MS=500 gpufl record -q --always-on -o "$DT/torch-$rep" -- $PY examples/pytorch_backward.py --steps 400 > "$OUT/detach-torch-$rep.txt" 2>&1
   rc=$?; [ $rc = 0 ] || { fails=$((fails + 1)); echo "torch $rep: exit $rc"; tail -3 "$OUT/detach-torch-$rep.txt"; }
 done
 echo "detach safety: $fails of 8 processes failed: $([ $fails = 0 ] && echo PASS || echo FAIL)" | tee -a "$OUT/summary.txt"
@@ -40,8 +40,8 @@ $PY scripts/probe/detach_check.py "$(sess "$DT/stress-1")" 2>&1 | tail -8 | tee 
 $PY scripts/probe/detach_check.py "$(sess "$DT/torch-1")" 2>&1 | tail -8 | tee -a "$OUT/summary.txt"
 gpufl report --color never "$(sess "$DT/torch-1")" 2>&1 | head -14 | tee -a "$OUT/summary.txt"
 log "(detach) stream_sync_loop 60000 and nvtx_ranges 20000 under always-on, windows every 1 s"
-GPUFL_DETACH=1 GPUFL_WINDOW_PERIOD_MS=1000 gpufl record -q --always-on -o "$DT/ssl" -- build/stream_sync_loop 60000 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
+GPUFL_WINDOW_PERIOD_MS=1000 gpufl record -q --always-on -o "$DT/ssl" -- build/stream_sync_loop 60000 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
 $PY scripts/probe/detach_check.py "$(sess "$DT/ssl")" --syncs 60000 2>&1 | tail -6 | tee -a "$OUT/summary.txt"
-GPUFL_DETACH=1 GPUFL_WINDOW_PERIOD_MS=1000 gpufl record -q --always-on -o "$DT/nvtx" -- build/nvtx_ranges 20000 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
+GPUFL_WINDOW_PERIOD_MS=1000 gpufl record -q --always-on -o "$DT/nvtx" -- build/nvtx_ranges 20000 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
 $PY scripts/probe/detach_check.py "$(sess "$DT/nvtx")" --ranges 20000 2>&1 | tail -6 | tee -a "$OUT/summary.txt"
 gpufl report --color never "$(sess "$DT/nvtx")" 2>&1 | grep -A5 "^  scopes" | tee -a "$OUT/summary.txt"

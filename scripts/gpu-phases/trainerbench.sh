@@ -101,6 +101,10 @@ if [ "${TRAINER_FORK:-0}" -gt 0 ]; then
   ls "$TB/fork" | head -3 | tee -a "$OUT/summary.txt"
   d=$(ls -d "$TB"/fork/*always-on*/*/ 2>/dev/null | tail -1)
   [ -n "$d" ] && gpufl info "$d" 2>&1 | head -8 | tee -a "$OUT/summary.txt"
+  # Always-on children: what their detaches did (crate::detach), counted by clause.
+  for f in $(find "$TB/fork" -path '*always-on*' -name trace-0000.ndjson.zst 2>/dev/null); do
+    gpufl dump "$(dirname "$f")" --type notice 2>/dev/null | grep -o 'CUPTI detached after [0-9]* windows\|[0-9]* times [a-z][^;"]*' || echo "no detach"
+  done | sort | uniq -c | tee -a "$OUT/summary.txt"
   rm -rf "$TB/fork"
 fi
 for d in "$TB"/*/*/; do

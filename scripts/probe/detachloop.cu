@@ -1,6 +1,6 @@
 // detachloop.cu - probe for issue 35: does detaching CUPTI (cuptiFinalize) and attaching it again
 // every 0.5 s corrupt a launch loop's process with CUPTI alone, no gpufl? gpufl's always-on
-// detach (GPUFL_DETACH=1) aborted 3 of 8 launch loops. Not part of gpufl. Each case is a forked
+// detach aborted 3 of 8 launch loops (its call sites switched off: case 12). Not part of gpufl. Each case is a forked
 // process: the main thread launches batches of 2000 empty kernels and synchronizes for 10 s; a
 // helper thread, every 0.5 s, attaches (subscribe, buffer callbacks, CONCURRENT_KERNEL on for
 // 200 ms, then off) and detaches:
@@ -22,7 +22,10 @@
 //  11 as 0, and memory activity (MEMORY2) on from each attach to its detach (as gpufl's mem
 //     records)
 //  12 as 0, and the window turns the launch callbacks on and off with the kernel activity
-//     (cudaLaunchKernel and cuLaunchKernel, cuptiEnableCallback: as gpufl's call sites do)
+//     (cudaLaunchKernel and cuLaunchKernel, cuptiEnableCallback: as gpufl's call sites did):
+//     died of heap corruption (H200, CUDA 13.0: 1 of 2 processes)
+//  13 as 12, the launch callbacks turned on with the window and never off: the detach removes
+//     them (as gpufl's call sites do when it detaches)
 // Buffers are never freed: each handed-over buffer's bytes are checksummed when CUPTI returns it
 // and again at the end, to catch CUPTI writing into a buffer it gave back.
 // Build and run (device): nvcc -O2 -o build/detachloop scripts/probe/detachloop.cu -lcupti -lcuda
@@ -143,7 +146,7 @@ static void helper(std::atomic<bool> *stop) {
         if (the_case == 6) read_deferred();
         if (the_case == 11) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2));
         if (the_case != 2) CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-        if (the_case == 12) launch_callbacks(1);
+        if (the_case == 12 || the_case == 13) launch_callbacks(1);
         if (the_case == 10) {
             CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
             CK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));

@@ -17,7 +17,7 @@ one() { # mode, optionally +VAR=value+…: those variables set for the recorded 
 }
 mode_cmd() {
   case $1 in
-    bare) /tmp/launchcost $LC_ARGS ;;
+    bare|bare-again) /tmp/launchcost $LC_ARGS ;;
     subscribed) env GPUFL_ACTIVITY_KINDS=none GPUFL_TELEMETRY_MS=0 $K -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     kernels-discard) env GPUFL_ACTIVITY_KINDS=kernels GPUFL_DISCARD=1 GPUFL_TELEMETRY_MS=0 $K -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
     kernels-only) env $K -o /tmp/lc -- /tmp/launchcost $LC_ARGS ;;
@@ -38,6 +38,9 @@ mode_cmd() {
 for rep in $(seq ${REPS:-3}); do
   for m in ${MODES:-bare subscribed kernels-discard kernels-only no-sync no-api default always-on}; do
     echo "$m: $(one $m 2>&1 | grep -e 'launch ns' -e 'toggle' -e LC_)"
+    # A recorded process's detaches (always-on: crate::detach), indented.
+    f=$(find /tmp/lc -name trace-0000.ndjson.zst 2>/dev/null | head -1)
+    [ -n "$f" ] && gpufl dump "$(dirname "$f")" --type notice 2>/dev/null | grep -o 'CUPTI detached[^"]*' | cut -c1-220 | sed 's/^/    /'
     rm -rf /tmp/lc
   done
 done 2>&1 | tee "$OUT/launchcost.txt"

@@ -14,7 +14,8 @@
 //!   `duty = budget / (rate × cost)`, at most [`MAX_DUTY`], `period = window / duty` within
 //!   [`MIN_PERIOD`]..[`MAX_PERIOD`]. That cost does not end with the window: once CUPTI's kernel
 //!   tracing has been on, launches stay dearer for the rest of the run (docs/benchmarks.md,
-//!   "Always-on after its first window"); `GPUFL_DETACH=1` (crate::detach) is the experiment.
+//!   "Always-on after its first window"), unless CUPTI is detached after the window, as it is
+//!   (crate::detach; `GPUFL_DETACH=0`: kept attached).
 //!   `GPUFL_WINDOW_MS` and `GPUFL_WINDOW_PERIOD_MS` (a fixed period) override them.
 //! - **Full-detail windows** on demand: `gpufl_capture_window(seconds)` (C, C++, Python), the
 //!   trigger signal (SIGUSR2 unless `GPUFL_TRIGGER_SIGNAL` names another, 0 = none; installed only
@@ -163,7 +164,13 @@ pub struct Scheduler {
     lost: bool,
     /// A detach is due now (the writer does it: [`Scheduler::take_detach_due`]).
     detach_due: Option<Instant>,
+    /// Detaches tried since the last window closed (a missed one is tried again, up to
+    /// [`DETACH_TRIES`]: until one succeeds every runtime callback stays on).
+    detach_tries: u32,
 }
+
+/// How many times a detach after one window is tried.
+const DETACH_TRIES: u32 = 4;
 
 impl Scheduler {
     /// A scheduler for an always-on recording (None in the default mode).
@@ -186,6 +193,7 @@ impl Scheduler {
             detaches: crate::detach::Tally::default(),
             lost: false,
             detach_due: None,
+            detach_tries: 0,
         })
     }
 
@@ -278,6 +286,7 @@ impl Scheduler {
         self.written[o.reason as usize - 1] += 1;
         if collection::detach_applies() {
             self.pending_detach = Some(now);
+            self.detach_tries = 0;
         }
         sink.write(&Record::Window(Window {
             start: o.start_ts,
@@ -313,7 +322,18 @@ impl Scheduler {
                     self.next_open = self.next_open.max(closed + least);
                 }
             }
-            Some(collection::DetachOutcome::Missed) => self.detaches.missed += 1,
+            Some(o @ (collection::DetachOutcome::Missed | collection::DetachOutcome::Refused)) => {
+                if matches!(o, collection::DetachOutcome::Missed) {
+                    self.detaches.missed += 1;
+                } else {
+                    self.detaches.refused += 1;
+                }
+                // Tried again a little later (the runtime callbacks stay on meanwhile).
+                self.detach_tries += 1;
+                if self.detach_tries < DETACH_TRIES && self.open.is_none() {
+                    self.pending_detach = Some(Instant::now());
+                }
+            }
             Some(collection::DetachOutcome::Lost(why)) => {
                 self.lost = true;
                 if let Some(sink) = sink {
@@ -415,6 +435,53 @@ mod tests {
         );
         // A larger budget, a shorter period.
         assert!(next_period(4000, Duration::from_millis(200), 1.0) < p);
+    }
+
+    #[test]
+    fn a_detach_not_taken_is_tried_again_a_few_times() {
+        let mut s = Scheduler {
+            window: Duration::from_millis(WINDOW_MS),
+            fixed_period: None,
+            budget_pct: 0.5,
+            next_open: Instant::now(),
+            open: None,
+            pending_rate: None,
+            written: [1, 0, 0],
+            pending_detach: None,
+            detaches: crate::detach::Tally::default(),
+            lost: false,
+            detach_due: None,
+            detach_tries: 0,
+        };
+        let closed = Instant::now();
+        let outcomes = [
+            collection::DetachOutcome::Missed,
+            collection::DetachOutcome::Refused,
+            collection::DetachOutcome::Missed,
+            collection::DetachOutcome::Refused,
+        ];
+        for (i, o) in outcomes.into_iter().enumerate() {
+            s.detached(None, closed, Some(o)).unwrap();
+            // Until a detach is taken every runtime callback stays on: tried again, a few times.
+            let again = s.pending_detach.take().is_some();
+            assert_eq!(again, i + 1 < DETACH_TRIES as usize, "try {}", i + 1);
+        }
+        assert_eq!((s.detaches.missed, s.detaches.refused), (2, 2));
+        let d = s.detaches.describe().unwrap();
+        assert!(d.contains("2 times no CUDA call came"), "{d}");
+        assert!(d.contains("2 times other threads' CUDA callbacks"), "{d}");
+        // One that is taken is not tried again, and counts.
+        s.detached(
+            None,
+            closed,
+            Some(collection::DetachOutcome::Done {
+                finalize_ns: 2_000_000,
+                gap_ns: 10_000_000,
+            }),
+        )
+        .unwrap();
+        assert!(s.pending_detach.is_none());
+        assert_eq!(s.detaches.detached, 1);
     }
 
     #[test]

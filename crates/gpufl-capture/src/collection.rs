@@ -28,6 +28,10 @@ struct Collection {
     /// for driver functions seen called directly, and back on for a while every so often to look
     /// again ([`crate::sites::DriverSitePolicy`]).
     driver_sites: AtomicBool,
+    /// Whether the call-site callbacks are on in name (always-on: a window is open). Where a
+    /// detach may happen they are never switched off in CUPTI while attached ([`switch_callback`]);
+    /// their callbacks then drop what comes while this is off ([`site_wanted`]).
+    sites_on: AtomicBool,
     /// The GPU activity kinds are on (kernel detail turns the kernel kind off around a sampled
     /// launch, and back on only if they still are).
     gpu_kinds_on: AtomicBool,
@@ -46,6 +50,7 @@ static COLLECTION: Collection = Collection {
     hostcalls: OnceLock::new(),
     muted: [const { AtomicU64::new(0) }; MUTED_WORDS],
     driver_sites: AtomicBool::new(true),
+    sites_on: AtomicBool::new(false),
     gpu_kinds_on: AtomicBool::new(false),
     window: AtomicU8::new(0),
     paused: AtomicBool::new(false),
@@ -76,7 +81,7 @@ fn muted_bit(domain: u32, cbid: u32) -> Option<(usize, u64)> {
     (word < per_domain).then(|| (base + word, 1u64 << (cbid % 64)))
 }
 
-fn is_muted(domain: u32, cbid: u32) -> bool {
+pub(crate) fn is_muted(domain: u32, cbid: u32) -> bool {
     muted_bit(domain, cbid)
         .is_some_and(|(w, b)| COLLECTION.muted[w].load(Ordering::Relaxed) & b != 0)
 }
@@ -98,7 +103,43 @@ pub(crate) fn mute_hostcall(domain: u32, cbid: u32) {
         return;
     }
     // SAFETY: plain CUPTI call with valid arguments.
-    unsafe { (r.cupti.enable_callback)(0, r.subscriber.load(Ordering::SeqCst), domain, cbid) };
+    unsafe {
+        switch_callback(
+            r.cupti,
+            r.subscriber.load(Ordering::SeqCst),
+            false,
+            domain,
+            cbid,
+        )
+    };
+}
+
+/// Switch one API callback of our subscriber on or off. Where a detach may happen
+/// ([`crate::detach::possible`]) a callback is never switched off in CUPTI while it stays
+/// attached: CUPTI 13.0 corrupts its own heap when a callback that a program thread may be
+/// dispatching is switched off and CUPTI is detached later (`scripts/probe/detachloop.cu`
+/// case 12, no gpufl in it; turned on only, and removed by the detach: case 13). It stays on
+/// until the next detach removes it; its handler drops what comes meanwhile (paused or stopped:
+/// `recorder::handle_callback`; [`site_wanted`]; [`is_muted`]).
+///
+/// # Safety
+/// `sub` is our CUPTI subscriber.
+unsafe fn switch_callback(c: &Cupti, sub: *mut c_void, on: bool, domain: u32, id: u32) {
+    if on || !crate::detach::possible() {
+        // SAFETY: plain CUPTI call with valid arguments.
+        unsafe { (c.enable_callback)(u32::from(on), sub, domain, id) };
+    }
+}
+
+/// Whether a call-site callback that came is wanted now: the call-site callbacks are on in name
+/// and, for the driver domain's, those are not left to the runtime's ([`Collection::driver_sites`]).
+/// Only needed where a detach may happen ([`switch_callback`]); CUPTI switches them otherwise.
+#[inline]
+pub(crate) fn site_wanted(domain: u32, cbid: u32) -> bool {
+    COLLECTION.sites_on.load(Ordering::Relaxed)
+        && (domain == cupti::DOMAIN_RUNTIME
+            || COLLECTION.driver_sites.load(Ordering::Relaxed)
+            || crate::sites::driver_direct(cbid))
 }
 
 /// Set up activity collection once (buffers, thread ids, flush period, resource callbacks), then
@@ -265,14 +306,12 @@ fn set_collection(
     set_site_callbacks(c, sub, on && (!aon || window > 0));
     // SAFETY (whole function): plain CUPTI calls with valid arguments.
     unsafe {
-        let flag = u32::from(on);
         // Hostcalls, all the time (always-on too, like synchronizations); ids the cost guard
         // turned off stay off.
         if let Some(t) = COLLECTION.hostcalls.get() {
             let k = knobs();
             for (domain, id) in t.enabled_ids(k.hostcall_us > 0, k.mem_records) {
-                let f = u32::from(on && !is_muted(domain, id));
-                (c.enable_callback)(f, sub, domain, id);
+                switch_callback(c, sub, on && !is_muted(domain, id), domain, id);
             }
         }
         if opts.enable_synchronization {
@@ -280,12 +319,12 @@ fn set_collection(
             let want = &knobs().callback_domains;
             if want.keeps("runtime") {
                 for &id in cbids::RUNTIME_SYNC {
-                    (c.enable_callback)(flag, sub, cupti::DOMAIN_RUNTIME, id);
+                    switch_callback(c, sub, on, cupti::DOMAIN_RUNTIME, id);
                 }
             }
             if want.keeps("driver") {
                 for &id in cbids::DRIVER_SYNC {
-                    (c.enable_callback)(flag, sub, cupti::DOMAIN_DRIVER, id);
+                    switch_callback(c, sub, on, cupti::DOMAIN_DRIVER, id);
                 }
             }
         }
@@ -324,6 +363,7 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
     // (comma-separated; `graph`: cudaGraphLaunch / cuGraphLaunch) restrict the call-site
     // callbacks (default: all).
     let (domains, kinds) = (&knobs().site_domains, &knobs().site_kinds);
+    COLLECTION.sites_on.store(on, Ordering::SeqCst);
     let driver_on = COLLECTION.driver_sites.load(Ordering::SeqCst);
     for (domain, id) in table.ids() {
         let dom = if domain == cupti::DOMAIN_RUNTIME {
@@ -333,13 +373,12 @@ fn set_site_callbacks(c: &Cupti, sub: *mut c_void, on: bool) {
         };
         let kind = table.kind(domain, id).map_or("launch", |k| k.knob_name());
         if domains.keeps(dom) && kinds.keeps(kind) {
-            let flag = u32::from(
-                on && (domain == cupti::DOMAIN_RUNTIME
+            let flag = on
+                && (domain == cupti::DOMAIN_RUNTIME
                     || driver_on
-                    || crate::sites::driver_direct(id)),
-            );
+                    || crate::sites::driver_direct(id));
             // SAFETY: plain CUPTI call with valid arguments.
-            unsafe { (c.enable_callback)(flag, sub, domain, id) };
+            unsafe { switch_callback(c, sub, flag, domain, id) };
         }
     }
     // A call in progress across the switch may have its exit (or entry) unseen: threads count
@@ -457,8 +496,12 @@ pub enum DetachOutcome {
     /// Detached and attached again: the program's thread's time detaching, and the time from
     /// the detach to collection on again (ns).
     Done { finalize_ns: u64, gap_ns: u64 },
-    /// No CUDA call returned in time, or CUPTI refused: still attached, collection as it was.
+    /// No CUDA call returned in time: still attached, collection as it was (the runtime
+    /// callbacks on until a detach succeeds).
     Missed,
+    /// Other threads' callbacks were still under way, or `cuptiFinalize` refused: still attached,
+    /// as with `Missed`.
+    Refused,
     /// Detached, but CUPTI could not be attached again: nothing more is collected.
     Lost(String),
 }
@@ -487,9 +530,10 @@ pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
     // Only now may a thread detach: no CUPTI call of this thread races it.
     crate::detach::arm();
     let t0 = std::time::Instant::now();
+    // Not detached after all: the runtime callbacks stay on until the next detach removes them
+    // (never switched off while attached: [`switch_callback`]); their handler drops those the
+    // mode does not collect.
     let restore = || {
-        // SAFETY: plain CUPTI call on our own subscriber; then the mode's callbacks again.
-        unsafe { (c.enable_domain)(0, sub, cupti::DOMAIN_RUNTIME) };
         let mut ignored = Vec::new();
         set_collection(c, sub, &r.opts, true, &mut ignored);
     };
@@ -513,7 +557,7 @@ pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
             crate::detach::Answer::Failed => {
                 restore();
                 crate::detach::done();
-                return Some(DetachOutcome::Missed);
+                return Some(DetachOutcome::Refused);
             }
             crate::detach::Answer::Detached(finalize_ns) => {
                 let gap0 = std::time::Instant::now();
@@ -535,18 +579,16 @@ pub(crate) fn detach_cycle() -> Option<DetachOutcome> {
     }
 }
 
-/// Whether this recording detaches CUPTI after its windows: always-on with `GPUFL_DETACH=1`, not
-/// kernel detail, a CUPTI with `cuptiFinalize`, buffers left to hold back.
+/// Whether this recording detaches CUPTI after its windows now: it may
+/// ([`crate::detach::possible`]: always-on, unless `GPUFL_DETACH=0`, not kernel detail, a CUPTI
+/// with `cuptiFinalize`), in the recording process, buffers left to hold back.
 pub(crate) fn detach_applies() -> bool {
-    crate::recorder::get().is_some_and(|r| {
-        r.pid == std::process::id()
-            && !is_disabled()
-            && r.opts.mode == crate::options::Mode::AlwaysOn
-            && r.opts.kernel_detail.is_none()
-            && knobs().detach
-            && r.cupti.finalize.is_some()
-            && crate::pool::retired() < crate::pool::MAX_RETIRED
-    })
+    crate::detach::possible()
+        && crate::recorder::get().is_some_and(|r| {
+            r.pid == std::process::id()
+                && !is_disabled()
+                && crate::pool::retired() < crate::pool::MAX_RETIRED
+        })
 }
 
 /// After a detach: subscribe again and turn the mode's collection back on (what start did).

@@ -257,7 +257,7 @@ impl Cupti {
     }
 
     /// CUPTI's timestamp now (ns); CLOCK_REALTIME, which it follows to ~1 µs, where CUPTI may
-    /// be detached (`GPUFL_DETACH=1`: no CUPTI call from any thread may race `cuptiFinalize`,
+    /// be detached (always-on: no CUPTI call from any thread may race `cuptiFinalize`,
     /// crate::detach).
     pub fn timestamp(&self) -> u64 {
         if crate::detach::possible() {

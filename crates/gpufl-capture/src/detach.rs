@@ -15,17 +15,18 @@
 //!
 //! No thread detaches before the writer's own CUPTI calls for the request are done ([`arm`]), nor
 //! while a callback or recorder call into CUPTI begun before the request is under way ([`enter`]:
-//! counted only with `GPUFL_DETACH=1`, whose trace clock never asks CUPTI).
+//! counted only where a detach may happen, whose trace clock never asks CUPTI).
 //!
-//! **Experimental, off unless `GPUFL_DETACH=1`.** It removes the lingering cost (the launch loop
-//! stays at its pre-window cost) but on the H100 (CUDA 13.0, CUPTI 13.0.1) processes that detach
-//! every 500 ms die of heap corruption or SIGSEGV in CUPTI (10 of 25 launch loops) — only with
-//! call sites collected (`GPUFL_SITE_STACKS=0`, no launch callbacks: 0 of 15); CUPTI alone
-//! detaching the same way never did (`scripts/probe/detachloop.cu`). The cause is not found
-//! (docs/benchmarks.md). The recorder says so in a warning notice when it is on.
+//! **Callbacks are never switched off while attached.** CUPTI 13.0 corrupts its own heap when a
+//! callback a program thread may be dispatching is switched off and CUPTI is detached later
+//! (`scripts/probe/detachloop.cu` case 12, CUPTI alone); so where a detach may happen
+//! ([`possible`]) gpufl switches callbacks on but never off (`collection::switch_callback`), and
+//! their handlers drop what is off in name until the next detach removes them.
+//!
+//! Always-on's default; `GPUFL_DETACH=0` keeps CUPTI attached (docs/benchmarks.md).
 
 use crate::cupti::{self, Cupti};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Nothing asked.
 const IDLE: u8 = 0;
@@ -47,9 +48,11 @@ const QUIET_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The detach handshake (the module's one static; atomics only).
 struct Handshake {
+    /// [`possible`].
+    possible: AtomicBool,
     state: AtomicU8,
-    /// Callbacks and recorder calls into CUPTI under way, counted only with `GPUFL_DETACH=1`
-    /// ([`enter`]): `cuptiFinalize` runs only once none is.
+    /// Callbacks and recorder calls into CUPTI under way, counted only where a detach
+    /// may happen ([`enter`]): `cuptiFinalize` runs only once none is.
     in_flight: AtomicU32,
     /// How long the program's thread spent detaching (ns), for the writer.
     finalize_ns: AtomicU64,
@@ -62,6 +65,7 @@ struct Handshake {
 }
 
 static HANDSHAKE: Handshake = Handshake {
+    possible: AtomicBool::new(false),
     state: AtomicU8::new(IDLE),
     in_flight: AtomicU32::new(0),
     finalize_ns: AtomicU64::new(0),
@@ -117,11 +121,18 @@ fn pending() -> bool {
     HANDSHAKE.state.load(Ordering::Relaxed) != IDLE
 }
 
-/// Whether detaching can happen in this process at all (`GPUFL_DETACH=1`): then every callback
-/// and the trace clock take part in the handshake ([`enter`], [`crate::cupti::Cupti::timestamp`]).
+/// Whether detaching can happen in this process at all (always-on, unless `GPUFL_DETACH=0`; set
+/// by the recorder's start, [`set_possible`]): then every callback and the trace clock take part
+/// in the handshake ([`enter`], [`crate::cupti::Cupti::timestamp`]) and API callbacks are never
+/// switched off while CUPTI stays attached (`collection::switch_callback`).
 #[inline]
 pub(crate) fn possible() -> bool {
-    crate::options::knobs().detach
+    HANDSHAKE.possible.load(Ordering::Relaxed)
+}
+
+/// The recorder's start, before its first CUPTI call: whether this recording may detach.
+pub(crate) fn set_possible(on: bool) {
+    HANDSHAKE.possible.store(on, Ordering::Relaxed);
 }
 
 /// A callback (or a recorder thread's CUPTI call) under way: `cuptiFinalize` waits for it.
@@ -277,8 +288,11 @@ pub(crate) fn publish(f: Finalized) {
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Tally {
     pub detached: u64,
-    /// Requests no API call answered in time, and refusals.
+    /// Requests no API call answered in time.
     pub missed: u64,
+    /// Requests given up because other threads' callbacks were still under way (or
+    /// `cuptiFinalize` refused).
+    pub refused: u64,
     pub finalize_ns_total: u64,
     pub finalize_ns_max: u64,
     /// Time from the detach to collection on again, summed.
@@ -295,7 +309,7 @@ impl Tally {
 
     /// The end notice's clause, or None when nothing was asked.
     pub fn describe(&self) -> Option<String> {
-        if self.detached == 0 && self.missed == 0 {
+        if self.detached == 0 && self.missed == 0 && self.refused == 0 {
             return None;
         }
         let ms = |ns: u64| ns as f64 / 1e6;
@@ -314,6 +328,12 @@ impl Tally {
             s.push_str(&format!(
                 "; {} times no CUDA call came to detach at",
                 self.missed
+            ));
+        }
+        if self.refused > 0 {
+            s.push_str(&format!(
+                "; {} times other threads' CUDA callbacks were still running",
+                self.refused
             ));
         }
         Some(s)

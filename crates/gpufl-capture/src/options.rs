@@ -334,8 +334,7 @@ pub struct Knobs {
     pub source_text: bool,
     /// Fatal-signal handlers, unless `GPUFL_SIGNALS=0`.
     pub signals: bool,
-    /// Always-on: CUPTI detached after each window with `GPUFL_DETACH=1` (crate::detach;
-    /// experimental, off by default: it has corrupted the program's heap in tests).
+    /// Always-on: CUPTI detached after each window (crate::detach), unless `GPUFL_DETACH=0`.
     pub detach: bool,
     /// `GPUFL_DETACH_SETTLE_MS`: how long the writer waits after a detach before attaching CUPTI
     /// again (default 1).
@@ -720,7 +719,7 @@ impl Knobs {
             xthread_direct: not("GPUFL_XTHREAD_DIRECT", "0"),
             source_text: not("GPUFL_SOURCE_TEXT", "0"),
             signals: not("GPUFL_SIGNALS", "0"),
-            detach: is("GPUFL_DETACH", "1"),
+            detach: not_false("GPUFL_DETACH"),
             detach_settle_ms: get("GPUFL_DETACH_SETTLE_MS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1),
@@ -907,7 +906,7 @@ mod tests {
         assert_eq!(k.xthread_reuse_ns, crate::stack::OTHER_REUSE_NS);
         assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
         assert!(!k.site_native && !k.debug_cost && !k.xthread_read_pipe);
-        assert!(k.source_text && k.signals && k.exporter_feed && !k.detach);
+        assert!(k.source_text && k.signals && k.exporter_feed && k.detach);
         assert_eq!(k.detach_settle_ms, 1);
         let k = Knobs::from_env_with(|v| (v == "GPUFL_DETACH_SETTLE_MS").then(|| "200".into()));
         assert_eq!(k.detach_settle_ms, 200);

@@ -166,13 +166,6 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     // A value a variable does not accept is said on stderr and kept as a warning notice.
     let mut env_warnings = opts.apply_env();
     env_warnings.extend(crate::options::knobs().warnings.iter().cloned());
-    if crate::options::knobs().detach && opts.mode == crate::options::Mode::AlwaysOn {
-        env_warnings.push(
-            "GPUFL_DETACH=1: CUPTI is detached after each always-on window (experimental: it has \
-             corrupted programs' heaps in tests; for measurement only)"
-                .into(),
-        );
-    }
     for w in &env_warnings {
         say(false, w);
     }
@@ -202,6 +195,13 @@ pub fn start(mut opts: Options, by: StartedBy) -> Result<&'static Recorder, Init
     // SAFETY: writes one u32.
     unsafe { (cupti.get_version)(&mut version) };
     header.cupti_version = Some(version);
+    // Always-on detaches CUPTI after its windows (crate::detach), unless GPUFL_DETACH=0.
+    crate::detach::set_possible(
+        crate::options::knobs().detach
+            && opts.mode == crate::options::Mode::AlwaysOn
+            && opts.kernel_detail.is_none()
+            && cupti.finalize.is_some(),
+    );
 
     let mut sub: *mut c_void = std::ptr::null_mut();
     // SAFETY: on_callback has the CUpti_CallbackFunc signature and never unwinds.
@@ -471,6 +471,19 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
         cupti::DOMAIN_RUNTIME | cupti::DOMAIN_DRIVER => {
             use std::mem::offset_of;
             type D = cupti::sys::CUpti_CallbackData;
+            // Where a detach may happen, API callbacks are never switched off in CUPTI while it
+            // stays attached (crate::collection::switch_callback): those switched off in name
+            // end here.
+            let detaching = crate::detach::possible();
+            if detaching
+                && (crate::collection::is_paused()
+                    || STATE
+                        .recorder
+                        .get()
+                        .is_some_and(|r| r.stopped.load(Ordering::Relaxed)))
+            {
+                return;
+            }
             // SAFETY: CUPTI passes a CUpti_CallbackData for API domains.
             let entry = unsafe { cb_field::<u32>(data, offset_of!(D, callbackSite)) } == 0;
             // Every enabled call marks the thread for the host sampler; the marker also says
@@ -481,6 +494,9 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
                 crate::callmark::exit(domain, cbid)
             };
             if let Some(kind) = crate::collection::site_table().and_then(|t| t.kind(domain, cbid)) {
+                if detaching && !crate::collection::site_wanted(domain, cbid) {
+                    return;
+                }
                 if matches!(kind, crate::sites::SiteKind::Launch(_))
                     && crate::kernel_detail::active()
                 {
@@ -502,6 +518,9 @@ unsafe fn handle_callback(domain: u32, cbid: u32, data: *const c_void) {
             } else if let Some(table) =
                 crate::collection::hostcall_table().filter(|t| t.contains(domain, cbid))
             {
+                if detaching && crate::collection::is_muted(domain, cbid) {
+                    return;
+                }
                 let Some(r) = STATE.recorder.get() else {
                     return;
                 };
@@ -1278,9 +1297,13 @@ pub fn stop(reason: &'static str) -> Option<Counts> {
     // SAFETY: plain CUPTI calls on our own subscriber.
     unsafe {
         if reason != "exit" {
-            // The program goes on: stop collecting, so CUPTI stops filling buffers.
-            (c.enable_domain)(0, sub, cupti::DOMAIN_RUNTIME);
-            (c.enable_domain)(0, sub, cupti::DOMAIN_DRIVER);
+            // The program goes on: stop collecting, so CUPTI stops filling buffers. (Where a
+            // detach may happen the API callbacks stay on and end in their handler:
+            // crate::collection::switch_callback.)
+            if !crate::detach::possible() {
+                (c.enable_domain)(0, sub, cupti::DOMAIN_RUNTIME);
+                (c.enable_domain)(0, sub, cupti::DOMAIN_DRIVER);
+            }
             for k in [
                 cupti::KIND_CONCURRENT_KERNEL,
                 cupti::KIND_MEMCPY,
