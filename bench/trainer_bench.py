@@ -159,7 +159,9 @@ def forked(a):
                 code = 0
                 try:
                     if m.startswith("gpufl-"):
-                        out = os.path.join(a.fork_out, f"{r}-{m.split('+')[0]}-{order.index(m)}")
+                        # Named by the mode's place in --fork-modes (not in this round's order,
+                        # which even rounds reverse), so that a directory names one mode.
+                        out = os.path.join(a.fork_out, f"{r}-{m.split('+')[0]}-{modes.index(m)}")
                         os.makedirs(out, exist_ok=True)
                         os.environ.update(recorded_env(m, a.gpufl_lib, out))
                     a.mode = m

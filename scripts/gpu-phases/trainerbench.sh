@@ -105,6 +105,14 @@ if [ "${TRAINER_FORK:-0}" -gt 0 ]; then
   for f in $(find "$TB/fork" -path '*always-on*' -name trace-0000.ndjson.zst 2>/dev/null); do
     gpufl dump "$(dirname "$f")" --type notice 2>/dev/null | grep -o 'CUPTI detached after [0-9]* windows\|[0-9]* times [a-z][^;"]*' || echo "no detach"
   done | sort | uniq -c | tee -a "$OUT/summary.txt"
+  # TRAINER_FORK_NOTICES (a grep pattern, e.g. 'callback time\|stack capture'): those notices of
+  # three always-on children (of the mode at place TRAINER_FORK_NOTICES_MODE in the list, from 0).
+  if [ -n "${TRAINER_FORK_NOTICES:-}" ]; then
+    for f in $(find "$TB/fork" -path "*always-on-${TRAINER_FORK_NOTICES_MODE:-*}/*" -name trace-0000.ndjson.zst 2>/dev/null | head -3); do
+      echo "-- $(basename "$(dirname "$(dirname "$f")")")"
+      gpufl dump "$(dirname "$f")" --type notice 2>/dev/null | grep -o "\"message\":\"\(${TRAINER_FORK_NOTICES}\)[^\"]*" | cut -c12-500
+    done | tee -a "$OUT/summary.txt"
+  fi
   rm -rf "$TB/fork"
 fi
 for d in "$TB"/*/*/; do

@@ -8,6 +8,7 @@
 
 pub mod activity;
 pub mod always_on;
+pub mod callcost;
 pub mod callmark;
 pub mod cbids;
 pub mod clock;

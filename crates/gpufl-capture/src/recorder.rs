@@ -407,10 +407,18 @@ pub(crate) unsafe extern "C" fn on_callback(
             return;
         }
     };
+    // Benchmark knob GPUFL_DEBUG_COST=1: the callback's time, by kind (crate::callcost).
+    let timed = crate::options::knobs()
+        .debug_cost
+        .then(std::time::Instant::now);
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: CUPTI passes the callback data matching `domain`.
         unsafe { handle_callback(domain, cbid, data) }
     });
+    if let Some(t0) = timed {
+        let ns = t0.elapsed().as_nanos() as u64;
+        crate::callcost::add(crate::callcost::kind_of(domain, cbid), ns);
+    }
     drop(in_flight);
 }
 
@@ -1152,6 +1160,9 @@ fn closing_notices(s: &mut Sink, driver_sites: &crate::sites::DriverSitePolicy) 
         );
     }
     if let Some(cost) = stack::cost_summary() {
+        say("info", cost);
+    }
+    if let Some(cost) = crate::callcost::summary() {
         say("info", cost);
     }
 }
