@@ -80,7 +80,7 @@ pub(crate) fn summary() -> Option<String> {
     if parts.is_empty() {
         return None;
     }
-    parts.sort_by(|a, b| b.0.cmp(&a.0));
+    parts.sort_by_key(|p| std::cmp::Reverse(p.0));
     let ms = |ns: u64| ns as f64 / 1e6;
     let (ns, n) = parts
         .iter()
