@@ -774,3 +774,30 @@ pub fn set_recording(recording: bool) -> bool {
     let _ = r.tx.send(Msg::Capture { ts, recording });
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_sites_switched_off_in_name_are_dropped_by_their_handler() {
+        // Where a detach may happen, call-site callbacks stay on in CUPTI after a window; their
+        // handler asks `site_wanted`. Ids high in the table, which no other test marks.
+        let top = crate::sites::MAX_CBID as u32;
+        let (launch, direct) = (top - 2, top - 1);
+        COLLECTION.sites_on.store(false, Ordering::SeqCst);
+        assert!(!site_wanted(cupti::DOMAIN_RUNTIME, launch));
+        assert!(!site_wanted(cupti::DOMAIN_DRIVER, launch));
+        COLLECTION.sites_on.store(true, Ordering::SeqCst);
+        assert!(site_wanted(cupti::DOMAIN_RUNTIME, launch));
+        // The driver domain's, left to the runtime's: dropped, but for functions seen called
+        // directly.
+        COLLECTION.driver_sites.store(false, Ordering::SeqCst);
+        crate::sites::note_direct(direct);
+        assert!(!site_wanted(cupti::DOMAIN_DRIVER, launch));
+        assert!(site_wanted(cupti::DOMAIN_DRIVER, direct));
+        COLLECTION.driver_sites.store(true, Ordering::SeqCst);
+        assert!(site_wanted(cupti::DOMAIN_DRIVER, launch));
+        COLLECTION.sites_on.store(false, Ordering::SeqCst);
+    }
+}

@@ -50,7 +50,7 @@ pub fn budget_ppm() -> u64 {
 }
 
 /// Callback ids above this are not classified (CUPTI's tables end well below).
-const MAX_CBID: usize = 1200;
+pub(crate) const MAX_CBID: usize = 1200;
 
 /// What an API function is, for call-site capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -455,7 +455,7 @@ fn note(flag: &AtomicBool) {
     }
 }
 
-fn note_direct(cbid: u32) {
+pub(crate) fn note_direct(cbid: u32) {
     let Some(word) = SHARED.driver_direct.get(cbid as usize / 64) else {
         return;
     };
