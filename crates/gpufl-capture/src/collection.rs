@@ -740,7 +740,7 @@ pub fn is_paused() -> bool {
 /// Pause (`recording = false`) or resume recording. While paused nothing is collected: no activity
 /// kind, API record or API callback is enabled, so the program runs as if only subscribed — but
 /// where always-on may detach, the API callbacks stay on in CUPTI and drop what comes
-/// ([`switch_callback`]) until the next detach, after the first window once resumed. A
+/// (`switch_callback`) until the next detach, after the first window once resumed. A
 /// `capture` record marks each change. Returns false when no recorder runs (not started, stopped,
 /// or in a forked child); pausing twice or resuming a running recorder does nothing.
 pub fn set_recording(recording: bool) -> bool {
