@@ -9,14 +9,7 @@ export OUT=${OUT:-/tmp/gpufl-out}; mkdir -p "$OUT" build
 BIN=$PWD/.device-bin; export PATH=$BIN:$PATH GPUFL_CAPTURE_LIB=$BIN/libgpufl_capture.so
 PROBE_TIMEOUT=200 bash scripts/probe/run-probe.sh detachloop ${DL_CASES:-13 13 12} --reps ${DL_REPS:-3} | grep -v "^  cupti"
 VARIANTS="GPUFL_DETACH_SETTLE_MS=1" REPS=${LC_REPS:-10} bash scripts/probe/call-i35-settle.sh 2>&1 | grep -v "line 1[01]:"
-bad=0
-for rep in $(seq 1 ${PT_REPS:-4}); do
-  rm -rf /tmp/pt; PYTHONFAULTHANDLER=1 GPUFL_WINDOW_PERIOD_MS=500 timeout 120 gpufl record -q --always-on -o /tmp/pt -- python3 examples/pytorch_backward.py --steps ${PT_STEPS:-300} > $OUT/pt-$rep.txt 2>&1
-  rc=$?; [ $rc -ne 0 ] && bad=$((bad+1)); echo "torch $rep exit $rc $(grep -i 'fatal\|corrupt\|gpufl: SIG\|Error' $OUT/pt-$rep.txt | head -1 | cut -c1-200)"
-done
-echo "torch: $bad of ${PT_REPS:-4} failed"
-s=$(dirname "$(find /tmp/pt -name trace-0000.ndjson.zst | head -1)"); python3 scripts/probe/detach_check.py "$s" | tail -5
-gpufl dump "$s" --type notice | grep -o 'CUPTI detached[^"]*\|always-on: [^"]*' | cut -c1-300
+bash scripts/probe/torch-detach-loops.sh
 CLOCK=0 REPS=${TL_REPS:-1} LC_TIMELINE=0.5 LC_ARGS="${TL_ROUNDS:-1000} 2000" \
   MODES="bare always-on always-on+GPUFL_DETACH=0" bash scripts/probe/launch-cost.sh > /dev/null 2>&1
 sed 's/LC_TIMELINE *//; s/ (n=[0-9]*)//; s/ ns$//; s/ s: /:/' "$OUT/launchcost.txt" | awk '/^[a-z]/{printf "\n%s", $0; next} {printf " %s", $0} END{print ""}' | cut -c1-900
