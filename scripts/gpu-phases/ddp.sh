@@ -20,7 +20,9 @@ else
     local name=$1 ms=$2
     log "(ddp) $name: gpufl record -o \$S/$name -- torchrun --nproc_per_node=2 examples/ddp_straggler.py --straggle-ms $ms --steps ${DDP_STEPS:-50}"
     local t0; t0=$(date +%s%N)
-    gpufl record -o "$S/$name" -- torchrun --nproc_per_node=2 examples/ddp_straggler.py \
+    # DDP_RECORD_FLAGS: more `gpufl record` flags, e.g. "--always-on" (with
+    # GPUFL_WINDOW_PERIOD_MS=500: a detach of CUPTI every 0.5 s in each rank).
+    gpufl record ${DDP_RECORD_FLAGS:-} -o "$S/$name" -- torchrun --nproc_per_node=2 examples/ddp_straggler.py \
       --straggle-ms "$ms" --steps "${DDP_STEPS:-50}" >"$DDP/$name.log" 2>&1
     echo "exit $? · wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$OUT/summary.txt"
     tail -4 "$DDP/$name.log" | tee -a "$OUT/summary.txt"
