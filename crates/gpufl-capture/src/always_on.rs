@@ -322,17 +322,13 @@ impl Scheduler {
                     self.next_open = self.next_open.max(closed + least);
                 }
             }
-            Some(o @ (collection::DetachOutcome::Missed | collection::DetachOutcome::Refused)) => {
-                if matches!(o, collection::DetachOutcome::Missed) {
-                    self.detaches.missed += 1;
-                } else {
-                    self.detaches.refused += 1;
-                }
-                // Tried again a little later (the runtime callbacks stay on meanwhile).
-                self.detach_tries += 1;
-                if self.detach_tries < DETACH_TRIES && self.open.is_none() {
-                    self.pending_detach = Some(Instant::now());
-                }
+            Some(collection::DetachOutcome::Missed) => {
+                self.detaches.missed += 1;
+                self.detach_again();
+            }
+            Some(collection::DetachOutcome::Refused) => {
+                self.detaches.refused += 1;
+                self.detach_again();
             }
             Some(collection::DetachOutcome::Lost(why)) => {
                 self.lost = true;
@@ -345,6 +341,15 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// A detach not taken is tried again a little later, up to [`DETACH_TRIES`] times after a
+    /// window (the runtime callbacks stay on meanwhile).
+    fn detach_again(&mut self) {
+        self.detach_tries += 1;
+        if self.detach_tries < DETACH_TRIES && self.open.is_none() {
+            self.pending_detach = Some(Instant::now());
+        }
     }
 
     /// At stop: close a window still open, write a summary notice.
