@@ -10,12 +10,15 @@
 #    ranges recorded across the detaches.
 # 4. Frameworks (JAX, Lightning, generate(), torch.compile, CUDA graphs, CuPy, Triton), windows
 #    every 500 ms: every process must exit 0 (below).
+# DETACH_PARTS="4" (default "1 2 3 4") runs some of them.
 log "(detach) always-on: CUPTI detached after each window"
 DT="$S/detach"; mkdir -p "$DT"
+dpart() { case " ${DETACH_PARTS:-1 2 3 4} " in *" $1 "*) return 0;; esac; return 1; }
 sess() { dirname "$(find "$1" -name trace-0000.ndjson.zst | head -1)"; }
 nvcc -O2 -o build/launchcost scripts/probe/launchcost.cu -ldl 2>&1 | tail -3
 nvcc -g -O2 -lineinfo -o build/nvtx_ranges examples/nvtx_ranges.cu -ldl 2>&1 | tail -3
 LCR=${DETACH_LC_ROUNDS:-1300}
+if dpart 1; then
 for rep in 1 2; do
   for m in detach nodetach bare; do
     case $m in
@@ -27,6 +30,8 @@ for rep in 1 2; do
   done
 done
 f=$(sess "$DT/lc-detach-1"); gpufl dump "$f" --type notice | grep -o '"message":"always-on[^"]*' | tee -a "$OUT/summary.txt"
+fi
+if dpart 2; then
 log "(detach) safety: windows every 500 ms"
 fails=0
 for rep in 1 2 3 4 5 6; do
@@ -41,15 +46,19 @@ echo "detach safety: $fails of 8 processes failed: $([ $fails = 0 ] && echo PASS
 $PY scripts/probe/detach_check.py "$(sess "$DT/stress-1")" 2>&1 | tail -8 | tee -a "$OUT/summary.txt"
 $PY scripts/probe/detach_check.py "$(sess "$DT/torch-1")" 2>&1 | tail -8 | tee -a "$OUT/summary.txt"
 gpufl report --color never "$(sess "$DT/torch-1")" 2>&1 | head -14 | tee -a "$OUT/summary.txt"
+fi
+if dpart 3; then
 log "(detach) stream_sync_loop 60000 and nvtx_ranges 20000 under always-on, windows every 1 s"
 GPUFL_WINDOW_PERIOD_MS=1000 gpufl record -q --always-on -o "$DT/ssl" -- build/stream_sync_loop 60000 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
 $PY scripts/probe/detach_check.py "$(sess "$DT/ssl")" --syncs 60000 2>&1 | tail -6 | tee -a "$OUT/summary.txt"
 GPUFL_WINDOW_PERIOD_MS=1000 gpufl record -q --always-on -o "$DT/nvtx" -- build/nvtx_ranges 20000 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
 $PY scripts/probe/detach_check.py "$(sess "$DT/nvtx")" --ranges 20000 2>&1 | tail -6 | tee -a "$OUT/summary.txt"
 gpufl report --color never "$(sess "$DT/nvtx")" 2>&1 | grep -A5 "^  scopes" | tee -a "$OUT/summary.txt"
+fi
 # 4. Frameworks under always-on with a window (and so a detach) every 500 ms: each must exit 0 and
 #    detach; JAX/XLA, Lightning, generate(), torch.compile, CUDA graphs, and CuPy and Triton loops
 #    written here. DETACH_FW="name …" picks some (default all).
+if dpart 4; then
 log "(detach) frameworks, windows every 500 ms"
 cat > "$DT/cupy_loop.py" <<'PYEOF'
 import time, cupy as cp
@@ -95,3 +104,4 @@ for name in ${DETACH_FW:-jax_train lightning_fit hf_generate torch_compile_graph
   echo "$name: exit $rc; $( [ -d "$d" ] && gpufl dump "$d" --type notice 2>/dev/null | grep -o 'CUPTI detached after [0-9]* windows[^"]*' | sed 's/ (so that[^)]*)//' | cut -c1-200)" | tee -a "$OUT/summary.txt"
 done
 echo "detach frameworks: $fwfails of $fwn processes failed: $([ $fwfails = 0 ] && echo PASS || echo FAIL)" | tee -a "$OUT/summary.txt"
+fi
