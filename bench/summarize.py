@@ -19,6 +19,7 @@ import sys
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 METRICS = [("train_ms", "whole train() (bench/trainer_bench.py)"),
+           ("warmup_ms", "train() to the end of its warm-up steps (bench/trainer_bench.py)"),
            ("wall_ms_all", "wall time"),
            ("step_med_ms_all", "median step time (bench/trainer_bench.py)"),
            ("thread_cpu_ms_all", "main-thread CPU time"),

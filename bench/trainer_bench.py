@@ -16,7 +16,9 @@ interleaved rounds and bench/summarize.py gives the median of the per-round pair
 Prints one JSON line: {"mode", "steps", "warmup", "wall_ms_all": [steady ms], "step_med_ms_all":
 [the median step's ms over the same steps], "thread_cpu_ms_all": [the main thread's CPU ms over
 them], "process_cpu_ms_all": [the process's CPU ms, all threads], "step_ms": [each step's ms],
-"train_ms", "loss"} (the shape bench/summarize.py reads). The window's total takes every pause in
+"train_ms", "warmup_ms" (train()'s start to the end of its warm-up steps, where start-up costs
+fall: lazy module loads, the allocator's growth, library set-up), "warm_step_ms", "loss"} (the shape
+bench/summarize.py reads). The window's total takes every pause in
 (the recorder's and the machine's alike); the median step is the steady per-step cost, robust to a
 few steps slowed by a neighbour on a shared host — the two are reported side by side.
 
@@ -252,6 +254,9 @@ def run(a):
                       "process_cpu_ms_all": [round(cpu[1], 3)],
                       "step_ms": [round(v, 3) for v in step_ms],
                       "train_ms": round((t1 - t0) * 1e3, 3),
+                      "warmup_ms": round((clock.t[a.warmup] - t0) * 1e3, 3),
+                      "warm_step_ms": [round((clock.t[s] - clock.t.get(s - 1, t0)) * 1e3, 3)
+                                       for s in range(1, a.warmup + 1)],
                       "import_ms": round((T_IMPORTED - T_START) * 1e3, 1),
                       "setup_ms": round((t0 - t_run) * 1e3, 1),
                       "loss": round(result.training_loss, 6)}), flush=True)

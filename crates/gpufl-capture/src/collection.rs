@@ -253,13 +253,16 @@ pub(crate) fn enable_collection(c: &Cupti, sub: *mut c_void, opts: &Options) -> 
                 (c.enable_callback)(1, sub, cupti::DOMAIN_RESOURCE, id);
             }
         }
-        // Stack frames of the loaded modules' functions (crate::modules).
-        (c.enable_callback)(
-            1,
-            sub,
-            cupti::DOMAIN_RESOURCE,
-            cupti::CBID_RESOURCE_MODULE_LOADED,
-        );
+        // Stack frames of the loaded modules' functions (crate::modules), unless
+        // GPUFL_MODULE_FRAMES=0.
+        if knobs.module_frames {
+            (c.enable_callback)(
+                1,
+                sub,
+                cupti::DOMAIN_RESOURCE,
+                cupti::CBID_RESOURCE_MODULE_LOADED,
+            );
+        }
     }
     notices
 }

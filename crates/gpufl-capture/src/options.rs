@@ -325,6 +325,9 @@ pub struct Knobs {
     pub site_native: bool,
     /// `GPUFL_DEBUG_COST=1`: the capture cost breakdown.
     pub debug_cost: bool,
+    /// The loaded modules' function frames (`function` records), unless `GPUFL_MODULE_FRAMES=0`
+    /// (a benchmark knob: no module-loaded callback at all).
+    pub module_frames: bool,
     /// `GPUFL_XTHREAD_READ=pipe`: fault-tolerant reads through a pipe first.
     pub xthread_read_pipe: bool,
     /// Direct loads of the main thread's stack, unless `GPUFL_XTHREAD_DIRECT=0`.
@@ -526,6 +529,7 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
     ),
     ("GPUFL_SITE_NATIVE", (is_01, "0 or 1")),
     ("GPUFL_DEBUG_COST", (is_01, "0 or 1")),
+    ("GPUFL_MODULE_FRAMES", (is_01, "0 or 1")),
     (
         "GPUFL_XTHREAD_READ",
         (|v| one_of(v, &["pipe", "readv"]), "one of pipe|readv"),
@@ -715,6 +719,7 @@ impl Knobs {
                 .unwrap_or(crate::stack::NATIVE_EVERY),
             site_native: is("GPUFL_SITE_NATIVE", "1"),
             debug_cost: is("GPUFL_DEBUG_COST", "1"),
+            module_frames: not("GPUFL_MODULE_FRAMES", "0"),
             xthread_read_pipe: is("GPUFL_XTHREAD_READ", "pipe"),
             xthread_direct: not("GPUFL_XTHREAD_DIRECT", "0"),
             source_text: not("GPUFL_SOURCE_TEXT", "0"),
@@ -906,7 +911,7 @@ mod tests {
         assert_eq!(k.xthread_reuse_ns, crate::stack::OTHER_REUSE_NS);
         assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
         assert!(!k.site_native && !k.debug_cost && !k.xthread_read_pipe);
-        assert!(k.source_text && k.signals && k.exporter_feed && k.detach);
+        assert!(k.source_text && k.signals && k.exporter_feed && k.detach && k.module_frames);
         assert_eq!(k.detach_settle_ms, 1);
         let k = Knobs::from_env_with(|v| (v == "GPUFL_DETACH_SETTLE_MS").then(|| "200".into()));
         assert_eq!(k.detach_settle_ms, 200);
