@@ -328,6 +328,9 @@ pub struct Knobs {
     /// The loaded modules' function frames (`function` records), unless `GPUFL_MODULE_FRAMES=0`
     /// (a benchmark knob: no module-loaded callback at all).
     pub module_frames: bool,
+    /// Native frames symbolized on the writer thread, unless `GPUFL_SYMBOLIZE=0` (a benchmark
+    /// knob: module and offset only).
+    pub symbolize: bool,
     /// `GPUFL_XTHREAD_READ=pipe`: fault-tolerant reads through a pipe first.
     pub xthread_read_pipe: bool,
     /// Direct loads of the main thread's stack, unless `GPUFL_XTHREAD_DIRECT=0`.
@@ -530,6 +533,7 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
     ("GPUFL_SITE_NATIVE", (is_01, "0 or 1")),
     ("GPUFL_DEBUG_COST", (is_01, "0 or 1")),
     ("GPUFL_MODULE_FRAMES", (is_01, "0 or 1")),
+    ("GPUFL_SYMBOLIZE", (is_01, "0 or 1")),
     (
         "GPUFL_XTHREAD_READ",
         (|v| one_of(v, &["pipe", "readv"]), "one of pipe|readv"),
@@ -720,6 +724,7 @@ impl Knobs {
             site_native: is("GPUFL_SITE_NATIVE", "1"),
             debug_cost: is("GPUFL_DEBUG_COST", "1"),
             module_frames: not("GPUFL_MODULE_FRAMES", "0"),
+            symbolize: not("GPUFL_SYMBOLIZE", "0"),
             xthread_read_pipe: is("GPUFL_XTHREAD_READ", "pipe"),
             xthread_direct: not("GPUFL_XTHREAD_DIRECT", "0"),
             source_text: not("GPUFL_SOURCE_TEXT", "0"),
@@ -911,7 +916,7 @@ mod tests {
         assert_eq!(k.xthread_reuse_ns, crate::stack::OTHER_REUSE_NS);
         assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
         assert!(!k.site_native && !k.debug_cost && !k.xthread_read_pipe);
-        assert!(k.source_text && k.signals && k.exporter_feed && k.detach && k.module_frames);
+        assert!(k.source_text && k.signals && k.exporter_feed && k.detach && k.module_frames && k.symbolize);
         assert_eq!(k.detach_settle_ms, 1);
         let k = Knobs::from_env_with(|v| (v == "GPUFL_DETACH_SETTLE_MS").then(|| "200".into()));
         assert_eq!(k.detach_settle_ms, 200);

@@ -444,7 +444,12 @@ impl Sink {
     fn native_frames(&mut self, addr: u64) -> Result<&[FrameId], TraceError> {
         if !self.addr_frames.contains_key(&addr) {
             // Every kept native entry is a return address (the capture's own frames are cut).
-            let sym = self.symbolizer.resolve(addr, true);
+            // Benchmark knob GPUFL_SYMBOLIZE=0: module and offset only.
+            let sym = if crate::options::knobs().symbolize {
+                self.symbolizer.resolve(addr, true)
+            } else {
+                vec![self.symbolizer.locate(addr, true)]
+            };
             let mut ids = Vec::with_capacity(sym.len());
             for f in sym {
                 let module = self.w.intern_str(&f.module)?;

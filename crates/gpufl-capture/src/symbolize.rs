@@ -163,6 +163,27 @@ impl Symbolizer {
         frames
     }
 
+    /// The module and offset of `addr` only: no debug data or symbol table is loaded (the
+    /// benchmark knob `GPUFL_SYMBOLIZE=0`).
+    pub fn locate(&mut self, addr: u64, is_return_address: bool) -> SymFrame {
+        let probe = if is_return_address {
+            addr.saturating_sub(1)
+        } else {
+            addr
+        };
+        match self.find_module(probe).and_then(|i| self.modules.get(i)) {
+            Some(m) => SymFrame {
+                module: m.path.clone(),
+                module_offset: probe.wrapping_sub(m.bias),
+                function: None,
+                file: None,
+                line: None,
+                inlined: false,
+            },
+            None => SymFrame::unknown(addr),
+        }
+    }
+
     fn resolve_uncached(&mut self, addr: u64, is_return_address: bool) -> Vec<SymFrame> {
         let probe = if is_return_address {
             addr.saturating_sub(1)
