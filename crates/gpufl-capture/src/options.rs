@@ -331,6 +331,9 @@ pub struct Knobs {
     /// Native frames symbolized on the writer thread, unless `GPUFL_SYMBOLIZE=0` (a benchmark
     /// knob: module and offset only).
     pub symbolize: bool,
+    /// Always-on defers loading large libraries' symbols past its start, unless
+    /// `GPUFL_DEFER_SYMBOLS=0` (a benchmark knob).
+    pub defer_symbols: bool,
     /// `GPUFL_XTHREAD_READ=pipe`: fault-tolerant reads through a pipe first.
     pub xthread_read_pipe: bool,
     /// Direct loads of the main thread's stack, unless `GPUFL_XTHREAD_DIRECT=0`.
@@ -534,6 +537,7 @@ const KNOBS_ACCEPT: &[(&str, Accepts)] = &[
     ("GPUFL_DEBUG_COST", (is_01, "0 or 1")),
     ("GPUFL_MODULE_FRAMES", (is_01, "0 or 1")),
     ("GPUFL_SYMBOLIZE", (is_01, "0 or 1")),
+    ("GPUFL_DEFER_SYMBOLS", (is_01, "0 or 1")),
     (
         "GPUFL_XTHREAD_READ",
         (|v| one_of(v, &["pipe", "readv"]), "one of pipe|readv"),
@@ -725,6 +729,7 @@ impl Knobs {
             debug_cost: is("GPUFL_DEBUG_COST", "1"),
             module_frames: not("GPUFL_MODULE_FRAMES", "0"),
             symbolize: not("GPUFL_SYMBOLIZE", "0"),
+            defer_symbols: not("GPUFL_DEFER_SYMBOLS", "0"),
             xthread_read_pipe: is("GPUFL_XTHREAD_READ", "pipe"),
             xthread_direct: not("GPUFL_XTHREAD_DIRECT", "0"),
             source_text: not("GPUFL_SOURCE_TEXT", "0"),
@@ -917,6 +922,7 @@ mod tests {
         assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
         assert!(!k.site_native && !k.debug_cost && !k.xthread_read_pipe);
         assert!(k.source_text && k.signals && k.exporter_feed && k.detach && k.module_frames && k.symbolize);
+        assert!(k.defer_symbols);
         assert_eq!(k.detach_settle_ms, 1);
         let k = Knobs::from_env_with(|v| (v == "GPUFL_DETACH_SETTLE_MS").then(|| "200".into()));
         assert_eq!(k.detach_settle_ms, 200);

@@ -759,6 +759,14 @@ fn writer_thread(
         notices.push(format!("GPU list unavailable: {e}"));
     }
     let mut sink = open_trace(&path, &header, notices, cupti);
+    // Always-on: large libraries' symbols loaded past the start (Sink::defer_large_symbols).
+    if header.options.mode.as_deref() == Some(crate::options::Mode::AlwaysOn.as_str())
+        && crate::options::knobs().defer_symbols
+    {
+        if let Some(s) = sink.as_mut() {
+            s.defer_large_symbols();
+        }
+    }
     let telemetry = start_telemetry(&mut sink, &header, cupti);
     let host_sampler = start_host_sampler(&mut sink, cupti);
     // The module list for native stacks, built here rather than by the first capture on the hot

@@ -45,6 +45,10 @@ pub struct Sink {
     /// full capture (at most [`NATIVE_UNDER_MAX`] entries).
     native_under: HashMap<(Vec<u64>, bool), Vec<u64>>,
     frame_buf: Vec<FrameId>,
+    /// The frames of an address resolved provisionally (not kept in `addr_frames`).
+    frame_scratch: Vec<FrameId>,
+    /// The stack being interned holds a provisional frame ([`Symbolizer::resolve_now`]).
+    provisional: bool,
     /// Default streams already written (ctx, stream).
     streams: HashMap<(u32, u32), StreamRole>,
     pub dirty: bool,
@@ -86,10 +90,22 @@ pub struct Sink {
     pending_sources: Vec<(StrId, String)>,
 }
 
+/// How long always-on leaves large libraries' symbol tables unloaded: loading one costs the
+/// program's threads ~0.1 s once (the first step of a PyTorch Trainer, docs/benchmarks.md), which
+/// the default always-on budget (0.5 % of the run) covers after ~30 s.
+pub const DEFER_LARGE_SYMBOLS: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Names waiting for a later scan of Inductor's cache, at most.
 const MAX_PENDING_SOURCES: usize = 4096;
 
 impl Sink {
+    /// Always-on: large libraries' symbols are loaded only once the recording is
+    /// [`DEFER_LARGE_SYMBOLS`] old ([`Symbolizer::defer_large`]).
+    pub fn defer_large_symbols(&mut self) {
+        self.symbolizer
+            .defer_large(std::time::Instant::now() + DEFER_LARGE_SYMBOLS);
+    }
+
     pub fn new(w: TraceWriter<BufWriter<File>>, cupti: Option<&'static Cupti>) -> Sink {
         Sink {
             w,
@@ -106,6 +122,8 @@ impl Sink {
             stacks: HashMap::new(),
             native_under: HashMap::new(),
             frame_buf: Vec::new(),
+            frame_scratch: Vec::new(),
+            provisional: false,
             streams: HashMap::new(),
             dirty: false,
             blocked_bytes: 0,
@@ -392,6 +410,7 @@ impl Sink {
         if let Some(id) = self.stacks.get(&key) {
             return Ok(*id);
         }
+        self.provisional = false;
         let mut frames = std::mem::take(&mut self.frame_buf);
         frames.clear();
         for &e in entries {
@@ -407,7 +426,9 @@ impl Sink {
         let id = self.w.intern_stack_via(&frames, via)?;
         self.feed.note_stack(id, &frames);
         self.frame_buf = frames;
-        self.stacks.insert(key, id);
+        if !self.provisional {
+            self.stacks.insert(key, id);
+        }
         self.dirty = true;
         Ok(id)
     }
@@ -445,11 +466,14 @@ impl Sink {
         if !self.addr_frames.contains_key(&addr) {
             // Every kept native entry is a return address (the capture's own frames are cut).
             // Benchmark knob GPUFL_SYMBOLIZE=0: module and offset only.
-            let sym = if crate::options::knobs().symbolize {
-                self.symbolizer.resolve(addr, true)
+            let (sym, last) = if crate::options::knobs().symbolize {
+                self.symbolizer.resolve_now(addr, true)
             } else {
-                vec![self.symbolizer.locate(addr, true)]
+                (vec![self.symbolizer.locate(addr, true)], true)
             };
+            // A provisional frame (a large module's, while always-on defers loading it) is
+            // resolved again next time, and the stack holding it is not kept for reuse.
+            self.provisional |= !last;
             let mut ids = Vec::with_capacity(sym.len());
             for f in sym {
                 let module = self.w.intern_str(&f.module)?;
@@ -483,6 +507,10 @@ impl Sink {
                 self.feed
                     .note_frame(id, f.file.as_deref(), f.line, Some(&f.module));
                 ids.push(id);
+            }
+            if !last {
+                self.frame_scratch = ids;
+                return Ok(&self.frame_scratch);
             }
             self.addr_frames.insert(addr, ids);
         }
@@ -1170,6 +1198,63 @@ mod tests {
             );
         }
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[inline(never)]
+    fn deferral_probe() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// Always-on leaves large libraries' symbols unloaded at first: a stack holding such a frame
+    /// is written with the frame by module and offset, and interned again, symbolized, once the
+    /// deferral has ended.
+    #[test]
+    fn a_stack_with_deferred_frames_is_symbolized_once_the_deferral_ends() {
+        use std::time::{Duration, Instant};
+        let path = std::env::temp_dir().join(format!(
+            "gpufl-sink-defer-{}.ndjson.zst",
+            std::process::id()
+        ));
+        let mut sink = sink_at(&path);
+        // Every module counts as large (bound 0) for an hour.
+        sink.symbolizer
+            .defer_over(Instant::now() + Duration::from_secs(3600), 0);
+        // A return address inside the probe function.
+        let addr = deferral_probe as usize as u64 + 1;
+        let early = sink.intern_raw_stack(&[addr]).unwrap();
+        assert_eq!(sink.intern_raw_stack(&[addr]).unwrap(), early);
+        sink.symbolizer.defer_over(Instant::now(), 0);
+        let late = sink.intern_raw_stack(&[addr]).unwrap();
+        assert_ne!(late, early);
+        assert_eq!(sink.intern_raw_stack(&[addr]).unwrap(), late);
+        sink.finish("test").unwrap();
+        let recs = read_back(&path);
+        let strs: HashMap<StrId, String> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Str(s) => Some((s.id, s.s.clone())),
+                _ => None,
+            })
+            .collect();
+        let top_func = |id: StackId| {
+            let frame = recs
+                .iter()
+                .find_map(|r| match r {
+                    Record::Stack(st) if st.id == id => st.frames.first().copied(),
+                    _ => None,
+                })
+                .expect("the stack and a frame");
+            recs.iter()
+                .find_map(|r| match r {
+                    Record::Frame(f) if f.id == frame => Some(f.func.map(|s| strs[&s].clone())),
+                    _ => None,
+                })
+                .expect("the frame")
+        };
+        assert_eq!(top_func(early), None);
+        let name = top_func(late).expect("symbolized once the deferral ended");
+        assert!(name.contains("deferral_probe"), "{name}");
+        std::fs::remove_file(&path).ok();
     }
 
     #[test]

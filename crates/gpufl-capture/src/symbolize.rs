@@ -86,6 +86,29 @@ struct Module {
     bias: u64,
 }
 
+impl Module {
+    /// The frame of `probe` (an address in this module) by module and offset only.
+    fn frame(&self, probe: u64) -> SymFrame {
+        SymFrame {
+            module: self.path.clone(),
+            module_offset: probe.wrapping_sub(self.bias),
+            function: None,
+            file: None,
+            line: None,
+            inlined: false,
+        }
+    }
+}
+
+/// The address looked up for `addr`: a return address's call instruction lies before it.
+fn probe_of(addr: u64, is_return_address: bool) -> u64 {
+    if is_return_address {
+        addr.saturating_sub(1)
+    } else {
+        addr
+    }
+}
+
 /// One `PT_LOAD` segment in runtime addresses, pointing into `Symbolizer::modules`.
 struct Segment {
     start: u64,
@@ -115,7 +138,18 @@ pub struct Symbolizer {
     /// Debug data keyed by module path.
     debug: HashMap<String, ModuleDebug>,
     cache: HashMap<(u64, bool), Vec<SymFrame>>,
+    /// Until then, a module with more than [`LARGE_SYMBOL_BYTES`] of symbol data is not loaded:
+    /// its frames are module and offset only, and not cached ([`Symbolizer::defer_large`]).
+    defer_large_until: Option<std::time::Instant>,
+    /// Modules found large while deferring (by path).
+    large: HashMap<String, bool>,
+    /// The bound of "large" (bytes of symbol data).
+    large_bytes: u64,
 }
+
+/// A module whose symbol tables, strings and DWARF exceed this is "large" (libtorch's libraries:
+/// tens of MB of exported C++ names) for [`Symbolizer::defer_large`].
+pub const LARGE_SYMBOL_BYTES: u64 = 4 << 20;
 
 impl Default for Symbolizer {
     fn default() -> Self {
@@ -134,7 +168,25 @@ impl Symbolizer {
             scanned: false,
             debug: HashMap::new(),
             cache: HashMap::new(),
+            defer_large_until: None,
+            large: HashMap::new(),
+            large_bytes: LARGE_SYMBOL_BYTES,
         }
+    }
+
+    /// Until `until`, leave large modules' debug data unloaded (their frames: module and offset,
+    /// [`Symbolizer::resolve_now`] says they are provisional). Loading a large library's symbol
+    /// tables on the writer thread slows the program's own threads while it runs (~0.1 s of a
+    /// PyTorch program's first step, docs/benchmarks.md): always-on puts it past its start.
+    pub fn defer_large(&mut self, until: std::time::Instant) {
+        self.defer_over(until, LARGE_SYMBOL_BYTES);
+    }
+
+    /// [`Symbolizer::defer_large`] with another bound of a large module's symbol data (bytes).
+    pub fn defer_over(&mut self, until: std::time::Instant, bytes: u64) {
+        self.defer_large_until = Some(until);
+        self.large_bytes = bytes;
+        self.large.clear();
     }
 
     /// Symbolizes `addr`, an absolute address in this process.
@@ -149,9 +201,27 @@ impl Symbolizer {
     /// `module_offset == addr` and no function. Results are cached, so repeated
     /// lookups of the same address are a hash-map hit plus a clone.
     pub fn resolve(&mut self, addr: u64, is_return_address: bool) -> Vec<SymFrame> {
+        self.resolve_now(addr, is_return_address).0
+    }
+
+    /// [`Symbolizer::resolve`], and whether the answer is final: false for a frame of a large
+    /// module while its loading is deferred ([`Symbolizer::defer_large`]), which is module and
+    /// offset only and not cached (the same address resolves fully once the deferral ends).
+    pub fn resolve_now(&mut self, addr: u64, is_return_address: bool) -> (Vec<SymFrame>, bool) {
         let key = (addr, is_return_address);
         if let Some(frames) = self.cache.get(&key) {
-            return frames.clone();
+            return (frames.clone(), true);
+        }
+        if self
+            .defer_large_until
+            .is_some_and(|t| std::time::Instant::now() < t)
+        {
+            let deferred = catch_unwind(AssertUnwindSafe(|| {
+                self.deferred(addr, is_return_address)
+            }));
+            if let Ok(Some(frame)) = deferred {
+                return (vec![frame], false);
+            }
         }
         let frames = catch_unwind(AssertUnwindSafe(|| {
             self.resolve_uncached(addr, is_return_address)
@@ -160,36 +230,45 @@ impl Symbolizer {
         .filter(|f| !f.is_empty())
         .unwrap_or_else(|| vec![SymFrame::unknown(addr)]);
         self.cache.insert(key, frames.clone());
-        frames
+        (frames, true)
+    }
+
+    /// While deferring: the module-and-offset frame of `addr` when its module is large and not
+    /// loaded yet; None when it may be resolved now.
+    fn deferred(&mut self, addr: u64, is_return_address: bool) -> Option<SymFrame> {
+        let probe = probe_of(addr, is_return_address);
+        let idx = self.find_module(probe)?;
+        let module = self.modules.get(idx)?;
+        if self.debug.contains_key(&module.path) {
+            return None;
+        }
+        let large = match self.large.get(&module.path) {
+            Some(&l) => l,
+            None => {
+                let l = module
+                    .open_path
+                    .as_deref()
+                    .and_then(inspect)
+                    .is_some_and(|i| i.symbol_bytes > self.large_bytes);
+                self.large.insert(module.path.clone(), l);
+                l
+            }
+        };
+        large.then(|| self.modules[idx].frame(probe))
     }
 
     /// The module and offset of `addr` only: no debug data or symbol table is loaded (the
     /// benchmark knob `GPUFL_SYMBOLIZE=0`).
     pub fn locate(&mut self, addr: u64, is_return_address: bool) -> SymFrame {
-        let probe = if is_return_address {
-            addr.saturating_sub(1)
-        } else {
-            addr
-        };
+        let probe = probe_of(addr, is_return_address);
         match self.find_module(probe).and_then(|i| self.modules.get(i)) {
-            Some(m) => SymFrame {
-                module: m.path.clone(),
-                module_offset: probe.wrapping_sub(m.bias),
-                function: None,
-                file: None,
-                line: None,
-                inlined: false,
-            },
+            Some(m) => m.frame(probe),
             None => SymFrame::unknown(addr),
         }
     }
 
     fn resolve_uncached(&mut self, addr: u64, is_return_address: bool) -> Vec<SymFrame> {
-        let probe = if is_return_address {
-            addr.saturating_sub(1)
-        } else {
-            addr
-        };
+        let probe = probe_of(addr, is_return_address);
         let Some(idx) = self.find_module(probe) else {
             return vec![SymFrame::unknown(addr)];
         };
@@ -208,12 +287,8 @@ impl Symbolizer {
             match frames.last_mut() {
                 Some(last) => last.function = function,
                 None => frames.push(SymFrame {
-                    module: module.path.clone(),
-                    module_offset: svma,
                     function,
-                    file: None,
-                    line: None,
-                    inlined: false,
+                    ..module.frame(probe)
                 }),
             }
         }
@@ -447,6 +522,9 @@ impl ModuleDebug {
 /// What we need to know about an ELF file before loading it.
 struct FileInfo {
     has_dwarf: bool,
+    /// Bytes of the symbol tables, their strings and the DWARF sections: what loading the
+    /// module's debug data reads.
+    symbol_bytes: u64,
     build_id: Option<Vec<u8>>,
     debuglink: Option<String>,
     /// dwz supplementary file (`.gnu_debugaltlink`), resolved to a path.
@@ -463,6 +541,15 @@ fn inspect(path: &Path) -> Option<FileInfo> {
     let has_dwarf = obj
         .section_by_name(".debug_info")
         .is_some_and(|s| s.size() > 0);
+    let symbol_bytes = obj
+        .sections()
+        .filter(|s| {
+            s.name().is_ok_and(|n| {
+                matches!(n, ".symtab" | ".strtab" | ".dynsym" | ".dynstr") || n.starts_with(".debug_")
+            })
+        })
+        .map(|s| s.size())
+        .sum();
     let build_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
     let debuglink = obj
         .gnu_debuglink()
@@ -487,6 +574,7 @@ fn inspect(path: &Path) -> Option<FileInfo> {
         });
     Some(FileInfo {
         has_dwarf,
+        symbol_bytes,
         build_id,
         debuglink,
         altlink,

@@ -227,6 +227,37 @@ fn resolves_function_file_and_line_in_dlopened_library() {
 }
 
 #[test]
+fn a_large_module_is_left_unloaded_until_the_deferral_ends() {
+    use std::time::{Duration, Instant};
+    let lib = test_lib();
+    let ra = call(lib, "gpufl_caller_o0");
+    let full = Symbolizer::new().resolve(ra, true);
+    // The test library is small: under the usual bound it resolves at once.
+    let mut s = Symbolizer::new();
+    s.defer_large(Instant::now() + Duration::from_secs(3600));
+    let (frames, last) = s.resolve_now(ra, true);
+    assert!(last);
+    assert_eq!(frames, full);
+    // Every module with symbols counts as large: module and offset only, not kept.
+    let mut s = Symbolizer::new();
+    s.defer_over(Instant::now() + Duration::from_secs(3600), 0);
+    for _ in 0..2 {
+        let (frames, last) = s.resolve_now(ra, true);
+        assert!(!last, "{frames:#?}");
+        assert_eq!(frames.len(), 1, "{frames:#?}");
+        assert_eq!(frames[0].function, None);
+        assert_eq!(frames[0].module, full[0].module);
+        assert_eq!(frames[0].module_offset, full[0].module_offset);
+    }
+    // Once the deferral has ended the same address resolves fully, and is kept.
+    s.defer_over(Instant::now(), 0);
+    let (frames, last) = s.resolve_now(ra, true);
+    assert!(last);
+    assert_eq!(frames, full);
+    assert_eq!(frames[0].function.as_deref(), Some("gpufl_caller_o0"));
+}
+
+#[test]
 fn expands_inlined_frames() {
     let ra = call(test_lib(), "gpufl_outer_o2");
     let mut s = Symbolizer::new();
