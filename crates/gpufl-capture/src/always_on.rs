@@ -46,8 +46,25 @@ pub const MAX_DUTY: f64 = 0.25;
 /// Shortest and longest period between sampled windows.
 pub const MIN_PERIOD: Duration = Duration::from_secs(1);
 pub const MAX_PERIOD: Duration = Duration::from_secs(60);
-/// First sampled window, after the start (start-up is often unlike the steady state).
+/// First sampled window, after the start (start-up is often unlike the steady state), at the
+/// earliest.
 pub const FIRST_WINDOW_AFTER: Duration = Duration::from_secs(2);
+/// What the first sampled window is taken to cost the program before any rate is known: a
+/// launch-bound rate (~25,000 records/s at [`COST_PER_RECORD_NS`]: ~7.5 % of a [`WINDOW_MS`]
+/// window, 15 ms) and the detach after it (~5 ms).
+pub const FIRST_WINDOW_COST: Duration = Duration::from_millis(20);
+
+/// When the first sampled window opens, after the start: once the run has earned its cost
+/// under the budget ([`FIRST_WINDOW_COST`] / budget: 4 s at the default 0.5 %), at the earliest
+/// [`FIRST_WINDOW_AFTER`]; with a fixed period (`GPUFL_WINDOW_PERIOD_MS`), at
+/// [`FIRST_WINDOW_AFTER`].
+pub fn first_window_after(budget_pct: f64, fixed_period: Option<Duration>) -> Duration {
+    if fixed_period.is_some() || budget_pct <= 0.0 || !budget_pct.is_finite() {
+        return FIRST_WINDOW_AFTER;
+    }
+    let earned = FIRST_WINDOW_COST.as_secs_f64() / (budget_pct / 100.0);
+    Duration::from_secs_f64(earned.min(MAX_PERIOD.as_secs_f64())).max(FIRST_WINDOW_AFTER)
+}
 /// How long after a sampled window closes its records are counted (CUPTI is asked for its
 /// buffers every 250 ms).
 const RATE_DELAY: Duration = Duration::from_millis(400);
@@ -185,7 +202,8 @@ impl Scheduler {
             window: knobs.window,
             fixed_period: knobs.window_period,
             budget_pct: knobs.always_on_budget_pct,
-            next_open: Instant::now() + FIRST_WINDOW_AFTER,
+            next_open: Instant::now()
+                + first_window_after(knobs.always_on_budget_pct, knobs.window_period),
             open: None,
             pending_rate: None,
             written: [0; 3],
@@ -424,6 +442,21 @@ extern "C" fn on_trigger(_sig: i32, info: *mut libc::siginfo_t, _uctx: *mut libc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_window_waits_until_the_run_has_earned_it() {
+        // 20 ms at 0.5 % of the run: 4 s in; a larger budget earns it sooner, never before 2 s.
+        assert_eq!(first_window_after(0.5, None), Duration::from_secs(4));
+        assert_eq!(first_window_after(0.1, None), Duration::from_secs(20));
+        assert_eq!(first_window_after(5.0, None), FIRST_WINDOW_AFTER);
+        // A tiny budget: no later than the longest period.
+        assert_eq!(first_window_after(0.0001, None), MAX_PERIOD);
+        // A fixed period (GPUFL_WINDOW_PERIOD_MS) keeps the earliest start.
+        assert_eq!(
+            first_window_after(0.5, Some(Duration::from_millis(500))),
+            FIRST_WINDOW_AFTER
+        );
+    }
 
     #[test]
     fn period_follows_the_budget() {
