@@ -1,7 +1,7 @@
 # Phase detach (sourced by scripts/gpu-check.sh): always-on (GPUFL_DETACH=0: kept attached)
 # detaches CUPTI after each window (crate::detach), so that kernel tracing costs the launching
 # thread nothing between windows.
-# 1. The C++ launch loop's ns per launch over time (launchcost.cu, LC_TIMELINE=1): one window 2 s
+# 1. The C++ launch loop's ns per launch over time (launchcost.cu, LC_TIMELINE=1): one window 4 s
 #    in (the budget puts the next ~40 s later), detaching (the default), kept attached, bare.
 # 2. Safety: the launch loop and a PyTorch loop with its autograd thread under windows every
 #    500 ms (a detach each), every process must exit 0; the session's windows, kernels and

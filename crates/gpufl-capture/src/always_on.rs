@@ -15,7 +15,8 @@
 //!   [`MIN_PERIOD`]..[`MAX_PERIOD`]. That cost does not end with the window: once CUPTI's kernel
 //!   tracing has been on, launches stay dearer for the rest of the run (docs/benchmarks.md,
 //!   "Always-on after its first window"), unless CUPTI is detached after the window, as it is
-//!   (crate::detach; `GPUFL_DETACH=0`: kept attached).
+//!   (crate::detach; `GPUFL_DETACH=0`: kept attached). The first opens once the run has earned
+//!   its cost under the budget ([`first_window_after`]: 4 s in at the default).
 //!   `GPUFL_WINDOW_MS` and `GPUFL_WINDOW_PERIOD_MS` (a fixed period) override them.
 //! - **Full-detail windows** on demand: `gpufl_capture_window(seconds)` (C, C++, Python), the
 //!   trigger signal (SIGUSR2 unless `GPUFL_TRIGGER_SIGNAL` names another, 0 = none; installed only

@@ -921,7 +921,14 @@ mod tests {
         assert_eq!(k.xthread_reuse_ns, crate::stack::OTHER_REUSE_NS);
         assert_eq!(k.native_every, crate::stack::NATIVE_EVERY);
         assert!(!k.site_native && !k.debug_cost && !k.xthread_read_pipe);
-        assert!(k.source_text && k.signals && k.exporter_feed && k.detach && k.module_frames && k.symbolize);
+        assert!(
+            k.source_text
+                && k.signals
+                && k.exporter_feed
+                && k.detach
+                && k.module_frames
+                && k.symbolize
+        );
         assert!(k.defer_symbols);
         assert_eq!(k.detach_settle_ms, 1);
         let k = Knobs::from_env_with(|v| (v == "GPUFL_DETACH_SETTLE_MS").then(|| "200".into()));

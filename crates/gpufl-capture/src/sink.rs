@@ -1220,7 +1220,7 @@ mod tests {
         sink.symbolizer
             .defer_over(Instant::now() + Duration::from_secs(3600), 0);
         // A return address inside the probe function.
-        let addr = deferral_probe as usize as u64 + 1;
+        let addr = deferral_probe as *const () as usize as u64 + 1;
         let early = sink.intern_raw_stack(&[addr]).unwrap();
         assert_eq!(sink.intern_raw_stack(&[addr]).unwrap(), early);
         sink.symbolizer.defer_over(Instant::now(), 0);

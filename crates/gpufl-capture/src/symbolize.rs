@@ -216,9 +216,8 @@ impl Symbolizer {
             .defer_large_until
             .is_some_and(|t| std::time::Instant::now() < t)
         {
-            let deferred = catch_unwind(AssertUnwindSafe(|| {
-                self.deferred(addr, is_return_address)
-            }));
+            let deferred =
+                catch_unwind(AssertUnwindSafe(|| self.deferred(addr, is_return_address)));
             if let Ok(Some(frame)) = deferred {
                 return (vec![frame], false);
             }
@@ -545,7 +544,8 @@ fn inspect(path: &Path) -> Option<FileInfo> {
         .sections()
         .filter(|s| {
             s.name().is_ok_and(|n| {
-                matches!(n, ".symtab" | ".strtab" | ".dynsym" | ".dynstr") || n.starts_with(".debug_")
+                matches!(n, ".symtab" | ".strtab" | ".dynsym" | ".dynstr")
+                    || n.starts_with(".debug_")
             })
         })
         .map(|s| s.size())
