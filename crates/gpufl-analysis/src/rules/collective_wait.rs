@@ -53,7 +53,8 @@
 //!   the lateness, the delay is on the late rank's GPU (its work before the collective), and the
 //!   location is the collective's own launch line.
 //! - **Impact:** the mean over the other ranks of their waiting time. **Window:** the span of the
-//!   matched collectives (first start to last end, aligned).
+//!   matched collectives (first start to last end, aligned; always-on: the shared windows' time
+//!   inside it).
 
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, share, Insight};
@@ -1620,10 +1621,10 @@ fn clock_text(found: &Found) -> String {
     match found.sampled {
         None => format!("{clocks}; the same collective on each rank matched by order of its kernel name"),
         Some(s) => format!(
-            "{clocks}; always-on: {} collectives matched by end time in the {} window{} every rank had open ({} observed by all)",
+            "{clocks}; always-on: {} collectives matched by end time in {} of the {} windows every rank had open ({} in all)",
             found.collectives,
             s.summary.with_collectives,
-            if s.summary.with_collectives == 1 { "" } else { "s" },
+            s.summary.windows,
             fmt_duration(s.summary.observed_ns)
         ),
     }
