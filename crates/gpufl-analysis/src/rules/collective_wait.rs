@@ -682,15 +682,16 @@ impl Sampled {
     }
 }
 
+/// An always-on run's matching: the kernel names (indexed by [`Coll::name`]), the collectives,
+/// the hosts, and the shared windows.
+type Matched = (Vec<String>, Vec<Coll>, Vec<String>, Sampled);
+
 /// An always-on run's collectives, matched by time (see the module doc): one host's clocks
 /// aligned first, then per kernel name each anchor kernel whole inside a shared window paired
 /// with every other participant's kernel of that name ending nearest it, within the tolerance.
 /// Returns None (with a warning) when that cannot be done: several hosts, windows that never
 /// overlap, no collective recorded by every rank.
-fn match_in_windows(
-    ps: &mut [Rank],
-    warnings: &mut Vec<String>,
-) -> Option<(Vec<String>, Vec<Coll>, Vec<String>, Sampled)> {
+fn match_in_windows(ps: &mut [Rank], warnings: &mut Vec<String>) -> Option<Matched> {
     let hosts = hosts_of(ps);
     if hosts.len() > 1 {
         warnings.push(format!(
