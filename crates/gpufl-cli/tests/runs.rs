@@ -462,8 +462,8 @@ fn recorded_always_on_ddp_straggler_is_rank_1_matched_by_time() {
 
 /// Its balanced twin (`--straggle-ms 0`): matched by time too. No planted delay, so no rank is
 /// late by milliseconds: a finding there, if any, has its p90 lateness under 1 ms. (This run
-/// does raise a LOW collective-wait: in the two windows both ranks had open with collectives,
-/// rank 1 starts them a median 0.39 ms after rank 0 (p90 0.70 ms) and rank 0 spends 74 % of its
+/// does raise a LOW collective-wait: in the windows both ranks had open, rank 1 starts the
+/// collectives a median 0.39 ms after rank 0 (p90 0.70 ms) and rank 0 spends 74 % of its
 /// AllReduce time waiting — measured on collectives whose ends agree within µs, not pairs of
 /// unrelated ones; the rule's thresholds, made for default-mode runs, let that through.)
 #[test]
