@@ -460,20 +460,20 @@ fn recorded_always_on_ddp_straggler_is_rank_1_matched_by_time() {
     );
 }
 
-/// Its balanced twin (`--straggle-ms 0`): matched by time too. No planted delay, so no rank is
-/// late by milliseconds: a finding there, if any, has its p90 lateness under 1 ms. (This run
-/// does raise a LOW collective-wait: in the windows both ranks had open, rank 1 starts the
-/// collectives a median 0.39 ms after rank 0 (p90 0.70 ms) and rank 0 spends 74 % of its
-/// AllReduce time waiting — measured on collectives whose ends agree within µs, not pairs of
-/// unrelated ones; the rule's thresholds, made for default-mode runs, let that through.)
+/// Its balanced twin (`--straggle-ms 0`): matched by time too, and no collective-wait. In the
+/// windows both ranks had open rank 1 starts the collectives a median 0.39 ms after rank 0 (p90
+/// 0.70 ms; most right after its own window opened) — on collectives whose ends agree within µs,
+/// not pairs of unrelated ones; the rule asks an always-on run for a p90 lateness of at least
+/// `MIN_SAMPLED_P90_NS` (1 ms), beyond what opening a window costs a rank by itself.
 #[test]
-fn recorded_always_on_ddp_balanced_twin_has_no_rank_late_by_milliseconds() {
+fn recorded_always_on_ddp_balanced_twin_raises_no_collective_wait() {
     let run = run_json_of("run-torchrun-1499-20261128T141108Z");
     let clock = &run["clock"];
     assert!(clock["windows"]["with_collectives"].as_u64().unwrap() >= 1);
     assert!(clock["end_spread_ns"].as_u64().unwrap() < 50_000, "{clock}");
-    for i in collective_waits(&run) {
-        let p90 = i["data"]["p90_late_ns"].as_u64().unwrap();
-        assert!(p90 < 1_000_000, "{}: p90 {p90}", i["title"]);
-    }
+    let found: Vec<String> = collective_waits(&run)
+        .iter()
+        .map(|i| i["title"].to_string())
+        .collect();
+    assert!(found.is_empty(), "{found:?}");
 }

@@ -327,6 +327,23 @@ fn offset_windows_are_matched_by_time_and_name_the_late_rank() {
     assert_eq!(b.observed_ns, w.observed_ns);
 }
 
+/// In an always-on run a lateness under `MIN_SAMPLED_P90_NS` (what opening a window costs a rank
+/// by itself) raises nothing; from 1 ms it does.
+#[test]
+fn sub_millisecond_lateness_in_sampled_windows_raises_nothing() {
+    let mut p = Plan::offset_windows();
+    p.late = 600_000;
+    let (ins, clock, warnings) = run_plan(&p);
+    assert!(clock.expect("clock").collectives >= 20, "{warnings:?}");
+    assert!(
+        ins.is_empty(),
+        "{:?}",
+        ins.iter().map(|i| &i.title).collect::<Vec<_>>()
+    );
+    p.late = MIN_SAMPLED_P90_NS;
+    assert_eq!(run_plan(&p).0.len(), 1);
+}
+
 #[test]
 fn the_same_kernels_matched_by_order_pair_different_steps() {
     // The recorded kernels of the test above, read as default-mode sessions (order matching):
