@@ -391,3 +391,89 @@ fn recorded_ddp_stragglers_are_named_at_the_host_line_and_the_extra_work() {
         "{extra:?}"
     );
 }
+
+/// `gpufl report --json` of a bundled run: its `run` object.
+fn run_json_of(run_dir: &str) -> serde_json::Value {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/runs")
+        .join(run_dir);
+    let (code, out, err) = run(gpufl().arg("report").arg("--json").arg(&dir));
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    j["run"].clone()
+}
+
+/// The run's collective-wait insights.
+fn collective_waits(run: &serde_json::Value) -> Vec<serde_json::Value> {
+    run["insights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["rule"] == "collective-wait")
+        .cloned()
+        .collect()
+}
+
+/// The DDP runs recorded always-on on the H200 x2 machine (2026-11-28; testdata/README.md): a
+/// sampled window every 500 ms in each rank, opened at each rank's own times. Matched by order
+/// (the n-th recorded kernel of each rank), the straggler run paired collectives of different
+/// steps (their ends 72.86 ms apart) and named rank 0, 72 ms late. Matched by end time inside the
+/// windows both ranks had open, the same collectives end within µs of each other on both ranks,
+/// and the late rank is rank 1, late by the planted 4 ms at each step's first collective (the
+/// p90: DDP's later buckets are late by much less). Sampled windows record no API calls, so its
+/// host's time is not placed (no stretch, not host-bound).
+#[test]
+fn recorded_always_on_ddp_straggler_is_rank_1_matched_by_time() {
+    let run = run_json_of("run-torchrun-788-20261128T141045Z");
+    let clock = &run["clock"];
+    assert_eq!(clock["method"], "same_host");
+    let w = &clock["windows"];
+    assert!(w["with_collectives"].as_u64().unwrap() >= 3, "{clock}");
+    assert!(
+        w["with_collectives"].as_u64() <= w["windows"].as_u64(),
+        "{clock}"
+    );
+    let spread = clock["end_spread_ns"].as_u64().unwrap();
+    assert!(spread < 50_000, "{clock}");
+    let cw = collective_waits(&run);
+    assert_eq!(cw.len(), 1, "{}", run["insights"]);
+    let (i, d) = (&cw[0], &cw[0]["data"]);
+    assert_eq!(d["late_rank"], 1, "{}", i["title"]);
+    assert_eq!(d["waiting_ranks"], serde_json::json!([0]));
+    let p90 = d["p90_late_ns"].as_u64().unwrap();
+    assert!((3_500_000..6_000_000).contains(&p90), "{p90}");
+    assert_eq!(d["windows"], *w);
+    assert!(d["host_gap_median_ns"].is_null(), "{d}");
+    assert_eq!(d["host_bound"], false);
+    assert_eq!(i["basis"]["kind"], "estimated");
+    let detail = i["detail"].as_str().unwrap();
+    assert!(detail.contains("matched by end time"), "{detail}");
+    assert!(detail.contains("host time cannot be placed"), "{detail}");
+    assert!(
+        !run["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("different numbers")),
+        "{}",
+        run["warnings"]
+    );
+}
+
+/// Its balanced twin (`--straggle-ms 0`): matched by time too, and no collective-wait. In the
+/// windows both ranks had open rank 1 starts the collectives a median 0.39 ms after rank 0 (p90
+/// 0.70 ms; most right after its own window opened) — on collectives whose ends agree within µs,
+/// not pairs of unrelated ones; the rule asks an always-on run for a p90 lateness of at least
+/// `MIN_SAMPLED_P90_NS` (1 ms), beyond what opening a window costs a rank by itself.
+#[test]
+fn recorded_always_on_ddp_balanced_twin_raises_no_collective_wait() {
+    let run = run_json_of("run-torchrun-1499-20261128T141108Z");
+    let clock = &run["clock"];
+    assert!(clock["windows"]["with_collectives"].as_u64().unwrap() >= 1);
+    assert!(clock["end_spread_ns"].as_u64().unwrap() < 50_000, "{clock}");
+    let found: Vec<String> = collective_waits(&run)
+        .iter()
+        .map(|i| i["title"].to_string())
+        .collect();
+    assert!(found.is_empty(), "{found:?}");
+}

@@ -14,6 +14,22 @@
 //!   collective (NCCL requires every rank to issue a communicator's collectives in one order);
 //!   names missing on some rank are left out, and a name with different counts is matched up to the
 //!   smallest (a warning says so).
+//! - **Always-on runs** (some participant recorded GPU activity only inside `window` records): the
+//!   ranks' windows open at their own times, so the n-th recorded kernel of one rank is not the
+//!   n-th of another, and collectives are matched **by time**. Only one host's sessions can be
+//!   aligned before matching (by their clock pairs); several hosts raise nothing, with a warning.
+//!   The **shared windows** are the intervals in which every participant observed its GPU (its
+//!   windows, less paused time; a default-mode participant: its whole span). A rank's kernel
+//!   matches the first participant's (the anchor's) kernel of the same name whose end is nearest
+//!   its own, when both lie whole inside one shared window and their ends differ by at most
+//!   [`MAX_END_DIFF_NS`] and by less than half the gap to the neighbouring kernels of that name on
+//!   either rank (a collective ends at about the same instant on every rank); a collective is
+//!   matched when every participant has such a kernel. What else is read between collectives
+//!   keeps to the shared windows too: the window, the GPU work compared across ranks, the call
+//!   sites of its launches, and the late rank's host stretches, which also need its API records
+//!   (recorded only in full-detail windows: a sampled window has none, and its synchronizations
+//!   alone would read the unrecorded launches as time without a CUDA call). Windows that never
+//!   overlap raise nothing, with a warning.
 //! - **Lateness** of a rank at a collective: its kernel's start minus the latest start of the
 //!   other ranks (positive when it arrives last). The **late rank** has the largest sum of
 //!   positive lateness. Each other rank's **wait** at a collective: the part of its kernel before
@@ -37,7 +53,8 @@
 //!   the lateness, the delay is on the late rank's GPU (its work before the collective), and the
 //!   location is the collective's own launch line.
 //! - **Impact:** the mean over the other ranks of their waiting time. **Window:** the span of the
-//!   matched collectives (first start to last end, aligned).
+//!   matched collectives (first start to last end, aligned; always-on: the shared windows' time
+//!   inside it).
 
 use crate::ids::LocIx;
 use crate::insight::{fmt_duration, share, Insight};
@@ -64,6 +81,11 @@ const OFF_THE_LOOP: Fix = Fix {
 pub(crate) const RULE: &str = "collective-wait";
 /// A collective the late rank reaches this much after every other rank is a late one, ns.
 pub const MIN_LATE_NS: u64 = 200_000;
+/// In an always-on run, the least p90 of the late collectives' lateness, ns: opening a sampled
+/// window delays its rank's launches by itself (0.3–2 ms on the balanced always-on twin in
+/// `testdata/runs/`, rank 1 "late" right after its windows opened), so sub-millisecond lateness
+/// there cannot be told from the recorder's own effect.
+pub const MIN_SAMPLED_P90_NS: u64 = 1_000_000;
 /// Fewest late collectives for an insight.
 pub const MIN_LATE_COLLECTIVES: u64 = 3;
 /// The late rank's share of all ranks' summed lateness, percent.
@@ -81,6 +103,11 @@ pub const MIN_WINDOW_PCT: u64 = 1;
 pub const SAME_HOST_ERROR_NS: u64 = 10_000;
 /// Collectives matched at most (per run): more are left out, with a warning.
 pub const MAX_COLLECTIVES: usize = 1 << 20;
+/// Always-on runs: the most a collective's end times on two ranks may differ for the two kernels
+/// to be matched as one collective, ns (one host's sessions agree within
+/// [`SAME_HOST_ERROR_NS`]; the ends of one collective within tens of µs on the H200 machine,
+/// 2026-11-28). Tighter still where the same-name kernels follow each other closer (half the gap).
+pub const MAX_END_DIFF_NS: u64 = 500_000;
 /// Extra kernels listed.
 pub const MAX_EXTRA_KERNELS: usize = 5;
 /// An extra kernel is listed with at least this share of all the late rank's extra GPU time,
@@ -111,6 +138,21 @@ pub struct ClockAlignment {
     pub end_spread_ns: Option<u64>,
     /// Matched collectives.
     pub collectives: u64,
+    /// Always-on runs: the windows every rank had open, where the collectives were matched by
+    /// their end times (absent otherwise: matched by order).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub windows: Option<SharedWindows>,
+}
+
+/// The windows every rank of an always-on run had open at once (the intersection of their
+/// windows, on the aligned clock).
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct SharedWindows {
+    /// Such intervals, and those holding a matched collective.
+    pub windows: u64,
+    pub with_collectives: u64,
+    /// Their summed time, ns.
+    pub observed_ns: u64,
 }
 
 /// The rule's own figures.
@@ -168,6 +210,9 @@ pub struct Data {
     /// [`MIN_EXTRA_PCT`] % of the extra time).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extra_kernels: Vec<ExtraKernel>,
+    /// Always-on runs: the windows every rank had open, which the figures rest on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub windows: Option<SharedWindows>,
 }
 
 /// A kernel function the late rank runs more of than the other ranks (their mean).
@@ -279,14 +324,26 @@ pub(crate) fn run(
     if ps.len() < 2 {
         return (Vec::new(), None, warnings);
     }
-    let (names, colls) = match_collectives(&ps, &mut warnings);
-    if colls.is_empty() {
-        warnings.push(
-            "no communication kernel name is common to every rank: collectives not matched".into(),
-        );
-        return (Vec::new(), None, warnings);
-    }
-    let (method, hosts) = align_clocks(&mut ps, &colls, &mut warnings);
+    let windowed = ps.iter().any(|p| p.m.is_always_on());
+    let (names, colls, method, hosts, sampled) = if windowed {
+        match match_in_windows(&mut ps, &mut warnings) {
+            Some((names, colls, hosts, sampled)) => {
+                (names, colls, ClockMethod::SameHost, hosts, Some(sampled))
+            }
+            None => return (Vec::new(), None, warnings),
+        }
+    } else {
+        let (names, colls) = match_collectives(&ps, &mut warnings);
+        if colls.is_empty() {
+            warnings.push(
+                "no communication kernel name is common to every rank: collectives not matched"
+                    .into(),
+            );
+            return (Vec::new(), None, warnings);
+        }
+        let (method, hosts) = align_clocks(&mut ps, &colls, &mut warnings);
+        (names, colls, method, hosts, None)
+    };
     let mut spread = Spread::of(&ps, &colls);
     let align = ClockAlignment {
         method,
@@ -294,24 +351,50 @@ pub(crate) fn run(
         error_bound_ns: (method == ClockMethod::SameHost).then_some(SAME_HOST_ERROR_NS),
         end_spread_ns: Some(median_of(&mut spread.end_spreads).max(0) as u64),
         collectives: colls.len() as u64,
+        windows: sampled.as_ref().map(|s| s.summary.clone()),
     };
     let late_sum = &spread.late_sum;
     let Some(l) = (0..ps.len()).max_by_key(|&pi| (late_sum[pi], std::cmp::Reverse(pi))) else {
         return (Vec::new(), Some(align), warnings);
     };
     let waits = Waits::of(&ps, &colls, l);
-    let figures = Figures::of(&waits, &spread, l, ps.len(), colls.len());
+    // The window: the matched collectives' span, or in an always-on run the time every rank
+    // observed inside it.
+    let window = match &sampled {
+        None => (spread.last - spread.first).max(0) as u64,
+        Some(s) => s.shared.within(spread.first, spread.last),
+    };
+    let figures = Figures::of(
+        &waits,
+        &spread,
+        l,
+        (ps.len(), colls.len()),
+        (window, sampled.is_some()),
+    );
     if !figures.fires {
         return (Vec::new(), Some(align), warnings);
     }
-    let host = host_time(&ps, l, (&colls, &spread), &waits, figures.median_late, cfg);
+    let host = host_time(
+        &ps,
+        l,
+        (&colls, &spread, sampled.as_ref()),
+        &waits,
+        figures.median_late,
+        cfg,
+    );
     let found = Found {
         names: &names,
         method,
         waits: &waits,
         figures: &figures,
+        sampled: sampled.as_ref(),
+        collectives: colls.len() as u64,
     };
-    (vec![insight(&ps, l, &found, host)], Some(align), warnings)
+    let mut ins = insight(&ps, l, &found, host);
+    if let Some(s) = &sampled {
+        ins.basis = Some(s.basis(&ps));
+    }
+    (vec![ins], Some(align), warnings)
 }
 
 /// The collectives: per kernel name, the n-th kernel of each participant (start order); names
@@ -376,6 +459,26 @@ fn match_collectives(ps: &[Rank], warnings: &mut Vec<String>) -> (Vec<String>, V
     (names, colls)
 }
 
+/// The distinct hosts of the participants (their headers' `host`), sorted.
+fn hosts_of(ps: &[Rank]) -> Vec<String> {
+    let mut hosts: Vec<String> = ps
+        .iter()
+        .map(|p| p.m.header().map(|h| h.host.clone()).unwrap_or_default())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// One host's sessions on its wall clock, through their headers' clock pairs.
+fn align_same_host(ps: &mut [Rank]) {
+    for p in ps.iter_mut() {
+        p.offset =
+            p.m.header()
+                .map_or(0, |h| h.clock.unix_ns as i128 - h.clock.trace_ns as i128);
+    }
+}
+
 /// Put the participants' clocks on one time line (each one's `offset`): one host's sessions on
 /// its wall clock through their headers' clock pairs, else each rank on the first one's clock
 /// through the collectives' end times (with a warning). Returns the method and the hosts.
@@ -384,18 +487,9 @@ fn align_clocks(
     colls: &[Coll],
     warnings: &mut Vec<String>,
 ) -> (ClockMethod, Vec<String>) {
-    let mut hosts: Vec<String> = ps
-        .iter()
-        .map(|p| p.m.header().map(|h| h.host.clone()).unwrap_or_default())
-        .collect();
-    hosts.sort();
-    hosts.dedup();
+    let hosts = hosts_of(ps);
     let method = if hosts.len() == 1 {
-        for p in ps.iter_mut() {
-            p.offset =
-                p.m.header()
-                    .map_or(0, |h| h.clock.unix_ns as i128 - h.clock.trace_ns as i128);
-        }
+        align_same_host(ps);
         ClockMethod::SameHost
     } else {
         for pi in 1..ps.len() {
@@ -412,6 +506,304 @@ fn align_clocks(
         ClockMethod::CollectiveEnds
     };
     (method, hosts)
+}
+
+/// Sorted, disjoint intervals on the aligned clock, ns.
+type Spans = Vec<(i128, i128)>;
+
+/// Sort and merge intervals (empty ones dropped; touching ones merged).
+fn merged(mut v: Spans) -> Spans {
+    v.retain(|x| x.1 > x.0);
+    v.sort_unstable();
+    let mut out: Spans = Vec::with_capacity(v.len());
+    for (s, e) in v {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// The intersection of two sorted, disjoint interval lists.
+fn intersect(a: &[(i128, i128)], b: &[(i128, i128)]) -> Spans {
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while i < a.len() && j < b.len() {
+        let (s, e) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if s < e {
+            out.push((s, e));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// A participant's GPU-observed time on the aligned clock: its windows in an always-on session
+/// (its whole span in a default-mode one), less its paused intervals.
+fn observed(p: &Rank) -> Spans {
+    let m = p.m;
+    let o = p.offset;
+    let seen: Spans = if m.is_always_on() {
+        merged(
+            m.windows()
+                .iter()
+                .map(|w| (w.start as i128 + o, w.end as i128 + o))
+                .collect(),
+        )
+    } else {
+        let (t0, t1) = m.time_range();
+        vec![(t0 as i128 + o, t1 as i128 + o + 1)]
+    };
+    // The complement of the paused intervals.
+    let mut free: Spans = Vec::new();
+    let mut at = i128::MIN;
+    for &(s, e) in m.paused() {
+        let (s, e) = (s as i128 + o, e as i128 + o);
+        if s > at {
+            free.push((at, s));
+        }
+        at = at.max(e);
+    }
+    free.push((at, i128::MAX));
+    intersect(&seen, &free)
+}
+
+/// The interval of `iv` (sorted, disjoint) holding all of `[s, e]`, if one does.
+fn holding(iv: &[(i128, i128)], s: i128, e: i128) -> Option<usize> {
+    let i = iv.partition_point(|x| x.1 < e);
+    iv.get(i).filter(|x| x.0 <= s).map(|_| i)
+}
+
+/// Where a participant's API records cover its host, on the aligned clock: in an always-on
+/// session, its windows holding at least one API record (full-detail windows: sampled ones
+/// record none), less paused time; in a default-mode one, all it observed.
+fn api_cover(p: &Rank) -> Spans {
+    let (m, o) = (p.m, p.offset);
+    if !m.is_always_on() {
+        return observed(p);
+    }
+    let ws: Spans = m
+        .windows()
+        .iter()
+        .map(|w| (w.start as i128 + o, w.end as i128 + o))
+        .collect();
+    let mut hit = vec![false; ws.len()];
+    for i in 0..m.api_count() as usize {
+        let t = m.api(i).start as i128 + o;
+        let j = ws.partition_point(|w| w.0 <= t);
+        if j > 0 && t < ws[j - 1].1 {
+            hit[j - 1] = true;
+        }
+    }
+    let with_api: Spans = ws
+        .into_iter()
+        .zip(hit)
+        .filter(|x| x.1)
+        .map(|x| x.0)
+        .collect();
+    intersect(&merged(with_api), &observed(p))
+}
+
+/// The windows every participant of an always-on run had open (its time, on the aligned clock).
+struct Shared {
+    iv: Spans,
+}
+
+impl Shared {
+    /// The interval holding all of `[s, e]`, if one does.
+    fn holding(&self, s: i128, e: i128) -> Option<usize> {
+        holding(&self.iv, s, e)
+    }
+
+    /// Time of the intervals inside `[a, b]`, ns.
+    fn within(&self, a: i128, b: i128) -> u64 {
+        self.iv
+            .iter()
+            .map(|&(s, e)| (e.min(b) - s.max(a)).max(0))
+            .sum::<i128>() as u64
+    }
+}
+
+/// What an always-on run's matching rests on: the shared windows, per shared window holding
+/// matched collectives the span from their first start to their last end (the time the GPU work
+/// is compared over), and the summary given in the output.
+struct Sampled {
+    shared: Shared,
+    spans: Spans,
+    summary: SharedWindows,
+}
+
+impl Sampled {
+    fn new(shared: Shared, ps: &[Rank], colls: &[Coll]) -> Sampled {
+        let mut spans: Vec<Option<(i128, i128)>> = vec![None; shared.iv.len()];
+        for c in colls {
+            let se: Vec<(i128, i128)> = c.k.iter().zip(ps).map(|(&k, p)| p.at(k)).collect();
+            let s = se.iter().map(|x| x.0).min().unwrap_or(0);
+            let e = se.iter().map(|x| x.1).max().unwrap_or(0);
+            if let Some(w) = shared.holding(s, e) {
+                let x = spans[w].get_or_insert((s, e));
+                *x = (x.0.min(s), x.1.max(e));
+            }
+        }
+        let spans: Spans = spans.into_iter().flatten().collect();
+        let summary = SharedWindows {
+            windows: shared.iv.len() as u64,
+            with_collectives: spans.len() as u64,
+            observed_ns: shared.within(i128::MIN, i128::MAX),
+        };
+        Sampled {
+            shared,
+            spans,
+            summary,
+        }
+    }
+
+    /// The insight's basis: estimated from the time every rank observed, over the run's span.
+    /// Not extrapolated to the whole run: the windows the ranks shared are where they happened
+    /// to overlap, and a run's start (NCCL's set-up, seconds long on the H200 machine) has no
+    /// collectives to wait in.
+    fn basis(&self, ps: &[Rank]) -> crate::sampling::Basis {
+        let lo = ps
+            .iter()
+            .map(|p| p.m.time_range().0 as i128 + p.offset)
+            .min()
+            .unwrap_or(0);
+        let hi = ps
+            .iter()
+            .map(|p| p.m.time_range().1 as i128 + p.offset)
+            .max()
+            .unwrap_or(0);
+        let observed = self.summary.observed_ns;
+        let coverage = if hi > lo {
+            (observed as f64 / (hi - lo) as f64).min(1.0)
+        } else {
+            1.0
+        };
+        crate::sampling::Basis {
+            kind: crate::sampling::BasisKind::Estimated,
+            observed_ns: observed,
+            coverage,
+            extrapolated_impact_ns: None,
+        }
+    }
+}
+
+/// An always-on run's matching: the kernel names (indexed by [`Coll::name`]), the collectives,
+/// the hosts, and the shared windows.
+type Matched = (Vec<String>, Vec<Coll>, Vec<String>, Sampled);
+
+/// An always-on run's collectives, matched by time (see the module doc): one host's clocks
+/// aligned first, then per kernel name each anchor kernel whole inside a shared window paired
+/// with every other participant's kernel of that name ending nearest it, within the tolerance.
+/// Returns None (with a warning) when that cannot be done: several hosts, windows that never
+/// overlap, no collective recorded by every rank.
+fn match_in_windows(ps: &mut [Rank], warnings: &mut Vec<String>) -> Option<Matched> {
+    let hosts = hosts_of(ps);
+    if hosts.len() > 1 {
+        warnings.push(format!(
+            "always-on sessions on {} hosts: collectives not matched (windows record collectives at different times on each rank, so they are matched by time, which needs the clocks aligned first; across hosts the clocks are aligned only by matching collectives)",
+            hosts.len()
+        ));
+        return None;
+    }
+    align_same_host(ps);
+    let mut iv = observed(&ps[0]);
+    for p in &ps[1..] {
+        iv = intersect(&iv, &observed(p));
+    }
+    if iv.is_empty() {
+        warnings.push(
+            "always-on windows of the ranks never overlapped: no collective recorded by every rank, collectives not matched".into(),
+        );
+        return None;
+    }
+    let shared = Shared { iv };
+    // Per participant and kernel name: (aligned end, kernel), by end.
+    let mut names: Vec<String> = Vec::new();
+    let mut name_ix: HashMap<String, usize> = HashMap::new();
+    let mut per: Vec<HashMap<usize, Vec<(i128, usize)>>> = Vec::new();
+    for p in ps.iter() {
+        let mut by: HashMap<usize, Vec<(i128, usize)>> = HashMap::new();
+        for &k in &p.comm {
+            let n = p.m.str(p.m.kernel(k).name);
+            let ix = *name_ix.entry(n.to_string()).or_insert_with(|| {
+                names.push(n.to_string());
+                names.len() - 1
+            });
+            by.entry(ix).or_default().push((p.at(k).1, k));
+        }
+        for v in by.values_mut() {
+            v.sort_unstable();
+        }
+        per.push(by);
+    }
+    // The gap from the `i`-th end of a list to its nearer neighbour (unbounded without one).
+    let gap = |v: &[(i128, usize)], i: usize| -> i128 {
+        let before = i.checked_sub(1).map_or(i128::MAX, |h| v[i].0 - v[h].0);
+        let after = v.get(i + 1).map_or(i128::MAX, |x| x.0 - v[i].0);
+        before.min(after)
+    };
+    let mut colls: Vec<(i128, Coll)> = Vec::new();
+    for ix in 0..names.len() {
+        let lists: Option<Vec<&Vec<(i128, usize)>>> = per.iter().map(|by| by.get(&ix)).collect();
+        let Some(lists) = lists else {
+            continue;
+        };
+        let anchor = lists[0];
+        for (i, &(ea, ka)) in anchor.iter().enumerate() {
+            let Some(w) = shared.holding(ps[0].at(ka).0, ea) else {
+                continue;
+            };
+            let mut k = vec![ka];
+            for (q, b) in lists.iter().enumerate().skip(1) {
+                // The kernel of this name ending nearest the anchor's.
+                let j = b.partition_point(|x| x.0 < ea);
+                let Some(j) = [j.checked_sub(1), (j < b.len()).then_some(j)]
+                    .into_iter()
+                    .flatten()
+                    .min_by_key(|&j| (b[j].0 - ea).abs())
+                else {
+                    break;
+                };
+                let (eb, kb) = b[j];
+                let d = (eb - ea).abs();
+                let fits = d <= MAX_END_DIFF_NS as i128
+                    && d.saturating_mul(2) < gap(anchor, i)
+                    && d.saturating_mul(2) < gap(b, j)
+                    && shared.holding(ps[q].at(kb).0, eb) == Some(w);
+                if !fits {
+                    break;
+                }
+                k.push(kb);
+            }
+            if k.len() == ps.len() {
+                colls.push((ea, Coll { name: ix, k }));
+            }
+        }
+    }
+    if colls.is_empty() {
+        warnings.push(format!(
+            "always-on: no collective recorded by every rank inside the {} interval{} in which all their windows were open: collectives not matched",
+            shared.iv.len(),
+            if shared.iv.len() == 1 { "" } else { "s" }
+        ));
+        return None;
+    }
+    colls.sort_by_key(|c| (c.0, c.1.name));
+    if colls.len() > MAX_COLLECTIVES {
+        colls.truncate(MAX_COLLECTIVES);
+        warnings.push(format!(
+            "more than {MAX_COLLECTIVES} collectives: the rest were left out"
+        ));
+    }
+    let colls: Vec<Coll> = colls.into_iter().map(|c| c.1).collect();
+    let sampled = Sampled::new(shared, ps, &colls);
+    Some((names, colls, hosts, sampled))
 }
 
 /// The matched collectives on the aligned clocks.
@@ -523,7 +915,8 @@ struct Figures {
     median_late: u64,
     /// Matched collectives.
     n: u64,
-    /// Their span (first start to last end, aligned), ns.
+    /// Their span (first start to last end, aligned; in an always-on run the time every rank
+    /// observed inside it), ns.
     window: u64,
     /// The mean over the other ranks of their waiting time, ns.
     impact: u64,
@@ -533,7 +926,14 @@ struct Figures {
 }
 
 impl Figures {
-    fn of(w: &Waits, s: &Spread, l: usize, np: usize, n: usize) -> Figures {
+    /// `window`: the matched collectives' span, or the observed time in it (always-on).
+    fn of(
+        w: &Waits,
+        s: &Spread,
+        l: usize,
+        (np, n): (usize, usize),
+        (window, sampled): (u64, bool),
+    ) -> Figures {
         let mut sorted: Vec<u64> = w
             .lateness
             .iter()
@@ -542,7 +942,6 @@ impl Figures {
             .collect();
         sorted.sort_unstable();
         let median_late = pct(&sorted, 50);
-        let window = (s.last - s.first).max(0) as u64;
         let impact = w.wait / (np as u64 - 1);
         let all_late: i128 = s.late_sum.iter().sum();
         let dominance = if all_late > 0 {
@@ -554,7 +953,8 @@ impl Figures {
             && s.late_sum[l] * 100 >= all_late * MIN_DOMINANCE_PCT as i128
             && w.comm > 0
             && (w.wait as u128) * 100 >= (w.comm as u128) * MIN_WAIT_PCT as u128
-            && (impact as u128) * 100 >= (window as u128) * MIN_WINDOW_PCT as u128;
+            && (impact as u128) * 100 >= (window as u128) * MIN_WINDOW_PCT as u128
+            && (!sampled || pct(&sorted, 90) >= MIN_SAMPLED_P90_NS);
         Figures {
             sorted,
             median_late,
@@ -690,18 +1090,38 @@ fn explains(g: &Stretch) -> bool {
 }
 
 /// Per late collective: the late rank's longest stretch without a CUDA call between its
-/// previous communication kernel's launch and this one's.
-fn stretches(h: &HostCalls, lr: &Rank, l: usize, colls: &[Coll], w: &Waits) -> Vec<Stretch> {
+/// previous communication kernel's launch and this one's. `cover` (always-on runs): where the
+/// late rank's host calls were recorded and every rank observed its GPU (aligned clock); a
+/// collective is left out unless that whole span lies in one of its intervals, so unrecorded
+/// time never reads as time without a CUDA call.
+fn stretches(
+    h: &HostCalls,
+    lr: &Rank,
+    (l, colls): (usize, &[Coll]),
+    w: &Waits,
+    cover: Option<&[(i128, i128)]>,
+) -> Vec<Stretch> {
     let (t0, calls) = (h.m.time_range().0, &h.calls);
     let pos_of: HashMap<usize, usize> = lr.comm.iter().enumerate().map(|(i, &k)| (k, i)).collect();
     let mut gaps: Vec<Stretch> = Vec::new();
     for &ci in &w.late_colls {
         let k = colls[ci].k[l];
         let end = h.launch_at(k);
-        let begin = pos_of
+        let prev = pos_of
             .get(&k)
             .and_then(|&p| p.checked_sub(1))
-            .map_or(t0, |p| h.launch_at(lr.comm[p]));
+            .map(|p| lr.comm[p]);
+        let begin = match (prev, cover) {
+            (Some(p), _) => h.launch_at(p),
+            (None, None) => t0,
+            (None, Some(_)) => continue,
+        };
+        if let Some(c) = cover {
+            let o = lr.offset;
+            if holding(c, begin as i128 + o, end as i128 + o).is_none() {
+                continue;
+            }
+        }
         let from = calls.partition_point(|c| c.0 < begin);
         let mut best: Option<(u64, usize, Option<usize>)> = None;
         let mut reach: Option<(u64, usize)> = None;
@@ -751,6 +1171,9 @@ struct Host {
     gap_ended_at: Option<SourceLoc>,
     /// Not host-bound: the late rank's extra GPU work.
     extra: Vec<ExtraKernel>,
+    /// An always-on run: stretches only where the late rank's API records and every rank's
+    /// windows were (none: too few such late collectives).
+    windowed: bool,
     /// The late rank's program kind, whose words the fix uses.
     program: Program,
 }
@@ -767,7 +1190,7 @@ type Line = (
 fn host_time(
     ps: &[Rank],
     l: usize,
-    (colls, spread): (&[Coll], &Spread),
+    (colls, spread, sampled): (&[Coll], &Spread, Option<&Sampled>),
     w: &Waits,
     median_late: u64,
     cfg: &Config,
@@ -779,7 +1202,12 @@ fn host_time(
     let cx = Ctx::new(m, cfg, &busy, t1.saturating_sub(t0));
     let locator = Locator::new(&cx);
     let h = HostCalls::new(&cx, &locator);
-    let gaps = stretches(&h, lr, l, colls, w);
+    let cover = sampled.map(|s| intersect(&s.shared.iv, &api_cover(lr)));
+    let mut gaps = stretches(&h, lr, (l, colls), w, cover.as_deref());
+    // Always-on: too few stretches to judge the host by are none.
+    if sampled.is_some() && (gaps.len() as u64) < MIN_LATE_COLLECTIVES {
+        gaps.clear();
+    }
     // The host explains a collective's lateness when its stretch is at least half of it; the run
     // is host-bound when such collectives hold at least half of all the lateness. (With DDP's
     // gradient buckets, the first collective of a step is late by the host's whole delay and the
@@ -829,12 +1257,23 @@ fn host_time(
         moved: None,
         gap_ended_at: None,
         extra: Vec::new(),
+        windowed: sampled.is_some(),
         program: cx.program,
     };
     if host_bound {
         stretch_join(&h, &gaps, &mut host);
     } else if gap_median.is_some() {
-        host.extra = extra_kernels(ps, l, spread, w.late_colls.len() as u64, cfg);
+        // Compared over the matched collectives' span, or (always-on) over the parts of it
+        // every rank observed.
+        let whole = [(spread.first, spread.last)];
+        let spans = sampled.map_or(&whole[..], |s| &s.spans[..]);
+        host.extra = extra_kernels(
+            ps,
+            l,
+            (spans, sampled.is_some()),
+            w.late_colls.len() as u64,
+            cfg,
+        );
         // The launch line of the work with the most extra time that has one (a library's
         // launches, cuBLAS's, may have no sampled call site).
         if let Some(line) = host.extra.iter().find_map(|k| k.launch_line.clone()) {
@@ -877,15 +1316,20 @@ fn stretch_join(h: &HostCalls, gaps: &[Stretch], host: &mut Host) {
     host.join = Some(j.activity);
 }
 
+/// Whether aligned time `t` lies in one of `spans` (ends included).
+fn in_spans(spans: &[(i128, i128)], t: i128) -> bool {
+    holding(spans, t, t).is_some()
+}
+
 /// Per kernel name (communication kernels left out): launches and GPU time of a rank's kernels
-/// that start inside the aligned span `[first, last]`.
-fn kernel_profile(r: &Rank, first: i128, last: i128) -> HashMap<String, (u64, u64)> {
+/// that start inside the aligned spans (sorted, disjoint; ends included).
+fn kernel_profile(r: &Rank, spans: &[(i128, i128)]) -> HashMap<String, (u64, u64)> {
     let m = r.m;
     let mut out: HashMap<String, (u64, u64)> = HashMap::new();
     let mut comm: HashMap<u32, bool> = HashMap::new();
     for k in 0..m.kernel_count() {
         let (s, e) = r.at(k);
-        if s < first || s > last {
+        if !in_spans(spans, s) {
             continue;
         }
         let name = m.kernel(k).name;
@@ -903,10 +1347,19 @@ fn kernel_profile(r: &Rank, first: i128, last: i128) -> HashMap<String, (u64, u6
 }
 
 /// A rank's sampled launch call sites by (kernel name, line as `file:line`): the calls they
-/// stand for, and the line.
-fn site_lines(m: &Model, cfg: &Config) -> HashMap<(String, String), (u64, SourceLoc)> {
+/// stand for, and the line. With `spans` (always-on runs), only the launches of kernels that
+/// start inside them.
+fn site_lines(
+    r: &Rank,
+    spans: Option<&[(i128, i128)]>,
+    cfg: &Config,
+) -> HashMap<(String, String), (u64, SourceLoc)> {
+    let m = r.m;
     let mut name_of: HashMap<u32, u32> = HashMap::new();
     for k in 0..m.kernel_count() {
+        if spans.is_some_and(|sp| !in_spans(sp, r.at(k).0)) {
+            continue;
+        }
         let r = m.kernel(k);
         if r.corr.known().is_some() {
             name_of.entry(r.corr.0).or_insert(r.name.0);
@@ -932,20 +1385,20 @@ fn site_lines(m: &Model, cfg: &Config) -> HashMap<(String, String), (u64, Source
     out
 }
 
-/// The kernels the late rank runs and the others do not, or runs longer (over the matched
-/// collectives' span), with the launch line of their extra launches.
+/// The kernels the late rank runs and the others do not, or runs longer (over `spans`: the
+/// matched collectives' span, or in an always-on run the parts of it every rank observed, with
+/// `windowed` set), with the launch line of their extra launches.
 fn extra_kernels(
     ps: &[Rank],
     l: usize,
-    spread: &Spread,
+    (spans, windowed): (&[(i128, i128)], bool),
     late: u64,
     cfg: &Config,
 ) -> Vec<ExtraKernel> {
-    let (first, last) = (spread.first, spread.last);
-    let mine = kernel_profile(&ps[l], first, last);
+    let mine = kernel_profile(&ps[l], spans);
     let others: Vec<HashMap<String, (u64, u64)>> = (0..ps.len())
         .filter(|&q| q != l)
-        .map(|q| kernel_profile(&ps[q], first, last))
+        .map(|q| kernel_profile(&ps[q], spans))
         .collect();
     let n = others.len().max(1) as u64;
     let mut extra: Vec<ExtraKernel> = mine
@@ -986,10 +1439,11 @@ fn extra_kernels(
         return extra;
     }
     // Launch lines: the late rank's call sites of each kernel, by line, less the others' mean.
-    let my_sites = site_lines(ps[l].m, cfg);
+    let sites_in = windowed.then_some(spans);
+    let my_sites = site_lines(&ps[l], sites_in, cfg);
     let other_sites: Vec<HashMap<(String, String), (u64, SourceLoc)>> = (0..ps.len())
         .filter(|&q| q != l)
-        .map(|q| site_lines(ps[q].m, cfg))
+        .map(|q| site_lines(&ps[q], sites_in, cfg))
         .collect();
     for k in extra.iter_mut() {
         let best = my_sites
@@ -1072,6 +1526,9 @@ struct Found<'f> {
     method: ClockMethod,
     waits: &'f Waits,
     figures: &'f Figures,
+    /// An always-on run's shared windows, and the matched collectives.
+    sampled: Option<&'f Sampled>,
+    collectives: u64,
 }
 
 /// The insight: rank `l` late at the collectives, the others waiting for it.
@@ -1112,7 +1569,7 @@ fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
         "{what} kernels on rank{} {waiting_txt} spend {:.0}% of their time ({} of {}) waiting for rank {}, \
          which starts them last in {} of {} collectives and at least {} late in {}: median {} (p90 {}) \
          after the next-latest rank.{} \
-         ({}; the same collective on each rank matched by order of its kernel name.)",
+         ({}.)",
         if waiting.len() == 1 { "" } else { "s" },
         share(w.wait, w.comm) * 100.0,
         fmt_duration(w.wait),
@@ -1125,7 +1582,7 @@ fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
         fmt_duration(f.median_late),
         fmt_duration(pct(&f.sorted, 90)),
         host_text(lr, &host),
-        clock_text(found.method),
+        clock_text(found),
     );
     let fix = format!(
         "Make rank {} arrive with the others: find the work only it does before the collective \
@@ -1164,13 +1621,14 @@ fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
             host: host.join,
             gap_ended_at: host.gap_ended_at,
             extra_kernels: host.extra,
+            windows: found.sampled.map(|s| s.summary.clone()),
         })
         .scope(host.scope)
 }
 
-/// How the clocks were aligned, for the detail.
-fn clock_text(method: ClockMethod) -> String {
-    match method {
+/// How the clocks were aligned and the collectives matched, for the detail.
+fn clock_text(found: &Found) -> String {
+    let clocks = match found.method {
         ClockMethod::SameHost => format!(
             "clocks of one host, aligned within {}",
             fmt_duration(SAME_HOST_ERROR_NS)
@@ -1178,6 +1636,16 @@ fn clock_text(method: ClockMethod) -> String {
         ClockMethod::CollectiveEnds => {
             "hosts differ: clocks aligned on the collectives' end times (approximate)".to_string()
         }
+    };
+    match found.sampled {
+        None => format!("{clocks}; the same collective on each rank matched by order of its kernel name"),
+        Some(s) => format!(
+            "{clocks}; always-on: {} collectives matched by end time in {} of the {} windows every rank had open ({} in all)",
+            found.collectives,
+            s.summary.with_collectives,
+            s.summary.windows,
+            fmt_duration(s.summary.observed_ns)
+        ),
     }
 }
 
@@ -1276,9 +1744,19 @@ fn stretch_text(lr: &Rank, h: &Host) -> String {
             fmt_duration(g),
             location_note(h.src, "the collective's launch")
         ),
+        (_, None) if h.windowed => format!(
+            " Rank {}'s host time cannot be placed: always-on sessions record API calls only in \
+             full-detail windows (`gpufl trigger`), and fewer than {MIN_LATE_COLLECTIVES} of its late \
+             collectives (with the collective before each) lie in one that every rank had open.",
+            lr.rank
+        ),
         (_, None) => format!(
             " Rank {}'s session has no API records, so its host's time cannot be placed.",
             lr.rank
         ),
     }
 }
+
+#[cfg(test)]
+#[path = "collective_wait_tests.rs"]
+mod tests;

@@ -160,9 +160,18 @@ pub(crate) fn render_text(
                 esc(&c.hosts.join(", "))
             ),
         };
+        let matched = match &c.windows {
+            None => "matched".to_string(),
+            Some(w) => format!(
+                "matched by end time in {} of the {} windows all ranks had open (always-on, {} observed by all)",
+                w.with_collectives,
+                w.windows,
+                secs(w.observed_ns)
+            ),
+        };
         let _ = writeln!(
             out,
-            "  clocks: {how}; {} collectives matched, their ends {} apart across ranks (median)",
+            "  clocks: {how}; {} collectives {matched}, their ends {} apart across ranks (median)",
             c.collectives,
             secs(c.end_spread_ns.unwrap_or(0))
         );
