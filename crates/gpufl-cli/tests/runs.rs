@@ -328,22 +328,11 @@ fn recorded_ddp_run_names_rank_1_and_the_stretch_that_holds_its_host_work() {
     }
 }
 
-/// The collective-wait insight of a bundled run's `gpufl report --json`.
+/// The collective-wait insight of a bundled run's `gpufl report --json` (exactly one).
 fn collective_wait_of(run_dir: &str) -> serde_json::Value {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/runs")
-        .join(run_dir);
-    let (code, out, err) = run(gpufl().arg("report").arg("--json").arg(&dir));
-    assert_eq!(code, 0, "{err}");
-    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let cw: Vec<serde_json::Value> = j["run"]["insights"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["rule"] == "collective-wait")
-        .cloned()
-        .collect();
-    assert_eq!(cw.len(), 1, "{}", j["run"]["insights"]);
+    let run = run_json_of(run_dir);
+    let cw = collective_waits(&run);
+    assert_eq!(cw.len(), 1, "{}", run["insights"]);
     cw[0].clone()
 }
 
