@@ -23,7 +23,7 @@ pub(crate) fn overlap_ns(iv: &[(u64, u64)], a: u64, b: u64) -> u64 {
 
 /// Sort and merge in place; returns the merged prefix (disjoint, ascending, non-empty intervals).
 /// Touching intervals (`a.end == b.start`) are merged.
-pub(crate) fn merge(iv: &mut [(u64, u64)]) -> &[(u64, u64)] {
+pub(crate) fn merge<T: Ord + Copy>(iv: &mut [(T, T)]) -> &[(T, T)] {
     // Stable sort: adaptive, near-linear on the almost sorted input records usually are.
     iv.sort();
     let mut n = 0;

@@ -511,18 +511,11 @@ fn align_clocks(
 /// Sorted, disjoint intervals on the aligned clock, ns.
 type Spans = Vec<(i128, i128)>;
 
-/// Sort and merge intervals (empty ones dropped; touching ones merged).
+/// Sort and merge intervals (empty ones dropped; touching ones merged): [`crate::intervals::merge`].
 fn merged(mut v: Spans) -> Spans {
-    v.retain(|x| x.1 > x.0);
-    v.sort_unstable();
-    let mut out: Spans = Vec::with_capacity(v.len());
-    for (s, e) in v {
-        match out.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
-        }
-    }
-    out
+    let n = crate::intervals::merge(&mut v).len();
+    v.truncate(n);
+    v
 }
 
 /// The intersection of two sorted, disjoint interval lists.
