@@ -195,9 +195,17 @@ pub fn analyze_run(members: &[RunMember], cfg: &Config) -> RunAnalysis {
         .collect();
     let (mut insights, clock, w) = collective_wait::run(parts, cfg);
     warnings.extend(w);
-    // Rated on the longest rank's wall time (the run's span, as near as one rank says).
+    // Rated on the longest rank's wall time (the run's span, as near as one rank says); in an
+    // always-on run on the time every rank observed (the shared windows), where the impacts were
+    // measured, as an always-on session's insights are rated on its observed time.
     let run_wall = ranks.iter().map(|r| r.wall_ns).max().unwrap_or(0);
-    crate::shared::finish::rate(&mut insights, run_wall);
+    let rated_on = clock
+        .as_ref()
+        .and_then(|c| c.windows.as_ref())
+        .map(|w| w.observed_ns)
+        .filter(|&ns| ns > 0)
+        .map_or(run_wall, |ns| ns.min(run_wall.max(1)));
+    crate::shared::finish::rate(&mut insights, rated_on);
     crate::shared::finish::rank(&mut insights);
     let insights = crate::shared::finish::merge(insights);
     RunAnalysis {

@@ -358,6 +358,10 @@ fn recorded_ddp_stragglers_are_named_at_the_host_line_and_the_extra_work() {
     assert_eq!(d["late_rank"], 1);
     assert_eq!(d["host_bound"], false);
     assert_eq!(i["location"]["line"], 106, "{}", i["title"]);
+    // Its title's lateness is the extra work's per step (~4.5 ms), neither the later buckets'
+    // (median 0.23 ms) nor the first steps' set-up (four collectives 44–72 ms late).
+    let heavy = d["weighted_late_ns"].as_u64().unwrap();
+    assert!((3_500_000..6_000_000).contains(&heavy), "{heavy}");
     let extra = d["extra_kernels"].as_array().unwrap();
     assert!(!extra.is_empty());
     assert!(
@@ -432,6 +436,23 @@ fn recorded_always_on_ddp_straggler_is_rank_1_matched_by_time() {
     let p90 = d["p90_late_ns"].as_u64().unwrap();
     assert!((3_500_000..6_000_000).contains(&p90), "{p90}");
     assert_eq!(d["windows"], *w);
+    // The title gives the planted delay (the lateness where most of the late time lies), not the
+    // median over all late collectives (~0.47 ms: the later buckets).
+    let heavy = d["weighted_late_ns"].as_u64().unwrap();
+    assert!((3_500_000..6_000_000).contains(&heavy), "{heavy}");
+    assert!(d["median_late_ns"].as_u64().unwrap() < 1_000_000, "{d}");
+    let title = i["title"].as_str().unwrap();
+    assert!(title.contains("rank 1 arrives 4."), "{title}");
+    // Rated on the time both ranks observed (the shared windows, where rank 0's wait was
+    // measured: about half of it), not on the run's 12 s: rank 0's wait of ~0.44 s is HIGH.
+    let observed = w["observed_ns"].as_u64().unwrap();
+    let impact = i["impact_ns"].as_u64().unwrap();
+    assert_eq!(i["severity"], "HIGH", "{impact} of {observed}");
+    let share = i["share_of_session"].as_f64().unwrap();
+    assert!(
+        (share - impact as f64 / observed as f64).abs() < 1e-6,
+        "{share} vs {impact}/{observed}"
+    );
     assert!(d["host_gap_median_ns"].is_null(), "{d}");
     assert_eq!(d["host_bound"], false);
     assert_eq!(i["basis"]["kind"], "estimated");

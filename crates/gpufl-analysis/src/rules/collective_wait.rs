@@ -174,6 +174,9 @@ pub struct Data {
     /// Median and 90th percentile (nearest rank) of its lateness over the late collectives, ns.
     pub median_late_ns: u64,
     pub p90_late_ns: u64,
+    /// Its lateness in the collectives holding most of the late time (half of it, in at least
+    /// 5 % of the late collectives), ns: the title's figure when the host does not explain it.
+    pub weighted_late_ns: u64,
     /// Its share of all ranks' summed lateness, 0..1.
     pub lateness_share: f64,
     /// The other ranks' time waiting in communication kernels, summed, and their whole
@@ -313,6 +316,28 @@ fn pct(v: &[u64], p: usize) -> u64 {
     v[r - 1]
 }
 
+/// The lateness of the collectives that hold most of the late time: of `sorted` (ascending), the
+/// largest value whose own and larger values sum to at least half the total and number at least
+/// 5 % of the values (0 for none). With DDP's gradient buckets a late step makes its first
+/// collective late by the whole delay and the later ones by a little each: the plain median lands
+/// on the little ones, this on the delay that holds the time; the count floor keeps a few
+/// outliers (the first steps' set-up, tens of ms on the H200 machine) from setting it.
+fn lateness_weighted_median(sorted: &[u64]) -> u64 {
+    let total: u128 = sorted.iter().map(|&x| x as u128).sum();
+    let min_count = (sorted.len() * HEAVY_MIN_PCT).div_ceil(100).max(1);
+    let mut above: u128 = 0;
+    for (k, &x) in sorted.iter().rev().enumerate() {
+        above += x as u128;
+        if above * 2 >= total && k + 1 >= min_count {
+            return x;
+        }
+    }
+    0
+}
+
+/// [`lateness_weighted_median`]'s count floor, percent of the late collectives.
+const HEAVY_MIN_PCT: usize = 5;
+
 /// Run the rule over the ranks (the sessions of one run). Returns the insights, the clock
 /// alignment (None with fewer than two participants) and warnings.
 pub(crate) fn run(
@@ -379,7 +404,7 @@ pub(crate) fn run(
         l,
         (&colls, &spread, sampled.as_ref()),
         &waits,
-        figures.median_late,
+        figures.weighted_late,
         cfg,
     );
     let found = Found {
@@ -906,6 +931,8 @@ struct Figures {
     /// The lateness of the late collectives (at least [`MIN_LATE_NS`]), sorted.
     sorted: Vec<u64>,
     median_late: u64,
+    /// [`lateness_weighted_median`] of `sorted`.
+    weighted_late: u64,
     /// Matched collectives.
     n: u64,
     /// Their span (first start to last end, aligned; in an always-on run the time every rank
@@ -935,6 +962,7 @@ impl Figures {
             .collect();
         sorted.sort_unstable();
         let median_late = pct(&sorted, 50);
+        let weighted_late = lateness_weighted_median(&sorted);
         let impact = w.wait / (np as u64 - 1);
         let all_late: i128 = s.late_sum.iter().sum();
         let dominance = if all_late > 0 {
@@ -951,6 +979,7 @@ impl Figures {
         Figures {
             sorted,
             median_late,
+            weighted_late,
             n: n as u64,
             window,
             impact,
@@ -1154,7 +1183,8 @@ struct Host {
     explained: usize,
     stretches: usize,
     /// The title's lateness: where the host made the rank late when host-bound (the later
-    /// buckets' small lateness would hide it), else the median over the late collectives.
+    /// buckets' small lateness would hide it), else the lateness-weighted median over the late
+    /// collectives (the plain median would land on the later buckets).
     title_late: u64,
     /// Host-bound with host records: the join over the stretches, and the line's share and
     /// activity when the location moved to it.
@@ -1185,7 +1215,7 @@ fn host_time(
     l: usize,
     (colls, spread, sampled): (&[Coll], &Spread, Option<&Sampled>),
     w: &Waits,
-    median_late: u64,
+    weighted_late: u64,
     cfg: &Config,
 ) -> Host {
     let lr = &ps[l];
@@ -1227,7 +1257,7 @@ fn host_time(
     let title_late = if host_bound && !explained_late.is_empty() {
         pct(&explained_late, 50)
     } else {
-        median_late
+        weighted_late
     };
     let (loc, before, src, scope) = if host_bound {
         stretch_line(&h, &gaps)
@@ -1561,7 +1591,7 @@ fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
     let detail = format!(
         "{what} kernels on rank{} {waiting_txt} spend {:.0}% of their time ({} of {}) waiting for rank {}, \
          which starts them last in {} of {} collectives and at least {} late in {}: median {} (p90 {}) \
-         after the next-latest rank.{} \
+         after the next-latest rank{}.{} \
          ({}.)",
         if waiting.len() == 1 { "" } else { "s" },
         share(w.wait, w.comm) * 100.0,
@@ -1574,6 +1604,12 @@ fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
         f.sorted.len(),
         fmt_duration(f.median_late),
         fmt_duration(pct(&f.sorted, 90)),
+        // Where most of the late time lies, when the median hides it (DDP's later buckets).
+        if f.weighted_late.saturating_mul(2) > f.median_late.saturating_mul(3) {
+            format!(", {} where most of the late time lies", fmt_duration(f.weighted_late))
+        } else {
+            String::new()
+        },
         host_text(lr, &host),
         clock_text(found),
     );
@@ -1601,6 +1637,7 @@ fn insight(ps: &[Rank], l: usize, found: &Found, host: Host) -> Insight {
             last_collectives: w.last_count,
             late_collectives: f.sorted.len() as u64,
             median_late_ns: f.median_late,
+            weighted_late_ns: f.weighted_late,
             p90_late_ns: pct(&f.sorted, 90),
             lateness_share: f.dominance,
             wait_ns: w.wait,

@@ -537,3 +537,30 @@ fn gpu_work_is_compared_over_the_shared_windows_only() {
     let bounded = extra_kernels(&ps, 1, (&sampled.spans, true), late, &cfg);
     assert!(bounded.is_empty(), "{bounded:?}");
 }
+
+/// The title's lateness: where most of the late time lies. DDP's buckets (one collective a step
+/// late by the whole delay, three by a little) put the plain median on the little ones; a few
+/// set-up outliers holding half the total do not set it (the count floor); none gives 0.
+#[test]
+fn lateness_where_most_late_time_lies() {
+    let mut buckets: Vec<u64> = (0..40)
+        .flat_map(|_| [4 * MS, 300 * US, 250 * US, 220 * US])
+        .collect();
+    buckets.sort_unstable();
+    assert_eq!(pct(&buckets, 50), 250 * US);
+    assert_eq!(lateness_weighted_median(&buckets), 4 * MS);
+
+    // 4 outliers of 100 ms hold more than half of all lateness, but are under 5 % of the 100.
+    let mut outliers: Vec<u64> = (0..96).map(|_| 4 * MS).chain([100 * MS; 4]).collect();
+    outliers.sort_unstable();
+    let top: u64 = outliers[96..].iter().sum();
+    assert!(top * 2 > outliers.iter().sum::<u64>(), "the outliers hold more than half");
+    assert_eq!(lateness_weighted_median(&outliers), 4 * MS);
+    // Outliers that are 6 % of the values (and hold half the total) do set it.
+    let mut common: Vec<u64> = (0..94).map(|_| 4 * MS).chain([70 * MS; 6]).collect();
+    common.sort_unstable();
+    assert_eq!(lateness_weighted_median(&common), 70 * MS);
+
+    assert_eq!(lateness_weighted_median(&[]), 0);
+    assert_eq!(lateness_weighted_median(&[5 * MS]), 5 * MS);
+}
