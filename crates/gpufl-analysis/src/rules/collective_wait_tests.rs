@@ -554,7 +554,10 @@ fn lateness_where_most_late_time_lies() {
     let mut outliers: Vec<u64> = (0..96).map(|_| 4 * MS).chain([100 * MS; 4]).collect();
     outliers.sort_unstable();
     let top: u64 = outliers[96..].iter().sum();
-    assert!(top * 2 > outliers.iter().sum::<u64>(), "the outliers hold more than half");
+    assert!(
+        top * 2 > outliers.iter().sum::<u64>(),
+        "the outliers hold more than half"
+    );
     assert_eq!(lateness_weighted_median(&outliers), 4 * MS);
     // Outliers that are 6 % of the values (and hold half the total) do set it.
     let mut common: Vec<u64> = (0..94).map(|_| 4 * MS).chain([70 * MS; 6]).collect();
