@@ -413,7 +413,6 @@ pub(crate) fn run(
         waits: &waits,
         figures: &figures,
         sampled: sampled.as_ref(),
-        collectives: colls.len() as u64,
     };
     let mut ins = insight(&ps, l, &found, host);
     if let Some(s) = &sampled {
@@ -1549,9 +1548,8 @@ struct Found<'f> {
     method: ClockMethod,
     waits: &'f Waits,
     figures: &'f Figures,
-    /// An always-on run's shared windows, and the matched collectives.
+    /// An always-on run's shared windows.
     sampled: Option<&'f Sampled>,
-    collectives: u64,
 }
 
 /// The insight: rank `l` late at the collectives, the others waiting for it.
@@ -1671,7 +1669,7 @@ fn clock_text(found: &Found) -> String {
         None => format!("{clocks}; the same collective on each rank matched by order of its kernel name"),
         Some(s) => format!(
             "{clocks}; always-on: {} collectives matched by end time in {} of the {} windows every rank had open ({} in all)",
-            found.collectives,
+            found.figures.n,
             s.summary.with_collectives,
             s.summary.windows,
             fmt_duration(s.summary.observed_ns)
