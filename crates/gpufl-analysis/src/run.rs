@@ -206,6 +206,10 @@ pub fn analyze_run(members: &[RunMember], cfg: &Config) -> RunAnalysis {
         .filter(|&ns| ns > 0)
         .map_or(run_wall, |ns| ns.min(run_wall.max(1)));
     crate::shared::finish::rate(&mut insights, rated_on);
+    // The rule sees the ranks, not the run: its share of the wall is the run's.
+    for i in insights.iter_mut() {
+        i.share_of_wall = crate::insight::share(i.impact_ns, run_wall);
+    }
     crate::shared::finish::rank(&mut insights);
     let insights = crate::shared::finish::merge(insights);
     RunAnalysis {

@@ -453,6 +453,19 @@ fn recorded_always_on_ddp_straggler_is_rank_1_matched_by_time() {
         (share - impact as f64 / observed as f64).abs() < 1e-6,
         "{share} vs {impact}/{observed}"
     );
+    // Its share of the run is over the run's span (the longest rank's wall time), not the windows.
+    let wall = run["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["wall_ns"].as_u64())
+        .max()
+        .unwrap();
+    let of_wall = i["share_of_wall"].as_f64().unwrap();
+    assert!(
+        (of_wall - impact as f64 / wall as f64).abs() < 1e-6,
+        "{of_wall} vs {impact}/{wall}"
+    );
     assert!(d["host_gap_median_ns"].is_null(), "{d}");
     assert_eq!(d["host_bound"], false);
     assert_eq!(i["basis"]["kind"], "estimated");

@@ -26,7 +26,9 @@ pub struct Card {
     pub category: String,
     pub rule: String,
     pub title: String,
-    /// `73.58s blocked across 50 calls`, or the time the rule attributes and its share of the run.
+    /// `73.58s blocked across 50 calls`, or the time the rule attributes and its share of the run
+    /// (always-on, estimated from the windows: of the time they observed, which severity is
+    /// rated on).
     pub impact: String,
     pub detail: String,
     pub fix: String,
@@ -111,15 +113,31 @@ impl Card {
         } else if r.impact_ns <= 0 {
             String::new()
         } else {
-            let share = b
-                .get("share_of_wall")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
-            format!(
-                "{} ({} of the run)",
-                fmt::dur(r.impact_ns),
-                fmt::pct(share * 100.0)
-            )
+            match b.get("basis").filter(|x| s(x, "kind") == "estimated") {
+                // Always-on: measured in the windows, and rated on the time they observed.
+                Some(basis) if u(basis, "observed_ns") > 0 => {
+                    let observed = u(basis, "observed_ns");
+                    let coverage = basis.get("coverage").and_then(Value::as_f64).unwrap_or(0.0);
+                    format!(
+                        "{} ({} of the {} observed; windows cover {} of the run)",
+                        fmt::dur(r.impact_ns),
+                        fmt::pct(r.impact_ns.max(0) as f64 * 100.0 / observed as f64),
+                        fmt::dur_u(observed),
+                        fmt::pct(coverage * 100.0)
+                    )
+                }
+                _ => {
+                    let share = b
+                        .get("share_of_wall")
+                        .and_then(Value::as_f64)
+                        .unwrap_or(0.0);
+                    format!(
+                        "{} ({} of the run)",
+                        fmt::dur(r.impact_ns),
+                        fmt::pct(share * 100.0)
+                    )
+                }
+            }
         };
         // The sync rules' detail opens with the same sentence: said once.
         let impact = if !impact.is_empty() && detail.starts_with(&impact) {
@@ -234,5 +252,31 @@ mod tests {
         assert!(d.chip.is_none());
         assert_eq!(d.impact, "", "the detail already opens with it");
         assert!(d.detail.starts_with("5.0µs blocked across 2 calls"));
+    }
+
+    #[test]
+    fn an_estimated_insight_gives_its_share_of_the_observed_time() {
+        let c = Card::from_row(
+            &row(
+                json!({"location": {"file": "a.py", "line": 3}, "share_of_wall": 0.037,
+                       "basis": {"kind": "estimated", "observed_ns": 800_000_000u64,
+                                 "coverage": 0.073}}),
+                400_000_000,
+            ),
+            "s",
+        );
+        assert_eq!(
+            c.impact,
+            "400.00ms (50.0% of the 800.00ms observed; windows cover 7.3% of the run)"
+        );
+        let e = Card::from_row(
+            &row(
+                json!({"location": {"file": "a.py", "line": 3}, "share_of_wall": 0.037,
+                       "basis": {"kind": "exact", "observed_ns": 800_000_000u64, "coverage": 1.0}}),
+                400_000_000,
+            ),
+            "s",
+        );
+        assert_eq!(e.impact, "400.00ms (3.7% of the run)");
     }
 }
